@@ -1,0 +1,71 @@
+"""The vector index protocol: add / search / delete over rows 0..n-1, plus async twins."""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["BaseVectorIndex"]
+
+F32 = npt.NDArray[np.float32]
+
+
+class BaseVectorIndex(ABC):
+    """An inner-product index over L2-normalised vectors.
+
+    Rows are positions ``0..len-1`` in insertion order; the caller maps rows to record ids.
+    Deleted rows never come back from :meth:`search`. Implement :meth:`add`, :meth:`search`,
+    :meth:`delete` and :meth:`vectors`; the rest has defaults.
+    """
+
+    dimension: int
+
+    @abstractmethod
+    def add(self, vectors: F32) -> None:
+        """Append vectors (shape ``(n, dimension)``, normalised) as the next rows."""
+
+    @abstractmethod
+    def search(self, query: F32, k: int) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+        """The ``k`` best live rows for ``query``: (scores, rows), best first."""
+
+    @abstractmethod
+    def delete(self, rows: npt.NDArray[np.int64]) -> None:
+        """Mark rows as deleted."""
+
+    @abstractmethod
+    def vectors(self, rows: npt.NDArray[np.int64] | None = None) -> F32:
+        """The stored vectors of ``rows`` (all rows when ``None``; may be a read-only view)."""
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """Number of rows ever added (deleted rows included)."""
+
+    @property
+    def exact(self) -> bool:
+        """Whether :meth:`search` is exact (brute force)."""
+        return True
+
+    def scores(
+        self, query: F32, rows: npt.NDArray[np.int64] | None = None
+    ) -> npt.NDArray[np.float32]:
+        """Exact inner products of ``query`` with ``rows`` (all rows when ``None``)."""
+        mat = self.vectors(rows)
+        out: npt.NDArray[np.float32] = mat @ np.asarray(query, dtype=np.float32).reshape(-1)
+        return out
+
+    async def aadd(self, vectors: F32) -> None:
+        """Async twin of :meth:`add`."""
+        await asyncio.to_thread(self.add, vectors)
+
+    async def asearch(
+        self, query: F32, k: int
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+        """Async twin of :meth:`search`."""
+        return await asyncio.to_thread(self.search, query, k)
+
+    async def adelete(self, rows: npt.NDArray[np.int64]) -> None:
+        """Async twin of :meth:`delete`."""
+        await asyncio.to_thread(self.delete, rows)

@@ -1,0 +1,1 @@
+"""LangChain integrations: retriever, agent middleware, tools, legacy memory adapter."""

@@ -1,0 +1,188 @@
+"""The memory record: one observation, reflection or plan in the stream."""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from langchain_reflective.errors import InvalidMemoryError
+
+__all__ = ["ImportanceSource", "MemoryKind", "MemoryRecord", "new_memory_id", "utc"]
+
+MemoryKind = str
+"""A record's kind: ``"observation"``, ``"reflection"``, ``"plan"`` or any free-form kind."""
+
+ImportanceSource = Literal["given", "llm", "heuristic"]
+"""Where a record's importance came from."""
+
+OBSERVATION = "observation"
+REFLECTION = "reflection"
+PLAN = "plan"
+
+MAX_TEXT_CHARS = 200_000
+"""Largest accepted memory text (characters). Larger texts should be chunked by the caller."""
+
+
+def new_memory_id() -> str:
+    """Return a new stable, unique memory id (a UUID4 hex string)."""
+    return uuid.uuid4().hex
+
+
+def utc(value: datetime) -> datetime:
+    """Return ``value`` as a timezone-aware UTC datetime.
+
+    Raises:
+        InvalidMemoryError: if ``value`` is naive (no timezone): a naive datetime is ambiguous.
+    """
+    if not isinstance(value, datetime):
+        raise InvalidMemoryError(f"expected a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidMemoryError(
+            "naive datetime: pass a timezone-aware datetime, e.g. datetime.now(UTC)"
+        )
+    return value.astimezone(UTC)
+
+
+def validate_text(text: object) -> str:
+    """Check that ``text`` is a usable memory text and return it.
+
+    Raises:
+        InvalidMemoryError: if it is not a string, is empty/whitespace or is too large.
+    """
+    if not isinstance(text, str):
+        raise InvalidMemoryError(f"memory text must be a str, got {type(text).__name__}")
+    if not text.strip():
+        raise InvalidMemoryError("memory text is empty or whitespace")
+    if len(text) > MAX_TEXT_CHARS:
+        raise InvalidMemoryError(
+            f"memory text has {len(text):,} characters; the limit is {MAX_TEXT_CHARS:,}. "
+            "Split long documents into smaller memories."
+        )
+    if "\x00" in text:
+        raise InvalidMemoryError("memory text contains a NUL character")
+    return text
+
+
+def validate_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Return a JSON-serialisable copy of ``metadata``.
+
+    Raises:
+        InvalidMemoryError: if it is not a mapping with string keys or is not JSON-serialisable.
+    """
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise InvalidMemoryError(f"metadata must be a mapping, got {type(metadata).__name__}")
+    try:
+        out: dict[str, Any] = json.loads(json.dumps(dict(metadata), allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise InvalidMemoryError(f"metadata is not JSON-serialisable: {exc}") from exc
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRecord:
+    """One memory in the stream.
+
+    Records are immutable values; the stream returns fresh copies.
+    """
+
+    id: str
+    """Stable unique id (string)."""
+    text: str
+    """The memory's description."""
+    kind: MemoryKind = OBSERVATION
+    """``observation``, ``reflection``, ``plan`` or a free-form kind."""
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    """When the memory was created (timezone-aware UTC)."""
+    last_accessed_at: datetime | None = None
+    """When the memory was last retrieved (defaults to ``created_at``)."""
+    importance: float = 0.5
+    """Importance in [0, 1] (a 1-10 rating divided by 10)."""
+    importance_source: ImportanceSource = "given"
+    """Where the importance came from: given by the caller, rated by an LLM, or heuristic."""
+    evidence: tuple[str, ...] = ()
+    """Ids of the records this one cites (reflections cite their evidence)."""
+    depth: int = 0
+    """0 for observations; ``1 + max(depth of evidence)`` for reflections."""
+    namespace: str = "default"
+    """The owner (user/agent) of the memory; namespaces never see each other's records."""
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    """JSON-serialisable metadata."""
+
+    def __post_init__(self) -> None:
+        validate_text(self.text)
+        object.__setattr__(self, "created_at", utc(self.created_at))
+        if self.last_accessed_at is None:
+            object.__setattr__(self, "last_accessed_at", self.created_at)
+        else:
+            object.__setattr__(self, "last_accessed_at", utc(self.last_accessed_at))
+        imp = float(self.importance)
+        if not math.isfinite(imp) or not 0.0 <= imp <= 1.0:
+            raise InvalidMemoryError(f"importance must be in [0, 1], got {self.importance!r}")
+        object.__setattr__(self, "importance", imp)
+        if not isinstance(self.namespace, str) or not self.namespace:
+            raise InvalidMemoryError("namespace must be a non-empty string")
+        if not isinstance(self.kind, str) or not self.kind:
+            raise InvalidMemoryError("kind must be a non-empty string")
+        object.__setattr__(self, "evidence", tuple(str(e) for e in self.evidence))
+        object.__setattr__(self, "metadata", validate_metadata(self.metadata))
+
+    @property
+    def accessed_at(self) -> datetime:
+        """``last_accessed_at`` (never ``None`` after construction)."""
+        assert self.last_accessed_at is not None
+        return self.last_accessed_at
+
+    def with_access(self, when: datetime) -> MemoryRecord:
+        """Return a copy with ``last_accessed_at`` set to ``when``."""
+        return replace(self, last_accessed_at=when)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict (timestamps as ISO-8601 strings)."""
+        return {
+            "id": self.id,
+            "text": self.text,
+            "kind": self.kind,
+            "created_at": self.created_at.isoformat(),
+            "last_accessed_at": self.accessed_at.isoformat(),
+            "importance": self.importance,
+            "importance_source": self.importance_source,
+            "evidence": list(self.evidence),
+            "depth": self.depth,
+            "namespace": self.namespace,
+            "metadata": dict(self.metadata),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MemoryRecord:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            InvalidMemoryError: on missing or malformed fields.
+        """
+        try:
+            return cls(
+                id=str(data["id"]),
+                text=data["text"],
+                kind=str(data.get("kind", OBSERVATION)),
+                created_at=datetime.fromisoformat(data["created_at"]),
+                last_accessed_at=datetime.fromisoformat(
+                    data.get("last_accessed_at") or data["created_at"]
+                ),
+                importance=float(data.get("importance", 0.5)),
+                importance_source=data.get("importance_source", "given"),
+                evidence=tuple(data.get("evidence", ())),
+                depth=int(data.get("depth", 0)),
+                namespace=str(data.get("namespace", "default")),
+                metadata=data.get("metadata") or {},
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, InvalidMemoryError):
+                raise
+            raise InvalidMemoryError(f"malformed memory record: {exc!r}") from exc

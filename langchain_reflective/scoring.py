@@ -1,0 +1,219 @@
+"""Retrieval scoring: pure, vectorised numpy. Nothing here reads the clock or does I/O.
+
+A memory's score for a query is a weighted sum of components::
+
+    score = w_rel * N(relevance) + w_lex * lexical + w_rec * N(recency) + w_imp * importance
+
+* ``relevance``: cosine similarity of the query and memory embeddings;
+* ``lexical``: BM25 score of the memory for the query divided by the best BM25 score among the
+  candidates (so in [0, 1]; 0 when nothing matches lexically);
+* ``recency``: ``decay ** hours_since_last_access``;
+* ``importance``: the memory's importance in [0, 1];
+* ``N``: min-max normalisation over the candidate set (``normalization="minmax"``, the paper's
+  choice; all-equal -> 0.5) or the identity (``normalization="none"``).
+
+:meth:`ScoringConfig.paper` reproduces the Generative Agents formula exactly;
+:meth:`ScoringConfig.hybrid` is the package default (see ``docs/benchmarks.md`` for why).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "ScoreComponents",
+    "ScoringConfig",
+    "combine",
+    "cosine_similarity",
+    "min_max",
+    "recency",
+    "top_k",
+]
+
+FloatArray = npt.NDArray[np.floating]
+SECONDS_PER_HOUR = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class ScoringConfig:
+    """How retrieval ranks memories. Frozen; build variants with ``dataclasses.replace``."""
+
+    relevance_weight: float = 1.0
+    """Weight of embedding relevance (cosine similarity)."""
+    lexical_weight: float = 0.0
+    """Weight of the lexical (BM25) relevance; 0 disables the lexical index for scoring."""
+    recency_weight: float = 1.0
+    """Weight of recency (``decay ** hours since last access``)."""
+    importance_weight: float = 1.0
+    """Weight of importance (rating / 10)."""
+    decay: float = 0.995
+    """Recency decay factor per hour (0 < decay <= 1)."""
+    normalization: Literal["minmax", "none"] = "minmax"
+    """``"minmax"``: min-max normalise relevance and recency over the candidates (paper);
+    ``"none"``: use raw values, so a memory's score does not depend on the other candidates."""
+    name: str = "custom"
+    """A label carried into traces and benchmark tables."""
+
+    def __post_init__(self) -> None:
+        weights = (
+            self.relevance_weight,
+            self.lexical_weight,
+            self.recency_weight,
+            self.importance_weight,
+        )
+        if any(not np.isfinite(w) or w < 0 for w in weights):
+            raise ValueError(f"scoring weights must be finite and >= 0, got {weights}")
+        if sum(weights) == 0:
+            raise ValueError("at least one scoring weight must be > 0")
+        if not 0.0 < self.decay <= 1.0:
+            raise ValueError(f"decay must be in (0, 1], got {self.decay}")
+        if self.normalization not in ("minmax", "none"):
+            raise ValueError(
+                f"normalization must be 'minmax' or 'none', got {self.normalization!r}"
+            )
+
+    @classmethod
+    def paper(cls) -> ScoringConfig:
+        """The Generative Agents formula (Park et al. 2023) with equal weights.
+
+        Recency ``0.995 ** hours`` and cosine relevance, both min-max normalised over the
+        candidates, plus importance; no lexical component. On long histories this ranks mostly by
+        recency (see ``docs/benchmarks.md``).
+        """
+        return cls(
+            relevance_weight=1.0,
+            lexical_weight=0.0,
+            recency_weight=1.0,
+            importance_weight=1.0,
+            decay=0.995,
+            normalization="minmax",
+            name="paper",
+        )
+
+    @classmethod
+    def hybrid(cls) -> ScoringConfig:
+        """The default: dense + lexical relevance first, recency and importance as tie-breakers."""
+        return cls(
+            relevance_weight=1.0,
+            lexical_weight=1.0,
+            recency_weight=0.1,
+            importance_weight=0.1,
+            decay=0.995,
+            normalization="none",
+            name="hybrid",
+        )
+
+    @property
+    def uses_lexical(self) -> bool:
+        """Whether the lexical index takes part in scoring."""
+        return self.lexical_weight > 0
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreComponents:
+    """Per-candidate score components (arrays of equal length)."""
+
+    relevance: FloatArray
+    lexical: FloatArray
+    recency: FloatArray
+    importance: FloatArray
+    score: FloatArray
+
+
+def recency(last_access: FloatArray, now: float, decay: float) -> FloatArray:
+    """``decay ** hours`` since each memory's last access.
+
+    Args:
+        last_access: POSIX seconds of each memory's last access.
+        now: POSIX seconds of "now" (passed in; this module never reads the clock).
+        decay: decay factor per hour.
+
+    Memories accessed "in the future" (clock skew) count as just accessed (recency 1).
+    """
+    hours = np.maximum(now - np.asarray(last_access, dtype=np.float64), 0.0) / SECONDS_PER_HOUR
+    return np.power(decay, hours)
+
+
+def min_max(values: FloatArray) -> FloatArray:
+    """Min-max normalise to [0, 1]; an empty input stays empty, all-equal values map to 0.5."""
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.size == 0:
+        return arr
+    lo = float(arr.min())
+    hi = float(arr.max())
+    if hi - lo <= 1e-12:
+        return np.full_like(arr, 0.5)
+    return (arr - lo) / (hi - lo)
+
+
+def cosine_similarity(matrix: FloatArray, query: FloatArray) -> FloatArray:
+    """Cosine similarity of each row of ``matrix`` with ``query`` (zero vectors give 0)."""
+    m = np.asarray(matrix, dtype=np.float32)
+    q = np.asarray(query, dtype=np.float32).reshape(-1)
+    norms = np.linalg.norm(m, axis=1) * np.linalg.norm(q)
+    dots = m @ q
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(norms > 0, dots / np.where(norms > 0, norms, 1.0), 0.0)
+    return out.astype(np.float64)
+
+
+def combine(
+    config: ScoringConfig,
+    *,
+    relevance: FloatArray,
+    recency: FloatArray,
+    importance: FloatArray,
+    lexical: FloatArray | None = None,
+) -> ScoreComponents:
+    """Combine raw components of one candidate set into scores.
+
+    Args:
+        config: weights, normalisation.
+        relevance: raw cosine similarities.
+        recency: raw recency values (see :func:`recency`).
+        importance: importances in [0, 1].
+        lexical: raw BM25 scores (any non-negative scale) or ``None``.
+
+    Returns:
+        The components as used in the sum (lexical scaled to [0, 1]; relevance and recency
+        normalised when ``config.normalization == "minmax"``) and the scores.
+    """
+    rel = np.asarray(relevance, dtype=np.float64)
+    rec = np.asarray(recency, dtype=np.float64)
+    imp = np.asarray(importance, dtype=np.float64)
+    if lexical is None:
+        lex = np.zeros_like(rel)
+    else:
+        lex = np.asarray(lexical, dtype=np.float64)
+        top = float(lex.max()) if lex.size else 0.0
+        lex = lex / top if top > 0 else np.zeros_like(lex)
+    if config.normalization == "minmax":
+        rel_n, rec_n = min_max(rel), min_max(rec)
+    else:
+        rel_n, rec_n = rel, rec
+    score = (
+        config.relevance_weight * rel_n
+        + config.lexical_weight * lex
+        + config.recency_weight * rec_n
+        + config.importance_weight * imp
+    )
+    return ScoreComponents(relevance=rel_n, lexical=lex, recency=rec_n, importance=imp, score=score)
+
+
+def top_k(scores: FloatArray, k: int) -> npt.NDArray[np.intp]:
+    """Indices of the ``k`` highest scores, best first; ties keep the earlier index first."""
+    arr = np.asarray(scores)
+    n = arr.shape[0]
+    if k <= 0 or n == 0:
+        return np.empty(0, dtype=np.intp)
+    if k >= n:
+        return np.argsort(-arr, kind="stable")
+    part = np.argpartition(-arr, k - 1)[:k]
+    # order the selected ones by score desc, then by index for stable ties
+    order = np.lexsort((part, -arr[part]))
+    out: npt.NDArray[np.intp] = part[order]
+    return out

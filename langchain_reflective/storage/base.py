@@ -1,0 +1,169 @@
+"""The durable record store behind a memory stream: a small protocol.
+
+A store keeps records, their vectors and the per-namespace reflection counters. The stream keeps
+in-memory scoring arrays and the vector index; the store is the source of truth they are rebuilt
+from. Every write method is one transaction: it happens completely or not at all.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+import numpy.typing as npt
+
+from langchain_reflective.records import MemoryRecord
+
+__all__ = ["BaseRecordStore", "CounterUpdate", "PartitionChunk", "ReflectionState"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReflectionState:
+    """The reflection trigger state of one namespace (persisted with the stream)."""
+
+    importance_sum: float = 0.0
+    """Sum of the importance (0-1 units) of non-reflection memories added since the last
+    reflection. The paper reflects when the 1-10 ratings sum to 150, i.e. 15.0 here."""
+    adds_since: int = 0
+    """Number of memories added since the last reflection."""
+    last_reflection_at: datetime | None = None
+    """When the last reflection was stored, if ever."""
+
+
+@dataclass(frozen=True, slots=True)
+class CounterUpdate:
+    """A change to a namespace's reflection counter, applied in the same transaction as a write."""
+
+    namespace: str
+    importance: float = 0.0
+    adds: int = 0
+    reset_at: datetime | None = None
+    """When set, the counter is reset (after adding nothing) and this becomes
+    ``last_reflection_at``."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionChunk:
+    """A slice of one namespace's live records in insertion order, for rebuilding indexes."""
+
+    seqs: npt.NDArray[np.int64]
+    ids: list[str]
+    texts: list[str]
+    kinds: list[str]
+    created: npt.NDArray[np.float64]
+    accessed: npt.NDArray[np.float64]
+    importance: npt.NDArray[np.float64]
+    vectors: npt.NDArray[np.float32] | None
+
+
+class BaseRecordStore(ABC):
+    """Durable storage of memory records and vectors."""
+
+    @property
+    @abstractmethod
+    def dimension(self) -> int | None:
+        """The embedding dimension the store was created with (``None`` until the first write)."""
+
+    @property
+    @abstractmethod
+    def embedding_model(self) -> str | None:
+        """The identity of the embedding model the vectors came from."""
+
+    @abstractmethod
+    def bind_embeddings(self, model: str, dimension: int) -> None:
+        """Record the embedding model and dimension (first write) or check they match.
+
+        Raises:
+            DimensionMismatchError: the store holds vectors of another dimension.
+            EmbeddingError: the store was written with another embedding model.
+        """
+
+    @abstractmethod
+    def insert(
+        self,
+        records: Sequence[MemoryRecord],
+        vectors: npt.NDArray[np.float32],
+        *,
+        counter: CounterUpdate | None = None,
+    ) -> list[int]:
+        """Insert records with their vectors in one transaction; return their sequence numbers."""
+
+    @abstractmethod
+    def get(self, ids: Sequence[str], *, namespace: str) -> list[MemoryRecord]:
+        """Records of ``namespace`` with these ids, in the order given; unknown ids are skipped."""
+
+    @abstractmethod
+    def get_by_seq(self, seqs: Sequence[int]) -> dict[int, MemoryRecord]:
+        """Records by sequence number."""
+
+    @abstractmethod
+    def delete(self, ids: Sequence[str], *, namespace: str) -> list[int]:
+        """Delete records of ``namespace``; return the sequence numbers actually deleted."""
+
+    @abstractmethod
+    def purge(self, namespace: str) -> int:
+        """Delete every record and the counter of ``namespace``; return how many were deleted."""
+
+    @abstractmethod
+    def touch(self, seqs: Sequence[int], when: datetime) -> None:
+        """Set ``last_accessed_at`` of these records."""
+
+    @abstractmethod
+    def iter_partition(
+        self, namespace: str, *, with_vectors: bool = True, chunk_size: int = 50_000
+    ) -> Iterator[PartitionChunk]:
+        """Live records of ``namespace`` in insertion order, in chunks."""
+
+    @abstractmethod
+    def count(self, namespace: str | None = None) -> int:
+        """Number of records (in ``namespace``, or in all namespaces)."""
+
+    @abstractmethod
+    def namespaces(self) -> list[str]:
+        """Namespaces that hold at least one record."""
+
+    @abstractmethod
+    def recent(
+        self,
+        namespace: str,
+        *,
+        n: int | None,
+        kinds: Sequence[str] | None,
+        after_seq: int | None,
+    ) -> list[MemoryRecord]:
+        """The newest ``n`` records (oldest first), optionally only after a sequence number."""
+
+    @abstractmethod
+    def reflection_state(self, namespace: str) -> ReflectionState:
+        """The reflection counter of ``namespace``."""
+
+    @abstractmethod
+    def last_reflection_seq(self, namespace: str) -> int:
+        """Sequence number of the newest record of ``namespace`` when its counter was reset."""
+
+    @abstractmethod
+    def update_counter(self, update: CounterUpdate) -> None:
+        """Apply a counter change on its own (one transaction)."""
+
+    @abstractmethod
+    def generation(self, namespace: str) -> int:
+        """A number that changes whenever ``namespace``'s records change (for cache checks)."""
+
+    @abstractmethod
+    def changed_elsewhere(self) -> bool:
+        """Whether another connection/process wrote since the last call."""
+
+    @abstractmethod
+    def get_meta(self, key: str) -> str | None:
+        """Read a metadata value."""
+
+    @abstractmethod
+    def set_meta(self, key: str, value: str) -> None:
+        """Write a metadata value."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release resources. Idempotent."""

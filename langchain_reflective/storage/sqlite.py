@@ -1,0 +1,565 @@
+"""The embedded default store: one SQLite file (WAL) holding records, vectors and counters.
+
+No pickle: vectors are raw little-endian float32 blobs, metadata and evidence are JSON. The file
+carries an application id, a schema version and the embedding model's identity and dimension, so
+opening a foreign, newer or mismatched file is a clear error instead of silent garbage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from langchain_reflective.errors import (
+    DimensionMismatchError,
+    EmbeddingError,
+    ForeignFileError,
+    SchemaVersionError,
+    StorageError,
+)
+from langchain_reflective.records import MemoryRecord
+from langchain_reflective.storage.base import (
+    BaseRecordStore,
+    CounterUpdate,
+    PartitionChunk,
+    ReflectionState,
+)
+
+__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteRecordStore"]
+
+APPLICATION_ID = 0x52464C54  # "RFLT"
+SCHEMA_VERSION = 1
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+_MAX_VARS = 900  # stay below SQLite's host-parameter limit
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS memories (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    namespace TEXT NOT NULL,
+    text TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    created_us INTEGER NOT NULL,
+    accessed_us INTEGER NOT NULL,
+    importance REAL NOT NULL,
+    importance_source TEXT NOT NULL,
+    evidence TEXT NOT NULL,
+    depth INTEGER NOT NULL,
+    metadata TEXT NOT NULL,
+    vector BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS memories_namespace_seq ON memories (namespace, seq);
+CREATE TABLE IF NOT EXISTS counters (
+    namespace TEXT PRIMARY KEY,
+    importance_sum REAL NOT NULL DEFAULT 0,
+    adds INTEGER NOT NULL DEFAULT 0,
+    last_reflection_us INTEGER,
+    last_reflection_seq INTEGER NOT NULL DEFAULT 0,
+    generation INTEGER NOT NULL DEFAULT 0
+);
+"""
+
+_COLUMNS = (
+    "seq, id, namespace, text, kind, created_us, accessed_us, importance, importance_source, "
+    "evidence, depth, metadata"
+)
+
+
+def to_us(value: datetime) -> int:
+    """Exact microseconds since the epoch of an aware datetime."""
+    return (value - _EPOCH) // _US
+
+
+def from_us(value: int) -> datetime:
+    """Inverse of :func:`to_us` (UTC)."""
+    return _EPOCH + timedelta(microseconds=int(value))
+
+
+def _row_to_record(row: Sequence[Any]) -> MemoryRecord:
+    return MemoryRecord(
+        id=row[1],
+        namespace=row[2],
+        text=row[3],
+        kind=row[4],
+        created_at=from_us(row[5]),
+        last_accessed_at=from_us(row[6]),
+        importance=row[7],
+        importance_source=row[8],
+        evidence=tuple(json.loads(row[9])),
+        depth=row[10],
+        metadata=json.loads(row[11]),
+    )
+
+
+def _chunks(values: Sequence[Any], size: int = _MAX_VARS) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(values), size):
+        yield values[start : start + size]
+
+
+class SQLiteRecordStore(BaseRecordStore):
+    """Records, vectors and counters in one SQLite database.
+
+    Args:
+        path: the database file; ``None`` keeps everything in memory (nothing is written).
+        synchronous: SQLite's ``synchronous`` pragma. ``"NORMAL"`` (default) in WAL mode never
+            loses a committed transaction when the process crashes; ``"FULL"`` also survives
+            power loss at some cost per write.
+        timeout: seconds to wait for another writer's lock before failing.
+
+    Raises:
+        ForeignFileError: the file is not a langchain-reflective memory file.
+        SchemaVersionError: the file was written by a newer version of the package.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        synchronous: Literal["OFF", "NORMAL", "FULL"] = "NORMAL",
+        timeout: float = 30.0,
+    ) -> None:
+        self.path = Path(path) if path is not None else None
+        self._lock = threading.RLock()
+        self._closed = False
+        if self.path is not None:
+            self._check_file(self.path)
+        target = ":memory:" if self.path is None else str(self.path)
+        try:
+            self._conn = sqlite3.connect(
+                target, timeout=timeout, check_same_thread=False, isolation_level=None
+            )
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open memory file {self.path}: {exc}") from exc
+        try:
+            self._init_schema(synchronous)
+        except sqlite3.DatabaseError as exc:
+            self._conn.close()
+            raise ForeignFileError(
+                f"{self.path} is not a readable langchain-reflective memory file ({exc}); "
+                "it may be truncated or belong to another program"
+            ) from exc
+        except BaseException:
+            self._conn.close()
+            raise
+        self._data_version = self._read_data_version()
+
+    # -- opening -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _check_file(path: Path) -> None:
+        if path.exists():
+            if path.is_dir():
+                raise ForeignFileError(f"{path} is a directory, not a memory file")
+            size = path.stat().st_size
+            if size == 0:
+                return
+            with path.open("rb") as fh:
+                header = fh.read(100)
+            if not header.startswith(_SQLITE_MAGIC) or len(header) < 100:
+                raise ForeignFileError(
+                    f"{path} is not a langchain-reflective memory file (not SQLite); "
+                    "choose another path or remove the file"
+                )
+            app_id = int.from_bytes(header[68:72], "big")
+            if app_id not in (0, APPLICATION_ID):
+                raise ForeignFileError(
+                    f"{path} is an SQLite file of another program (application id "
+                    f"{app_id:#x}); refusing to touch it"
+                )
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # create the file private to its owner before SQLite opens it
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            os.close(fd)
+
+    def _init_schema(self, synchronous: str) -> None:
+        c = self._conn
+        app_id = c.execute("PRAGMA application_id").fetchone()[0]
+        tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if app_id == 0 and tables:
+            raise ForeignFileError(
+                f"{self.path} is an SQLite database of another program (tables: "
+                f"{', '.join(sorted(tables))}); refusing to touch it"
+            )
+        if self.path is not None:
+            mode = c.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StorageError(f"could not enable WAL mode on {self.path} (got {mode})")
+        c.execute(f"PRAGMA synchronous={synchronous}")
+        c.execute("PRAGMA foreign_keys=ON")
+        if app_id == 0:
+            with self._transaction():
+                c.execute(f"PRAGMA application_id={APPLICATION_ID}")
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        c.execute(statement)
+                c.execute(
+                    "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
+                    (str(SCHEMA_VERSION),),
+                )
+                c.execute(
+                    "INSERT OR IGNORE INTO meta(key, value) VALUES ('created_by', ?)",
+                    ("langchain-reflective",),
+                )
+        version_row = c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if version_row is None:
+            raise ForeignFileError(f"{self.path} has no schema version; it is not a memory file")
+        version = int(version_row[0])
+        if version > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"{self.path} has schema version {version}, newer than this "
+                f"langchain-reflective supports ({SCHEMA_VERSION}); upgrade the package"
+            )
+
+    # executescript commits implicitly; wrap plain statements in explicit transactions.
+    class _Tx:
+        def __init__(self, store: SQLiteRecordStore) -> None:
+            self.store = store
+
+        def __enter__(self) -> sqlite3.Connection:
+            self.store._lock.acquire()
+            try:
+                self.store._ensure_open()
+                self.store._conn.execute("BEGIN IMMEDIATE")
+            except BaseException:
+                self.store._lock.release()
+                raise
+            return self.store._conn
+
+        def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+            try:
+                if exc_type is None:
+                    self.store._conn.execute("COMMIT")
+                    self.store._data_version = self.store._read_data_version()
+                else:
+                    self.store._conn.execute("ROLLBACK")
+            finally:
+                self.store._lock.release()
+
+    def _transaction(self) -> SQLiteRecordStore._Tx:
+        return SQLiteRecordStore._Tx(self)
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise StorageError("the memory store is closed")
+
+    def _read_data_version(self) -> int:
+        return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        with self._lock:
+            self._ensure_open()
+            try:
+                return self._conn.execute(sql, params).fetchall()
+            except sqlite3.DatabaseError as exc:
+                raise StorageError(f"reading {self.path or 'memory store'} failed: {exc}") from exc
+
+    # -- metadata ------------------------------------------------------------------------------
+
+    def get_meta(self, key: str) -> str | None:
+        rows = self._query("SELECT value FROM meta WHERE key=?", (key,))
+        return str(rows[0][0]) if rows else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._transaction() as c:
+            c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+
+    @property
+    def dimension(self) -> int | None:
+        value = self.get_meta("dimension")
+        return int(value) if value is not None else None
+
+    @property
+    def embedding_model(self) -> str | None:
+        return self.get_meta("embedding_model")
+
+    def bind_embeddings(self, model: str, dimension: int) -> None:
+        with self._transaction() as c:
+            rows = dict(
+                c.execute(
+                    "SELECT key, value FROM meta WHERE key IN ('dimension', 'embedding_model')"
+                ).fetchall()
+            )
+            if "dimension" in rows:
+                stored = int(rows["dimension"])
+                if stored != dimension:
+                    raise DimensionMismatchError(
+                        f"the memory file {self.path or ''} holds {stored}-dimensional vectors "
+                        f"from {rows.get('embedding_model')!r}, but the embeddings give "
+                        f"{dimension}-dimensional ones; use the same embedding model or a new file"
+                    )
+                stored_model = rows.get("embedding_model")
+                if stored_model and model and stored_model != model:
+                    raise EmbeddingError(
+                        f"the memory file {self.path or ''} was written with embedding model "
+                        f"{stored_model!r}, not {model!r}; vectors from different models are not "
+                        f"comparable. Use the same model, or pass embedding_model={stored_model!r} "
+                        "if it is the same model under another name"
+                    )
+                return
+            c.execute("INSERT INTO meta(key, value) VALUES ('dimension', ?)", (str(dimension),))
+            c.execute("INSERT INTO meta(key, value) VALUES ('embedding_model', ?)", (model,))
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def insert(
+        self,
+        records: Sequence[MemoryRecord],
+        vectors: npt.NDArray[np.float32],
+        *,
+        counter: CounterUpdate | None = None,
+    ) -> list[int]:
+        vecs = np.ascontiguousarray(vectors, dtype="<f4")
+        rows = [
+            (
+                r.id,
+                r.namespace,
+                r.text,
+                r.kind,
+                to_us(r.created_at),
+                to_us(r.accessed_at),
+                r.importance,
+                r.importance_source,
+                json.dumps(list(r.evidence)),
+                r.depth,
+                json.dumps(dict(r.metadata), allow_nan=False),
+                vecs[i].tobytes(),
+            )
+            for i, r in enumerate(records)
+        ]
+        namespaces = {r.namespace for r in records}
+        try:
+            with self._transaction() as c:
+                seqs: list[int] = []
+                for row in rows:
+                    cur = c.execute(
+                        "INSERT INTO memories (id, namespace, text, kind, created_us, "
+                        "accessed_us, importance, importance_source, evidence, depth, metadata, "
+                        "vector) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                        row,
+                    )
+                    assert cur.lastrowid is not None
+                    seqs.append(cur.lastrowid)
+                for ns in namespaces:
+                    self._bump(c, ns)
+                if counter is not None:
+                    self._apply_counter(c, counter)
+                return seqs
+        except sqlite3.IntegrityError as exc:
+            raise StorageError(f"could not store memories (duplicate id?): {exc}") from exc
+        except sqlite3.DatabaseError as exc:
+            raise StorageError(f"could not store memories: {exc}") from exc
+
+    @staticmethod
+    def _bump(c: sqlite3.Connection, namespace: str) -> None:
+        c.execute("INSERT OR IGNORE INTO counters(namespace) VALUES (?)", (namespace,))
+        c.execute("UPDATE counters SET generation = generation + 1 WHERE namespace=?", (namespace,))
+
+    @staticmethod
+    def _apply_counter(c: sqlite3.Connection, update: CounterUpdate) -> None:
+        c.execute("INSERT OR IGNORE INTO counters(namespace) VALUES (?)", (update.namespace,))
+        if update.reset_at is not None:
+            max_seq = c.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM memories WHERE namespace=?",
+                (update.namespace,),
+            ).fetchone()[0]
+            c.execute(
+                "UPDATE counters SET importance_sum=0, adds=0, last_reflection_us=?, "
+                "last_reflection_seq=? WHERE namespace=?",
+                (to_us(update.reset_at), max_seq, update.namespace),
+            )
+        else:
+            c.execute(
+                "UPDATE counters SET importance_sum = importance_sum + ?, adds = adds + ? "
+                "WHERE namespace=?",
+                (update.importance, update.adds, update.namespace),
+            )
+
+    def update_counter(self, update: CounterUpdate) -> None:
+        with self._transaction() as c:
+            self._apply_counter(c, update)
+
+    def delete(self, ids: Sequence[str], *, namespace: str) -> list[int]:
+        deleted: list[int] = []
+        with self._transaction() as c:
+            for chunk in _chunks(list(ids)):
+                marks = ",".join("?" * len(chunk))
+                found = c.execute(
+                    f"SELECT seq FROM memories WHERE namespace=? AND id IN ({marks})",
+                    (namespace, *chunk),
+                ).fetchall()
+                seqs = [int(r[0]) for r in found]
+                for part in _chunks(seqs):
+                    c.execute(
+                        f"DELETE FROM memories WHERE seq IN ({','.join('?' * len(part))})",
+                        tuple(part),
+                    )
+                deleted.extend(seqs)
+            if deleted:
+                self._bump(c, namespace)
+        return deleted
+
+    def purge(self, namespace: str) -> int:
+        with self._transaction() as c:
+            n = c.execute("DELETE FROM memories WHERE namespace=?", (namespace,)).rowcount
+            self._bump(c, namespace)
+            c.execute(
+                "UPDATE counters SET importance_sum=0, adds=0, last_reflection_us=NULL, "
+                "last_reflection_seq=0 WHERE namespace=?",
+                (namespace,),
+            )
+        return int(n)
+
+    def touch(self, seqs: Sequence[int], when: datetime) -> None:
+        if not seqs:
+            return
+        us = to_us(when)
+        with self._transaction() as c:
+            for chunk in _chunks(list(seqs)):
+                marks = ",".join("?" * len(chunk))
+                c.execute(f"UPDATE memories SET accessed_us=? WHERE seq IN ({marks})", (us, *chunk))
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def get(self, ids: Sequence[str], *, namespace: str) -> list[MemoryRecord]:
+        found: dict[str, MemoryRecord] = {}
+        for chunk in _chunks(list(ids)):
+            marks = ",".join("?" * len(chunk))
+            for row in self._query(
+                f"SELECT {_COLUMNS} FROM memories WHERE namespace=? AND id IN ({marks})",
+                (namespace, *chunk),
+            ):
+                found[row[1]] = _row_to_record(row)
+        return [found[i] for i in ids if i in found]
+
+    def get_by_seq(self, seqs: Sequence[int]) -> dict[int, MemoryRecord]:
+        out: dict[int, MemoryRecord] = {}
+        for chunk in _chunks([int(s) for s in seqs]):
+            marks = ",".join("?" * len(chunk))
+            for row in self._query(
+                f"SELECT {_COLUMNS} FROM memories WHERE seq IN ({marks})", tuple(chunk)
+            ):
+                out[int(row[0])] = _row_to_record(row)
+        return out
+
+    def iter_partition(
+        self, namespace: str, *, with_vectors: bool = True, chunk_size: int = 50_000
+    ) -> Iterator[PartitionChunk]:
+        last = 0
+        cols = "seq, id, text, kind, created_us, accessed_us, importance"
+        if with_vectors:
+            cols += ", vector"
+        dim = self.dimension
+        while True:
+            rows = self._query(
+                f"SELECT {cols} FROM memories WHERE namespace=? AND seq>? ORDER BY seq LIMIT ?",
+                (namespace, last, chunk_size),
+            )
+            if not rows:
+                return
+            vectors: npt.NDArray[np.float32] | None = None
+            if with_vectors:
+                if dim is None:
+                    raise StorageError("memory file has vectors but no recorded dimension")
+                blob = b"".join(r[7] for r in rows)
+                if len(blob) != len(rows) * dim * 4:
+                    raise StorageError(
+                        f"memory file {self.path} has vectors of the wrong size; it is corrupt"
+                    )
+                vectors = np.frombuffer(blob, dtype="<f4").reshape(len(rows), dim).copy()
+            yield PartitionChunk(
+                seqs=np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
+                ids=[r[1] for r in rows],
+                texts=[r[2] for r in rows],
+                kinds=[r[3] for r in rows],
+                created=np.fromiter((r[4] for r in rows), np.float64, len(rows)) / 1e6,
+                accessed=np.fromiter((r[5] for r in rows), np.float64, len(rows)) / 1e6,
+                importance=np.fromiter((r[6] for r in rows), np.float64, len(rows)),
+                vectors=vectors,
+            )
+            last = int(rows[-1][0])
+
+    def count(self, namespace: str | None = None) -> int:
+        if namespace is None:
+            return int(self._query("SELECT COUNT(*) FROM memories")[0][0])
+        return int(
+            self._query("SELECT COUNT(*) FROM memories WHERE namespace=?", (namespace,))[0][0]
+        )
+
+    def namespaces(self) -> list[str]:
+        return [r[0] for r in self._query("SELECT DISTINCT namespace FROM memories ORDER BY 1")]
+
+    def recent(
+        self,
+        namespace: str,
+        *,
+        n: int | None,
+        kinds: Sequence[str] | None,
+        after_seq: int | None,
+    ) -> list[MemoryRecord]:
+        where = ["namespace=?"]
+        params: list[Any] = [namespace]
+        if kinds is not None:
+            kinds = list(kinds)
+            where.append(f"kind IN ({','.join('?' * len(kinds))})")
+            params.extend(kinds)
+        if after_seq is not None:
+            where.append("seq>?")
+            params.append(after_seq)
+        sql = f"SELECT {_COLUMNS} FROM memories WHERE {' AND '.join(where)} ORDER BY seq DESC"
+        if n is not None:
+            sql += " LIMIT ?"
+            params.append(int(n))
+        rows = self._query(sql, params)
+        return [_row_to_record(r) for r in reversed(rows)]
+
+    def reflection_state(self, namespace: str) -> ReflectionState:
+        rows = self._query(
+            "SELECT importance_sum, adds, last_reflection_us FROM counters WHERE namespace=?",
+            (namespace,),
+        )
+        if not rows:
+            return ReflectionState()
+        imp, adds, last = rows[0]
+        return ReflectionState(
+            importance_sum=float(imp),
+            adds_since=int(adds),
+            last_reflection_at=from_us(last) if last is not None else None,
+        )
+
+    def last_reflection_seq(self, namespace: str) -> int:
+        rows = self._query(
+            "SELECT last_reflection_seq FROM counters WHERE namespace=?", (namespace,)
+        )
+        return int(rows[0][0]) if rows else 0
+
+    def generation(self, namespace: str) -> int:
+        rows = self._query("SELECT generation FROM counters WHERE namespace=?", (namespace,))
+        return int(rows[0][0]) if rows else 0
+
+    def changed_elsewhere(self) -> bool:
+        with self._lock:
+            self._ensure_open()
+            version = self._read_data_version()
+            changed = version != self._data_version
+            self._data_version = version
+            return changed
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._conn.close()

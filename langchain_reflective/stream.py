@@ -1,0 +1,1214 @@
+"""The memory stream: observations stored with embeddings, importance and timestamps.
+
+Retrieval ranks memories of one namespace by relevance (dense + lexical), recency and importance
+(see :mod:`langchain_reflective.scoring`). Records and vectors live in a durable store (SQLite by
+default); the FAISS index and the BM25 index are in-memory caches rebuilt from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import math
+import os
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+
+from langchain_reflective._arrays import GrowArray
+from langchain_reflective.errors import (
+    EmbeddingError,
+    InvalidFilterError,
+    InvalidMemoryError,
+    StorageError,
+)
+from langchain_reflective.importance import BaseImportanceScorer, HeuristicImportanceScorer
+from langchain_reflective.index.faiss_flat import FaissFlatIndex
+from langchain_reflective.records import (
+    REFLECTION,
+    MemoryRecord,
+    new_memory_id,
+    utc,
+    validate_metadata,
+    validate_text,
+)
+from langchain_reflective.scoring import ScoringConfig, combine, recency, top_k
+from langchain_reflective.storage.base import BaseRecordStore, CounterUpdate, ReflectionState
+from langchain_reflective.storage.sqlite import SQLiteRecordStore
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from langchain_reflective.lexical import BM25Index
+
+__all__ = ["MemoryStream", "RetrievalFilter", "ScoredMemory"]
+
+logger = logging.getLogger(__name__)
+
+F32 = npt.NDArray[np.float32]
+_FILTER_KEYS = {
+    "kind",
+    "kinds",
+    "created_after",
+    "created_before",
+    "min_relevance",
+    "namespace",
+}
+
+
+# -- public value types ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalFilter:
+    """Restricts which memories a retrieval may return.
+
+    A plain mapping with the same keys (``kind``/``kinds``, ``created_after``,
+    ``created_before``, ``min_relevance``, ``namespace``) is accepted wherever a filter is.
+    """
+
+    kinds: frozenset[str] | None = None
+    """Only these kinds (``None``: all)."""
+    created_after: datetime | None = None
+    """Only memories created at or after this time."""
+    created_before: datetime | None = None
+    """Only memories created before this time."""
+    min_relevance: float | None = None
+    """Only memories whose cosine similarity to the query is at least this."""
+    namespace: str | None = None
+    """Read this namespace instead of the stream's default."""
+
+    def __post_init__(self) -> None:
+        if self.kinds is not None:
+            kinds = [self.kinds] if isinstance(self.kinds, str) else list(self.kinds)
+            if not kinds or not all(isinstance(k, str) and k for k in kinds):
+                raise InvalidFilterError("filter 'kinds' must be a non-empty list of strings")
+            object.__setattr__(self, "kinds", frozenset(kinds))
+        for name in ("created_after", "created_before"):
+            value = getattr(self, name)
+            if value is not None:
+                try:
+                    object.__setattr__(self, name, utc(value))
+                except InvalidMemoryError as exc:
+                    raise InvalidFilterError(f"filter {name!r}: {exc}") from exc
+        if self.min_relevance is not None:
+            if isinstance(self.min_relevance, bool) or not isinstance(
+                self.min_relevance, int | float
+            ):
+                raise InvalidFilterError("filter 'min_relevance' must be a number")
+            if not math.isfinite(self.min_relevance):
+                raise InvalidFilterError("filter 'min_relevance' must be finite")
+        if self.namespace is not None and (
+            not isinstance(self.namespace, str) or not self.namespace
+        ):
+            raise InvalidFilterError("filter 'namespace' must be a non-empty string")
+
+    @classmethod
+    def coerce(cls, value: RetrievalFilter | Mapping[str, Any] | None) -> RetrievalFilter:
+        """Build a filter from a mapping (or pass a filter through).
+
+        Raises:
+            InvalidFilterError: unknown keys or values of the wrong type.
+        """
+        if value is None:
+            return cls()
+        if isinstance(value, RetrievalFilter):
+            return value
+        if not isinstance(value, Mapping):
+            raise InvalidFilterError(
+                f"filter must be a RetrievalFilter or a mapping, got {type(value).__name__}"
+            )
+        unknown = set(value) - _FILTER_KEYS
+        if unknown:
+            raise InvalidFilterError(
+                f"unknown filter key(s) {sorted(map(str, unknown))}; "
+                f"allowed: {sorted(_FILTER_KEYS)}"
+            )
+        kinds = value.get("kinds", value.get("kind"))
+        return cls(
+            kinds=kinds,
+            created_after=value.get("created_after"),
+            created_before=value.get("created_before"),
+            min_relevance=value.get("min_relevance"),
+            namespace=value.get("namespace"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredMemory:
+    """A retrieved memory with every score component."""
+
+    record: MemoryRecord
+    """The memory (with ``last_accessed_at`` as stored after this retrieval)."""
+    score: float
+    """The weighted sum used for ranking."""
+    relevance: float
+    """Cosine similarity to the query (raw, before any normalisation)."""
+    lexical: float
+    """BM25 score relative to the best lexical match among the candidates, in [0, 1]."""
+    recency: float
+    """``decay ** hours since last access`` at retrieval time (before this access)."""
+    importance: float
+    """Importance in [0, 1]."""
+
+    def to_document(self) -> Document:
+        """A LangChain ``Document`` whose metadata carries the record fields and the scores."""
+        r = self.record
+        return Document(
+            id=r.id,
+            page_content=r.text,
+            metadata={
+                "id": r.id,
+                "kind": r.kind,
+                "namespace": r.namespace,
+                "created_at": r.created_at.isoformat(),
+                "last_accessed_at": r.accessed_at.isoformat(),
+                "importance": r.importance,
+                "importance_source": r.importance_source,
+                "evidence": list(r.evidence),
+                "depth": r.depth,
+                "score": self.score,
+                "relevance": self.relevance,
+                "lexical": self.lexical,
+                "recency": self.recency,
+                **({"metadata": dict(r.metadata)} if r.metadata else {}),
+            },
+        )
+
+
+# -- internals ---------------------------------------------------------------------------------
+
+
+def embedding_identity(embeddings: Embeddings) -> str:
+    """A stable description of an embeddings object: class plus model name when it has one."""
+    cls = type(embeddings)
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    for attr in ("model_name", "model", "model_id", "deployment"):
+        value = getattr(embeddings, attr, None)
+        if isinstance(value, str) and value:
+            return f"{name}:{value}"
+    size = getattr(embeddings, "size", None)
+    if isinstance(size, int):
+        return f"{name}:size={size}"
+    return name
+
+
+def _as_unit_vectors(raw: Any, expected_rows: int, source: str) -> F32:
+    try:
+        arr = np.asarray(raw, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise EmbeddingError(f"{source} returned something that is not numeric: {exc}") from exc
+    if arr.ndim != 2 or arr.shape[0] != expected_rows or arr.shape[1] == 0:
+        raise EmbeddingError(
+            f"{source} returned an array of shape {arr.shape}; expected ({expected_rows}, dim)"
+        )
+    if not np.isfinite(arr).all():
+        raise EmbeddingError(f"{source} returned NaN or infinite values")
+    norms = np.linalg.norm(arr, axis=1)
+    if (norms <= 1e-12).any():
+        raise EmbeddingError(f"{source} returned an all-zero vector; it cannot be normalised")
+    out: F32 = (arr / norms[:, None]).astype(np.float32)
+    return out
+
+
+class _Partition:
+    """In-memory scoring state of one namespace: vector index, lexical index, arrays."""
+
+    def __init__(self, namespace: str, dimension: int, generation: int) -> None:
+        self.namespace = namespace
+        self.generation = generation
+        self.index = FaissFlatIndex(dimension)
+        self.seqs = GrowArray(np.int64)
+        self.created = GrowArray(np.float64)
+        self.accessed = GrowArray(np.float64)
+        self.importance = GrowArray(np.float64)
+        self.kind_codes = GrowArray(np.int32)
+        self.kinds: dict[str, int] = {}
+        self.lexical: BM25Index | None = None
+        self.dirty = False
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def code(self, kind: str) -> int:
+        return self.kinds.setdefault(kind, len(self.kinds))
+
+    def append(
+        self,
+        seqs: Sequence[int] | npt.NDArray[np.int64],
+        vectors: F32 | None,
+        created: npt.ArrayLike,
+        accessed: npt.ArrayLike,
+        importance: npt.ArrayLike,
+        kinds: Sequence[str],
+        texts: Sequence[str] | None,
+    ) -> None:
+        if vectors is not None:
+            self.index.add(vectors)
+        self.seqs.extend(seqs)
+        self.created.extend(created)
+        self.accessed.extend(accessed)
+        self.importance.extend(importance)
+        self.kind_codes.extend([self.code(k) for k in kinds])
+        if self.lexical is not None and texts is not None:
+            self.lexical.add(list(texts))
+
+    def rows_of(self, seqs: Sequence[int]) -> npt.NDArray[np.int64]:
+        all_seqs = self.seqs.view
+        wanted = np.asarray(seqs, dtype=np.int64)
+        pos = np.searchsorted(all_seqs, wanted)
+        pos = np.clip(pos, 0, max(len(all_seqs) - 1, 0))
+        ok = all_seqs[pos] == wanted if len(all_seqs) else np.zeros(len(wanted), bool)
+        out: npt.NDArray[np.int64] = pos[ok].astype(np.int64)
+        return out
+
+    def delete_rows(self, rows: npt.NDArray[np.int64]) -> None:
+        self.index.delete(rows)
+        if self.lexical is not None:
+            self.lexical.remove(rows.tolist())
+
+
+@dataclass
+class _AddPlan:
+    texts: list[str]
+    kinds: list[str]
+    importances: list[float | None]
+    metadatas: list[dict[str, Any]]
+    evidence: list[tuple[str, ...]]
+    ids: list[str]
+    namespace: str
+    now: datetime
+    reset_counter: bool
+    to_rate: list[int] = field(default_factory=list)
+
+
+def _broadcast(value: Any, n: int, name: str, *, scalar_types: tuple[type, ...]) -> list[Any]:
+    if value is None or isinstance(value, scalar_types):
+        return [value] * n
+    if isinstance(value, Mapping):
+        return [value] * n
+    values = list(value)
+    if len(values) != n:
+        raise InvalidMemoryError(f"{name} has {len(values)} items for {n} texts")
+    return values
+
+
+# -- the stream --------------------------------------------------------------------------------
+
+
+class MemoryStream:
+    """A durable memory stream with Generative-Agents retrieval.
+
+    Args:
+        embeddings: the embedding model (any LangChain ``Embeddings``).
+        path: the memory file (SQLite). ``None`` keeps everything in memory.
+        namespace: the default namespace (user/agent) for reads and writes. A namespace never
+            sees another's memories.
+        scoring: how retrieval ranks memories; defaults to :meth:`ScoringConfig.hybrid`.
+        importance_scorer: rates memories added without an importance; defaults to the
+            heuristic (pass ``LLMImportanceScorer(model)`` for LLM ratings).
+        embedding_model: the identity stored with the file; derived from ``embeddings`` when
+            omitted. Reopening a file with another model or dimension is an error.
+        store: a custom :class:`BaseRecordStore` (overrides ``path``).
+
+    Example:
+        .. code-block:: python
+
+            from langchain_core.embeddings import DeterministicFakeEmbedding
+            from langchain_reflective import MemoryStream
+
+            with MemoryStream(DeterministicFakeEmbedding(size=64), path="memory.db") as stream:
+                stream.add(["Alice likes tea", "Bob moved to Paris"], importances=[0.3, 0.8])
+                for hit in stream.retrieve("Where does Bob live?", k=1):
+                    print(hit.record.text, hit.score)
+    """
+
+    def __init__(
+        self,
+        embeddings: Embeddings,
+        *,
+        path: str | os.PathLike[str] | None = None,
+        namespace: str = "default",
+        scoring: ScoringConfig | None = None,
+        importance_scorer: BaseImportanceScorer | None = None,
+        embedding_model: str | None = None,
+        store: BaseRecordStore | None = None,
+    ) -> None:
+        if not isinstance(embeddings, Embeddings):
+            raise TypeError(
+                f"embeddings must be a langchain_core Embeddings, got {type(embeddings).__name__}"
+            )
+        if not isinstance(namespace, str) or not namespace:
+            raise InvalidMemoryError("namespace must be a non-empty string")
+        self.embeddings = embeddings
+        self.namespace = namespace
+        self.scoring = scoring or ScoringConfig.hybrid()
+        self.importance_scorer: BaseImportanceScorer = (
+            importance_scorer or HeuristicImportanceScorer()
+        )
+        self.embedding_model = embedding_model or embedding_identity(embeddings)
+        self.path = Path(path) if path is not None and store is None else None
+        self._store: BaseRecordStore = store or SQLiteRecordStore(path)
+        stored_model = self._store.embedding_model
+        if stored_model and embedding_model is None and stored_model != self.embedding_model:
+            self._store.close()
+            raise EmbeddingError(
+                f"{path} was written with embedding model {stored_model!r}, not "
+                f"{self.embedding_model!r}; vectors from different models are not comparable. "
+                f"Use the same model, or pass embedding_model={stored_model!r} if it is the same "
+                "model under another name"
+            )
+        self._lock = threading.RLock()
+        self._partitions: dict[str, _Partition] = {}
+        self._closed = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def __enter__(self) -> MemoryStream:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Write the vector-index caches and close the file. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                self._save_index_caches()
+            finally:
+                self._closed = True
+                self._partitions.clear()
+                self._store.close()
+
+    @property
+    def store(self) -> BaseRecordStore:
+        """The durable record store."""
+        return self._store
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError("the memory stream is closed")
+
+    # -- partitions ----------------------------------------------------------------------------
+
+    def _ns(self, namespace: str | None) -> str:
+        ns = self.namespace if namespace is None else namespace
+        if not isinstance(ns, str) or not ns:
+            raise InvalidMemoryError("namespace must be a non-empty string")
+        return ns
+
+    def _cache_path(self, namespace: str) -> Path | None:
+        if self.path is None:
+            return None
+        digest = hashlib.sha256(namespace.encode()).hexdigest()[:24]
+        return self.path.with_name(self.path.name + ".index") / f"{digest}.faiss"
+
+    def _partition(self, namespace: str) -> _Partition | None:
+        """The loaded partition of ``namespace`` (``None`` before the first vector exists)."""
+        if self._store.changed_elsewhere():
+            self._partitions.clear()
+        part = self._partitions.get(namespace)
+        if part is not None:
+            return part
+        dim = self._store.dimension
+        if dim is None:
+            return None
+        part = self._load_partition(namespace, dim)
+        self._partitions[namespace] = part
+        return part
+
+    def _load_partition(self, namespace: str, dim: int) -> _Partition:
+        generation = self._store.generation(namespace)
+        part = _Partition(namespace, dim, generation)
+        cached = self._load_cached_index(namespace, dim, generation)
+        for chunk in self._store.iter_partition(namespace, with_vectors=cached is None):
+            part.append(
+                chunk.seqs,
+                chunk.vectors,
+                chunk.created,
+                chunk.accessed,
+                chunk.importance,
+                chunk.kinds,
+                None,
+            )
+        if cached is not None:
+            part.index = cached
+        else:
+            part.dirty = True
+        return part
+
+    def _load_cached_index(
+        self, namespace: str, dim: int, generation: int
+    ) -> FaissFlatIndex | None:
+        path = self._cache_path(namespace)
+        info_raw = self._store.get_meta(f"index_cache:{namespace}")
+        if path is None or info_raw is None:
+            return None
+        try:
+            info = json.loads(info_raw)
+            if int(info["generation"]) != generation:
+                logger.info("vector index cache for %r is stale; rebuilding", namespace)
+                return None
+            loaded = FaissFlatIndex.load(
+                path,
+                dimension=dim,
+                expected_sha256=str(info["sha256"]),
+                count=int(info["count"]),
+            )
+        except (ValueError, KeyError, TypeError):
+            loaded = None
+        if loaded is None:
+            logger.warning(
+                "vector index cache %s is missing, stale or tampered; rebuilding from the "
+                "memory file",
+                path,
+            )
+        return loaded
+
+    def _save_index_caches(self) -> None:
+        for ns, part in self._partitions.items():
+            path = self._cache_path(ns)
+            if path is None or not part.dirty:
+                continue
+            try:
+                digest = part.index.save(path)
+                info = {
+                    "generation": part.generation,
+                    "sha256": digest,
+                    "count": len(part) - part.index.n_deleted,
+                }
+                self._store.set_meta(f"index_cache:{ns}", json.dumps(info))
+                part.dirty = False
+            except (OSError, StorageError) as exc:  # the cache is optional: never fail on it
+                logger.warning("could not write the vector index cache %s: %s", path, exc)
+
+    def _lexical(self, part: _Partition) -> BM25Index:
+        if part.lexical is None:
+            from langchain_reflective.lexical import BM25Index
+
+            lexical = BM25Index()
+            for chunk in self._store.iter_partition(part.namespace, with_vectors=False):
+                lexical.add(chunk.texts)
+            dead = np.flatnonzero(~part.index.alive)
+            if dead.size:
+                lexical.remove(dead.tolist())
+            part.lexical = lexical
+        return part.lexical
+
+    # -- add -----------------------------------------------------------------------------------
+
+    def _plan_add(
+        self,
+        texts: str | Sequence[str],
+        *,
+        importances: float | Sequence[float | None] | None,
+        kinds: str | Sequence[str],
+        metadatas: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None,
+        evidence: Sequence[Sequence[str]] | None,
+        ids: Sequence[str] | None,
+        namespace: str | None,
+        now: datetime | None,
+        reset_reflection_counter: bool,
+    ) -> _AddPlan:
+        self._check_open()
+        if isinstance(texts, str):
+            texts = [texts]
+        if not isinstance(texts, Sequence):
+            raise InvalidMemoryError(
+                f"texts must be a string or a sequence of strings, got {type(texts).__name__}"
+            )
+        text_list = [validate_text(t) for t in texts]
+        n = len(text_list)
+        kind_list = _broadcast(kinds, n, "kinds", scalar_types=(str,))
+        for kind in kind_list:
+            if not isinstance(kind, str) or not kind:
+                raise InvalidMemoryError(f"kind must be a non-empty string, got {kind!r}")
+        imp_list = _broadcast(importances, n, "importances", scalar_types=(int, float))
+        for imp in imp_list:
+            if imp is not None and (
+                isinstance(imp, bool)
+                or not isinstance(imp, int | float)
+                or not math.isfinite(imp)
+                or not 0.0 <= imp <= 1.0
+            ):
+                raise InvalidMemoryError(f"importance must be a number in [0, 1], got {imp!r}")
+        meta_list = [
+            validate_metadata(m) for m in _broadcast(metadatas, n, "metadatas", scalar_types=())
+        ]
+        if evidence is None:
+            ev_list: list[tuple[str, ...]] = [()] * n
+        else:
+            ev_raw = list(evidence)
+            if len(ev_raw) != n:
+                raise InvalidMemoryError(f"evidence has {len(ev_raw)} items for {n} texts")
+            ev_list = [tuple(str(e) for e in (ev or ())) for ev in ev_raw]
+        if ids is None:
+            id_list = [new_memory_id() for _ in range(n)]
+        else:
+            id_list = [str(i) for i in ids]
+            if len(id_list) != n or len(set(id_list)) != n or not all(id_list):
+                raise InvalidMemoryError("ids must be unique non-empty strings, one per text")
+        when = utc(now) if now is not None else datetime.now(UTC)
+        return _AddPlan(
+            texts=text_list,
+            kinds=kind_list,
+            importances=imp_list,
+            metadatas=meta_list,
+            evidence=ev_list,
+            ids=id_list,
+            namespace=self._ns(namespace),
+            now=when,
+            reset_counter=reset_reflection_counter,
+            to_rate=[i for i, v in enumerate(imp_list) if v is None],
+        )
+
+    def _commit_add(
+        self,
+        plan: _AddPlan,
+        raw_vectors: Any,
+        rated: Sequence[Any],
+    ) -> list[MemoryRecord]:
+        n = len(plan.texts)
+        vectors = _as_unit_vectors(raw_vectors, n, type(self.embeddings).__name__)
+        importance: list[float] = [0.0] * n
+        sources: list[str] = ["given"] * n
+        for i, v in enumerate(plan.importances):
+            if v is not None:
+                importance[i] = float(v)
+        if len(rated) != len(plan.to_rate):
+            raise InvalidMemoryError("importance scorer returned the wrong number of results")
+        for i, result in zip(plan.to_rate, rated, strict=True):
+            importance[i] = float(min(1.0, max(0.0, result.value)))
+            sources[i] = result.source
+        with self._lock:
+            self._check_open()
+            self._store.bind_embeddings(self.embedding_model, vectors.shape[1])
+            depths = self._depths(plan)
+            records = [
+                MemoryRecord(
+                    id=plan.ids[i],
+                    text=plan.texts[i],
+                    kind=plan.kinds[i],
+                    created_at=plan.now,
+                    last_accessed_at=plan.now,
+                    importance=importance[i],
+                    importance_source=sources[i],  # type: ignore[arg-type]
+                    evidence=plan.evidence[i],
+                    depth=depths[i],
+                    namespace=plan.namespace,
+                    metadata=plan.metadatas[i],
+                )
+                for i in range(n)
+            ]
+            counter = CounterUpdate(
+                namespace=plan.namespace,
+                importance=sum(r.importance for r in records if r.kind != REFLECTION),
+                adds=n,
+                reset_at=plan.now if plan.reset_counter else None,
+            )
+            part = self._partition(plan.namespace)
+            seqs = self._store.insert(records, vectors, counter=counter)
+            if part is None:
+                part = self._partition(plan.namespace)  # first write created the partition
+            else:
+                stamp = plan.now.timestamp()
+                part.append(
+                    seqs,
+                    vectors,
+                    [stamp] * n,
+                    [stamp] * n,
+                    importance,
+                    plan.kinds,
+                    plan.texts,
+                )
+                part.generation = self._store.generation(plan.namespace)
+            if part is not None:
+                part.dirty = True
+            return records
+
+    def _depths(self, plan: _AddPlan) -> list[int]:
+        wanted = sorted({e for ev in plan.evidence for e in ev})
+        if not wanted:
+            return [0] * len(plan.texts)
+        found = {r.id: r.depth for r in self._store.get(wanted, namespace=plan.namespace)}
+        missing = [e for e in wanted if e not in found]
+        if missing:
+            raise InvalidMemoryError(
+                f"evidence ids not found in namespace {plan.namespace!r}: {missing[:5]}"
+            )
+        return [1 + max(found[e] for e in ev) if ev else 0 for ev in plan.evidence]
+
+    def add(
+        self,
+        texts: str | Sequence[str],
+        *,
+        importances: float | Sequence[float | None] | None = None,
+        kinds: str | Sequence[str] = "observation",
+        metadatas: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
+        evidence: Sequence[Sequence[str]] | None = None,
+        ids: Sequence[str] | None = None,
+        namespace: str | None = None,
+        now: datetime | None = None,
+        reset_reflection_counter: bool = False,
+    ) -> list[MemoryRecord]:
+        """Add memories: one embedding call and at most one importance batch per call.
+
+        Args:
+            texts: one text or many.
+            importances: importance in [0, 1] per text (or one for all); ``None`` entries are
+                rated by :attr:`importance_scorer`.
+            kinds: the kind per text (or one for all).
+            metadatas: JSON-serialisable metadata per text (or one for all).
+            evidence: ids of cited records per text; the depth becomes
+                ``1 + max(depth of evidence)``. The ids must exist in the same namespace.
+            ids: explicit ids (default: new UUIDs).
+            namespace: write to this namespace instead of the stream's default.
+            now: creation time (timezone-aware; default: the current time).
+            reset_reflection_counter: reset the namespace's reflection counter in the same
+                transaction (used to store reflections atomically).
+
+        Returns:
+            The stored records, in order.
+
+        Raises:
+            InvalidMemoryError: bad text, kind, importance, metadata or evidence.
+            EmbeddingError: the embeddings returned unusable vectors (nothing is stored).
+            DimensionMismatchError: the vectors' dimension differs from the file's.
+        """
+        plan = self._plan_add(
+            texts,
+            importances=importances,
+            kinds=kinds,
+            metadatas=metadatas,
+            evidence=evidence,
+            ids=ids,
+            namespace=namespace,
+            now=now,
+            reset_reflection_counter=reset_reflection_counter,
+        )
+        if not plan.texts:
+            return []
+        vectors = self.embeddings.embed_documents(plan.texts)
+        rated = (
+            self.importance_scorer.score([plan.texts[i] for i in plan.to_rate])
+            if plan.to_rate
+            else []
+        )
+        return self._commit_add(plan, vectors, rated)
+
+    async def aadd(
+        self,
+        texts: str | Sequence[str],
+        *,
+        importances: float | Sequence[float | None] | None = None,
+        kinds: str | Sequence[str] = "observation",
+        metadatas: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
+        evidence: Sequence[Sequence[str]] | None = None,
+        ids: Sequence[str] | None = None,
+        namespace: str | None = None,
+        now: datetime | None = None,
+        reset_reflection_counter: bool = False,
+    ) -> list[MemoryRecord]:
+        """Async twin of :meth:`add` (embedding and importance calls are awaited)."""
+        plan = self._plan_add(
+            texts,
+            importances=importances,
+            kinds=kinds,
+            metadatas=metadatas,
+            evidence=evidence,
+            ids=ids,
+            namespace=namespace,
+            now=now,
+            reset_reflection_counter=reset_reflection_counter,
+        )
+        if not plan.texts:
+            return []
+        vectors = await self.embeddings.aembed_documents(plan.texts)
+        rated = (
+            await self.importance_scorer.ascore([plan.texts[i] for i in plan.to_rate])
+            if plan.to_rate
+            else []
+        )
+        return await asyncio.to_thread(self._commit_add, plan, vectors, rated)
+
+    # -- retrieve ------------------------------------------------------------------------------
+
+    def _check_query(self, query: object, k: object) -> str:
+        self._check_open()
+        if not isinstance(query, str):
+            raise InvalidMemoryError(f"query must be a str, got {type(query).__name__}")
+        if not query.strip():
+            raise InvalidMemoryError("query is empty or whitespace")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise InvalidMemoryError(f"k must be a positive integer, got {k!r}")
+        return query
+
+    def _rank(
+        self,
+        query: str,
+        raw_vector: Any,
+        *,
+        k: int,
+        now: datetime | None,
+        filter: RetrievalFilter,
+        touch: bool,
+        namespace: str | None,
+        scoring: ScoringConfig | None,
+    ) -> list[ScoredMemory]:
+        qvec = _as_unit_vectors([raw_vector], 1, type(self.embeddings).__name__)[0]
+        config = scoring or self.scoring
+        ns = self._ns(filter.namespace or namespace)
+        when = utc(now) if now is not None else datetime.now(UTC)
+        with self._lock:
+            self._check_open()
+            part = self._partition(ns)
+            if part is None or len(part) == 0:
+                return []
+            if qvec.shape[0] != part.index.dimension:
+                self._store.bind_embeddings(self.embedding_model, qvec.shape[0])
+            mask = np.array(part.index.alive, copy=True)
+            if filter.kinds is not None:
+                codes = [part.kinds[k] for k in filter.kinds if k in part.kinds]
+                mask &= np.isin(part.kind_codes.view, codes)
+            if filter.created_after is not None:
+                mask &= part.created.view >= filter.created_after.timestamp()
+            if filter.created_before is not None:
+                mask &= part.created.view < filter.created_before.timestamp()
+            rows = np.flatnonzero(mask)
+            if rows.size == 0:
+                return []
+            relevance = part.index.scores(qvec, rows).astype(np.float64)
+            if filter.min_relevance is not None:
+                keep = relevance >= filter.min_relevance
+                rows, relevance = rows[keep], relevance[keep]
+                if rows.size == 0:
+                    return []
+            lexical: npt.NDArray[np.float64] | None = None
+            if config.uses_lexical:
+                lex_rows, lex_scores = self._lexical(part).search(query)
+                dense = np.zeros(len(part), dtype=np.float64)
+                dense[lex_rows] = lex_scores
+                lexical = dense[rows]
+            rec = recency(part.accessed.view[rows], when.timestamp(), config.decay)
+            comps = combine(
+                config,
+                relevance=relevance,
+                recency=rec,
+                importance=part.importance.view[rows],
+                lexical=lexical,
+            )
+            best = top_k(comps.score, k)
+            best_rows = rows[best]
+            seqs = part.seqs.view[best_rows].tolist()
+            records = self._store.get_by_seq(seqs)
+            if touch:
+                self._store.touch(seqs, when)
+                part.accessed.view[best_rows] = when.timestamp()
+            out: list[ScoredMemory] = []
+            for pos, seq in zip(best.tolist(), seqs, strict=True):
+                record = records.get(seq)
+                if record is None:  # deleted by another process in between
+                    continue
+                if touch:
+                    record = record.with_access(when)
+                out.append(
+                    ScoredMemory(
+                        record=record,
+                        score=float(comps.score[pos]),
+                        relevance=float(relevance[pos]),
+                        lexical=float(comps.lexical[pos]),
+                        recency=float(rec[pos]),
+                        importance=float(comps.importance[pos]),
+                    )
+                )
+            return out
+
+    def retrieve(
+        self,
+        query: str,
+        *,
+        k: int = 4,
+        now: datetime | None = None,
+        filter: RetrievalFilter | Mapping[str, Any] | None = None,
+        touch: bool = True,
+        namespace: str | None = None,
+        scoring: ScoringConfig | None = None,
+    ) -> list[ScoredMemory]:
+        """The ``k`` best memories for ``query``, best first.
+
+        Args:
+            query: what to look for.
+            k: how many memories to return.
+            now: the time used for recency and as the new access time (default: now).
+            filter: restrict kinds, creation time, minimum relevance or namespace.
+            touch: update ``last_accessed_at`` of the returned memories (durably).
+            namespace: read this namespace instead of the stream's default.
+            scoring: override the stream's scoring for this call.
+
+        Raises:
+            InvalidMemoryError: empty query or bad ``k``.
+            InvalidFilterError: unknown filter keys or bad values.
+            EmbeddingError: the query embedding is unusable.
+        """
+        query = self._check_query(query, k)
+        flt = RetrievalFilter.coerce(filter)
+        vector = self.embeddings.embed_query(query)
+        return self._rank(
+            query,
+            vector,
+            k=k,
+            now=now,
+            filter=flt,
+            touch=touch,
+            namespace=namespace,
+            scoring=scoring,
+        )
+
+    async def aretrieve(
+        self,
+        query: str,
+        *,
+        k: int = 4,
+        now: datetime | None = None,
+        filter: RetrievalFilter | Mapping[str, Any] | None = None,
+        touch: bool = True,
+        namespace: str | None = None,
+        scoring: ScoringConfig | None = None,
+    ) -> list[ScoredMemory]:
+        """Async twin of :meth:`retrieve`."""
+        query = self._check_query(query, k)
+        flt = RetrievalFilter.coerce(filter)
+        vector = await self.embeddings.aembed_query(query)
+        return await asyncio.to_thread(
+            self._rank,
+            query,
+            vector,
+            k=k,
+            now=now,
+            filter=flt,
+            touch=touch,
+            namespace=namespace,
+            scoring=scoring,
+        )
+
+    # -- reads and deletes ---------------------------------------------------------------------
+
+    def get(self, ids: str | Sequence[str], *, namespace: str | None = None) -> list[MemoryRecord]:
+        """Records with these ids in the namespace, in the order given (unknown ids skipped)."""
+        self._check_open()
+        if isinstance(ids, str):
+            ids = [ids]
+        return self._store.get(list(ids), namespace=self._ns(namespace))
+
+    def recent(
+        self,
+        n: int | None = None,
+        *,
+        namespace: str | None = None,
+        kinds: Sequence[str] | None = None,
+        since_last_reflection: bool = False,
+    ) -> list[MemoryRecord]:
+        """The newest ``n`` records (all when ``None``), oldest first.
+
+        Args:
+            n: how many.
+            namespace: which namespace (default: the stream's).
+            kinds: only these kinds.
+            since_last_reflection: only records added after the last reflection.
+        """
+        self._check_open()
+        ns = self._ns(namespace)
+        after = self._store.last_reflection_seq(ns) if since_last_reflection else None
+        return self._store.recent(ns, n=n, kinds=kinds, after_seq=after)
+
+    def delete(self, ids: str | Sequence[str], *, namespace: str | None = None) -> int:
+        """Delete records by id; return how many were deleted."""
+        self._check_open()
+        if isinstance(ids, str):
+            ids = [ids]
+        ns = self._ns(namespace)
+        with self._lock:
+            part = self._partition(ns)
+            seqs = self._store.delete(list(ids), namespace=ns)
+            if part is not None and seqs:
+                part.delete_rows(part.rows_of(seqs))
+                part.generation = self._store.generation(ns)
+                part.dirty = True
+                if part.index.n_deleted * 2 > len(part) and len(part) > 1024:
+                    del self._partitions[ns]  # compact: rebuilt from the file on next use
+            return len(seqs)
+
+    def purge(self, *, namespace: str | None = None) -> int:
+        """Delete every memory of a namespace and reset its reflection counter."""
+        self._check_open()
+        ns = self._ns(namespace)
+        with self._lock:
+            n = self._store.purge(ns)
+            self._partitions.pop(ns, None)
+            return n
+
+    def count(self, *, namespace: str | None = None) -> int:
+        """Number of memories in a namespace (default: the stream's)."""
+        self._check_open()
+        return self._store.count(self._ns(namespace))
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def namespaces(self) -> list[str]:
+        """Namespaces that hold memories (for administration; reads stay per namespace)."""
+        self._check_open()
+        return self._store.namespaces()
+
+    # -- reflection counter --------------------------------------------------------------------
+
+    def reflection_state(self, namespace: str | None = None) -> ReflectionState:
+        """The persisted importance sum / add count since the last reflection."""
+        self._check_open()
+        return self._store.reflection_state(self._ns(namespace))
+
+    def mark_reflected(self, *, namespace: str | None = None, now: datetime | None = None) -> None:
+        """Reset the reflection counter of a namespace."""
+        self._check_open()
+        when = utc(now) if now is not None else datetime.now(UTC)
+        self._store.update_counter(CounterUpdate(namespace=self._ns(namespace), reset_at=when))
+
+    # -- tables and files ----------------------------------------------------------------------
+
+    def to_dataframe(
+        self,
+        query: str | None = None,
+        *,
+        namespace: str | None = None,
+        now: datetime | None = None,
+    ) -> pd.DataFrame:
+        """The memory table of Generative Agents as a pandas DataFrame (extra ``pandas``).
+
+        Columns: ``id, description, kind, importance, recency, relevance, lexical, score,
+        created_at, last_accessed_at, evidence, depth``. Without a query, ``relevance``,
+        ``lexical`` and ``score`` are NaN. Nothing is touched.
+        """
+        try:
+            import pandas as pd
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError(
+                'to_dataframe needs pandas: pip install "langchain-reflective[pandas]"'
+            ) from exc
+        ns = self._ns(namespace)
+        records = self.recent(None, namespace=ns)
+        when = utc(now) if now is not None else datetime.now(UTC)
+        scored: dict[str, ScoredMemory] = {}
+        if query is not None and records:
+            hits = self.retrieve(query, k=len(records), now=when, touch=False, namespace=ns)
+            scored = {h.record.id: h for h in hits}
+        rec = recency(
+            np.array([r.accessed_at.timestamp() for r in records], dtype=np.float64),
+            when.timestamp(),
+            self.scoring.decay,
+        )
+        rows = []
+        for i, r in enumerate(records):
+            hit = scored.get(r.id)
+            rows.append(
+                {
+                    "id": r.id,
+                    "description": r.text,
+                    "kind": r.kind,
+                    "importance": r.importance,
+                    "recency": float(rec[i]),
+                    "relevance": hit.relevance if hit else float("nan"),
+                    "lexical": hit.lexical if hit else float("nan"),
+                    "score": hit.score if hit else float("nan"),
+                    "created_at": r.created_at,
+                    "last_accessed_at": r.accessed_at,
+                    "evidence": list(r.evidence),
+                    "depth": r.depth,
+                }
+            )
+        frame = pd.DataFrame(
+            rows,
+            columns=[
+                "id",
+                "description",
+                "kind",
+                "importance",
+                "recency",
+                "relevance",
+                "lexical",
+                "score",
+                "created_at",
+                "last_accessed_at",
+                "evidence",
+                "depth",
+            ],
+        )
+        if query is not None:
+            frame = frame.sort_values("score", ascending=False, kind="stable")
+        return frame
+
+    def export_jsonl(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        namespaces: Iterable[str] | Literal["all"] | None = None,
+        include_vectors: bool = True,
+    ) -> int:
+        """Write memories as JSON lines (a header line, then one record per line).
+
+        Args:
+            path: the output file.
+            namespaces: which namespaces (default: the stream's; ``"all"`` for every one).
+            include_vectors: include embeddings so import needs no embedding calls.
+
+        Returns:
+            The number of records written.
+        """
+        self._check_open()
+        if namespaces is None:
+            ns_list = [self.namespace]
+        elif namespaces == "all":
+            ns_list = self._store.namespaces()
+        else:
+            ns_list = [self._ns(n) for n in namespaces]
+        target = Path(path)
+        tmp = target.with_name(target.name + ".tmp")
+        count = 0
+        fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            header = {
+                "format": "langchain-reflective/jsonl",
+                "version": 1,
+                "embedding_model": self._store.embedding_model,
+                "dimension": self._store.dimension,
+            }
+            fh.write(json.dumps(header) + "\n")
+            for ns in ns_list:
+                records = self._store.recent(ns, n=None, kinds=None, after_seq=None)
+                vectors: dict[str, list[float]] = {}
+                if include_vectors:
+                    for chunk in self._store.iter_partition(ns, with_vectors=True):
+                        assert chunk.vectors is not None
+                        for rid, vec in zip(chunk.ids, chunk.vectors, strict=True):
+                            vectors[rid] = [float(x) for x in vec]
+                for r in records:
+                    line = r.to_dict()
+                    if include_vectors and r.id in vectors:
+                        line["vector"] = vectors[r.id]
+                    fh.write(json.dumps(line, ensure_ascii=False) + "\n")
+                    count += 1
+        os.replace(tmp, target)
+        return count
+
+    def import_jsonl(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        namespace: str | None = None,
+        batch_size: int = 256,
+    ) -> int:
+        """Import a file written by :meth:`export_jsonl`; existing ids are skipped.
+
+        Vectors in the file are used when they come from the same embedding model and
+        dimension; otherwise the texts are embedded again.
+
+        Args:
+            path: the JSONL file.
+            namespace: put every record into this namespace (default: keep each record's).
+            batch_size: records per transaction.
+
+        Returns:
+            The number of records imported.
+
+        Raises:
+            InvalidMemoryError: the file is not a langchain-reflective export or a line is
+                malformed (nothing from the failing batch is written).
+        """
+        self._check_open()
+        source = Path(path)
+        try:
+            fh = source.open(encoding="utf-8")
+        except OSError as exc:
+            raise InvalidMemoryError(f"cannot read {source}: {exc}") from exc
+        imported = 0
+        with fh:
+            try:
+                header = json.loads(fh.readline() or "null")
+            except json.JSONDecodeError as exc:
+                raise InvalidMemoryError(f"{source} is not a langchain-reflective export") from exc
+            if not isinstance(header, dict) or header.get("format") != "langchain-reflective/jsonl":
+                raise InvalidMemoryError(f"{source} is not a langchain-reflective export")
+            reuse = header.get("embedding_model") == self.embedding_model
+            batch: list[tuple[MemoryRecord, list[float] | None]] = []
+            for lineno, line in enumerate(fh, start=2):
+                if not line.strip():
+                    continue
+                try:
+                    data = json.loads(line)
+                    record = MemoryRecord.from_dict(
+                        {**data, **({"namespace": namespace} if namespace else {})}
+                    )
+                except (json.JSONDecodeError, InvalidMemoryError, TypeError) as exc:
+                    raise InvalidMemoryError(f"{source}:{lineno}: {exc}") from exc
+                vec = data.get("vector") if reuse else None
+                batch.append((record, vec))
+                if len(batch) >= batch_size:
+                    imported += self._import_batch(batch)
+                    batch = []
+            if batch:
+                imported += self._import_batch(batch)
+        return imported
+
+    def _import_batch(self, batch: list[tuple[MemoryRecord, list[float] | None]]) -> int:
+        by_ns: dict[str, list[tuple[MemoryRecord, list[float] | None]]] = {}
+        for item in batch:
+            by_ns.setdefault(item[0].namespace, []).append(item)
+        total = 0
+        for ns, items in by_ns.items():
+            existing = {r.id for r in self._store.get([r.id for r, _ in items], namespace=ns)}
+            fresh = [(r, v) for r, v in items if r.id not in existing]
+            if not fresh:
+                continue
+            need = [i for i, (_, v) in enumerate(fresh) if v is None]
+            vectors: list[Any] = [v for _, v in fresh]
+            if need:
+                embedded = self.embeddings.embed_documents([fresh[i][0].text for i in need])
+                for i, vec in zip(need, embedded, strict=True):
+                    vectors[i] = vec
+            unit = _as_unit_vectors(vectors, len(fresh), type(self.embeddings).__name__)
+            records = [r for r, _ in fresh]
+            with self._lock:
+                self._store.bind_embeddings(self.embedding_model, unit.shape[1])
+                part = self._partition(ns)
+                seqs = self._store.insert(records, unit)
+                if part is not None:
+                    part.append(
+                        seqs,
+                        unit,
+                        [r.created_at.timestamp() for r in records],
+                        [r.accessed_at.timestamp() for r in records],
+                        [r.importance for r in records],
+                        [r.kind for r in records],
+                        [r.text for r in records],
+                    )
+                    part.generation = self._store.generation(ns)
+                    part.dirty = True
+            total += len(records)
+        return total
