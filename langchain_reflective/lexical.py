@@ -1,0 +1,380 @@
+"""Incremental BM25 (Lucene variant) with stemming, for the lexical half of hybrid retrieval.
+
+The memory stream keeps one :class:`BM25Index` per namespace partition. Rows are append-only
+positions ``0 .. n-1`` (the stream maps them to memory ids); deletions are tombstones: a removed
+row never scores again and stops counting in ``N``, the average document length and document
+frequencies.
+
+Scores follow Lucene's BM25, the default ``"lucene"`` method of ``bm25s``::
+
+    idf(t)      = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))
+    score(q, d) = sum over query tokens t of
+                  idf(t) * tf(t, d) / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl))
+
+so an index built here ranks and scores a corpus like ``bm25s`` with a PyStemmer stemmer and its
+English stopwords (a repeated query token counts once per occurrence, as in ``bm25s``).
+
+Storage is compact: per term, one ``array('i')`` of rows and one ``array('H')`` of term
+frequencies; per row, its length and a liveness flag in growable numpy arrays. Document
+frequencies are counted at query time over the live postings of the query's terms, so removal
+is O(1) per row and needs no per-document term lists. Search is vectorised with numpy over each
+query term's postings. Thread-safety is the caller's job.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from array import array
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+import Stemmer
+
+__all__ = ["ENGLISH_STOPWORDS", "BM25Index"]
+
+ENGLISH_STOPWORDS: frozenset[str] = frozenset(
+    (
+        "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into",
+        "is", "it", "no", "not", "of", "on", "or", "such", "that", "the", "their", "then",
+        "there", "these", "they", "this", "to", "was", "will", "with",
+    )
+)  # fmt: skip
+"""English stopwords, the same list as ``bm25s.stopwords.STOPWORDS_EN`` (Lucene's default)."""
+
+_TOKEN = re.compile(r"\w\w+")  # same matches as bm25s' r"(?u)\b\w\w+\b", faster
+_TF_MAX = 65535
+_MIN_CAPACITY = 1024
+_COMPACT_MIN_DEAD = 4096
+_WORD_CACHE_MAX = 1 << 18
+
+
+class BM25Index:
+    """An append-only BM25 index over rows ``0 .. n-1`` with tombstone deletion.
+
+    Example:
+        >>> index = BM25Index()
+        >>> index.add(["I went running in the park", "She cooks pasta"])
+        >>> rows, scores = index.search("runs", k=5)
+        >>> rows.tolist()
+        [0]
+    """
+
+    def __init__(
+        self,
+        *,
+        k1: float = 1.5,
+        b: float = 0.75,
+        language: str = "english",
+        stopwords: bool = True,
+    ) -> None:
+        """Create an empty index.
+
+        Args:
+            k1: BM25 term-frequency saturation (Lucene default 1.2; ``bm25s`` default 1.5).
+            b: BM25 length normalisation in [0, 1].
+            language: A PyStemmer (Snowball) algorithm name, e.g. ``"english"``.
+            stopwords: Remove English stopwords before stemming. Only English has a built-in list;
+                for other languages no stopwords are removed.
+
+        Raises:
+            ValueError: If ``k1`` is negative, ``b`` is outside [0, 1] or ``language`` is unknown.
+        """
+        if k1 < 0:
+            raise ValueError(f"k1 must be >= 0, got {k1}")
+        if not 0.0 <= b <= 1.0:
+            raise ValueError(f"b must be in [0, 1], got {b}")
+        if language not in Stemmer.algorithms():
+            raise ValueError(f"unknown stemmer language {language!r}")
+        self.k1 = float(k1)
+        self.b = float(b)
+        self.language = language
+        self._stemmer = Stemmer.Stemmer(language)
+        self._stopwords: frozenset[str] = (
+            ENGLISH_STOPWORDS if stopwords and language in ("english", "porter") else frozenset()
+        )
+        self.clear()
+
+    # ------------------------------------------------------------------ state
+
+    def clear(self) -> None:
+        """Remove every row and term; the next :meth:`add` starts again at row 0."""
+        self._vocab: dict[str, int] = {}
+        self._word_ids: dict[str, int] = {}
+        self._post_rows: list[array[int]] = []
+        self._post_tf: list[array[int]] = []
+        self._doclen: npt.NDArray[np.int32] = np.zeros(_MIN_CAPACITY, dtype=np.int32)
+        self._live: npt.NDArray[np.bool_] = np.zeros(_MIN_CAPACITY, dtype=np.bool_)
+        self._n_rows = 0
+        self._n_live = 0
+        self._total_len = 0
+        self._n_dead = 0
+
+    def __len__(self) -> int:
+        """Number of rows ever added, including removed ones."""
+        return self._n_rows
+
+    @property
+    def n_live(self) -> int:
+        """Number of rows that have not been removed (``N`` in the idf)."""
+        return self._n_live
+
+    @property
+    def vocabulary_size(self) -> int:
+        """Number of distinct (stemmed) terms ever indexed."""
+        return len(self._vocab)
+
+    def is_live(self, row: int) -> bool:
+        """Whether ``row`` was added and not removed."""
+        return 0 <= row < self._n_rows and bool(self._live[row])
+
+    # ------------------------------------------------------------------ text
+
+    def tokenize(self, text: str) -> list[str]:
+        """Split text into index terms.
+
+        Lowercase, split with the regex ``\\w\\w+`` (as ``bm25s`` and scikit-learn do), drop
+        stopwords, then stem with PyStemmer.
+
+        Args:
+            text: Any string.
+
+        Returns:
+            The stemmed terms in order, duplicates kept.
+        """
+        words = _TOKEN.findall(text.lower())
+        if self._stopwords:
+            words = [w for w in words if w not in self._stopwords]
+        if not words:
+            return []
+        stems: list[str] = self._stemmer.stemWords(words)
+        return stems
+
+    # ------------------------------------------------------------------ writes
+
+    def _term_ids(self, text: str) -> list[int]:
+        """Term ids of a document's tokens in order, creating new terms.
+
+        Equivalent to looking up :meth:`tokenize` in the vocabulary, but memoises
+        ``raw word -> term id`` (``-1`` for stopwords) so each distinct word is stemmed once.
+        """
+        cache = self._word_ids
+        out: list[int] = []
+        for word in _TOKEN.findall(text.lower()):
+            tid = cache.get(word)
+            if tid is None:
+                if word in self._stopwords:
+                    tid = -1
+                else:
+                    stem: str = self._stemmer.stemWord(word)
+                    tid = self._vocab.get(stem)
+                    if tid is None:
+                        tid = len(self._post_rows)
+                        self._vocab[stem] = tid
+                        self._post_rows.append(array("i"))
+                        self._post_tf.append(array("H"))
+                if len(cache) >= _WORD_CACHE_MAX:
+                    cache.clear()
+                cache[word] = tid
+            if tid >= 0:
+                out.append(tid)
+        return out
+
+    def _ensure_capacity(self, n: int) -> None:
+        cap = self._doclen.shape[0]
+        if n <= cap:
+            return
+        new_cap = max(n, 2 * cap)
+        doclen = np.zeros(new_cap, dtype=np.int32)
+        doclen[: self._n_rows] = self._doclen[: self._n_rows]
+        live = np.zeros(new_cap, dtype=np.bool_)
+        live[: self._n_rows] = self._live[: self._n_rows]
+        self._doclen, self._live = doclen, live
+
+    def add(self, texts: Sequence[str]) -> None:
+        """Append documents as rows ``len(self) .. len(self) + len(texts) - 1``.
+
+        Args:
+            texts: The documents, in row order. An empty document still takes a row (and counts
+                in ``N`` and the average length, as in ``bm25s``) but never matches.
+        """
+        if isinstance(texts, str):
+            raise TypeError("add() takes a sequence of strings, not a single string")
+        if not texts:
+            return
+        start = self._n_rows
+        self._ensure_capacity(start + len(texts))
+        post_rows = self._post_rows
+        post_tf = self._post_tf
+        term_ids = self._term_ids
+        lengths: list[int] = []
+        for offset, text in enumerate(texts):
+            row = start + offset
+            ids = term_ids(text)
+            n_terms = len(ids)
+            lengths.append(n_terms)
+            if n_terms == 0:
+                continue
+            if n_terms == 1:
+                post_rows[ids[0]].append(row)
+                post_tf[ids[0]].append(1)
+                continue
+            counts: dict[int, int] = {}
+            for tid in ids:
+                counts[tid] = counts.get(tid, 0) + 1
+            for tid, tf in counts.items():
+                post_rows[tid].append(row)
+                post_tf[tid].append(tf if tf <= _TF_MAX else _TF_MAX)
+        end = start + len(texts)
+        self._live[start:end] = True
+        self._n_rows = end
+        self._n_live += len(texts)
+        self._doclen[start:end] = lengths
+        self._total_len += sum(lengths)
+
+    def remove(self, rows: Iterable[int]) -> None:
+        """Tombstone rows: they never score again and stop counting in ``N``, avgdl and df.
+
+        Unknown or already removed rows are ignored. When most postings belong to removed rows,
+        the postings are compacted (rows keep their numbers).
+
+        Args:
+            rows: Row positions to remove.
+        """
+        for row in rows:
+            r = int(row)
+            if 0 <= r < self._n_rows and self._live[r]:
+                self._live[r] = False
+                self._n_live -= 1
+                self._total_len -= int(self._doclen[r])
+                self._n_dead += 1
+        if self._n_dead >= _COMPACT_MIN_DEAD and self._n_dead > self._n_live:
+            self.compact()
+
+    def compact(self) -> None:
+        """Drop the postings of removed rows to reclaim memory. Row numbers do not change."""
+        live = self._live
+        for tid, rows_arr in enumerate(self._post_rows):
+            if not rows_arr:
+                continue
+            rows = np.frombuffer(rows_arr, dtype=np.int32)
+            keep = live[rows]
+            if bool(keep.all()):
+                del rows
+                continue
+            tfs = np.frombuffer(self._post_tf[tid], dtype=np.uint16)
+            new_rows = array("i", rows[keep].tobytes())
+            new_tf = array("H", tfs[keep].tobytes())
+            del rows, tfs
+            self._post_rows[tid] = new_rows
+            self._post_tf[tid] = new_tf
+        self._n_dead = 0
+
+    # ------------------------------------------------------------------ reads
+
+    def _query_terms(self, query: str) -> list[tuple[int, int]]:
+        """(term id, occurrences in the query) for the query's indexed terms."""
+        counts = Counter(self.tokenize(query))
+        return [(self._vocab[t], c) for t, c in counts.items() if t in self._vocab]
+
+    def _term_scores(
+        self, tid: int, qtf: int, avgdl: float
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None:
+        """Live rows containing term ``tid`` and their score contributions."""
+        rows_view = np.frombuffer(self._post_rows[tid], dtype=np.int32)
+        tf_view = np.frombuffer(self._post_tf[tid], dtype=np.uint16)
+        live = self._live[rows_view]
+        rows = rows_view[live].astype(np.int64)
+        tf = tf_view[live].astype(np.float64)
+        # release the buffer exports so the arrays can grow again
+        del rows_view, tf_view, live
+        df = rows.shape[0]
+        if df == 0:
+            return None
+        n = self._n_live
+        idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+        norm = self.k1 * (1.0 - self.b + self.b * self._doclen[rows] / avgdl)
+        return rows, (qtf * idf) * tf / (tf + norm)
+
+    def _avgdl(self) -> float:
+        return self._total_len / self._n_live if self._n_live and self._total_len else 1.0
+
+    def search(
+        self, query: str, k: int | None = None
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """Score live rows that share at least one term with the query.
+
+        Args:
+            query: The query text (tokenized like the documents).
+            k: Return at most this many rows; ``None`` returns every matching row.
+
+        Returns:
+            ``(rows, scores)``: int64 row positions and float32 BM25 scores, sorted by score
+            descending (ties by row ascending). Both empty when nothing matches, e.g. for an
+            empty or stopword-only query.
+        """
+        empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32))
+        if (k is not None and k <= 0) or self._n_live == 0:
+            return empty
+        terms = self._query_terms(query)
+        if not terms:
+            return empty
+        avgdl = self._avgdl()
+        parts = [p for tid, c in terms if (p := self._term_scores(tid, c, avgdl)) is not None]
+        if not parts:
+            return empty
+        if len(parts) == 1:
+            rows, scores = parts[0]
+        else:
+            all_rows = np.concatenate([p[0] for p in parts])
+            all_scores = np.concatenate([p[1] for p in parts])
+            if all_rows.shape[0] * 8 >= self._n_rows:
+                dense = np.asarray(
+                    np.bincount(all_rows, weights=all_scores, minlength=self._n_rows),
+                    dtype=np.float64,
+                )
+                rows = np.flatnonzero(dense > 0)
+                scores = dense[rows]
+            else:
+                rows, inverse = np.unique(all_rows, return_inverse=True)
+                scores = np.asarray(np.bincount(inverse, weights=all_scores), dtype=np.float64)
+        scores32 = scores.astype(np.float32)
+        if k is not None and k < rows.shape[0]:
+            kth = np.partition(scores32, rows.shape[0] - k)[rows.shape[0] - k]
+            keep = scores32 >= kth
+            rows, scores32 = rows[keep], scores32[keep]
+        order = np.lexsort((rows, -scores32))
+        if k is not None:
+            order = order[:k]
+        return rows[order].astype(np.int64, copy=False), scores32[order]
+
+    def score_rows(
+        self, query: str, rows: Sequence[int] | npt.NDArray[np.integer]
+    ) -> npt.NDArray[np.float32]:
+        """BM25 scores of the given rows (0 for non-matching, removed or unknown rows).
+
+        Useful to score candidates found by another index (e.g. dense ANN) lexically.
+
+        Args:
+            query: The query text.
+            rows: Row positions, any order; duplicates allowed.
+
+        Returns:
+            float32 scores aligned with ``rows``.
+        """
+        wanted = np.asarray(rows, dtype=np.int64).reshape(-1)
+        out = np.zeros(wanted.shape[0], dtype=np.float32)
+        if wanted.shape[0] == 0:
+            return out
+        found_rows, found_scores = self.search(query)
+        if found_rows.shape[0] == 0:
+            return out
+        order = np.argsort(found_rows)
+        sorted_rows = found_rows[order]
+        pos = np.searchsorted(sorted_rows, wanted)
+        pos_clipped = np.minimum(pos, sorted_rows.shape[0] - 1)
+        hit = sorted_rows[pos_clipped] == wanted
+        out[hit] = found_scores[order][pos_clipped[hit]]
+        return out

@@ -1,0 +1,203 @@
+"""Unit tests for the incremental BM25 index."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from langchain_reflective.lexical import ENGLISH_STOPWORDS, BM25Index
+
+CORPUS = [
+    "Caroline: I went to the LGBTQ support group yesterday and it was so powerful.",
+    "Melanie: That's awesome! I've been running a lot, training for a charity race.",
+    "Caroline: Running is great. I ran my first marathon in May, it was hard.",
+    "Melanie: My kids love painting; we painted a sunset together last weekend.",
+    "Caroline: I'm researching adoption agencies, I want to adopt children.",
+    "Melanie: The pottery class was relaxing, I made a bowl and a cup.",
+    "Caroline: The support from my friends and family means a lot to me.",
+    "Melanie: We went camping at the beach with the kids, the kids loved it.",
+    "",
+    "the and of to",
+]
+
+QUERIES = [
+    "When did Caroline go to the support group?",
+    "What does Melanie do to relax? pottery painting",
+    "runs marathon race",
+    "kids kids camping beach",
+    "adoption agencies children",
+    "family friends support",
+]
+
+
+def _bm25s_scores(corpus: list[str], query: str, k1: float, b: float) -> np.ndarray:
+    bm25s = pytest.importorskip("bm25s")
+    stemmer_mod = pytest.importorskip("Stemmer")
+    stemmer = stemmer_mod.Stemmer("english")
+    tokens = bm25s.tokenize(corpus, stopwords="en", stemmer=stemmer, show_progress=False)
+    retriever = bm25s.BM25(k1=k1, b=b, method="lucene")
+    retriever.index(tokens, show_progress=False)
+    q = bm25s.tokenize(
+        [query], stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False
+    )[0]
+    q = [t for t in q if t in retriever.vocab_dict]
+    if not q:
+        return np.zeros(len(corpus), dtype=np.float32)
+    return np.asarray(retriever.get_scores(q), dtype=np.float32)
+
+
+def _dense(index: BM25Index, query: str, n: int) -> np.ndarray:
+    rows, scores = index.search(query)
+    out = np.zeros(n, dtype=np.float32)
+    out[rows] = scores
+    return out
+
+
+def test_stopwords_match_bm25s() -> None:
+    stopwords = pytest.importorskip("bm25s.stopwords")
+    assert frozenset(stopwords.STOPWORDS_EN) == ENGLISH_STOPWORDS
+
+
+@pytest.mark.parametrize(("k1", "b"), [(1.5, 0.75), (1.2, 0.75), (0.9, 0.4)])
+def test_scores_agree_with_bm25s(k1: float, b: float) -> None:
+    index = BM25Index(k1=k1, b=b)
+    index.add(CORPUS)
+    for query in QUERIES:
+        expected = _bm25s_scores(CORPUS, query, k1, b)
+        got = _dense(index, query, len(CORPUS))
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_tokenize_lowercases_drops_stopwords_and_stems() -> None:
+    index = BM25Index()
+    assert index.tokenize("The Runner was RUNNING to the parks, a b") == ["runner", "run", "park"]
+    assert index.tokenize("") == []
+    assert BM25Index(stopwords=False).tokenize("the cat") == ["the", "cat"]
+
+
+def test_stemming_matches_inflections() -> None:
+    index = BM25Index()
+    index.add(["she runs every morning", "he swims daily"])
+    rows, scores = index.search("running")
+    assert rows.tolist() == [0]
+    assert scores.dtype == np.float32 and scores[0] > 0
+
+
+def test_search_sorted_and_k() -> None:
+    index = BM25Index()
+    index.add(CORPUS)
+    rows, scores = index.search("kids support caroline")
+    assert rows.dtype == np.int64 and scores.dtype == np.float32
+    assert np.all(np.diff(scores) <= 0)
+    top2_rows, top2_scores = index.search("kids support caroline", k=2)
+    assert top2_rows.tolist() == rows[:2].tolist()
+    np.testing.assert_array_equal(top2_scores, scores[:2])
+    assert index.search("kids", k=0)[0].shape == (0,)
+
+
+@pytest.mark.parametrize("query", ["", "   ", "the and of to", "zzzunknownword", "!!!"])
+def test_empty_queries_return_empty_arrays(query: str) -> None:
+    index = BM25Index()
+    index.add(CORPUS)
+    rows, scores = index.search(query)
+    assert rows.shape == (0,) and scores.shape == (0,)
+    assert rows.dtype == np.int64 and scores.dtype == np.float32
+
+
+def test_empty_index() -> None:
+    index = BM25Index()
+    assert len(index) == 0
+    rows, scores = index.search("anything")
+    assert rows.shape == (0,) and scores.shape == (0,)
+
+
+def test_incremental_adds_equal_one_batch() -> None:
+    batch = BM25Index()
+    batch.add(CORPUS)
+    incremental = BM25Index()
+    for text in CORPUS[:3]:
+        incremental.add([text])
+    incremental.add(CORPUS[3:7])
+    incremental.add([])
+    incremental.add(CORPUS[7:])
+    assert len(incremental) == len(batch) == len(CORPUS)
+    for query in QUERIES:
+        r1, s1 = batch.search(query)
+        r2, s2 = incremental.search(query)
+        np.testing.assert_array_equal(r1, r2)
+        np.testing.assert_array_equal(s1, s2)
+
+
+def test_remove_is_a_tombstone_equal_to_rebuilding_without_the_rows() -> None:
+    index = BM25Index()
+    index.add(CORPUS)
+    removed = {1, 2, 7}
+    index.remove([1, 2, 7, 7, 999, -1])
+    assert len(index) == len(CORPUS)
+    assert index.n_live == len(CORPUS) - 3
+    assert not index.is_live(1) and index.is_live(0)
+    kept = [i for i in range(len(CORPUS)) if i not in removed]
+    rebuilt = BM25Index()
+    rebuilt.add([CORPUS[i] for i in kept])
+    for query in QUERIES:
+        rows, scores = index.search(query)
+        assert not set(rows.tolist()) & removed
+        r2, s2 = rebuilt.search(query)
+        got = dict(zip(rows.tolist(), scores.tolist(), strict=True))
+        want = {kept[r]: s for r, s in zip(r2.tolist(), s2.tolist(), strict=True)}
+        assert got.keys() == want.keys()
+        for row, score in want.items():
+            assert got[row] == pytest.approx(score, rel=1e-6)
+    # rows keep their numbers after further adds
+    index.add(["a new memory about running"])
+    assert index.search("run")[0].tolist()[0] == len(CORPUS)
+
+
+def test_compaction_keeps_scores() -> None:
+    texts = [f"memory number {i} about topic{i % 7} and running" for i in range(10_000)]
+    index = BM25Index()
+    index.add(texts)
+    before_rows, before_scores = index.search("topic3 running", k=50)
+    index.remove(range(0, 10_000, 2))
+    index.compact()
+    reference = BM25Index()
+    reference.add(texts)
+    reference.remove(range(0, 10_000, 2))
+    r1, s1 = index.search("topic3 running", k=50)
+    r2, s2 = reference.search("topic3 running", k=50)
+    np.testing.assert_array_equal(r1, r2)
+    np.testing.assert_allclose(s1, s2, rtol=1e-6)
+    assert before_rows.shape == (50,) and before_scores.shape == (50,)
+    index.add(["topic3 running"])
+    assert index.search("topic3 running", k=1)[0].tolist() == [10_000]
+
+
+def test_score_rows() -> None:
+    index = BM25Index()
+    index.add(CORPUS)
+    rows, scores = index.search("kids camping")
+    wanted = [int(rows[0]), 0, 8, 12345, int(rows[0])]
+    got = index.score_rows("kids camping", wanted)
+    assert got[0] == scores[0] and got[4] == scores[0]
+    assert got[2] == 0 and got[3] == 0
+
+
+def test_clear() -> None:
+    index = BM25Index()
+    index.add(CORPUS)
+    index.clear()
+    assert len(index) == 0 and index.n_live == 0
+    assert index.search("kids")[0].shape == (0,)
+    index.add(["kids"])
+    assert index.search("kids")[0].tolist() == [0]
+
+
+def test_invalid_arguments() -> None:
+    with pytest.raises(ValueError):
+        BM25Index(b=1.5)
+    with pytest.raises(ValueError):
+        BM25Index(k1=-1)
+    with pytest.raises(ValueError):
+        BM25Index(language="klingon")
+    with pytest.raises(TypeError):
+        BM25Index().add("a single string")  # type: ignore[arg-type]
