@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import langchain_reflective
+
+
+def test_all_is_sorted_and_importable() -> None:
+    names = langchain_reflective.__all__
+    assert names == sorted(names)
+    assert len(names) == len(set(names))
+    for name in names:
+        assert getattr(langchain_reflective, name) is not None, name
+
+
+def test_public_names_are_documented() -> None:
+    for name in langchain_reflective.__all__:
+        obj = getattr(langchain_reflective, name)
+        if callable(obj):
+            assert obj.__doc__, f"{name} has no docstring"
+
+
+def test_version_is_a_string() -> None:
+    assert isinstance(langchain_reflective.__version__, str)
+
+
+def test_import_is_light_and_does_nothing() -> None:
+    """Importing the package loads no heavy optional dependency and starts nothing."""
+    code = (
+        "import sys, threading, langchain_reflective;"
+        "heavy = {'faiss', 'torch', 'sentence_transformers', 'pandas', 'xllamacpp',"
+        " 'matplotlib', 'langchain_classic', 'psycopg'};"
+        "print(sorted(heavy & set(sys.modules)), threading.active_count())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[] 1", out.stdout + out.stderr
+
+
+def test_py_typed_is_shipped() -> None:
+    from importlib.resources import files
+
+    assert files("langchain_reflective").joinpath("py.typed").is_file()

@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from langchain_core.documents import Document
+
+from langchain_reflective import ReflectiveRetriever
+
+
+def test_documents_carry_record_and_scores(stream, now) -> None:
+    stream.add(["Bob moved to Paris", "Alice likes tea"], importances=[0.8, 0.2], now=now)
+    retriever = ReflectiveRetriever(memory_stream=stream, k=1, touch=False)
+    (doc,) = retriever.invoke("Paris Bob", now=now)
+    assert isinstance(doc, Document)
+    assert doc.page_content == "Bob moved to Paris"
+    meta = doc.metadata
+    assert meta["kind"] == "observation" and meta["importance"] == 0.8
+    assert meta["created_at"] == now.isoformat()
+    assert {"score", "relevance", "lexical", "recency", "evidence", "depth"} <= set(meta)
+    assert doc.id == meta["id"]
+
+
+async def test_k_per_call_and_async(stream, now) -> None:
+    stream.add([f"note {i} about gardening" for i in range(6)], importances=0.5, now=now)
+    retriever = ReflectiveRetriever(memory_stream=stream, k=2)
+    assert len(retriever.invoke("gardening")) == 2
+    assert len(retriever.invoke("gardening", k=5)) == 5
+    assert len(await retriever.ainvoke("gardening", k=3)) == 3
+
+
+def test_namespace_and_filter(stream, now) -> None:
+    stream.add(["Alice's diary"], namespace="alice", importances=0.5, now=now)
+    stream.add(["Bob's diary"], namespace="bob", importances=0.5, now=now)
+    stream.add(["Bob's plan"], namespace="bob", kinds="plan", importances=0.5, now=now)
+    bob = ReflectiveRetriever(memory_stream=stream, namespace="bob", k=5)
+    assert {d.page_content for d in bob.invoke("diary")} == {"Bob's diary", "Bob's plan"}
+    plans = bob.invoke("diary", filter={"kind": "plan"})
+    assert [d.page_content for d in plans] == ["Bob's plan"]
+
+
+def test_unknown_argument_is_an_error(stream) -> None:
+    stream.add(["x"], importances=0.5)
+    with pytest.raises(TypeError):
+        ReflectiveRetriever(memory_stream=stream).invoke("x", top_k=3)
+    with pytest.raises(TypeError):
+        ReflectiveRetriever(memory_stream=stream).invoke("x", now=timedelta(1))
+
+
+def test_langsmith_params_name_the_retriever(stream) -> None:
+    params = ReflectiveRetriever(memory_stream=stream)._get_ls_params()
+    assert params["ls_retriever_name"] == "reflective"

@@ -1,0 +1,477 @@
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from langchain_reflective import (
+    DimensionMismatchError,
+    EmbeddingError,
+    ForeignFileError,
+    InvalidFilterError,
+    InvalidMemoryError,
+    MemoryStream,
+    RetrievalFilter,
+    SchemaVersionError,
+    ScoringConfig,
+    StorageError,
+)
+from langchain_reflective.storage.sqlite import SQLiteRecordStore
+from tests.fakes import BrokenEmbeddings, WordEmbeddings
+
+FACTS = [
+    "Alice drinks green tea every morning",
+    "Bob moved to Paris for a new job",
+    "Carol adopted a dog named Rex",
+    "Bob loves the bakeries in Paris",
+    "The weather was rainy on Tuesday",
+]
+
+
+def test_add_is_one_embedding_call_per_batch(stream: MemoryStream, embeddings, now) -> None:
+    records = stream.add(FACTS, importances=[0.2, 0.8, 0.6, 0.4, 0.1], now=now)
+    assert embeddings.document_calls == 1
+    assert [r.text for r in records] == FACTS
+    assert all(r.created_at == now and r.last_accessed_at == now for r in records)
+    assert all(r.namespace == "default" and r.kind == "observation" for r in records)
+    assert len({r.id for r in records}) == 5
+    assert len(stream) == 5
+
+
+def test_missing_importance_uses_the_scorer(stream: MemoryStream, now) -> None:
+    records = stream.add(["My grandmother died today", "I had coffee"], now=now)
+    assert [r.importance_source for r in records] == ["heuristic", "heuristic"]
+    assert records[0].importance > records[1].importance
+
+
+def test_retrieve_ranks_relevant_first_and_exposes_components(stream, now) -> None:
+    stream.add(FACTS, importances=0.5, now=now)
+    hits = stream.retrieve("Where did Bob move?", k=2, now=now, touch=False)
+    assert len(hits) == 2
+    assert {h.record.text for h in hits} <= {FACTS[1], FACTS[3]}
+    assert hits[0].score >= hits[1].score
+    top = hits[0]
+    assert 0 <= top.lexical <= 1 and top.lexical > 0
+    assert top.recency == pytest.approx(1.0)
+    assert top.importance == 0.5
+    doc = top.to_document()
+    assert doc.id == top.record.id
+    for key in ("score", "relevance", "lexical", "recency", "importance", "kind", "evidence"):
+        assert key in doc.metadata
+
+
+def test_retrieve_touches_durably_unless_disabled(embeddings, db_path, now) -> None:
+    later = now + timedelta(hours=5)
+    with MemoryStream(embeddings, path=db_path) as s:
+        s.add(FACTS, importances=0.5, now=now)
+        hit = s.retrieve("Carol dog", k=1, now=later, touch=False)[0]
+        assert s.get(hit.record.id)[0].last_accessed_at == now
+        hit = s.retrieve("Carol dog", k=1, now=later)[0]
+        assert hit.record.last_accessed_at == later
+    with MemoryStream(embeddings, path=db_path) as s:
+        assert s.get(hit.record.id)[0].last_accessed_at == later
+        # the touched memory is now the most recent one
+        hits = s.retrieve("x", k=5, now=later, touch=False, scoring=ScoringConfig.paper())
+        by_id = {h.record.id: h for h in hits}
+        assert by_id[hit.record.id].recency == pytest.approx(1.0)
+
+
+def test_reopen_gives_identical_results(embeddings, db_path, now) -> None:
+    with MemoryStream(embeddings, path=db_path) as s:
+        s.add(FACTS, importances=[0.2, 0.8, 0.6, 0.4, 0.1], now=now)
+        s.add(["Dana plays chess"], now=now + timedelta(hours=3))
+        before = [(h.record, h.score) for h in s.retrieve("Paris", k=4, now=now, touch=False)]
+    assert (db_path.parent / (db_path.name + ".index")).is_dir()
+    for _ in range(2):
+        with MemoryStream(embeddings, path=db_path) as s:
+            after = [(h.record, h.score) for h in s.retrieve("Paris", k=4, now=now, touch=False)]
+        assert after == before
+
+
+def test_reopen_without_close_rebuilds_stale_cache(embeddings, db_path, now) -> None:
+    s = MemoryStream(embeddings, path=db_path)
+    s.add(FACTS[:2], importances=0.5, now=now)
+    s.close()
+    s = MemoryStream(embeddings, path=db_path)
+    s.add(FACTS[2:], importances=0.5, now=now)
+    s.store.close()  # simulate a crash: the cache on disk is older than the file
+    with MemoryStream(embeddings, path=db_path) as s2:
+        texts = {h.record.text for h in s2.retrieve("dog Rex", k=5, now=now, touch=False)}
+    assert texts == set(FACTS)
+
+
+def test_tampered_cache_is_rebuilt_not_trusted(embeddings, db_path, now) -> None:
+    with MemoryStream(embeddings, path=db_path) as s:
+        s.add(FACTS, importances=0.5, now=now)
+        want = [h.record.id for h in s.retrieve("Carol dog", k=3, now=now, touch=False)]
+    (cache,) = (db_path.parent / (db_path.name + ".index")).iterdir()
+    data = bytearray(cache.read_bytes())
+    data[-8:] = b"\x00" * 8  # corrupt the vectors
+    cache.write_bytes(bytes(data))
+    with MemoryStream(embeddings, path=db_path) as s:
+        got = [h.record.id for h in s.retrieve("Carol dog", k=3, now=now, touch=False)]
+    assert got == want
+
+
+def test_filters(stream: MemoryStream, now) -> None:
+    old = stream.add(["Bob went hiking in May"], importances=0.5, now=now - timedelta(days=30))
+    stream.add(["Bob went hiking again"], importances=0.5, kinds="plan", now=now)
+    stream.add(["Bob went hiking a third time"], importances=0.5, kinds="reflection", now=now)
+    q = "Bob hiking"
+    assert {h.record.kind for h in stream.retrieve(q, k=5, now=now, filter={"kind": "plan"})} == {
+        "plan"
+    }
+    kinds = RetrievalFilter(kinds=frozenset({"observation", "reflection"}))
+    assert {h.record.kind for h in stream.retrieve(q, k=5, now=now, filter=kinds)} == {
+        "observation",
+        "reflection",
+    }
+    recent = stream.retrieve(q, k=5, now=now, filter={"created_after": now - timedelta(days=1)})
+    assert old[0].id not in {h.record.id for h in recent} and len(recent) == 2
+    before = stream.retrieve(q, k=5, now=now, filter={"created_before": now - timedelta(days=1)})
+    assert [h.record.id for h in before] == [old[0].id]
+    strict = stream.retrieve(q, k=5, now=now, filter={"min_relevance": 0.99})
+    assert all(h.relevance >= 0.99 for h in strict)
+    assert stream.retrieve(q, k=5, now=now, filter={"kinds": ["nothing"]}) == []
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"kindz": "plan"},
+        {"min_relevance": "high"},
+        {"min_relevance": float("nan")},
+        {"created_after": "yesterday"},
+        {"created_after": datetime(2020, 1, 1)},  # naive
+        {"kinds": []},
+        {"namespace": ""},
+        ["kind", "plan"],
+    ],
+)
+def test_bad_filters_are_typed_errors(stream: MemoryStream, bad, now) -> None:
+    stream.add(["something"], importances=0.5, now=now)
+    with pytest.raises(InvalidFilterError):
+        stream.retrieve("something", filter=bad)
+
+
+@pytest.mark.parametrize(
+    "texts",
+    ["", "   \n\t", [""], ["ok", "  "], [None], [42], 42, ["x" * 200_001], ["nul\x00byte"]],
+)
+def test_bad_texts_are_rejected_and_nothing_is_written(stream, texts) -> None:
+    stream.add(["keep me"], importances=0.5)
+    with pytest.raises(InvalidMemoryError):
+        stream.add(texts)
+    assert [r.text for r in stream.recent()] == ["keep me"]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"importances": [0.5]},
+        {"importances": 1.5},
+        {"importances": float("nan")},
+        {"kinds": ["a", "b", "c"]},
+        {"metadatas": {"x": object()}},
+        {"evidence": [["no-such-id"], []]},
+        {"ids": ["same", "same"]},
+        {"now": datetime(2020, 1, 1)},
+    ],
+)
+def test_bad_fields_are_rejected_and_nothing_is_written(stream, kwargs) -> None:
+    with pytest.raises(InvalidMemoryError):
+        stream.add(["one", "two"], **kwargs)
+    assert len(stream) == 0
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        [[float("nan")] * 4],
+        [[float("inf")] * 4],
+        [[0.0] * 4],
+        [[1.0, 2.0], [3.0, 4.0]],  # two vectors for one text
+        [["a", "b"]],
+        [],
+    ],
+)
+def test_unusable_embeddings_are_rejected(db_path, result) -> None:
+    with MemoryStream(BrokenEmbeddings(result), path=db_path) as s:
+        with pytest.raises(EmbeddingError):
+            s.add(["hello"], importances=0.5)
+        assert len(s) == 0
+
+
+def test_other_dimension_is_a_typed_error_and_file_untouched(db_path, now) -> None:
+    with MemoryStream(WordEmbeddings(64), path=db_path) as s:
+        s.add(FACTS, importances=0.5, now=now)
+    with MemoryStream(WordEmbeddings(32), path=db_path, embedding_model="same") as s:
+        with pytest.raises(DimensionMismatchError):
+            s.add(["more"], importances=0.5)
+        with pytest.raises(DimensionMismatchError):
+            s.retrieve("Bob")
+        assert len(s) == 5
+
+
+def test_other_embedding_model_is_refused(db_path, now) -> None:
+    with MemoryStream(WordEmbeddings(64), path=db_path, embedding_model="model-a") as s:
+        s.add(FACTS, importances=0.5, now=now)
+    with pytest.raises(EmbeddingError, match="model-a"):
+        MemoryStream(WordEmbeddings(64), path=db_path, embedding_model="model-b").add(
+            ["x"], importances=0.5
+        )
+
+
+def test_foreign_truncated_and_newer_files(tmp_path: Path, embeddings) -> None:
+    text = tmp_path / "notes.txt"
+    text.write_text("hello, I am not a database\n" * 10)
+    with pytest.raises(ForeignFileError):
+        MemoryStream(embeddings, path=text)
+    other = tmp_path / "other.db"
+    con = sqlite3.connect(other)
+    con.execute("CREATE TABLE users (name TEXT)")
+    con.commit()
+    con.close()
+    with pytest.raises(ForeignFileError):
+        MemoryStream(embeddings, path=other)
+    good = tmp_path / "good.db"
+    with MemoryStream(embeddings, path=good) as s:
+        s.add(FACTS, importances=0.5)
+    truncated = tmp_path / "truncated.db"
+    truncated.write_bytes(good.read_bytes()[:50])
+    with pytest.raises(ForeignFileError):
+        MemoryStream(embeddings, path=truncated)
+    con = sqlite3.connect(good)
+    con.execute("UPDATE meta SET value='999' WHERE key='schema_version'")
+    con.commit()
+    con.close()
+    before = good.read_bytes()
+    with pytest.raises(SchemaVersionError):
+        MemoryStream(embeddings, path=good)
+    assert good.read_bytes() == before
+    assert text.read_text().startswith("hello")
+
+
+def test_new_file_is_private(db_path, embeddings) -> None:
+    with MemoryStream(embeddings, path=db_path) as s:
+        s.add(["secret"], importances=0.5)
+    mode = stat.S_IMODE(os.stat(db_path).st_mode)
+    assert mode & 0o077 == 0
+
+
+def test_namespaces_never_leak(embeddings, db_path, now) -> None:
+    with MemoryStream(embeddings, path=db_path) as s:
+        s.add(["Alice secret: the code is 1234"], namespace="alice", importances=0.9, now=now)
+        s.add(["Bob likes cheese"], namespace="bob", importances=0.1, now=now)
+        bob = s.retrieve("secret code 1234", k=10, namespace="bob", now=now)
+        assert [h.record.text for h in bob] == ["Bob likes cheese"]
+        assert s.get([s.recent(namespace="alice")[0].id], namespace="bob") == []
+        assert s.retrieve("secret", filter={"namespace": "carol"}) == []
+        assert s.delete(s.recent(namespace="alice")[0].id, namespace="bob") == 0
+        assert s.count(namespace="alice") == 1
+
+
+def test_delete_get_purge(stream: MemoryStream, now) -> None:
+    records = stream.add(FACTS, importances=0.5, now=now)
+    assert stream.delete([records[1].id, "unknown"]) == 1
+    assert stream.get([records[1].id, records[0].id]) == [records[0]]
+    hits = stream.retrieve("Bob moved to Paris for a new job", k=5, now=now)
+    assert records[1].id not in {h.record.id for h in hits}
+    assert len(hits) == 4
+    assert stream.purge() == 4
+    assert len(stream) == 0 and stream.retrieve("Bob", k=3) == []
+    assert stream.reflection_state().importance_sum == 0
+
+
+def test_delete_many_compacts_and_stays_correct(stream: MemoryStream, now) -> None:
+    records = stream.add([f"memory number {i}" for i in range(1500)], importances=0.5, now=now)
+    stream.delete([r.id for r in records[:1000]])
+    hits = stream.retrieve("memory number 1200", k=3, now=now)
+    assert hits[0].record.text == "memory number 1200"
+    assert all(h.record.id not in {r.id for r in records[:1000]} for h in hits)
+
+
+def test_evidence_sets_depth(stream: MemoryStream, now) -> None:
+    obs = stream.add(["a", "b"], importances=0.5, now=now)
+    r1 = stream.add(["insight"], kinds="reflection", evidence=[[obs[0].id, obs[1].id]])
+    r2 = stream.add(["meta insight"], kinds="reflection", evidence=[[r1[0].id, obs[0].id]])
+    assert (obs[0].depth, r1[0].depth, r2[0].depth) == (0, 1, 2)
+    assert r2[0].evidence == (r1[0].id, obs[0].id)
+
+
+def test_reflection_counter_persists_and_resets_atomically(embeddings, db_path, now) -> None:
+    with MemoryStream(embeddings, path=db_path) as s:
+        obs = s.add(["a", "b", "c"], importances=[0.5, 0.7, 0.9], now=now)
+        state = s.reflection_state()
+        assert state.importance_sum == pytest.approx(2.1) and state.adds_since == 3
+    with MemoryStream(embeddings, path=db_path) as s:
+        assert s.reflection_state().importance_sum == pytest.approx(2.1)
+        assert [r.id for r in s.recent(since_last_reflection=True)] == [r.id for r in obs]
+        s.add(
+            ["insight"],
+            kinds="reflection",
+            importances=0.9,
+            evidence=[[obs[0].id]],
+            reset_reflection_counter=True,
+            now=now,
+        )
+        state = s.reflection_state()
+        assert state.importance_sum == 0 and state.adds_since == 0
+        assert state.last_reflection_at == now
+        assert s.recent(since_last_reflection=True) == []
+        s.add(["d"], importances=0.4, now=now)
+        assert s.reflection_state().importance_sum == pytest.approx(0.4)
+        s.mark_reflected(now=now)
+        assert s.reflection_state().importance_sum == 0
+
+
+def test_failed_reflection_store_leaves_counter(stream: MemoryStream, now) -> None:
+    stream.add(["a"], importances=0.5, now=now)
+    with pytest.raises(InvalidMemoryError):
+        stream.add(
+            ["insight"],
+            kinds="reflection",
+            evidence=[["missing"]],
+            reset_reflection_counter=True,
+        )
+    assert stream.reflection_state().importance_sum == 0.5
+    assert len(stream) == 1
+
+
+def test_recent_is_oldest_first(stream: MemoryStream, now) -> None:
+    stream.add(["one"], importances=0.5, now=now)
+    stream.add(["two", "three"], importances=0.5, now=now)
+    assert [r.text for r in stream.recent(2)] == ["two", "three"]
+    assert [r.text for r in stream.recent()] == ["one", "two", "three"]
+
+
+def test_to_dataframe(stream: MemoryStream, now) -> None:
+    stream.add(FACTS, importances=0.5, now=now)
+    frame = stream.to_dataframe("Bob Paris", now=now)
+    assert list(frame.columns[:8]) == [
+        "id",
+        "description",
+        "kind",
+        "importance",
+        "recency",
+        "relevance",
+        "lexical",
+        "score",
+    ]
+    assert len(frame) == 5
+    assert frame["score"].is_monotonic_decreasing
+    assert frame.iloc[0]["description"] in {FACTS[1], FACTS[3]}
+    plain = stream.to_dataframe(now=now)
+    assert plain["score"].isna().all() and list(plain["description"]) == FACTS
+
+
+def test_export_import_round_trip(tmp_path: Path, embeddings, now) -> None:
+    with MemoryStream(embeddings, path=tmp_path / "a.db") as a:
+        obs = a.add(FACTS, importances=0.5, now=now, metadatas={"src": "chat"})
+        a.add(["insight"], kinds="reflection", evidence=[[obs[0].id]], now=now)
+        a.add(["other user"], namespace="u2", now=now)
+        assert a.export_jsonl(tmp_path / "out.jsonl") == 6
+        assert a.export_jsonl(tmp_path / "all.jsonl", namespaces="all") == 7
+        want = [(h.record, h.score) for h in a.retrieve("Paris", k=3, now=now, touch=False)]
+    calls = embeddings.document_calls
+    with MemoryStream(embeddings, path=tmp_path / "b.db") as b:
+        assert b.import_jsonl(tmp_path / "all.jsonl") == 7
+        assert embeddings.document_calls == calls  # vectors were reused
+        assert b.import_jsonl(tmp_path / "all.jsonl") == 0  # idempotent
+        got = [(h.record, h.score) for h in b.retrieve("Paris", k=3, now=now, touch=False)]
+        assert got == want
+        assert b.count(namespace="u2") == 1
+
+
+def test_import_rejects_foreign_and_malformed(tmp_path: Path, stream) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"hello": 1}\n')
+    with pytest.raises(InvalidMemoryError):
+        stream.import_jsonl(bad)
+    bad.write_text(
+        json.dumps({"format": "langchain-reflective/jsonl", "version": 1})
+        + "\n"
+        + '{"id": "x"}\n'
+    )
+    with pytest.raises(InvalidMemoryError):
+        stream.import_jsonl(bad)
+    assert len(stream) == 0
+
+
+async def test_async_twins(stream: MemoryStream, embeddings, now) -> None:
+    records = await stream.aadd(FACTS, importances=0.5, now=now)
+    assert len(records) == 5 and embeddings.document_calls == 1
+    hits = await stream.aretrieve("Carol dog Rex", k=1, now=now)
+    assert hits[0].record.text == FACTS[2]
+
+
+def test_closed_stream_raises(embeddings, db_path) -> None:
+    s = MemoryStream(embeddings, path=db_path)
+    s.close()
+    s.close()
+    with pytest.raises(StorageError):
+        s.add(["x"])
+
+
+def test_in_memory_stream_writes_no_file(tmp_path: Path, embeddings, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with MemoryStream(embeddings) as s:
+        s.add(FACTS, importances=0.5)
+        assert len(s.retrieve("Bob", k=2)) == 2
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_query_and_k(stream) -> None:
+    stream.add(["x y"], importances=0.5)
+    for query in ("", "  ", None, 3):
+        with pytest.raises(InvalidMemoryError):
+            stream.retrieve(query)
+    for k in (0, -1, 1.5, True):
+        with pytest.raises(InvalidMemoryError):
+            stream.retrieve("x", k=k)
+
+
+def test_writes_use_a_constant_number_of_statements(stream: MemoryStream) -> None:
+    """Adding one memory costs the same SQL whatever the size of the store (no full copies)."""
+    stream.add([f"warm up {i}" for i in range(10)], importances=0.5)
+    store = stream.store
+    assert isinstance(store, SQLiteRecordStore)
+    statements: list[str] = []
+    store._conn.set_trace_callback(statements.append)
+
+    def cost() -> int:
+        statements.clear()
+        stream.add(["one more memory"], importances=0.5)
+        return len(statements)
+
+    small = cost()
+    stream.add([f"bulk {i}" for i in range(3000)], importances=0.5)
+    large = cost()
+    store._conn.set_trace_callback(None)
+    assert small == large
+
+
+def test_partition_arrays_grow_geometrically(stream: MemoryStream) -> None:
+    from langchain_reflective._arrays import GrowArray
+
+    arr = GrowArray(np.float64, capacity=1)
+    reallocations = 0
+    for i in range(10_000):
+        buf = arr._buf
+        arr.extend([float(i)])
+        reallocations += arr._buf is not buf
+    assert reallocations <= 15  # log2(10_000) ~ 13.3
+    np.testing.assert_array_equal(arr.view, np.arange(10_000))
+
+
+def test_naive_now_is_rejected(stream) -> None:
+    stream.add(["x"], importances=0.5)
+    with pytest.raises(InvalidMemoryError):
+        stream.retrieve("x", now=datetime(2024, 1, 1))
+    assert stream.retrieve("x", now=datetime(2024, 1, 1, tzinfo=UTC))
