@@ -1,0 +1,439 @@
+"""The reflection graph: gate -> questions -> one branch per question -> condense -> store.
+
+Each step is written once, as a generator that ``yield``s its I/O (model calls, stream reads
+and writes) as :class:`~langchain_reflective.importance.Op`; the sync and async node bodies only
+drive the generator (:func:`~langchain_reflective.importance.run_sync` /
+:func:`~langchain_reflective.importance.run_async`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langchain_core.runnables.config import merge_configs
+from langgraph.errors import GraphBubbleUp
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Send
+from pydantic import BaseModel, Field
+
+from langchain_reflective.errors import ReflectionError
+from langchain_reflective.importance import (
+    Flow,
+    ModelCall,
+    Op,
+    fence_block,
+    neutralise,
+    resolve_chat_model,
+    run_async,
+    run_sync,
+)
+from langchain_reflective.records import REFLECTION, MemoryRecord, utc
+from langchain_reflective.reflection.config import ReflectionConfig
+from langchain_reflective.reflection.parsing import (
+    Insight,
+    format_insights,
+    map_citations,
+    parse_insights,
+    parse_questions,
+)
+from langchain_reflective.reflection.prompts import ReflectionPrompts, Stage
+from langchain_reflective.reflection.state import (
+    InsightBranch,
+    QuestionInsights,
+    ReflectionGraphState,
+    ReflectionInput,
+    ReflectionOutput,
+)
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+    from langgraph.graph.state import CompiledStateGraph
+    from langgraph.types import Checkpointer
+
+    from langchain_reflective.stream import MemoryStream
+
+__all__ = ["CitedInsight", "InsightList", "QuestionList", "create_reflection_graph"]
+
+T = TypeVar("T")
+Update = dict[str, Any]
+
+
+class QuestionList(BaseModel):
+    """Structured answer of the question step."""
+
+    questions: list[str] = Field(description="High-level questions, most salient first.")
+
+
+class CitedInsight(BaseModel):
+    """One insight and the statement numbers it cites."""
+
+    insight: str = Field(description="The insight; name the subjects explicitly.")
+    evidence: list[int] = Field(description="Numbers of the statements that support it.")
+
+
+class InsightList(BaseModel):
+    """Structured answer of the insight and condense steps."""
+
+    insights: list[CitedInsight] = Field(description="One entry per insight.")
+
+
+def _threaded(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
+    """An async twin of a sync stream method that runs it in a worker thread."""
+
+    async def call(*args: Any, **kwargs: Any) -> T:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    return call
+
+
+class _Reflection:
+    """The steps of a reflection, bound to a model, a stream and settings."""
+
+    def __init__(
+        self,
+        model: BaseChatModel,
+        stream: MemoryStream,
+        config: ReflectionConfig,
+        prompts: ReflectionPrompts,
+    ) -> None:
+        self.stream = stream
+        self.config = config
+        self.prompts = prompts
+        build = ModelCall.build
+        self.questions_call = build(
+            model, QuestionList, retry=config.retry, structured_output=config.structured_output
+        )
+        self.insights_call = build(
+            model, InsightList, retry=config.retry, structured_output=config.structured_output
+        )
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _ask(
+        self,
+        call: ModelCall[Any],
+        stage: Stage,
+        messages: list[Any],
+        config: RunnableConfig,
+        namespace: str,
+    ) -> Op[Any]:
+        cfg = merge_configs(
+            config,
+            {
+                "tags": ["langchain-reflective", f"reflection.{stage}"],
+                "metadata": {"namespace": namespace, "reflection_stage": stage},
+            },
+        )
+        return Op(call.runnable.invoke, call.runnable.ainvoke, (messages,), {"config": cfg})
+
+    def _insight_pairs(
+        self, result: Any, *, n_statements: int
+    ) -> tuple[list[tuple[str, list[int]]], str]:
+        parsed, raw = self.insights_call.unpack(result)
+        pairs: list[tuple[str, list[int]]] = []
+        if parsed is not None:
+            pairs = parse_insights(parsed.model_dump_json(), n_statements=n_statements)
+        if not pairs:
+            pairs = parse_insights(raw, n_statements=n_statements)
+        return pairs, raw
+
+    def _unusable(self, stage: Stage, raw: str) -> None:
+        if self.config.strict:
+            raise ReflectionError(
+                f"the model's answer to the {stage} step is unusable (strict mode): {raw[:300]!r}"
+            )
+
+    # -- steps -----------------------------------------------------------------------------
+
+    def gate(self, state: ReflectionGraphState, config: RunnableConfig) -> Flow[Update]:
+        """Read the counter; go on when it reached the threshold (or when forced)."""
+        ns = state.get("namespace") or self.stream.namespace
+        raw_now = state.get("now")
+        now = utc(raw_now) if raw_now is not None else datetime.now(UTC)
+        st = self.stream
+        counter = yield Op(st.reflection_state, _threaded(st.reflection_state), (ns,))
+        total = float(counter.importance_sum)
+        update: Update = {
+            "namespace": ns,
+            "now": now,
+            "importance_sum": total,
+            "questions": [],
+            "reflections": [],
+            "recent": [],
+            "branches": None,
+            "condensed": [],
+            "skipped": None,
+        }
+        if not state.get("force") and total < self.config.threshold:
+            return {**update, "skipped": "below_threshold"}
+        recent = yield Op(
+            st.recent, _threaded(st.recent), (self.config.recent_window,), {"namespace": ns}
+        )
+        if not recent:
+            return {**update, "skipped": "no_memories"}
+        return {**update, "recent": recent}
+
+    def questions(self, state: ReflectionGraphState, config: RunnableConfig) -> Flow[Update]:
+        """Ask ``n_questions`` high-level questions about the recent memories."""
+        ns, n = state["namespace"] or self.stream.namespace, self.config.n_questions
+        statements = fence_block(
+            [r.text for r in state.get("recent", [])], "statements", max_chars=self.config.max_chars
+        )
+        messages = self.prompts.format("questions", statements=statements, n_questions=n)
+        result = yield self._ask(self.questions_call, "questions", messages, config, ns)
+        parsed, raw = self.questions_call.unpack(result)
+        questions = parse_questions(parsed.model_dump_json(), n) if parsed is not None else []
+        questions = questions or parse_questions(raw, n)
+        if not questions:
+            self._unusable("questions", raw)
+            return {"questions": [], "skipped": "no_questions"}
+        return {"questions": questions}
+
+    def insights(self, branch: InsightBranch, config: RunnableConfig) -> Flow[Update]:
+        """Retrieve evidence for one question and ask for insights citing it."""
+        cfg, ns = self.config, branch["namespace"]
+        flt: dict[str, Any] = {"min_relevance": cfg.min_relevance}
+        if cfg.evidence_kinds is not None:
+            flt["kinds"] = list(cfg.evidence_kinds)
+        hits = yield Op(
+            self.stream.retrieve,
+            self.stream.aretrieve,
+            (branch["question"],),
+            {
+                "k": cfg.evidence_k,
+                "filter": flt,
+                "touch": cfg.touch_evidence,
+                "namespace": ns,
+                "now": branch["now"],
+            },
+        )
+        records: list[MemoryRecord] = [h.record for h in hits]
+        found = QuestionInsights(branch["index"], branch["question"], (), ())
+        if not records:
+            return {"branches": [found]}
+        messages = self.prompts.format(
+            "insights",
+            statements=fence_block(
+                [r.text for r in records], "statements", max_chars=cfg.max_chars
+            ),
+            question=neutralise(branch["question"]),
+        )
+        result = yield self._ask(self.insights_call, "insights", messages, config, ns)
+        pairs, raw = self._insight_pairs(result, n_statements=len(records))
+        insights = map_citations(
+            pairs, [r.id for r in records], keep_without_evidence=cfg.keep_insights_without_evidence
+        )
+        if not insights:
+            self._unusable("insights", raw)
+        return {
+            "branches": [
+                QuestionInsights(
+                    branch["index"],
+                    branch["question"],
+                    tuple(insights),
+                    tuple(r.id for r in records),
+                )
+            ]
+        }
+
+    def condense(self, state: ReflectionGraphState, config: RunnableConfig) -> Flow[Update]:
+        """Condense all branches' insights to at most ``max_insights``.
+
+        Each branch cited its own statement numbers; they are renumbered over the union of
+        cited records before the condense prompt, and mapped back to ids after it. If the answer
+        yields nothing usable, the branches' insights are taken round-robin instead.
+        """
+        cfg = self.config
+        ns = state.get("namespace") or self.stream.namespace
+        branches = sorted(state.get("branches") or [], key=lambda b: b.index)
+        pool = [i for b in branches for i in b.insights]
+        if not pool:
+            return {"condensed": []}
+        ids = list(dict.fromkeys(e for i in pool for e in i.evidence))
+        numbers = {rid: n for n, rid in enumerate(ids, 1)}
+        messages = self.prompts.format(
+            "condense",
+            insights=fence_block(format_insights(pool, numbers), "insights"),
+            max_insights=cfg.max_insights,
+        )
+        result = yield self._ask(self.insights_call, "condense", messages, config, ns)
+        pairs, raw = self._insight_pairs(result, n_statements=len(ids))
+        condensed = map_citations(
+            pairs, ids, keep_without_evidence=cfg.keep_insights_without_evidence
+        )[: cfg.max_insights]
+        if not condensed:
+            self._unusable("condense", raw)
+            condensed = _round_robin([list(b.insights) for b in branches])[: cfg.max_insights]
+        return {"condensed": condensed}
+
+    def store(self, state: ReflectionGraphState, config: RunnableConfig) -> Flow[Update]:
+        """Store the insights as ``reflection`` records and reset the counter, atomically."""
+        ns = state.get("namespace") or self.stream.namespace
+        now = state.get("now") or datetime.now(UTC)
+        condensed = state.get("condensed") or []
+        st = self.stream
+        if not condensed:
+            if self.config.reset_on_empty:
+                yield Op(
+                    st.mark_reflected,
+                    _threaded(st.mark_reflected),
+                    (),
+                    {"namespace": ns, "now": now},
+                )
+            return {"reflections": [], "skipped": state.get("skipped") or "no_insights"}
+        questions = list(state.get("questions") or [])
+        records = yield Op(
+            st.add,
+            st.aadd,
+            ([i.text for i in condensed],),
+            {
+                "kinds": REFLECTION,
+                "evidence": [list(i.evidence) for i in condensed],
+                "metadatas": [{"questions": questions} for _ in condensed],
+                "namespace": ns,
+                "now": now,
+                "reset_reflection_counter": True,
+            },
+        )
+        return {"reflections": list(records), "skipped": None}
+
+    # -- nodes -----------------------------------------------------------------------------
+
+    def node(
+        self, stage: str, step: Callable[[Any, RunnableConfig], Flow[Update]]
+    ) -> RunnableLambda[Any, Update]:
+        """A node running ``step`` with both a sync and an async body; errors are wrapped."""
+
+        def _wrap(exc: Exception) -> Exception:
+            if isinstance(exc, ReflectionError | GraphBubbleUp):
+                return exc
+            return ReflectionError(
+                f"reflection failed at the {stage} step ({type(exc).__name__}: {exc}); "
+                "nothing was written"
+            )
+
+        def sync_node(state: Any, config: RunnableConfig) -> Update:
+            try:
+                return run_sync(step(state, config))
+            except Exception as exc:
+                err = _wrap(exc)
+                if err is exc:
+                    raise
+                raise err from exc
+
+        async def async_node(state: Any, config: RunnableConfig) -> Update:
+            try:
+                return await run_async(step(state, config))
+            except Exception as exc:
+                err = _wrap(exc)
+                if err is exc:
+                    raise
+                raise err from exc
+
+        return RunnableLambda(sync_node, afunc=async_node, name=f"reflection.{stage}")
+
+
+def _round_robin(groups: Sequence[Sequence[Insight]]) -> list[Insight]:
+    out: list[Insight] = []
+    seen: set[str] = set()
+    for i in range(max((len(g) for g in groups), default=0)):
+        for group in groups:
+            if i < len(group) and group[i].text.lower() not in seen:
+                seen.add(group[i].text.lower())
+                out.append(group[i])
+    return out
+
+
+def route_after_gate(state: ReflectionGraphState) -> str:
+    """Go on to the questions unless the gate skipped the reflection."""
+    return END if state.get("skipped") else "questions"
+
+
+def fan_out_questions(state: ReflectionGraphState) -> list[Send] | str:
+    """One ``insights`` branch per question (in parallel), or straight to ``store``."""
+    questions = state.get("questions") or []
+    if not questions:
+        return "store"
+    ns = state.get("namespace") or ""
+    now = state.get("now") or datetime.now(UTC)
+    return [
+        Send("insights", InsightBranch(index=i, question=q, namespace=ns, now=now))
+        for i, q in enumerate(questions)
+    ]
+
+
+def create_reflection_graph(
+    model: str | BaseChatModel,
+    stream: MemoryStream,
+    *,
+    config: ReflectionConfig | None = None,
+    prompts: ReflectionPrompts | None = None,
+    checkpointer: Checkpointer = None,
+    name: str = "reflection",
+) -> CompiledStateGraph[ReflectionGraphState, None, ReflectionInput, ReflectionOutput]:
+    """Build the reflection graph of Generative Agents (seed 002) over a memory stream.
+
+    Steps (nodes, with run names ``reflection.<step>``):
+
+    1. ``gate``: go on if the importance summed since the last reflection reaches
+       ``config.threshold`` (or ``force=True``); read the ``recent_window`` newest memories.
+    2. ``questions``: one model call asks ``n_questions`` high-level questions about them.
+    3. ``insights``: one branch per question, in parallel (``Send``): retrieve evidence
+       (relevance >= ``min_relevance``), one model call for insights citing statement numbers,
+       numbers mapped back to record ids (out-of-range citations dropped).
+    4. ``condense``: one model call condenses all insights to at most ``max_insights``.
+    5. ``store``: one ``stream.add`` stores them as ``reflection`` records with ``evidence``
+       and ``depth = 1 + max(depth of evidence)``, importance rated by the stream's scorer
+       (one batched call), and resets the counter in the same transaction.
+
+    All or nothing: a model error (after retries) or a storage error at any step raises
+    :class:`~langchain_reflective.errors.ReflectionError` and nothing is written. Malformed
+    answers take the documented fallbacks (``config.strict=True`` raises instead).
+
+    Example:
+        .. code-block:: python
+
+            graph = create_reflection_graph(ChatOpenAI(model="gpt-4o-mini"), stream)
+            out = graph.invoke({"force": True})
+            for record in out["reflections"]:
+                print(record.text, record.evidence)
+
+    Args:
+        model: The chat model, or a ``"provider:model"`` string for ``init_chat_model``.
+        stream: The memory stream to reflect on and to store reflections in.
+        config: Thresholds, sizes, strictness, retries (:class:`ReflectionConfig`).
+        prompts: Custom prompts, e.g. a synthesis (insights) prompt (:class:`ReflectionPrompts`).
+        checkpointer: Passed to ``compile``; leave ``None`` inside a parent graph.
+        name: The compiled graph's name (its run name in traces).
+
+    Returns:
+        A compiled ``StateGraph`` with input :class:`ReflectionInput` (``force``, ``namespace``,
+        ``now``) and output :class:`ReflectionOutput` (``reflections``, ``questions``,
+        ``skipped``, ``importance_sum``); ``invoke``/``ainvoke``/``stream`` all work, alone or
+        as a node of a parent graph.
+    """
+    cfg = config or ReflectionConfig()
+    steps = _Reflection(resolve_chat_model(model), stream, cfg, prompts or ReflectionPrompts())
+    builder = StateGraph(
+        ReflectionGraphState, input_schema=ReflectionInput, output_schema=ReflectionOutput
+    )
+    builder.add_node("gate", steps.node("gate", steps.gate))
+    builder.add_node("questions", steps.node("questions", steps.questions))
+    builder.add_node("insights", steps.node("insights", steps.insights), input_schema=InsightBranch)
+    builder.add_node("condense", steps.node("condense", steps.condense))
+    builder.add_node("store", steps.node("store", steps.store))
+    builder.add_edge(START, "gate")
+    builder.add_conditional_edges("gate", route_after_gate, ["questions", END])
+    builder.add_conditional_edges("questions", fan_out_questions, ["insights", "store"])
+    builder.add_edge("insights", "condense")
+    builder.add_edge("condense", "store")
+    builder.add_edge("store", END)
+    graph = builder.compile(checkpointer=checkpointer, name=name)
+    return graph.with_config(
+        tags=["langchain-reflective", "reflection"],
+        metadata={"ls_component": "reflection", "default_namespace": stream.namespace},
+    )

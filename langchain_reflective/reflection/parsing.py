@@ -1,0 +1,308 @@
+"""Tolerant parsers for the reflection steps' answers (questions and cited insights).
+
+Nothing here raises on a malformed answer: parsers return what they could read (possibly
+nothing) and the graph decides on the fallback.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_reflective.importance import clean_model_text, load_json
+
+__all__ = [
+    "Insight",
+    "format_insights",
+    "map_citations",
+    "parse_insights",
+    "parse_questions",
+]
+
+MAX_RANGE = 20
+"""A citation range like ``3-7`` is expanded when it spans at most this many statements."""
+
+
+@dataclass(frozen=True, slots=True)
+class Insight:
+    """An insight with its evidence, cited by local number and resolved to record ids."""
+
+    text: str
+    """The insight, without its list marker and citations."""
+    citations: tuple[int, ...] = ()
+    """Valid statement numbers cited (1-based, local to the prompt)."""
+    evidence: tuple[str, ...] = ()
+    """Ids of the cited records, in citation order."""
+    dropped: tuple[str, ...] = ()
+    """Citations that were dropped (out of range), for diagnostics."""
+
+
+_MARKER = re.compile(
+    r"^\s*(?:#{1,6}\s+)?(?:[-*•+]\s+|\(?\d{1,3}\s*[.):]\)?\s*(?=\D)|\(\d{1,3}\)\s*)"
+)
+_CITE_WORDS = (
+    r"(?:because\s+of|based\s+on|evidence|sources?|statements?|citing|cites?|cited|see|"
+    r"refs?|references?|index(?:es)?|indices)"
+)
+_TRAILING_BRACKETS = re.compile(r"((?:\s*\[[^\[\]]*\])+)\s*[.;,]?\s*$")
+_TRAILING_PARENS = re.compile(
+    r"\s*\(\s*(?:" + _CITE_WORDS + r"\s*:?\s*)*"
+    r"((?:[\[`#\s]*\d+[\]`\s]*)(?:(?:,|;|&|/|-|–|\band\b|\s)+[\[`#\s]*(?:statements?\s*)?\d+[\]`\s]*)*)"
+    r"\)\s*[.;,]?\s*$",
+    re.IGNORECASE,
+)
+_INLINE_NUMERIC_BRACKETS = re.compile(r"\s*\[\s*\d+(?:\s*[,;]\s*\d+)*\s*\]")
+_LEFTOVER_CITE_WORD = re.compile(r"[\s(]*" + _CITE_WORDS + r"\s*:?\s*\)?\s*$", re.IGNORECASE)
+_LABEL = re.compile(r"^(?:insight|reflection)\s*\d*\s*[:.-]\s*", re.IGNORECASE)
+_RANGE = re.compile(r"^(\d+)\s*[-–]\s*(\d+)$")
+_TEXT_KEYS = ("insight", "text", "statement", "reflection", "content", "summary")
+_EVIDENCE_KEYS = (
+    "evidence",
+    "citations",
+    "because_of",
+    "indices",
+    "indexes",
+    "index",
+    "sources",
+    "statements",
+    "refs",
+    "references",
+    "pointers",
+)
+
+
+def _citation_numbers(content: str) -> list[int]:
+    """Integers cited in ``content``; non-numeric tokens are dropped, small ranges expanded."""
+    content = re.sub(r"[`#\[\]()]", " ", content)
+    content = re.sub(_CITE_WORDS + r"\s*:?", " ", content, flags=re.IGNORECASE)
+    content = re.sub(r"(\d+)\s*[-–]\s*(\d+)", r"\1-\2", content)
+    out: list[int] = []
+    for token in re.split(r"[,;&/\s]+|\band\b", content):
+        token = token.strip().rstrip(".")
+        if not token:
+            continue
+        m = _RANGE.match(token)
+        if m:
+            lo, hi = int(m.group(1)), int(m.group(2))
+            if lo <= hi and hi - lo < MAX_RANGE:
+                out.extend(range(lo, hi + 1))
+            else:
+                out.extend([lo, hi])
+        elif token.isdigit():
+            out.append(int(token))
+    return out
+
+
+def _dedupe(numbers: Iterable[int]) -> list[int]:
+    seen: dict[int, None] = {}
+    for n in numbers:
+        seen.setdefault(n, None)
+    return list(seen)
+
+
+def _split_line(line: str) -> tuple[str, list[int], bool, bool] | None:
+    """``(text, citations, has_marker, has_citation)`` of one answer line, or ``None``."""
+    line = line.replace("**", "").replace("__", "").strip()
+    if not line:
+        return None
+    m = _MARKER.match(line)
+    has_marker = bool(m)
+    body = line[m.end() :] if m else line
+    citations: list[int] = []
+    has_citation = False
+    tail = _TRAILING_BRACKETS.search(body)
+    if tail:
+        has_citation = True
+        citations = _citation_numbers(tail.group(1))
+        body = body[: tail.start()]
+    else:
+        paren = _TRAILING_PARENS.search(body)
+        if paren:
+            has_citation = True
+            citations = _citation_numbers(paren.group(1))
+            body = body[: paren.start()]
+    inline = list(_INLINE_NUMERIC_BRACKETS.finditer(body))
+    if inline:
+        has_citation = True
+        citations = [n for g in inline for n in _citation_numbers(g.group())] + citations
+        body = _INLINE_NUMERIC_BRACKETS.sub("", body)
+    if has_citation:
+        body = _LEFTOVER_CITE_WORD.sub("", body)
+    text = _LABEL.sub("", body.strip()).strip().strip("\"'“”").strip()
+    if not text:
+        return None
+    return text, _dedupe(citations), has_marker, has_citation
+
+
+def _json_citations(value: Any) -> list[int]:
+    if value is None or isinstance(value, bool):
+        return []
+    if isinstance(value, int):
+        return [value]
+    if isinstance(value, float):
+        return [int(value)] if value.is_integer() else []
+    if isinstance(value, str):
+        return _citation_numbers(value)
+    if isinstance(value, Sequence):
+        return [n for item in value for n in _json_citations(item)]
+    return []
+
+
+def _from_json(data: Any) -> list[tuple[str, list[int]]] | None:
+    if isinstance(data, Mapping):
+        for key in ("insights", "reflections", "items", "results", "bullets"):
+            if isinstance(data.get(key), list):
+                return _from_json(data[key])
+        if any(k in data for k in _TEXT_KEYS):
+            data = [data]
+        else:
+            return None
+    if not isinstance(data, list):
+        return None
+    out: list[tuple[str, list[int]]] = []
+    for item in data:
+        if isinstance(item, str):
+            parts = _split_line(item)
+            if parts:
+                out.append((parts[0], parts[1]))
+        elif isinstance(item, Mapping):
+            text = next((item[k] for k in _TEXT_KEYS if isinstance(item.get(k), str)), None)
+            if not text or not text.strip():
+                continue
+            cites = next((item[k] for k in _EVIDENCE_KEYS if k in item), None)
+            parts = _split_line(text)  # the text may carry its own "[1, 2]"
+            if parts is None:
+                continue
+            out.append((parts[0], _dedupe(parts[1] + _json_citations(cites))))
+        elif (
+            isinstance(item, list)
+            and len(item) == 2
+            and isinstance(item[0], str)
+            and item[0].strip()
+        ):
+            out.append((item[0].strip(), _dedupe(_json_citations(item[1]))))
+    return out
+
+
+def parse_insights(text: str, *, n_statements: int | None = None) -> list[tuple[str, list[int]]]:
+    """Parse an answer like ``"1. insight [7, 52, 47]"`` into ``[(insight, [7, 52, 47]), ...]``.
+
+    Understood forms: seed 002's numbered lines with bracketed citations; the paper's
+    ``"insight (because of 1, 5, 3)"``; bullets or bare lines; backticks, ``#``, ``and``,
+    small ranges (``3-5``) inside citations; numeric brackets in the middle of a line; JSON
+    (``[{"insight": ..., "evidence": [1, 2]}]``, ``{"insights": [...]}``, ``[[text, [1]]]``,
+    seed 000's ``[{"insight": ..., "importance": 0.8}]``), also in a Markdown code fence.
+    Lines without any list marker or citation are headers or prose and are skipped, unless no
+    line has either: then every line of 10+ characters is an insight without evidence (seed
+    000's plain-text fallback).
+
+    Args:
+        text: the model's answer.
+        n_statements: when given, citations outside ``1..n_statements`` are dropped.
+
+    Returns:
+        ``(insight text, cited statement numbers)`` pairs; non-numeric citations are dropped,
+        duplicates removed. Never raises.
+    """
+    if not isinstance(text, str):
+        return []
+    text = clean_model_text(text)
+    parsed: list[tuple[str, list[int]]] | None = None
+    if text[:1] in "[{" or "```" in text:
+        parsed = _from_json(load_json(text))
+    if not parsed:
+        lines = [p for p in (_split_line(line) for line in text.splitlines()) if p]
+        structured = any(marker or cited for _, _, marker, cited in lines)
+        if structured:
+            parsed = [(t, c) for t, c, marker, cited in lines if marker or cited]
+        else:
+            parsed = [(t, c) for t, c, _, _ in lines if len(t) >= 10 and not t.endswith(":")]
+    return [
+        (t, [n for n in c if n >= 1 and (n_statements is None or n <= n_statements)])
+        for t, c in parsed
+    ]
+
+
+def map_citations(
+    parsed: Iterable[tuple[str, Sequence[int]]],
+    ids: Sequence[str],
+    *,
+    keep_without_evidence: bool = False,
+) -> list[Insight]:
+    """Resolve local statement numbers (1-based) to record ids.
+
+    Out-of-range numbers are dropped (kept in :attr:`Insight.dropped`); an insight left with no
+    valid evidence is kept only when ``keep_without_evidence`` is true. Duplicate insight texts
+    are merged.
+    """
+    out: dict[str, Insight] = {}
+    for text, numbers in parsed:
+        valid = [n for n in numbers if 1 <= n <= len(ids)]
+        dropped = tuple(str(n) for n in numbers if not 1 <= n <= len(ids))
+        evidence = tuple(dict.fromkeys(ids[n - 1] for n in valid))
+        if not evidence and not keep_without_evidence:
+            continue
+        key = " ".join(text.lower().split())
+        if key in out:
+            prev = out[key]
+            evidence = tuple(dict.fromkeys(prev.evidence + evidence))
+            valid = list(prev.citations) + valid
+            dropped = prev.dropped + dropped
+        out[key] = Insight(text, tuple(_dedupe(valid)), evidence, dropped)
+    return list(out.values())
+
+
+def format_insights(insights: Sequence[Insight], numbers: Mapping[str, int]) -> list[str]:
+    """Lines ``"insight [3, 7]"`` citing each insight's evidence by its number in ``numbers``."""
+    lines = []
+    for insight in insights:
+        cited = [str(numbers[e]) for e in insight.evidence if e in numbers]
+        lines.append(f"{insight.text} [{', '.join(cited)}]" if cited else insight.text)
+    return lines
+
+
+_QUESTION_PREFIX = re.compile(r"^(?:q(?:uestion)?\s*\d*\s*[:.)-]\s*)", re.IGNORECASE)
+_QUESTION_KEYS = ("question", "text", "q", "content")
+
+
+def parse_questions(text: str, n: int) -> list[str]:
+    """At most ``n`` questions from a model's answer (numbered/bulleted lines or JSON).
+
+    Lines ending with ``?`` are preferred; otherwise list items; otherwise every line of 10+
+    characters. Headers (lines ending with ``:``) and duplicates are skipped. Never raises.
+    """
+    if not isinstance(text, str) or n < 1:
+        return []
+    text = clean_model_text(text)
+    candidates: list[tuple[str, bool]] = []
+    data = load_json(text) if (text[:1] in "[{" or "```" in text) else None
+    if isinstance(data, Mapping):
+        data = next((data[k] for k in ("questions", "items") if isinstance(data.get(k), list)), [])
+    if isinstance(data, list):
+        for item in data:
+            if isinstance(item, Mapping):
+                item = next((item[k] for k in _QUESTION_KEYS if isinstance(item.get(k), str)), "")
+            if isinstance(item, str) and item.strip():
+                candidates.append((" ".join(item.split()), True))
+    if not candidates:
+        for raw in text.splitlines():
+            line = raw.replace("**", "").strip()
+            m = _MARKER.match(line)
+            body = _QUESTION_PREFIX.sub("", line[m.end() :] if m else line).strip()
+            body = body.strip("\"'“”").strip()
+            if body and not body.endswith(":"):
+                candidates.append((" ".join(body.split()), bool(m)))
+    questions = [q for q, _ in candidates if q.endswith("?")]
+    if not questions:
+        questions = [q for q, listed in candidates if listed] or [
+            q for q, _ in candidates if len(q) >= 10
+        ]
+    seen: set[str] = set()
+    unique = []
+    for q in questions:
+        if q.lower() not in seen:
+            seen.add(q.lower())
+            unique.append(q)
+    return unique[:n]

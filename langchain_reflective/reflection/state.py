@@ -1,0 +1,95 @@
+"""Typed state of the reflection graph.
+
+:class:`ReflectionInput` and :class:`ReflectionOutput` are the graph's public schemas: a parent
+``StateGraph`` that shares these keys can add the compiled graph as a node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Literal, TypedDict
+
+from langchain_reflective.records import MemoryRecord
+from langchain_reflective.reflection.parsing import Insight
+
+__all__ = [
+    "InsightBranch",
+    "QuestionInsights",
+    "ReflectionGraphState",
+    "ReflectionInput",
+    "ReflectionOutput",
+    "SkipReason",
+]
+
+SkipReason = Literal["below_threshold", "no_memories", "no_questions", "no_insights"]
+"""Why a reflection stored nothing: the gate said no (``below_threshold``, ``no_memories``:
+the counter is untouched), or it ran and found nothing to store (``no_questions``,
+``no_insights``: the counter is reset when ``ReflectionConfig.reset_on_empty``)."""
+
+
+class ReflectionInput(TypedDict, total=False):
+    """Input of the reflection graph (every key optional)."""
+
+    force: bool
+    """Reflect even when the importance sum is below the threshold."""
+    namespace: str | None
+    """Whose memories (default: the stream's namespace)."""
+    now: datetime | None
+    """The clock for retrieval and for the stored reflections (default: the current time)."""
+
+
+class ReflectionOutput(TypedDict, total=False):
+    """Output of the reflection graph."""
+
+    reflections: list[MemoryRecord]
+    """The stored ``reflection`` records (empty when skipped)."""
+    questions: list[str]
+    """The questions asked (empty when the gate said no)."""
+    skipped: SkipReason | None
+    """Why nothing was stored, or ``None`` when reflections were stored."""
+    importance_sum: float
+    """The importance summed since the last reflection, as seen by the gate."""
+
+
+@dataclass(frozen=True, slots=True)
+class QuestionInsights:
+    """What one question's branch found."""
+
+    index: int
+    """The question's position (0-based)."""
+    question: str
+    """The question."""
+    insights: tuple[Insight, ...]
+    """Its insights, with evidence resolved to record ids."""
+    evidence_ids: tuple[str, ...]
+    """Ids of the memories retrieved as evidence (cited or not)."""
+
+
+class InsightBranch(TypedDict):
+    """Payload sent to one question's branch (LangGraph ``Send``)."""
+
+    index: int
+    question: str
+    namespace: str
+    now: datetime
+
+
+def merge_branches(
+    left: list[QuestionInsights] | None, right: list[QuestionInsights] | None
+) -> list[QuestionInsights]:
+    """Reducer of ``branches``: parallel branches append; the gate resets it by writing ``None``."""
+    if right is None:
+        return []
+    return [*(left or []), *right]
+
+
+class ReflectionGraphState(ReflectionInput, ReflectionOutput, total=False):
+    """Internal state: the public keys plus the intermediate results."""
+
+    recent: list[MemoryRecord]
+    """The recent memories the questions are asked about."""
+    branches: Annotated[list[QuestionInsights], merge_branches]
+    """One entry per question branch (branches run in parallel; order restored by index)."""
+    condensed: list[Insight]
+    """The condensed insights, evidence resolved to record ids."""
