@@ -1,0 +1,330 @@
+"""Memory tools for agents: recall memories, save a memory, reflect now.
+
+:func:`create_memory_tools` returns ``StructuredTool``\\ s (sync and async) bound to a
+:class:`~langchain_reflective.memory.ReflectiveMemory`. Memory text in their output is fenced as
+data (``<memory>...</memory>`` after a line saying it is not instructions), so a stored
+"ignore previous instructions" stays a quote.
+
+Whose memories a tool reads and writes (its *namespace*) is, in order:
+
+1. the ``namespace`` given to :func:`create_memory_tools` (a fixed owner);
+2. the run's context: ``runtime.context.<namespace_key>`` (attribute or mapping key) when the tool
+   runs inside a LangGraph graph or a ``create_agent`` agent invoked with ``context=...``;
+3. the run's config: ``config["configurable"][namespace_key]``;
+4. the memory stream's default namespace (or an error with ``require_namespace=True``).
+
+:func:`namespace_from_run` implements steps 2-3 and is shared with the agent middleware.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.documents import Document
+from langchain_core.runnables import ensure_config
+from langchain_core.tools import BaseTool, StructuredTool, ToolException
+from pydantic import BaseModel, Field
+
+from langchain_reflective.errors import ReflectiveError
+from langchain_reflective.importance import fence_block
+from langchain_reflective.memory import MEMORY_FENCE_OPEN, MEMORY_PREAMBLE
+
+if TYPE_CHECKING:
+    from langchain_reflective.memory import ReflectiveMemory
+    from langchain_reflective.records import MemoryRecord
+    from langchain_reflective.stream import ScoredMemory
+
+__all__ = [
+    "RecallMemoriesInput",
+    "ReflectNowInput",
+    "SaveMemoryInput",
+    "create_memory_tools",
+    "namespace_from_run",
+]
+
+_FENCE_TAG = MEMORY_FENCE_OPEN.strip("<>")
+_MAX_RECALL_K = 50
+_LANGGRAPH_RUNTIME_KEY = "__pregel_runtime"  # where LangGraph keeps the Runtime in a config
+
+
+def _namespace_value(value: Any) -> str | None:
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        return value or None
+    if isinstance(value, int | uuid.UUID):
+        return str(value)
+    raise TypeError(
+        f"the run's namespace must be a str, int or UUID, got {type(value).__name__}; "
+        "pass the user id as a string"
+    )
+
+
+def namespace_from_run(
+    key: str = "user_id",
+    *,
+    context: Any = None,
+    config: Mapping[str, Any] | None = None,
+) -> str | None:
+    """The memory namespace named by a run, or ``None`` when the run names none.
+
+    Looks at ``context`` first (``context.<key>`` or ``context[key]``; the runtime context of a
+    LangGraph run, e.g. ``agent.invoke(..., context={"user_id": "alice"})``), then at
+    ``config["configurable"][key]`` (e.g. ``config={"configurable": {"user_id": "alice"}}``).
+    When ``config`` is ``None`` the current run's config is used (inside a runnable, tool or
+    graph node) and its LangGraph runtime context, if any, stands in for ``context``.
+
+    Args:
+        key: the context attribute / configurable key holding the owner's id.
+        context: a runtime context (dataclass, pydantic model, mapping or ``None``).
+        config: a ``RunnableConfig``; defaults to the current one.
+
+    Returns:
+        The namespace (ints and UUIDs are converted to strings), or ``None``.
+
+    Raises:
+        TypeError: the value is not a str, int or UUID.
+    """
+    if config is None:
+        config = ensure_config()
+    configurable = config.get("configurable") or {}
+    if context is None:
+        runtime = configurable.get(_LANGGRAPH_RUNTIME_KEY)
+        context = getattr(runtime, "context", None)
+    if context is not None:
+        if isinstance(context, Mapping):
+            found = _namespace_value(context.get(key))
+        else:
+            found = _namespace_value(getattr(context, key, None))
+        if found is not None:
+            return found
+    return _namespace_value(configurable.get(key))
+
+
+class RecallMemoriesInput(BaseModel):
+    """Arguments of ``recall_memories``."""
+
+    query: str = Field(
+        min_length=1,
+        description="What to look for in long-term memory, e.g. a topic, a person or a question.",
+    )
+    k: int | None = Field(
+        default=None,
+        ge=1,
+        le=_MAX_RECALL_K,
+        description="How many memories to return (default: a handful).",
+    )
+
+
+class SaveMemoryInput(BaseModel):
+    """Arguments of ``save_memory``."""
+
+    text: str = Field(
+        min_length=1,
+        description="The fact to remember, as one self-contained sentence "
+        "(e.g. 'The user is allergic to peanuts').",
+    )
+    importance: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="How important it is, from 0 (mundane) to 1 (life-changing); "
+        "leave empty to have it rated.",
+    )
+
+
+class ReflectNowInput(BaseModel):
+    """``reflect_now`` takes no arguments."""
+
+
+def _format_hits(hits: Sequence[ScoredMemory]) -> str:
+    if not hits:
+        return "No memories found."
+    items = [
+        f"[{h.record.created_at:%Y-%m-%d %H:%M}, {h.record.kind}, "
+        f"importance {h.record.importance:.1f}] {h.record.text}"
+        for h in hits
+    ]
+    return f"{MEMORY_PREAMBLE}\n{fence_block(items, _FENCE_TAG)}"
+
+
+def _format_insights(records: Sequence[MemoryRecord]) -> str:
+    if not records:
+        return "Reflection found no new insights."
+    items = [r.text for r in records]
+    return f"New insights:\n{MEMORY_PREAMBLE}\n{fence_block(items, _FENCE_TAG)}"
+
+
+class _MemoryToolkit:
+    """The state shared by the three tools: the memory and how to find the namespace."""
+
+    def __init__(
+        self,
+        memory: ReflectiveMemory,
+        *,
+        namespace: str | None,
+        namespace_key: str,
+        require_namespace: bool,
+    ) -> None:
+        self.memory = memory
+        self.namespace = namespace
+        self.namespace_key = namespace_key
+        self.require_namespace = require_namespace
+
+    def resolve(self) -> str:
+        ns = self.namespace or namespace_from_run(self.namespace_key)
+        if ns is None:
+            if self.require_namespace:
+                raise ToolException(
+                    f"no memory owner: run the agent with context {{{self.namespace_key!r}: ...}} "
+                    f"or config['configurable'][{self.namespace_key!r}]"
+                )
+            ns = self.memory.stream.namespace
+        return ns
+
+    # recall ----------------------------------------------------------------------------------
+
+    def recall(self, query: str, k: int | None = None) -> tuple[str, list[Document]]:
+        hits = self.memory.retrieve(query, k=k, namespace=self.resolve())
+        return _format_hits(hits), [h.to_document() for h in hits]
+
+    async def arecall(self, query: str, k: int | None = None) -> tuple[str, list[Document]]:
+        hits = await self.memory.aretrieve(query, k=k, namespace=self.resolve())
+        return _format_hits(hits), [h.to_document() for h in hits]
+
+    # save ------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _saved(records: Sequence[MemoryRecord]) -> str:
+        (record,) = records
+        return f"Saved to long-term memory (id {record.id}, importance {record.importance:.1f})."
+
+    def save(self, text: str, importance: float | None = None) -> str:
+        records = self.memory.add(
+            text, namespace=self.resolve(), importances=importance, metadatas={"source": "tool"}
+        )
+        return self._saved(records)
+
+    async def asave(self, text: str, importance: float | None = None) -> str:
+        records = await self.memory.aadd(
+            text, namespace=self.resolve(), importances=importance, metadatas={"source": "tool"}
+        )
+        return self._saved(records)
+
+    # reflect ---------------------------------------------------------------------------------
+
+    def reflect(self) -> str:
+        ns = self.resolve()
+        try:
+            records = self.memory.reflect(namespace=ns, force=True)
+        except ReflectiveError as exc:
+            raise ToolException(f"reflection failed: {exc}") from exc
+        return _format_insights(records)
+
+    async def areflect(self) -> str:
+        ns = self.resolve()
+        try:
+            records = await self.memory.areflect(namespace=ns, force=True)
+        except ReflectiveError as exc:
+            raise ToolException(f"reflection failed: {exc}") from exc
+        return _format_insights(records)
+
+
+def create_memory_tools(
+    memory: ReflectiveMemory,
+    *,
+    namespace: str | None = None,
+    namespace_key: str = "user_id",
+    require_namespace: bool = False,
+    tags: Sequence[str] = ("langchain-reflective", "memory"),
+) -> list[BaseTool]:
+    """Tools that let an agent use its long-term memory.
+
+    * ``recall_memories(query, k=None)``: the memories that best match ``query`` (relevance,
+      recency, importance), fenced as data. The tool message's ``artifact`` holds them as
+      ``Document``\\ s with every score in the metadata.
+    * ``save_memory(text, importance=None)``: store a fact; unrated facts are rated by the
+      stream's importance scorer. May start a background reflection.
+    * ``reflect_now()``: reflect on recent memories now and return the new insights. Only
+      included when ``memory`` has a chat model.
+
+    Every tool has a sync and an async implementation. Errors the model can act on (no owner,
+    a failed reflection) come back as the tool's answer (``handle_tool_error=True``).
+
+    Args:
+        memory: the memory the tools use.
+        namespace: a fixed owner; ``None`` takes it from each run (see the module docs).
+        namespace_key: the run context attribute / configurable key holding the owner's id.
+        require_namespace: fail a call whose run names no owner instead of falling back to the
+            stream's default namespace (recommended for multi-user agents).
+        tags: tags of the tools' runs (LangSmith).
+
+    Returns:
+        ``[recall_memories, save_memory]`` plus ``reflect_now`` when the memory can reflect.
+
+    Example:
+        .. code-block:: python
+
+            from langchain.agents import create_agent
+
+            tools = create_memory_tools(memory)
+            agent = create_agent(model, tools=tools)
+            agent.invoke({"messages": [("user", "What do I like?")]}, context={"user_id": "alice"})
+    """
+    kit = _MemoryToolkit(
+        memory,
+        namespace=namespace,
+        namespace_key=namespace_key,
+        require_namespace=require_namespace,
+    )
+    metadata: dict[str, Any] = {"namespace_key": namespace_key}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    common: dict[str, Any] = {
+        "tags": list(tags),
+        "metadata": metadata,
+        "handle_tool_error": True,
+    }
+    tools: list[BaseTool] = [
+        StructuredTool.from_function(
+            func=kit.recall,
+            coroutine=kit.arecall,
+            name="recall_memories",
+            description=(
+                "Search your long-term memory of past conversations and events. Use it when "
+                "earlier information about the user could help. Returns the best-matching "
+                "memories, newest facts with dates."
+            ),
+            args_schema=RecallMemoriesInput,
+            response_format="content_and_artifact",
+            **common,
+        ),
+        StructuredTool.from_function(
+            func=kit.save,
+            coroutine=kit.asave,
+            name="save_memory",
+            description=(
+                "Save one fact to long-term memory so it can be recalled in later "
+                "conversations (preferences, plans, important events)."
+            ),
+            args_schema=SaveMemoryInput,
+            **common,
+        ),
+    ]
+    if memory.model is not None:
+        tools.append(
+            StructuredTool.from_function(
+                func=kit.reflect,
+                coroutine=kit.areflect,
+                name="reflect_now",
+                description=(
+                    "Reflect on recent memories now: derive high-level insights about the "
+                    "user from them and store the insights. Returns the new insights."
+                ),
+                args_schema=ReflectNowInput,
+                **common,
+            )
+        )
+    return tools
