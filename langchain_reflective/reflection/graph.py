@@ -175,13 +175,13 @@ class _Reflection:
         )
         if not recent:
             return {**update, "skipped": "no_memories"}
-        return {**update, "recent": recent}
+        return {**update, "recent": [r.text for r in recent]}
 
     def questions(self, state: ReflectionGraphState, config: RunnableConfig) -> Flow[Update]:
         """Ask ``n_questions`` high-level questions about the recent memories."""
         ns, n = state["namespace"] or self.stream.namespace, self.config.n_questions
         statements = fence_block(
-            [r.text for r in state.get("recent", [])], "statements", max_chars=self.config.max_chars
+            state.get("recent", []), "statements", max_chars=self.config.max_chars
         )
         messages = self.prompts.format("questions", statements=statements, n_questions=n)
         result = yield self._ask(self.questions_call, "questions", messages, config, ns)
@@ -212,7 +212,9 @@ class _Reflection:
             },
         )
         records: list[MemoryRecord] = [h.record for h in hits]
-        found = QuestionInsights(branch["index"], branch["question"], (), ())
+        found = QuestionInsights(
+            index=branch["index"], question=branch["question"], insights=[], evidence_ids=[]
+        )
         if not records:
             return {"branches": [found]}
         messages = self.prompts.format(
@@ -229,16 +231,9 @@ class _Reflection:
         )
         if not insights:
             self._unusable("insights", raw)
-        return {
-            "branches": [
-                QuestionInsights(
-                    branch["index"],
-                    branch["question"],
-                    tuple(insights),
-                    tuple(r.id for r in records),
-                )
-            ]
-        }
+        found["insights"] = [i.to_dict() for i in insights]
+        found["evidence_ids"] = [r.id for r in records]
+        return {"branches": [found]}
 
     def condense(self, state: ReflectionGraphState, config: RunnableConfig) -> Flow[Update]:
         """Condense all branches' insights to at most ``max_insights``.
@@ -249,8 +244,9 @@ class _Reflection:
         """
         cfg = self.config
         ns = state.get("namespace") or self.stream.namespace
-        branches = sorted(state.get("branches") or [], key=lambda b: b.index)
-        pool = [i for b in branches for i in b.insights]
+        branches = sorted(state.get("branches") or [], key=lambda b: b["index"])
+        groups = [[Insight.from_dict(i) for i in b["insights"]] for b in branches]
+        pool = [i for group in groups for i in group]
         if not pool:
             return {"condensed": []}
         ids = list(dict.fromkeys(e for i in pool for e in i.evidence))
@@ -267,14 +263,14 @@ class _Reflection:
         )[: cfg.max_insights]
         if not condensed:
             self._unusable("condense", raw)
-            condensed = _round_robin([list(b.insights) for b in branches])[: cfg.max_insights]
-        return {"condensed": condensed}
+            condensed = _round_robin(groups)[: cfg.max_insights]
+        return {"condensed": [i.to_dict() for i in condensed]}
 
     def store(self, state: ReflectionGraphState, config: RunnableConfig) -> Flow[Update]:
         """Store the insights as ``reflection`` records and reset the counter, atomically."""
         ns = state.get("namespace") or self.stream.namespace
         now = state.get("now") or datetime.now(UTC)
-        condensed = state.get("condensed") or []
+        condensed = [Insight.from_dict(i) for i in state.get("condensed") or []]
         st = self.stream
         if not condensed:
             if self.config.reset_on_empty:
@@ -284,7 +280,11 @@ class _Reflection:
                     (),
                     {"namespace": ns, "now": now},
                 )
-            return {"reflections": [], "skipped": state.get("skipped") or "no_insights"}
+            return {
+                "reflections": [],
+                "reflection_ids": [],
+                "skipped": state.get("skipped") or "no_insights",
+            }
         questions = list(state.get("questions") or [])
         records = yield Op(
             st.add,
@@ -299,7 +299,11 @@ class _Reflection:
                 "reset_reflection_counter": True,
             },
         )
-        return {"reflections": list(records), "skipped": None}
+        return {
+            "reflections": list(records),
+            "reflection_ids": [r.id for r in records],
+            "skipped": None,
+        }
 
     # -- nodes -----------------------------------------------------------------------------
 

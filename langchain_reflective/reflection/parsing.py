@@ -9,9 +9,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_reflective.importance import clean_model_text, load_json
+
+if TYPE_CHECKING:
+    from langchain_reflective.reflection.state import InsightDict
 
 __all__ = [
     "Insight",
@@ -37,6 +40,23 @@ class Insight:
     """Ids of the cited records, in citation order."""
     dropped: tuple[str, ...] = ()
     """Citations that were dropped (out of range), for diagnostics."""
+
+    def to_dict(self) -> InsightDict:
+        """``{"text", "evidence", "citations"}`` as plain JSON values."""
+        return {
+            "text": self.text,
+            "evidence": list(self.evidence),
+            "citations": list(self.citations),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Insight:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            str(data["text"]),
+            tuple(int(c) for c in data.get("citations", ())),
+            tuple(str(e) for e in data.get("evidence", ())),
+        )
 
 
 _MARKER = re.compile(

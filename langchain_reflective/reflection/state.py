@@ -1,20 +1,26 @@
 """Typed state of the reflection graph.
 
+Internal values are plain JSON (strings, numbers, lists, dicts), so any LangGraph checkpointer
+stores them without registering types. The output's ``reflections`` are
+:class:`~langchain_reflective.records.MemoryRecord` values; when a parent graph keeps them in
+checkpointed state, allow the type in its serializer
+(``JsonPlusSerializer(allowed_msgpack_modules=[("langchain_reflective.records",
+"MemoryRecord")])``) or keep only ``reflection_ids``.
+
 :class:`ReflectionInput` and :class:`ReflectionOutput` are the graph's public schemas: a parent
 ``StateGraph`` that shares these keys can add the compiled graph as a node.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Literal, TypedDict
 
 from langchain_reflective.records import MemoryRecord
-from langchain_reflective.reflection.parsing import Insight
 
 __all__ = [
     "InsightBranch",
+    "InsightDict",
     "QuestionInsights",
     "ReflectionGraphState",
     "ReflectionInput",
@@ -48,21 +54,33 @@ class ReflectionOutput(TypedDict, total=False):
     """The questions asked (empty when the gate said no)."""
     skipped: SkipReason | None
     """Why nothing was stored, or ``None`` when reflections were stored."""
+    reflection_ids: list[str]
+    """Ids of the stored reflections (plain strings, handy in checkpointed parent state)."""
     importance_sum: float
     """The importance summed since the last reflection, as seen by the gate."""
 
 
-@dataclass(frozen=True, slots=True)
-class QuestionInsights:
+class InsightDict(TypedDict):
+    """An insight in the graph state (plain JSON, so any checkpointer can store it)."""
+
+    text: str
+    """The insight."""
+    evidence: list[str]
+    """Ids of the cited records."""
+    citations: list[int]
+    """The statement numbers cited (local to the prompt that produced it)."""
+
+
+class QuestionInsights(TypedDict):
     """What one question's branch found."""
 
     index: int
     """The question's position (0-based)."""
     question: str
     """The question."""
-    insights: tuple[Insight, ...]
+    insights: list[InsightDict]
     """Its insights, with evidence resolved to record ids."""
-    evidence_ids: tuple[str, ...]
+    evidence_ids: list[str]
     """Ids of the memories retrieved as evidence (cited or not)."""
 
 
@@ -87,9 +105,9 @@ def merge_branches(
 class ReflectionGraphState(ReflectionInput, ReflectionOutput, total=False):
     """Internal state: the public keys plus the intermediate results."""
 
-    recent: list[MemoryRecord]
-    """The recent memories the questions are asked about."""
+    recent: list[str]
+    """Texts of the recent memories the questions are asked about."""
     branches: Annotated[list[QuestionInsights], merge_branches]
     """One entry per question branch (branches run in parallel; order restored by index)."""
-    condensed: list[Insight]
+    condensed: list[InsightDict]
     """The condensed insights, evidence resolved to record ids."""
