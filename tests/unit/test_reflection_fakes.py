@@ -72,8 +72,10 @@ def default_json_answer(kind: str, messages: Sequence[BaseMessage]) -> str:
 
     text = default_answer(kind, messages)
     if kind == "importance":
-        ratings = [{"index": i, "rating": int(line.split(": ")[1])} for i, line in
-                   enumerate(text.splitlines(), 1)]
+        ratings = [
+            {"index": i, "rating": int(line.split(": ")[1])}
+            for i, line in enumerate(text.splitlines(), 1)
+        ]
         return json.dumps({"ratings": ratings})
     if kind == "questions":
         return json.dumps({"questions": parse_questions(text, 10)})

@@ -1,0 +1,210 @@
+"""Parsing of insights and questions (seed 002's example verbatim, paper and JSON forms)."""
+
+from __future__ import annotations
+
+import pytest
+
+from langchain_reflective.reflection import (
+    Insight,
+    format_insights,
+    map_citations,
+    parse_insights,
+    parse_questions,
+)
+
+# seed 002, "parse_insight输入输出的例子", verbatim
+SEED_INPUT = """1. Missing data in user_dims table for country may impact accuracy of data analysis and decision-making for marketing campaigns and user segmentation. [7, 52, 47]
+2. Inconsistent information in user_dims table may lead to incorrect analysis and decision-making for user segmentation and marketing campaigns. [22, 40]
+3. Duplicated and inconsistent data in user_dims table may impact accuracy of data-driven decisions for user segmentation and marketing campaigns. [3, 57, 62, 42]
+4. Large number of missing values in bitcoin_price_data table may affect accuracy of analysis and decision-making for cryptocurrency investments. [14]"""  # noqa: E501
+
+SEED_OUTPUT = [
+    (
+        "Missing data in user_dims table for country may impact accuracy of data analysis and decision-making for marketing campaigns and user segmentation.",  # noqa: E501
+        [7, 52, 47],
+    ),
+    (
+        "Inconsistent information in user_dims table may lead to incorrect analysis and decision-making for user segmentation and marketing campaigns.",  # noqa: E501
+        [22, 40],
+    ),
+    (
+        "Duplicated and inconsistent data in user_dims table may impact accuracy of data-driven decisions for user segmentation and marketing campaigns.",  # noqa: E501
+        [3, 57, 62, 42],
+    ),
+    (
+        "Large number of missing values in bitcoin_price_data table may affect accuracy of analysis and decision-making for cryptocurrency investments.",  # noqa: E501
+        [14],
+    ),
+]
+
+# seed 002, condensed_output example
+SEED_CONDENSED = """1. Missing data in user_dims table for country may impact accuracy of data analysis and decision-making for marketing campaigns and user segmentation. [7, 52, 47]
+2. Inconsistent information in user_dims table may lead to incorrect analysis and decision-making for user segmentation and marketing campaigns. [22, 40]
+3. Duplicated and inconsistent data in user_dims table may impact accuracy of data-driven decisions for user segmentation and marketing campaigns. [3, 57, 62, 42]
+4. Large number of missing values in bitcoin_price_data table may affect accuracy of analysis and decision-making for cryptocurrency investments. [14]
+5. The user_dims table has data issues for many users. [26, 7, 22, 12, 17, 62, 47, 57, 52]"""  # noqa: E501
+
+
+def test_seed_002_example_verbatim() -> None:
+    assert parse_insights(SEED_INPUT) == SEED_OUTPUT
+
+
+def test_seed_002_condensed_example() -> None:
+    parsed = parse_insights(SEED_CONDENSED)
+    assert len(parsed) == 5
+    assert parsed[:4] == SEED_OUTPUT
+    assert parsed[4] == (
+        "The user_dims table has data issues for many users.",
+        [26, 7, 22, 12, 17, 62, 47, 57, 52],
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # the paper's form
+        (
+            "Klaus is dedicated to his research (because of 1, 5, 3)",
+            [("Klaus is dedicated to his research", [1, 5, 3])],
+        ),
+        (
+            "1. Klaus works hard (because of statements 1, 2 and 4).",
+            [("Klaus works hard", [1, 2, 4])],
+        ),
+        ("1. Klaus works hard (statement 3)", [("Klaus works hard", [3])]),
+        # bullets, backticks, ranges, inline citations
+        ("- Klaus loves research [`1`, `2`]", [("Klaus loves research", [1, 2])]),
+        ("* Klaus loves research [#1, #3]", [("Klaus loves research", [1, 3])]),
+        ("1. Klaus works hard [1-3]", [("Klaus works hard", [1, 2, 3])]),
+        ("Klaus [1] loves [2, 3] research.", [("Klaus loves research.", [1, 2, 3])]),
+        ("1) Klaus is busy [2][4]", [("Klaus is busy", [2, 4])]),
+        ("1. **Klaus** is busy. [2]", [("Klaus is busy.", [2])]),
+        ("1. Insight: Klaus is busy. Evidence: [1, 2]", [("Klaus is busy.", [1, 2])]),
+        # non-numeric citations are dropped, duplicates merged, 0 and negatives dropped
+        ("1. Klaus is busy [a, b]", [("Klaus is busy", [])]),
+        ("1. Klaus is busy [2, 2, x, 0, -1]", [("Klaus is busy", [2])]),
+        # prose around the list is skipped
+        (
+            "Here are the insights:\n1. Klaus works hard [2]\nI hope this helps!",
+            [("Klaus works hard", [2])],
+        ),
+        # a parenthesis that is not a citation stays in the text
+        (
+            "1. Klaus (a student) studies gentrification [1]",
+            [("Klaus (a student) studies gentrification", [1])],
+        ),
+        # seed 000 plain-text fallback: lines are insights without evidence
+        (
+            "Klaus likes tea and coffee.\nMaria is a student at Oak Hill.",
+            [("Klaus likes tea and coffee.", []), ("Maria is a student at Oak Hill.", [])],
+        ),
+        # <think> sections are ignored
+        ("<think>1. not this [9]</think>\n1. Klaus is kind [1]", [("Klaus is kind", [1])]),
+    ],
+)
+def test_text_forms(text: str, expected: list[tuple[str, list[int]]]) -> None:
+    assert parse_insights(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            '[{"insight": "Klaus works hard", "evidence": [1, 2]}]',
+            [("Klaus works hard", [1, 2])],
+        ),
+        (
+            '{"insights": [{"text": "Klaus works hard", "citations": "1, 3"}]}',
+            [("Klaus works hard", [1, 3])],
+        ),
+        (
+            '```json\n[{"insight": "Klaus", "evidence": [1, "2", "x", true, 2.0, 3.5]}]\n```',
+            [("Klaus", [1, 2])],
+        ),
+        ('[["Klaus works hard", [4]]]', [("Klaus works hard", [4])]),
+        (
+            '["Klaus works hard [2]", "Maria studies [1]"]',
+            [("Klaus works hard", [2]), ("Maria studies", [1])],
+        ),
+        # seed 000's format: no evidence, an importance
+        (
+            '[{"insight": "User prefers functional style", "importance": 0.8}]',
+            [("User prefers functional style", [])],
+        ),
+        ('{"insight": "Klaus works", "because_of": [1]}', [("Klaus works", [1])]),
+    ],
+)
+def test_json_forms(text: str, expected: list[tuple[str, list[int]]]) -> None:
+    assert parse_insights(text) == expected
+
+
+def test_out_of_range_citations_dropped_with_n_statements() -> None:
+    assert parse_insights("1. Klaus [1, 4, 9]", n_statements=4) == [("Klaus", [1, 4])]
+
+
+@pytest.mark.parametrize("text", ["", "   ", "{}", "[]", "null", "```\n```", "<think></think>"])
+def test_empty_answers(text: str) -> None:
+    assert parse_insights(text) == []
+
+
+def test_map_citations_to_ids() -> None:
+    ids = ["id-a", "id-b", "id-c"]
+    parsed = [("Klaus works hard", [3, 1, 7]), ("No evidence", [9]), ("Maria", [])]
+    out = map_citations(parsed, ids)
+    assert out == [Insight("Klaus works hard", (3, 1), ("id-c", "id-a"), ("7",))]
+    kept = map_citations(parsed, ids, keep_without_evidence=True)
+    assert [(i.text, i.evidence) for i in kept] == [
+        ("Klaus works hard", ("id-c", "id-a")),
+        ("No evidence", ()),
+        ("Maria", ()),
+    ]
+
+
+def test_map_citations_merges_duplicates() -> None:
+    out = map_citations([("Klaus works", [1]), ("klaus  works", [2])], ["a", "b"])
+    assert len(out) == 1 and out[0].evidence == ("a", "b")
+
+
+def test_insight_dict_round_trip() -> None:
+    insight = Insight("Klaus", (1, 2), ("a", "b"))
+    assert Insight.from_dict(insight.to_dict()) == insight
+
+
+def test_format_insights_renumbers() -> None:
+    lines = format_insights(
+        [Insight("Klaus", (1,), ("x", "y")), Insight("Maria", (), ())], {"x": 3, "y": 1}
+    )
+    assert lines == ["Klaus [3, 1]", "Maria"]
+    assert parse_insights("\n".join(f"{i}. {line}" for i, line in enumerate(lines, 1))) == [
+        ("Klaus", [3, 1]),
+        ("Maria", []),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "n", "expected"),
+    [
+        (
+            "1. What is Klaus passionate about?\n2. How does Maria feel?\n3. Why?",
+            3,
+            ["What is Klaus passionate about?", "How does Maria feel?", "Why?"],
+        ),
+        ("Here are 3 questions:\n- A?\n- B?\n- C?\n- D?", 3, ["A?", "B?", "C?"]),
+        ('{"questions": ["A?", {"question": "B?"}]}', 3, ["A?", "B?"]),
+        ('["A?", "A?", "B?"]', 3, ["A?", "B?"]),
+        (
+            "Question 1: Why is Klaus busy?\nQ2) How is Maria?",
+            3,
+            ["Why is Klaus busy?", "How is Maria?"],
+        ),
+        (
+            "1. Klaus and his research\n2. Maria and school",
+            3,
+            ["Klaus and his research", "Maria and school"],
+        ),
+        ("", 3, []),
+        ("ok", 3, []),
+    ],
+)
+def test_parse_questions(text: str, n: int, expected: list[str]) -> None:
+    assert parse_questions(text, n) == expected
