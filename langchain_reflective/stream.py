@@ -371,6 +371,7 @@ class MemoryStream:
             )
         self._lock = threading.RLock()
         self._partitions: dict[str, _Partition] = {}
+        self._bound_dimension: int | None = None
         self._closed = False
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -408,6 +409,14 @@ class MemoryStream:
             raise StorageError("the memory stream is closed")
 
     # -- partitions ----------------------------------------------------------------------------
+
+    def resolve_namespace(self, namespace: str | None = None) -> str:
+        """The namespace a call with ``namespace`` reads or writes (default: the stream's).
+
+        Raises:
+            InvalidMemoryError: an empty or non-string namespace.
+        """
+        return self._ns(namespace)
 
     def _ns(self, namespace: str | None) -> str:
         ns = self.namespace if namespace is None else namespace
@@ -600,7 +609,7 @@ class MemoryStream:
             sources[i] = result.source
         with self._lock:
             self._check_open()
-            self._store.bind_embeddings(self.embedding_model, vectors.shape[1])
+            self._bind(vectors.shape[1])
             depths = self._depths(plan)
             records = [
                 MemoryRecord(
@@ -639,10 +648,16 @@ class MemoryStream:
                     plan.kinds,
                     plan.texts,
                 )
-                part.generation = self._store.generation(plan.namespace)
+                part.generation = self._store.last_generation
             if part is not None:
                 part.dirty = True
             return records
+
+    def _bind(self, dimension: int) -> None:
+        """Check (once per dimension) that vectors fit the file; record them on first write."""
+        if self._bound_dimension != dimension:
+            self._store.bind_embeddings(self.embedding_model, dimension)
+            self._bound_dimension = dimension
 
     def _depths(self, plan: _AddPlan) -> list[int]:
         wanted = sorted({e for ev in plan.evidence for e in ev})
@@ -783,7 +798,7 @@ class MemoryStream:
             if part is None or len(part) == 0:
                 return []
             if qvec.shape[0] != part.index.dimension:
-                self._store.bind_embeddings(self.embedding_model, qvec.shape[0])
+                self._bind(qvec.shape[0])
             mask = np.array(part.index.alive, copy=True)
             if filter.kinds is not None:
                 codes = [part.kinds[k] for k in filter.kinds if k in part.kinds]
@@ -950,7 +965,7 @@ class MemoryStream:
             seqs = self._store.delete(list(ids), namespace=ns)
             if part is not None and seqs:
                 part.delete_rows(part.rows_of(seqs))
-                part.generation = self._store.generation(ns)
+                part.generation = self._store.last_generation
                 part.dirty = True
                 if part.index.n_deleted * 2 > len(part) and len(part) > 1024:
                     del self._partitions[ns]  # compact: rebuilt from the file on next use
@@ -1195,7 +1210,7 @@ class MemoryStream:
             unit = _as_unit_vectors(vectors, len(fresh), type(self.embeddings).__name__)
             records = [r for r, _ in fresh]
             with self._lock:
-                self._store.bind_embeddings(self.embedding_model, unit.shape[1])
+                self._bind(unit.shape[1])
                 part = self._partition(ns)
                 seqs = self._store.insert(records, unit)
                 if part is not None:
@@ -1208,7 +1223,7 @@ class MemoryStream:
                         [r.kind for r in records],
                         [r.text for r in records],
                     )
-                    part.generation = self._store.generation(ns)
+                    part.generation = self._store.last_generation
                     part.dirty = True
             total += len(records)
         return total

@@ -52,9 +52,12 @@ class BaseVectorIndex(ABC):
         self, query: F32, rows: npt.NDArray[np.int64] | None = None
     ) -> npt.NDArray[np.float32]:
         """Exact inner products of ``query`` with ``rows`` (all rows when ``None``)."""
-        mat = self.vectors(rows)
-        out: npt.NDArray[np.float32] = mat @ np.asarray(query, dtype=np.float32).reshape(-1)
-        return out
+        q = np.asarray(query, dtype=np.float32).reshape(-1)
+        if rows is not None and 4 * len(rows) < len(self):
+            out: npt.NDArray[np.float32] = self.vectors(rows) @ q  # few rows: gather them
+            return out
+        full: npt.NDArray[np.float32] = self.vectors() @ q  # a view: no copy of the matrix
+        return full if rows is None else full[rows]
 
     async def aadd(self, vectors: F32) -> None:
         """Async twin of :meth:`add`."""

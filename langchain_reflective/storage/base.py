@@ -62,6 +62,9 @@ class PartitionChunk:
 class BaseRecordStore(ABC):
     """Durable storage of memory records and vectors."""
 
+    last_generation: int = 0
+    """The namespace generation produced by this store's last write (insert/delete/purge)."""
+
     @property
     @abstractmethod
     def dimension(self) -> int | None:

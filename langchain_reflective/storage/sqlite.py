@@ -133,6 +133,8 @@ class SQLiteRecordStore(BaseRecordStore):
         self.path = Path(path) if path is not None else None
         self._lock = threading.RLock()
         self._closed = False
+        self._data_version = 0
+        self._external_change = False
         if self.path is not None:
             self._check_file(self.path)
         target = ":memory:" if self.path is None else str(self.path)
@@ -154,6 +156,9 @@ class SQLiteRecordStore(BaseRecordStore):
             self._conn.close()
             raise
         self._data_version = self._read_data_version()
+        self._external_change = False
+        self.last_generation = 0
+        """The generation returned by the last write (see :meth:`generation`)."""
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -233,6 +238,10 @@ class SQLiteRecordStore(BaseRecordStore):
             try:
                 self.store._ensure_open()
                 self.store._conn.execute("BEGIN IMMEDIATE")
+                version = self.store._read_data_version()
+                if version != self.store._data_version:
+                    self.store._external_change = True
+                    self.store._data_version = version
             except BaseException:
                 self.store._lock.release()
                 raise
@@ -242,7 +251,6 @@ class SQLiteRecordStore(BaseRecordStore):
             try:
                 if exc_type is None:
                     self.store._conn.execute("COMMIT")
-                    self.store._data_version = self.store._read_data_version()
                 else:
                     self.store._conn.execute("ROLLBACK")
             finally:
@@ -353,8 +361,13 @@ class SQLiteRecordStore(BaseRecordStore):
                     assert cur.lastrowid is not None
                     seqs.append(cur.lastrowid)
                 for ns in namespaces:
-                    self._bump(c, ns)
-                if counter is not None:
+                    if counter is not None and counter.namespace == ns and counter.reset_at is None:
+                        self.last_generation = self._bump(c, ns, counter.importance, counter.adds)
+                    else:
+                        self.last_generation = self._bump(c, ns)
+                if counter is not None and (
+                    counter.reset_at is not None or counter.namespace not in namespaces
+                ):
                     self._apply_counter(c, counter)
                 return seqs
         except sqlite3.IntegrityError as exc:
@@ -363,9 +376,16 @@ class SQLiteRecordStore(BaseRecordStore):
             raise StorageError(f"could not store memories: {exc}") from exc
 
     @staticmethod
-    def _bump(c: sqlite3.Connection, namespace: str) -> None:
-        c.execute("INSERT OR IGNORE INTO counters(namespace) VALUES (?)", (namespace,))
-        c.execute("UPDATE counters SET generation = generation + 1 WHERE namespace=?", (namespace,))
+    def _bump(c: sqlite3.Connection, namespace: str, importance: float = 0.0, adds: int = 0) -> int:
+        """Bump the namespace's generation (and add to its counter); return the generation."""
+        row = c.execute(
+            "INSERT INTO counters(namespace, importance_sum, adds, generation) "
+            "VALUES (?, ?, ?, 1) ON CONFLICT(namespace) DO UPDATE SET "
+            "importance_sum = importance_sum + excluded.importance_sum, "
+            "adds = adds + excluded.adds, generation = generation + 1 RETURNING generation",
+            (namespace, importance, adds),
+        ).fetchone()
+        return int(row[0])
 
     @staticmethod
     def _apply_counter(c: sqlite3.Connection, update: CounterUpdate) -> None:
@@ -408,13 +428,13 @@ class SQLiteRecordStore(BaseRecordStore):
                     )
                 deleted.extend(seqs)
             if deleted:
-                self._bump(c, namespace)
+                self.last_generation = self._bump(c, namespace)
         return deleted
 
     def purge(self, namespace: str) -> int:
         with self._transaction() as c:
             n = c.execute("DELETE FROM memories WHERE namespace=?", (namespace,)).rowcount
-            self._bump(c, namespace)
+            self.last_generation = self._bump(c, namespace)
             c.execute(
                 "UPDATE counters SET importance_sum=0, adds=0, last_reflection_us=NULL, "
                 "last_reflection_seq=0 WHERE namespace=?",
@@ -553,8 +573,9 @@ class SQLiteRecordStore(BaseRecordStore):
         with self._lock:
             self._ensure_open()
             version = self._read_data_version()
-            changed = version != self._data_version
+            changed = version != self._data_version or self._external_change
             self._data_version = version
+            self._external_change = False
             return changed
 
     def close(self) -> None:
