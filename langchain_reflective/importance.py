@@ -17,13 +17,14 @@ This module also holds the small LLM plumbing shared with :mod:`langchain_reflec
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from pydantic import BaseModel, Field
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
     from langchain_core.prompts import ChatPromptTemplate
     from langchain_core.runnables import Runnable, RunnableConfig
+    from langchain_core.runnables.retry import ExponentialJitterParams
 
 __all__ = [
     "IMPORTANCE_HUMAN_PROMPT",
@@ -194,17 +196,29 @@ class RetryConfig:
         """Wrap ``runnable`` with ``with_retry`` using these settings."""
         if self.attempts == 1:
             return runnable
+        params: dict[str, float] = {
+            _jitter_start_param(): self.initial_wait,
+            "max": self.max_wait,
+            "exp_base": self.exp_base,
+            "jitter": self.jitter,
+        }
         return runnable.with_retry(
             retry_if_exception_type=self.retry_on or transient_errors(),
             stop_after_attempt=self.attempts,
             wait_exponential_jitter=True,
-            exponential_jitter_params={
-                "initial": self.initial_wait,
-                "max": self.max_wait,
-                "exp_base": self.exp_base,
-                "jitter": self.jitter,
-            },
+            exponential_jitter_params=cast("ExponentialJitterParams", params),
         )
+
+
+@functools.cache
+def _jitter_start_param() -> str:
+    """``"multiplier"`` on tenacity versions that deprecate ``initial``, else ``"initial"``."""
+    import inspect
+
+    from tenacity import wait_exponential_jitter
+
+    names = inspect.signature(wait_exponential_jitter.__init__).parameters
+    return "multiplier" if "multiplier" in names else "initial"
 
 
 def resolve_chat_model(model: str | BaseChatModel) -> BaseChatModel:
@@ -647,6 +661,8 @@ _KEYWORD_RATING = re.compile(
 )
 _OUT_OF_TEN = re.compile(r"(" + _NUMBER + r")\s*(?:/|out\s+of)\s*10\b", re.IGNORECASE)
 _ANY_NUMBER = re.compile(_NUMBER)
+_LEADING_NUMBER = re.compile(r"^[^\w+-]*(" + _NUMBER + r")")
+_LABEL_SPLIT = re.compile(r"[,;]?[ \t]+(?=(?:memory|item)\s*#?\s*\d)", re.IGNORECASE)
 _ONLY_NUMBER = re.compile(r"^[^\w+-]*(" + _NUMBER + r")\W*$")
 _INLINE_PAIR = re.compile(r"(?:^|[\s,;{(\[])(\d{1,4})\s*[:=]\s*(" + _NUMBER + r")")
 _INDEX_KEYS = ("index", "idx", "id", "memory", "number", "num", "n", "i", "item")
@@ -682,6 +698,30 @@ def _find_rating(text: str) -> float | None:
             return _number(m.group(1))
     numbers = _ANY_NUMBER.findall(text)
     return _number(numbers[-1]) if numbers else None
+
+
+def _rating_after_index(rest: str) -> float | None:
+    """The rating after a memory number: after 'rating', before '/10', first, or last number."""
+    for pattern in (_KEYWORD_RATING, _OUT_OF_TEN, _LEADING_NUMBER):
+        m = pattern.search(rest)
+        if m:
+            return _number(m.group(1))
+    numbers = _ANY_NUMBER.findall(rest)
+    return _number(numbers[-1]) if numbers else None
+
+
+def _line_rating(line: str) -> tuple[int | None, float | None]:
+    """``(memory number, rating)`` of one answer line; the number is ``None`` if it has none."""
+    m = _LABELLED.match(line) or _INDEXED.match(line)
+    if not m:
+        return None, _find_rating(line)
+    index, rest = int(m.group(1)), m.group(2)
+    cut = _INLINE_PAIR.search(rest)
+    if cut:  # "1: 7, 2: 3": keep this item's part only
+        rest = rest[: cut.start()]
+    if not rest.strip():  # a bare "7." is a rating, not a memory number
+        return None, float(index)
+    return index, _rating_after_index(rest)
 
 
 def _strip_markup(line: str) -> str:
@@ -768,23 +808,20 @@ def parse_ratings(text: str, count: int) -> list[float | None]:
         from_json = _from_json(data, count)
         if from_json is not None and any(r is not None for r in from_json):
             return from_json
+    text = _LABEL_SPLIT.sub("\n", text)
     lines = [s for s in (_strip_markup(line) for line in text.splitlines()) if s]
-    # 1. lines that carry their memory number
-    found = False
-    for line in lines:
-        m = _LABELLED.match(line) or _INDEXED.match(line)
-        if not m:
-            continue
-        index, rest = int(m.group(1)), m.group(2)
-        pair = _INLINE_PAIR.search(rest)
-        if pair:  # "1: 7, 2: 3": keep this item's part only
-            rest = rest[: pair.start()]
-        rating = _find_rating(rest) if rest else None
-        if rating is not None and 1 <= index <= count and out[index - 1] is None:
+    entries = [_line_rating(line) for line in lines]
+    # 1. lines that carry their memory number ("1: 7", "Memory 2 - rating 3", echoed text)
+    indexed: dict[int, float] = {}
+    for index, rating in entries:
+        if index is not None and rating is not None:
+            indexed.setdefault(index, rating)
+    if 0 in indexed and max(indexed) < count:  # numbered from 0
+        indexed = {i + 1: r for i, r in indexed.items()}
+    for index, rating in indexed.items():
+        if 1 <= index <= count:
             out[index - 1] = _to_rating(rating)
-            found = True
-    if found and all(r is not None for r in out):
-        return out
+    found = any(r is not None for r in out)
     # 2. "1: 7, 2: 3" on one line
     for m in _INLINE_PAIR.finditer(text):
         index = int(m.group(1))
@@ -794,7 +831,7 @@ def parse_ratings(text: str, count: int) -> list[float | None]:
     if found:
         return out
     # 3. ratings in order, one per line or a comma-separated list
-    sequence = [r for r in (_find_rating(line) for line in lines) if r is not None]
+    sequence = [r for index, r in entries if index is None and r is not None]
     if len(sequence) != count and len(lines) == 1:
         sequence = [_number(n) for n in _ANY_NUMBER.findall(lines[0])]
         if count == 1 and sequence:
@@ -802,6 +839,4 @@ def parse_ratings(text: str, count: int) -> list[float | None]:
             sequence = [keyword if keyword is not None else sequence[0]]
     if len(sequence) == count:
         return [_to_rating(r) for r in sequence]
-    if count == 1 and sequence:
-        return [_to_rating(sequence[0])]
     return out

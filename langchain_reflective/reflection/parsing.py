@@ -285,6 +285,7 @@ def format_insights(insights: Sequence[Insight], numbers: Mapping[str, int]) -> 
 
 _QUESTION_PREFIX = re.compile(r"^(?:q(?:uestion)?\s*\d*\s*[:.)-]\s*)", re.IGNORECASE)
 _QUESTION_KEYS = ("question", "text", "q", "content")
+_JSON_KEY = re.compile(r'^[\s\[{]*"\w+"\s*:\s*\[?\s*')
 
 
 def parse_questions(text: str, n: int) -> list[str]:
@@ -311,7 +312,7 @@ def parse_questions(text: str, n: int) -> list[str]:
             line = raw.replace("**", "").strip()
             m = _MARKER.match(line)
             body = _QUESTION_PREFIX.sub("", line[m.end() :] if m else line).strip()
-            body = body.strip("\"'“”").strip()
+            body = _JSON_KEY.sub("", body).strip("\"'“”[]{},").strip()
             if body and not body.endswith(":"):
                 candidates.append((" ".join(body.split()), bool(m)))
     questions = [q for q, _ in candidates if q.endswith("?")]
