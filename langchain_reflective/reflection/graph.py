@@ -163,6 +163,7 @@ class _Reflection:
             "importance_sum": total,
             "questions": [],
             "reflections": [],
+            "reflection_ids": [],
             "recent": [],
             "branches": None,
             "condensed": [],
