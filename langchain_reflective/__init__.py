@@ -1,6 +1,14 @@
-"""langchain-reflective: long-term memory that reflects, for LangChain and LangGraph agents."""
+"""langchain-reflective: long-term memory that reflects, for LangChain and LangGraph agents.
+
+The flat public API lives here. Pieces that need an optional extra
+(``ReflectiveMemoryMiddleware``: extra ``agents``; ``ReflectiveChatMemory``: extra ``legacy``)
+are imported on first access, so ``import langchain_reflective`` stays light.
+"""
+
+from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
 from langchain_reflective.errors import (
     DimensionMismatchError,
@@ -17,18 +25,47 @@ from langchain_reflective.errors import (
 from langchain_reflective.importance import (
     BaseImportanceScorer,
     HeuristicImportanceScorer,
+    ImportanceConfig,
     ImportanceResult,
+    LLMImportanceScorer,
+    RetryConfig,
 )
 from langchain_reflective.integrations.retriever import ReflectiveRetriever
+from langchain_reflective.integrations.tools import create_memory_tools
+from langchain_reflective.memory import MemoryConfig, ReflectionFailure, ReflectiveMemory
 from langchain_reflective.records import MemoryRecord
+from langchain_reflective.reflection import (
+    ReflectionConfig,
+    ReflectionPrompts,
+    create_reflection_graph,
+    parse_insights,
+)
 from langchain_reflective.scoring import ScoringConfig
 from langchain_reflective.storage import BaseRecordStore, ReflectionState, SQLiteRecordStore
 from langchain_reflective.stream import MemoryStream, RetrievalFilter, ScoredMemory
+
+if TYPE_CHECKING:
+    from langchain_reflective.integrations.legacy import ReflectiveChatMemory
+    from langchain_reflective.integrations.middleware import ReflectiveMemoryMiddleware
 
 try:
     __version__ = version("langchain-reflective")
 except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0.0.0"
+
+_LAZY = {
+    "ReflectiveChatMemory": "langchain_reflective.integrations.legacy",
+    "ReflectiveMemoryMiddleware": "langchain_reflective.integrations.middleware",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from importlib import import_module
+
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'langchain_reflective' has no attribute {name!r}")
+
 
 __all__ = [
     "BaseImportanceScorer",
@@ -37,21 +74,34 @@ __all__ = [
     "EmbeddingError",
     "ForeignFileError",
     "HeuristicImportanceScorer",
+    "ImportanceConfig",
     "ImportanceError",
     "ImportanceResult",
     "InvalidFilterError",
     "InvalidMemoryError",
+    "LLMImportanceScorer",
+    "MemoryConfig",
     "MemoryRecord",
     "MemoryStream",
+    "ReflectionConfig",
     "ReflectionError",
+    "ReflectionFailure",
+    "ReflectionPrompts",
     "ReflectionState",
+    "ReflectiveChatMemory",
     "ReflectiveError",
+    "ReflectiveMemory",
+    "ReflectiveMemoryMiddleware",
     "ReflectiveRetriever",
     "RetrievalFilter",
+    "RetryConfig",
     "SQLiteRecordStore",
     "SchemaVersionError",
     "ScoredMemory",
     "ScoringConfig",
     "StorageError",
     "__version__",
+    "create_memory_tools",
+    "create_reflection_graph",
+    "parse_insights",
 ]

@@ -1,0 +1,40 @@
+# Two commands do all set-up on a fresh machine:
+#   make demo   - creates .venv, installs everything, runs the offline demo
+#   make test   - creates .venv, installs everything, runs lint, type checks and the tests
+# torch==2.13.0 is installed first, on its own: it is the CPU wheel (any other spec pulls CUDA).
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: demo test lint test-fast test-full bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/reflective demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/python -m pytest
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not integration"
+
+test-full: $(STAMP)
+	$(BIN)/python -m pytest -m "slow or not slow"
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
