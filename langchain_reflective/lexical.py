@@ -45,10 +45,23 @@ ENGLISH_STOPWORDS: frozenset[str] = frozenset(
 """English stopwords, the same list as ``bm25s.stopwords.STOPWORDS_EN`` (Lucene's default)."""
 
 _TOKEN = re.compile(r"\w\w+")  # same matches as bm25s' r"(?u)\b\w\w+\b", faster
+# For ASCII text, \w is [A-Za-z0-9_]: mapping every other ASCII character to a space and splitting
+# gives the same words as the regex, about twice as fast.
+_ASCII_SEPARATORS = str.maketrans(
+    {chr(i): " " for i in range(128) if not (chr(i).isalnum() or chr(i) == "_")}
+)
 _TF_MAX = 65535
 _MIN_CAPACITY = 1024
 _COMPACT_MIN_DEAD = 4096
 _WORD_CACHE_MAX = 1 << 18
+
+
+def _split_words(text: str) -> list[str]:
+    """Lowercased words of two or more word characters (the ``bm25s`` token pattern)."""
+    lowered = text.lower()
+    if lowered.isascii():
+        return [w for w in lowered.translate(_ASCII_SEPARATORS).split() if len(w) > 1]
+    return _TOKEN.findall(lowered)
 
 
 class BM25Index:
@@ -144,7 +157,7 @@ class BM25Index:
         Returns:
             The stemmed terms in order, duplicates kept.
         """
-        words = _TOKEN.findall(text.lower())
+        words = _split_words(text)
         if self._stopwords:
             words = [w for w in words if w not in self._stopwords]
         if not words:
@@ -162,7 +175,7 @@ class BM25Index:
         """
         cache = self._word_ids
         out: list[int] = []
-        for word in _TOKEN.findall(text.lower()):
+        for word in _split_words(text):
             tid = cache.get(word)
             if tid is None:
                 if word in self._stopwords:

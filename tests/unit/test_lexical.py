@@ -201,3 +201,18 @@ def test_invalid_arguments() -> None:
         BM25Index(language="klingon")
     with pytest.raises(TypeError):
         BM25Index().add("a single string")  # type: ignore[arg-type]
+
+
+def test_word_split_matches_bm25s_token_pattern() -> None:
+    import random
+    import re
+    import string
+
+    from langchain_reflective.lexical import _split_words
+
+    pattern = re.compile(r"(?u)\b\w\w+\b")
+    rng = random.Random(0)
+    alphabet = string.printable + "éÄßø日本’–"
+    for _ in range(5000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+        assert _split_words(text) == pattern.findall(text.lower()), repr(text)
