@@ -8,25 +8,24 @@ The parent graph runs ``remember -> reflect -> respond`` on every user message:
   output) with the parent state, and does nothing until enough important things happened;
 * ``respond`` answers with the most relevant memories, insights included.
 
-Run it: ``python examples/reflection_in_parent_graph.py``. With ``OPENAI_API_KEY`` set it uses
-``ChatOpenAI``/``OpenAIEmbeddings``; otherwise an offline scripted chat model and bag-of-words
-embeddings, so it runs anywhere (the answers are canned, the plumbing is real).
+Run it with the embedded local models (no network, no API key; the tiny local chat model's
+answers are poor, and unparseable ratings fall back to the heuristic) or with ``OPENAI_API_KEY``
+set for a real model::
+
+    python examples/reflection_in_parent_graph.py
+
+The test suite calls ``main(model=<fake chat model>, embeddings=<bag-of-words embeddings>)``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import math
-import os
-import re
-from collections.abc import Sequence
+import contextlib
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.messages import AnyMessage, HumanMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 
@@ -34,73 +33,6 @@ from langchain_reflective import MemoryStream
 from langchain_reflective.importance import LLMImportanceScorer
 from langchain_reflective.records import MemoryRecord
 from langchain_reflective.reflection import ReflectionConfig, create_reflection_graph
-
-# -- offline stand-ins (used when no OPENAI_API_KEY is set) --------------------------------------
-
-
-class HashingEmbeddings(Embeddings):
-    """Bag-of-words embeddings: texts that share words are similar."""
-
-    def __init__(self, size: int = 256) -> None:
-        self.size = size
-
-    def _embed(self, text: str) -> list[float]:
-        vec = [0.0] * self.size
-        for word in re.findall(r"[a-z]+", text.lower()):
-            vec[int(hashlib.sha1(word.encode()).hexdigest(), 16) % self.size] += 1.0
-        norm = math.sqrt(sum(v * v for v in vec)) or 1.0
-        return [v / norm for v in vec]
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return [self._embed(t) for t in texts]
-
-    def embed_query(self, text: str) -> list[float]:
-        return self._embed(text)
-
-
-def _items(text: str, tag: str) -> list[str]:
-    m = re.search(rf"<{tag}>\n(.*?)\n</{tag}>", text, re.DOTALL)
-    return [re.sub(r"^\d+\. ", "", line) for line in m.group(1).splitlines()] if m else []
-
-
-class OfflineChatModel(BaseChatModel):
-    """Answers the reflection prompts from their own data, like a (very literal) model."""
-
-    @property
-    def _llm_type(self) -> str:
-        return "offline-example"
-
-    def _answer(self, messages: Sequence[BaseMessage]) -> str:
-        text = "\n".join(str(m.content) for m in messages)
-        if "<memories>" in text:  # importance: a life event matters more
-            return "\n".join(
-                f"{i}: {8 if re.search(r'job|moved|love|exam', t) else 3}"
-                for i, t in enumerate(_items(text, "memories"), 1)
-            )
-        if "salient high-level questions" in text:
-            return "\n".join(f"{i}. {t}?" for i, t in enumerate(_items(text, "statements")[-3:], 1))
-        if "condense" in text.lower():
-            return "\n".join(f"{i}. {t}" for i, t in enumerate(_items(text, "insights")[:5], 1))
-        if "high-level insights" in text:
-            items = _items(text, "statements")
-            cites = ", ".join(str(i) for i in range(1, min(3, len(items)) + 1))
-            return f"1. Alice's life is changing around: {items[0]} [{cites}]"
-        return "Noted. " + (str(messages[-1].content).splitlines() or [""])[0]
-
-    def _generate(
-        self, messages: list[BaseMessage], stop: list[str] | None = None, **kwargs: Any
-    ) -> ChatResult:
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(self._answer(messages)))])
-
-
-def default_components(*, offline: bool) -> tuple[BaseChatModel, Embeddings]:
-    """ChatOpenAI + OpenAIEmbeddings with a key, else the offline stand-ins."""
-    if not offline and os.environ.get("OPENAI_API_KEY"):
-        from langchain_openai import ChatOpenAI, OpenAIEmbeddings
-
-        return ChatOpenAI(model="gpt-4o-mini", temperature=0), OpenAIEmbeddings()
-    return OfflineChatModel(), HashingEmbeddings()
-
 
 # -- the parent agent ----------------------------------------------------------------------------
 
@@ -117,7 +49,7 @@ class AgentState(TypedDict, total=False):
 def build_agent(model: BaseChatModel, stream: MemoryStream) -> Any:
     """The parent graph: remember -> reflect (subgraph) -> respond."""
     reflection = create_reflection_graph(
-        model, stream, config=ReflectionConfig(threshold=2.0, min_relevance=0.3)
+        model, stream, config=ReflectionConfig(threshold=1.5, min_relevance=0.3)
     )
 
     def remember(state: AgentState) -> dict[str, Any]:
@@ -154,30 +86,42 @@ TURNS = [
 ]
 
 
-def main(*, offline: bool = False) -> list[MemoryRecord]:
-    """Run a short conversation; return every reflection stored."""
-    model, embeddings = default_components(offline=offline)
-    stream = MemoryStream(embeddings, importance_scorer=LLMImportanceScorer(model))
-    agent = build_agent(model, stream)
-    start = datetime(2025, 6, 1, 9, 0, tzinfo=UTC)
-    stored: list[MemoryRecord] = []
-    for i, turn in enumerate(TURNS):
-        state = agent.invoke(
-            {
-                "messages": [HumanMessage(turn)],
-                "namespace": "alice",
-                "now": start + timedelta(hours=i),
-            }
+def main(
+    model: BaseChatModel | None = None, embeddings: Embeddings | None = None
+) -> dict[str, Any]:
+    """Run a short conversation through the parent graph; return answers and reflections."""
+    with contextlib.ExitStack() as stack:
+        if model is None:
+            from langchain_reflective.local import default_chat_model
+
+            model = stack.enter_context(default_chat_model(max_tokens=256))
+        if embeddings is None:
+            from langchain_reflective.local import default_embeddings
+
+            embeddings = default_embeddings()
+        stream = stack.enter_context(
+            MemoryStream(embeddings, importance_scorer=LLMImportanceScorer(model))
         )
-        print(f"user: {turn}")
-        print(f"  agent: {state['messages'][-1].content}")
-        if state.get("reflections"):
-            for record in state["reflections"]:
+        agent = build_agent(model, stream)
+        start = datetime(2025, 6, 1, 9, 0, tzinfo=UTC)
+        answers: list[str] = []
+        stored: list[MemoryRecord] = []
+        for i, turn in enumerate(TURNS):
+            state = agent.invoke(
+                {
+                    "messages": [HumanMessage(turn)],
+                    "namespace": "alice",
+                    "now": start + timedelta(hours=i),
+                }
+            )
+            answers.append(str(state["messages"][-1].content))
+            print(f"user: {turn}\n  agent: {answers[-1]}")
+            for record in state.get("reflections") or []:
                 print(f"  reflection (depth {record.depth}): {record.text}")
-            stored += state["reflections"]
-        else:
-            print(f"  (no reflection: {state.get('skipped')})")
-    return stored
+            if not state.get("reflections"):
+                print(f"  (no reflection: {state.get('skipped')})")
+            stored += state.get("reflections") or []
+        return {"answers": answers, "reflections": stored}
 
 
 if __name__ == "__main__":

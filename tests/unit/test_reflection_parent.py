@@ -160,9 +160,11 @@ def test_example_runs_offline(capsys: pytest.CaptureFixture[str]) -> None:
     sys.modules[spec.name] = module  # typing.get_type_hints resolves the state through it
     try:
         spec.loader.exec_module(module)
-        stored = module.main(offline=True)
+        result = module.main(model=ScriptedChatModel(), embeddings=WordEmbeddings())
     finally:
         del sys.modules[spec.name]
+    stored = result["reflections"]
+    assert len(result["answers"]) == len(module.TURNS)
     assert stored and all(r.kind == "reflection" and r.evidence for r in stored)
     assert {r.namespace for r in stored} == {"alice"}
     printed = capsys.readouterr().out
