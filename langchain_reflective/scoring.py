@@ -30,6 +30,7 @@ __all__ = [
     "combine",
     "cosine_similarity",
     "min_max",
+    "neighbor_context",
     "recency",
     "top_k",
 ]
@@ -55,6 +56,13 @@ class ScoringConfig:
     normalization: Literal["minmax", "none"] = "minmax"
     """``"minmax"``: min-max normalise relevance and recency over the candidates (paper);
     ``"none"``: use raw values, so a memory's score does not depend on the other candidates."""
+    neighbor_weight: float = 0.0
+    """Context from neighbouring memories: a memory's relevance ``h`` (dense + lexical) gains
+    ``neighbor_weight * max(0, h of the memory just before, h of the memory just after)``.
+    Evidence in conversations is often spread over adjacent turns."""
+    lexical_context: bool = False
+    """Index each observation for BM25 together with the text of the observation before it
+    (set on the stream's own config: it decides what the lexical index holds)."""
     name: str = "custom"
     """A label carried into traces and benchmark tables."""
 
@@ -65,6 +73,8 @@ class ScoringConfig:
             self.recency_weight,
             self.importance_weight,
         )
+        if not np.isfinite(self.neighbor_weight) or self.neighbor_weight < 0:
+            raise ValueError(f"neighbor_weight must be finite and >= 0, got {self.neighbor_weight}")
         if any(not np.isfinite(w) or w < 0 for w in weights):
             raise ValueError(f"scoring weights must be finite and >= 0, got {weights}")
         if sum(weights) == 0:
@@ -96,15 +106,37 @@ class ScoringConfig:
 
     @classmethod
     def hybrid(cls) -> ScoringConfig:
-        """The default: dense + lexical relevance first, recency and importance as tie-breakers."""
+        """The default: dense + lexical relevance with neighbour context; recency and importance
+        break near-ties.
+
+        ``h = 0.6 * cosine + 0.4 * bm25 / max bm25`` (BM25 over each observation plus the one
+        before it), ``relevance = h + 0.5 * max(0, h_prev, h_next)``, ``score = relevance +
+        0.05 * recency + 0.05 * importance``. On LoCoMo (495 questions) it reaches R@5 0.698 and
+        R@10 0.783 against 0.501/0.596 for stemmed BM25, the best single baseline; recency and
+        importance weights above ~0.2 start drowning relevance (``docs/benchmarks.md``).
+        """
         return cls(
-            relevance_weight=1.0,
-            lexical_weight=1.0,
-            recency_weight=0.1,
-            importance_weight=0.1,
+            relevance_weight=0.6,
+            lexical_weight=0.4,
+            recency_weight=0.05,
+            importance_weight=0.05,
             decay=0.995,
             normalization="none",
+            neighbor_weight=0.5,
+            lexical_context=True,
             name="hybrid",
+        )
+
+    @classmethod
+    def dense(cls) -> ScoringConfig:
+        """Dense relevance only (cosine), like a plain vector-store retriever."""
+        return cls(
+            relevance_weight=1.0,
+            lexical_weight=0.0,
+            recency_weight=0.0,
+            importance_weight=0.0,
+            normalization="none",
+            name="dense",
         )
 
     @property
@@ -161,6 +193,30 @@ def cosine_similarity(matrix: FloatArray, query: FloatArray) -> FloatArray:
     return out.astype(np.float64)
 
 
+def neighbor_context(
+    hybrid: FloatArray,
+    prev: npt.NDArray[np.integer],
+    next_: npt.NDArray[np.integer],
+    weight: float,
+) -> FloatArray:
+    """``hybrid + weight * max(0, hybrid[prev], hybrid[next])`` per element.
+
+    Args:
+        hybrid: per-memory dense + lexical relevance.
+        prev: index (into ``hybrid``) of each memory's previous neighbour, ``-1`` for none.
+        next_: index of each memory's next neighbour, ``-1`` for none.
+        weight: how much of the better neighbour's relevance is added.
+    """
+    h = np.asarray(hybrid, dtype=np.float64)
+    if weight == 0 or h.size == 0:
+        return h
+    p = np.asarray(prev)
+    n = np.asarray(next_)
+    before = np.where(p >= 0, h[np.maximum(p, 0)], 0.0)
+    after = np.where(n >= 0, h[np.maximum(n, 0)], 0.0)
+    return h + weight * np.maximum(0.0, np.maximum(before, after))
+
+
 def combine(
     config: ScoringConfig,
     *,
@@ -168,6 +224,8 @@ def combine(
     recency: FloatArray,
     importance: FloatArray,
     lexical: FloatArray | None = None,
+    lexical_max: float | None = None,
+    neighbors: tuple[npt.NDArray[np.integer], npt.NDArray[np.integer]] | None = None,
 ) -> ScoreComponents:
     """Combine raw components of one candidate set into scores.
 
@@ -177,6 +235,10 @@ def combine(
         recency: raw recency values (see :func:`recency`).
         importance: importances in [0, 1].
         lexical: raw BM25 scores (any non-negative scale) or ``None``.
+        lexical_max: the best BM25 score over the whole partition (default: over these
+            candidates); passing it keeps scores independent of the candidate set.
+        neighbors: ``(prev, next)`` indices into these arrays for the neighbour context
+            (``config.neighbor_weight``); ``-1`` where a memory has no neighbour.
 
     Returns:
         The components as used in the sum (lexical scaled to [0, 1]; relevance and recency
@@ -189,18 +251,16 @@ def combine(
         lex = np.zeros_like(rel)
     else:
         lex = np.asarray(lexical, dtype=np.float64)
-        top = float(lex.max()) if lex.size else 0.0
+        top = lexical_max if lexical_max is not None else (float(lex.max()) if lex.size else 0.0)
         lex = lex / top if top > 0 else np.zeros_like(lex)
     if config.normalization == "minmax":
         rel_n, rec_n = min_max(rel), min_max(rec)
     else:
         rel_n, rec_n = rel, rec
-    score = (
-        config.relevance_weight * rel_n
-        + config.lexical_weight * lex
-        + config.recency_weight * rec_n
-        + config.importance_weight * imp
-    )
+    hybrid = config.relevance_weight * rel_n + config.lexical_weight * lex
+    if neighbors is not None and config.neighbor_weight > 0:
+        hybrid = neighbor_context(hybrid, neighbors[0], neighbors[1], config.neighbor_weight)
+    score = hybrid + config.recency_weight * rec_n + config.importance_weight * imp
     return ScoreComponents(relevance=rel_n, lexical=lex, recency=rec_n, importance=imp, score=score)
 
 

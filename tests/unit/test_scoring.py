@@ -10,6 +10,7 @@ from langchain_reflective.scoring import (
     combine,
     cosine_similarity,
     min_max,
+    neighbor_context,
     recency,
     top_k,
 )
@@ -154,3 +155,41 @@ def test_top_k_orders_best_first_and_handles_edges() -> None:
 def test_invalid_config_is_rejected(kwargs: dict) -> None:
     with pytest.raises(ValueError):
         ScoringConfig(**kwargs)
+
+
+def test_neighbor_context_matches_plain_loop() -> None:
+    rng = np.random.default_rng(7)
+    h = rng.uniform(-0.2, 1.0, size=50)
+    prev = np.array([-1, *range(49)])
+    nxt = np.array([*range(1, 50), -1])
+    prev[10] = -1  # a gap (e.g. a deleted or non-observation neighbour)
+    got = neighbor_context(h, prev, nxt, 0.5)
+    for i in range(50):
+        best = max(0.0, h[prev[i]] if prev[i] >= 0 else 0.0, h[nxt[i]] if nxt[i] >= 0 else 0.0)
+        assert got[i] == pytest.approx(h[i] + 0.5 * best)
+    np.testing.assert_array_equal(neighbor_context(h, prev, nxt, 0.0), h)
+
+
+def test_hybrid_default_formula() -> None:
+    config = ScoringConfig.hybrid()
+    rel = np.array([0.5, 0.2, 0.9])
+    lex = np.array([2.0, 0.0, 4.0])
+    rec = np.array([1.0, 0.5, 0.25])
+    imp = np.array([0.3, 0.1, 0.9])
+    prev, nxt = np.array([-1, 0, 1]), np.array([1, 2, -1])
+    got = combine(
+        config,
+        relevance=rel,
+        recency=rec,
+        importance=imp,
+        lexical=lex,
+        lexical_max=8.0,
+        neighbors=(prev, nxt),
+    ).score
+    h = 0.6 * rel + 0.4 * lex / 8.0
+    want = [
+        h[0] + 0.5 * max(0, h[1]) + 0.05 * rec[0] + 0.05 * imp[0],
+        h[1] + 0.5 * max(0, h[0], h[2]) + 0.05 * rec[1] + 0.05 * imp[1],
+        h[2] + 0.5 * max(0, h[1]) + 0.05 * rec[2] + 0.05 * imp[2],
+    ]
+    np.testing.assert_allclose(got, want)
