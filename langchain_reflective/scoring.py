@@ -257,7 +257,7 @@ def combine(
         rel_n, rec_n = min_max(rel), min_max(rec)
     else:
         rel_n, rec_n = rel, rec
-    hybrid = config.relevance_weight * rel_n + config.lexical_weight * lex
+    hybrid: FloatArray = config.relevance_weight * rel_n + config.lexical_weight * lex
     if neighbors is not None and config.neighbor_weight > 0:
         hybrid = neighbor_context(hybrid, neighbors[0], neighbors[1], config.neighbor_weight)
     score = hybrid + config.recency_weight * rec_n + config.importance_weight * imp
