@@ -538,8 +538,7 @@ class LLMImportanceScorer(BaseImportanceScorer):
         self.model = resolve_chat_model(model)
         self.config = config or ImportanceConfig()
         self.prompt = prompt or default_importance_prompt()
-        missing = {"memories", "count"} - set(self.prompt.input_variables)
-        if "memories" in missing:
+        if "memories" not in self.prompt.input_variables:
             raise ValueError("the importance prompt must use the {memories} variable")
         self.fallback = fallback or HeuristicImportanceScorer()
         self._call = ModelCall.build(
