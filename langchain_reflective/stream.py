@@ -2,7 +2,16 @@
 
 Retrieval ranks memories of one namespace by relevance (dense + lexical), recency and importance
 (see :mod:`langchain_reflective.scoring`). Records and vectors live in a durable store (SQLite by
-default); the FAISS index and the BM25 index are in-memory caches rebuilt from it.
+default); the vector matrix, the BM25 index and (for large namespaces) an IVF index are in-memory
+caches rebuilt from it.
+
+Up to ``exact_limit`` live memories a namespace is scored exactly: every memory gets the full
+formula. Above it, retrieval first gathers candidates -- the best rows of an approximate IVF
+index over the embeddings, the best BM25 matches, the most recently accessed and the most
+important memories, and any memory not yet in the IVF index -- and then scores exactly those
+candidates with the same formula. With ``normalization="none"`` (the default scoring) a memory's
+score does not depend on which other memories are candidates, so the approximate path returns
+the exact ranking whenever the exact top ``k`` are among the candidates.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ import numpy.typing as npt
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
-from langchain_reflective._arrays import GrowArray
+from langchain_reflective._arrays import GrowArray, TopRows
 from langchain_reflective.errors import (
     EmbeddingError,
     InvalidFilterError,
@@ -35,6 +44,7 @@ from langchain_reflective.errors import (
 )
 from langchain_reflective.importance import BaseImportanceScorer, HeuristicImportanceScorer
 from langchain_reflective.index.faiss_flat import FaissFlatIndex
+from langchain_reflective.index.ivf import IVFCandidateIndex, default_nlist
 from langchain_reflective.records import (
     REFLECTION,
     MemoryRecord,
@@ -44,7 +54,12 @@ from langchain_reflective.records import (
     validate_text,
 )
 from langchain_reflective.scoring import ScoringConfig, combine, recency, top_k
-from langchain_reflective.storage.base import BaseRecordStore, CounterUpdate, ReflectionState
+from langchain_reflective.storage.base import (
+    BaseRecordStore,
+    CounterUpdate,
+    ReflectionState,
+    trusted_record,
+)
 from langchain_reflective.storage.sqlite import SQLiteRecordStore
 
 if TYPE_CHECKING:
@@ -57,6 +72,14 @@ __all__ = ["MemoryStream", "RetrievalFilter", "ScoredMemory"]
 logger = logging.getLogger(__name__)
 
 F32 = npt.NDArray[np.float32]
+I64 = npt.NDArray[np.int64]
+DEFAULT_EXACT_LIMIT = 20_000
+"""Namespaces with more live memories than this use the approximate candidate path."""
+_ANN_FLUSH = 1024  # rows added since the IVF index was updated before they are indexed
+_ANN_REGROW = 4  # retrain the IVF index when the partition grew this many times
+_TOP_CACHE = 1024  # rows kept in the recency / importance candidate caches
+_FLAT_CACHE_MAX = 200_000  # larger exact partitions reload their vectors from the file
+_LOAD_CHUNK = 16_384  # rows per read when loading vectors from the file
 _FILTER_KEYS = {
     "kind",
     "kinds",
@@ -213,9 +236,13 @@ def _as_unit_vectors(raw: Any, expected_rows: int, source: str) -> F32:
         raise EmbeddingError(
             f"{source} returned an array of shape {arr.shape}; expected ({expected_rows}, dim)"
         )
-    if not np.isfinite(arr).all():
-        raise EmbeddingError(f"{source} returned NaN or infinite values")
-    norms = np.linalg.norm(arr, axis=1)
+    squares = np.einsum("ij,ij->i", arr, arr)  # NaN/inf anywhere makes its row's sum NaN/inf
+    if not np.isfinite(squares).all():
+        if not np.isfinite(arr).all():
+            raise EmbeddingError(f"{source} returned NaN or infinite values")
+        arr = arr / np.abs(arr).max(axis=1, keepdims=True)  # huge but finite: rescale first
+        squares = np.einsum("ij,ij->i", arr, arr)
+    norms = np.sqrt(squares)
     if (norms <= 1e-12).any():
         raise EmbeddingError(f"{source} returned an all-zero vector; it cannot be normalised")
     out: F32 = (arr / norms[:, None]).astype(np.float32)
@@ -237,12 +264,43 @@ class _Partition:
         self.kinds: dict[str, int] = {}
         self.lexical: BM25Index | None = None
         self.dirty = False
+        self.ann: IVFCandidateIndex | None = None
+        """Approximate dense index over rows ``0 .. ann_upto - 1`` (large partitions only)."""
+        self.ann_upto = 0
+        self.recent_top = TopRows(_TOP_CACHE)
+        self.important_top = TopRows(_TOP_CACHE)
 
     def __len__(self) -> int:
         return len(self.seqs)
 
+    @property
+    def live(self) -> int:
+        return len(self.seqs) - self.index.n_deleted
+
+    def reserve(self, rows: int) -> None:
+        self.index.reserve(rows)
+        for arr in (self.seqs, self.created, self.accessed, self.importance, self.kind_codes):
+            arr.reserve(rows)
+
     def code(self, kind: str) -> int:
         return self.kinds.setdefault(kind, len(self.kinds))
+
+    def append_one(
+        self, seq: int, vector: F32, stamp: float, importance: float, kind: str, text: str
+    ) -> None:
+        """Append one row (the one-memory-per-add fast path)."""
+        row = len(self.seqs)
+        self.index.add(vector.reshape(1, -1))
+        self.seqs.append(seq)
+        self.created.append(stamp)
+        self.accessed.append(stamp)
+        self.importance.append(importance)
+        self.kind_codes.append(self.code(kind))
+        if self.lexical is not None:
+            self.lexical.add([text])
+        rows = np.array([row], dtype=np.int64)
+        self.recent_top.offer(rows, np.array([stamp]))
+        self.important_top.offer(rows, np.array([importance]))
 
     def append(
         self,
@@ -254,6 +312,7 @@ class _Partition:
         kinds: Sequence[str],
         texts: Sequence[str] | None,
     ) -> None:
+        start = len(self.seqs)
         if vectors is not None:
             self.index.add(vectors)
         self.seqs.extend(seqs)
@@ -263,8 +322,11 @@ class _Partition:
         self.kind_codes.extend([self.code(k) for k in kinds])
         if self.lexical is not None and texts is not None:
             self.lexical.add(list(texts))
+        rows = np.arange(start, len(self.seqs), dtype=np.int64)
+        self.recent_top.offer(rows, self.accessed.view[start:])
+        self.important_top.offer(rows, self.importance.view[start:])
 
-    def rows_of(self, seqs: Sequence[int]) -> npt.NDArray[np.int64]:
+    def rows_of(self, seqs: Sequence[int] | I64) -> I64:
         all_seqs = self.seqs.view
         wanted = np.asarray(seqs, dtype=np.int64)
         pos = np.searchsorted(all_seqs, wanted)
@@ -291,6 +353,20 @@ class _AddPlan:
     now: datetime
     reset_counter: bool
     to_rate: list[int] = field(default_factory=list)
+
+
+def _lookup(found: tuple[I64, npt.NDArray[np.float32]], rows: I64) -> npt.NDArray[np.float64]:
+    """Scores of ``rows`` from a sparse (rows, scores) result; 0 for rows not in it."""
+    found_rows, found_scores = found
+    out = np.zeros(rows.shape[0], dtype=np.float64)
+    if found_rows.shape[0] == 0 or rows.shape[0] == 0:
+        return out
+    order = np.argsort(found_rows, kind="stable")
+    sorted_rows = found_rows[order]
+    pos = np.minimum(np.searchsorted(sorted_rows, rows), sorted_rows.shape[0] - 1)
+    hit = sorted_rows[pos] == rows
+    out[hit] = found_scores[order][pos[hit]]
+    return out
 
 
 def _broadcast(value: Any, n: int, name: str, *, scalar_types: tuple[type, ...]) -> list[Any]:
@@ -321,6 +397,13 @@ class MemoryStream:
         embedding_model: the identity stored with the file; derived from ``embeddings`` when
             omitted. Reopening a file with another model or dimension is an error.
         store: a custom :class:`BaseRecordStore` (overrides ``path``).
+        exact_limit: namespaces with at most this many live memories are scored exactly; larger
+            ones score exactly only a candidate set (approximate nearest neighbours from an
+            IVF index, best BM25 matches, most recent and most important memories). ``None``
+            always scores exactly (retrieval time then grows linearly with the namespace).
+        ann_candidates: how many dense and lexical candidates the approximate path gathers
+            (at least ``4 * k``). More candidates: closer to exact, slower.
+        ann_nprobe: how many IVF lists the approximate path searches.
 
     Example:
         .. code-block:: python
@@ -344,7 +427,17 @@ class MemoryStream:
         importance_scorer: BaseImportanceScorer | None = None,
         embedding_model: str | None = None,
         store: BaseRecordStore | None = None,
+        exact_limit: int | None = DEFAULT_EXACT_LIMIT,
+        ann_candidates: int = 256,
+        ann_nprobe: int = 16,
     ) -> None:
+        if exact_limit is not None and (isinstance(exact_limit, bool) or exact_limit < 1):
+            raise ValueError(f"exact_limit must be a positive integer or None, got {exact_limit!r}")
+        if ann_candidates < 1 or ann_nprobe < 1:
+            raise ValueError("ann_candidates and ann_nprobe must be positive")
+        self.exact_limit = exact_limit
+        self.ann_candidates = int(ann_candidates)
+        self.ann_nprobe = int(ann_nprobe)
         if not isinstance(embeddings, Embeddings):
             raise TypeError(
                 f"embeddings must be a langchain_core Embeddings, got {type(embeddings).__name__}"
@@ -445,10 +538,21 @@ class MemoryStream:
         return part
 
     def _load_partition(self, namespace: str, dim: int) -> _Partition:
+        """Rebuild a namespace's scoring state from the file, streaming it in chunks.
+
+        The vector-index cache (when valid) spares reading the vectors (exact partitions) or
+        retraining and refilling the IVF index (large partitions).
+        """
         generation = self._store.generation(namespace)
         part = _Partition(namespace, dim, generation)
-        cached = self._load_cached_index(namespace, dim, generation)
-        for chunk in self._store.iter_partition(namespace, with_vectors=cached is None):
+        info = self._cache_info(namespace, generation)
+        kind = info.get("kind", "flat") if info else None
+        flat = self._load_flat_cache(namespace, dim, info) if kind == "flat" else None
+        total = self._store.count(namespace)
+        part.reserve(total)
+        for chunk in self._store.iter_partition(
+            namespace, with_vectors=flat is None, chunk_size=_LOAD_CHUNK
+        ):
             part.append(
                 chunk.seqs,
                 chunk.vectors,
@@ -458,32 +562,44 @@ class MemoryStream:
                 chunk.kinds,
                 None,
             )
-        if cached is not None:
-            part.index = cached
-        else:
-            part.dirty = True
+        if flat is not None:
+            part.index = flat
+        elif kind == "ivf" and info is not None:
+            part.ann = self._load_ivf_cache(namespace, dim, info, len(part))
+            part.ann_upto = len(part) if part.ann is not None else 0
+        part.dirty = flat is None and (part.ann is None or kind != "ivf")
         return part
 
-    def _load_cached_index(
-        self, namespace: str, dim: int, generation: int
-    ) -> FaissFlatIndex | None:
-        path = self._cache_path(namespace)
-        info_raw = self._store.get_meta(f"index_cache:{namespace}")
-        if path is None or info_raw is None:
+    def _cache_info(self, namespace: str, generation: int) -> dict[str, Any] | None:
+        if self._cache_path(namespace) is None:
+            return None
+        raw = self._store.get_meta(f"index_cache:{namespace}")
+        if raw is None:
             return None
         try:
-            info = json.loads(info_raw)
-            if int(info["generation"]) != generation:
+            info = json.loads(raw)
+            if not isinstance(info, dict) or int(info["generation"]) != generation:
                 logger.info("vector index cache for %r is stale; rebuilding", namespace)
                 return None
-            loaded = FaissFlatIndex.load(
-                path,
-                dimension=dim,
-                expected_sha256=str(info["sha256"]),
-                count=int(info["count"]),
-            )
         except (ValueError, KeyError, TypeError):
-            loaded = None
+            return None
+        return info
+
+    def _load_flat_cache(
+        self, namespace: str, dim: int, info: dict[str, Any] | None
+    ) -> FaissFlatIndex | None:
+        path = self._cache_path(namespace)
+        loaded: FaissFlatIndex | None = None
+        if path is not None and info is not None:
+            try:
+                loaded = FaissFlatIndex.load(
+                    path,
+                    dimension=dim,
+                    expected_sha256=str(info["sha256"]),
+                    count=int(info["count"]),
+                )
+            except (ValueError, KeyError, TypeError):
+                loaded = None
         if loaded is None:
             logger.warning(
                 "vector index cache %s is missing, stale or tampered; rebuilding from the "
@@ -492,22 +608,116 @@ class MemoryStream:
             )
         return loaded
 
+    def _load_ivf_cache(
+        self, namespace: str, dim: int, info: dict[str, Any], rows: int
+    ) -> IVFCandidateIndex | None:
+        path = self._cache_path(namespace)
+        loaded: IVFCandidateIndex | None = None
+        try:
+            if path is not None and int(info["count"]) == rows:
+                loaded = IVFCandidateIndex.load(
+                    path,
+                    dimension=dim,
+                    expected_sha256=str(info["sha256"]),
+                    trained_on=int(info["trained_on"]),
+                )
+        except (ValueError, KeyError, TypeError):
+            loaded = None
+        if loaded is None:
+            logger.warning("IVF index cache %s is missing, stale or tampered; rebuilding it", path)
+        return loaded
+
     def _save_index_caches(self) -> None:
         for ns, part in self._partitions.items():
             path = self._cache_path(ns)
             if path is None or not part.dirty:
                 continue
             try:
-                digest = part.index.save(path)
-                info = {
-                    "generation": part.generation,
-                    "sha256": digest,
-                    "count": len(part) - part.index.n_deleted,
-                }
+                info: dict[str, Any]
+                if part.ann is not None:
+                    self._flush_ann(part)
+                    digest = part.ann.save(path)
+                    info = {"kind": "ivf", "trained_on": part.ann.trained_on}
+                elif len(part) <= _FLAT_CACHE_MAX:
+                    digest = part.index.save(path)
+                    info = {"kind": "flat"}
+                else:  # large exact partition: its vectors reload from the file
+                    path.unlink(missing_ok=True)
+                    self._store.set_meta(f"index_cache:{ns}", "{}")
+                    part.dirty = False
+                    continue
+                info.update(generation=part.generation, sha256=digest, count=part.live)
                 self._store.set_meta(f"index_cache:{ns}", json.dumps(info))
                 part.dirty = False
-            except (OSError, StorageError) as exc:  # the cache is optional: never fail on it
+            except (OSError, StorageError, RuntimeError) as exc:  # the cache is optional
                 logger.warning("could not write the vector index cache %s: %s", path, exc)
+
+    # -- approximate candidates ----------------------------------------------------------------
+
+    def _maintain_ann(self, part: _Partition) -> None:
+        """Build, retrain or top up the IVF index of a partition that outgrew ``exact_limit``.
+
+        Rows added since the last update are indexed in batches of ``_ANN_FLUSH``; until then
+        retrieval scans them exactly.
+        """
+        limit = self.exact_limit
+        live = part.live
+        if limit is None or live <= limit:
+            if part.ann is not None and (limit is None or live <= limit // 2):
+                part.ann = None  # shrank well below the limit: exact again
+                part.ann_upto = 0
+                part.dirty = True
+            return
+        if part.ann is None or len(part) > _ANN_REGROW * max(part.ann.trained_on, 1):
+            self._build_ann(part)
+        elif len(part) - part.ann_upto >= _ANN_FLUSH:
+            self._flush_ann(part)
+
+    def _build_ann(self, part: _Partition) -> None:
+        alive = part.index.alive
+        live_rows = np.flatnonzero(alive)
+        nlist = default_nlist(live_rows.shape[0]) * 2
+        index = IVFCandidateIndex(part.index.dimension, min(nlist, 4096))
+        rng = np.random.default_rng(len(part))
+        sample_size = min(live_rows.shape[0], 32 * index.nlist)
+        sample = np.sort(rng.choice(live_rows, size=sample_size, replace=False))
+        index.train(part.index.vectors(sample), live_rows.shape[0])
+        part.ann = index
+        part.ann_upto = 0
+        self._flush_ann(part)
+
+    def _flush_ann(self, part: _Partition) -> None:
+        """Index rows ``ann_upto ..`` in the IVF index (in chunks: no copy of the matrix)."""
+        ann = part.ann
+        if ann is None:
+            return
+        n = len(part)
+        alive = part.index.alive
+        vectors = part.index.vectors()
+        seqs = part.seqs.view
+        for start in range(part.ann_upto, n, 65_536):
+            end = min(n, start + 65_536)
+            keep = alive[start:end]
+            ann.add(vectors[start:end][keep], seqs[start:end][keep])
+        part.ann_upto = n
+        part.dirty = True
+
+    def _top_rows(
+        self, cache: TopRows, values: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], n: int
+    ) -> I64:
+        """The ``n`` live rows with the largest ``values`` (from a cache kept across calls)."""
+        rows = cache.rows() if cache.valid else None
+        if rows is not None:
+            usable = alive[rows] & (values[rows] >= cache.floor)
+            if int(usable.sum()) < min(n, cache.size):
+                rows = None
+        if rows is None:
+            cache.rebuild(values, alive)
+            rows = cache.rows()
+        rows = rows[alive[rows]]
+        if rows.shape[0] > n:
+            rows = rows[np.argpartition(-values[rows], n - 1)[:n]]
+        return rows
 
     def _lexical(self, part: _Partition) -> BM25Index:
         if part.lexical is None:
@@ -611,15 +821,16 @@ class MemoryStream:
             self._check_open()
             self._bind(vectors.shape[1])
             depths = self._depths(plan)
+            # every value was validated by _plan_add: build the records without re-validating
             records = [
-                MemoryRecord(
+                trusted_record(
                     id=plan.ids[i],
                     text=plan.texts[i],
                     kind=plan.kinds[i],
                     created_at=plan.now,
                     last_accessed_at=plan.now,
                     importance=importance[i],
-                    importance_source=sources[i],  # type: ignore[arg-type]
+                    importance_source=sources[i],
                     evidence=plan.evidence[i],
                     depth=depths[i],
                     namespace=plan.namespace,
@@ -633,24 +844,33 @@ class MemoryStream:
                 adds=n,
                 reset_at=plan.now if plan.reset_counter else None,
             )
-            part = self._partition(plan.namespace)
+            part = self._partitions.get(plan.namespace)
             seqs = self._store.insert(records, vectors, counter=counter)
+            if self._store.consume_write_conflict():
+                self._partitions.clear()  # another process wrote: reload from the file
+                part = None
             if part is None:
-                part = self._partition(plan.namespace)  # first write created the partition
+                part = self._partition(plan.namespace)  # loads the rows just written too
             else:
                 stamp = plan.now.timestamp()
-                part.append(
-                    seqs,
-                    vectors,
-                    [stamp] * n,
-                    [stamp] * n,
-                    importance,
-                    plan.kinds,
-                    plan.texts,
-                )
+                if n == 1:
+                    part.append_one(
+                        seqs[0], vectors[0], stamp, importance[0], plan.kinds[0], plan.texts[0]
+                    )
+                else:
+                    part.append(
+                        seqs,
+                        vectors,
+                        [stamp] * n,
+                        [stamp] * n,
+                        importance,
+                        plan.kinds,
+                        plan.texts,
+                    )
                 part.generation = self._store.last_generation
             if part is not None:
                 part.dirty = True
+                self._maintain_ann(part)
             return records
 
     def _bind(self, dimension: int) -> None:
@@ -799,15 +1019,21 @@ class MemoryStream:
                 return []
             if qvec.shape[0] != part.index.dimension:
                 self._bind(qvec.shape[0])
-            mask = np.array(part.index.alive, copy=True)
-            if filter.kinds is not None:
-                codes = [part.kinds[k] for k in filter.kinds if k in part.kinds]
-                mask &= np.isin(part.kind_codes.view, codes)
-            if filter.created_after is not None:
-                mask &= part.created.view >= filter.created_after.timestamp()
-            if filter.created_before is not None:
-                mask &= part.created.view < filter.created_before.timestamp()
-            rows = np.flatnonzero(mask)
+            self._maintain_ann(part)
+            filtered = (
+                filter.kinds is not None
+                or filter.created_after is not None
+                or filter.created_before is not None
+            )
+            mask = self._filter_mask(part, filter) if filtered else None
+            lex_all: tuple[I64, npt.NDArray[np.float32]] | None = None
+            if config.uses_lexical:
+                lex_all = self._lexical(part).search(query)
+            rows: I64 | None = None
+            if part.ann is not None and 4 * k < part.live:
+                rows = self._candidates(part, qvec, k, mask, lex_all, config)
+            if rows is None:  # exact: every (matching) live row is a candidate
+                rows = np.flatnonzero(part.index.alive if mask is None else mask)
             if rows.size == 0:
                 return []
             relevance = part.index.scores(qvec, rows).astype(np.float64)
@@ -817,11 +1043,8 @@ class MemoryStream:
                 if rows.size == 0:
                     return []
             lexical: npt.NDArray[np.float64] | None = None
-            if config.uses_lexical:
-                lex_rows, lex_scores = self._lexical(part).search(query)
-                dense = np.zeros(len(part), dtype=np.float64)
-                dense[lex_rows] = lex_scores
-                lexical = dense[rows]
+            if lex_all is not None:
+                lexical = _lookup(lex_all, rows)
             rec = recency(part.accessed.view[rows], when.timestamp(), config.decay)
             comps = combine(
                 config,
@@ -836,7 +1059,9 @@ class MemoryStream:
             records = self._store.get_by_seq(seqs)
             if touch:
                 self._store.touch(seqs, when)
-                part.accessed.view[best_rows] = when.timestamp()
+                stamp = when.timestamp()
+                part.accessed.view[best_rows] = stamp
+                part.recent_top.offer(best_rows, np.full(best_rows.shape[0], stamp))
             out: list[ScoredMemory] = []
             for pos, seq in zip(best.tolist(), seqs, strict=True):
                 record = records.get(seq)
@@ -855,6 +1080,58 @@ class MemoryStream:
                     )
                 )
             return out
+
+    @staticmethod
+    def _filter_mask(part: _Partition, filter: RetrievalFilter) -> npt.NDArray[np.bool_]:
+        mask = np.array(part.index.alive, copy=True)
+        if filter.kinds is not None:
+            codes = [part.kinds[k] for k in filter.kinds if k in part.kinds]
+            mask &= np.isin(part.kind_codes.view, codes)
+        if filter.created_after is not None:
+            mask &= part.created.view >= filter.created_after.timestamp()
+        if filter.created_before is not None:
+            mask &= part.created.view < filter.created_before.timestamp()
+        return mask
+
+    def _candidates(
+        self,
+        part: _Partition,
+        qvec: F32,
+        k: int,
+        mask: npt.NDArray[np.bool_] | None,
+        lex_all: tuple[I64, npt.NDArray[np.float32]] | None,
+        config: ScoringConfig,
+    ) -> I64 | None:
+        """Rows to score exactly on a large partition, or ``None`` to score every row.
+
+        The union of: the IVF index's best rows, rows not yet in the IVF index, the best BM25
+        rows, the most recently accessed and the most important rows -- restricted to live rows
+        matching the filter. A selective filter (few matching rows) is scored exactly instead.
+        """
+        assert part.ann is not None
+        want = max(self.ann_candidates, 4 * k)
+        dense_want = want
+        alive = part.index.alive
+        if mask is not None:
+            matched = int(np.count_nonzero(mask))
+            if self.exact_limit is None or matched <= self.exact_limit or 4 * k >= matched:
+                return None
+            dense_want = int(min(part.live, want * min(16, math.ceil(part.live / matched))))
+        pieces: list[I64] = [part.rows_of(part.ann.search(qvec, dense_want, self.ann_nprobe))]
+        if part.ann_upto < len(part):
+            pieces.append(np.arange(part.ann_upto, len(part), dtype=np.int64))
+        if lex_all is not None:
+            pieces.append(lex_all[0][:want])
+        if config.recency_weight > 0:
+            pieces.append(self._top_rows(part.recent_top, part.accessed.view, alive, want))
+        if config.importance_weight > 0:
+            pieces.append(self._top_rows(part.important_top, part.importance.view, alive, want))
+        rows = np.unique(np.concatenate(pieces))
+        keep = alive[rows] if mask is None else mask[rows]
+        out: I64 = rows[keep]
+        if out.shape[0] < k and mask is not None:
+            return None  # the filter removed too many candidates: score exactly
+        return out
 
     def retrieve(
         self,

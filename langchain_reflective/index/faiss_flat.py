@@ -1,4 +1,10 @@
-"""Exact FAISS inner-product index (``IndexFlatIP``) with tombstones and a no-pickle cache."""
+"""Exact inner-product index with tombstones and a no-pickle cache in FAISS's format.
+
+The vectors live in one growable numpy matrix (amortised O(1) appends; FAISS 1.15's
+``IndexFlat.add`` copies its whole storage on every call, which made one-at-a-time adds
+quadratic). Search is a BLAS matrix-vector product over that matrix; the cache file is a FAISS
+``IndexFlatIP`` so it stays readable by FAISS tools.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from langchain_reflective._arrays import GrowArray
+from langchain_reflective._arrays import GrowArray, GrowMatrix
 from langchain_reflective.index.base import F32, BaseVectorIndex
 
 __all__ = ["FaissFlatIndex"]
@@ -23,7 +29,7 @@ def _faiss() -> Any:
 
 
 class FaissFlatIndex(BaseVectorIndex):
-    """Brute-force inner product over normalised vectors (= cosine), backed by FAISS.
+    """Brute-force inner product over normalised vectors (= cosine).
 
     Deleted rows stay in the index as tombstones (masked out of results) so row numbers never
     shift; the stream compacts by rebuilding.
@@ -34,7 +40,7 @@ class FaissFlatIndex(BaseVectorIndex):
 
     def __init__(self, dimension: int) -> None:
         self.dimension = int(dimension)
-        self._index = _faiss().IndexFlatIP(self.dimension)
+        self._matrix = GrowMatrix(self.dimension)
         self._alive_buf = GrowArray(np.bool_)
         self._n_dead = 0
 
@@ -43,7 +49,12 @@ class FaissFlatIndex(BaseVectorIndex):
         return self._alive_buf.view
 
     def __len__(self) -> int:
-        return int(self._index.ntotal)
+        return len(self._matrix)
+
+    def reserve(self, rows: int) -> None:
+        """Make room for ``rows`` rows in total (avoids regrowth when the size is known)."""
+        self._matrix.reserve(rows)
+        self._alive_buf.reserve(rows)
 
     @property
     def n_deleted(self) -> int:
@@ -51,11 +62,17 @@ class FaissFlatIndex(BaseVectorIndex):
         return self._n_dead
 
     def add(self, vectors: F32) -> None:
-        arr = np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1, self.dimension)
-        if arr.shape[0] == 0:
+        arr = np.asarray(vectors, dtype=np.float32)
+        if arr.ndim != 2 or arr.shape[1] != self.dimension:
+            arr = arr.reshape(-1, self.dimension)
+        m = arr.shape[0]
+        if m == 0:
             return
-        self._index.add(arr)
-        self._alive_buf.extend(np.ones(arr.shape[0], dtype=bool))
+        self._matrix.extend(arr)
+        if m == 1:
+            self._alive_buf.append(True)
+        else:
+            self._alive_buf.extend(np.ones(m, dtype=bool))
 
     def delete(self, rows: npt.NDArray[np.int64]) -> None:
         rows = np.asarray(rows, dtype=np.int64)
@@ -71,13 +88,7 @@ class FaissFlatIndex(BaseVectorIndex):
         return view
 
     def vectors(self, rows: npt.NDArray[np.int64] | None = None) -> F32:
-        n = len(self)
-        if n == 0:
-            return np.zeros((0, self.dimension), dtype=np.float32)
-        faiss = _faiss()
-        view: F32 = faiss.rev_swig_ptr(self._index.get_xb(), n * self.dimension).reshape(
-            n, self.dimension
-        )
+        view: F32 = self._matrix.view
         if rows is None:
             view.flags.writeable = False
             return view
@@ -106,6 +117,7 @@ class FaissFlatIndex(BaseVectorIndex):
         live = self.vectors()[self._alive] if self._n_dead else self.vectors()
         compact.add(np.ascontiguousarray(live))
         data = faiss.serialize_index(compact).tobytes()
+        del compact
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(target.name + ".tmp")
@@ -142,6 +154,10 @@ class FaissFlatIndex(BaseVectorIndex):
         if not isinstance(loaded, faiss.IndexFlatIP):
             return None
         out = cls(dimension)
-        out._index = loaded  # keep the owning object: a downcast wrapper would not own it
-        out._alive_buf.extend(np.ones(count, dtype=bool))
+        out.reserve(count)
+        if count:
+            stored = faiss.rev_swig_ptr(loaded.get_xb(), count * dimension)
+            out.add(stored.reshape(count, dimension))
+            del stored
+        del loaded
         return out

@@ -8,16 +8,89 @@ from. Every write method is one transaction: it happens completely or not at all
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from langchain_reflective.records import MemoryRecord
 
-__all__ = ["BaseRecordStore", "CounterUpdate", "PartitionChunk", "ReflectionState"]
+__all__ = [
+    "BaseRecordStore",
+    "CounterUpdate",
+    "PartitionChunk",
+    "ReflectionState",
+    "trusted_record",
+]
+
+_RECORD_FIELDS = (
+    "id",
+    "text",
+    "kind",
+    "created_at",
+    "last_accessed_at",
+    "importance",
+    "importance_source",
+    "evidence",
+    "depth",
+    "namespace",
+    "metadata",
+)
+_FAST_RECORDS = tuple(f.name for f in fields(MemoryRecord)) == _RECORD_FIELDS
+
+
+def trusted_record(
+    id: str,
+    text: str,
+    kind: str,
+    created_at: datetime,
+    last_accessed_at: datetime,
+    importance: float,
+    importance_source: str,
+    evidence: tuple[str, ...],
+    depth: int,
+    namespace: str,
+    metadata: Mapping[str, Any],
+) -> MemoryRecord:
+    """Build a :class:`MemoryRecord` from values that were already validated (internal).
+
+    Skips ``__post_init__`` (which re-validates the text, re-serialises the metadata, converts
+    the timestamps): the add path validates every value once before calling this, and stores
+    read back what they wrote. The values must be exactly what validation would produce (UTC
+    datetimes, a float importance, a tuple of str evidence, a plain dict of metadata). Falls
+    back to the validating constructor if ``MemoryRecord`` gains or loses fields.
+    """
+    if not _FAST_RECORDS:  # pragma: no cover - guards against records.py changing under us
+        return MemoryRecord(
+            id=id,
+            text=text,
+            kind=kind,
+            created_at=created_at,
+            last_accessed_at=last_accessed_at,
+            importance=importance,
+            importance_source=importance_source,  # type: ignore[arg-type]
+            evidence=evidence,
+            depth=depth,
+            namespace=namespace,
+            metadata=metadata,
+        )
+    record = object.__new__(MemoryRecord)
+    setattr_ = object.__setattr__
+    setattr_(record, "id", id)
+    setattr_(record, "text", text)
+    setattr_(record, "kind", kind)
+    setattr_(record, "created_at", created_at)
+    setattr_(record, "last_accessed_at", last_accessed_at)
+    setattr_(record, "importance", importance)
+    setattr_(record, "importance_source", importance_source)
+    setattr_(record, "evidence", evidence)
+    setattr_(record, "depth", depth)
+    setattr_(record, "namespace", namespace)
+    setattr_(record, "metadata", metadata)
+    return record
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +231,14 @@ class BaseRecordStore(ABC):
     @abstractmethod
     def changed_elsewhere(self) -> bool:
         """Whether another connection/process wrote since the last call."""
+
+    def consume_write_conflict(self) -> bool:
+        """After a write: whether another writer had written since this store last looked.
+
+        Stores that learn this while writing (SQLite reads its data version inside every write
+        transaction) answer without another query; the default asks :meth:`changed_elsewhere`.
+        """
+        return self.changed_elsewhere()
 
     @abstractmethod
     def get_meta(self, key: str) -> str | None:

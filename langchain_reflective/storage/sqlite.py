@@ -32,6 +32,7 @@ from langchain_reflective.storage.base import (
     CounterUpdate,
     PartitionChunk,
     ReflectionState,
+    trusted_record,
 )
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteRecordStore"]
@@ -88,19 +89,35 @@ def from_us(value: int) -> datetime:
 
 
 def _row_to_record(row: Sequence[Any]) -> MemoryRecord:
-    return MemoryRecord(
+    evidence = row[9]
+    metadata = row[11]
+    return trusted_record(
         id=row[1],
         namespace=row[2],
         text=row[3],
         kind=row[4],
         created_at=from_us(row[5]),
         last_accessed_at=from_us(row[6]),
-        importance=row[7],
+        importance=float(row[7]),
         importance_source=row[8],
-        evidence=tuple(json.loads(row[9])),
-        depth=row[10],
-        metadata=json.loads(row[11]),
+        evidence=tuple(str(e) for e in json.loads(evidence)) if evidence != "[]" else (),
+        depth=int(row[10]),
+        metadata=json.loads(metadata) if metadata != "{}" else {},
     )
+
+
+def _dump_evidence(evidence: tuple[str, ...]) -> str:
+    return json.dumps(list(evidence)) if evidence else "[]"
+
+
+def _dump_metadata(metadata: Any) -> str:
+    return json.dumps(dict(metadata), allow_nan=False) if metadata else "{}"
+
+
+_INSERT = (
+    "INSERT INTO memories (id, namespace, text, kind, created_us, accessed_us, importance, "
+    "importance_source, evidence, depth, metadata, vector) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
+)
 
 
 def _chunks(values: Sequence[Any], size: int = _MAX_VARS) -> Iterator[Sequence[Any]]:
@@ -330,36 +347,49 @@ class SQLiteRecordStore(BaseRecordStore):
         counter: CounterUpdate | None = None,
     ) -> list[int]:
         vecs = np.ascontiguousarray(vectors, dtype="<f4")
-        rows = [
-            (
-                r.id,
-                r.namespace,
-                r.text,
-                r.kind,
-                to_us(r.created_at),
-                to_us(r.accessed_at),
-                r.importance,
-                r.importance_source,
-                json.dumps(list(r.evidence)),
-                r.depth,
-                json.dumps(dict(r.metadata), allow_nan=False),
-                vecs[i].tobytes(),
+        if len(records) != vecs.shape[0]:
+            raise StorageError(f"{len(records)} records but {vecs.shape[0]} vectors")
+        stamps: dict[datetime, int] = {}  # records of one add share their timestamps
+        rows = []
+        for r, vec in zip(records, vecs, strict=True):
+            created = stamps.get(r.created_at)
+            if created is None:
+                created = stamps[r.created_at] = to_us(r.created_at)
+            accessed = stamps.get(r.accessed_at)
+            if accessed is None:
+                accessed = stamps[r.accessed_at] = to_us(r.accessed_at)
+            rows.append(
+                (
+                    r.id,
+                    r.namespace,
+                    r.text,
+                    r.kind,
+                    created,
+                    accessed,
+                    r.importance,
+                    r.importance_source,
+                    _dump_evidence(r.evidence),
+                    r.depth,
+                    _dump_metadata(r.metadata),
+                    vec.tobytes(),
+                )
             )
-            for i, r in enumerate(records)
-        ]
         namespaces = {r.namespace for r in records}
         try:
             with self._transaction() as c:
-                seqs: list[int] = []
-                for row in rows:
-                    cur = c.execute(
-                        "INSERT INTO memories (id, namespace, text, kind, created_us, "
-                        "accessed_us, importance, importance_source, evidence, depth, metadata, "
-                        "vector) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                        row,
-                    )
+                seqs: list[int]
+                if len(rows) == 1:
+                    cur = c.execute(_INSERT, rows[0])
                     assert cur.lastrowid is not None
-                    seqs.append(cur.lastrowid)
+                    seqs = [cur.lastrowid]
+                elif rows:
+                    # one prepared statement for the batch; with AUTOINCREMENT and the write
+                    # lock held, the new sequence numbers are consecutive
+                    c.executemany(_INSERT, rows)
+                    last = int(c.execute("SELECT last_insert_rowid()").fetchone()[0])
+                    seqs = list(range(last - len(rows) + 1, last + 1))
+                else:
+                    seqs = []
                 for ns in namespaces:
                     if counter is not None and counter.namespace == ns and counter.reset_at is None:
                         self.last_generation = self._bump(c, ns, counter.importance, counter.adds)
@@ -568,6 +598,12 @@ class SQLiteRecordStore(BaseRecordStore):
     def generation(self, namespace: str) -> int:
         rows = self._query("SELECT generation FROM counters WHERE namespace=?", (namespace,))
         return int(rows[0][0]) if rows else 0
+
+    def consume_write_conflict(self) -> bool:
+        with self._lock:
+            changed = self._external_change
+            self._external_change = False
+            return changed
 
     def changed_elsewhere(self) -> bool:
         with self._lock:

@@ -1,0 +1,176 @@
+"""Approximate dense candidates for large partitions: FAISS IVF with 8-bit scalar quantisation.
+
+The exact vectors stay in one place (the partition's :class:`FaissFlatIndex`); this index keeps
+only a coarse quantiser, one byte per dimension per vector and an id per vector (about 400 bytes
+per 384-dimensional vector, a quarter of the float32 copy). It proposes candidates; the stream
+rescores every candidate exactly, so the quantisation never changes a returned score.
+
+Ids are the records' sequence numbers (stable across reloads and compaction), not row numbers.
+Deleted records stay in the lists (the caller drops them when mapping ids to live rows); the
+stream rebuilds the index when more than half of a partition is deleted.
+
+The cache file is FAISS's own binary format (``write_index``); it is only parsed after its
+SHA-256 matches the digest recorded in the memory file, and it is written and hashed as a stream
+so saving a large index does not hold a second copy of it in memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["IVFCandidateIndex", "default_nlist"]
+
+F32 = npt.NDArray[np.float32]
+_CHUNK = 1 << 20
+
+
+def _faiss() -> Any:
+    import faiss
+
+    return faiss
+
+
+def default_nlist(rows: int) -> int:
+    """Number of IVF lists for ``rows`` vectors: about ``sqrt(rows)``, within [16, 4096]."""
+    return int(min(4096, max(16, round(math.sqrt(max(rows, 1))))))
+
+
+class IVFCandidateIndex:
+    """An IVF-SQ8 inner-product index over record ids (sequence numbers).
+
+    Args:
+        dimension: vector dimension.
+        nlist: number of inverted lists (see :func:`default_nlist`).
+    """
+
+    def __init__(self, dimension: int, nlist: int) -> None:
+        faiss = _faiss()
+        self.dimension = int(dimension)
+        self.nlist = int(nlist)
+        quantizer = faiss.IndexFlatIP(self.dimension)
+        index = faiss.IndexIVFScalarQuantizer(
+            quantizer,
+            self.dimension,
+            self.nlist,
+            faiss.ScalarQuantizer.QT_8bit,
+            faiss.METRIC_INNER_PRODUCT,
+            False,  # encode vectors, not residuals: cheaper adds, same ranking quality here
+        )
+        index.cp.niter = 12
+        index.cp.max_points_per_centroid = 64
+        self._index = index
+        self._quantizer = quantizer  # the IVF index points to it; keep it alive
+        self.trained_on = 0
+        """How many vectors the coarse quantiser was trained for (drives retraining)."""
+
+    def __len__(self) -> int:
+        return int(self._index.ntotal)
+
+    @property
+    def is_trained(self) -> bool:
+        """Whether :meth:`train` ran (or the index was loaded trained)."""
+        return bool(self._index.is_trained)
+
+    def train(self, sample: F32, rows: int) -> None:
+        """Train the coarse quantiser and the scalar quantiser on ``sample``.
+
+        Args:
+            sample: training vectors (a random subset; ``40 * nlist`` is plenty).
+            rows: how many vectors the index is trained for (recorded in :attr:`trained_on`).
+        """
+        arr = np.ascontiguousarray(sample, dtype=np.float32)
+        self._index.train(arr)
+        self.trained_on = int(rows)
+
+    def add(self, vectors: F32, ids: npt.NDArray[np.int64]) -> None:
+        """Add vectors under ``ids`` (sequence numbers)."""
+        arr = np.ascontiguousarray(vectors, dtype=np.float32)
+        if arr.shape[0] == 0:
+            return
+        self._index.add_with_ids(arr, np.ascontiguousarray(ids, dtype=np.int64))
+
+    def search(self, query: F32, k: int, nprobe: int) -> npt.NDArray[np.int64]:
+        """Ids of about the ``k`` best vectors (approximate), best first."""
+        faiss = _faiss()
+        if len(self) == 0 or k <= 0:
+            return np.zeros(0, dtype=np.int64)
+        q = np.ascontiguousarray(query, dtype=np.float32).reshape(1, -1)
+        params = faiss.SearchParametersIVF()
+        params.nprobe = int(min(max(nprobe, 1), self.nlist))
+        _, ids = self._index.search(q, int(k), params=params)
+        out: npt.NDArray[np.int64] = ids[0][ids[0] >= 0]
+        return out
+
+    # -- cache file ----------------------------------------------------------------------------
+
+    def save(self, path: str | os.PathLike[str]) -> str:
+        """Write the index to ``path`` atomically (streamed); return the file's SHA-256."""
+        faiss = _faiss()
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        digest = hashlib.sha256()
+        fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+
+            def write(chunk: bytes) -> int:
+                digest.update(chunk)
+                fh.write(chunk)
+                return len(chunk)
+
+            writer = faiss.PyCallbackIOWriter(write, _CHUNK)
+            faiss.write_index(self._index, writer)
+            del writer  # flushes the last block
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+        return digest.hexdigest()
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        dimension: int,
+        expected_sha256: str,
+        trained_on: int,
+    ) -> IVFCandidateIndex | None:
+        """Load a cache written by :meth:`save`; ``None`` when missing, tampered or foreign.
+
+        The file is hashed first and parsed from the same open file only when the digest
+        matches, so a tampered or foreign cache is never deserialised.
+        """
+        faiss = _faiss()
+        try:
+            fh = Path(path).open("rb")  # noqa: SIM115 - closed by the with block below
+        except OSError:
+            return None
+        with fh:
+            digest = hashlib.sha256()
+            while block := fh.read(_CHUNK):
+                digest.update(block)
+            if digest.hexdigest() != expected_sha256:
+                return None
+            fh.seek(0)
+            try:
+                reader = faiss.PyCallbackIOReader(fh.read, _CHUNK)
+                loaded = faiss.read_index(reader)
+                del reader
+            except RuntimeError:
+                return None
+        if not isinstance(loaded, faiss.IndexIVFScalarQuantizer) or loaded.d != dimension:
+            return None
+        out = cls.__new__(cls)
+        out.dimension = int(dimension)
+        out.nlist = int(loaded.nlist)
+        out._index = loaded  # read_index owns its quantiser
+        out._quantizer = None
+        out.trained_on = int(trained_on)
+        return out
