@@ -36,6 +36,8 @@ from langchain_reflective.memory import MemoryConfig, ReflectionFailure, Reflect
 from langchain_reflective.records import MemoryRecord
 from langchain_reflective.reflection import (
     ReflectionConfig,
+    ReflectionInput,
+    ReflectionOutput,
     ReflectionPrompts,
     create_reflection_graph,
     parse_insights,
@@ -86,6 +88,8 @@ __all__ = [
     "ReflectionConfig",
     "ReflectionError",
     "ReflectionFailure",
+    "ReflectionInput",
+    "ReflectionOutput",
     "ReflectionPrompts",
     "ReflectionState",
     "ReflectiveChatMemory",
