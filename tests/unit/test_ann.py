@@ -1,0 +1,184 @@
+"""The approximate candidate path (partitions above ``exact_limit``) against exact scoring."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+from langchain_core.embeddings import Embeddings
+
+from langchain_reflective import MemoryStream
+from langchain_reflective.index.ivf import IVFCandidateIndex
+
+DIM = 32
+N = 3000
+NOW = datetime(2024, 5, 1, tzinfo=UTC)
+
+
+class TableEmbeddings(Embeddings):
+    """Looks texts up in a table of precomputed vectors (texts must be known)."""
+
+    model_name = "table"
+
+    def __init__(self, table: dict[str, np.ndarray]) -> None:
+        self.table = table
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self.table[t].tolist() for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.table[text].tolist()
+
+
+def _clustered(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centers = rng.standard_normal((30, DIM))
+    x = centers[rng.integers(0, 30, n)] + 0.35 * rng.standard_normal((n, DIM))
+    out: np.ndarray = x / np.linalg.norm(x, axis=1, keepdims=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[list[str], TableEmbeddings, list[str], list[float]]:
+    rng = np.random.default_rng(7)
+    vectors = _clustered(N, 1)
+    words = [f"w{i}" for i in range(400)]
+    texts = [f"m{i} " + " ".join(rng.choice(words, 6)) for i in range(N)]
+    table = dict(zip(texts, vectors, strict=True))
+    queries = []
+    for i in rng.choice(N, 25, replace=False):
+        noisy = vectors[i] + 0.05 * rng.standard_normal(DIM)
+        query = " ".join(texts[i].split()[1:4]) + f" q{i}"
+        table[query] = noisy / np.linalg.norm(noisy)
+        queries.append(query)
+    importances = rng.uniform(0.1, 1.0, N).round(3).tolist()
+    return texts, TableEmbeddings(table), queries, importances
+
+
+def _fill(stream: MemoryStream, texts: list[str], importances: list[float]) -> None:
+    for start in range(0, len(texts), 500):
+        stream.add(
+            texts[start : start + 500],
+            importances=importances[start : start + 500],
+            now=NOW + timedelta(minutes=start),
+        )
+
+
+def _top(stream: MemoryStream, query: str, k: int = 10) -> list[str]:
+    hits = stream.retrieve(query, k=k, now=NOW + timedelta(days=2), touch=False)
+    return [h.record.id for h in hits]
+
+
+def test_ann_top10_equals_exact_on_clustered_data(tmp_path: Path, data) -> None:
+    texts, emb, queries, imps = data
+    with (
+        MemoryStream(emb, path=tmp_path / "a.db", exact_limit=500) as approx,
+        MemoryStream(emb, path=tmp_path / "e.db", exact_limit=None) as exact,
+    ):
+        for s in (approx, exact):
+            _fill(s, texts, imps)
+        assert approx._partitions["default"].ann is not None
+        assert exact._partitions["default"].ann is None
+        agree = []
+        for q in queries:
+            a = [approx.get(i)[0].text for i in _top(approx, q)]
+            e = [exact.get(i)[0].text for i in _top(exact, q)]
+            agree.append(len(set(a) & set(e)) / 10)
+        assert np.mean(agree) >= 0.98
+        assert sum(x == 1.0 for x in agree) >= len(agree) - 1
+
+
+def test_scores_on_the_ann_path_are_the_exact_scores(tmp_path: Path, data) -> None:
+    texts, emb, queries, imps = data
+    with (
+        MemoryStream(emb, exact_limit=500) as approx,
+        MemoryStream(emb, exact_limit=None) as exact,
+    ):
+        for s in (approx, exact):
+            _fill(s, texts, imps)
+        when = NOW + timedelta(days=1)
+        for q in queries[:5]:
+            a = {h.record.text: h.score for h in approx.retrieve(q, k=5, now=when, touch=False)}
+            e = {h.record.text: h.score for h in exact.retrieve(q, k=50, now=when, touch=False)}
+            for text, score in a.items():
+                assert score == pytest.approx(e[text], abs=1e-9)
+
+
+def test_deleted_memories_never_come_back(tmp_path: Path, data) -> None:
+    texts, emb, queries, imps = data
+    db = tmp_path / "m.db"
+    with MemoryStream(emb, path=db, exact_limit=500) as s:
+        _fill(s, texts, imps)
+        gone = set()
+        for q in queries[:8]:
+            ids = _top(s, q, k=3)
+            s.delete(ids)
+            gone.update(ids)
+        for q in queries:
+            assert not gone & set(_top(s, q))
+    with MemoryStream(emb, path=db, exact_limit=500) as s:
+        for q in queries:
+            assert not gone & set(_top(s, q))
+
+
+def test_rows_added_after_the_index_was_built_are_found(data) -> None:
+    texts, emb, _, imps = data
+    with MemoryStream(emb, exact_limit=500) as s:
+        _fill(s, texts[:-5], imps[:-5])
+        part = s._partitions["default"]
+        upto = part.ann_upto
+        late = s.add(texts[-5:], importances=1.0, now=NOW + timedelta(days=1))
+        assert part.ann_upto == upto  # still pending: scanned exactly
+        for record in late:
+            query = " ".join(record.text.split()[1:])
+            emb.table.setdefault(query, emb.table[record.text])
+            assert _top(s, query, k=1) == [record.id]
+
+
+def test_reopen_uses_the_ivf_cache_and_a_tampered_one_is_rebuilt(
+    tmp_path: Path, data, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    texts, emb, queries, imps = data
+    db = tmp_path / "m.db"
+    with MemoryStream(emb, path=db, exact_limit=500) as s:
+        _fill(s, texts, imps)
+        want = [_top(s, q) for q in queries]
+    trained: list[int] = []
+    original = IVFCandidateIndex.train
+
+    def counting_train(self: IVFCandidateIndex, sample: np.ndarray, rows: int) -> None:
+        trained.append(rows)
+        original(self, sample, rows)
+
+    monkeypatch.setattr(IVFCandidateIndex, "train", counting_train)
+    with MemoryStream(emb, path=db, exact_limit=500) as s:
+        assert [_top(s, q) for q in queries] == want
+        assert s._partitions["default"].ann is not None
+    assert trained == []  # loaded from the cache, not retrained
+    (cache,) = (db.parent / (db.name + ".index")).iterdir()
+    data_bytes = bytearray(cache.read_bytes())
+    data_bytes[len(data_bytes) // 2] ^= 0xFF
+    cache.write_bytes(bytes(data_bytes))
+    with MemoryStream(emb, path=db, exact_limit=500) as s:
+        assert [_top(s, q) for q in queries] == want
+    assert trained  # the tampered cache was not trusted: rebuilt from the vectors
+
+
+def test_filters_on_the_ann_path(data) -> None:
+    texts, emb, queries, imps = data
+    with MemoryStream(emb, exact_limit=500) as s:
+        _fill(s, texts, imps)
+        s.add(texts[:3], kinds="plan", importances=0.5, ids=["p0", "p1", "p2"], now=NOW)
+        hits = s.retrieve(queries[0], k=10, filter={"kind": "plan"}, touch=False)
+        assert {h.record.id for h in hits} == {"p0", "p1", "p2"}
+        late = NOW + timedelta(minutes=2500)
+        hits = s.retrieve(queries[0], k=10, filter={"created_after": late}, touch=False)
+        assert hits and all(h.record.created_at >= late for h in hits)
+
+
+def test_bad_exact_limit_is_rejected(data) -> None:
+    _, emb, _, _ = data
+    with pytest.raises(ValueError):
+        MemoryStream(emb, exact_limit=0)
