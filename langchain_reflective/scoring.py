@@ -105,7 +105,7 @@ class ScoringConfig:
         )
 
     @classmethod
-    def hybrid(cls) -> ScoringConfig:
+    def hybrid(cls, *, context: bool = True) -> ScoringConfig:
         """The default: dense + lexical relevance with neighbour context; recency and importance
         break near-ties.
 
@@ -114,6 +114,12 @@ class ScoringConfig:
         0.05 * recency + 0.05 * importance``. On LoCoMo (495 questions) it reaches R@5 0.698 and
         R@10 0.783 against 0.501/0.596 for stemmed BM25, the best single baseline; recency and
         importance weights above ~0.2 start drowning relevance (``docs/benchmarks.md``).
+
+        Args:
+            context: use the neighbour and previous-observation context. Right for streams
+                of related observations (conversations, an agent's experience); pass
+                ``False`` when memories are independent facts stored back to back, where a
+                neighbour's relevance would pull unrelated facts up.
         """
         return cls(
             relevance_weight=0.6,
@@ -122,9 +128,9 @@ class ScoringConfig:
             importance_weight=0.05,
             decay=0.995,
             normalization="none",
-            neighbor_weight=0.5,
-            lexical_context=True,
-            name="hybrid",
+            neighbor_weight=0.5 if context else 0.0,
+            lexical_context=context,
+            name="hybrid" if context else "hybrid-facts",
         )
 
     @classmethod

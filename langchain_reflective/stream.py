@@ -46,6 +46,7 @@ from langchain_reflective.importance import BaseImportanceScorer, HeuristicImpor
 from langchain_reflective.index.faiss_flat import FaissFlatIndex
 from langchain_reflective.index.ivf import IVFCandidateIndex, default_nlist
 from langchain_reflective.records import (
+    OBSERVATION,
     REFLECTION,
     MemoryRecord,
     new_memory_id,
@@ -53,7 +54,7 @@ from langchain_reflective.records import (
     validate_metadata,
     validate_text,
 )
-from langchain_reflective.scoring import ScoringConfig, combine, recency, top_k
+from langchain_reflective.scoring import ScoreComponents, ScoringConfig, combine, recency, top_k
 from langchain_reflective.storage.base import (
     BaseRecordStore,
     CounterUpdate,
@@ -263,6 +264,12 @@ class _Partition:
         self.kind_codes = GrowArray(np.int32)
         self.kinds: dict[str, int] = {}
         self.lexical: BM25Index | None = None
+        self._observations: GrowArray | None = None
+        self._observations_upto = 0
+        self.lexical_context = False
+        """Index each observation for BM25 with the previous observation's text."""
+        self.last_observation: str | None = None
+        """Text of the newest observation (for the lexical context of the next one)."""
         self.dirty = False
         self.ann: IVFCandidateIndex | None = None
         """Approximate dense index over rows ``0 .. ann_upto - 1`` (large partitions only)."""
@@ -285,6 +292,20 @@ class _Partition:
     def code(self, kind: str) -> int:
         return self.kinds.setdefault(kind, len(self.kinds))
 
+    def lexical_documents(self, texts: Sequence[str], kinds: Sequence[str]) -> list[str]:
+        """BM25 documents for new rows: observations carry the previous observation's text."""
+        if not self.lexical_context:
+            return list(texts)
+        docs: list[str] = []
+        for text, kind in zip(texts, kinds, strict=True):
+            if kind == OBSERVATION:
+                prev = self.last_observation
+                docs.append(text if prev is None else prev + "\n" + text)
+                self.last_observation = text
+            else:
+                docs.append(text)
+        return docs
+
     def append_one(
         self, seq: int, vector: F32, stamp: float, importance: float, kind: str, text: str
     ) -> None:
@@ -297,7 +318,7 @@ class _Partition:
         self.importance.append(importance)
         self.kind_codes.append(self.code(kind))
         if self.lexical is not None:
-            self.lexical.add([text])
+            self.lexical.add(self.lexical_documents([text], [kind]))
         rows = np.array([row], dtype=np.int64)
         self.recent_top.offer(rows, np.array([stamp]))
         self.important_top.offer(rows, np.array([importance]))
@@ -321,7 +342,7 @@ class _Partition:
         self.importance.extend(importance)
         self.kind_codes.extend([self.code(k) for k in kinds])
         if self.lexical is not None and texts is not None:
-            self.lexical.add(list(texts))
+            self.lexical.add(self.lexical_documents(texts, kinds))
         rows = np.arange(start, len(self.seqs), dtype=np.int64)
         self.recent_top.offer(rows, self.accessed.view[start:])
         self.important_top.offer(rows, self.importance.view[start:])
@@ -339,6 +360,26 @@ class _Partition:
         self.index.delete(rows)
         if self.lexical is not None:
             self.lexical.remove(rows.tolist())
+        self._observations = None
+
+    def observation_rows(self) -> I64:
+        """Sorted rows of live observations, cached (appends extend it; deletes reset it)."""
+        code = self.kinds.get(OBSERVATION)
+        n = len(self.seqs)
+        if code is None:
+            return np.zeros(0, dtype=np.int64)
+        cached = self._observations
+        if cached is None:
+            cached = GrowArray(np.int64, capacity=max(n, 64))
+            cached.extend(np.flatnonzero(self.index.alive & (self.kind_codes.view == code)))
+            self._observations = cached
+        elif self._observations_upto < n:
+            tail = self.kind_codes.view[self._observations_upto :] == code
+            tail &= self.index.alive[self._observations_upto :]
+            cached.extend(np.flatnonzero(tail) + self._observations_upto)
+        self._observations_upto = n
+        out: I64 = cached.view
+        return out
 
 
 @dataclass
@@ -724,8 +765,17 @@ class MemoryStream:
             from langchain_reflective.lexical import BM25Index
 
             lexical = BM25Index()
+            # rows must line up with the partition's, whose deleted rows are tombstones while
+            # the file no longer holds them: place each stored text at its row
+            docs = [""] * len(part)
+            part.lexical_context = self.scoring.lexical_context
+            part.last_observation = None
             for chunk in self._store.iter_partition(part.namespace, with_vectors=False):
-                lexical.add(chunk.texts)
+                rows = part.rows_of(chunk.seqs)
+                contextual = part.lexical_documents(chunk.texts, chunk.kinds)
+                for row, doc in zip(rows.tolist(), contextual, strict=True):
+                    docs[row] = doc
+            lexical.add(docs)
             dead = np.flatnonzero(~part.index.alive)
             if dead.size:
                 lexical.remove(dead.tolist())
@@ -1042,16 +1092,8 @@ class MemoryStream:
                 rows, relevance = rows[keep], relevance[keep]
                 if rows.size == 0:
                     return []
-            lexical: npt.NDArray[np.float64] | None = None
-            if lex_all is not None:
-                lexical = _lookup(lex_all, rows)
-            rec = recency(part.accessed.view[rows], when.timestamp(), config.decay)
-            comps = combine(
-                config,
-                relevance=relevance,
-                recency=rec,
-                importance=part.importance.view[rows],
-                lexical=lexical,
+            relevance, rec, comps = self._score_rows(
+                part, qvec, rows, relevance, lex_all, config, when.timestamp()
             )
             best = top_k(comps.score, k)
             best_rows = rows[best]
@@ -1080,6 +1122,84 @@ class MemoryStream:
                     )
                 )
             return out
+
+    @staticmethod
+    def _neighbors(part: _Partition, rows: I64) -> tuple[I64, I64]:
+        """The previous and next live observation rows of each row (-1: none or not one)."""
+        none = np.full(rows.shape[0], -1, dtype=np.int64)
+        code = part.kinds.get(OBSERVATION)
+        if code is None or rows.size == 0:
+            return none, none.copy()
+        observations = part.observation_rows()
+        if observations.size == 0:
+            return none, none.copy()
+        pos = np.searchsorted(observations, rows)
+        inside = pos < observations.size
+        is_obs = np.zeros(rows.shape[0], dtype=bool)
+        is_obs[inside] = observations[pos[inside]] == rows[inside]
+        prev = np.where(is_obs & (pos > 0), observations[np.maximum(pos - 1, 0)], -1)
+        nxt_pos = np.minimum(pos + 1, observations.size - 1)
+        nxt = np.where(is_obs & (pos + 1 < observations.size), observations[nxt_pos], -1)
+        return prev.astype(np.int64), nxt.astype(np.int64)
+
+    def _score_rows(
+        self,
+        part: _Partition,
+        qvec: F32,
+        rows: I64,
+        relevance: npt.NDArray[np.float64],
+        lex_all: tuple[I64, npt.NDArray[np.float32]] | None,
+        config: ScoringConfig,
+        now: float,
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], ScoreComponents]:
+        """Score candidate ``rows`` (whose raw cosine is ``relevance``), neighbours included.
+
+        With ``config.neighbor_weight`` the neighbours of the candidates are scored too (they
+        need not be candidates themselves), so a memory's score depends only on itself and its
+        neighbours, never on which other memories are candidates.
+        """
+        lexical_max = float(lex_all[1].max()) if lex_all is not None and lex_all[1].size else 0.0
+        neighbors: tuple[I64, I64] | None = None
+        scored = rows
+        rel: npt.NDArray[np.float64] = relevance
+        if config.neighbor_weight > 0:
+            prev, nxt = self._neighbors(part, rows)
+            scored = np.unique(np.concatenate([rows, prev[prev >= 0], nxt[nxt >= 0]]))
+            if scored.shape[0] != rows.shape[0]:
+                rel = np.asarray(part.index.scores(qvec, scored), dtype=np.float64)
+            else:
+                order = np.argsort(rows)
+                scored, rel = rows[order], relevance[order]
+            prev_s, nxt_s = self._neighbors(part, scored)
+            prev_i = np.searchsorted(scored, prev_s)
+            nxt_i = np.searchsorted(scored, nxt_s)
+            prev_ok = (prev_s >= 0) & (prev_i < scored.shape[0])
+            prev_ok[prev_ok] = scored[prev_i[prev_ok]] == prev_s[prev_ok]
+            nxt_ok = (nxt_s >= 0) & (nxt_i < scored.shape[0])
+            nxt_ok[nxt_ok] = scored[nxt_i[nxt_ok]] == nxt_s[nxt_ok]
+            neighbors = (np.where(prev_ok, prev_i, -1), np.where(nxt_ok, nxt_i, -1))
+        lexical = _lookup(lex_all, scored) if lex_all is not None else None
+        rec = np.asarray(recency(part.accessed.view[scored], now, config.decay), dtype=np.float64)
+        comps = combine(
+            config,
+            relevance=rel,
+            recency=rec,
+            importance=part.importance.view[scored],
+            lexical=lexical,
+            lexical_max=lexical_max if lex_all is not None else None,
+            neighbors=neighbors,
+        )
+        if scored is rows:
+            return rel, rec, comps
+        at = np.searchsorted(scored, rows)
+        picked = ScoreComponents(
+            relevance=comps.relevance[at],
+            lexical=comps.lexical[at],
+            recency=comps.recency[at],
+            importance=comps.importance[at],
+            score=comps.score[at],
+        )
+        return rel[at], rec[at], picked
 
     @staticmethod
     def _filter_mask(part: _Partition, filter: RetrievalFilter) -> npt.NDArray[np.bool_]:
@@ -1122,6 +1242,12 @@ class MemoryStream:
             pieces.append(np.arange(part.ann_upto, len(part), dtype=np.int64))
         if lex_all is not None:
             pieces.append(lex_all[0][:want])
+        if config.neighbor_weight > 0:
+            # a memory also scores through its neighbours' relevance: the neighbours of the
+            # relevant candidates are candidates too
+            relevant = np.concatenate(pieces)
+            prev, nxt = self._neighbors(part, np.unique(relevant))
+            pieces += [prev[prev >= 0], nxt[nxt >= 0]]
         if config.recency_weight > 0:
             pieces.append(self._top_rows(part.recent_top, part.accessed.view, alive, want))
         if config.importance_weight > 0:

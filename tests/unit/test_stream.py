@@ -54,8 +54,14 @@ def test_retrieve_ranks_relevant_first_and_exposes_components(stream, now) -> No
     stream.add(FACTS, importances=0.5, now=now)
     hits = stream.retrieve("Where did Bob move?", k=2, now=now, touch=False)
     assert len(hits) == 2
-    assert {h.record.text for h in hits} <= {FACTS[1], FACTS[3]}
     assert hits[0].score >= hits[1].score
+    assert FACTS[1] in {h.record.text for h in hits}
+    # independent facts stored back to back: without the conversational context both Bob
+    # facts lead (with it, the fact next to "Bob moved" is pulled up by its neighbour)
+    with MemoryStream(WordEmbeddings(), scoring=ScoringConfig.hybrid(context=False)) as facts:
+        facts.add(FACTS, importances=0.5, now=now)
+        hits = facts.retrieve("Where did Bob move?", k=2, now=now, touch=False)
+    assert [h.record.text for h in hits] == [FACTS[1], FACTS[3]]
     top = hits[0]
     assert 0 <= top.lexical <= 1 and top.lexical > 0
     assert top.recency == pytest.approx(1.0)
@@ -395,9 +401,7 @@ def test_import_rejects_foreign_and_malformed(tmp_path: Path, stream) -> None:
     with pytest.raises(InvalidMemoryError):
         stream.import_jsonl(bad)
     bad.write_text(
-        json.dumps({"format": "langchain-reflective/jsonl", "version": 1})
-        + "\n"
-        + '{"id": "x"}\n'
+        json.dumps({"format": "langchain-reflective/jsonl", "version": 1}) + "\n" + '{"id": "x"}\n'
     )
     with pytest.raises(InvalidMemoryError):
         stream.import_jsonl(bad)
@@ -475,3 +479,35 @@ def test_naive_now_is_rejected(stream) -> None:
     with pytest.raises(InvalidMemoryError):
         stream.retrieve("x", now=datetime(2024, 1, 1))
     assert stream.retrieve("x", now=datetime(2024, 1, 1, tzinfo=UTC))
+
+
+def test_neighbor_context_pulls_in_the_adjacent_turn(stream: MemoryStream, now) -> None:
+    """In a conversation the answer often follows the question: the default scores a turn
+    with half of its better neighbour's relevance (and indexes it with the previous turn)."""
+    stream.add(
+        [
+            "Anna: what did you do last weekend?",
+            "Ben: I went sailing on the lake with my uncle",
+            "Anna: the weather forecast says rain tomorrow",
+            "Ben: my favourite food is ramen",
+            "Anna: I need to buy groceries",
+        ],
+        importances=0.5,
+        now=now,
+    )
+    query = "what did Ben do last weekend"
+    default = [h.record.text for h in stream.retrieve(query, k=2, now=now, touch=False)]
+    assert "Ben: I went sailing on the lake with my uncle" in default
+    no_context = ScoringConfig(
+        relevance_weight=0.6,
+        lexical_weight=0.4,
+        recency_weight=0.05,
+        importance_weight=0.05,
+        normalization="none",
+    )
+    hits = stream.retrieve(query, k=5, now=now, touch=False)
+    plain = stream.retrieve(query, k=5, now=now, touch=False, scoring=no_context)
+    by_text = {h.record.text: h.score for h in hits}
+    plain_by_text = {h.record.text: h.score for h in plain}
+    answer = "Ben: I went sailing on the lake with my uncle"
+    assert by_text[answer] > plain_by_text[answer]  # boosted by the question before it
