@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from langchain_reflective.importance import neutralise
+from langchain_reflective._llm import neutralise
 from langchain_reflective.records import REFLECTION, MemoryRecord
 from langchain_reflective.stream import MemoryStream, RetrievalFilter, ScoredMemory
 

@@ -20,8 +20,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 from pydantic import BaseModel, Field
 
-from langchain_reflective.errors import ReflectionError
-from langchain_reflective.importance import (
+from langchain_reflective._llm import (
     Flow,
     ModelCall,
     Op,
@@ -31,6 +30,7 @@ from langchain_reflective.importance import (
     run_async,
     run_sync,
 )
+from langchain_reflective.errors import ReflectionError
 from langchain_reflective.records import REFLECTION, MemoryRecord, utc
 from langchain_reflective.reflection.config import ReflectionConfig
 from langchain_reflective.reflection.parsing import (

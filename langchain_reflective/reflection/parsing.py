@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from langchain_reflective.importance import clean_model_text, load_json
+from langchain_reflective._llm import clean_model_text, load_json
 
 if TYPE_CHECKING:
     from langchain_reflective.reflection.state import InsightDict

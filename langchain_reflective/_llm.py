@@ -1,0 +1,324 @@
+"""Model-call plumbing shared by importance rating and reflection (internal).
+
+Retries of transient errors through LangChain's ``with_retry``, a structured-or-text model call,
+prompt fencing of memory text, tolerant cleanup of model answers, and the generator-based step
+driver that lets one flow run with sync or async model calls (:func:`run_sync`,
+:func:`run_async`), the way httpx's ``auth_flow`` serves both clients.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+
+from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.runnables import Runnable
+    from langchain_core.runnables.retry import ExponentialJitterParams
+
+
+def transient_errors() -> tuple[type[BaseException], ...]:
+    """Exception types worth retrying: timeouts, connection errors, rate limits, 5xx.
+
+    Always ``TimeoutError`` and ``ConnectionError``; plus ``openai``'s and ``httpx``'s timeout,
+    connection, rate-limit and server errors when those packages are importable.
+    """
+    errors: list[type[BaseException]] = [TimeoutError, ConnectionError]
+    try:
+        import openai
+
+        errors += [
+            openai.APITimeoutError,
+            openai.APIConnectionError,
+            openai.RateLimitError,
+            openai.InternalServerError,
+        ]
+    except ImportError:  # pragma: no cover - openai is a dependency of langchain-openai
+        pass
+    try:
+        import httpx
+
+        errors += [httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError]
+    except ImportError:  # pragma: no cover - httpx comes with langchain-core
+        pass
+    return tuple(errors)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryConfig:
+    """How transient model errors are retried (LangChain's ``Runnable.with_retry``).
+
+    Waits grow exponentially with jitter (``wait_exponential_jitter``). Set ``attempts=1`` to
+    disable retries, or the waits to ``0`` in tests.
+    """
+
+    attempts: int = 3
+    """Total attempts per model call, the first included (1 = no retry)."""
+    initial_wait: float = 1.0
+    """Wait before the first retry, in seconds."""
+    max_wait: float = 20.0
+    """Longest wait between two attempts, in seconds."""
+    exp_base: float = 2.0
+    """Growth factor of the wait between attempts."""
+    jitter: float = 1.0
+    """Random extra wait of up to this many seconds."""
+    retry_on: tuple[type[BaseException], ...] | None = None
+    """Exception types to retry; ``None`` means :func:`transient_errors`. Other errors fail at
+    once (and then take the fallback, or are raised in strict mode)."""
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"RetryConfig.attempts must be >= 1, got {self.attempts}")
+        if min(self.initial_wait, self.max_wait, self.jitter) < 0 or self.exp_base < 1:
+            raise ValueError("RetryConfig waits must be >= 0 and exp_base >= 1")
+
+    def apply(self, runnable: Runnable[Any, Any]) -> Runnable[Any, Any]:
+        """Wrap ``runnable`` with ``with_retry`` using these settings."""
+        if self.attempts == 1:
+            return runnable
+        params: dict[str, float] = {
+            _jitter_start_param(): self.initial_wait,
+            "max": self.max_wait,
+            "exp_base": self.exp_base,
+            "jitter": self.jitter,
+        }
+        return runnable.with_retry(
+            retry_if_exception_type=self.retry_on or transient_errors(),
+            stop_after_attempt=self.attempts,
+            wait_exponential_jitter=True,
+            exponential_jitter_params=cast("ExponentialJitterParams", params),
+        )
+
+
+@functools.cache
+def _jitter_start_param() -> str:
+    """``"multiplier"`` on tenacity versions that deprecate ``initial``, else ``"initial"``."""
+    import inspect
+
+    from tenacity import wait_exponential_jitter
+
+    names = inspect.signature(wait_exponential_jitter.__init__).parameters
+    return "multiplier" if "multiplier" in names else "initial"
+
+
+def resolve_chat_model(model: str | BaseChatModel) -> BaseChatModel:
+    """Return ``model`` itself, or a chat model built from a ``"provider:model"`` string.
+
+    Strings go through ``langchain.chat_models.init_chat_model`` (imported lazily).
+
+    Raises:
+        ImportError: for a string when the ``langchain`` package is not installed.
+        TypeError: when ``model`` is neither a string nor a chat model.
+    """
+    from langchain_core.language_models import BaseChatModel
+
+    if isinstance(model, BaseChatModel):
+        return model
+    if isinstance(model, str):
+        try:
+            from langchain.chat_models import init_chat_model
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError(
+                f"model={model!r} is a string, which needs `langchain` to resolve it: "
+                "pip install 'langchain-reflective[agents]', or pass a BaseChatModel instance "
+                "(e.g. ChatOpenAI(...))."
+            ) from exc
+        return init_chat_model(model)
+    raise TypeError(
+        f"model must be a BaseChatModel or a 'provider:model' string, got {type(model).__name__}"
+    )
+
+
+_FENCE_TAG = re.compile(r"<\s*/?\s*([A-Za-z_][\w-]*)\s*>")
+
+
+def fence_block(items: Iterable[str], tag: str, *, max_chars: int | None = None) -> str:
+    """Number ``items`` (1-based) inside a ``<tag>...</tag>`` block, as data for a prompt.
+
+    Each item is put on a single line (newlines become spaces, so an item cannot forge a numbered
+    line), anything that looks like an XML-ish tag (e.g. a forged ``</tag>``) has its angle
+    brackets replaced by ``‹ ›``, and items longer than ``max_chars`` are cut with ``…``.
+    """
+    lines = [f"<{tag}>"]
+    for i, item in enumerate(items, 1):
+        text = neutralise(item)
+        if max_chars is not None and len(text) > max_chars:
+            text = text[: max(1, max_chars - 1)].rstrip() + "…"
+        lines.append(f"{i}. {text}")
+    lines.append(f"</{tag}>")
+    return "\n".join(lines)
+
+
+def neutralise(text: str) -> str:
+    """One line of prompt data: whitespace collapsed, tag-like fence markers defused."""
+    text = " ".join(text.split())
+    return _FENCE_TAG.sub(lambda m: "‹" + m.group(0)[1:-1] + "›", text)
+
+
+_THINK = re.compile(r"<think>.*?(</think>|$)", re.IGNORECASE | re.DOTALL)
+_CODE_FENCE = re.compile(r"```[a-zA-Z]*\s*\n?(.*?)```", re.DOTALL)
+
+
+def clean_model_text(text: str) -> str:
+    """Drop ``<think>`` sections and unwrap a Markdown code fence from a model's answer."""
+    text = _THINK.sub("", text)
+    m = _CODE_FENCE.search(text)
+    if m and m.group(1).strip():
+        inner = m.group(1).strip()
+        if inner[:1] in "[{" or not text.replace(m.group(0), "").strip():
+            return inner
+    return text.strip()
+
+
+def load_json(text: str) -> Any:
+    """The JSON value in ``text`` (whole text, or its first ``[...]``/``{...}``), else ``None``."""
+    text = clean_model_text(text)
+    candidates = [text]
+    for open_, close in (("[", "]"), ("{", "}")):
+        start, end = text.find(open_), text.rfind(close)
+        if 0 <= start < end:
+            candidates.append(text[start : end + 1])
+    for candidate in candidates:
+        if candidate[:1] not in "[{":
+            continue
+        try:
+            return json.loads(candidate)
+        except ValueError:
+            continue
+    return None
+
+
+def message_text(result: Any) -> str:
+    """The text of a model result (a message, a string, or anything else)."""
+    from langchain_core.messages import BaseMessage
+
+    if isinstance(result, BaseMessage):
+        return str(result.text)
+    if isinstance(result, str):
+        return result
+    return "" if result is None else str(result)
+
+
+S = TypeVar("S", bound=BaseModel)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCall(Generic[S]):
+    """One kind of model call: structured output when available, else text.
+
+    ``runnable`` returns either ``{"raw": AIMessage, "parsed": S | None, ...}`` (structured
+    path, built with ``include_raw=True``) or a message (text path). :meth:`unpack` turns both
+    into ``(parsed_or_None, raw_text)`` so callers parse text only when they must.
+    """
+
+    runnable: Runnable[Any, Any]
+    schema: type[S]
+    structured: bool
+
+    @classmethod
+    def build(
+        cls,
+        model: BaseChatModel,
+        schema: type[S],
+        *,
+        retry: RetryConfig,
+        structured_output: bool | None,
+    ) -> ModelCall[S]:
+        """Build the call; ``structured_output=None`` uses structured output if supported.
+
+        Raises:
+            ValueError: ``structured_output=True`` but the model does not support it.
+        """
+        runnable: Runnable[Any, Any] | None = None
+        if structured_output is not False:
+            try:
+                runnable = model.with_structured_output(
+                    schema, method="json_schema", include_raw=True
+                )
+            except (NotImplementedError, TypeError, ValueError, AttributeError) as exc:
+                if structured_output:
+                    raise ValueError(
+                        f"structured_output=True but {type(model).__name__} does not support "
+                        f"with_structured_output(method='json_schema'): {exc}"
+                    ) from exc
+        structured = runnable is not None
+        return cls(retry.apply(runnable if runnable is not None else model), schema, structured)
+
+    def unpack(self, result: Any) -> tuple[S | None, str]:
+        """``(parsed, raw_text)`` of one result."""
+        if isinstance(result, Mapping) and "raw" in result:
+            parsed = result.get("parsed")
+            raw = message_text(result.get("raw"))
+            if isinstance(parsed, self.schema):
+                return parsed, raw
+            if isinstance(parsed, Mapping):
+                try:
+                    return self.schema.model_validate(parsed), raw
+                except ValueError:
+                    return None, raw
+            return None, raw
+        if isinstance(result, self.schema):
+            return result, ""
+        return None, message_text(result)
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Op(Generic[T]):
+    """One I/O step of an LLM flow: a sync function and its optional async twin.
+
+    Flows are generators that ``yield`` ops and receive their results; :func:`run_sync` and
+    :func:`run_async` drive them, so each flow is written once for both worlds.
+    """
+
+    sync: Callable[..., T]
+    async_: Callable[..., Awaitable[T]] | None
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+Flow = Generator[Op[Any], Any, T]
+
+
+def run_sync(flow: Flow[T]) -> T:
+    """Drive ``flow``, calling each op's sync function; errors propagate to the caller."""
+    value: Any = None
+    try:
+        while True:
+            op = flow.send(value)
+            value = op.sync(*op.args, **op.kwargs)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
+    finally:
+        flow.close()
+
+
+async def run_async(flow: Flow[T]) -> T:
+    """Drive ``flow``, awaiting each op's async twin (or calling the sync one if it has none)."""
+    value: Any = None
+    try:
+        while True:
+            op = flow.send(value)
+            if op.async_ is not None:
+                value = await op.async_(*op.args, **op.kwargs)
+            else:
+                value = op.sync(*op.args, **op.kwargs)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
+    finally:
+        flow.close()
+
+
+# --------------------------------------------------------------------------------------------
+# LLM importance
+# --------------------------------------------------------------------------------------------
