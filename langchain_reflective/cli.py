@@ -27,7 +27,7 @@ import sys
 import time
 import traceback
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
@@ -59,7 +59,8 @@ __all__ = ["app", "main", "run"]
 INSTALL_HINT = 'pip install "langchain-reflective[cli]"'
 DEFAULT_DB = Path("reflective-demo.db")
 EXPORT_FORMAT = "langchain-reflective/jsonl"
-_DEMO_MAX_TOKENS = 320
+_DEMO_MAX_TOKENS = {"local": 320, "openai": 1024}
+"""Token limit per model answer in the demo: the tiny local model rambles until the limit."""
 
 logger = logging.getLogger(__name__)
 
@@ -330,13 +331,34 @@ def _reflect(
         evidence_k=evidence_k,
         min_relevance=0.3,
         max_insights=3,
-        recent_window=60,
+        recent_window=30,
         max_chars=400,
         retry=RetryConfig(attempts=2, initial_wait=0.5, jitter=0.0),
     )
     graph = create_reflection_graph(model, stream, config=config)
-    with _console().status("Reflecting (questions → evidence → insights → condense)…"):
-        return dict(graph.invoke({"force": True, "now": now}))
+    console = _console()
+    out: dict[str, Any] = {}
+    started = time.perf_counter()
+    done = {"insights": 0}
+    with console.status("Reflecting: asking high-level questions…") as status:
+        for update in graph.stream({"force": True, "now": now}, stream_mode="updates"):
+            for node, values in update.items():
+                if isinstance(values, dict):
+                    out.update({k: v for k, v in values.items() if k != "branches"})
+                if node == "insights":
+                    done["insights"] += 1
+                    step = f"insights {done['insights']}/{len(out.get('questions') or [])}"
+                else:
+                    step = node
+                console.print(
+                    f"  [dim]reflection.{escape(step)} done after "
+                    f"{_seconds(time.perf_counter() - started)}[/]"
+                )
+                if node == "questions":
+                    status.update("Reflecting: retrieving evidence and writing insights…")
+                elif node == "condense":
+                    status.update("Reflecting: storing the insights…")
+    return out
 
 
 def demo(
@@ -423,10 +445,13 @@ def demo(
         embeddings = _load_embeddings(prefer)
     timings.append(("load embeddings", time.perf_counter() - mark))
     mark = time.perf_counter()
-    with (
-        console.status("Starting the chat model…"),
-        default_chat_model(prefer=prefer.value, max_tokens=_DEMO_MAX_TOKENS) as model,
-    ):
+    with ExitStack() as resources:
+        with console.status("Starting the chat model…"):
+            model = resources.enter_context(
+                default_chat_model(
+                    prefer=prefer.value, max_tokens=_DEMO_MAX_TOKENS[choice.provider]
+                )
+            )
         timings.append(("start chat model", time.perf_counter() - mark))
         scorer = LLMImportanceScorer(model, config=ImportanceConfig(batch_size=batch_size))
         with MemoryStream(embeddings, path=db, importance_scorer=scorer) as stream:
@@ -479,7 +504,7 @@ def demo(
     console.rule("Summary")
     console.print(
         f"{escape(str(db))} holds {total} memories ({len(turns)} observations, "
-        f"{total - len(turns)} reflections)."
+        f"{total - len(turns)} reflection{'' if total - len(turns) == 1 else 's'})."
     )
     table = Table("step", "time", title="Elapsed", title_justify="left")
     for step, seconds in timings:
@@ -495,9 +520,9 @@ def demo(
 
 
 def _parse_as_of(value: str | None, records: Sequence[MemoryRecord]) -> datetime:
-    if value is None or value == "now":
+    if value == "now":
         return datetime.now(UTC)
-    if value == "latest":
+    if value is None or value == "latest":
         if not records:
             return datetime.now(UTC)
         return max(max(r.created_at, r.accessed_at) for r in records)
@@ -590,21 +615,33 @@ def _plot(stream: MemoryStream, ns: str, out: Path, *, query: str | None, now: d
     )
     # (1) timeline: memories and reflections, reflections linked to their evidence
     records = stream.recent(None, namespace=ns)
-    where = {r.id: (r.created_at, r.importance) for r in records}
+    # Memories of one session share a timestamp: spread them a little so each point shows.
+    span = (max(r.created_at for r in records) - min(r.created_at for r in records)) or timedelta(
+        hours=1
+    )
+    same: dict[datetime, int] = {}
+    for r in records:
+        same[r.created_at] = same.get(r.created_at, 0) + 1
+    seen: dict[datetime, int] = {}
+    where: dict[str, tuple[datetime, float]] = {}
+    for r in records:
+        i, n = seen.get(r.created_at, 0), same[r.created_at]
+        seen[r.created_at] = i + 1
+        where[r.id] = (r.created_at + span * (0.012 * (i - (n - 1) / 2) / max(n, 1)), r.importance)
     for r in records:
         for ev in r.evidence:
             if ev in where:
-                x, y = where[ev]
-                timeline.plot([x, r.created_at], [y, r.importance], color="0.6", lw=0.6, zorder=1)
+                (x0, y0), (x1, y1) = where[ev], where[r.id]
+                timeline.plot([x0, x1], [y0, y1], color="0.6", lw=0.6, zorder=1)
     markers = {"observation": "o", "reflection": "*", "plan": "s"}
     for kind in sorted({r.kind for r in records}):
         group = [r for r in records if r.kind == kind]
         timeline.scatter(
-            [r.created_at for r in group],
+            [where[r.id][0] for r in group],
             [r.importance for r in group],
             label=f"{kind} ({len(group)})",
             marker=markers.get(kind, "D"),
-            s=90 if kind == "reflection" else 30,
+            s=110 if kind == "reflection" else 28,
             alpha=0.75,
             zorder=2,
         )
@@ -613,7 +650,7 @@ def _plot(stream: MemoryStream, ns: str, out: Path, *, query: str | None, now: d
     timeline.set_title(f"Memories over time (namespace {ns}; lines: reflection → evidence)")
     timeline.legend(loc="upper left", fontsize="small")
     timeline.grid(alpha=0.3)
-    fig.autofmt_xdate()
+    timeline.tick_params(axis="x", labelrotation=20)
     # (2) score components
     if query is not None:
         top = frame.head(15)
@@ -675,7 +712,9 @@ def inspect(
     as_of: Annotated[
         str | None,
         typer.Option(
-            "--as-of", help="Clock for recency: 'now' (default), 'latest', or an ISO date/time."
+            "--as-of",
+            help="Clock for recency: 'latest' (default: the newest creation or access in the "
+            "file), 'now', or an ISO date/time.",
         ),
     ] = None,
     prefer: Annotated[
