@@ -38,7 +38,7 @@ def main(
         if model is None:
             from langchain_reflective.local import default_chat_model
 
-            model = stack.enter_context(default_chat_model(max_tokens=64))
+            model = stack.enter_context(default_chat_model(max_tokens=256))
         if embeddings is None:
             from langchain_reflective.local import default_embeddings
 
