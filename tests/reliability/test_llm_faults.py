@@ -345,7 +345,7 @@ def test_background_reflection_failures_are_logged_and_kept(
 
 @pytest.mark.xfail(
     strict=True,
-    reason="RetryConfig.initial_wait is dropped: importance.py RetryConfig.apply passes "
+    reason="RetryConfig.initial_wait is dropped: _llm.py RetryConfig.apply (line 86) passes "
     "'multiplier' in exponential_jitter_params, which langchain-core's RunnableRetry validates "
     "as ExponentialJitterParams (initial/max/exp_base/jitter) and silently discards, so every "
     "wait is min(2 ** (n - 1), max_wait) seconds whatever initial_wait says",
