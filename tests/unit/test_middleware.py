@@ -308,3 +308,18 @@ def test_bad_arguments(memory: ReflectiveMemory) -> None:
         ReflectiveMemoryMiddleware(object())  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         ReflectiveMemoryMiddleware(memory, namespace_key="")
+
+
+def test_memory_without_a_model_stores_and_injects_only(tmp_path: Path) -> None:
+    stream = MemoryStream(WordEmbeddings(), path=tmp_path / "plain.db")
+    with ReflectiveMemory(None, stream, config=MemoryConfig(reflect_every=1)) as plain:
+        middleware = ReflectiveMemoryMiddleware(plain, include_tools=True)
+        assert [t.name for t in middleware.tools] == ["recall_memories", "save_memory"]
+        model = FakeChat()
+        agent = create_agent(model, middleware=[middleware])
+        for text in ("I collect stamps", "Which hobby do I have?"):
+            agent.invoke(user(text), context={"user_id": "gus"})
+        assert plain.flush(timeout=5) and not plain.errors
+        assert plain.stream.count(namespace="gus") == 4
+        assert not plain.stream.recent(None, namespace="gus", kinds=["reflection"])
+        assert "I collect stamps" in fenced(system_text(model.calls[-1]))
