@@ -46,7 +46,17 @@ __all__ = [
 
 _FENCE_TAG = MEMORY_FENCE_OPEN.strip("<>")
 _MAX_RECALL_K = 50
-_LANGGRAPH_RUNTIME_KEY = "__pregel_runtime"  # where LangGraph keeps the Runtime in a config
+
+
+def _current_run_context() -> Any:
+    """The runtime context of the LangGraph run this code executes in, if any."""
+    from langgraph.runtime import get_runtime
+
+    try:
+        runtime = get_runtime()
+    except RuntimeError:  # not inside a runnable
+        return None
+    return getattr(runtime, "context", None)
 
 
 def _namespace_value(value: Any) -> str | None:
@@ -89,10 +99,9 @@ def namespace_from_run(
     """
     if config is None:
         config = ensure_config()
+        if context is None:
+            context = _current_run_context()
     configurable = config.get("configurable") or {}
-    if context is None:
-        runtime = configurable.get(_LANGGRAPH_RUNTIME_KEY)
-        context = getattr(runtime, "context", None)
     if context is not None:
         if isinstance(context, Mapping):
             found = _namespace_value(context.get(key))
