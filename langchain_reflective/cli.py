@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import shutil
+import sqlite3
 import sys
 import time
 import traceback
@@ -1030,6 +1031,11 @@ def run(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         _error(str(exc))
         return exc.code
+    except sqlite3.Error as exc:
+        if _STATE["debug"]:
+            traceback.print_exc()
+        _error(f"the memory file could not be read or written (corrupt or truncated?): {exc}")
+        return 1
     except (ReflectiveError, ImportError, OSError) as exc:
         if _STATE["debug"]:
             traceback.print_exc()
