@@ -1044,10 +1044,13 @@ def run(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if _STATE["debug"]:
             traceback.print_exc()
-        _error(
-            f"unexpected {type(exc).__name__}: {exc} (run with --debug for the traceback, "
-            "and please report it)"
-        )
+        if type(exc).__module__.split(".")[0] in {"openai", "httpx", "httpcore"}:
+            _error(f"the model API call failed ({type(exc).__name__}): {exc}")
+        else:
+            _error(
+                f"unexpected {type(exc).__name__}: {exc} (run with --debug for the traceback, "
+                "and please report it)"
+            )
         return 1
     return result if isinstance(result, int) else 0
 
