@@ -26,9 +26,12 @@ from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 
-from langchain_reflective import MemoryStream
-from langchain_reflective.integrations.middleware import ReflectiveMemoryMiddleware
-from langchain_reflective.memory import MemoryConfig, ReflectiveMemory
+from langchain_reflective import (
+    MemoryConfig,
+    MemoryStream,
+    ReflectiveMemory,
+    ReflectiveMemoryMiddleware,
+)
 
 
 @dataclass

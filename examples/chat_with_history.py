@@ -33,8 +33,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
-from langchain_reflective import MemoryStream
-from langchain_reflective.memory import MemoryConfig, ReflectiveMemory
+from langchain_reflective import MemoryConfig, MemoryStream, ReflectiveMemory
 
 SYSTEM = "You are a friendly assistant with a long-term memory of the user."
 

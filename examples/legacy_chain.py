@@ -20,9 +20,12 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 from langchain_core.prompts import PromptTemplate
 
-from langchain_reflective import MemoryStream
-from langchain_reflective.integrations.legacy import ReflectiveChatMemory
-from langchain_reflective.memory import MemoryConfig, ReflectiveMemory
+from langchain_reflective import (
+    MemoryConfig,
+    MemoryStream,
+    ReflectiveChatMemory,
+    ReflectiveMemory,
+)
 
 PROMPT = PromptTemplate.from_template(
     "The following is a friendly conversation between a human and an AI.\n\n"
