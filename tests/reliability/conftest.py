@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shlex
 import sys
 import threading
 from collections.abc import Iterator
@@ -129,7 +130,7 @@ def figures() -> Iterator[Figures]:
     out = {
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "duration_s": round((datetime.now(UTC) - started).total_seconds(), 1),
-        "command": " ".join(sys.argv),
+        "command": "pytest " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         "machine": _machine(),
         "sections": fig.data,
     }
