@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/reflective demo
+	$(BIN)/reflective demo --fresh --db .demo/reflective-demo.db
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -13,14 +13,13 @@ import json
 import re
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
     from langchain_core.runnables import Runnable
-    from langchain_core.runnables.retry import ExponentialJitterParams
 
 
 def transient_errors() -> tuple[type[BaseException], ...]:
@@ -82,18 +81,42 @@ class RetryConfig:
         """Wrap ``runnable`` with ``with_retry`` using these settings."""
         if self.attempts == 1:
             return runnable
-        params: dict[str, float] = {
+        backoff: dict[str, float] = {
             _jitter_start_param(): self.initial_wait,
             "max": self.max_wait,
             "exp_base": self.exp_base,
             "jitter": self.jitter,
         }
-        return runnable.with_retry(
-            retry_if_exception_type=self.retry_on or transient_errors(),
-            stop_after_attempt=self.attempts,
-            wait_exponential_jitter=True,
-            exponential_jitter_params=cast("ExponentialJitterParams", params),
+        # with_retry() validates its jitter params as langchain-core's ExponentialJitterParams,
+        # which silently drops tenacity's current "multiplier" name (and the old "initial"
+        # warns), so the wait is built here instead.
+        retry: Runnable[Any, Any] = _backoff_retry_class()(
+            bound=runnable,
+            retry_exception_types=self.retry_on or transient_errors(),
+            max_attempt_number=self.attempts,
+            wait_exponential_jitter=False,
+            backoff=backoff,
         )
+        return retry
+
+
+@functools.cache
+def _backoff_retry_class() -> Any:
+    """A ``RunnableRetry`` whose exponential-jitter wait takes tenacity's own parameters."""
+    from langchain_core.runnables.retry import RunnableRetry
+    from tenacity import wait_exponential_jitter
+
+    class BackoffRetry(RunnableRetry[Any, Any]):
+        backoff: dict[str, float]
+        """Keyword arguments of ``tenacity.wait_exponential_jitter``."""
+
+        @property
+        def _kwargs_retrying(self) -> dict[str, Any]:
+            kwargs = dict(super()._kwargs_retrying)
+            kwargs["wait"] = wait_exponential_jitter(**self.backoff)
+            return kwargs
+
+    return BackoffRetry
 
 
 @functools.cache
