@@ -396,6 +396,23 @@ class _AddPlan:
     to_rate: list[int] = field(default_factory=list)
 
 
+def _accessed(record: MemoryRecord, when: datetime) -> MemoryRecord:
+    """``record.with_access(when)`` without re-validating every field (``when`` is UTC)."""
+    return trusted_record(
+        id=record.id,
+        text=record.text,
+        kind=record.kind,
+        created_at=record.created_at,
+        last_accessed_at=when,
+        importance=record.importance,
+        importance_source=record.importance_source,
+        evidence=record.evidence,
+        depth=record.depth,
+        namespace=record.namespace,
+        metadata=record.metadata,
+    )
+
+
 def _unique(values: npt.NDArray[Any]) -> I64:
     """Sorted distinct values (``np.unique`` via a sort; numpy 2's hash-based unique was ~50x
     slower on these row arrays)."""
@@ -1123,7 +1140,7 @@ class MemoryStream:
                 if record is None:  # deleted by another process in between
                     continue
                 if touch:
-                    record = record.with_access(when)
+                    record = _accessed(record, when)
                 out.append(
                     ScoredMemory(
                         record=record,
