@@ -17,6 +17,7 @@ This module also holds the small LLM plumbing shared with :mod:`langchain_reflec
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import re
 from abc import ABC, abstractmethod
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
     from langchain_core.prompts import ChatPromptTemplate
     from langchain_core.runnables import RunnableConfig
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "IMPORTANCE_HUMAN_PROMPT",
@@ -346,6 +349,16 @@ class LLMImportanceScorer(BaseImportanceScorer):
         self, texts: list[str], results: list[ImportanceResult]
     ) -> list[ImportanceResult]:
         idx = [i for i, r in enumerate(results) if r.source != "llm"]
+        if not idx:
+            return results
+        reasons = sorted({str(results[i].error) for i in idx})
+        logger.warning(
+            "importance: %d of %d memories could not be rated by the model; using the "
+            "heuristic (importance_source='heuristic'). Reasons: %s",
+            len(idx),
+            len(texts),
+            "; ".join(reasons)[:500],
+        )
         fallback = self.fallback.score([texts[i] for i in idx])
         out = list(results)
         for i, fb in zip(idx, fallback, strict=True):

@@ -246,15 +246,23 @@ class ReflectiveMemory:
     ) -> dict[str, Any]:
         return {"force": force, "namespace": self.stream.resolve_namespace(namespace), "now": now}
 
-    def _run_config(self, namespace: str) -> RunnableConfig:
-        return {
+    def _run_config(self, namespace: str, config: RunnableConfig | None) -> RunnableConfig:
+        from langchain_core.runnables.config import ensure_config, merge_configs
+
+        ours: RunnableConfig = {
             "run_name": "reflection",
             "tags": ["langchain-reflective", "reflection"],
             "metadata": {"namespace": namespace},
         }
+        return merge_configs(ensure_config(config), ours) if config else ours
 
     def reflect(
-        self, *, namespace: str | None = None, force: bool = True, now: datetime | None = None
+        self,
+        *,
+        namespace: str | None = None,
+        force: bool = True,
+        now: datetime | None = None,
+        config: RunnableConfig | None = None,
     ) -> list[MemoryRecord]:
         """Reflect now (in the caller's thread) and return the stored insights.
 
@@ -262,20 +270,26 @@ class ReflectiveMemory:
             namespace: whose memories (default: the stream's namespace).
             force: reflect even when the importance sum is below the threshold.
             now: the clock for the stored reflections.
+            config: a runnable config for the graph run (callbacks, tags, metadata).
 
         Raises:
             ReflectionError: the reflection failed; nothing was written.
         """
         inputs = self._graph_input(namespace, force, now)
-        out = self.graph.invoke(inputs, config=self._run_config(inputs["namespace"]))
+        out = self.graph.invoke(inputs, config=self._run_config(inputs["namespace"], config))
         return list(out.get("reflections", []))
 
     async def areflect(
-        self, *, namespace: str | None = None, force: bool = True, now: datetime | None = None
+        self,
+        *,
+        namespace: str | None = None,
+        force: bool = True,
+        now: datetime | None = None,
+        config: RunnableConfig | None = None,
     ) -> list[MemoryRecord]:
         """Async twin of :meth:`reflect`."""
         inputs = self._graph_input(namespace, force, now)
-        out = await self.graph.ainvoke(inputs, config=self._run_config(inputs["namespace"]))
+        out = await self.graph.ainvoke(inputs, config=self._run_config(inputs["namespace"], config))
         return list(out.get("reflections", []))
 
     def _should_reflect(self, namespace: str) -> bool:
@@ -296,9 +310,17 @@ class ReflectiveMemory:
         try:
             self.reflect(namespace=namespace, force=True)
         except Exception as exc:
-            logger.exception("background reflection for namespace %r failed", namespace)
-            with self._errors_lock:
-                self.errors.append(ReflectionFailure(namespace, exc, datetime.now(UTC)))
+            self._record_failure(namespace, exc)
+
+    def _record_failure(self, namespace: str, exc: Exception) -> None:
+        logger.error(
+            "%sreflection for namespace %r failed; nothing was written",
+            "background " if self.config.background else "",
+            namespace,
+            exc_info=exc,
+        )
+        with self._errors_lock:
+            self.errors.append(ReflectionFailure(namespace, exc, datetime.now(UTC)))
 
     def _after_add(self, namespace: str) -> None:
         if not self._should_reflect(namespace):
@@ -306,7 +328,9 @@ class ReflectiveMemory:
         if self.config.background:
             self._worker.submit(namespace, lambda: self._background_job(namespace))
         else:
-            self.reflect(namespace=namespace, force=True)
+            # the memory is stored: a failed reflection must not make add() fail (a caller that
+            # retried would store it twice); it is logged and kept in .errors like a background one
+            self._background_job(namespace)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait for pending background reflections; ``True`` when none is left running.
@@ -374,7 +398,10 @@ class ReflectiveMemory:
         if self.config.background:
             self._after_add(ns)
         elif self._should_reflect(ns):
-            await self.areflect(namespace=ns, force=True)
+            try:
+                await self.areflect(namespace=ns, force=True)
+            except Exception as exc:
+                self._record_failure(ns, exc)
         return records
 
     def retrieve(

@@ -242,7 +242,21 @@ def parse_insights(text: str, *, n_statements: int | None = None) -> list[tuple[
     return [
         (t, [n for n in c if n >= 1 and (n_statements is None or n <= n_statements)])
         for t, c in parsed
+        if _plausible(t)
     ]
+
+
+_WORD = re.compile(r"[^\W\d_]{2,}")
+_JSON_DEBRIS = re.compile(r'^[\[{]|"\s*:\s*[\[{"\d]|^\W*$')
+
+
+def _plausible(text: str) -> bool:
+    """Whether ``text`` reads as an insight: it has a word, and is not JSON debris.
+
+    A base model that breaks off its JSON answer leaves fragments such as ``'1'`` or
+    ``'{"insights":[{"insight": ...'``; storing those as reflections would pollute memory.
+    """
+    return _WORD.search(text) is not None and not _JSON_DEBRIS.search(text.strip())
 
 
 def map_citations(

@@ -298,7 +298,7 @@ def test_strict_mode_raises_and_stores_nothing_for_the_failed_add(
 def test_background_reflection_failures_are_logged_and_kept(
     tmp_path: Path, scale: Scale, figures: Figures, caplog: pytest.LogCaptureFixture
 ) -> None:
-    rates = {"exception": 0.15, "malformed": 0.05, "timeout": 0.05}
+    rates = {"exception": 0.3, "malformed": 0.05, "timeout": 0.05}
     model = FaultyChatModel(rates=rates, seed=11)
     rng = random.Random(5)
     acked: dict[str, str] = {}

@@ -217,3 +217,28 @@ def _no_thread_leaks() -> Iterator[None]:
             return
         time.sleep(0.05)
     raise AssertionError(f"background threads left running: {extra}")
+
+
+def test_inline_reflection_failure_does_not_fail_add(tmp_path, now) -> None:
+    broken = ScriptedChatModel(fail_on={"questions": ValueError("boom")})
+    with make(tmp_path, broken, reflect_threshold=1.0, background=False) as memory:
+        records = memory.add(EVENTS, importances=0.5, now=now)  # stored; reflection fails
+        assert len(records) == 4 and memory.stream.count() == 4
+        assert len(memory.errors) == 1 and "boom" in repr(memory.errors[0].error)
+
+
+def test_reflect_accepts_a_run_config(tmp_path, model, now) -> None:
+    from langchain_core.callbacks import BaseCallbackHandler
+
+    class Names(BaseCallbackHandler):
+        def __init__(self) -> None:
+            self.names: list[str] = []
+
+        def on_chain_start(self, serialized, inputs, **kwargs) -> None:
+            self.names.append(kwargs.get("name") or "")
+
+    handler = Names()
+    with make(tmp_path, model) as memory:
+        memory.add(EVENTS, importances=0.5, now=now)
+        memory.reflect(now=now, config={"callbacks": [handler], "tags": ["mine"]})
+    assert "reflection" in handler.names

@@ -208,3 +208,19 @@ def test_format_insights_renumbers() -> None:
 )
 def test_parse_questions(text: str, n: int, expected: list[str]) -> None:
     assert parse_questions(text, n) == expected
+
+
+@pytest.mark.parametrize(
+    "debris",
+    [
+        "1",
+        '{"insights":[{"insight":"[index number(s) of evidence]","evidence":}',
+        '[{"insight": ',
+        '"insight": "x", "evidence": [1]',
+        "---",
+    ],
+)
+def test_json_debris_and_bare_numbers_are_not_insights(debris: str) -> None:
+    """A base model that breaks off its JSON leaves fragments; they must never be stored."""
+    assert parse_insights(debris) == []
+    assert parse_insights(f"1. Klaus works hard [1]\n2. {debris}") == [("Klaus works hard", [1])]
