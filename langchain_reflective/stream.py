@@ -221,6 +221,9 @@ def embedding_identity(embeddings: Embeddings) -> str:
     for attr in ("model_name", "model", "model_id", "deployment"):
         value = getattr(embeddings, attr, None)
         if isinstance(value, str) and value:
+            path = Path(value)
+            if path.is_absolute():  # a model loaded from disk: the install path is not its name
+                value = f"{path.parent.name}/{path.name}"
             return f"{name}:{value}"
     size = getattr(embeddings, "size", None)
     if isinstance(size, int):
@@ -801,8 +804,14 @@ class MemoryStream:
             part.lexical_context = self.scoring.lexical_context
             part.last_observation = None
             for chunk in self._store.iter_partition(part.namespace, with_vectors=False):
-                rows = part.rows_of(chunk.seqs)
-                contextual = part.lexical_documents(chunk.texts, chunk.kinds)
+                # another writer may have committed rows this partition has not loaded yet
+                # (it reloads on its next access); only rows it has get a document here
+                known = np.isin(chunk.seqs, part.seqs.view)
+                keep = np.flatnonzero(known).tolist()
+                rows = part.rows_of(chunk.seqs[known])
+                contextual = part.lexical_documents(
+                    [chunk.texts[i] for i in keep], [chunk.kinds[i] for i in keep]
+                )
                 for row, doc in zip(rows.tolist(), contextual, strict=True):
                     docs[row] = doc
             lexical.add(docs)
@@ -1359,12 +1368,25 @@ class MemoryStream:
 
     # -- reads and deletes ---------------------------------------------------------------------
 
+    @staticmethod
+    def _ids(ids: object) -> list[str]:
+        """One id or a sequence of ids, as a list of strings.
+
+        Raises:
+            InvalidMemoryError: anything else (numbers, ``None``, mappings, ...).
+        """
+        if isinstance(ids, str):
+            return [ids]
+        if isinstance(ids, Sequence | set | frozenset) and all(isinstance(i, str) for i in ids):
+            return list(ids)
+        raise InvalidMemoryError(
+            f"ids must be a string or a sequence of strings, got {type(ids).__name__}"
+        )
+
     def get(self, ids: str | Sequence[str], *, namespace: str | None = None) -> list[MemoryRecord]:
         """Records with these ids in the namespace, in the order given (unknown ids skipped)."""
         self._check_open()
-        if isinstance(ids, str):
-            ids = [ids]
-        return self._store.get(list(ids), namespace=self._ns(namespace))
+        return self._store.get(self._ids(ids), namespace=self._ns(namespace))
 
     def recent(
         self,
@@ -1383,6 +1405,12 @@ class MemoryStream:
             since_last_reflection: only records added after the last reflection.
         """
         self._check_open()
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+            raise InvalidMemoryError(f"n must be a non-negative integer or None, got {n!r}")
+        if kinds is not None:
+            kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+            if not all(isinstance(k, str) and k for k in kinds):
+                raise InvalidMemoryError("kinds must be non-empty strings")
         ns = self._ns(namespace)
         after = self._store.last_reflection_seq(ns) if since_last_reflection else None
         return self._store.recent(ns, n=n, kinds=kinds, after_seq=after)
@@ -1390,12 +1418,11 @@ class MemoryStream:
     def delete(self, ids: str | Sequence[str], *, namespace: str | None = None) -> int:
         """Delete records by id; return how many were deleted."""
         self._check_open()
-        if isinstance(ids, str):
-            ids = [ids]
+        id_list = self._ids(ids)
         ns = self._ns(namespace)
         with self._lock:
             part = self._partition(ns)
-            seqs = self._store.delete(list(ids), namespace=ns)
+            seqs = self._store.delete(id_list, namespace=ns)
             if part is not None and seqs:
                 part.delete_rows(part.rows_of(seqs))
                 part.generation = self._store.last_generation

@@ -119,7 +119,7 @@ class FaissFlatIndex(BaseVectorIndex):
         data = faiss.serialize_index(compact).tobytes()
         del compact
         target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # the cache is private
         tmp = target.with_name(target.name + ".tmp")
         fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
         with os.fdopen(fd, "wb") as fh:

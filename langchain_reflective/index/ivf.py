@@ -114,7 +114,7 @@ class IVFCandidateIndex:
         """Write the index to ``path`` atomically (streamed); return the file's SHA-256."""
         faiss = _faiss()
         target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # the cache is private
         tmp = target.with_name(target.name + ".tmp")
         digest = hashlib.sha256()
         fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)

@@ -522,14 +522,6 @@ def test_fuzzed_calls_succeed_or_raise_typed_errors(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="stream.py MemoryStream.get/delete/recent do not validate their arguments: "
-    "get(5)/delete(5) raise TypeError ('int' object is not iterable), recent('x') raises "
-    "ValueError from int(), recent(nan) ValueError, recent(inf) OverflowError, recent(-1) "
-    "returns one record, and recent(kinds='observation') iterates the string's characters and "
-    "silently returns [] instead of the observations",
-)
 def test_read_apis_reject_bad_arguments_with_typed_errors(stream: MemoryStream) -> None:
     assert len(stream.recent(kinds="observation")) == len(TEXTS)
     for call in (

@@ -252,10 +252,7 @@ def test_threads_mixed_operations(
 ) -> None:
     path = tmp_path / "c.db"
     books = Books()
-    # Two streams on one file score without the BM25 index for now: building it races with the
-    # other stream's writes (see test_lexical_index_built_while_another_stream_writes).
-    scoring = ScoringConfig.paper() if streams > 1 else None
-    opened = [make(path, scoring) for _ in range(streams)]
+    opened = [make(path, None) for _ in range(streams)]  # the default (hybrid, BM25) scoring
     workers = [Worker(i, *opened[i % streams], books=books, seed=1000 + i) for i in range(THREADS)]
     try:
         run_threads(workers, scale.ops // THREADS)
@@ -300,14 +297,6 @@ async def test_asyncio_mixed_operations(tmp_path: Path, scale: Scale, figures: F
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="stream.py MemoryStream._lexical builds the BM25 index from the file "
-    "(store.iter_partition) but places rows with the in-memory partition's rows_of(): a row "
-    "another stream/process committed after the partition was loaded has no row, so "
-    "zip(rows, texts, strict=True) raises ValueError from retrieve()",
-)
 def test_lexical_index_built_while_another_stream_writes(tmp_path: Path) -> None:
     path = tmp_path / "race.db"
     with (
