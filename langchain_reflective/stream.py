@@ -76,9 +76,9 @@ F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
 DEFAULT_EXACT_LIMIT = 20_000
 """Namespaces with more live memories than this use the approximate candidate path."""
-_ANN_FLUSH = 1024  # rows added since the IVF index was updated before they are indexed
+_ANN_FLUSH = 256  # rows added since the IVF index was updated before they are indexed
 _ANN_REGROW = 4  # retrain the IVF index when the partition grew this many times
-_TOP_CACHE = 1024  # rows kept in the recency / importance candidate caches
+_TOP_CACHE = 256  # rows kept in the recency / importance candidate caches
 _FLAT_CACHE_MAX = 200_000  # larger exact partitions reload their vectors from the file
 _LOAD_CHUNK = 16_384  # rows per read when loading vectors from the file
 _FILTER_KEYS = {
@@ -502,8 +502,8 @@ class MemoryStream:
         embedding_model: str | None = None,
         store: BaseRecordStore | None = None,
         exact_limit: int | None = DEFAULT_EXACT_LIMIT,
-        ann_candidates: int = 256,
-        ann_nprobe: int = 16,
+        ann_candidates: int = 128,
+        ann_nprobe: int = 8,
     ) -> None:
         if exact_limit is not None and (isinstance(exact_limit, bool) or exact_limit < 1):
             raise ValueError(f"exact_limit must be a positive integer or None, got {exact_limit!r}")
@@ -1205,7 +1205,13 @@ class MemoryStream:
             prev, nxt = self._neighbors(part, rows)
             scored = _unique(np.concatenate([rows, prev[prev >= 0], nxt[nxt >= 0]]))
             if scored.shape[0] != rows.shape[0]:
-                rel = np.asarray(part.index.scores(qvec, scored), dtype=np.float64)
+                # rows are distinct and a subset of scored: only the neighbours need a cosine
+                at = np.searchsorted(scored, rows)
+                known = np.zeros(scored.shape[0], dtype=bool)
+                known[at] = True
+                rel = np.empty(scored.shape[0], dtype=np.float64)
+                rel[at] = relevance
+                rel[~known] = part.index.scores(qvec, scored[~known])
             else:
                 order = np.argsort(rows)
                 scored, rel = rows[order], relevance[order]
@@ -1276,21 +1282,30 @@ class MemoryStream:
             if self.exact_limit is None or matched <= self.exact_limit or 4 * k >= matched:
                 return None
             dense_want = int(min(part.live, want * min(16, math.ceil(part.live / matched))))
-        pieces: list[I64] = [part.rows_of(part.ann.search(qvec, dense_want, self.ann_nprobe))]
-        if part.ann_upto < len(part):
-            pieces.append(np.arange(part.ann_upto, len(part), dtype=np.int64))
-        if lex_all is not None:
-            pieces.append(lex_all[0][:want])
+        dense = part.rows_of(part.ann.search(qvec, dense_want, self.ann_nprobe))  # best first
+        pending = part.ann_upto + np.flatnonzero(alive[part.ann_upto :])
+        if pending.shape[0]:  # rows not in the IVF index yet: exact search over them
+            sims = part.index.scores(qvec, pending)
+            pending = pending[np.argsort(-sims, kind="stable")[:dense_want]]
+        lexical = lex_all[0][:want] if lex_all is not None else np.zeros(0, dtype=np.int64)
+        pieces: list[I64] = [dense, pending, lexical]
         if config.neighbor_weight > 0:
-            # a memory also scores through its neighbours' relevance: the neighbours of the
+            # a memory also scores through its neighbours' relevance: the neighbours of the most
             # relevant candidates are candidates too
-            relevant = np.concatenate(pieces)
-            prev, nxt = self._neighbors(part, _unique(relevant))
+            near = max(4 * k, want // 4)
+            best = _unique(np.concatenate([dense[:near], pending[:near], lexical[:near]]))
+            prev, nxt = self._neighbors(part, best)
             pieces += [prev[prev >= 0], nxt[nxt >= 0]]
-        if config.recency_weight > 0:
-            pieces.append(self._top_rows(part.recent_top, part.accessed.view, alive, want))
-        if config.importance_weight > 0:
-            pieces.append(self._top_rows(part.important_top, part.importance.view, alive, want))
+        # the most recent / most important rows, as many as their weight can matter: a component
+        # weighted 0.05 against relevance's 0.6 cannot lift a row past many relevant ones
+        top_weight = max(config.relevance_weight, config.lexical_weight, 1e-12)
+        for weight, cache, values in (
+            (config.recency_weight, part.recent_top, part.accessed.view),
+            (config.importance_weight, part.important_top, part.importance.view),
+        ):
+            if weight > 0:
+                count = max(4 * k, min(want, math.ceil(want * weight / top_weight)))
+                pieces.append(self._top_rows(cache, values, alive, count))
         rows = _unique(np.concatenate(pieces))
         keep = alive[rows] if mask is None else mask[rows]
         out: I64 = rows[keep]

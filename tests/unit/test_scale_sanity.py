@@ -70,8 +70,11 @@ def test_one_at_a_time_adds_use_batched_ivf_updates(monkeypatch: pytest.MonkeyPa
         for i in range(3000):
             stream.add([f"memory {i} about topic {i % 37}"], importances=0.5, now=now)
         part = stream._partitions["default"]
-        # index rebuilds on growth aside, rows reach the IVF index in batches of >= 1024
-        assert len(calls) <= 3000 // 1024 + 8
-        assert part.ann is not None and len(part) - part.ann_upto < 1024
+        # index rebuilds on growth aside, rows reach the IVF index in batches, not one by one
+        from langchain_reflective.stream import _ANN_FLUSH
+
+        assert _ANN_FLUSH >= 64
+        assert len(calls) <= 3000 // _ANN_FLUSH + 8
+        assert part.ann is not None and len(part) - part.ann_upto < _ANN_FLUSH
         hits = stream.retrieve("memory 2999 about topic 2", k=1, touch=False)
         assert hits[0].record.text == "memory 2999 about topic 2"
