@@ -63,7 +63,7 @@ def test_every_n_adds_trigger(tmp_path, model, now) -> None:
 
 
 def test_add_does_not_wait_for_a_slow_reflection(tmp_path, now) -> None:
-    slow = ScriptedChatModel(delay=0.5)
+    slow = ScriptedChatModel(delay=1.0)
     with make(tmp_path, slow, reflect_threshold=1.0) as memory:
         memory.add(EVENTS, importances=0.5, now=now)  # triggers
         deadline = time.monotonic() + 5
