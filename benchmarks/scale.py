@@ -217,23 +217,52 @@ def run_ours(n: int, mode: str, queries: int, workdir: Path) -> dict[str, Any]:
     part = stream._partitions[stream.namespace]
     out["ann"] = part.ann is not None
     out["ivf_lists"] = part.ann.nlist if part.ann is not None else None
-    del part  # keep no reference: close() must free the partition before the reopen
+    del part  # keep no reference: close() must free the partition
     t0 = time.perf_counter()
-    stream.close()
+    stream.close()  # writes the IVF / vector cache
     out["close_s"] = time.perf_counter() - t0
+    out["peak_rss_mb"] = _peak_rss_mb()
+    # reopen in a fresh process: cold-start time and memory, then top-10 agreement with exact
+    reopened = _child(["--reopen", str(path), "--n", str(n), "--queries", str(queries)])
+    out.update(reopened)
+    return out
+
+
+def run_reopen(path: Path, n: int, queries: int) -> dict[str, Any]:
+    from langchain_reflective import MemoryStream
+    from langchain_reflective.index.ivf import IVFCandidateIndex
+
+    trained: list[int] = []
+    original = IVFCandidateIndex.train
+
+    def train(self: IVFCandidateIndex, sample: np.ndarray, rows: int) -> None:
+        trained.append(rows)
+        original(self, sample, rows)
+
+    IVFCandidateIndex.train = train  # type: ignore[method-assign]
+    emb = _fake_embeddings()
+    qs = make_queries(n, queries)
+    emb.query = qs[0][1]
     t0 = time.perf_counter()
     stream = MemoryStream(emb, path=path)
-    emb.query = qs[0][1]
     stream.retrieve(qs[0][2], k=K, touch=False)
-    out["reopen_first_query_s"] = time.perf_counter() - t0
-    out["peak_rss_mb"] = _peak_rss_mb()  # before the exact comparison below
+    out: dict[str, Any] = {"reopen_first_query_s": time.perf_counter() - t0}
+    part = stream._partitions[stream.namespace]
+    out["reopen_used_ivf_cache"] = part.ann is not None and not trained
+    seqs = part.seqs.view.copy()
+    del part
+    out["reopen_peak_rss_mb"] = _peak_rss_mb()
     # agreement with exact scoring (same state: touch=False, fixed now)
     when = datetime.now(UTC)
     approx_ids, exact_ids, sources = [], [], []
     for _, vec, text in qs:
         emb.query = vec
         approx_ids.append([h.record.id for h in stream.retrieve(text, k=K, now=when, touch=False)])
-    if out["ann"]:
+    for (row, _, _), ids in zip(qs, approx_ids, strict=True):
+        rec = stream.store.get_by_seq([int(seqs[row])])
+        sources.append(any(r.id in ids for r in rec.values()))
+    out["source_in_top10"] = float(np.mean(sources))
+    if out["reopen_used_ivf_cache"] or trained:
         stream.exact_limit = None  # every row scored: the reference ranking
         lat = []
         for _, vec, text in qs:
@@ -243,19 +272,21 @@ def run_ours(n: int, mode: str, queries: int, workdir: Path) -> dict[str, Any]:
             lat.append(time.perf_counter() - t0)
             exact_ids.append([h.record.id for h in hits])
         out["retrieve_exact_no_touch"] = _pcts(lat)
-        out["agreement_top10"] = float(
-            np.mean([len(set(a) & set(e)) / K for a, e in zip(approx_ids, exact_ids, strict=True)])
-        )
-        out["identical_top10_lists"] = float(
-            np.mean([a == e for a, e in zip(approx_ids, exact_ids, strict=True)])
-        )
-    seqs = stream._partitions[stream.namespace].seqs.view
-    for (row, _, _), ids in zip(qs, approx_ids, strict=True):
-        rec = stream.store.get_by_seq([int(seqs[row])])
-        sources.append(any(r.id in ids for r in rec.values()))
-    out["source_in_top10"] = float(np.mean(sources))
-    stream.close()
+        pairs = list(zip(approx_ids, exact_ids, strict=True))
+        out["agreement_top10"] = float(np.mean([len(set(a) & set(e)) / K for a, e in pairs]))
+        out["identical_top10_lists"] = float(np.mean([a == e for a, e in pairs]))
+    stream.store.close()  # leave the caches as they are
     return out
+
+
+def _child(extra: list[str]) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--worker", *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            result: dict[str, Any] = json.loads(line[len("RESULT ") :])
+            return result
+    raise RuntimeError(f"{cmd} failed:\n{proc.stderr[-4000:]}")
 
 
 def run_twvsr(n: int, mode: str, queries: int, workdir: Path) -> dict[str, Any]:
@@ -310,6 +341,10 @@ def run_twvsr(n: int, mode: str, queries: int, workdir: Path) -> dict[str, Any]:
 
 
 def worker(args: argparse.Namespace) -> None:
+    if args.reopen is not None:
+        result = run_reopen(args.reopen, args.n, args.queries)
+        print("RESULT " + json.dumps(result), flush=True)
+        return
     with tempfile.TemporaryDirectory(prefix="scale-") as tmp:
         fn = run_ours if args.system == "ours" else run_twvsr
         result = fn(args.n, args.mode, args.queries, Path(tmp))
@@ -420,6 +455,7 @@ def main() -> None:
     parser.add_argument("--system", choices=["ours", "twvsr"], help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=["one", "batch"], help=argparse.SUPPRESS)
+    parser.add_argument("--reopen", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args)

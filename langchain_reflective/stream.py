@@ -78,6 +78,7 @@ DEFAULT_EXACT_LIMIT = 20_000
 """Namespaces with more live memories than this use the approximate candidate path."""
 _ANN_FLUSH = 256  # rows added since the IVF index was updated before they are indexed
 _ANN_REGROW = 4  # retrain the IVF index when the partition grew this many times
+_ANN_4BIT = 250_000  # IVF indexes built for this many rows or more use 4-bit codes
 _TOP_CACHE = 256  # rows kept in the recency / importance candidate caches
 _FLAT_CACHE_MAX = 200_000  # larger exact partitions reload their vectors from the file
 _LOAD_CHUNK = 16_384  # rows per read when loading vectors from the file
@@ -751,7 +752,10 @@ class MemoryStream:
         alive = part.index.alive
         live_rows = np.flatnonzero(alive)
         nlist = default_nlist(live_rows.shape[0]) * 2
-        index = IVFCandidateIndex(part.index.dimension, min(nlist, 4096))
+        # 4-bit codes from _ANN_4BIT rows on: the float32 matrix plus 8-bit codes of 1M
+        # 384-dimensional vectors alone take 1.9 GB
+        bits = 8 if live_rows.shape[0] < _ANN_4BIT else 4
+        index = IVFCandidateIndex(part.index.dimension, min(nlist, 4096), bits)
         rng = np.random.default_rng(len(part))
         sample_size = min(live_rows.shape[0], 32 * index.nlist)
         sample = np.sort(rng.choice(live_rows, size=sample_size, replace=False))

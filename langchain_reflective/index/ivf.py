@@ -1,9 +1,9 @@
-"""Approximate dense candidates for large partitions: FAISS IVF with 8-bit scalar quantisation.
+"""Approximate dense candidates for large partitions: FAISS IVF with scalar quantisation.
 
 The exact vectors stay in one place (the partition's :class:`FaissFlatIndex`); this index keeps
-only a coarse quantiser, one byte per dimension per vector and an id per vector (about 400 bytes
-per 384-dimensional vector, a quarter of the float32 copy). It proposes candidates; the stream
-rescores every candidate exactly, so the quantisation never changes a returned score.
+only a coarse quantiser, 8 or 4 bits per dimension per vector and an id per vector (about 400 or
+200 bytes per 384-dimensional vector: a quarter or an eighth of the float32 copy). It proposes
+candidates; the stream rescores every candidate exactly, so quantisation never changes a score.
 
 Ids are the records' sequence numbers (stable across reloads and compaction), not row numbers.
 Deleted records stay in the lists (the caller drops them when mapping ids to live rows); the
@@ -43,15 +43,19 @@ def default_nlist(rows: int) -> int:
 
 
 class IVFCandidateIndex:
-    """An IVF-SQ8 inner-product index over record ids (sequence numbers).
+    """An IVF scalar-quantised inner-product index over record ids (sequence numbers).
 
     Args:
         dimension: vector dimension.
         nlist: number of inverted lists (see :func:`default_nlist`).
+        bits: 8 or 4 bits per dimension. 4 bits halves the memory; the candidates' order is a
+            little noisier (they are rescored exactly anyway).
     """
 
-    def __init__(self, dimension: int, nlist: int) -> None:
+    def __init__(self, dimension: int, nlist: int, bits: int = 8) -> None:
         faiss = _faiss()
+        if bits not in (4, 8):
+            raise ValueError(f"bits must be 4 or 8, got {bits}")
         self.dimension = int(dimension)
         self.nlist = int(nlist)
         quantizer = faiss.IndexFlatIP(self.dimension)
@@ -59,7 +63,7 @@ class IVFCandidateIndex:
             quantizer,
             self.dimension,
             self.nlist,
-            faiss.ScalarQuantizer.QT_8bit,
+            faiss.ScalarQuantizer.QT_8bit if bits == 8 else faiss.ScalarQuantizer.QT_4bit,
             faiss.METRIC_INNER_PRODUCT,
             False,  # encode vectors, not residuals: cheaper adds, same ranking quality here
         )
