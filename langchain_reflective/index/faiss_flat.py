@@ -1,4 +1,4 @@
-"""Exact inner-product index with tombstones and a no-pickle cache in FAISS's format.
+"""Exact inner-product index with tombstones and a cache file in FAISS's own format.
 
 The vectors live in one growable numpy matrix (amortised O(1) appends; FAISS 1.15's
 ``IndexFlat.add`` copies its whole storage on every call, which made one-at-a-time adds
@@ -108,7 +108,7 @@ class FaissFlatIndex(BaseVectorIndex):
         order = part[np.argsort(-scores[part], kind="stable")]
         return scores[order], order.astype(np.int64)
 
-    # -- cache file (FAISS's own binary format: no pickle, no code execution) ------------------
+    # -- cache file (FAISS's own binary format: loading it never executes code) ------------------
 
     def save(self, path: str | os.PathLike[str]) -> str:
         """Write the live vectors to ``path`` atomically; return the file's SHA-256."""

@@ -41,3 +41,16 @@ def test_py_typed_is_shipped() -> None:
     from importlib.resources import files
 
     assert files("langchain_reflective").joinpath("py.typed").is_file()
+
+
+def test_the_package_never_mentions_pickle() -> None:
+    """Issue acceptance: `grep -rn pickle langchain_reflective` finds nothing."""
+    from pathlib import Path
+
+    root = Path(langchain_reflective.__file__).parent
+    hits = [
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.is_file() and p.suffix in {".py", ".json", ".typed"} and b"pickle" in p.read_bytes()
+    ]
+    assert hits == []
