@@ -1,8 +1,9 @@
 """The embedded default store: one SQLite file (WAL) holding records, vectors and counters.
 
-Nothing here executes code on load: vectors are raw little-endian float32 blobs, metadata and evidence are JSON. The file
-carries an application id, a schema version and the embedding model's identity and dimension, so
-opening a foreign, newer or mismatched file is a clear error instead of silent garbage.
+Nothing here executes code on load: vectors are raw little-endian float32 blobs, metadata and
+evidence are JSON. The file carries an application id, a schema version and the embedding
+model's identity and dimension, so opening a foreign, newer or mismatched file is a clear error
+instead of silent garbage.
 """
 
 from __future__ import annotations
