@@ -147,6 +147,14 @@ def _fake_embeddings() -> Any:
 
 
 def _peak_rss_mb() -> float:
+    """This process's peak RSS: ``VmHWM`` (reset by exec, unlike ``ru_maxrss``, which a child
+    inherits from the parent's size at fork)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError):
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
