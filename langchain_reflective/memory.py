@@ -445,9 +445,9 @@ class ReflectiveMemory:
         ns = self.stream.resolve_namespace(namespace)
         insights: list[MemoryRecord] = []
         if self.config.insight_capacity:
-            reflections = self.stream.recent(None, namespace=ns, kinds=[REFLECTION])
-            reflections.sort(key=lambda r: (r.importance, r.created_at), reverse=True)
-            insights = reflections[: self.config.insight_capacity]
+            insights = self.stream.most_important(
+                self.config.insight_capacity, namespace=ns, kinds=[REFLECTION]
+            )
         recent: list[MemoryRecord] = []
         if self.config.recent_capacity:
             window = self.stream.recent(self.config.recent_capacity, namespace=ns)

@@ -1434,6 +1434,26 @@ class MemoryStream:
         after = self._store.last_reflection_seq(ns) if since_last_reflection else None
         return self._store.recent(ns, n=n, kinds=kinds, after_seq=after)
 
+    def most_important(
+        self,
+        n: int,
+        *,
+        namespace: str | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> list[MemoryRecord]:
+        """The ``n`` most important records (most important first; newer first among equals).
+
+        One indexed query, however many records the namespace holds (the working context asks
+        for the top insights before every model call).
+        """
+        self._check_open()
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise InvalidMemoryError(f"n must be a non-negative integer, got {n!r}")
+        if kinds is not None:
+            kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+        ns = self._ns(namespace)
+        return self._store.recent(ns, n=n, kinds=kinds, after_seq=None, by_importance=True)
+
     def delete(self, ids: str | Sequence[str], *, namespace: str | None = None) -> int:
         """Delete records by id; return how many were deleted."""
         self._check_open()

@@ -209,8 +209,13 @@ class BaseRecordStore(ABC):
         n: int | None,
         kinds: Sequence[str] | None,
         after_seq: int | None,
+        by_importance: bool = False,
     ) -> list[MemoryRecord]:
-        """The newest ``n`` records (oldest first), optionally only after a sequence number."""
+        """The newest ``n`` records (oldest first), optionally only after a sequence number.
+
+        With ``by_importance`` the ``n`` most important records instead, most important first
+        (newer first among equals).
+        """
 
     @abstractmethod
     def reflection_state(self, namespace: str) -> ReflectionState:

@@ -63,6 +63,8 @@ CREATE TABLE IF NOT EXISTS memories (
     vector BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS memories_namespace_seq ON memories (namespace, seq);
+CREATE INDEX IF NOT EXISTS memories_namespace_kind_importance
+    ON memories (namespace, kind, importance);
 CREATE TABLE IF NOT EXISTS counters (
     namespace TEXT PRIMARY KEY,
     importance_sum REAL NOT NULL DEFAULT 0,
@@ -559,6 +561,7 @@ class SQLiteRecordStore(BaseRecordStore):
         n: int | None,
         kinds: Sequence[str] | None,
         after_seq: int | None,
+        by_importance: bool = False,
     ) -> list[MemoryRecord]:
         where = ["namespace=?"]
         params: list[Any] = [namespace]
@@ -569,12 +572,14 @@ class SQLiteRecordStore(BaseRecordStore):
         if after_seq is not None:
             where.append("seq>?")
             params.append(after_seq)
-        sql = f"SELECT {_COLUMNS} FROM memories WHERE {' AND '.join(where)} ORDER BY seq DESC"
+        order = "importance DESC, seq DESC" if by_importance else "seq DESC"
+        sql = f"SELECT {_COLUMNS} FROM memories WHERE {' AND '.join(where)} ORDER BY {order}"
         if n is not None:
             sql += " LIMIT ?"
             params.append(int(n))
         rows = self._query(sql, params)
-        return [_row_to_record(r) for r in reversed(rows)]
+        records = [_row_to_record(r) for r in rows]
+        return records if by_importance else records[::-1]
 
     def reflection_state(self, namespace: str) -> ReflectionState:
         rows = self._query(

@@ -527,3 +527,15 @@ def test_embedding_identity_does_not_depend_on_the_install_path() -> None:
     assert embedding_identity(PathModel("text-embedding-3-small")).endswith(
         ":text-embedding-3-small"
     )
+
+
+def test_most_important(stream: MemoryStream, now) -> None:
+    stream.add(["low", "high", "mid"], importances=[0.2, 0.9, 0.5], kinds="reflection", now=now)
+    stream.add(["obs top"], importances=1.0, now=now)
+    stream.add(["high too"], importances=0.9, kinds="reflection", now=now)
+    top = stream.most_important(3, kinds=["reflection"])
+    assert [r.text for r in top] == ["high too", "high", "mid"]  # newer first among equals
+    assert [r.text for r in stream.most_important(1)] == ["obs top"]
+    assert stream.most_important(0) == []
+    with pytest.raises(InvalidMemoryError):
+        stream.most_important(-1)
