@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import math
-import uuid
+import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -29,8 +30,24 @@ MAX_TEXT_CHARS = 200_000
 
 
 def new_memory_id() -> str:
-    """Return a new stable, unique memory id (a UUID4 hex string)."""
-    return uuid.uuid4().hex
+    """Return a new stable, unique memory id: a UUIDv7 (RFC 9562) as 32 hex digits.
+
+    Version 7 starts with the creation time in milliseconds, followed by 74 random bits, so ids
+    created together sort together: a new memory's id lands at the end of the file's id index
+    instead of on a random page of it, which keeps one-at-a-time adds cheap at scale.
+    """
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (
+        (time.time_ns() // 1_000_000) << 80
+        | 0x7 << 76  # version
+        | (rand >> 68) << 64  # 12 random bits
+        | 0b10 << 62  # variant
+        | rand & _RAND_B
+    )
+    return f"{value:032x}"
+
+
+_RAND_B = (1 << 62) - 1
 
 
 def utc(value: datetime) -> datetime:

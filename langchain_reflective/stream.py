@@ -241,6 +241,11 @@ def _as_unit_vectors(raw: Any, expected_rows: int, source: str) -> F32:
         raise EmbeddingError(
             f"{source} returned an array of shape {arr.shape}; expected ({expected_rows}, dim)"
         )
+    if expected_rows == 1:  # one memory per add, or a query: scalar checks are cheaper
+        square = float(np.dot(arr[0], arr[0]))
+        if math.isfinite(square) and square > 1e-24:
+            one: F32 = (arr / math.sqrt(square)).astype(np.float32)
+            return one
     squares = np.einsum("ij,ij->i", arr, arr)  # NaN/inf anywhere makes its row's sum NaN/inf
     if not np.isfinite(squares).all():
         if not np.isfinite(arr).all():
@@ -315,7 +320,7 @@ class _Partition:
     ) -> None:
         """Append one row (the one-memory-per-add fast path)."""
         row = len(self.seqs)
-        self.index.add(vector.reshape(1, -1))
+        self.index.add_one(vector)
         self.seqs.append(seq)
         self.created.append(stamp)
         self.accessed.append(stamp)
@@ -323,9 +328,8 @@ class _Partition:
         self.kind_codes.append(self.code(kind))
         if self.lexical is not None:
             self.lexical.add(self.lexical_documents([text], [kind]))
-        rows = np.array([row], dtype=np.int64)
-        self.recent_top.offer(rows, np.array([stamp]))
-        self.important_top.offer(rows, np.array([importance]))
+        self.recent_top.offer_one(row, stamp)
+        self.important_top.offer_one(row, importance)
 
     def append(
         self,

@@ -9,9 +9,11 @@ instead of silent garbage.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -38,6 +40,8 @@ from langchain_reflective.storage.base import (
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteRecordStore"]
 
+logger = logging.getLogger(__name__)
+
 APPLICATION_ID = 0x52464C54  # "RFLT"
 SCHEMA_VERSION = 1
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -63,8 +67,8 @@ CREATE TABLE IF NOT EXISTS memories (
     vector BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS memories_namespace_seq ON memories (namespace, seq);
-CREATE INDEX IF NOT EXISTS memories_namespace_kind_importance
-    ON memories (namespace, kind, importance);
+CREATE INDEX IF NOT EXISTS memories_insight_importance
+    ON memories (namespace, kind, importance) WHERE kind <> 'observation';
 CREATE TABLE IF NOT EXISTS counters (
     namespace TEXT PRIMARY KEY,
     importance_sum REAL NOT NULL DEFAULT 0,
@@ -74,6 +78,11 @@ CREATE TABLE IF NOT EXISTS counters (
     generation INTEGER NOT NULL DEFAULT 0
 );
 """
+
+_NOT_OBSERVATION = "kind <> 'observation'"
+"""The partial importance index's condition; a query must repeat it verbatim to use the index.
+Observations, the bulk of a stream, stay out of that index: it would take a random-page write
+per add, and the hot query (the most important insights) never asks for observations."""
 
 _COLUMNS = (
     "seq, id, namespace, text, kind, created_us, accessed_us, importance, importance_source, "
@@ -123,6 +132,74 @@ _INSERT = (
 )
 
 
+_WAL_SIZE_LIMIT = 64 << 20
+"""Bytes a WAL file is truncated to after it restarts."""
+_CHECKPOINT_EVERY = 16
+"""Commits (or rows written) between two wake-ups of the background checkpointer."""
+_WAL_RESTART_FRAMES = 8192
+"""WAL length (pages, ~32 MB) at which the writer checkpoints once itself, so the WAL restarts."""
+
+
+class _Checkpointer:
+    """Copies the WAL into the database file on a background thread.
+
+    With SQLite's automatic checkpoints, every ~1,000 pages one commit waits for the copy and
+    two ``fsync`` calls, which on a virtual disk is half the cost of a small durable write. Here a
+    thread with its own connection runs passive checkpoints (they never block writers or
+    readers), so a commit only appends to the WAL. A passive checkpoint cannot restart a WAL that
+    is written to while it runs, so when the WAL grows past ``_WAL_RESTART_FRAMES`` the thread
+    pauses and asks the writer to run one checkpoint inline (only the few frames the thread has
+    not copied yet); the next write then starts the WAL from the beginning. Durability is
+    unchanged: commits are in the WAL either way.
+    """
+
+    def __init__(self, path: Path, timeout: float) -> None:
+        self._path = path
+        self._timeout = timeout
+        self._wake = threading.Event()
+        self._stopping = False
+        self.catch_up = False
+        """Set by the thread: the writer should finish a checkpoint inline."""
+        self._thread = threading.Thread(
+            target=self._run, name="langchain-reflective-checkpoint", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    def _run(self) -> None:
+        try:
+            conn = sqlite3.connect(str(self._path), timeout=self._timeout, isolation_level=None)
+        except sqlite3.Error as exc:
+            logger.warning("WAL checkpoint thread could not open %s: %s", self._path, exc)
+            return
+        try:
+            while True:
+                self._wake.wait()
+                self._wake.clear()
+                if self._stopping:
+                    return
+                if self.catch_up:
+                    continue  # the writer is finishing the checkpoint
+                _, frames, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                if frames >= _WAL_RESTART_FRAMES:
+                    self.catch_up = True
+        except sqlite3.Error as exc:
+            logger.warning("WAL checkpoint thread for %s stopped: %s", self._path, exc)
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        self._thread.join()
+
+
 def _chunks(values: Sequence[Any], size: int = _MAX_VARS) -> Iterator[Sequence[Any]]:
     for start in range(0, len(values), size):
         yield values[start : start + size]
@@ -155,6 +232,8 @@ class SQLiteRecordStore(BaseRecordStore):
         self._closed = False
         self._data_version = 0
         self._external_change = False
+        self._writes = 0
+        self._checkpointer: _Checkpointer | None = None
         if self.path is not None:
             self._check_file(self.path)
         target = ":memory:" if self.path is None else str(self.path)
@@ -177,6 +256,11 @@ class SQLiteRecordStore(BaseRecordStore):
             raise
         self._data_version = self._read_data_version()
         self._external_change = False
+        if self.path is not None:
+            self._conn.execute("PRAGMA wal_autocheckpoint=0")
+            self._checkpointer = _Checkpointer(self.path, timeout)
+            # a store that is never closed must not leave its thread behind
+            self._stop_checkpointer = weakref.finalize(self, self._checkpointer.stop)
         self.last_generation = 0
         """The generation returned by the last write (see :meth:`generation`)."""
 
@@ -224,6 +308,7 @@ class SQLiteRecordStore(BaseRecordStore):
                 raise StorageError(f"could not enable WAL mode on {self.path} (got {mode})")
         c.execute(f"PRAGMA synchronous={synchronous}")
         c.execute("PRAGMA foreign_keys=ON")
+        c.execute(f"PRAGMA journal_size_limit={_WAL_SIZE_LIMIT}")
         if app_id == 0:
             with self._transaction():
                 c.execute(f"PRAGMA application_id={APPLICATION_ID}")
@@ -247,6 +332,18 @@ class SQLiteRecordStore(BaseRecordStore):
                 f"{self.path} has schema version {version}, newer than this "
                 f"langchain-reflective supports ({SCHEMA_VERSION}); upgrade the package"
             )
+        if c.execute(
+            "SELECT 1 FROM sqlite_master WHERE type='index' "
+            "AND name='memories_namespace_kind_importance'"
+        ).fetchone():
+            # a file from an earlier version: index every kind but observations (same schema
+            # version: older readers use the new index as they used the old one)
+            with self._transaction():
+                c.execute("DROP INDEX IF EXISTS memories_namespace_kind_importance")
+                c.execute(
+                    "CREATE INDEX IF NOT EXISTS memories_insight_importance ON memories "
+                    f"(namespace, kind, importance) WHERE {_NOT_OBSERVATION}"
+                )
 
     # executescript commits implicitly; wrap plain statements in explicit transactions.
     class _Tx:
@@ -271,6 +368,7 @@ class SQLiteRecordStore(BaseRecordStore):
             try:
                 if exc_type is None:
                     self.store._conn.execute("COMMIT")
+                    self.store._after_commit()
                 else:
                     self.store._conn.execute("ROLLBACK")
             finally:
@@ -278,6 +376,28 @@ class SQLiteRecordStore(BaseRecordStore):
 
     def _transaction(self) -> SQLiteRecordStore._Tx:
         return SQLiteRecordStore._Tx(self)
+
+    def _after_commit(self) -> None:
+        """Keep the WAL short: wake the checkpoint thread, or checkpoint here if asked to."""
+        checkpointer = self._checkpointer
+        if checkpointer is None:
+            return
+        if checkpointer.catch_up:
+            try:
+                busy = self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[0]
+            except sqlite3.Error as exc:  # the data is committed; the WAL just stays long
+                logger.warning("WAL checkpoint of %s failed: %s", self.path, exc)
+                busy = 1
+            if not busy:
+                checkpointer.catch_up = False
+        self._writes += 1
+        if self._writes >= _CHECKPOINT_EVERY:
+            self._writes = 0
+            if checkpointer.alive:
+                checkpointer.poke()
+            else:  # the thread died: let SQLite checkpoint on commit again
+                self._conn.execute("PRAGMA wal_autocheckpoint=1000")
+                self._checkpointer = None
 
     def _ensure_open(self) -> None:
         if self._closed:
@@ -352,9 +472,11 @@ class SQLiteRecordStore(BaseRecordStore):
         vecs = np.ascontiguousarray(vectors, dtype="<f4")
         if len(records) != vecs.shape[0]:
             raise StorageError(f"{len(records)} records but {vecs.shape[0]} vectors")
+        blob = vecs.tobytes()  # one copy; rows are slices of it
+        width = len(blob) // len(records) if records else 0
         stamps: dict[datetime, int] = {}  # records of one add share their timestamps
         rows = []
-        for r, vec in zip(records, vecs, strict=True):
+        for i, r in enumerate(records):
             created = stamps.get(r.created_at)
             if created is None:
                 created = stamps[r.created_at] = to_us(r.created_at)
@@ -374,7 +496,7 @@ class SQLiteRecordStore(BaseRecordStore):
                     _dump_evidence(r.evidence),
                     r.depth,
                     _dump_metadata(r.metadata),
-                    vec.tobytes(),
+                    blob[i * width : (i + 1) * width],
                 )
             )
         namespaces = {r.namespace for r in records}
@@ -389,6 +511,7 @@ class SQLiteRecordStore(BaseRecordStore):
                     # one prepared statement for the batch; with AUTOINCREMENT and the write
                     # lock held, the new sequence numbers are consecutive
                     c.executemany(_INSERT, rows)
+                    self._writes += len(rows) - 1  # a big batch wakes the checkpointer sooner
                     last = int(c.execute("SELECT last_insert_rowid()").fetchone()[0])
                     seqs = list(range(last - len(rows) + 1, last + 1))
                 else:
@@ -569,6 +692,8 @@ class SQLiteRecordStore(BaseRecordStore):
             kinds = list(kinds)
             where.append(f"kind IN ({','.join('?' * len(kinds))})")
             params.extend(kinds)
+            if by_importance and "observation" not in kinds:
+                where.append(_NOT_OBSERVATION)  # lets SQLite use the partial importance index
         if after_seq is not None:
             where.append("seq>?")
             params.append(after_seq)
@@ -625,4 +750,7 @@ class SQLiteRecordStore(BaseRecordStore):
             if self._closed:
                 return
             self._closed = True
+            if self._checkpointer is not None:
+                self._stop_checkpointer()
+                self._checkpointer = None
             self._conn.close()

@@ -1,0 +1,184 @@
+"""The SQLite store's write path: background WAL checkpoints, id locality, index migration."""
+
+from __future__ import annotations
+
+import gc
+import sqlite3
+import threading
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from langchain_reflective import MemoryStream
+from langchain_reflective.records import new_memory_id
+from langchain_reflective.storage import sqlite as sqlite_store
+from langchain_reflective.storage.sqlite import SQLiteRecordStore
+from tests.fakes import WordEmbeddings
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _checkpoint_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "langchain-reflective-checkpoint"]
+
+
+def _wal_frames(path: Path) -> int:
+    """Frames in the WAL that a new checkpoint would still have to consider."""
+    conn = sqlite3.connect(path)
+    try:
+        return int(conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1])
+    finally:
+        conn.close()
+
+
+def test_commits_do_not_checkpoint_the_wal_themselves(tmp_path: Path) -> None:
+    """Automatic checkpoints (an fsync inside some commits) are off; a thread does them."""
+    store = SQLiteRecordStore(tmp_path / "m.db")
+    try:
+        assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+        assert len(_checkpoint_threads()) == 1
+    finally:
+        store.close()
+    assert _checkpoint_threads() == []
+
+
+def test_a_long_wal_makes_the_thread_ask_the_writer_to_catch_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_store, "_WAL_RESTART_FRAMES", 1)
+    store = SQLiteRecordStore(tmp_path / "m.db")
+    try:
+        checkpointer = store._checkpointer
+        assert checkpointer is not None
+        store.set_meta("k", "v")
+        checkpointer.poke()
+        deadline = time.monotonic() + 10
+        while not checkpointer.catch_up and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert checkpointer.catch_up
+    finally:
+        store.close()
+
+
+def test_the_writer_catches_up_so_the_wal_restarts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Asked to, the next commit checkpoints inline; the write after it starts the WAL over."""
+    monkeypatch.setattr(sqlite_store, "_CHECKPOINT_EVERY", 10**9)  # never wake the thread
+    path = tmp_path / "m.db"
+    store = SQLiteRecordStore(path)
+    try:
+        checkpointer = store._checkpointer
+        assert checkpointer is not None
+        for i in range(50):
+            store.set_meta(f"k{i}", "v")
+        checkpointer.catch_up = True
+        store.set_meta("last", "v")  # commits, then checkpoints inline
+        assert not checkpointer.catch_up
+        store.set_meta("after", "v")  # starts the WAL from its first frame again
+        assert _wal_frames(path) < 10  # 52 commits of at least one page each without it
+    finally:
+        store.close()
+
+
+def test_a_dead_checkpoint_thread_falls_back_to_automatic_checkpoints(tmp_path: Path) -> None:
+    store = SQLiteRecordStore(tmp_path / "m.db")
+    try:
+        checkpointer = store._checkpointer
+        assert checkpointer is not None
+        checkpointer.stop()  # as if the thread had died
+        store.bind_embeddings("m", 2)
+        for _ in range(sqlite_store._CHECKPOINT_EVERY):
+            store.set_meta("k", "v")
+        assert store._checkpointer is None
+        assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] > 0
+    finally:
+        store.close()
+
+
+def test_an_unclosed_store_does_not_leak_its_thread(tmp_path: Path) -> None:
+    store = SQLiteRecordStore(tmp_path / "m.db")
+    assert len(_checkpoint_threads()) == 1
+    del store
+    gc.collect()
+    assert _checkpoint_threads() == []
+
+
+def test_in_memory_store_has_no_checkpoint_thread() -> None:
+    store = SQLiteRecordStore(None)
+    try:
+        assert store._checkpointer is None
+        assert _checkpoint_threads() == []
+    finally:
+        store.close()
+
+
+def test_new_ids_are_uuid7_and_sort_by_creation() -> None:
+    ids = [new_memory_id() for _ in range(2000)]
+    assert len(set(ids)) == len(ids)
+    parsed = [uuid.UUID(i) for i in ids]
+    assert {u.version for u in parsed} == {7}
+    assert {u.variant for u in parsed} == {uuid.RFC_4122}
+    # the first 48 bits are milliseconds: ids from different milliseconds sort by time
+    stamps = [int(i[:12], 16) for i in ids]
+    assert stamps == sorted(stamps)
+
+
+def test_old_importance_index_is_migrated(tmp_path: Path) -> None:
+    """Files from earlier versions indexed every memory by importance; that index goes."""
+    path = tmp_path / "m.db"
+    with MemoryStream(WordEmbeddings(), path=path) as stream:
+        stream.add(
+            ["an insight", "a fact"], importances=[0.9, 0.3], kinds=["reflection", "observation"]
+        )
+    conn = sqlite3.connect(path)
+    conn.execute("DROP INDEX memories_insight_importance")
+    conn.execute(
+        "CREATE INDEX memories_namespace_kind_importance ON memories (namespace, kind, importance)"
+    )
+    conn.commit()
+    conn.close()
+    with MemoryStream(WordEmbeddings(), path=path) as stream:
+        assert [r.text for r in stream.most_important(1, kinds=["reflection"])] == ["an insight"]
+        assert [r.text for r in stream.most_important(2)] == ["an insight", "a fact"]
+    conn = sqlite3.connect(path)
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+    conn.close()
+    assert "memories_namespace_kind_importance" not in names
+    assert "memories_insight_importance" in names
+
+
+def test_insight_queries_use_the_partial_index(tmp_path: Path) -> None:
+    store = SQLiteRecordStore(tmp_path / "m.db")
+    try:
+        plans: list[str] = []
+        store._conn.set_trace_callback(plans.append)
+        store.recent("default", n=5, kinds=["reflection"], after_seq=None, by_importance=True)
+        store._conn.set_trace_callback(None)
+        (sql,) = [p for p in plans if p.startswith("SELECT")]
+        plan = store._conn.execute("EXPLAIN QUERY PLAN " + sql).fetchall()
+        assert any("memories_insight_importance" in str(row) for row in plan), plan
+    finally:
+        store.close()
+
+
+def test_batch_rows_keep_their_own_vectors(tmp_path: Path) -> None:
+    """Rows of one insert are slices of one buffer: each row must get its own vector."""
+    path = tmp_path / "m.db"
+    texts = [f"word{i} other{i}" for i in range(50)]
+    with MemoryStream(WordEmbeddings(), path=path) as stream:
+        stream.add(texts, importances=0.5, now=NOW)
+        expected = np.asarray(WordEmbeddings().embed_documents(texts), dtype=np.float64)
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    store = SQLiteRecordStore(path)
+    try:
+        (chunk,) = list(store.iter_partition("default"))
+        assert chunk.vectors is not None
+        order = [texts.index(t) for t in chunk.texts]
+        np.testing.assert_allclose(chunk.vectors, expected[order], atol=1e-6)
+    finally:
+        store.close()
