@@ -49,7 +49,7 @@ from langchain_reflective.records import (
     OBSERVATION,
     REFLECTION,
     MemoryRecord,
-    new_memory_id,
+    new_memory_ids,
     utc,
     validate_metadata,
     validate_text,
@@ -755,7 +755,7 @@ class MemoryStream:
     def _build_ann(self, part: _Partition) -> None:
         alive = part.index.alive
         live_rows = np.flatnonzero(alive)
-        nlist = default_nlist(live_rows.shape[0]) * 2
+        nlist = default_nlist(live_rows.shape[0])
         # 4-bit codes from _ANN_4BIT rows on: the float32 matrix plus 8-bit codes of 1M
         # 384-dimensional vectors alone take 1.9 GB
         bits = 8 if live_rows.shape[0] < _ANN_4BIT else 4
@@ -866,9 +866,12 @@ class MemoryStream:
                 or not 0.0 <= imp <= 1.0
             ):
                 raise InvalidMemoryError(f"importance must be a number in [0, 1], got {imp!r}")
-        meta_list = [
-            validate_metadata(m) for m in _broadcast(metadatas, n, "metadatas", scalar_types=())
-        ]
+        if metadatas is None:
+            meta_list: list[dict[str, Any]] = [{} for _ in range(n)]
+        else:
+            meta_list = [
+                validate_metadata(m) for m in _broadcast(metadatas, n, "metadatas", scalar_types=())
+            ]
         if evidence is None:
             ev_list: list[tuple[str, ...]] = [()] * n
         else:
@@ -877,7 +880,7 @@ class MemoryStream:
                 raise InvalidMemoryError(f"evidence has {len(ev_raw)} items for {n} texts")
             ev_list = [tuple(str(e) for e in (ev or ())) for ev in ev_raw]
         if ids is None:
-            id_list = [new_memory_id() for _ in range(n)]
+            id_list = new_memory_ids(n)
         else:
             id_list = [str(i) for i in ids]
             if len(id_list) != n or len(set(id_list)) != n or not all(id_list):

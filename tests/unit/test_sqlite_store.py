@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from langchain_reflective import MemoryStream
-from langchain_reflective.records import new_memory_id
+from langchain_reflective.records import new_memory_id, new_memory_ids
 from langchain_reflective.storage import sqlite as sqlite_store
 from langchain_reflective.storage.sqlite import SQLiteRecordStore
 from tests.fakes import WordEmbeddings
@@ -118,7 +118,7 @@ def test_in_memory_store_has_no_checkpoint_thread() -> None:
 
 
 def test_new_ids_are_uuid7_and_sort_by_creation() -> None:
-    ids = [new_memory_id() for _ in range(2000)]
+    ids = [new_memory_id() for _ in range(1000)] + new_memory_ids(1000) + new_memory_ids(1)
     assert len(set(ids)) == len(ids)
     parsed = [uuid.UUID(i) for i in ids]
     assert {u.version for u in parsed} == {7}
