@@ -780,7 +780,10 @@ class MemoryStream:
         for start in range(part.ann_upto, n, 65_536):
             end = min(n, start + 65_536)
             keep = alive[start:end]
-            ann.add(vectors[start:end][keep], seqs[start:end][keep])
+            if keep.all():  # no deletions in the range: index the rows in place, no copy
+                ann.add(vectors[start:end], seqs[start:end])
+            else:
+                ann.add(vectors[start:end][keep], seqs[start:end][keep])
         part.ann_upto = n
         part.dirty = True
 
