@@ -166,7 +166,9 @@ def _pcts(values: list[float]) -> dict[str, float]:
 # -- workers (each runs in its own process) ------------------------------------------------------
 
 
-def run_ours(n: int, mode: str, queries: int, workdir: Path) -> dict[str, Any]:
+def run_ours(
+    n: int, mode: str, queries: int, workdir: Path, agreement_queries: int
+) -> dict[str, Any]:
     from langchain_reflective import MemoryStream
 
     emb = _fake_embeddings()
@@ -231,12 +233,23 @@ def run_ours(n: int, mode: str, queries: int, workdir: Path) -> dict[str, Any]:
     out["close_s"] = time.perf_counter() - t0
     out["peak_rss_mb"] = _peak_rss_mb()
     # reopen in a fresh process: cold-start time and memory, then top-10 agreement with exact
-    reopened = _child(["--reopen", str(path), "--n", str(n), "--queries", str(queries)])
+    reopened = _child(
+        [
+            "--reopen",
+            str(path),
+            "--n",
+            str(n),
+            "--queries",
+            str(queries),
+            "--agreement-queries",
+            str(agreement_queries),
+        ]
+    )
     out.update(reopened)
     return out
 
 
-def run_reopen(path: Path, n: int, queries: int) -> dict[str, Any]:
+def run_reopen(path: Path, n: int, queries: int, agreement_queries: int) -> dict[str, Any]:
     from langchain_reflective import MemoryStream
     from langchain_reflective.index.ivf import IVFCandidateIndex
 
@@ -260,7 +273,10 @@ def run_reopen(path: Path, n: int, queries: int) -> dict[str, Any]:
     seqs = part.seqs.view.copy()
     del part
     out["reopen_peak_rss_mb"] = _peak_rss_mb()
-    # agreement with exact scoring (same state: touch=False, fixed now)
+    # agreement with exact scoring (same state: touch=False, fixed now), on more queries than
+    # the latency runs: 200 queries put a +-0.02 sampling error on the agreement
+    qs = make_queries(n, min(agreement_queries, n))
+    out["agreement_queries"] = len(qs)
     when = datetime.now(UTC)
     approx_ids, exact_ids, sources = [], [], []
     for _, vec, text in qs:
@@ -350,12 +366,14 @@ def run_twvsr(n: int, mode: str, queries: int, workdir: Path) -> dict[str, Any]:
 
 def worker(args: argparse.Namespace) -> None:
     if args.reopen is not None:
-        result = run_reopen(args.reopen, args.n, args.queries)
+        result = run_reopen(args.reopen, args.n, args.queries, args.agreement_queries)
         print("RESULT " + json.dumps(result), flush=True)
         return
     with tempfile.TemporaryDirectory(prefix="scale-") as tmp:
-        fn = run_ours if args.system == "ours" else run_twvsr
-        result = fn(args.n, args.mode, args.queries, Path(tmp))
+        if args.system == "ours":
+            result = run_ours(args.n, args.mode, args.queries, Path(tmp), args.agreement_queries)
+        else:
+            result = run_twvsr(args.n, args.mode, args.queries, Path(tmp))
     print("RESULT " + json.dumps(result), flush=True)
 
 
@@ -389,7 +407,7 @@ def machine() -> dict[str, Any]:
     }
 
 
-def spawn(system: str, n: int, mode: str, queries: int) -> dict[str, Any]:
+def spawn(system: str, n: int, mode: str, queries: int, agreement_queries: int) -> dict[str, Any]:
     cmd = [
         sys.executable,
         __file__,
@@ -402,6 +420,8 @@ def spawn(system: str, n: int, mode: str, queries: int) -> dict[str, Any]:
         mode,
         "--queries",
         str(queries),
+        "--agreement-queries",
+        str(agreement_queries),
     ]
     print(f"  running {system} n={n:,} adds={mode} ...", flush=True)
     t0 = time.perf_counter()
@@ -455,7 +475,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--quick", action="store_true", help="sizes 2000,30000 and 50 queries")
-    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--queries", type=int, default=200, help="latency queries per run")
+    parser.add_argument(
+        "--agreement-queries",
+        type=int,
+        default=1000,
+        help="queries for the top-10 agreement with exact scoring",
+    )
     parser.add_argument("--twvsr-max", type=int, default=100_000)
     parser.add_argument("--one-per-call-max", type=int, default=100_000)
     parser.add_argument("--output", type=Path, default=RESULTS)
@@ -470,17 +496,18 @@ def main() -> None:
         return
     sizes = [2000, 30000] if args.quick else [int(s) for s in args.sizes.split(",")]
     queries = 50 if args.quick else args.queries
+    agreement = 100 if args.quick else args.agreement_queries
     info = machine()
     print(f"machine: {info}")
     results: list[dict[str, Any]] = []
     for n in sizes:
         print(f"N = {n:,}")
-        results.append(spawn("ours", n, "batch", min(queries, n)))
+        results.append(spawn("ours", n, "batch", min(queries, n), agreement))
         if n <= args.one_per_call_max:
-            results.append(spawn("ours", n, "one", min(queries, n)))
+            results.append(spawn("ours", n, "one", min(queries, n), agreement))
         if n <= args.twvsr_max:
-            results.append(spawn("twvsr", n, "batch", min(queries, n)))
-            results.append(spawn("twvsr", n, "one", min(queries, n)))
+            results.append(spawn("twvsr", n, "batch", min(queries, n), agreement))
+            results.append(spawn("twvsr", n, "one", min(queries, n), agreement))
         print(table(results), flush=True)
     report = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
@@ -493,6 +520,7 @@ def main() -> None:
             "texts": f"{WORDS} words uniform over {VOCAB}; queries: 4 source words + 2 random",
             "k": K,
             "queries": queries,
+            "agreement_queries": agreement,
             "batch_size": BATCH,
         },
         "results": results,
