@@ -55,6 +55,7 @@ CHUNK = 10_000
 BATCH = 1000
 K = 10
 OURS = "MemoryStream"
+FLOOR = "bare SQLite: INSERT + COMMIT (the floor)"
 RESULTS = Path(__file__).resolve().parent / "results" / "scale.json"
 
 
@@ -313,6 +314,40 @@ def _child(extra: list[str]) -> dict[str, Any]:
     raise RuntimeError(f"{cmd} failed:\n{proc.stderr[-4000:]}")
 
 
+def run_sqlite_floor(n: int, mode: str, workdir: Path) -> dict[str, Any]:
+    """The floor under durable adds on this machine: bare SQLite, same row bytes, no indexes.
+
+    One ``BEGIN IMMEDIATE; INSERT; COMMIT`` per row ("one") or per 1,000 rows ("batch"), WAL with
+    ``synchronous=NORMAL`` and SQLite's default automatic checkpoints: what any store that
+    commits every acknowledged add pays before doing anything else.
+    """
+    import sqlite3
+
+    conn = sqlite3.connect(workdir / "floor.db", isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("CREATE TABLE t (seq INTEGER PRIMARY KEY, id TEXT, text TEXT, vector BLOB)")
+    out: dict[str, Any] = {"system": FLOOR, "n": n, "mode": mode}
+    add_time = 0.0
+    counter = 0
+    for _, vectors, texts, _ in iter_chunks(n):
+        size = 1 if mode == "one" else BATCH
+        for b in range(0, len(texts), size):
+            rows = []
+            for i in range(b, min(b + size, len(texts))):
+                counter += 1
+                rows.append((f"{counter:032x}", texts[i], vectors[i].tobytes()))
+            t0 = time.perf_counter()
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany("INSERT INTO t (id, text, vector) VALUES (?, ?, ?)", rows)
+            conn.execute("COMMIT")
+            add_time += time.perf_counter() - t0
+    conn.close()
+    out["add_s"] = add_time
+    out["add_us_per_memory"] = add_time / n * 1e6
+    return out
+
+
 def run_twvsr(n: int, mode: str, queries: int, workdir: Path) -> dict[str, Any]:
     import faiss
     from langchain_classic.retrievers import TimeWeightedVectorStoreRetriever
@@ -372,6 +407,8 @@ def worker(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="scale-") as tmp:
         if args.system == "ours":
             result = run_ours(args.n, args.mode, args.queries, Path(tmp), args.agreement_queries)
+        elif args.system == "sqlite":
+            result = run_sqlite_floor(args.n, args.mode, Path(tmp))
         else:
             result = run_twvsr(args.n, args.mode, args.queries, Path(tmp))
     print("RESULT " + json.dumps(result), flush=True)
@@ -454,7 +491,8 @@ def table(results: list[dict[str, Any]]) -> str:
         "| peak RSS MB (batched run) |\n|---|---:|---:|---:|---:|---:|---:|---:|"
     )
     rows = [head]
-    keys = sorted({(r["system"], r["n"]) for r in results}, key=lambda t: (t[0] != OURS, t))
+    order = {OURS: 0, FLOOR: 2}
+    keys = sorted({(r["system"], r["n"]) for r in results}, key=lambda t: (order.get(t[0], 1), t))
     for system, n in keys:
         batch = _find(results, system, n, "batch")
         one = _find(results, system, n, "one")
@@ -486,7 +524,7 @@ def main() -> None:
     parser.add_argument("--one-per-call-max", type=int, default=100_000)
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--system", choices=["ours", "twvsr"], help=argparse.SUPPRESS)
+    parser.add_argument("--system", choices=["ours", "twvsr", "sqlite"], help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=["one", "batch"], help=argparse.SUPPRESS)
     parser.add_argument("--reopen", type=Path, help=argparse.SUPPRESS)
@@ -505,6 +543,8 @@ def main() -> None:
         results.append(spawn("ours", n, "batch", min(queries, n), agreement))
         if n <= args.one_per_call_max:
             results.append(spawn("ours", n, "one", min(queries, n), agreement))
+            results.append(spawn("sqlite", n, "one", 0, 0))
+            results.append(spawn("sqlite", n, "batch", 0, 0))
         if n <= args.twvsr_max:
             results.append(spawn("twvsr", n, "batch", min(queries, n), agreement))
             results.append(spawn("twvsr", n, "one", min(queries, n), agreement))
