@@ -187,6 +187,15 @@ class BaseRecordStore(ABC):
     def touch(self, seqs: Sequence[int], when: datetime) -> None:
         """Set ``last_accessed_at`` of these records."""
 
+    def touch_and_get(self, seqs: Sequence[int], when: datetime) -> dict[int, MemoryRecord]:
+        """:meth:`touch` these records, then return them as :meth:`get_by_seq` does.
+
+        The records come back with ``last_accessed_at == when``. Stores that can do both in one
+        round trip override this (the SQLite store: one ``UPDATE ... RETURNING``).
+        """
+        self.touch(seqs, when)
+        return self.get_by_seq(seqs)
+
     @abstractmethod
     def iter_partition(
         self, namespace: str, *, with_vectors: bool = True, chunk_size: int = 50_000

@@ -607,6 +607,20 @@ class SQLiteRecordStore(BaseRecordStore):
                 marks = ",".join("?" * len(chunk))
                 c.execute(f"UPDATE memories SET accessed_us=? WHERE seq IN ({marks})", (us, *chunk))
 
+    def touch_and_get(self, seqs: Sequence[int], when: datetime) -> dict[int, MemoryRecord]:
+        """Set the access time and read the records back in one statement per chunk."""
+        out: dict[int, MemoryRecord] = {}
+        if not seqs:
+            return out
+        us = to_us(when)
+        with self._transaction() as c:
+            for chunk in _chunks([int(s) for s in seqs]):
+                marks = ",".join("?" * len(chunk))
+                sql = f"UPDATE memories SET accessed_us=? WHERE seq IN ({marks}) RETURNING "
+                for row in c.execute(sql + _COLUMNS, (us, *chunk)).fetchall():
+                    out[int(row[0])] = _row_to_record(row)
+        return out
+
     # -- reads ---------------------------------------------------------------------------------
 
     def get(self, ids: Sequence[str], *, namespace: str) -> list[MemoryRecord]:

@@ -182,3 +182,25 @@ def test_batch_rows_keep_their_own_vectors(tmp_path: Path) -> None:
         np.testing.assert_allclose(chunk.vectors, expected[order], atol=1e-6)
     finally:
         store.close()
+
+
+def test_touch_and_get_matches_touch_then_get(tmp_path: Path) -> None:
+    from langchain_reflective.storage.base import BaseRecordStore
+
+    path = tmp_path / "m.db"
+    with MemoryStream(WordEmbeddings(), path=path) as stream:
+        stream.add([f"memory {i}" for i in range(1000)], importances=0.5, now=NOW)
+        store = stream.store
+        later = datetime(2026, 2, 1, tzinfo=UTC)
+        seqs = [*range(1, 1001), 5000]  # more than one chunk of ids; one missing
+        got = store.touch_and_get(seqs, later)
+        assert sorted(got) == list(range(1, 1001))
+        assert {r.last_accessed_at for r in got.values()} == {later}
+        # same records as the two-step default implementation gives
+        even_later = datetime(2026, 3, 1, tzinfo=UTC)
+        reference = BaseRecordStore.touch_and_get(store, seqs, even_later)
+        again = store.touch_and_get(seqs, even_later)
+        assert again == reference
+    with MemoryStream(WordEmbeddings(), path=path) as reopened:  # the access time is durable
+        (record,) = reopened.store.get_by_seq([7]).values()
+        assert record.last_accessed_at == datetime(2026, 3, 1, tzinfo=UTC)
