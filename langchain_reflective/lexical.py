@@ -17,8 +17,10 @@ English stopwords (a repeated query token counts once per occurrence, as in ``bm
 Storage is compact: per term, one ``array('i')`` of rows and one ``array('H')`` of term
 frequencies; per row, its length and a liveness flag in growable numpy arrays. Document
 frequencies are counted at query time over the live postings of the query's terms, so removal
-is O(1) per row and needs no per-document term lists. Search is vectorised with numpy over each
-query term's postings. Thread-safety is the caller's job.
+is O(1) per row and needs no per-document term lists. Search joins the query terms' postings
+into one array and scores them with a fixed handful of numpy calls, however many terms the query
+has (per-call overhead, not arithmetic, dominates at a few hundred postings per term).
+Thread-safety is the caller's job.
 """
 
 from __future__ import annotations
@@ -26,14 +28,13 @@ from __future__ import annotations
 import math
 import re
 from array import array
-from collections import Counter
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 import numpy.typing as npt
 import Stemmer
 
-__all__ = ["ENGLISH_STOPWORDS", "BM25Index"]
+__all__ = ["ENGLISH_STOPWORDS", "BM25Index", "top_matches"]
 
 ENGLISH_STOPWORDS: frozenset[str] = frozenset(
     (
@@ -62,6 +63,22 @@ def _split_words(text: str) -> list[str]:
     if lowered.isascii():
         return [w for w in lowered.translate(_ASCII_SEPARATORS).split() if len(w) > 1]
     return _TOKEN.findall(lowered)
+
+
+def top_matches(
+    rows: npt.NDArray[np.int64], scores: npt.NDArray[np.float32], k: int | None
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+    """The ``k`` best of ``(rows, scores)`` (all when ``None``): by score descending, ties by
+    row ascending (the order of :meth:`BM25Index.search`)."""
+    n = rows.shape[0]
+    if k is not None and k < n:
+        kth = np.partition(scores, n - k)[n - k]
+        keep = scores >= kth
+        rows, scores = rows[keep], scores[keep]
+    order = np.lexsort((rows, -scores))
+    if k is not None:
+        order = order[:k]
+    return rows[order], scores[order]
 
 
 class BM25Index:
@@ -288,31 +305,97 @@ class BM25Index:
     # ------------------------------------------------------------------ reads
 
     def _query_terms(self, query: str) -> list[tuple[int, int]]:
-        """(term id, occurrences in the query) for the query's indexed terms."""
-        counts = Counter(self.tokenize(query))
-        return [(self._vocab[t], c) for t, c in counts.items() if t in self._vocab]
+        """(term id, occurrences in the query) for the query's indexed terms, in the order of
+        their first occurrence (the order their scores are summed in).
 
-    def _term_scores(
-        self, tid: int, qtf: int, avgdl: float
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None:
-        """Live rows containing term ``tid`` and their score contributions."""
-        rows_view = np.frombuffer(self._post_rows[tid], dtype=np.int32)
-        tf_view = np.frombuffer(self._post_tf[tid], dtype=np.uint16)
-        live = self._live[rows_view]
-        rows = rows_view[live].astype(np.int64)
-        tf = tf_view[live].astype(np.float64)
-        # release the buffer exports so the arrays can grow again
-        del rows_view, tf_view, live
-        df = rows.shape[0]
-        if df == 0:
-            return None
-        n = self._n_live
-        idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-        norm = self.k1 * (1.0 - self.b + self.b * self._doclen[rows] / avgdl)
-        return rows, (qtf * idf) * tf / (tf + norm)
+        Same terms as counting :meth:`tokenize` and looking the stems up in the vocabulary, but
+        words seen while indexing come from the ``word -> term id`` memo (no stemming).
+        """
+        cache = self._word_ids
+        vocab = self._vocab
+        stopwords = self._stopwords
+        counts: dict[int, int] = {}
+        for word in _split_words(query):
+            tid = cache.get(word)
+            if tid is None:
+                if word in stopwords:
+                    continue
+                tid = vocab.get(self._stemmer.stemWord(word))
+                if tid is None:
+                    continue
+            elif tid < 0:  # a stopword
+                continue
+            counts[tid] = counts.get(tid, 0) + 1
+        return list(counts.items())
 
     def _avgdl(self) -> float:
         return self._total_len / self._n_live if self._n_live and self._total_len else 1.0
+
+    def matches(self, query: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """Every live row that shares a term with the query, with its BM25 score.
+
+        Args:
+            query: The query text (tokenized like the documents).
+
+        Returns:
+            ``(rows, scores)``: int64 rows in ascending order and their float32 scores (the
+            scores :meth:`search` returns, in row order instead of score order).
+        """
+        empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32))
+        if self._n_live == 0:
+            return empty
+        terms = [(tid, c) for tid, c in self._query_terms(query) if self._post_rows[tid]]
+        if not terms:
+            return empty
+        # all the query terms' postings at once, term after term (each list is in row order)
+        lengths = [len(self._post_rows[tid]) for tid, _ in terms]
+        rows32 = np.frombuffer(b"".join([self._post_rows[tid] for tid, _ in terms]), np.int32)
+        tf16 = np.frombuffer(b"".join([self._post_tf[tid] for tid, _ in terms]), np.uint16)
+        if self._n_live < self._n_rows:  # tombstones: only live postings count and score
+            live = self._live[rows32]
+            ends = np.cumsum(lengths)
+            live_before = np.concatenate(([0], np.cumsum(live)))
+            dfs = (live_before[ends] - live_before[ends - lengths]).tolist()
+            rows32, tf16 = rows32[live], tf16[live]
+        else:
+            dfs = lengths
+        n = self._n_live
+        weights: list[float] = []
+        counts: list[int] = []
+        for (_, qtf), df in zip(terms, dfs, strict=True):
+            if df:
+                weights.append(qtf * math.log(1.0 + (n - df + 0.5) / (df + 0.5)))
+                counts.append(df)
+        if not counts:
+            return empty
+        # per posting: (qtf * idf) * tf / (tf + k1 * (1 - b + b * |d| / avgdl))
+        tf = tf16.astype(np.float64)
+        norm = self.k1 * (1.0 - self.b + self.b * self._doclen[rows32] / self._avgdl())
+        weight = np.repeat(np.array(weights), counts) if len(counts) > 1 else weights[0]
+        contrib = weight * tf / (tf + norm)
+        if len(counts) == 1:
+            rows = rows32.astype(np.int64)
+            scores = contrib
+        elif rows32.shape[0] * 8 >= self._n_rows:
+            dense = np.bincount(rows32, weights=contrib, minlength=self._n_rows)
+            rows = np.flatnonzero(dense > 0)
+            scores = dense[rows]
+        else:
+            # group the postings by row, keeping posting order within a row (sort row << 32 |
+            # posting index: a plain sort of unique keys, much cheaper than a stable argsort),
+            # then sum each row's contributions in that order from 0, as bincount always did
+            key = rows32.astype(np.int64)
+            key <<= 32
+            key |= np.arange(key.shape[0], dtype=np.int64)
+            key.sort()
+            ordered = key >> 32
+            first = np.empty(key.shape[0], dtype=np.bool_)
+            first[0] = True
+            np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+            key &= 0xFFFFFFFF
+            rows = ordered[first]
+            scores = np.bincount(np.cumsum(first) - 1, weights=contrib[key])
+        return rows, scores.astype(np.float32)
 
     def search(
         self, query: str, k: int | None = None
@@ -328,40 +411,10 @@ class BM25Index:
             descending (ties by row ascending). Both empty when nothing matches, e.g. for an
             empty or stopword-only query.
         """
-        empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32))
-        if (k is not None and k <= 0) or self._n_live == 0:
-            return empty
-        terms = self._query_terms(query)
-        if not terms:
-            return empty
-        avgdl = self._avgdl()
-        parts = [p for tid, c in terms if (p := self._term_scores(tid, c, avgdl)) is not None]
-        if not parts:
-            return empty
-        if len(parts) == 1:
-            rows, scores = parts[0]
-        else:
-            all_rows = np.concatenate([p[0] for p in parts])
-            all_scores = np.concatenate([p[1] for p in parts])
-            if all_rows.shape[0] * 8 >= self._n_rows:
-                dense = np.asarray(
-                    np.bincount(all_rows, weights=all_scores, minlength=self._n_rows),
-                    dtype=np.float64,
-                )
-                rows = np.flatnonzero(dense > 0)
-                scores = dense[rows]
-            else:
-                rows, inverse = np.unique(all_rows, return_inverse=True)
-                scores = np.asarray(np.bincount(inverse, weights=all_scores), dtype=np.float64)
-        scores32 = scores.astype(np.float32)
-        if k is not None and k < rows.shape[0]:
-            kth = np.partition(scores32, rows.shape[0] - k)[rows.shape[0] - k]
-            keep = scores32 >= kth
-            rows, scores32 = rows[keep], scores32[keep]
-        order = np.lexsort((rows, -scores32))
-        if k is not None:
-            order = order[:k]
-        return rows[order].astype(np.int64, copy=False), scores32[order]
+        if k is not None and k <= 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        rows, scores = self.matches(query)
+        return top_matches(rows, scores, k)
 
     def score_rows(
         self, query: str, rows: Sequence[int] | npt.NDArray[np.integer]
@@ -381,13 +434,11 @@ class BM25Index:
         out = np.zeros(wanted.shape[0], dtype=np.float32)
         if wanted.shape[0] == 0:
             return out
-        found_rows, found_scores = self.search(query)
-        if found_rows.shape[0] == 0:
+        sorted_rows, found_scores = self.matches(query)  # rows ascending
+        if sorted_rows.shape[0] == 0:
             return out
-        order = np.argsort(found_rows)
-        sorted_rows = found_rows[order]
         pos = np.searchsorted(sorted_rows, wanted)
         pos_clipped = np.minimum(pos, sorted_rows.shape[0] - 1)
         hit = sorted_rows[pos_clipped] == wanted
-        out[hit] = found_scores[order][pos_clipped[hit]]
+        out[hit] = found_scores[pos_clipped[hit]]
         return out
