@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from langchain_reflective.index.faiss_flat import one_faiss_thread
+
 __all__ = ["IVFCandidateIndex", "default_nlist"]
 
 F32 = npt.NDArray[np.float32]
@@ -73,6 +75,7 @@ class IVFCandidateIndex:
         self._quantizer = quantizer  # the IVF index points to it; keep it alive
         self.trained_on = 0
         """How many vectors the coarse quantiser was trained for (drives retraining)."""
+        self._params: Any = None  # SearchParametersIVF of the last search, reused
 
     def __len__(self) -> int:
         return int(self._index.ntotal)
@@ -101,15 +104,35 @@ class IVFCandidateIndex:
         self._index.add_with_ids(arr, np.ascontiguousarray(ids, dtype=np.int64))
 
     def search(self, query: F32, k: int, nprobe: int) -> npt.NDArray[np.int64]:
-        """Ids of about the ``k`` best vectors (approximate), best first."""
+        """Ids of about the ``k`` best vectors (approximate), best first.
+
+        Runs on the calling thread (one query: OpenMP threads only add scheduling delays on a
+        busy machine) and reuses the search parameters across calls.
+        """
         faiss = _faiss()
         if len(self) == 0 or k <= 0:
             return np.zeros(0, dtype=np.int64)
-        q = np.ascontiguousarray(query, dtype=np.float32).reshape(1, -1)
-        params = faiss.SearchParametersIVF()
-        params.nprobe = int(min(max(nprobe, 1), self.nlist))
-        _, ids = self._index.search(q, int(k), params=params)
-        out: npt.NDArray[np.int64] = ids[0][ids[0] >= 0]
+        q = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
+        if q.shape[0] != self.dimension:
+            raise ValueError(f"query has dimension {q.shape[0]}, the index {self.dimension}")
+        probes = int(min(max(nprobe, 1), self.nlist))
+        params = self._params
+        if params is None or params.nprobe != probes:
+            params = faiss.SearchParametersIVF()
+            params.nprobe = probes
+            self._params = params
+        distances = np.empty(k, dtype=np.float32)
+        ids = np.empty(k, dtype=np.int64)
+        with one_faiss_thread(faiss):
+            self._index.search_c(
+                1,
+                faiss.swig_ptr(q),
+                int(k),
+                faiss.swig_ptr(distances),
+                faiss.swig_ptr(ids),
+                params,
+            )
+        out: npt.NDArray[np.int64] = ids[ids >= 0]
         return out
 
     # -- cache file ----------------------------------------------------------------------------
@@ -177,4 +200,5 @@ class IVFCandidateIndex:
         out._index = loaded  # read_index owns its quantiser
         out._quantizer = None
         out.trained_on = int(trained_on)
+        out._params = None
         return out
