@@ -373,11 +373,15 @@ class BM25Index:
         norm = self.k1 * (1.0 - self.b + self.b * self._doclen[rows32] / self._avgdl())
         weight = np.repeat(np.array(weights), counts) if len(counts) > 1 else weights[0]
         contrib = weight * tf / (tf + norm)
+        rows: npt.NDArray[np.int64]
+        scores: npt.NDArray[np.float64]
         if len(counts) == 1:
             rows = rows32.astype(np.int64)
             scores = contrib
         elif rows32.shape[0] * 8 >= self._n_rows:
-            dense = np.bincount(rows32, weights=contrib, minlength=self._n_rows)
+            dense = np.asarray(
+                np.bincount(rows32, weights=contrib, minlength=self._n_rows), dtype=np.float64
+            )
             rows = np.flatnonzero(dense > 0)
             scores = dense[rows]
         else:
@@ -394,7 +398,9 @@ class BM25Index:
             np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
             key &= 0xFFFFFFFF
             rows = ordered[first]
-            scores = np.bincount(np.cumsum(first) - 1, weights=contrib[key])
+            scores = np.asarray(
+                np.bincount(np.cumsum(first) - 1, weights=contrib[key]), dtype=np.float64
+            )
         return rows, scores.astype(np.float32)
 
     def search(
