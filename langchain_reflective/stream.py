@@ -366,6 +366,11 @@ class _Partition:
             self.lexical.remove(rows.tolist())
         self._observations = None
 
+    # retrieval caches derived from the arrays above, built lazily (see neighbor_table)
+    _neighbor_buf: I64 | None = None
+    _neighbor_upto = 0
+    _top_arrays: dict[int, tuple[set[int], int, I64]] | None = None
+
     def observation_rows(self) -> I64:
         """Sorted rows of live observations, cached (appends extend it; deletes reset it)."""
         code = self.kinds.get(OBSERVATION)
@@ -377,12 +382,41 @@ class _Partition:
             cached = GrowArray(np.int64, capacity=max(n, 64))
             cached.extend(np.flatnonzero(self.index.alive & (self.kind_codes.view == code)))
             self._observations = cached
+            self._neighbor_upto = 0  # rows were deleted: the neighbour table is rebuilt too
         elif self._observations_upto < n:
             tail = self.kind_codes.view[self._observations_upto :] == code
             tail &= self.index.alive[self._observations_upto :]
             cached.extend(np.flatnonzero(tail) + self._observations_upto)
         self._observations_upto = n
         out: I64 = cached.view
+        return out
+
+    def neighbor_table(self) -> I64:
+        """``(rows, 2)`` table of each row's previous and next live observation row.
+
+        ``-1`` where there is none, and on both sides of rows that are not live observations
+        (the neighbour context only links observations). Cached with :meth:`observation_rows`:
+        appends fill in the new rows (and the old last observation's next), deletes rebuild it.
+        """
+        observations = self.observation_rows()  # first: it resets the table after deletes
+        n = len(self.seqs)
+        buf = self._neighbor_buf
+        upto = self._neighbor_upto
+        if buf is None or buf.shape[0] < n:
+            grown = np.empty((max(n, 64, 0 if buf is None else 2 * buf.shape[0]), 2), np.int64)
+            if buf is not None and upto:
+                grown[:upto] = buf[:upto]
+            buf = self._neighbor_buf = grown
+        if upto < n:
+            buf[upto:n] = -1
+            # the observations from row ``upto`` on, and the one before them (its next changes)
+            first = int(np.searchsorted(observations, upto))
+            linked = observations[max(first - 1, 0) :]
+            if linked.shape[0] > 1:
+                buf[linked[1:], 0] = linked[:-1]
+                buf[linked[:-1], 1] = linked[1:]
+            self._neighbor_upto = n
+        out: I64 = buf[:n]
         return out
 
 
@@ -417,6 +451,24 @@ def _accessed(record: MemoryRecord, when: datetime) -> MemoryRecord:
     )
 
 
+def _top_cache_rows(part: _Partition, cache: TopRows) -> I64:
+    """``cache.rows()``, converted from its set only when the set changed.
+
+    The set only grows between rebuilds, and a rebuild replaces it, so the same set object with
+    the same size holds the same rows (in the same iteration order).
+    """
+    current = cache._rows
+    arrays = part._top_arrays
+    if arrays is None:
+        arrays = part._top_arrays = {}
+    known = arrays.get(id(cache))
+    if known is not None and known[0] is current and known[1] == len(current):
+        return known[2]
+    rows = cache.rows()
+    arrays[id(cache)] = (current, len(current), rows)
+    return rows
+
+
 def _unique(values: npt.NDArray[Any]) -> I64:
     """Sorted distinct values (``np.unique`` via a sort; numpy 2's hash-based unique was ~50x
     slower on these row arrays)."""
@@ -431,17 +483,36 @@ def _unique(values: npt.NDArray[Any]) -> I64:
 
 
 def _lookup(found: tuple[I64, npt.NDArray[np.float32]], rows: I64) -> npt.NDArray[np.float64]:
-    """Scores of ``rows`` from a sparse (rows, scores) result; 0 for rows not in it."""
+    """Scores of ``rows`` from a sparse (rows, scores) result whose rows are ascending (as
+    :meth:`BM25Index.matches` returns them); 0 for rows not in it."""
     found_rows, found_scores = found
     out = np.zeros(rows.shape[0], dtype=np.float64)
     if found_rows.shape[0] == 0 or rows.shape[0] == 0:
         return out
-    order = np.argsort(found_rows, kind="stable")
-    sorted_rows = found_rows[order]
-    pos = np.minimum(np.searchsorted(sorted_rows, rows), sorted_rows.shape[0] - 1)
-    hit = sorted_rows[pos] == rows
-    out[hit] = found_scores[order][pos[hit]]
+    pos = np.searchsorted(found_rows, rows)
+    np.minimum(pos, found_rows.shape[0] - 1, out=pos)
+    hit = found_rows[pos] == rows
+    out[hit] = found_scores[pos[hit]]
     return out
+
+
+def _query_vector(raw: Any, source: str) -> F32:
+    """The query embedding as a unit float32 vector: ``_as_unit_vectors([raw], 1, source)[0]``
+    (same bits), without its list wrapping and batch checks for an ordinary finite vector."""
+    try:
+        arr = np.asarray(raw, dtype=np.float64)
+    except (TypeError, ValueError):
+        arr = None
+    if arr is not None and arr.ndim == 1 and arr.shape[0] > 0:
+        row = arr.reshape(1, -1)
+        squares = float(np.einsum("ij,ij->i", row, row)[0])
+        if math.isfinite(squares):
+            norm = math.sqrt(squares)  # correctly rounded, like np.sqrt
+            if norm > 1e-12:
+                out: F32 = (arr / norm).astype(np.float32)
+                return out
+    checked: F32 = _as_unit_vectors([raw], 1, source)[0]  # anything unusual: the checked path
+    return checked
 
 
 def _broadcast(value: Any, n: int, name: str, *, scalar_types: tuple[type, ...]) -> list[Any]:
@@ -781,17 +852,22 @@ class MemoryStream:
         part.dirty = True
 
     def _top_rows(
-        self, cache: TopRows, values: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], n: int
+        self,
+        part: _Partition,
+        cache: TopRows,
+        values: npt.NDArray[np.float64],
+        alive: npt.NDArray[np.bool_],
+        n: int,
     ) -> I64:
         """The ``n`` live rows with the largest ``values`` (from a cache kept across calls)."""
-        rows = cache.rows() if cache.valid else None
+        rows = _top_cache_rows(part, cache) if cache.valid else None
         if rows is not None:
             usable = alive[rows] & (values[rows] >= cache.floor)
             if int(usable.sum()) < min(n, cache.size):
                 rows = None
         if rows is None:
             cache.rebuild(values, alive)
-            rows = cache.rows()
+            rows = _top_cache_rows(part, cache)
         rows = rows[alive[rows]]
         if rows.shape[0] > n:
             rows = rows[np.argpartition(-values[rows], n - 1)[:n]]
@@ -1101,7 +1177,7 @@ class MemoryStream:
         namespace: str | None,
         scoring: ScoringConfig | None,
     ) -> list[ScoredMemory]:
-        qvec = _as_unit_vectors([raw_vector], 1, type(self.embeddings).__name__)[0]
+        qvec = _query_vector(raw_vector, type(self.embeddings).__name__)
         config = scoring or self.scoring
         ns = self._ns(filter.namespace or namespace)
         when = utc(now) if now is not None else datetime.now(UTC)
@@ -1121,7 +1197,7 @@ class MemoryStream:
             mask = self._filter_mask(part, filter) if filtered else None
             lex_all: tuple[I64, npt.NDArray[np.float32]] | None = None
             if config.uses_lexical:
-                lex_all = self._lexical(part).search(query)
+                lex_all = self._lexical(part).matches(query)
             rows: I64 | None = None
             if part.ann is not None and 4 * k < part.live:
                 rows = self._candidates(part, qvec, k, mask, lex_all, config)
@@ -1148,7 +1224,15 @@ class MemoryStream:
                 part.accessed.view[best_rows] = stamp
                 part.recent_top.offer(best_rows, np.full(best_rows.shape[0], stamp))
             out: list[ScoredMemory] = []
-            for pos, seq in zip(best.tolist(), seqs, strict=True):
+            for seq, score, rel, lex, recent, importance in zip(
+                seqs,
+                comps.score[best].tolist(),
+                relevance[best].tolist(),
+                comps.lexical[best].tolist(),
+                rec[best].tolist(),
+                comps.importance[best].tolist(),
+                strict=True,
+            ):
                 record = records.get(seq)
                 if record is None:  # deleted by another process in between
                     continue
@@ -1157,11 +1241,11 @@ class MemoryStream:
                 out.append(
                     ScoredMemory(
                         record=record,
-                        score=float(comps.score[pos]),
-                        relevance=float(relevance[pos]),
-                        lexical=float(comps.lexical[pos]),
-                        recency=float(rec[pos]),
-                        importance=float(comps.importance[pos]),
+                        score=score,
+                        relevance=rel,
+                        lexical=lex,
+                        recency=recent,
+                        importance=importance,
                     )
                 )
             return out
@@ -1169,21 +1253,11 @@ class MemoryStream:
     @staticmethod
     def _neighbors(part: _Partition, rows: I64) -> tuple[I64, I64]:
         """The previous and next live observation rows of each row (-1: none or not one)."""
-        none = np.full(rows.shape[0], -1, dtype=np.int64)
-        code = part.kinds.get(OBSERVATION)
-        if code is None or rows.size == 0:
+        if rows.size == 0 or part.kinds.get(OBSERVATION) is None:
+            none = np.full(rows.shape[0], -1, dtype=np.int64)
             return none, none.copy()
-        observations = part.observation_rows()
-        if observations.size == 0:
-            return none, none.copy()
-        pos = np.searchsorted(observations, rows)
-        inside = pos < observations.size
-        is_obs = np.zeros(rows.shape[0], dtype=bool)
-        is_obs[inside] = observations[pos[inside]] == rows[inside]
-        prev = np.where(is_obs & (pos > 0), observations[np.maximum(pos - 1, 0)], -1)
-        nxt_pos = np.minimum(pos + 1, observations.size - 1)
-        nxt = np.where(is_obs & (pos + 1 < observations.size), observations[nxt_pos], -1)
-        return prev.astype(np.int64), nxt.astype(np.int64)
+        pairs = part.neighbor_table()[rows]
+        return pairs[:, 0], pairs[:, 1]
 
     def _score_rows(
         self,
@@ -1195,40 +1269,40 @@ class MemoryStream:
         config: ScoringConfig,
         now: float,
     ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], ScoreComponents]:
-        """Score candidate ``rows`` (whose raw cosine is ``relevance``), neighbours included.
+        """Score candidate ``rows`` (ascending, distinct; raw cosine ``relevance``).
 
         With ``config.neighbor_weight`` the neighbours of the candidates are scored too (they
         need not be candidates themselves), so a memory's score depends only on itself and its
-        neighbours, never on which other memories are candidates.
+        neighbours, never on which other memories are candidates. ``lex_all`` holds every BM25
+        match, rows ascending (:meth:`BM25Index.matches`).
         """
         lexical_max = float(lex_all[1].max()) if lex_all is not None and lex_all[1].size else 0.0
+        m = rows.shape[0]
         neighbors: tuple[I64, I64] | None = None
         scored = rows
-        rel: npt.NDArray[np.float64] = relevance
-        if config.neighbor_weight > 0:
-            prev, nxt = self._neighbors(part, rows)
-            scored = _unique(np.concatenate([rows, prev[prev >= 0], nxt[nxt >= 0]]))
-            if scored.shape[0] != rows.shape[0]:
-                # rows are distinct and a subset of scored: only the neighbours need a cosine
-                at = np.searchsorted(scored, rows)
-                known = np.zeros(scored.shape[0], dtype=bool)
-                known[at] = True
-                rel = np.empty(scored.shape[0], dtype=np.float64)
-                rel[at] = relevance
-                rel[~known] = part.index.scores(qvec, scored[~known])
-            else:
-                order = np.argsort(rows)
-                scored, rel = rows[order], relevance[order]
-            prev_s, nxt_s = self._neighbors(part, scored)
-            prev_i = np.searchsorted(scored, prev_s)
-            nxt_i = np.searchsorted(scored, nxt_s)
-            prev_ok = (prev_s >= 0) & (prev_i < scored.shape[0])
-            prev_ok[prev_ok] = scored[prev_i[prev_ok]] == prev_s[prev_ok]
-            nxt_ok = (nxt_s >= 0) & (nxt_i < scored.shape[0])
-            nxt_ok[nxt_ok] = scored[nxt_i[nxt_ok]] == nxt_s[nxt_ok]
-            neighbors = (np.where(prev_ok, prev_i, -1), np.where(nxt_ok, nxt_i, -1))
+        if config.neighbor_weight > 0 and m and part.kinds.get(OBSERVATION) is not None:
+            # previous then next neighbour of every candidate; -1 for none
+            linked = part.neighbor_table()[rows].T.ravel()
+            pos = np.searchsorted(rows, linked)
+            np.minimum(pos, m - 1, out=pos)
+            known = rows[pos] == linked  # -1 never matches a row
+            extra_at = np.flatnonzero(linked >= 0)
+            extra_at = extra_at[~known[extra_at]]
+            # neighbours that are not candidates are appended after them (repeats are harmless:
+            # only the candidates' scores are used)
+            index = np.where(known, pos, -1)
+            index[extra_at] = np.arange(m, m + extra_at.shape[0])
+            neighbors = (index[:m], index[m:])
+            if extra_at.shape[0]:
+                scored = np.concatenate((rows, linked[extra_at]))
+        rel = relevance
+        if scored is not rows:
+            rel = np.concatenate((relevance, part.index.scores(qvec, scored[m:])))
         lexical = _lookup(lex_all, scored) if lex_all is not None else None
         rec = np.asarray(recency(part.accessed.view[scored], now, config.decay), dtype=np.float64)
+        if neighbors is not None and scored is not rows:
+            pad = np.full(scored.shape[0] - m, -1, dtype=np.int64)
+            neighbors = (np.concatenate((neighbors[0], pad)), np.concatenate((neighbors[1], pad)))
         comps = combine(
             config,
             relevance=rel,
@@ -1240,15 +1314,14 @@ class MemoryStream:
         )
         if scored is rows:
             return rel, rec, comps
-        at = np.searchsorted(scored, rows)
         picked = ScoreComponents(
-            relevance=comps.relevance[at],
-            lexical=comps.lexical[at],
-            recency=comps.recency[at],
-            importance=comps.importance[at],
-            score=comps.score[at],
+            relevance=comps.relevance[:m],
+            lexical=comps.lexical[:m],
+            recency=comps.recency[:m],
+            importance=comps.importance[:m],
+            score=comps.score[:m],
         )
-        return rel[at], rec[at], picked
+        return rel[:m], rec[:m], picked
 
     @staticmethod
     def _filter_mask(part: _Partition, filter: RetrievalFilter) -> npt.NDArray[np.bool_]:
@@ -1276,6 +1349,7 @@ class MemoryStream:
         The union of: the IVF index's best rows, rows not yet in the IVF index, the best BM25
         rows, the most recently accessed and the most important rows -- restricted to live rows
         matching the filter. A selective filter (few matching rows) is scored exactly instead.
+        Sorted ascending.
         """
         assert part.ann is not None
         want = max(self.ann_candidates, 4 * k)
@@ -1287,19 +1361,31 @@ class MemoryStream:
                 return None
             dense_want = int(min(part.live, want * min(16, math.ceil(part.live / matched))))
         dense = part.rows_of(part.ann.search(qvec, dense_want, self.ann_nprobe))  # best first
-        pending = part.ann_upto + np.flatnonzero(alive[part.ann_upto :])
-        if pending.shape[0]:  # rows not in the IVF index yet: exact search over them
-            sims = part.index.scores(qvec, pending)
-            pending = pending[np.argsort(-sims, kind="stable")[:dense_want]]
-        lexical = lex_all[0][:want] if lex_all is not None else np.zeros(0, dtype=np.int64)
-        pieces: list[I64] = [dense, pending, lexical]
-        if config.neighbor_weight > 0:
+        pieces: list[I64] = [dense]
+        pending: I64 | None = None
+        if part.ann_upto < len(part):
+            pending = part.ann_upto + np.flatnonzero(alive[part.ann_upto :])
+            if pending.shape[0]:  # rows not in the IVF index yet: exact search over them
+                sims = part.index.scores(qvec, pending)
+                pending = pending[np.argsort(-sims, kind="stable")[:dense_want]]
+                pieces.append(pending)
+        lexical: I64 | None = None
+        if lex_all is not None and lex_all[0].shape[0]:
+            from langchain_reflective.lexical import top_matches
+
+            lexical = top_matches(lex_all[0], lex_all[1], want)[0]  # best first
+            pieces.append(lexical)
+        if config.neighbor_weight > 0 and part.kinds.get(OBSERVATION) is not None:
             # a memory also scores through its neighbours' relevance: the neighbours of the most
-            # relevant candidates are candidates too
+            # relevant candidates are candidates too (-1 for none, dropped below)
             near = max(4 * k, want // 4)
-            best = _unique(np.concatenate([dense[:near], pending[:near], lexical[:near]]))
-            prev, nxt = self._neighbors(part, best)
-            pieces += [prev[prev >= 0], nxt[nxt >= 0]]
+            best = [dense[:near]]
+            if pending is not None:
+                best.append(pending[:near])
+            if lexical is not None:
+                best.append(lexical[:near])
+            top = np.concatenate(best) if len(best) > 1 else best[0]
+            pieces.append(part.neighbor_table()[top].ravel())
         # the most recent / most important rows, as many as their weight can matter: a component
         # weighted 0.05 against relevance's 0.6 cannot lift a row past many relevant ones
         top_weight = max(config.relevance_weight, config.lexical_weight, 1e-12)
@@ -1309,8 +1395,10 @@ class MemoryStream:
         ):
             if weight > 0:
                 count = max(4 * k, min(want, math.ceil(want * weight / top_weight)))
-                pieces.append(self._top_rows(cache, values, alive, count))
+                pieces.append(self._top_rows(part, cache, values, alive, count))
         rows = _unique(np.concatenate(pieces))
+        if rows.shape[0] and rows[0] < 0:
+            rows = rows[int(np.searchsorted(rows, 0)) :]
         keep = alive[rows] if mask is None else mask[rows]
         out: I64 = rows[keep]
         if out.shape[0] < k and mask is not None:
