@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from array import array
 from collections.abc import Iterable, Sequence
 
@@ -34,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 import Stemmer
 
-__all__ = ["ENGLISH_STOPWORDS", "BM25Index", "top_matches"]
+__all__ = ["ENGLISH_STOPWORDS", "BM25Index", "QueryScores", "top_matches"]
 
 ENGLISH_STOPWORDS: frozenset[str] = frozenset(
     (
@@ -81,6 +82,75 @@ def top_matches(
     return rows[order], scores[order]
 
 
+class QueryScores:
+    """One query's BM25 scores over every row (from :meth:`BM25Index.query_scores`).
+
+    Holds a dense per-row buffer of the scores (the index's, until :meth:`release`): looking up
+    any rows is one gather. Scores are the float32 values :meth:`BM25Index.search` returns.
+    Use it as a context manager, or call :meth:`release` when done.
+    """
+
+    __slots__ = ("_dense", "_lock", "_matches", "_postings")
+
+    def __init__(
+        self,
+        dense: npt.NDArray[np.float64] | None,
+        postings: npt.NDArray[np.int32] | None,
+        lock: threading.Lock | None,
+    ) -> None:
+        self._dense = dense
+        self._postings = postings
+        self._lock = lock
+        self._matches: tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]] | None = None
+
+    def __enter__(self) -> QueryScores:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """Zero the buffer and hand it back to the index (idempotent)."""
+        dense, postings, lock = self._dense, self._postings, self._lock
+        self._dense = self._postings = self._lock = None
+        if dense is not None and postings is not None:
+            dense[postings] = 0.0
+        if lock is not None:
+            lock.release()
+
+    def matches(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """``(rows, scores)`` of every matching row: rows ascending, float32 scores."""
+        if self._matches is None:
+            if self._dense is None or self._postings is None:
+                self._matches = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32))
+            else:
+                ordered = np.sort(self._postings)
+                first = np.empty(ordered.shape[0], dtype=np.bool_)
+                first[0] = True
+                np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+                rows = ordered[first].astype(np.int64)
+                self._matches = (rows, self._dense[rows].astype(np.float32))
+        return self._matches
+
+    def max(self) -> float:
+        """The best score (0 when nothing matches)."""
+        if self._dense is None or self._postings is None:
+            return 0.0
+        return float(np.float32(self._dense[self._postings].max()))
+
+    def top(self, k: int) -> npt.NDArray[np.int64]:
+        """The ``k`` best rows, best first (ties by row ascending), as :meth:`BM25Index.search`."""
+        rows, scores = self.matches()
+        return top_matches(rows, scores, k)[0]
+
+    def lookup(self, rows: npt.NDArray[np.integer]) -> npt.NDArray[np.float64]:
+        """Scores of ``rows`` (any rows of the index; 0 where nothing matches), as float64."""
+        if self._dense is None:
+            return np.zeros(np.shape(rows)[0], dtype=np.float64)
+        out: npt.NDArray[np.float64] = self._dense[rows].astype(np.float32).astype(np.float64)
+        return out
+
+
 class BM25Index:
     """An append-only BM25 index over rows ``0 .. n-1`` with tombstone deletion.
 
@@ -125,6 +195,9 @@ class BM25Index:
         self._stopwords: frozenset[str] = (
             ENGLISH_STOPWORDS if stopwords and language in ("english", "porter") else frozenset()
         )
+        self._scratch: npt.NDArray[np.float64] | None = None
+        """Per-row score buffer of :meth:`query_scores`: all zeros while no query holds it."""
+        self._scratch_lock: threading.Lock | None = threading.Lock()
         self.clear()
 
     # ------------------------------------------------------------------ state
@@ -331,22 +404,21 @@ class BM25Index:
     def _avgdl(self) -> float:
         return self._total_len / self._n_live if self._n_live and self._total_len else 1.0
 
-    def matches(self, query: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
-        """Every live row that shares a term with the query, with its BM25 score.
+    def query_scores(self, query: str) -> QueryScores:
+        """The query's BM25 score of every row, for scoring many rows against one query.
+
+        The scores are summed into a dense per-row buffer that the index reuses, so a lookup is
+        one gather; :meth:`QueryScores.release` (or leaving its ``with`` block) hands the buffer
+        back. Concurrent queries each get one (a second one allocates its own).
 
         Args:
             query: The query text (tokenized like the documents).
-
-        Returns:
-            ``(rows, scores)``: int64 rows in ascending order and their float32 scores (the
-            scores :meth:`search` returns, in row order instead of score order).
         """
-        empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32))
         if self._n_live == 0:
-            return empty
+            return QueryScores(None, None, None)
         terms = [(tid, c) for tid, c in self._query_terms(query) if self._post_rows[tid]]
         if not terms:
-            return empty
+            return QueryScores(None, None, None)
         # all the query terms' postings at once, term after term (each list is in row order)
         lengths = [len(self._post_rows[tid]) for tid, _ in terms]
         rows32 = np.frombuffer(b"".join([self._post_rows[tid] for tid, _ in terms]), np.int32)
@@ -367,41 +439,44 @@ class BM25Index:
                 weights.append(qtf * math.log(1.0 + (n - df + 0.5) / (df + 0.5)))
                 counts.append(df)
         if not counts:
-            return empty
+            return QueryScores(None, None, None)
         # per posting: (qtf * idf) * tf / (tf + k1 * (1 - b + b * |d| / avgdl))
         tf = tf16.astype(np.float64)
         norm = self.k1 * (1.0 - self.b + self.b * self._doclen[rows32] / self._avgdl())
         weight = np.repeat(np.array(weights), counts) if len(counts) > 1 else weights[0]
         contrib = weight * tf / (tf + norm)
-        rows: npt.NDArray[np.int64]
-        scores: npt.NDArray[np.float64]
-        if len(counts) == 1:
-            rows = rows32.astype(np.int64)
-            scores = contrib
-        elif rows32.shape[0] * 8 >= self._n_rows:
-            dense = np.asarray(
-                np.bincount(rows32, weights=contrib, minlength=self._n_rows), dtype=np.float64
-            )
-            rows = np.flatnonzero(dense > 0)
-            scores = dense[rows]
-        else:
-            # group the postings by row, keeping posting order within a row (sort row << 32 |
-            # posting index: a plain sort of unique keys, much cheaper than a stable argsort),
-            # then sum each row's contributions in that order from 0, as bincount always did
-            key = rows32.astype(np.int64)
-            key <<= 32
-            key |= np.arange(key.shape[0], dtype=np.int64)
-            key.sort()
-            ordered = key >> 32
-            first = np.empty(key.shape[0], dtype=np.bool_)
-            first[0] = True
-            np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
-            key &= 0xFFFFFFFF
-            rows = ordered[first]
-            scores = np.asarray(
-                np.bincount(np.cumsum(first) - 1, weights=contrib[key]), dtype=np.float64
-            )
-        return rows, scores.astype(np.float32)
+        lock: threading.Lock | None = self._scratch_lock
+        if lock is not None and lock.acquire(blocking=False):
+            dense = self._scratch
+            if dense is None or dense.shape[0] < self._n_rows:
+                size = self._n_rows if dense is None else max(self._n_rows, 2 * dense.shape[0])
+                dense = self._scratch = np.zeros(size, dtype=np.float64)
+        else:  # the shared buffer is in use (another thread's query): a private one
+            lock = None
+            dense = np.zeros(self._n_rows, dtype=np.float64)
+        try:
+            # per row, a running sum from 0 in posting order (term after term), as the
+            # per-term bincount of earlier versions summed: the same float64 bits
+            np.add.at(dense, rows32, contrib)
+        except BaseException:
+            dense[rows32] = 0.0
+            if lock is not None:
+                lock.release()
+            raise
+        return QueryScores(dense, rows32, lock)
+
+    def matches(self, query: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """Every live row that shares a term with the query, with its BM25 score.
+
+        Args:
+            query: The query text (tokenized like the documents).
+
+        Returns:
+            ``(rows, scores)``: int64 rows in ascending order and their float32 scores (the
+            scores :meth:`search` returns, in row order instead of score order).
+        """
+        with self.query_scores(query) as scores:
+            return scores.matches()
 
     def search(
         self, query: str, k: int | None = None

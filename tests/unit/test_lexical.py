@@ -314,3 +314,43 @@ def test_query_terms_memo_equals_tokenize() -> None:
             if t in index._vocab
         ]
         assert index._query_terms(query) == expected
+
+
+def test_query_scores_lookup_top_and_release() -> None:
+    rng = np.random.default_rng(6)
+    words = [f"w{i}" for i in range(80)]
+    index = BM25Index()
+    index.add([" ".join(rng.choice(words, 5)) for _ in range(500)])
+    index.remove(list(range(0, 500, 7)))
+    for query in ["w1 w2 w3", "w4", "w5 w5 w6 nothing", "nothing at all"]:
+        rows, scores = index.search(query)
+        with index.query_scores(query) as found:
+            dense = np.zeros(500, dtype=np.float32)
+            dense[rows] = scores
+            everything = np.arange(500)
+            np.testing.assert_array_equal(found.lookup(everything), dense.astype(np.float64))
+            assert found.max() == (float(scores.max()) if scores.size else 0.0)
+            for k in (1, 3, 50, 1000):
+                np.testing.assert_array_equal(found.top(k), index.search(query, k)[0])
+            np.testing.assert_array_equal(found.matches()[0], np.sort(rows))
+        assert found.lookup(everything).sum() == 0.0 or not rows.size  # released: empty
+    # the shared buffer is zero again after every release
+    assert index._scratch is not None and not index._scratch.any()
+
+
+def test_query_scores_concurrent_holders_get_their_own_buffer() -> None:
+    index = BM25Index()
+    index.add(CORPUS)
+    first = index.query_scores("kids camping")
+    second = index.query_scores("support group")  # the shared buffer is taken: a private one
+    try:
+        for query, held in (("kids camping", first), ("support group", second)):
+            rows, scores = index.search(query)
+            np.testing.assert_array_equal(held.lookup(rows), scores.astype(np.float64))
+    finally:
+        first.release()
+        second.release()
+        first.release()  # idempotent
+    assert index._scratch_lock is not None and not index._scratch_lock.locked()
+    with index.query_scores("kids") as again:  # the shared buffer is free again
+        assert again._lock is index._scratch_lock
