@@ -43,7 +43,7 @@ from langchain_reflective.errors import (
     StorageError,
 )
 from langchain_reflective.importance import BaseImportanceScorer, HeuristicImportanceScorer
-from langchain_reflective.index.faiss_flat import FaissFlatIndex
+from langchain_reflective.index.faiss_flat import _BY_INDEX_MIN_DIM, FaissFlatIndex
 from langchain_reflective.index.ivf import IVFCandidateIndex, default_nlist
 from langchain_reflective.records import (
     OBSERVATION,
@@ -66,7 +66,7 @@ from langchain_reflective.storage.sqlite import SQLiteRecordStore
 if TYPE_CHECKING:
     import pandas as pd
 
-    from langchain_reflective.lexical import BM25Index
+    from langchain_reflective.lexical import BM25Index, QueryScores
 
 __all__ = ["MemoryStream", "RetrievalFilter", "ScoredMemory"]
 
@@ -370,6 +370,10 @@ class _Partition:
     _neighbor_buf: I64 | None = None
     _neighbor_upto = 0
     _top_arrays: dict[int, tuple[set[int], int, I64]] | None = None
+    _top_results: dict[int, tuple[set[int], int, int, int, int, I64]] | None = None
+    accessed_version = 0
+    """Bumped whenever ``accessed`` changes in place (not on appends): the recency candidates
+    cached by ``MemoryStream._top_rows`` depend on it. ``importance`` never changes in place."""
 
     def observation_rows(self) -> I64:
         """Sorted rows of live observations, cached (appends extend it; deletes reset it)."""
@@ -469,6 +473,21 @@ def _top_cache_rows(part: _Partition, cache: TopRows) -> I64:
     return rows
 
 
+def _rows_of_seqs(part: _Partition, seqs: I64) -> I64:
+    """``part.rows_of(seqs)`` (order kept, unknown sequence numbers dropped), by subtraction
+    when the partition's sequence numbers are consecutive (one namespace per file, no deletes
+    compacted away): no binary search."""
+    all_seqs = part.seqs.view
+    n = all_seqs.shape[0]
+    if n and seqs.shape[0]:
+        first = int(all_seqs[0])
+        if int(all_seqs[n - 1]) - first == n - 1:
+            rows: I64 = seqs - first
+            if int(rows.min()) >= 0 and int(rows.max()) < n:
+                return rows
+    return part.rows_of(seqs)
+
+
 def _unique(values: npt.NDArray[Any]) -> I64:
     """Sorted distinct values (``np.unique`` via a sort; numpy 2's hash-based unique was ~50x
     slower on these row arrays)."""
@@ -479,20 +498,6 @@ def _unique(values: npt.NDArray[Any]) -> I64:
     keep[0] = True
     np.not_equal(arr[1:], arr[:-1], out=keep[1:])
     out: I64 = arr[keep]
-    return out
-
-
-def _lookup(found: tuple[I64, npt.NDArray[np.float32]], rows: I64) -> npt.NDArray[np.float64]:
-    """Scores of ``rows`` from a sparse (rows, scores) result whose rows are ascending (as
-    :meth:`BM25Index.matches` returns them); 0 for rows not in it."""
-    found_rows, found_scores = found
-    out = np.zeros(rows.shape[0], dtype=np.float64)
-    if found_rows.shape[0] == 0 or rows.shape[0] == 0:
-        return out
-    pos = np.searchsorted(found_rows, rows)
-    np.minimum(pos, found_rows.shape[0] - 1, out=pos)
-    hit = found_rows[pos] == rows
-    out[hit] = found_scores[pos[hit]]
     return out
 
 
@@ -858,8 +863,25 @@ class MemoryStream:
         values: npt.NDArray[np.float64],
         alive: npt.NDArray[np.bool_],
         n: int,
+        version: int,
     ) -> I64:
-        """The ``n`` live rows with the largest ``values`` (from a cache kept across calls)."""
+        """The ``n`` live rows with the largest ``values`` (from a cache kept across calls).
+
+        ``version`` changes whenever ``values`` change in place; the answer is reused while the
+        cached set, the deletions, the values and ``n`` are all unchanged.
+        """
+        results = part._top_results
+        if results is None:
+            results = part._top_results = {}
+        deleted = part.index.n_deleted
+        known = results.get(id(cache))
+        if (
+            known is not None
+            and cache.valid
+            and known[0] is cache._rows
+            and known[1:5] == (len(cache._rows), deleted, version, n)
+        ):
+            return known[5]
         rows = _top_cache_rows(part, cache) if cache.valid else None
         if rows is not None:
             usable = alive[rows] & (values[rows] >= cache.floor)
@@ -871,6 +893,7 @@ class MemoryStream:
         rows = rows[alive[rows]]
         if rows.shape[0] > n:
             rows = rows[np.argpartition(-values[rows], n - 1)[:n]]
+        results[id(cache)] = (cache._rows, len(cache._rows), deleted, version, n, rows)
         return rows
 
     def _lexical(self, part: _Partition) -> BM25Index:
@@ -1195,25 +1218,37 @@ class MemoryStream:
                 or filter.created_before is not None
             )
             mask = self._filter_mask(part, filter) if filtered else None
-            lex_all: tuple[I64, npt.NDArray[np.float32]] | None = None
-            if config.uses_lexical:
-                lex_all = self._lexical(part).matches(query)
-            rows: I64 | None = None
-            if part.ann is not None and 4 * k < part.live:
-                rows = self._candidates(part, qvec, k, mask, lex_all, config)
-            if rows is None:  # exact: every (matching) live row is a candidate
-                rows = np.flatnonzero(part.index.alive if mask is None else mask)
-            if rows.size == 0:
-                return []
-            relevance = part.index.scores(qvec, rows).astype(np.float64)
-            if filter.min_relevance is not None:
-                keep = relevance >= filter.min_relevance
-                rows, relevance = rows[keep], relevance[keep]
-                if rows.size == 0:
-                    return []
-            relevance, rec, comps = self._score_rows(
-                part, qvec, rows, relevance, lex_all, config, when.timestamp()
-            )
+            lex = self._lexical(part).query_scores(query) if config.uses_lexical else None
+            try:
+                rows: I64 | None = None
+                if part.ann is not None and 4 * k < part.live:
+                    rows = self._candidates(part, qvec, k, mask, lex, config)
+                if (
+                    rows is not None
+                    and rows.size
+                    and filter.min_relevance is None
+                    and self._fused(part, config)
+                ):
+                    relevance, rec, comps = self._score_candidates(
+                        part, qvec, rows, lex, config, when.timestamp()
+                    )
+                else:
+                    if rows is None:  # exact: every (matching) live row is a candidate
+                        rows = np.flatnonzero(part.index.alive if mask is None else mask)
+                    if rows.size == 0:
+                        return []
+                    relevance = part.index.scores(qvec, rows).astype(np.float64)
+                    if filter.min_relevance is not None:
+                        keep = relevance >= filter.min_relevance
+                        rows, relevance = rows[keep], relevance[keep]
+                        if rows.size == 0:
+                            return []
+                    relevance, rec, comps = self._score_rows(
+                        part, qvec, rows, relevance, lex, config, when.timestamp()
+                    )
+            finally:
+                if lex is not None:
+                    lex.release()
             best = top_k(comps.score, k)
             best_rows = rows[best]
             seqs = part.seqs.view[best_rows].tolist()
@@ -1222,6 +1257,7 @@ class MemoryStream:
                 self._store.touch(seqs, when)
                 stamp = when.timestamp()
                 part.accessed.view[best_rows] = stamp
+                part.accessed_version += 1
                 part.recent_top.offer(best_rows, np.full(best_rows.shape[0], stamp))
             out: list[ScoredMemory] = []
             for seq, score, rel, lex, recent, importance in zip(
@@ -1265,7 +1301,7 @@ class MemoryStream:
         qvec: F32,
         rows: I64,
         relevance: npt.NDArray[np.float64],
-        lex_all: tuple[I64, npt.NDArray[np.float32]] | None,
+        lex: QueryScores | None,
         config: ScoringConfig,
         now: float,
     ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], ScoreComponents]:
@@ -1273,10 +1309,9 @@ class MemoryStream:
 
         With ``config.neighbor_weight`` the neighbours of the candidates are scored too (they
         need not be candidates themselves), so a memory's score depends only on itself and its
-        neighbours, never on which other memories are candidates. ``lex_all`` holds every BM25
-        match, rows ascending (:meth:`BM25Index.matches`).
+        neighbours, never on which other memories are candidates. ``lex`` holds the query's
+        BM25 scores.
         """
-        lexical_max = float(lex_all[1].max()) if lex_all is not None and lex_all[1].size else 0.0
         m = rows.shape[0]
         neighbors: tuple[I64, I64] | None = None
         scored = rows
@@ -1298,7 +1333,7 @@ class MemoryStream:
         rel = relevance
         if scored is not rows:
             rel = np.concatenate((relevance, part.index.scores(qvec, scored[m:])))
-        lexical = _lookup(lex_all, scored) if lex_all is not None else None
+        lexical = lex.lookup(scored) if lex is not None else None
         rec = np.asarray(recency(part.accessed.view[scored], now, config.decay), dtype=np.float64)
         if neighbors is not None and scored is not rows:
             pad = np.full(scored.shape[0] - m, -1, dtype=np.int64)
@@ -1309,7 +1344,7 @@ class MemoryStream:
             recency=rec,
             importance=part.importance.view[scored],
             lexical=lexical,
-            lexical_max=lexical_max if lex_all is not None else None,
+            lexical_max=lex.max() if lex is not None else None,
             neighbors=neighbors,
         )
         if scored is rows:
@@ -1322,6 +1357,65 @@ class MemoryStream:
             score=comps.score[:m],
         )
         return rel[:m], rec[:m], picked
+
+    @staticmethod
+    def _fused(part: _Partition, config: ScoringConfig) -> bool:
+        """Whether :meth:`_score_candidates` applies (it computes what :meth:`_score_rows`
+        does for the default kind of scoring, in one pass)."""
+        return (
+            config.normalization == "none"
+            and config.neighbor_weight > 0
+            and config.uses_lexical
+            and part.index.dimension > _BY_INDEX_MIN_DIM
+            and part.kinds.get(OBSERVATION) is not None
+        )
+
+    def _score_candidates(
+        self,
+        part: _Partition,
+        qvec: F32,
+        rows: I64,
+        lex: QueryScores | None,
+        config: ScoringConfig,
+        now: float,
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], ScoreComponents]:
+        """:meth:`_score_rows` for a candidate set, with unnormalised scores and neighbours.
+
+        Each candidate is laid out with its neighbours as a (previous, row, next) triple, so one
+        pass computes every cosine and BM25 lookup (adjacent rows are adjacent in memory) and no
+        neighbour has to be found among the candidates. The arithmetic is ``combine``'s, term
+        for term, so the scores are the same bits (``_fused`` says when it applies; FAISS's
+        small-dimension kernels round differently by position, hence the dimension check there).
+        """
+        m = rows.shape[0]
+        triples = np.empty((m, 3), dtype=np.int64)
+        triples[:, 1] = rows
+        triples[:, ::2] = part.neighbor_table()[rows]
+        has = triples[:, ::2] >= 0  # (m, 2): has a previous / next neighbour
+        ids = np.maximum(triples, 0).reshape(-1)  # a missing neighbour reads row 0, masked below
+        rel = part.index.scores(qvec, ids).astype(np.float64).reshape(m, 3)
+        top = lex.max() if lex is not None else 0.0
+        if lex is not None and top > 0:
+            lexical = lex.lookup(ids).reshape(m, 3) / top
+        else:
+            lexical = np.zeros((m, 3), dtype=np.float64)
+        hybrid = config.relevance_weight * rel + config.lexical_weight * lexical
+        side = np.where(has, hybrid[:, ::2], 0.0)
+        boosted = hybrid[:, 1] + config.neighbor_weight * np.maximum(
+            0.0, np.maximum(side[:, 0], side[:, 1])
+        )
+        rec = np.asarray(recency(part.accessed.view[rows], now, config.decay), dtype=np.float64)
+        importance = np.asarray(part.importance.view[rows], dtype=np.float64)
+        score = boosted + config.recency_weight * rec + config.importance_weight * importance
+        relevance = rel[:, 1]
+        comps = ScoreComponents(
+            relevance=relevance,
+            lexical=lexical[:, 1],
+            recency=rec,
+            importance=importance,
+            score=score,
+        )
+        return relevance, rec, comps
 
     @staticmethod
     def _filter_mask(part: _Partition, filter: RetrievalFilter) -> npt.NDArray[np.bool_]:
@@ -1341,7 +1435,7 @@ class MemoryStream:
         qvec: F32,
         k: int,
         mask: npt.NDArray[np.bool_] | None,
-        lex_all: tuple[I64, npt.NDArray[np.float32]] | None,
+        lex: QueryScores | None,
         config: ScoringConfig,
     ) -> I64 | None:
         """Rows to score exactly on a large partition, or ``None`` to score every row.
@@ -1360,7 +1454,7 @@ class MemoryStream:
             if self.exact_limit is None or matched <= self.exact_limit or 4 * k >= matched:
                 return None
             dense_want = int(min(part.live, want * min(16, math.ceil(part.live / matched))))
-        dense = part.rows_of(part.ann.search(qvec, dense_want, self.ann_nprobe))  # best first
+        dense = _rows_of_seqs(part, part.ann.search(qvec, dense_want, self.ann_nprobe))
         pieces: list[I64] = [dense]
         pending: I64 | None = None
         if part.ann_upto < len(part):
@@ -1370,10 +1464,8 @@ class MemoryStream:
                 pending = pending[np.argsort(-sims, kind="stable")[:dense_want]]
                 pieces.append(pending)
         lexical: I64 | None = None
-        if lex_all is not None and lex_all[0].shape[0]:
-            from langchain_reflective.lexical import top_matches
-
-            lexical = top_matches(lex_all[0], lex_all[1], want)[0]  # best first
+        if lex is not None:
+            lexical = lex.top(want)  # best first
             pieces.append(lexical)
         if config.neighbor_weight > 0 and part.kinds.get(OBSERVATION) is not None:
             # a memory also scores through its neighbours' relevance: the neighbours of the most
@@ -1389,13 +1481,13 @@ class MemoryStream:
         # the most recent / most important rows, as many as their weight can matter: a component
         # weighted 0.05 against relevance's 0.6 cannot lift a row past many relevant ones
         top_weight = max(config.relevance_weight, config.lexical_weight, 1e-12)
-        for weight, cache, values in (
-            (config.recency_weight, part.recent_top, part.accessed.view),
-            (config.importance_weight, part.important_top, part.importance.view),
+        for weight, cache, values, version in (
+            (config.recency_weight, part.recent_top, part.accessed.view, part.accessed_version),
+            (config.importance_weight, part.important_top, part.importance.view, 0),
         ):
             if weight > 0:
                 count = max(4 * k, min(want, math.ceil(want * weight / top_weight)))
-                pieces.append(self._top_rows(part, cache, values, alive, count))
+                pieces.append(self._top_rows(part, cache, values, alive, count, version))
         rows = _unique(np.concatenate(pieces))
         if rows.shape[0] and rows[0] < 0:
             rows = rows[int(np.searchsorted(rows, 0)) :]

@@ -253,15 +253,36 @@ def test_score_rows_equal_the_reference(config: ScoringConfig, kinds_mix: bool) 
             size = int(rng.integers(1, 300))
             rows = np.sort(rng.choice(alive, size, replace=False)).astype(np.int64)
         relevance = part.index.scores(qvec, rows).astype(np.float64)
-        lex = lexical.matches(query) if config.uses_lexical else None
         lex_sorted = lexical.search(query) if config.uses_lexical else None
         now = 1.7e9 + 3.5e7
-        got = stream._score_rows(part, qvec, rows, relevance, lex, config, now)
         ref = _ref_score_rows(part, qvec, rows, relevance, lex_sorted, config, now)
-        np.testing.assert_array_equal(got[0], ref[0])
-        np.testing.assert_array_equal(got[1], ref[1])
-        for name in ("relevance", "lexical", "recency", "importance", "score"):
-            np.testing.assert_array_equal(getattr(got[2], name), getattr(ref[2], name), name)
+        with lexical.query_scores(query) as scores:
+            lex = scores if config.uses_lexical else None
+            got = stream._score_rows(part, qvec, rows, relevance, lex, config, now)
+            _assert_same_scores(got, ref)
+            if trial and MemoryStream._fused(part, config):  # the one-pass candidate scorer
+                fused = stream._score_candidates(part, qvec, rows, lex, config, now)
+                _assert_same_scores(fused, ref)
+
+
+def _assert_same_scores(got: tuple, ref: tuple) -> None:
+    np.testing.assert_array_equal(got[0], ref[0])
+    np.testing.assert_array_equal(got[1], ref[1])
+    for name in ("relevance", "lexical", "recency", "importance", "score"):
+        np.testing.assert_array_equal(getattr(got[2], name), getattr(ref[2], name), name)
+
+
+def test_fused_scorer_applies_to_the_default_scoring_only() -> None:
+    part = _random_partition(np.random.default_rng(0), 50, kinds_mix=False)
+    assert MemoryStream._fused(part, ScoringConfig.hybrid())
+    for config in CONFIGS[1:]:
+        assert not MemoryStream._fused(part, config)
+    small = _Partition("ns", 8, 0)  # FAISS's small-dimension kernels: never fused
+    small.append([1], np.eye(8, dtype=np.float32)[:1], [1.0], [1.0], [0.5], [OBSERVATION], None)
+    assert not MemoryStream._fused(small, ScoringConfig.hybrid())
+    facts = _random_partition(np.random.default_rng(0), 50, kinds_mix=False)
+    facts.kinds = {REFLECTION: 0}  # no observations: no neighbours
+    assert not MemoryStream._fused(facts, ScoringConfig.hybrid())
 
 
 @pytest.mark.parametrize(
@@ -398,13 +419,81 @@ def test_candidates_equal_the_reference() -> None:
             qvec = _query_vector(emb.embed_query(query), "q")
             for config in (ScoringConfig.hybrid(), ScoringConfig.paper(), ScoringConfig.dense()):
                 lexical = stream._lexical(part)
-                lex = lexical.matches(query) if config.uses_lexical else None
                 lex_sorted = lexical.search(query) if config.uses_lexical else None
                 for flt in (None, RetrievalFilter(kinds=frozenset({OBSERVATION}))):
                     mask = None if flt is None else stream._filter_mask(part, flt)
                     k = 1 + i % 5
-                    got = stream._candidates(part, qvec, k, mask, lex, config)
+                    with lexical.query_scores(query) as scores:
+                        lex = scores if config.uses_lexical else None
+                        got = stream._candidates(part, qvec, k, mask, lex, config)
                     ref = _ref_candidates(stream, part, qvec, k, mask, lex_sorted, config)
                     assert (got is None) == (ref is None)
                     if got is not None:
                         np.testing.assert_array_equal(got, ref)
+            if i % 3 == 0:  # touched rows change the recency candidates
+                stream.retrieve(query, k=2, touch=True, now=now + timedelta(days=4 + i))
+
+
+def test_top_rows_are_reused_only_while_nothing_changed() -> None:
+    rng = np.random.default_rng(4)
+    part = _random_partition(rng, 2000, kinds_mix=False)
+    stream = MemoryStream.__new__(MemoryStream)
+    alive = part.index.alive
+    values = part.accessed.view
+
+    def fresh(n: int) -> np.ndarray:
+        return stream._top_rows(
+            _Partition("x", DIM, 0), _copy_top(part.recent_top), values, alive, n, 0
+        )
+
+    first = stream._top_rows(part, part.recent_top, values, alive, 40, 0)
+    assert stream._top_rows(part, part.recent_top, values, alive, 40, 0) is first  # reused
+    best = set(np.argsort(-values)[:40].tolist())
+    assert set(first.tolist()) == best
+    dropped = int(first[0])  # in the set: lowering it changes only the values
+    values[dropped] = values.min() - 1
+    lowered = stream._top_rows(part, part.recent_top, values, alive, 40, 1)
+    assert dropped not in lowered.tolist()
+    assert set(lowered.tolist()) == set(np.argsort(-values)[:40].tolist())
+    values[int(np.argmin(values))] = values.max() + 1  # changed in place: new version
+    raised = int(np.argmax(values))
+    part.recent_top.offer(np.array([raised]), np.array([values[raised]]))
+    again = stream._top_rows(part, part.recent_top, values, alive, 40, 2)
+    assert raised in again.tolist() and again is not first
+    assert stream._top_rows(part, part.recent_top, values, alive, 30, 2).shape == (30,)
+    assert stream._top_rows(part, part.recent_top, values, alive, 40, 2) is not again
+    part.delete_rows(again[:5])  # deletions drop rows
+    after = stream._top_rows(part, part.recent_top, values, part.index.alive, 40, 2)
+    assert not set(again[:5].tolist()) & set(after.tolist())
+    np.testing.assert_array_equal(np.sort(after), np.sort(fresh(40)))
+
+
+def _copy_top(cache: TopRows) -> TopRows:
+    copy = TopRows(cache.size)
+    copy._rows = set(cache._rows)
+    copy.floor = cache.floor
+    copy.valid = cache.valid
+    return copy
+
+
+def test_rows_of_seqs_equals_rows_of() -> None:
+    from langchain_reflective.stream import _rows_of_seqs
+
+    rng = np.random.default_rng(8)
+    consecutive = _Partition("ns", DIM, 0)
+    vectors = np.eye(DIM, dtype=np.float32)[np.arange(300) % DIM]
+    kinds = [OBSERVATION] * 300
+    ones = [1.0] * 300
+    consecutive.append(np.arange(50, 350), vectors, ones, ones, [0.5] * 300, kinds, None)
+    gaps = _Partition("ns", DIM, 0)
+    gapped = np.sort(rng.choice(5000, 300, replace=False)) + 1
+    gaps.append(gapped, vectors, ones, ones, [0.5] * 300, kinds, None)
+    for part in (consecutive, gaps):
+        seqs_all = part.seqs.view
+        for wanted in (
+            rng.choice(seqs_all, 40),
+            np.array([seqs_all[0] - 1, seqs_all[-1] + 1, seqs_all[3]]),  # unknown ones dropped
+            np.zeros(0, dtype=np.int64),
+        ):
+            wanted = np.asarray(wanted, dtype=np.int64)
+            np.testing.assert_array_equal(_rows_of_seqs(part, wanted), part.rows_of(wanted))
