@@ -134,9 +134,8 @@ class QueryScores:
 
     def max(self) -> float:
         """The best score (0 when nothing matches)."""
-        if self._dense is None or self._postings is None:
-            return 0.0
-        return float(np.float32(self._dense[self._postings].max()))
+        scores = self.matches()[1]
+        return float(scores.max()) if scores.shape[0] else 0.0
 
     def top(self, k: int) -> npt.NDArray[np.int64]:
         """The ``k`` best rows, best first (ties by row ascending), as :meth:`BM25Index.search`."""

@@ -354,3 +354,20 @@ def test_query_scores_concurrent_holders_get_their_own_buffer() -> None:
     assert index._scratch_lock is not None and not index._scratch_lock.locked()
     with index.query_scores("kids") as again:  # the shared buffer is free again
         assert again._lock is index._scratch_lock
+
+
+def test_query_scores_top_when_rows_match_many_terms() -> None:
+    # every matching row matches all three terms: the postings repeat each row three times
+    rng = np.random.default_rng(12)
+    docs = [
+        "alpha beta gamma " + " ".join(rng.choice(["x", "yy", "zz", "ww"], int(rng.integers(0, 9))))
+        if i % 3
+        else "other words only"
+        for i in range(900)
+    ]
+    index = BM25Index()
+    index.add(docs)
+    for k in (1, 5, 40, 200, 599, 600, 601, 5000):
+        with index.query_scores("alpha beta gamma") as found:
+            np.testing.assert_array_equal(found.top(k), index.search("alpha beta gamma", k)[0])
+            assert found.max() == float(index.search("alpha beta gamma", 1)[1][0])
