@@ -109,9 +109,22 @@ class IVFCandidateIndex:
         Runs on the calling thread (one query: OpenMP threads only add scheduling delays on a
         busy machine) and reuses the search parameters across calls.
         """
+        return self.search_lists(query, k, nprobe)[0]
+
+    def search_lists(
+        self, query: F32, k: int, nprobe: int
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """:meth:`search`, plus the ids of every vector in the lists it probed.
+
+        Returns:
+            ``(best, probed)``: the ids of about the ``k`` best vectors, best first (what
+            :meth:`search` returns), and the ids stored in the ``nprobe`` probed lists, in list
+            order (the vectors the search looked at: a caller can pick others among them).
+        """
         faiss = _faiss()
+        empty = np.zeros(0, dtype=np.int64)
         if len(self) == 0 or k <= 0:
-            return np.zeros(0, dtype=np.int64)
+            return empty, empty
         q = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
         if q.shape[0] != self.dimension:
             raise ValueError(f"query has dimension {q.shape[0]}, the index {self.dimension}")
@@ -121,19 +134,37 @@ class IVFCandidateIndex:
             params = faiss.SearchParametersIVF()
             params.nprobe = probes
             self._params = params
+        lists = np.empty(probes, dtype=np.int64)
+        list_scores = np.empty(probes, dtype=np.float32)
         distances = np.empty(k, dtype=np.float32)
         ids = np.empty(k, dtype=np.int64)
+        index = self._index
         with one_faiss_thread(faiss):
-            self._index.search_c(
+            # what IndexIVF.search does, in two steps to keep the probed lists
+            index.quantizer.search_c(
+                1, faiss.swig_ptr(q), probes, faiss.swig_ptr(list_scores), faiss.swig_ptr(lists)
+            )
+            index.search_preassigned_c(
                 1,
                 faiss.swig_ptr(q),
                 int(k),
+                faiss.swig_ptr(lists),
+                faiss.swig_ptr(list_scores),
                 faiss.swig_ptr(distances),
                 faiss.swig_ptr(ids),
+                False,
                 params,
             )
-        out: npt.NDArray[np.int64] = ids[ids >= 0]
-        return out
+        invlists = index.invlists
+        probed: list[npt.NDArray[np.int64]] = []
+        for list_no in lists.tolist():
+            size = invlists.list_size(list_no) if list_no >= 0 else 0
+            if size:
+                stored = invlists.get_ids(list_no)
+                probed.append(np.array(faiss.rev_swig_ptr(stored, size), dtype=np.int64))
+                invlists.release_ids(list_no, stored)
+        best: npt.NDArray[np.int64] = ids[ids >= 0]
+        return best, (np.concatenate(probed) if probed else empty)
 
     # -- cache file ----------------------------------------------------------------------------
 

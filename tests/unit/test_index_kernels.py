@@ -93,3 +93,31 @@ def test_ivf_search_matches_faiss_and_reuses_parameters() -> None:
     assert sorted(got.tolist()) == ids[:5].tolist()
     with pytest.raises(ValueError):
         index.search(np.ones(16, dtype=np.float32), 5, 4)
+
+
+def test_ivf_search_lists_returns_the_probed_lists_ids() -> None:
+    rng = np.random.default_rng(9)
+    data = _unit(rng, 3000, 32)
+    ids = np.arange(7, 3007, dtype=np.int64)
+    index = IVFCandidateIndex(32, 24)
+    index.train(data, 3000)
+    index.add(data, ids)
+    invlists = index._index.invlists
+    for nprobe in (1, 3, 24, 100):
+        for query in _unit(rng, 4, 32):
+            best, probed = index.search_lists(query, 40, nprobe)
+            np.testing.assert_array_equal(best, index.search(query, 40, nprobe))
+            _, lists = index._index.quantizer.search(query.reshape(1, -1), min(nprobe, 24))
+            expected = [
+                faiss.rev_swig_ptr(invlists.get_ids(int(i)), invlists.list_size(int(i))).copy()
+                for i in lists[0]
+                if invlists.list_size(int(i))
+            ]
+            np.testing.assert_array_equal(probed, np.concatenate(expected))
+            assert set(best.tolist()) <= set(probed.tolist())
+            if nprobe >= 24:
+                assert sorted(probed.tolist()) == ids.tolist()
+    empty = IVFCandidateIndex(32, 4)
+    empty.train(data[:500], 500)
+    best, probed = empty.search_lists(data[0], 5, 2)
+    assert best.shape == probed.shape == (0,)
