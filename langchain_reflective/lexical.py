@@ -142,6 +142,13 @@ class QueryScores:
         rows, scores = self.matches()
         return top_matches(rows, scores, k)[0]
 
+    def matched(self, rows: npt.NDArray[np.integer]) -> npt.NDArray[np.bool_]:
+        """Whether each of ``rows`` matches the query (a positive score)."""
+        if self._dense is None:
+            return np.zeros(np.shape(rows)[0], dtype=np.bool_)
+        out: npt.NDArray[np.bool_] = self._dense[rows] > 0
+        return out
+
     def lookup(self, rows: npt.NDArray[np.integer]) -> npt.NDArray[np.float64]:
         """Scores of ``rows`` (any rows of the index; 0 where nothing matches), as float64."""
         if self._dense is None:

@@ -1440,10 +1440,11 @@ class MemoryStream:
     ) -> I64 | None:
         """Rows to score exactly on a large partition, or ``None`` to score every row.
 
-        The union of: the IVF index's best rows, rows not yet in the IVF index, the best BM25
-        rows, the most recently accessed and the most important rows -- restricted to live rows
-        matching the filter. A selective filter (few matching rows) is scored exactly instead.
-        Sorted ascending.
+        The union of: the IVF index's best rows, the rows of the probed IVF lists that match the
+        query lexically, rows not yet in the IVF index, the best BM25 rows, the neighbours of
+        the best dense and BM25 rows, the most recently accessed and the most important rows --
+        restricted to live rows matching the filter. A selective filter (few matching rows) is
+        scored exactly instead. Sorted ascending.
         """
         assert part.ann is not None
         want = max(self.ann_candidates, 4 * k)
@@ -1454,8 +1455,15 @@ class MemoryStream:
             if self.exact_limit is None or matched <= self.exact_limit or 4 * k >= matched:
                 return None
             dense_want = int(min(part.live, want * min(16, math.ceil(part.live / matched))))
-        dense = _rows_of_seqs(part, part.ann.search(qvec, dense_want, self.ann_nprobe))
+        best_seqs, probed = part.ann.search_lists(qvec, dense_want, self.ann_nprobe)
+        dense = _rows_of_seqs(part, best_seqs)  # best first
         pieces: list[I64] = [dense]
+        if lex is not None and probed.shape[0]:
+            # every row of the probed IVF lists that also matches the query lexically: fairly
+            # close in meaning and sharing a word scores like the dense and BM25 leaders (0.6 *
+            # cosine + 0.4 * BM25) without being in either top list
+            looked_at = _rows_of_seqs(part, probed)
+            pieces.append(looked_at[lex.matched(looked_at)])
         pending: I64 | None = None
         if part.ann_upto < len(part):
             pending = part.ann_upto + np.flatnonzero(alive[part.ann_upto :])

@@ -333,6 +333,7 @@ def test_query_scores_lookup_top_and_release() -> None:
             for k in (1, 3, 50, 1000):
                 np.testing.assert_array_equal(found.top(k), index.search(query, k)[0])
             np.testing.assert_array_equal(found.matches()[0], np.sort(rows))
+            np.testing.assert_array_equal(found.matched(everything), dense > 0)
         assert found.lookup(everything).sum() == 0.0 or not rows.size  # released: empty
     # the shared buffer is zero again after every release
     assert index._scratch is not None and not index._scratch.any()

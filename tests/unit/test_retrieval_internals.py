@@ -353,12 +353,26 @@ def _ref_candidates(
             return None
         dense_want = int(min(part.live, want * min(16, math.ceil(part.live / matched))))
     dense = part.rows_of(part.ann.search(qvec, dense_want, stream.ann_nprobe))
+    probed_hits = np.zeros(0, dtype=np.int64)
+    if lex_sorted is not None:  # rows of the probed IVF lists that match the query lexically
+        faiss = pytest.importorskip("faiss")
+        index = part.ann._index
+        nprobe = min(stream.ann_nprobe, index.nlist)
+        _, lists = index.quantizer.search(qvec.reshape(1, -1).astype(np.float32), nprobe)
+        invlists = faiss.extract_index_ivf(index).invlists
+        seqs = [
+            faiss.rev_swig_ptr(invlists.get_ids(int(i)), invlists.list_size(int(i))).copy()
+            for i in lists[0]
+            if i >= 0 and invlists.list_size(int(i))
+        ]
+        looked_at = part.rows_of(np.concatenate(seqs)) if seqs else probed_hits
+        probed_hits = looked_at[np.isin(looked_at, lex_sorted[0])]
     pending = part.ann_upto + np.flatnonzero(alive[part.ann_upto :])
     if pending.shape[0]:
         sims = part.index.scores(qvec, pending)
         pending = pending[np.argsort(-sims, kind="stable")[:dense_want]]
     lexical = lex_sorted[0][:want] if lex_sorted is not None else np.zeros(0, dtype=np.int64)
-    pieces = [dense, pending, lexical]
+    pieces = [dense, probed_hits, pending, lexical]
     if config.neighbor_weight > 0:
         near = max(4 * k, want // 4)
         best = _ref_unique(np.concatenate([dense[:near], pending[:near], lexical[:near]]))
