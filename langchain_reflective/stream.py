@@ -501,25 +501,6 @@ def _unique(values: npt.NDArray[Any]) -> I64:
     return out
 
 
-def _query_vector(raw: Any, source: str) -> F32:
-    """The query embedding as a unit float32 vector: ``_as_unit_vectors([raw], 1, source)[0]``
-    (same bits), without its list wrapping and batch checks for an ordinary finite vector."""
-    try:
-        arr = np.asarray(raw, dtype=np.float64)
-    except (TypeError, ValueError):
-        arr = None
-    if arr is not None and arr.ndim == 1 and arr.shape[0] > 0:
-        row = arr.reshape(1, -1)
-        squares = float(np.einsum("ij,ij->i", row, row)[0])
-        if math.isfinite(squares):
-            norm = math.sqrt(squares)  # correctly rounded, like np.sqrt
-            if norm > 1e-12:
-                out: F32 = (arr / norm).astype(np.float32)
-                return out
-    checked: F32 = _as_unit_vectors([raw], 1, source)[0]  # anything unusual: the checked path
-    return checked
-
-
 def _broadcast(value: Any, n: int, name: str, *, scalar_types: tuple[type, ...]) -> list[Any]:
     if value is None or isinstance(value, scalar_types):
         return [value] * n
@@ -1200,7 +1181,7 @@ class MemoryStream:
         namespace: str | None,
         scoring: ScoringConfig | None,
     ) -> list[ScoredMemory]:
-        qvec = _query_vector(raw_vector, type(self.embeddings).__name__)
+        qvec = _as_unit_vectors([raw_vector], 1, type(self.embeddings).__name__)[0]
         config = scoring or self.scoring
         ns = self._ns(filter.namespace or namespace)
         when = utc(now) if now is not None else datetime.now(UTC)

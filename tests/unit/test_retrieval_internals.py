@@ -8,13 +8,10 @@ rows and mixed kinds.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
 
 from langchain_reflective._arrays import TopRows
-from langchain_reflective.errors import EmbeddingError
 from langchain_reflective.lexical import BM25Index
 from langchain_reflective.records import OBSERVATION, REFLECTION
 from langchain_reflective.scoring import ScoreComponents, ScoringConfig, combine, recency
@@ -22,7 +19,6 @@ from langchain_reflective.stream import (
     MemoryStream,
     _as_unit_vectors,
     _Partition,
-    _query_vector,
     _top_cache_rows,
 )
 
@@ -285,34 +281,6 @@ def test_fused_scorer_applies_to_the_default_scoring_only() -> None:
     assert not MemoryStream._fused(facts, ScoringConfig.hybrid())
 
 
-@pytest.mark.parametrize(
-    "raw",
-    [
-        [0.3, -1.2, 5.0, 0.0],
-        np.array([1e-3, 2e-3, -4e-3], dtype=np.float32),
-        np.array([1e200, 1e200, -3e199]),  # finite, but the squares overflow: rescaled path
-        (1, 2, 3),
-        ["0.5", "1.5"],
-    ],
-)
-def test_query_vector_equals_the_checked_conversion(raw: Any) -> None:
-    got = _query_vector(raw, "src")
-    expected = _as_unit_vectors([raw], 1, "src")[0]
-    assert got.dtype == np.float32
-    np.testing.assert_array_equal(got, expected)
-
-
-@pytest.mark.parametrize(
-    "raw", [[0.0, 0.0], [float("nan"), 1.0], [float("inf"), 1.0], [], [[1.0, 2.0]], "abc", None]
-)
-def test_query_vector_rejects_what_the_checked_conversion_rejects(raw: Any) -> None:
-    with pytest.raises(EmbeddingError) as expected:
-        _as_unit_vectors([raw], 1, "src")
-    with pytest.raises(EmbeddingError) as got:
-        _query_vector(raw, "src")
-    assert str(got.value) == str(expected.value)
-
-
 def test_top_cache_rows_follow_the_set() -> None:
     rng = np.random.default_rng(2)
     part = _Partition("ns", DIM, 0)
@@ -430,7 +398,7 @@ def test_candidates_equal_the_reference() -> None:
         assert part.ann is not None and part.ann_upto < len(part)  # pending rows exist too
         for i in range(15):
             query = " ".join(rng.choice(words, 4))
-            qvec = _query_vector(emb.embed_query(query), "q")
+            qvec = _as_unit_vectors([emb.embed_query(query)], 1, "q")[0]
             for config in (ScoringConfig.hybrid(), ScoringConfig.paper(), ScoringConfig.dense()):
                 lexical = stream._lexical(part)
                 lex_sorted = lexical.search(query) if config.uses_lexical else None
