@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,23 +33,30 @@ def _faiss() -> Any:
     return faiss
 
 
-@contextmanager
-def one_faiss_thread(faiss: Any) -> Iterator[None]:
+class one_faiss_thread:
     """Run FAISS calls inside on the calling thread only, then restore the thread count.
 
     Some FAISS kernels open an OpenMP parallel region even for one query; on a busy machine the
     team's other threads can take milliseconds to be scheduled while the work is microseconds.
     The OpenMP thread count is a per-thread setting: this changes the calling thread's only.
+    A class, not a generator-based context manager (this runs on every query); lower-case
+    because it reads like a function: ``with one_faiss_thread(faiss):``.
     """
-    before = faiss.omp_get_max_threads()
-    if before == 1:
-        yield
-        return
-    faiss.omp_set_num_threads(1)
-    try:
-        yield
-    finally:
-        faiss.omp_set_num_threads(before)
+
+    __slots__ = ("_before", "_faiss")
+
+    def __init__(self, faiss: Any) -> None:
+        self._faiss = faiss
+        self._before = 1
+
+    def __enter__(self) -> None:
+        self._before = self._faiss.omp_get_max_threads()
+        if self._before != 1:
+            self._faiss.omp_set_num_threads(1)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._before != 1:
+            self._faiss.omp_set_num_threads(self._before)
 
 
 class FaissFlatIndex(BaseVectorIndex):

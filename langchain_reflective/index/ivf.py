@@ -76,6 +76,8 @@ class IVFCandidateIndex:
         self.trained_on = 0
         """How many vectors the coarse quantiser was trained for (drives retraining)."""
         self._params: Any = None  # SearchParametersIVF of the last search, reused
+        self._list_ids: list[npt.NDArray[np.int64]] | None = None  # see _copy_list_ids
+        self._coarse: Any = None  # the quantiser's SWIG proxy, kept
 
     def __len__(self) -> int:
         return int(self._index.ntotal)
@@ -93,6 +95,7 @@ class IVFCandidateIndex:
             rows: how many vectors the index is trained for (recorded in :attr:`trained_on`).
         """
         arr = np.ascontiguousarray(sample, dtype=np.float32)
+        self._list_ids = None
         self._index.train(arr)
         self.trained_on = int(rows)
 
@@ -101,6 +104,7 @@ class IVFCandidateIndex:
         arr = np.ascontiguousarray(vectors, dtype=np.float32)
         if arr.shape[0] == 0:
             return
+        self._list_ids = None
         self._index.add_with_ids(arr, np.ascontiguousarray(ids, dtype=np.int64))
 
     def search(self, query: F32, k: int, nprobe: int) -> npt.NDArray[np.int64]:
@@ -139,9 +143,12 @@ class IVFCandidateIndex:
         distances = np.empty(k, dtype=np.float32)
         ids = np.empty(k, dtype=np.int64)
         index = self._index
+        coarse = self._coarse
+        if coarse is None:
+            coarse = self._coarse = index.quantizer  # a new SWIG proxy on every access
         with one_faiss_thread(faiss):
             # what IndexIVF.search does, in two steps to keep the probed lists
-            index.quantizer.search_c(
+            coarse.search_c(
                 1, faiss.swig_ptr(q), probes, faiss.swig_ptr(list_scores), faiss.swig_ptr(lists)
             )
             index.search_preassigned_c(
@@ -155,16 +162,28 @@ class IVFCandidateIndex:
                 False,
                 params,
             )
-        invlists = index.invlists
-        probed: list[npt.NDArray[np.int64]] = []
-        for list_no in lists.tolist():
-            size = invlists.list_size(list_no) if list_no >= 0 else 0
-            if size:
-                stored = invlists.get_ids(list_no)
-                probed.append(np.array(faiss.rev_swig_ptr(stored, size), dtype=np.int64))
-                invlists.release_ids(list_no, stored)
+        list_ids = self._list_ids
+        if list_ids is None:
+            list_ids = self._list_ids = self._copy_list_ids()
+        probed = [list_ids[i] for i in lists.tolist() if i >= 0]
         best: npt.NDArray[np.int64] = ids[ids >= 0]
         return best, (np.concatenate(probed) if probed else empty)
+
+    def _copy_list_ids(self) -> list[npt.NDArray[np.int64]]:
+        """A numpy copy of every list's ids (kept until the next :meth:`add` or :meth:`train`:
+        reading a few lists through FAISS per query costs more than the search)."""
+        faiss = _faiss()
+        invlists = self._index.invlists
+        out: list[npt.NDArray[np.int64]] = []
+        for list_no in range(self.nlist):
+            size = invlists.list_size(list_no)
+            if not size:
+                out.append(np.zeros(0, dtype=np.int64))
+                continue
+            stored = invlists.get_ids(list_no)
+            out.append(np.array(faiss.rev_swig_ptr(stored, size), dtype=np.int64))
+            invlists.release_ids(list_no, stored)
+        return out
 
     # -- cache file ----------------------------------------------------------------------------
 
@@ -232,4 +251,6 @@ class IVFCandidateIndex:
         out._quantizer = None
         out.trained_on = int(trained_on)
         out._params = None
+        out._list_ids = None
+        out._coarse = None
         return out

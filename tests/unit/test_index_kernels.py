@@ -117,6 +117,10 @@ def test_ivf_search_lists_returns_the_probed_lists_ids() -> None:
             assert set(best.tolist()) <= set(probed.tolist())
             if nprobe >= 24:
                 assert sorted(probed.tolist()) == ids.tolist()
+    # the ids copied for search_lists follow later adds
+    index.add(data[:50], np.arange(10_000, 10_050, dtype=np.int64))
+    _, probed = index.search_lists(data[0], 40, 24)
+    assert sorted(probed.tolist()) == [*ids.tolist(), *range(10_000, 10_050)]
     empty = IVFCandidateIndex(32, 4)
     empty.train(data[:500], 500)
     best, probed = empty.search_lists(data[0], 5, 2)
