@@ -1241,7 +1241,7 @@ class MemoryStream:
                 part.accessed_version += 1
                 part.recent_top.offer(best_rows, np.full(best_rows.shape[0], stamp))
             out: list[ScoredMemory] = []
-            for seq, score, rel, lex, recent, importance in zip(
+            for seq, score, rel, lexical, recent, importance in zip(
                 seqs,
                 comps.score[best].tolist(),
                 relevance[best].tolist(),
@@ -1260,7 +1260,7 @@ class MemoryStream:
                         record=record,
                         score=score,
                         relevance=rel,
-                        lexical=lex,
+                        lexical=lexical,
                         recency=recent,
                         importance=importance,
                     )
@@ -1296,7 +1296,10 @@ class MemoryStream:
         m = rows.shape[0]
         neighbors: tuple[I64, I64] | None = None
         scored = rows
-        if config.neighbor_weight > 0 and m and part.kinds.get(OBSERVATION) is not None:
+        if config.neighbor_weight > 0 and part.kinds.get(OBSERVATION) is None:
+            none = np.full(m, -1, dtype=np.int64)
+            neighbors = (none, none)  # no observations: no neighbours (as _neighbors says)
+        elif config.neighbor_weight > 0 and m:
             # previous then next neighbour of every candidate; -1 for none
             linked = part.neighbor_table()[rows].T.ravel()
             pos = np.searchsorted(rows, linked)

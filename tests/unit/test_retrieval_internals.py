@@ -479,3 +479,24 @@ def test_rows_of_seqs_equals_rows_of() -> None:
         ):
             wanted = np.asarray(wanted, dtype=np.int64)
             np.testing.assert_array_equal(_rows_of_seqs(part, wanted), part.rows_of(wanted))
+
+
+def test_score_rows_without_observations_equal_the_reference() -> None:
+    rng = np.random.default_rng(21)
+    part = _Partition("ns", DIM, 0)
+    vectors = rng.standard_normal((300, DIM)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    stamps = 1.7e9 + rng.uniform(0, 3e7, 300)
+    part.append(np.arange(300), vectors, stamps, stamps, [0.5] * 300, [REFLECTION] * 300, None)
+    lexical = BM25Index()
+    lexical.add([f"w{i % 7} w{i % 11}" for i in range(300)])
+    stream = MemoryStream.__new__(MemoryStream)
+    rows = np.arange(0, 300, 3, dtype=np.int64)
+    qvec = _as_unit_vectors(rng.standard_normal((1, DIM)), 1, "test")[0]
+    relevance = part.index.scores(qvec, rows).astype(np.float64)
+    config = ScoringConfig.hybrid()
+    assert not MemoryStream._fused(part, config)
+    ref = _ref_score_rows(part, qvec, rows, relevance, lexical.search("w3 w5"), config, 1.8e9)
+    with lexical.query_scores("w3 w5") as lex:
+        got = stream._score_rows(part, qvec, rows, relevance, lex, config, 1.8e9)
+    _assert_same_scores(got, ref)
