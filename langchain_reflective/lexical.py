@@ -17,23 +17,25 @@ English stopwords (a repeated query token counts once per occurrence, as in ``bm
 Storage is compact: per term, one ``array('i')`` of rows and one ``array('H')`` of term
 frequencies; per row, its length and a liveness flag in growable numpy arrays. Document
 frequencies are counted at query time over the live postings of the query's terms, so removal
-is O(1) per row and needs no per-document term lists. Search is vectorised with numpy over each
-query term's postings. Thread-safety is the caller's job.
+is O(1) per row and needs no per-document term lists. Search joins the query terms' postings
+into one array and scores them with a fixed handful of numpy calls, however many terms the query
+has (per-call overhead, not arithmetic, dominates at a few hundred postings per term).
+Thread-safety is the caller's job.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import threading
 from array import array
-from collections import Counter
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 import numpy.typing as npt
 import Stemmer
 
-__all__ = ["ENGLISH_STOPWORDS", "BM25Index"]
+__all__ = ["ENGLISH_STOPWORDS", "BM25Index", "QueryScores", "top_matches"]
 
 ENGLISH_STOPWORDS: frozenset[str] = frozenset(
     (
@@ -62,6 +64,97 @@ def _split_words(text: str) -> list[str]:
     if lowered.isascii():
         return [w for w in lowered.translate(_ASCII_SEPARATORS).split() if len(w) > 1]
     return _TOKEN.findall(lowered)
+
+
+def top_matches(
+    rows: npt.NDArray[np.int64], scores: npt.NDArray[np.float32], k: int | None
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+    """The ``k`` best of ``(rows, scores)`` (all when ``None``): by score descending, ties by
+    row ascending (the order of :meth:`BM25Index.search`)."""
+    n = rows.shape[0]
+    if k is not None and k < n:
+        kth = np.partition(scores, n - k)[n - k]
+        keep = scores >= kth
+        rows, scores = rows[keep], scores[keep]
+    order = np.lexsort((rows, -scores))
+    if k is not None:
+        order = order[:k]
+    return rows[order], scores[order]
+
+
+class QueryScores:
+    """One query's BM25 scores over every row (from :meth:`BM25Index.query_scores`).
+
+    Holds a dense per-row buffer of the scores (the index's, until :meth:`release`): looking up
+    any rows is one gather. Scores are the float32 values :meth:`BM25Index.search` returns.
+    Use it as a context manager, or call :meth:`release` when done.
+    """
+
+    __slots__ = ("_dense", "_lock", "_matches", "_postings")
+
+    def __init__(
+        self,
+        dense: npt.NDArray[np.float64] | None,
+        postings: npt.NDArray[np.int32] | None,
+        lock: threading.Lock | None,
+    ) -> None:
+        self._dense = dense
+        self._postings = postings
+        self._lock = lock
+        self._matches: tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]] | None = None
+
+    def __enter__(self) -> QueryScores:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """Zero the buffer and hand it back to the index (idempotent)."""
+        dense, postings, lock = self._dense, self._postings, self._lock
+        self._dense = self._postings = self._lock = None
+        if dense is not None and postings is not None:
+            dense[postings] = 0.0
+        if lock is not None:
+            lock.release()
+
+    def matches(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """``(rows, scores)`` of every matching row: rows ascending, float32 scores."""
+        if self._matches is None:
+            if self._dense is None or self._postings is None:
+                self._matches = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32))
+            else:
+                ordered = np.sort(self._postings)
+                first = np.empty(ordered.shape[0], dtype=np.bool_)
+                first[0] = True
+                np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+                rows = ordered[first].astype(np.int64)
+                self._matches = (rows, self._dense[rows].astype(np.float32))
+        return self._matches
+
+    def max(self) -> float:
+        """The best score (0 when nothing matches)."""
+        scores = self.matches()[1]
+        return float(scores.max()) if scores.shape[0] else 0.0
+
+    def top(self, k: int) -> npt.NDArray[np.int64]:
+        """The ``k`` best rows, best first (ties by row ascending), as :meth:`BM25Index.search`."""
+        rows, scores = self.matches()
+        return top_matches(rows, scores, k)[0]
+
+    def matched(self, rows: npt.NDArray[np.integer]) -> npt.NDArray[np.bool_]:
+        """Whether each of ``rows`` matches the query (a positive score)."""
+        if self._dense is None:
+            return np.zeros(np.shape(rows)[0], dtype=np.bool_)
+        out: npt.NDArray[np.bool_] = self._dense[rows] > 0
+        return out
+
+    def lookup(self, rows: npt.NDArray[np.integer]) -> npt.NDArray[np.float64]:
+        """Scores of ``rows`` (any rows of the index; 0 where nothing matches), as float64."""
+        if self._dense is None:
+            return np.zeros(np.shape(rows)[0], dtype=np.float64)
+        out: npt.NDArray[np.float64] = self._dense[rows].astype(np.float32).astype(np.float64)
+        return out
 
 
 class BM25Index:
@@ -108,6 +201,9 @@ class BM25Index:
         self._stopwords: frozenset[str] = (
             ENGLISH_STOPWORDS if stopwords and language in ("english", "porter") else frozenset()
         )
+        self._scratch: npt.NDArray[np.float64] | None = None
+        """Per-row score buffer of :meth:`query_scores`: all zeros while no query holds it."""
+        self._scratch_lock: threading.Lock | None = threading.Lock()
         self.clear()
 
     # ------------------------------------------------------------------ state
@@ -288,31 +384,105 @@ class BM25Index:
     # ------------------------------------------------------------------ reads
 
     def _query_terms(self, query: str) -> list[tuple[int, int]]:
-        """(term id, occurrences in the query) for the query's indexed terms."""
-        counts = Counter(self.tokenize(query))
-        return [(self._vocab[t], c) for t, c in counts.items() if t in self._vocab]
+        """(term id, occurrences in the query) for the query's indexed terms, in the order of
+        their first occurrence (the order their scores are summed in).
 
-    def _term_scores(
-        self, tid: int, qtf: int, avgdl: float
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None:
-        """Live rows containing term ``tid`` and their score contributions."""
-        rows_view = np.frombuffer(self._post_rows[tid], dtype=np.int32)
-        tf_view = np.frombuffer(self._post_tf[tid], dtype=np.uint16)
-        live = self._live[rows_view]
-        rows = rows_view[live].astype(np.int64)
-        tf = tf_view[live].astype(np.float64)
-        # release the buffer exports so the arrays can grow again
-        del rows_view, tf_view, live
-        df = rows.shape[0]
-        if df == 0:
-            return None
-        n = self._n_live
-        idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-        norm = self.k1 * (1.0 - self.b + self.b * self._doclen[rows] / avgdl)
-        return rows, (qtf * idf) * tf / (tf + norm)
+        Same terms as counting :meth:`tokenize` and looking the stems up in the vocabulary, but
+        words seen while indexing come from the ``word -> term id`` memo (no stemming).
+        """
+        cache = self._word_ids
+        vocab = self._vocab
+        stopwords = self._stopwords
+        counts: dict[int, int] = {}
+        for word in _split_words(query):
+            tid = cache.get(word)
+            if tid is None:
+                if word in stopwords:
+                    continue
+                tid = vocab.get(self._stemmer.stemWord(word))
+                if tid is None:
+                    continue
+            elif tid < 0:  # a stopword
+                continue
+            counts[tid] = counts.get(tid, 0) + 1
+        return list(counts.items())
 
     def _avgdl(self) -> float:
         return self._total_len / self._n_live if self._n_live and self._total_len else 1.0
+
+    def query_scores(self, query: str) -> QueryScores:
+        """The query's BM25 score of every row, for scoring many rows against one query.
+
+        The scores are summed into a dense per-row buffer that the index reuses, so a lookup is
+        one gather; :meth:`QueryScores.release` (or leaving its ``with`` block) hands the buffer
+        back. Concurrent queries each get one (a second one allocates its own).
+
+        Args:
+            query: The query text (tokenized like the documents).
+        """
+        if self._n_live == 0:
+            return QueryScores(None, None, None)
+        terms = [(tid, c) for tid, c in self._query_terms(query) if self._post_rows[tid]]
+        if not terms:
+            return QueryScores(None, None, None)
+        # all the query terms' postings at once, term after term (each list is in row order)
+        lengths = [len(self._post_rows[tid]) for tid, _ in terms]
+        rows32 = np.frombuffer(b"".join([self._post_rows[tid] for tid, _ in terms]), np.int32)
+        tf16 = np.frombuffer(b"".join([self._post_tf[tid] for tid, _ in terms]), np.uint16)
+        if self._n_live < self._n_rows:  # tombstones: only live postings count and score
+            live = self._live[rows32]
+            ends = np.cumsum(lengths)
+            live_before = np.concatenate(([0], np.cumsum(live)))
+            dfs = (live_before[ends] - live_before[ends - lengths]).tolist()
+            rows32, tf16 = rows32[live], tf16[live]
+        else:
+            dfs = lengths
+        n = self._n_live
+        weights: list[float] = []
+        counts: list[int] = []
+        for (_, qtf), df in zip(terms, dfs, strict=True):
+            if df:
+                weights.append(qtf * math.log(1.0 + (n - df + 0.5) / (df + 0.5)))
+                counts.append(df)
+        if not counts:
+            return QueryScores(None, None, None)
+        # per posting: (qtf * idf) * tf / (tf + k1 * (1 - b + b * |d| / avgdl))
+        tf = tf16.astype(np.float64)
+        norm = self.k1 * (1.0 - self.b + self.b * self._doclen[rows32] / self._avgdl())
+        weight = np.repeat(np.array(weights), counts) if len(counts) > 1 else weights[0]
+        contrib = weight * tf / (tf + norm)
+        lock: threading.Lock | None = self._scratch_lock
+        if lock is not None and lock.acquire(blocking=False):
+            dense = self._scratch
+            if dense is None or dense.shape[0] < self._n_rows:
+                size = self._n_rows if dense is None else max(self._n_rows, 2 * dense.shape[0])
+                dense = self._scratch = np.zeros(size, dtype=np.float64)
+        else:  # the shared buffer is in use (another thread's query): a private one
+            lock = None
+            dense = np.zeros(self._n_rows, dtype=np.float64)
+        try:
+            # per row, a running sum from 0 in posting order (term after term), as the
+            # per-term bincount of earlier versions summed: the same float64 bits
+            np.add.at(dense, rows32, contrib)
+        except BaseException:
+            dense[rows32] = 0.0
+            if lock is not None:
+                lock.release()
+            raise
+        return QueryScores(dense, rows32, lock)
+
+    def matches(self, query: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """Every live row that shares a term with the query, with its BM25 score.
+
+        Args:
+            query: The query text (tokenized like the documents).
+
+        Returns:
+            ``(rows, scores)``: int64 rows in ascending order and their float32 scores (the
+            scores :meth:`search` returns, in row order instead of score order).
+        """
+        with self.query_scores(query) as scores:
+            return scores.matches()
 
     def search(
         self, query: str, k: int | None = None
@@ -328,40 +498,10 @@ class BM25Index:
             descending (ties by row ascending). Both empty when nothing matches, e.g. for an
             empty or stopword-only query.
         """
-        empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32))
-        if (k is not None and k <= 0) or self._n_live == 0:
-            return empty
-        terms = self._query_terms(query)
-        if not terms:
-            return empty
-        avgdl = self._avgdl()
-        parts = [p for tid, c in terms if (p := self._term_scores(tid, c, avgdl)) is not None]
-        if not parts:
-            return empty
-        if len(parts) == 1:
-            rows, scores = parts[0]
-        else:
-            all_rows = np.concatenate([p[0] for p in parts])
-            all_scores = np.concatenate([p[1] for p in parts])
-            if all_rows.shape[0] * 8 >= self._n_rows:
-                dense = np.asarray(
-                    np.bincount(all_rows, weights=all_scores, minlength=self._n_rows),
-                    dtype=np.float64,
-                )
-                rows = np.flatnonzero(dense > 0)
-                scores = dense[rows]
-            else:
-                rows, inverse = np.unique(all_rows, return_inverse=True)
-                scores = np.asarray(np.bincount(inverse, weights=all_scores), dtype=np.float64)
-        scores32 = scores.astype(np.float32)
-        if k is not None and k < rows.shape[0]:
-            kth = np.partition(scores32, rows.shape[0] - k)[rows.shape[0] - k]
-            keep = scores32 >= kth
-            rows, scores32 = rows[keep], scores32[keep]
-        order = np.lexsort((rows, -scores32))
-        if k is not None:
-            order = order[:k]
-        return rows[order].astype(np.int64, copy=False), scores32[order]
+        if k is not None and k <= 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        rows, scores = self.matches(query)
+        return top_matches(rows, scores, k)
 
     def score_rows(
         self, query: str, rows: Sequence[int] | npt.NDArray[np.integer]
@@ -381,13 +521,11 @@ class BM25Index:
         out = np.zeros(wanted.shape[0], dtype=np.float32)
         if wanted.shape[0] == 0:
             return out
-        found_rows, found_scores = self.search(query)
-        if found_rows.shape[0] == 0:
+        sorted_rows, found_scores = self.matches(query)  # rows ascending
+        if sorted_rows.shape[0] == 0:
             return out
-        order = np.argsort(found_rows)
-        sorted_rows = found_rows[order]
         pos = np.searchsorted(sorted_rows, wanted)
         pos_clipped = np.minimum(pos, sorted_rows.shape[0] - 1)
         hit = sorted_rows[pos_clipped] == wanted
-        out[hit] = found_scores[order][pos_clipped[hit]]
+        out[hit] = found_scores[pos_clipped[hit]]
         return out

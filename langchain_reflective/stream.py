@@ -43,7 +43,7 @@ from langchain_reflective.errors import (
     StorageError,
 )
 from langchain_reflective.importance import BaseImportanceScorer, HeuristicImportanceScorer
-from langchain_reflective.index.faiss_flat import FaissFlatIndex
+from langchain_reflective.index.faiss_flat import _BY_INDEX_MIN_DIM, FaissFlatIndex
 from langchain_reflective.index.ivf import IVFCandidateIndex, default_nlist
 from langchain_reflective.records import (
     OBSERVATION,
@@ -66,7 +66,7 @@ from langchain_reflective.storage.sqlite import SQLiteRecordStore
 if TYPE_CHECKING:
     import pandas as pd
 
-    from langchain_reflective.lexical import BM25Index
+    from langchain_reflective.lexical import BM25Index, QueryScores
 
 __all__ = ["MemoryStream", "RetrievalFilter", "ScoredMemory"]
 
@@ -370,6 +370,15 @@ class _Partition:
             self.lexical.remove(rows.tolist())
         self._observations = None
 
+    # retrieval caches derived from the arrays above, built lazily (see neighbor_table)
+    _neighbor_buf: I64 | None = None
+    _neighbor_upto = 0
+    _top_arrays: dict[int, tuple[set[int], int, I64]] | None = None
+    _top_results: dict[int, tuple[set[int], int, int, int, int, I64]] | None = None
+    accessed_version = 0
+    """Bumped whenever ``accessed`` changes in place (not on appends): the recency candidates
+    cached by ``MemoryStream._top_rows`` depend on it. ``importance`` never changes in place."""
+
     def observation_rows(self) -> I64:
         """Sorted rows of live observations, cached (appends extend it; deletes reset it)."""
         code = self.kinds.get(OBSERVATION)
@@ -381,12 +390,41 @@ class _Partition:
             cached = GrowArray(np.int64, capacity=max(n, 64))
             cached.extend(np.flatnonzero(self.index.alive & (self.kind_codes.view == code)))
             self._observations = cached
+            self._neighbor_upto = 0  # rows were deleted: the neighbour table is rebuilt too
         elif self._observations_upto < n:
             tail = self.kind_codes.view[self._observations_upto :] == code
             tail &= self.index.alive[self._observations_upto :]
             cached.extend(np.flatnonzero(tail) + self._observations_upto)
         self._observations_upto = n
         out: I64 = cached.view
+        return out
+
+    def neighbor_table(self) -> I64:
+        """``(rows, 2)`` table of each row's previous and next live observation row.
+
+        ``-1`` where there is none, and on both sides of rows that are not live observations
+        (the neighbour context only links observations). Cached with :meth:`observation_rows`:
+        appends fill in the new rows (and the old last observation's next), deletes rebuild it.
+        """
+        observations = self.observation_rows()  # first: it resets the table after deletes
+        n = len(self.seqs)
+        buf = self._neighbor_buf
+        upto = self._neighbor_upto
+        if buf is None or buf.shape[0] < n:
+            grown = np.empty((max(n, 64, 0 if buf is None else 2 * buf.shape[0]), 2), np.int64)
+            if buf is not None and upto:
+                grown[:upto] = buf[:upto]
+            buf = self._neighbor_buf = grown
+        if upto < n:
+            buf[upto:n] = -1
+            # the observations from row ``upto`` on, and the one before them (its next changes)
+            first = int(np.searchsorted(observations, upto))
+            linked = observations[max(first - 1, 0) :]
+            if linked.shape[0] > 1:
+                buf[linked[1:], 0] = linked[:-1]
+                buf[linked[:-1], 1] = linked[1:]
+            self._neighbor_upto = n
+        out: I64 = buf[:n]
         return out
 
 
@@ -421,6 +459,39 @@ def _accessed(record: MemoryRecord, when: datetime) -> MemoryRecord:
     )
 
 
+def _top_cache_rows(part: _Partition, cache: TopRows) -> I64:
+    """``cache.rows()``, converted from its set only when the set changed.
+
+    The set only grows between rebuilds, and a rebuild replaces it, so the same set object with
+    the same size holds the same rows (in the same iteration order).
+    """
+    current = cache._rows
+    arrays = part._top_arrays
+    if arrays is None:
+        arrays = part._top_arrays = {}
+    known = arrays.get(id(cache))
+    if known is not None and known[0] is current and known[1] == len(current):
+        return known[2]
+    rows = cache.rows()
+    arrays[id(cache)] = (current, len(current), rows)
+    return rows
+
+
+def _rows_of_seqs(part: _Partition, seqs: I64) -> I64:
+    """``part.rows_of(seqs)`` (order kept, unknown sequence numbers dropped), by subtraction
+    when the partition's sequence numbers are consecutive (one namespace per file, no deletes
+    compacted away): no binary search."""
+    all_seqs = part.seqs.view
+    n = all_seqs.shape[0]
+    if n and seqs.shape[0]:
+        first = int(all_seqs[0])
+        if int(all_seqs[n - 1]) - first == n - 1:
+            rows: I64 = seqs - first
+            if int(rows.min()) >= 0 and int(rows.max()) < n:
+                return rows
+    return part.rows_of(seqs)
+
+
 def _unique(values: npt.NDArray[Any]) -> I64:
     """Sorted distinct values (``np.unique`` via a sort; numpy 2's hash-based unique was ~50x
     slower on these row arrays)."""
@@ -431,20 +502,6 @@ def _unique(values: npt.NDArray[Any]) -> I64:
     keep[0] = True
     np.not_equal(arr[1:], arr[:-1], out=keep[1:])
     out: I64 = arr[keep]
-    return out
-
-
-def _lookup(found: tuple[I64, npt.NDArray[np.float32]], rows: I64) -> npt.NDArray[np.float64]:
-    """Scores of ``rows`` from a sparse (rows, scores) result; 0 for rows not in it."""
-    found_rows, found_scores = found
-    out = np.zeros(rows.shape[0], dtype=np.float64)
-    if found_rows.shape[0] == 0 or rows.shape[0] == 0:
-        return out
-    order = np.argsort(found_rows, kind="stable")
-    sorted_rows = found_rows[order]
-    pos = np.minimum(np.searchsorted(sorted_rows, rows), sorted_rows.shape[0] - 1)
-    hit = sorted_rows[pos] == rows
-    out[hit] = found_scores[order][pos[hit]]
     return out
 
 
@@ -788,20 +845,43 @@ class MemoryStream:
         part.dirty = True
 
     def _top_rows(
-        self, cache: TopRows, values: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], n: int
+        self,
+        part: _Partition,
+        cache: TopRows,
+        values: npt.NDArray[np.float64],
+        alive: npt.NDArray[np.bool_],
+        n: int,
+        version: int,
     ) -> I64:
-        """The ``n`` live rows with the largest ``values`` (from a cache kept across calls)."""
-        rows = cache.rows() if cache.valid else None
+        """The ``n`` live rows with the largest ``values`` (from a cache kept across calls).
+
+        ``version`` changes whenever ``values`` change in place; the answer is reused while the
+        cached set, the deletions, the values and ``n`` are all unchanged.
+        """
+        results = part._top_results
+        if results is None:
+            results = part._top_results = {}
+        deleted = part.index.n_deleted
+        known = results.get(id(cache))
+        if (
+            known is not None
+            and cache.valid
+            and known[0] is cache._rows
+            and known[1:5] == (len(cache._rows), deleted, version, n)
+        ):
+            return known[5]
+        rows = _top_cache_rows(part, cache) if cache.valid else None
         if rows is not None:
             usable = alive[rows] & (values[rows] >= cache.floor)
             if int(usable.sum()) < min(n, cache.size):
                 rows = None
         if rows is None:
             cache.rebuild(values, alive)
-            rows = cache.rows()
+            rows = _top_cache_rows(part, cache)
         rows = rows[alive[rows]]
         if rows.shape[0] > n:
             rows = rows[np.argpartition(-values[rows], n - 1)[:n]]
+        results[id(cache)] = (cache._rows, len(cache._rows), deleted, version, n, rows)
         return rows
 
     def _lexical(self, part: _Partition) -> BM25Index:
@@ -1129,25 +1209,37 @@ class MemoryStream:
                 or filter.created_before is not None
             )
             mask = self._filter_mask(part, filter) if filtered else None
-            lex_all: tuple[I64, npt.NDArray[np.float32]] | None = None
-            if config.uses_lexical:
-                lex_all = self._lexical(part).search(query)
-            rows: I64 | None = None
-            if part.ann is not None and 4 * k < part.live:
-                rows = self._candidates(part, qvec, k, mask, lex_all, config)
-            if rows is None:  # exact: every (matching) live row is a candidate
-                rows = np.flatnonzero(part.index.alive if mask is None else mask)
-            if rows.size == 0:
-                return []
-            relevance = part.index.scores(qvec, rows).astype(np.float64)
-            if filter.min_relevance is not None:
-                keep = relevance >= filter.min_relevance
-                rows, relevance = rows[keep], relevance[keep]
-                if rows.size == 0:
-                    return []
-            relevance, rec, comps = self._score_rows(
-                part, qvec, rows, relevance, lex_all, config, when.timestamp()
-            )
+            lex = self._lexical(part).query_scores(query) if config.uses_lexical else None
+            try:
+                rows: I64 | None = None
+                if part.ann is not None and 4 * k < part.live:
+                    rows = self._candidates(part, qvec, k, mask, lex, config)
+                if (
+                    rows is not None
+                    and rows.size
+                    and filter.min_relevance is None
+                    and self._fused(part, config)
+                ):
+                    relevance, rec, comps = self._score_candidates(
+                        part, qvec, rows, lex, config, when.timestamp()
+                    )
+                else:
+                    if rows is None:  # exact: every (matching) live row is a candidate
+                        rows = np.flatnonzero(part.index.alive if mask is None else mask)
+                    if rows.size == 0:
+                        return []
+                    relevance = part.index.scores(qvec, rows).astype(np.float64)
+                    if filter.min_relevance is not None:
+                        keep = relevance >= filter.min_relevance
+                        rows, relevance = rows[keep], relevance[keep]
+                        if rows.size == 0:
+                            return []
+                    relevance, rec, comps = self._score_rows(
+                        part, qvec, rows, relevance, lex, config, when.timestamp()
+                    )
+            finally:
+                if lex is not None:
+                    lex.release()
             best = top_k(comps.score, k)
             best_rows = rows[best]
             seqs = part.seqs.view[best_rows].tolist()
@@ -1156,9 +1248,18 @@ class MemoryStream:
                 self._store.touch(seqs, when)
                 stamp = when.timestamp()
                 part.accessed.view[best_rows] = stamp
+                part.accessed_version += 1
                 part.recent_top.offer(best_rows, np.full(best_rows.shape[0], stamp))
             out: list[ScoredMemory] = []
-            for pos, seq in zip(best.tolist(), seqs, strict=True):
+            for seq, score, rel, lexical, recent, importance in zip(
+                seqs,
+                comps.score[best].tolist(),
+                relevance[best].tolist(),
+                comps.lexical[best].tolist(),
+                rec[best].tolist(),
+                comps.importance[best].tolist(),
+                strict=True,
+            ):
                 record = records.get(seq)
                 if record is None:  # deleted by another process in between
                     continue
@@ -1167,11 +1268,11 @@ class MemoryStream:
                 out.append(
                     ScoredMemory(
                         record=record,
-                        score=float(comps.score[pos]),
-                        relevance=float(relevance[pos]),
-                        lexical=float(comps.lexical[pos]),
-                        recency=float(rec[pos]),
-                        importance=float(comps.importance[pos]),
+                        score=score,
+                        relevance=rel,
+                        lexical=lexical,
+                        recency=recent,
+                        importance=importance,
                     )
                 )
             return out
@@ -1179,21 +1280,11 @@ class MemoryStream:
     @staticmethod
     def _neighbors(part: _Partition, rows: I64) -> tuple[I64, I64]:
         """The previous and next live observation rows of each row (-1: none or not one)."""
-        none = np.full(rows.shape[0], -1, dtype=np.int64)
-        code = part.kinds.get(OBSERVATION)
-        if code is None or rows.size == 0:
+        if rows.size == 0 or part.kinds.get(OBSERVATION) is None:
+            none = np.full(rows.shape[0], -1, dtype=np.int64)
             return none, none.copy()
-        observations = part.observation_rows()
-        if observations.size == 0:
-            return none, none.copy()
-        pos = np.searchsorted(observations, rows)
-        inside = pos < observations.size
-        is_obs = np.zeros(rows.shape[0], dtype=bool)
-        is_obs[inside] = observations[pos[inside]] == rows[inside]
-        prev = np.where(is_obs & (pos > 0), observations[np.maximum(pos - 1, 0)], -1)
-        nxt_pos = np.minimum(pos + 1, observations.size - 1)
-        nxt = np.where(is_obs & (pos + 1 < observations.size), observations[nxt_pos], -1)
-        return prev.astype(np.int64), nxt.astype(np.int64)
+        pairs = part.neighbor_table()[rows]
+        return pairs[:, 0], pairs[:, 1]
 
     def _score_rows(
         self,
@@ -1201,64 +1292,124 @@ class MemoryStream:
         qvec: F32,
         rows: I64,
         relevance: npt.NDArray[np.float64],
-        lex_all: tuple[I64, npt.NDArray[np.float32]] | None,
+        lex: QueryScores | None,
         config: ScoringConfig,
         now: float,
     ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], ScoreComponents]:
-        """Score candidate ``rows`` (whose raw cosine is ``relevance``), neighbours included.
+        """Score candidate ``rows`` (ascending, distinct; raw cosine ``relevance``).
 
         With ``config.neighbor_weight`` the neighbours of the candidates are scored too (they
         need not be candidates themselves), so a memory's score depends only on itself and its
-        neighbours, never on which other memories are candidates.
+        neighbours, never on which other memories are candidates. ``lex`` holds the query's
+        BM25 scores.
         """
-        lexical_max = float(lex_all[1].max()) if lex_all is not None and lex_all[1].size else 0.0
+        m = rows.shape[0]
         neighbors: tuple[I64, I64] | None = None
         scored = rows
-        rel: npt.NDArray[np.float64] = relevance
-        if config.neighbor_weight > 0:
-            prev, nxt = self._neighbors(part, rows)
-            scored = _unique(np.concatenate([rows, prev[prev >= 0], nxt[nxt >= 0]]))
-            if scored.shape[0] != rows.shape[0]:
-                # rows are distinct and a subset of scored: only the neighbours need a cosine
-                at = np.searchsorted(scored, rows)
-                known = np.zeros(scored.shape[0], dtype=bool)
-                known[at] = True
-                rel = np.empty(scored.shape[0], dtype=np.float64)
-                rel[at] = relevance
-                rel[~known] = part.index.scores(qvec, scored[~known])
-            else:
-                order = np.argsort(rows)
-                scored, rel = rows[order], relevance[order]
-            prev_s, nxt_s = self._neighbors(part, scored)
-            prev_i = np.searchsorted(scored, prev_s)
-            nxt_i = np.searchsorted(scored, nxt_s)
-            prev_ok = (prev_s >= 0) & (prev_i < scored.shape[0])
-            prev_ok[prev_ok] = scored[prev_i[prev_ok]] == prev_s[prev_ok]
-            nxt_ok = (nxt_s >= 0) & (nxt_i < scored.shape[0])
-            nxt_ok[nxt_ok] = scored[nxt_i[nxt_ok]] == nxt_s[nxt_ok]
-            neighbors = (np.where(prev_ok, prev_i, -1), np.where(nxt_ok, nxt_i, -1))
-        lexical = _lookup(lex_all, scored) if lex_all is not None else None
+        if config.neighbor_weight > 0 and part.kinds.get(OBSERVATION) is None:
+            none = np.full(m, -1, dtype=np.int64)
+            neighbors = (none, none)  # no observations: no neighbours (as _neighbors says)
+        elif config.neighbor_weight > 0 and m:
+            # previous then next neighbour of every candidate; -1 for none
+            linked = part.neighbor_table()[rows].T.ravel()
+            pos = np.searchsorted(rows, linked)
+            np.minimum(pos, m - 1, out=pos)
+            known = rows[pos] == linked  # -1 never matches a row
+            extra_at = np.flatnonzero(linked >= 0)
+            extra_at = extra_at[~known[extra_at]]
+            # neighbours that are not candidates are appended after them (repeats are harmless:
+            # only the candidates' scores are used)
+            index = np.where(known, pos, -1)
+            index[extra_at] = np.arange(m, m + extra_at.shape[0])
+            neighbors = (index[:m], index[m:])
+            if extra_at.shape[0]:
+                scored = np.concatenate((rows, linked[extra_at]))
+        rel = relevance
+        if scored is not rows:
+            rel = np.concatenate((relevance, part.index.scores(qvec, scored[m:])))
+        lexical = lex.lookup(scored) if lex is not None else None
         rec = np.asarray(recency(part.accessed.view[scored], now, config.decay), dtype=np.float64)
+        if neighbors is not None and scored is not rows:
+            pad = np.full(scored.shape[0] - m, -1, dtype=np.int64)
+            neighbors = (np.concatenate((neighbors[0], pad)), np.concatenate((neighbors[1], pad)))
         comps = combine(
             config,
             relevance=rel,
             recency=rec,
             importance=part.importance.view[scored],
             lexical=lexical,
-            lexical_max=lexical_max if lex_all is not None else None,
+            lexical_max=lex.max() if lex is not None else None,
             neighbors=neighbors,
         )
         if scored is rows:
             return rel, rec, comps
-        at = np.searchsorted(scored, rows)
         picked = ScoreComponents(
-            relevance=comps.relevance[at],
-            lexical=comps.lexical[at],
-            recency=comps.recency[at],
-            importance=comps.importance[at],
-            score=comps.score[at],
+            relevance=comps.relevance[:m],
+            lexical=comps.lexical[:m],
+            recency=comps.recency[:m],
+            importance=comps.importance[:m],
+            score=comps.score[:m],
         )
-        return rel[at], rec[at], picked
+        return rel[:m], rec[:m], picked
+
+    @staticmethod
+    def _fused(part: _Partition, config: ScoringConfig) -> bool:
+        """Whether :meth:`_score_candidates` applies (it computes what :meth:`_score_rows`
+        does for the default kind of scoring, in one pass)."""
+        return (
+            config.normalization == "none"
+            and config.neighbor_weight > 0
+            and config.uses_lexical
+            and part.index.dimension > _BY_INDEX_MIN_DIM
+            and part.kinds.get(OBSERVATION) is not None
+        )
+
+    def _score_candidates(
+        self,
+        part: _Partition,
+        qvec: F32,
+        rows: I64,
+        lex: QueryScores | None,
+        config: ScoringConfig,
+        now: float,
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], ScoreComponents]:
+        """:meth:`_score_rows` for a candidate set, with unnormalised scores and neighbours.
+
+        Each candidate is laid out with its neighbours as a (previous, row, next) triple, so one
+        pass computes every cosine and BM25 lookup (adjacent rows are adjacent in memory) and no
+        neighbour has to be found among the candidates. The arithmetic is ``combine``'s, term
+        for term, so the scores are the same bits (``_fused`` says when it applies; FAISS's
+        small-dimension kernels round differently by position, hence the dimension check there).
+        """
+        m = rows.shape[0]
+        triples = np.empty((m, 3), dtype=np.int64)
+        triples[:, 1] = rows
+        triples[:, ::2] = part.neighbor_table()[rows]
+        has = triples[:, ::2] >= 0  # (m, 2): has a previous / next neighbour
+        ids = np.maximum(triples, 0).reshape(-1)  # a missing neighbour reads row 0, masked below
+        rel = part.index.scores(qvec, ids).astype(np.float64).reshape(m, 3)
+        top = lex.max() if lex is not None else 0.0
+        if lex is not None and top > 0:
+            lexical = lex.lookup(ids).reshape(m, 3) / top
+        else:
+            lexical = np.zeros((m, 3), dtype=np.float64)
+        hybrid = config.relevance_weight * rel + config.lexical_weight * lexical
+        side = np.where(has, hybrid[:, ::2], 0.0)
+        boosted = hybrid[:, 1] + config.neighbor_weight * np.maximum(
+            0.0, np.maximum(side[:, 0], side[:, 1])
+        )
+        rec = np.asarray(recency(part.accessed.view[rows], now, config.decay), dtype=np.float64)
+        importance = np.asarray(part.importance.view[rows], dtype=np.float64)
+        score = boosted + config.recency_weight * rec + config.importance_weight * importance
+        relevance = rel[:, 1]
+        comps = ScoreComponents(
+            relevance=relevance,
+            lexical=lexical[:, 1],
+            recency=rec,
+            importance=importance,
+            score=score,
+        )
+        return relevance, rec, comps
 
     @staticmethod
     def _filter_mask(part: _Partition, filter: RetrievalFilter) -> npt.NDArray[np.bool_]:
@@ -1278,14 +1429,16 @@ class MemoryStream:
         qvec: F32,
         k: int,
         mask: npt.NDArray[np.bool_] | None,
-        lex_all: tuple[I64, npt.NDArray[np.float32]] | None,
+        lex: QueryScores | None,
         config: ScoringConfig,
     ) -> I64 | None:
         """Rows to score exactly on a large partition, or ``None`` to score every row.
 
-        The union of: the IVF index's best rows, rows not yet in the IVF index, the best BM25
-        rows, the most recently accessed and the most important rows -- restricted to live rows
-        matching the filter. A selective filter (few matching rows) is scored exactly instead.
+        The union of: the IVF index's best rows, the rows of the probed IVF lists that match the
+        query lexically, rows not yet in the IVF index, the best BM25 rows, the neighbours of
+        the best dense and BM25 rows, the most recently accessed and the most important rows --
+        restricted to live rows matching the filter. A selective filter (few matching rows) is
+        scored exactly instead. Sorted ascending.
         """
         assert part.ann is not None
         want = max(self.ann_candidates, 4 * k)
@@ -1296,31 +1449,50 @@ class MemoryStream:
             if self.exact_limit is None or matched <= self.exact_limit or 4 * k >= matched:
                 return None
             dense_want = int(min(part.live, want * min(16, math.ceil(part.live / matched))))
-        dense = part.rows_of(part.ann.search(qvec, dense_want, self.ann_nprobe))  # best first
-        pending = part.ann_upto + np.flatnonzero(alive[part.ann_upto :])
-        if pending.shape[0]:  # rows not in the IVF index yet: exact search over them
-            sims = part.index.scores(qvec, pending)
-            pending = pending[np.argsort(-sims, kind="stable")[:dense_want]]
-        lexical = lex_all[0][:want] if lex_all is not None else np.zeros(0, dtype=np.int64)
-        pieces: list[I64] = [dense, pending, lexical]
-        if config.neighbor_weight > 0:
+        best_seqs, probed = part.ann.search_lists(qvec, dense_want, self.ann_nprobe)
+        dense = _rows_of_seqs(part, best_seqs)  # best first
+        pieces: list[I64] = [dense]
+        if lex is not None and probed.shape[0]:
+            # every row of the probed IVF lists that also matches the query lexically: fairly
+            # close in meaning and sharing a word scores like the dense and BM25 leaders (0.6 *
+            # cosine + 0.4 * BM25) without being in either top list
+            looked_at = _rows_of_seqs(part, probed)
+            pieces.append(looked_at[lex.matched(looked_at)])
+        pending: I64 | None = None
+        if part.ann_upto < len(part):
+            pending = part.ann_upto + np.flatnonzero(alive[part.ann_upto :])
+            if pending.shape[0]:  # rows not in the IVF index yet: exact search over them
+                sims = part.index.scores(qvec, pending)
+                pending = pending[np.argsort(-sims, kind="stable")[:dense_want]]
+                pieces.append(pending)
+        lexical: I64 | None = None
+        if lex is not None:
+            lexical = lex.top(want)  # best first
+            pieces.append(lexical)
+        if config.neighbor_weight > 0 and part.kinds.get(OBSERVATION) is not None:
             # a memory also scores through its neighbours' relevance: the neighbours of the most
-            # relevant candidates are candidates too
+            # relevant candidates are candidates too (-1 for none, dropped below)
             near = max(4 * k, want // 4)
-            best = _unique(np.concatenate([dense[:near], pending[:near], lexical[:near]]))
-            prev, nxt = self._neighbors(part, best)
-            pieces += [prev[prev >= 0], nxt[nxt >= 0]]
+            best = [dense[:near]]
+            if pending is not None:
+                best.append(pending[:near])
+            if lexical is not None:
+                best.append(lexical[:near])
+            top = np.concatenate(best) if len(best) > 1 else best[0]
+            pieces.append(part.neighbor_table()[top].ravel())
         # the most recent / most important rows, as many as their weight can matter: a component
         # weighted 0.05 against relevance's 0.6 cannot lift a row past many relevant ones
         top_weight = max(config.relevance_weight, config.lexical_weight, 1e-12)
-        for weight, cache, values in (
-            (config.recency_weight, part.recent_top, part.accessed.view),
-            (config.importance_weight, part.important_top, part.importance.view),
+        for weight, cache, values, version in (
+            (config.recency_weight, part.recent_top, part.accessed.view, part.accessed_version),
+            (config.importance_weight, part.important_top, part.importance.view, 0),
         ):
             if weight > 0:
                 count = max(4 * k, min(want, math.ceil(want * weight / top_weight)))
-                pieces.append(self._top_rows(cache, values, alive, count))
+                pieces.append(self._top_rows(part, cache, values, alive, count, version))
         rows = _unique(np.concatenate(pieces))
+        if rows.shape[0] and rows[0] < 0:
+            rows = rows[int(np.searchsorted(rows, 0)) :]
         keep = alive[rows] if mask is None else mask[rows]
         out: I64 = rows[keep]
         if out.shape[0] < k and mask is not None:

@@ -22,10 +22,41 @@ from langchain_reflective.index.base import F32, BaseVectorIndex
 __all__ = ["FaissFlatIndex"]
 
 
+_BY_INDEX_MIN_DIM = 12
+"""FAISS has special kernels for dimensions up to 12 whose sums differ in the last bit from the
+per-row kernel; those small dimensions keep the gather path."""
+
+
 def _faiss() -> Any:
     import faiss
 
     return faiss
+
+
+class one_faiss_thread:
+    """Run FAISS calls inside on the calling thread only, then restore the thread count.
+
+    Some FAISS kernels open an OpenMP parallel region even for one query; on a busy machine the
+    team's other threads can take milliseconds to be scheduled while the work is microseconds.
+    The OpenMP thread count is a per-thread setting: this changes the calling thread's only.
+    A class, not a generator-based context manager (this runs on every query); lower-case
+    because it reads like a function: ``with one_faiss_thread(faiss):``.
+    """
+
+    __slots__ = ("_before", "_faiss")
+
+    def __init__(self, faiss: Any) -> None:
+        self._faiss = faiss
+        self._before = 1
+
+    def __enter__(self) -> None:
+        self._before = self._faiss.omp_get_max_threads()
+        if self._before != 1:
+            self._faiss.omp_set_num_threads(1)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._before != 1:
+            self._faiss.omp_set_num_threads(self._before)
 
 
 class FaissFlatIndex(BaseVectorIndex):
@@ -98,6 +129,39 @@ class FaissFlatIndex(BaseVectorIndex):
             view.flags.writeable = False
             return view
         out: F32 = view[np.asarray(rows, dtype=np.int64)]
+        return out
+
+    def scores(
+        self, query: F32, rows: npt.NDArray[np.int64] | None = None
+    ) -> npt.NDArray[np.float32]:
+        """Exact inner products of ``query`` with ``rows`` (all rows when ``None``).
+
+        A few rows are read in place by FAISS's by-index kernel (on one thread): copying them out
+        of the matrix into a fresh array first cost more than the products themselves. Same
+        values as the matrix kernel: both run FAISS's ``fvec_inner_product`` per row.
+        """
+        n = len(self)
+        if rows is None or self.dimension <= _BY_INDEX_MIN_DIM or 4 * len(rows) >= n:
+            return super().scores(query, rows)
+        ids = np.ascontiguousarray(rows, dtype=np.int64)
+        out = np.empty(ids.shape[0], dtype=np.float32)
+        if ids.shape[0] == 0:
+            return out
+        if int(ids.min()) < 0 or int(ids.max()) >= n:
+            raise IndexError(f"rows out of range for an index of {n} rows")
+        q = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
+        faiss = _faiss()
+        matrix = self._matrix.view
+        with one_faiss_thread(faiss):
+            faiss.fvec_inner_products_by_idx(
+                faiss.swig_ptr(out),
+                faiss.swig_ptr(q),
+                faiss.swig_ptr(matrix),
+                faiss.swig_ptr(ids),
+                self.dimension,
+                1,
+                ids.shape[0],
+            )
         return out
 
     def search(self, query: F32, k: int) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:

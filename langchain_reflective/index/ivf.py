@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from langchain_reflective.index.faiss_flat import one_faiss_thread
+
 __all__ = ["IVFCandidateIndex", "default_nlist"]
 
 F32 = npt.NDArray[np.float32]
@@ -73,6 +75,9 @@ class IVFCandidateIndex:
         self._quantizer = quantizer  # the IVF index points to it; keep it alive
         self.trained_on = 0
         """How many vectors the coarse quantiser was trained for (drives retraining)."""
+        self._params: Any = None  # SearchParametersIVF of the last search, reused
+        self._list_ids: list[npt.NDArray[np.int64]] | None = None  # see _copy_list_ids
+        self._coarse: Any = None  # the quantiser's SWIG proxy, kept
 
     def __len__(self) -> int:
         return int(self._index.ntotal)
@@ -90,6 +95,7 @@ class IVFCandidateIndex:
             rows: how many vectors the index is trained for (recorded in :attr:`trained_on`).
         """
         arr = np.ascontiguousarray(sample, dtype=np.float32)
+        self._list_ids = None
         self._index.train(arr)
         self.trained_on = int(rows)
 
@@ -98,18 +104,85 @@ class IVFCandidateIndex:
         arr = np.ascontiguousarray(vectors, dtype=np.float32)
         if arr.shape[0] == 0:
             return
+        self._list_ids = None
         self._index.add_with_ids(arr, np.ascontiguousarray(ids, dtype=np.int64))
 
     def search(self, query: F32, k: int, nprobe: int) -> npt.NDArray[np.int64]:
-        """Ids of about the ``k`` best vectors (approximate), best first."""
+        """Ids of about the ``k`` best vectors (approximate), best first.
+
+        Runs on the calling thread (one query: OpenMP threads only add scheduling delays on a
+        busy machine) and reuses the search parameters across calls.
+        """
+        return self.search_lists(query, k, nprobe)[0]
+
+    def search_lists(
+        self, query: F32, k: int, nprobe: int
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """:meth:`search`, plus the ids of every vector in the lists it probed.
+
+        Returns:
+            ``(best, probed)``: the ids of about the ``k`` best vectors, best first (what
+            :meth:`search` returns), and the ids stored in the ``nprobe`` probed lists, in list
+            order (the vectors the search looked at: a caller can pick others among them).
+        """
         faiss = _faiss()
+        empty = np.zeros(0, dtype=np.int64)
         if len(self) == 0 or k <= 0:
-            return np.zeros(0, dtype=np.int64)
-        q = np.ascontiguousarray(query, dtype=np.float32).reshape(1, -1)
-        params = faiss.SearchParametersIVF()
-        params.nprobe = int(min(max(nprobe, 1), self.nlist))
-        _, ids = self._index.search(q, int(k), params=params)
-        out: npt.NDArray[np.int64] = ids[0][ids[0] >= 0]
+            return empty, empty
+        q = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
+        if q.shape[0] != self.dimension:
+            raise ValueError(f"query has dimension {q.shape[0]}, the index {self.dimension}")
+        probes = int(min(max(nprobe, 1), self.nlist))
+        params = self._params
+        if params is None or params.nprobe != probes:
+            params = faiss.SearchParametersIVF()
+            params.nprobe = probes
+            self._params = params
+        lists = np.empty(probes, dtype=np.int64)
+        list_scores = np.empty(probes, dtype=np.float32)
+        distances = np.empty(k, dtype=np.float32)
+        ids = np.empty(k, dtype=np.int64)
+        index = self._index
+        coarse = self._coarse
+        if coarse is None:
+            coarse = self._coarse = index.quantizer  # a new SWIG proxy on every access
+        with one_faiss_thread(faiss):
+            # what IndexIVF.search does, in two steps to keep the probed lists
+            coarse.search_c(
+                1, faiss.swig_ptr(q), probes, faiss.swig_ptr(list_scores), faiss.swig_ptr(lists)
+            )
+            index.search_preassigned_c(
+                1,
+                faiss.swig_ptr(q),
+                int(k),
+                faiss.swig_ptr(lists),
+                faiss.swig_ptr(list_scores),
+                faiss.swig_ptr(distances),
+                faiss.swig_ptr(ids),
+                False,
+                params,
+            )
+        list_ids = self._list_ids
+        if list_ids is None:
+            list_ids = self._list_ids = self._copy_list_ids()
+        probed = [list_ids[i] for i in lists.tolist() if i >= 0]
+        best: npt.NDArray[np.int64] = ids[ids >= 0]
+        return best, (np.concatenate(probed) if probed else empty)
+
+    def _copy_list_ids(self) -> list[npt.NDArray[np.int64]]:
+        """A numpy copy of every list's ids (kept until the next :meth:`add` or :meth:`train`:
+        reading a few lists through FAISS per query costs more than the search)."""
+        faiss = _faiss()
+        invlists = self._index.invlists
+        out: list[npt.NDArray[np.int64]] = []
+        for list_no in range(self.nlist):
+            size = invlists.list_size(list_no)
+            if not size:
+                out.append(np.zeros(0, dtype=np.int64))
+                continue
+            stored = invlists.get_ids(list_no)
+            out.append(np.array(faiss.rev_swig_ptr(stored, size), dtype=np.int64))
+            invlists.release_ids(list_no, stored)
         return out
 
     # -- cache file ----------------------------------------------------------------------------
@@ -177,4 +250,7 @@ class IVFCandidateIndex:
         out._index = loaded  # read_index owns its quantiser
         out._quantizer = None
         out.trained_on = int(trained_on)
+        out._params = None
+        out._list_ids = None
+        out._coarse = None
         return out

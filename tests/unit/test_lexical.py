@@ -216,3 +216,159 @@ def test_word_split_matches_bm25s_token_pattern() -> None:
     for _ in range(5000):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
         assert _split_words(text) == pattern.findall(text.lower()), repr(text)
+
+
+def _reference_search(index: BM25Index, query: str, k: int | None = None) -> tuple:
+    """The per-term implementation ``search`` had before the postings were joined (pins that
+    the joined scoring returns the same rows and the same float32 bits)."""
+    import math
+    from collections import Counter
+
+    empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32))
+    if (k is not None and k <= 0) or index.n_live == 0:
+        return empty
+    counts = Counter(index.tokenize(query))
+    terms = [(index._vocab[t], c) for t, c in counts.items() if t in index._vocab]
+    avgdl = index._total_len / index.n_live if index.n_live and index._total_len else 1.0
+    parts = []
+    for tid, qtf in terms:
+        rows_view = np.frombuffer(index._post_rows[tid], dtype=np.int32)
+        tf_view = np.frombuffer(index._post_tf[tid], dtype=np.uint16)
+        live = index._live[rows_view]
+        rows = rows_view[live].astype(np.int64)
+        tf = tf_view[live].astype(np.float64)
+        del rows_view, tf_view, live
+        df = rows.shape[0]
+        if df == 0:
+            continue
+        idf = math.log(1.0 + (index.n_live - df + 0.5) / (df + 0.5))
+        norm = index.k1 * (1.0 - index.b + index.b * index._doclen[rows] / avgdl)
+        parts.append((rows, (qtf * idf) * tf / (tf + norm)))
+    if not parts:
+        return empty
+    if len(parts) == 1:
+        rows, scores = parts[0]
+    else:
+        all_rows = np.concatenate([p[0] for p in parts])
+        all_scores = np.concatenate([p[1] for p in parts])
+        if all_rows.shape[0] * 8 >= len(index):
+            dense = np.bincount(all_rows, weights=all_scores, minlength=len(index))
+            rows = np.flatnonzero(dense > 0)
+            scores = dense[rows]
+        else:
+            rows, inverse = np.unique(all_rows, return_inverse=True)
+            scores = np.bincount(inverse, weights=all_scores)
+    scores32 = scores.astype(np.float32)
+    if k is not None and k < rows.shape[0]:
+        kth = np.partition(scores32, rows.shape[0] - k)[rows.shape[0] - k]
+        keep = scores32 >= kth
+        rows, scores32 = rows[keep], scores32[keep]
+    order = np.lexsort((rows, -scores32))
+    if k is not None:
+        order = order[:k]
+    return rows[order], scores32[order]
+
+
+def test_joined_postings_score_like_the_per_term_reference() -> None:
+    rng = np.random.default_rng(3)
+    words = [f"w{i}" for i in range(300)] + ["running", "runs", "the", "and", "kids"]
+    docs = [" ".join(rng.choice(words, int(rng.integers(0, 14)))) for _ in range(3000)]
+    index = BM25Index()
+    index.add(docs[:1500])
+    index.add(docs[1500:])
+    queries = [" ".join(rng.choice(words, int(rng.integers(1, 9)))) for _ in range(60)]
+    queries += ["running runs run", "w1 w1 w1 w2", "the and", "w7", "unknownword w3"]
+    queries.append(" ".join(words[:120]))  # many terms: the dense accumulation path
+
+    def check() -> None:
+        for query in queries:
+            for k in (None, 1, 7, 128):
+                rows, scores = index.search(query, k)
+                ref_rows, ref_scores = _reference_search(index, query, k)
+                assert rows.dtype == np.int64 and scores.dtype == np.float32
+                np.testing.assert_array_equal(rows, ref_rows)
+                np.testing.assert_array_equal(scores, ref_scores)  # bit for bit
+            rows, scores = index.matches(query)
+            assert np.all(np.diff(rows) > 0)
+            ref_rows, ref_scores = _reference_search(index, query)
+            order = np.argsort(ref_rows)
+            np.testing.assert_array_equal(rows, ref_rows[order])
+            np.testing.assert_array_equal(scores, ref_scores[order])
+
+    check()
+    index.remove(rng.choice(3000, 700, replace=False).tolist())  # tombstones
+    check()
+    index.compact()
+    check()
+
+
+def test_query_terms_memo_equals_tokenize() -> None:
+    index = BM25Index()
+    index.add(CORPUS)
+    for query in [*QUERIES, "Running RAN runs!", "the the and", "zzz unseen words"]:
+        from collections import Counter
+
+        expected = [
+            (index._vocab[t], c)
+            for t, c in Counter(index.tokenize(query)).items()
+            if t in index._vocab
+        ]
+        assert index._query_terms(query) == expected
+
+
+def test_query_scores_lookup_top_and_release() -> None:
+    rng = np.random.default_rng(6)
+    words = [f"w{i}" for i in range(80)]
+    index = BM25Index()
+    index.add([" ".join(rng.choice(words, 5)) for _ in range(500)])
+    index.remove(list(range(0, 500, 7)))
+    for query in ["w1 w2 w3", "w4", "w5 w5 w6 nothing", "nothing at all"]:
+        rows, scores = index.search(query)
+        with index.query_scores(query) as found:
+            dense = np.zeros(500, dtype=np.float32)
+            dense[rows] = scores
+            everything = np.arange(500)
+            np.testing.assert_array_equal(found.lookup(everything), dense.astype(np.float64))
+            assert found.max() == (float(scores.max()) if scores.size else 0.0)
+            for k in (1, 3, 50, 1000):
+                np.testing.assert_array_equal(found.top(k), index.search(query, k)[0])
+            np.testing.assert_array_equal(found.matches()[0], np.sort(rows))
+            np.testing.assert_array_equal(found.matched(everything), dense > 0)
+        assert found.lookup(everything).sum() == 0.0 or not rows.size  # released: empty
+    # the shared buffer is zero again after every release
+    assert index._scratch is not None and not index._scratch.any()
+
+
+def test_query_scores_concurrent_holders_get_their_own_buffer() -> None:
+    index = BM25Index()
+    index.add(CORPUS)
+    first = index.query_scores("kids camping")
+    second = index.query_scores("support group")  # the shared buffer is taken: a private one
+    try:
+        for query, held in (("kids camping", first), ("support group", second)):
+            rows, scores = index.search(query)
+            np.testing.assert_array_equal(held.lookup(rows), scores.astype(np.float64))
+    finally:
+        first.release()
+        second.release()
+        first.release()  # idempotent
+    assert index._scratch_lock is not None and not index._scratch_lock.locked()
+    with index.query_scores("kids") as again:  # the shared buffer is free again
+        assert again._lock is index._scratch_lock
+
+
+def test_query_scores_top_when_rows_match_many_terms() -> None:
+    # every matching row matches all three terms: the postings repeat each row three times
+    rng = np.random.default_rng(12)
+    docs = [
+        "alpha beta gamma " + " ".join(rng.choice(["x", "yy", "zz", "ww"], int(rng.integers(0, 9))))
+        if i % 3
+        else "other words only"
+        for i in range(900)
+    ]
+    index = BM25Index()
+    index.add(docs)
+    for k in (1, 5, 40, 200, 599, 600, 601, 5000):
+        with index.query_scores("alpha beta gamma") as found:
+            np.testing.assert_array_equal(found.top(k), index.search("alpha beta gamma", k)[0])
+            assert found.max() == float(index.search("alpha beta gamma", 1)[1][0])

@@ -1,0 +1,502 @@
+"""The retrieval helpers of ``MemoryStream`` against the straightforward code they replaced.
+
+The references below are the implementations before the retrieval path was fused (neighbours
+found by binary search over the observation rows, every scored row deduplicated); the fused
+code must give the same neighbours and the same scores bit for bit, on partitions with deleted
+rows and mixed kinds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from langchain_reflective._arrays import TopRows
+from langchain_reflective.lexical import BM25Index
+from langchain_reflective.records import OBSERVATION, REFLECTION
+from langchain_reflective.scoring import ScoreComponents, ScoringConfig, combine, recency
+from langchain_reflective.stream import (
+    MemoryStream,
+    _as_unit_vectors,
+    _Partition,
+    _top_cache_rows,
+)
+
+DIM = 24
+
+
+def _ref_unique(values: np.ndarray) -> np.ndarray:
+    return np.unique(np.asarray(values, dtype=np.int64))
+
+
+def _ref_neighbors(part: _Partition, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    none = np.full(rows.shape[0], -1, dtype=np.int64)
+    code = part.kinds.get(OBSERVATION)
+    if code is None or rows.size == 0:
+        return none, none.copy()
+    observations = np.flatnonzero(part.index.alive & (part.kind_codes.view == code))
+    if observations.size == 0:
+        return none, none.copy()
+    pos = np.searchsorted(observations, rows)
+    inside = pos < observations.size
+    is_obs = np.zeros(rows.shape[0], dtype=bool)
+    is_obs[inside] = observations[pos[inside]] == rows[inside]
+    prev = np.where(is_obs & (pos > 0), observations[np.maximum(pos - 1, 0)], -1)
+    nxt_pos = np.minimum(pos + 1, observations.size - 1)
+    nxt = np.where(is_obs & (pos + 1 < observations.size), observations[nxt_pos], -1)
+    return prev.astype(np.int64), nxt.astype(np.int64)
+
+
+def _ref_lookup(found: tuple[np.ndarray, np.ndarray], rows: np.ndarray) -> np.ndarray:
+    found_rows, found_scores = found
+    out = np.zeros(rows.shape[0], dtype=np.float64)
+    if found_rows.shape[0] == 0 or rows.shape[0] == 0:
+        return out
+    order = np.argsort(found_rows, kind="stable")
+    sorted_rows = found_rows[order]
+    pos = np.minimum(np.searchsorted(sorted_rows, rows), sorted_rows.shape[0] - 1)
+    hit = sorted_rows[pos] == rows
+    out[hit] = found_scores[order][pos[hit]]
+    return out
+
+
+def _ref_score_rows(
+    part: _Partition,
+    qvec: np.ndarray,
+    rows: np.ndarray,
+    relevance: np.ndarray,
+    lex_sorted: tuple[np.ndarray, np.ndarray] | None,
+    config: ScoringConfig,
+    now: float,
+) -> tuple[np.ndarray, np.ndarray, ScoreComponents]:
+    lexical_max = (
+        float(lex_sorted[1].max()) if lex_sorted is not None and lex_sorted[1].size else 0.0
+    )
+    neighbors = None
+    scored = rows
+    rel = relevance
+    if config.neighbor_weight > 0:
+        prev, nxt = _ref_neighbors(part, rows)
+        scored = _ref_unique(np.concatenate([rows, prev[prev >= 0], nxt[nxt >= 0]]))
+        if scored.shape[0] != rows.shape[0]:
+            at = np.searchsorted(scored, rows)
+            known = np.zeros(scored.shape[0], dtype=bool)
+            known[at] = True
+            rel = np.empty(scored.shape[0], dtype=np.float64)
+            rel[at] = relevance
+            rel[~known] = part.index.scores(qvec, scored[~known])
+        else:
+            order = np.argsort(rows)
+            scored, rel = rows[order], relevance[order]
+        prev_s, nxt_s = _ref_neighbors(part, scored)
+        prev_i = np.searchsorted(scored, prev_s)
+        nxt_i = np.searchsorted(scored, nxt_s)
+        prev_ok = (prev_s >= 0) & (prev_i < scored.shape[0])
+        prev_ok[prev_ok] = scored[prev_i[prev_ok]] == prev_s[prev_ok]
+        nxt_ok = (nxt_s >= 0) & (nxt_i < scored.shape[0])
+        nxt_ok[nxt_ok] = scored[nxt_i[nxt_ok]] == nxt_s[nxt_ok]
+        neighbors = (np.where(prev_ok, prev_i, -1), np.where(nxt_ok, nxt_i, -1))
+    lexical = _ref_lookup(lex_sorted, scored) if lex_sorted is not None else None
+    rec = np.asarray(recency(part.accessed.view[scored], now, config.decay), dtype=np.float64)
+    comps = combine(
+        config,
+        relevance=rel,
+        recency=rec,
+        importance=part.importance.view[scored],
+        lexical=lexical,
+        lexical_max=lexical_max if lex_sorted is not None else None,
+        neighbors=neighbors,
+    )
+    if scored is rows:
+        return rel, rec, comps
+    at = np.searchsorted(scored, rows)
+    picked = ScoreComponents(
+        relevance=comps.relevance[at],
+        lexical=comps.lexical[at],
+        recency=comps.recency[at],
+        importance=comps.importance[at],
+        score=comps.score[at],
+    )
+    return rel[at], rec[at], picked
+
+
+def _random_partition(rng: np.random.Generator, n: int, kinds_mix: bool) -> _Partition:
+    part = _Partition("ns", DIM, 0)
+    start = 0
+    while start < n:  # appended in uneven batches, one-row appends too
+        size = int(min(n - start, rng.choice([1, 1, 7, 50, 300])))
+        vectors = rng.standard_normal((size, DIM)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        kinds = (
+            [str(k) for k in rng.choice([OBSERVATION, REFLECTION, "plan"], size, p=[0.7, 0.2, 0.1])]
+            if kinds_mix
+            else [OBSERVATION] * size
+        )
+        stamps = 1.7e9 + rng.uniform(0, 3e7, size)
+        importance = rng.integers(1, 11, size) / 10
+        if size == 1:
+            part.append_one(
+                start + 10, vectors[0], float(stamps[0]), float(importance[0]), kinds[0], "t"
+            )
+        else:
+            part.append(
+                np.arange(start + 10, start + 10 + size),
+                vectors,
+                stamps,
+                stamps,
+                importance,
+                kinds,
+                None,
+            )
+        start += size
+    return part
+
+
+def _check_neighbors(part: _Partition, rng: np.random.Generator) -> None:
+    n = len(part)
+    rows = np.arange(n, dtype=np.int64)
+    prev, nxt = MemoryStream._neighbors(part, rows)
+    ref_prev, ref_nxt = _ref_neighbors(part, rows)
+    np.testing.assert_array_equal(prev, ref_prev)
+    np.testing.assert_array_equal(nxt, ref_nxt)
+    table = part.neighbor_table()
+    assert table.shape == (n, 2)
+    np.testing.assert_array_equal(table[:, 0], ref_prev)
+    np.testing.assert_array_equal(table[:, 1], ref_nxt)
+    some = rng.integers(0, n, 40).astype(np.int64)
+    np.testing.assert_array_equal(np.stack(MemoryStream._neighbors(part, some)), table[some].T)
+
+
+@pytest.mark.parametrize("kinds_mix", [False, True])
+def test_neighbor_table_equals_the_binary_search_reference(kinds_mix: bool) -> None:
+    rng = np.random.default_rng(11 + kinds_mix)
+    part = _random_partition(rng, 900, kinds_mix)
+    _check_neighbors(part, rng)
+    for _ in range(6):  # deletes, appends, one-row appends, in turns, checked after each
+        part.delete_rows(np.unique(rng.integers(0, len(part), 60)).astype(np.int64))
+        _check_neighbors(part, rng)
+        more = _random_partition(rng, int(rng.integers(1, 200)), kinds_mix)
+        vectors = more.index.vectors()
+        kinds = {code: kind for kind, code in more.kinds.items()}
+        part.append(
+            more.seqs.view + len(part) + 10_000,
+            np.ascontiguousarray(vectors),
+            more.created.view,
+            more.accessed.view,
+            more.importance.view,
+            [kinds[int(c)] for c in more.kind_codes.view],
+            None,
+        )
+        _check_neighbors(part, rng)
+        part.append_one(
+            10**7 + len(part),
+            vectors[0],
+            1.7e9,
+            0.5,
+            OBSERVATION if rng.random() < 0.7 else "x",
+            "t",
+        )
+        _check_neighbors(part, rng)
+
+
+def test_neighbor_table_without_observations() -> None:
+    part = _Partition("ns", DIM, 0)
+    vectors = np.eye(DIM, dtype=np.float32)[:5]
+    part.append(np.arange(5), vectors, [1.0] * 5, [1.0] * 5, [0.5] * 5, [REFLECTION] * 5, None)
+    np.testing.assert_array_equal(part.neighbor_table(), np.full((5, 2), -1))
+    prev, nxt = MemoryStream._neighbors(part, np.arange(5, dtype=np.int64))
+    assert prev.tolist() == nxt.tolist() == [-1] * 5
+    part.append(
+        np.arange(5, 8), vectors[:3], [2.0] * 3, [2.0] * 3, [0.5] * 3, [OBSERVATION] * 3, None
+    )
+    assert part.neighbor_table().tolist() == [[-1, -1]] * 5 + [[-1, 6], [5, 7], [6, -1]]
+
+
+CONFIGS = [
+    ScoringConfig.hybrid(),
+    ScoringConfig.hybrid(context=False),
+    ScoringConfig.paper(),
+    ScoringConfig.dense(),
+    ScoringConfig(
+        relevance_weight=0.5,
+        lexical_weight=0.5,
+        recency_weight=0.2,
+        importance_weight=0.1,
+        normalization="minmax",
+        neighbor_weight=0.3,
+    ),
+]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.name}-{c.normalization}")
+@pytest.mark.parametrize("kinds_mix", [False, True])
+def test_score_rows_equal_the_reference(config: ScoringConfig, kinds_mix: bool) -> None:
+    rng = np.random.default_rng(5 + kinds_mix)
+    part = _random_partition(rng, 1500, kinds_mix)
+    part.delete_rows(np.unique(rng.integers(0, 1500, 200)).astype(np.int64))
+    words = [f"w{i}" for i in range(60)]
+    lexical = BM25Index()
+    lexical.add([" ".join(rng.choice(words, 5)) for _ in range(len(part))])
+    lexical.remove(np.flatnonzero(~part.index.alive).tolist())
+    stream = MemoryStream.__new__(MemoryStream)  # _score_rows reads nothing from the stream
+    alive = np.flatnonzero(part.index.alive)
+    for trial in range(12):
+        qvec = _as_unit_vectors(rng.standard_normal((1, DIM)), 1, "test")[0]
+        query = " ".join(rng.choice(words, 3))
+        if trial == 0:
+            rows = alive  # the exact path: every live row
+        else:
+            size = int(rng.integers(1, 300))
+            rows = np.sort(rng.choice(alive, size, replace=False)).astype(np.int64)
+        relevance = part.index.scores(qvec, rows).astype(np.float64)
+        lex_sorted = lexical.search(query) if config.uses_lexical else None
+        now = 1.7e9 + 3.5e7
+        ref = _ref_score_rows(part, qvec, rows, relevance, lex_sorted, config, now)
+        with lexical.query_scores(query) as scores:
+            lex = scores if config.uses_lexical else None
+            got = stream._score_rows(part, qvec, rows, relevance, lex, config, now)
+            _assert_same_scores(got, ref)
+            if trial and MemoryStream._fused(part, config):  # the one-pass candidate scorer
+                fused = stream._score_candidates(part, qvec, rows, lex, config, now)
+                _assert_same_scores(fused, ref)
+
+
+def _assert_same_scores(got: tuple, ref: tuple) -> None:
+    np.testing.assert_array_equal(got[0], ref[0])
+    np.testing.assert_array_equal(got[1], ref[1])
+    for name in ("relevance", "lexical", "recency", "importance", "score"):
+        np.testing.assert_array_equal(getattr(got[2], name), getattr(ref[2], name), name)
+
+
+def test_fused_scorer_applies_to_the_default_scoring_only() -> None:
+    part = _random_partition(np.random.default_rng(0), 50, kinds_mix=False)
+    assert MemoryStream._fused(part, ScoringConfig.hybrid())
+    for config in CONFIGS[1:]:
+        assert not MemoryStream._fused(part, config)
+    small = _Partition("ns", 8, 0)  # FAISS's small-dimension kernels: never fused
+    small.append([1], np.eye(8, dtype=np.float32)[:1], [1.0], [1.0], [0.5], [OBSERVATION], None)
+    assert not MemoryStream._fused(small, ScoringConfig.hybrid())
+    facts = _random_partition(np.random.default_rng(0), 50, kinds_mix=False)
+    facts.kinds = {REFLECTION: 0}  # no observations: no neighbours
+    assert not MemoryStream._fused(facts, ScoringConfig.hybrid())
+
+
+def test_top_cache_rows_follow_the_set() -> None:
+    rng = np.random.default_rng(2)
+    part = _Partition("ns", DIM, 0)
+    cache = TopRows(16)
+    values = rng.random(500)
+    cache.rebuild(values, None)
+    first = _top_cache_rows(part, cache)
+    np.testing.assert_array_equal(first, cache.rows())
+    assert _top_cache_rows(part, cache) is first  # unchanged set: the same array
+    cache.offer(np.array([3, 4]), np.array([2.0, 2.0]))
+    np.testing.assert_array_equal(_top_cache_rows(part, cache), cache.rows())
+    assert {3, 4} <= set(_top_cache_rows(part, cache).tolist())
+    cache.rebuild(rng.random(500), None)  # a new set of the same size
+    np.testing.assert_array_equal(_top_cache_rows(part, cache), cache.rows())
+    other = TopRows(16)
+    other.rebuild(values, None)
+    np.testing.assert_array_equal(_top_cache_rows(part, other), other.rows())
+
+
+def _ref_candidates(
+    stream: MemoryStream,
+    part: _Partition,
+    qvec: np.ndarray,
+    k: int,
+    mask: np.ndarray | None,
+    lex_sorted: tuple[np.ndarray, np.ndarray] | None,
+    config: ScoringConfig,
+) -> np.ndarray | None:
+    import math
+
+    assert part.ann is not None
+    want = max(stream.ann_candidates, 4 * k)
+    dense_want = want
+    alive = part.index.alive
+    if mask is not None:
+        matched = int(np.count_nonzero(mask))
+        if stream.exact_limit is None or matched <= stream.exact_limit or 4 * k >= matched:
+            return None
+        dense_want = int(min(part.live, want * min(16, math.ceil(part.live / matched))))
+    dense = part.rows_of(part.ann.search(qvec, dense_want, stream.ann_nprobe))
+    probed_hits = np.zeros(0, dtype=np.int64)
+    if lex_sorted is not None:  # rows of the probed IVF lists that match the query lexically
+        faiss = pytest.importorskip("faiss")
+        index = part.ann._index
+        nprobe = min(stream.ann_nprobe, index.nlist)
+        _, lists = index.quantizer.search(qvec.reshape(1, -1).astype(np.float32), nprobe)
+        invlists = faiss.extract_index_ivf(index).invlists
+        seqs = [
+            faiss.rev_swig_ptr(invlists.get_ids(int(i)), invlists.list_size(int(i))).copy()
+            for i in lists[0]
+            if i >= 0 and invlists.list_size(int(i))
+        ]
+        looked_at = part.rows_of(np.concatenate(seqs)) if seqs else probed_hits
+        probed_hits = looked_at[np.isin(looked_at, lex_sorted[0])]
+    pending = part.ann_upto + np.flatnonzero(alive[part.ann_upto :])
+    if pending.shape[0]:
+        sims = part.index.scores(qvec, pending)
+        pending = pending[np.argsort(-sims, kind="stable")[:dense_want]]
+    lexical = lex_sorted[0][:want] if lex_sorted is not None else np.zeros(0, dtype=np.int64)
+    pieces = [dense, probed_hits, pending, lexical]
+    if config.neighbor_weight > 0:
+        near = max(4 * k, want // 4)
+        best = _ref_unique(np.concatenate([dense[:near], pending[:near], lexical[:near]]))
+        prev, nxt = _ref_neighbors(part, best)
+        pieces += [prev[prev >= 0], nxt[nxt >= 0]]
+    top_weight = max(config.relevance_weight, config.lexical_weight, 1e-12)
+    for weight, cache, values in (
+        (config.recency_weight, part.recent_top, part.accessed.view),
+        (config.importance_weight, part.important_top, part.importance.view),
+    ):
+        if weight > 0:
+            count = max(4 * k, min(want, math.ceil(want * weight / top_weight)))
+            rows = cache.rows() if cache.valid else None
+            if rows is not None:
+                usable = alive[rows] & (values[rows] >= cache.floor)
+                if int(usable.sum()) < min(count, cache.size):
+                    rows = None
+            if rows is None:
+                cache.rebuild(values, alive)
+                rows = cache.rows()
+            rows = rows[alive[rows]]
+            if rows.shape[0] > count:
+                rows = rows[np.argpartition(-values[rows], count - 1)[:count]]
+            pieces.append(rows)
+    rows = _ref_unique(np.concatenate(pieces))
+    keep = alive[rows] if mask is None else mask[rows]
+    out: np.ndarray = rows[keep]
+    if out.shape[0] < k and mask is not None:
+        return None
+    return out
+
+
+def test_candidates_equal_the_reference() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from langchain_reflective.stream import RetrievalFilter
+    from tests.fakes import WordEmbeddings
+
+    rng = np.random.default_rng(9)
+    words = [f"w{i}" for i in range(150)]
+    now = datetime(2024, 1, 1, tzinfo=UTC)
+    emb = WordEmbeddings(32)
+    with MemoryStream(emb, exact_limit=400, ann_candidates=64) as stream:
+        for batch in range(8):
+            texts = [" ".join(rng.choice(words, 6)) for _ in range(200)]
+            kinds = [str(k) for k in rng.choice([OBSERVATION, REFLECTION], 200, p=[0.8, 0.2])]
+            imps = (rng.integers(1, 11, 200) / 10).tolist()
+            stream.add(texts, importances=imps, kinds=kinds, now=now + timedelta(hours=batch))
+        stream.retrieve("w5 w6", k=3, touch=True, now=now + timedelta(days=2))  # builds caches
+        records = stream.recent(None)
+        stream.delete([r.id for r in records[::17]])
+        fresh = [f"w1 w2 w3 fresh row {i}" for i in range(20)]
+        stream.add(fresh, importances=0.9, now=now + timedelta(days=3))  # not in the IVF yet
+        part = stream._partitions["default"]
+        assert part.ann is not None and part.ann_upto < len(part)  # pending rows exist too
+        for i in range(15):
+            query = " ".join(rng.choice(words, 4))
+            qvec = _as_unit_vectors([emb.embed_query(query)], 1, "q")[0]
+            for config in (ScoringConfig.hybrid(), ScoringConfig.paper(), ScoringConfig.dense()):
+                lexical = stream._lexical(part)
+                lex_sorted = lexical.search(query) if config.uses_lexical else None
+                for flt in (None, RetrievalFilter(kinds=frozenset({OBSERVATION}))):
+                    mask = None if flt is None else stream._filter_mask(part, flt)
+                    k = 1 + i % 5
+                    with lexical.query_scores(query) as scores:
+                        lex = scores if config.uses_lexical else None
+                        got = stream._candidates(part, qvec, k, mask, lex, config)
+                    ref = _ref_candidates(stream, part, qvec, k, mask, lex_sorted, config)
+                    assert (got is None) == (ref is None)
+                    if got is not None:
+                        np.testing.assert_array_equal(got, ref)
+            if i % 3 == 0:  # touched rows change the recency candidates
+                stream.retrieve(query, k=2, touch=True, now=now + timedelta(days=4 + i))
+
+
+def test_top_rows_are_reused_only_while_nothing_changed() -> None:
+    rng = np.random.default_rng(4)
+    part = _random_partition(rng, 2000, kinds_mix=False)
+    stream = MemoryStream.__new__(MemoryStream)
+    alive = part.index.alive
+    values = part.accessed.view
+
+    def fresh(n: int) -> np.ndarray:
+        return stream._top_rows(
+            _Partition("x", DIM, 0), _copy_top(part.recent_top), values, alive, n, 0
+        )
+
+    first = stream._top_rows(part, part.recent_top, values, alive, 40, 0)
+    assert stream._top_rows(part, part.recent_top, values, alive, 40, 0) is first  # reused
+    best = set(np.argsort(-values)[:40].tolist())
+    assert set(first.tolist()) == best
+    dropped = int(first[0])  # in the set: lowering it changes only the values
+    values[dropped] = values.min() - 1
+    lowered = stream._top_rows(part, part.recent_top, values, alive, 40, 1)
+    assert dropped not in lowered.tolist()
+    assert set(lowered.tolist()) == set(np.argsort(-values)[:40].tolist())
+    values[int(np.argmin(values))] = values.max() + 1  # changed in place: new version
+    raised = int(np.argmax(values))
+    part.recent_top.offer(np.array([raised]), np.array([values[raised]]))
+    again = stream._top_rows(part, part.recent_top, values, alive, 40, 2)
+    assert raised in again.tolist() and again is not first
+    assert stream._top_rows(part, part.recent_top, values, alive, 30, 2).shape == (30,)
+    assert stream._top_rows(part, part.recent_top, values, alive, 40, 2) is not again
+    part.delete_rows(again[:5])  # deletions drop rows
+    after = stream._top_rows(part, part.recent_top, values, part.index.alive, 40, 2)
+    assert not set(again[:5].tolist()) & set(after.tolist())
+    np.testing.assert_array_equal(np.sort(after), np.sort(fresh(40)))
+
+
+def _copy_top(cache: TopRows) -> TopRows:
+    copy = TopRows(cache.size)
+    copy._rows = set(cache._rows)
+    copy.floor = cache.floor
+    copy.valid = cache.valid
+    return copy
+
+
+def test_rows_of_seqs_equals_rows_of() -> None:
+    from langchain_reflective.stream import _rows_of_seqs
+
+    rng = np.random.default_rng(8)
+    consecutive = _Partition("ns", DIM, 0)
+    vectors = np.eye(DIM, dtype=np.float32)[np.arange(300) % DIM]
+    kinds = [OBSERVATION] * 300
+    ones = [1.0] * 300
+    consecutive.append(np.arange(50, 350), vectors, ones, ones, [0.5] * 300, kinds, None)
+    gaps = _Partition("ns", DIM, 0)
+    gapped = np.sort(rng.choice(5000, 300, replace=False)) + 1
+    gaps.append(gapped, vectors, ones, ones, [0.5] * 300, kinds, None)
+    for part in (consecutive, gaps):
+        seqs_all = part.seqs.view
+        for wanted in (
+            rng.choice(seqs_all, 40),
+            np.array([seqs_all[0] - 1, seqs_all[-1] + 1, seqs_all[3]]),  # unknown ones dropped
+            np.zeros(0, dtype=np.int64),
+        ):
+            wanted = np.asarray(wanted, dtype=np.int64)
+            np.testing.assert_array_equal(_rows_of_seqs(part, wanted), part.rows_of(wanted))
+
+
+def test_score_rows_without_observations_equal_the_reference() -> None:
+    rng = np.random.default_rng(21)
+    part = _Partition("ns", DIM, 0)
+    vectors = rng.standard_normal((300, DIM)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    stamps = 1.7e9 + rng.uniform(0, 3e7, 300)
+    part.append(np.arange(300), vectors, stamps, stamps, [0.5] * 300, [REFLECTION] * 300, None)
+    lexical = BM25Index()
+    lexical.add([f"w{i % 7} w{i % 11}" for i in range(300)])
+    stream = MemoryStream.__new__(MemoryStream)
+    rows = np.arange(0, 300, 3, dtype=np.int64)
+    qvec = _as_unit_vectors(rng.standard_normal((1, DIM)), 1, "test")[0]
+    relevance = part.index.scores(qvec, rows).astype(np.float64)
+    config = ScoringConfig.hybrid()
+    assert not MemoryStream._fused(part, config)
+    ref = _ref_score_rows(part, qvec, rows, relevance, lexical.search("w3 w5"), config, 1.8e9)
+    with lexical.query_scores("w3 w5") as lex:
+        got = stream._score_rows(part, qvec, rows, relevance, lex, config, 1.8e9)
+    _assert_same_scores(got, ref)
