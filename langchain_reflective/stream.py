@@ -442,23 +442,6 @@ class _AddPlan:
     to_rate: list[int] = field(default_factory=list)
 
 
-def _accessed(record: MemoryRecord, when: datetime) -> MemoryRecord:
-    """``record.with_access(when)`` without re-validating every field (``when`` is UTC)."""
-    return trusted_record(
-        id=record.id,
-        text=record.text,
-        kind=record.kind,
-        created_at=record.created_at,
-        last_accessed_at=when,
-        importance=record.importance,
-        importance_source=record.importance_source,
-        evidence=record.evidence,
-        depth=record.depth,
-        namespace=record.namespace,
-        metadata=record.metadata,
-    )
-
-
 def _top_cache_rows(part: _Partition, cache: TopRows) -> I64:
     """``cache.rows()``, converted from its set only when the set changed.
 
@@ -1243,13 +1226,14 @@ class MemoryStream:
             best = top_k(comps.score, k)
             best_rows = rows[best]
             seqs = part.seqs.view[best_rows].tolist()
-            records = self._store.get_by_seq(seqs)
-            if touch:
-                self._store.touch(seqs, when)
+            if touch:  # one durable write that also reads the hits back
+                records = self._store.touch_and_get(seqs, when)
                 stamp = when.timestamp()
                 part.accessed.view[best_rows] = stamp
                 part.accessed_version += 1
                 part.recent_top.offer(best_rows, np.full(best_rows.shape[0], stamp))
+            else:
+                records = self._store.get_by_seq(seqs)
             out: list[ScoredMemory] = []
             for seq, score, rel, lexical, recent, importance in zip(
                 seqs,
@@ -1263,8 +1247,6 @@ class MemoryStream:
                 record = records.get(seq)
                 if record is None:  # deleted by another process in between
                     continue
-                if touch:
-                    record = _accessed(record, when)
                 out.append(
                     ScoredMemory(
                         record=record,
