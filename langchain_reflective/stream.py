@@ -1080,7 +1080,7 @@ class MemoryStream:
             metadatas: JSON-serialisable metadata per text (or one for all).
             evidence: ids of cited records per text; the depth becomes
                 ``1 + max(depth of evidence)``. The ids must exist in the same namespace.
-            ids: explicit ids (default: new UUIDs).
+            ids: explicit ids (default: new time-ordered UUIDv7s, see :func:`new_memory_id`).
             namespace: write to this namespace instead of the stream's default.
             now: creation time (timezone-aware; default: the current time).
             reset_reflection_counter: reset the namespace's reflection counter in the same
