@@ -1302,15 +1302,26 @@ class MemoryStream:
         elif config.neighbor_weight > 0 and m:
             # previous then next neighbour of every candidate; -1 for none
             linked = part.neighbor_table()[rows].T.ravel()
-            pos = np.searchsorted(rows, linked)
-            np.minimum(pos, m - 1, out=pos)
-            known = rows[pos] == linked  # -1 never matches a row
-            extra_at = np.flatnonzero(linked >= 0)
-            extra_at = extra_at[~known[extra_at]]
-            # neighbours that are not candidates are appended after them (repeats are harmless:
-            # only the candidates' scores are used)
-            index = np.where(known, pos, -1)
-            index[extra_at] = np.arange(m, m + extra_at.shape[0])
+            n = len(part)
+            if m == n:  # every row (rows is 0..n-1): a neighbour's row is its position
+                index = linked.copy()
+                extra_at = np.zeros(0, dtype=np.int64)
+            else:
+                if 4 * m >= n:  # most rows (the exact path): a row -> position table
+                    position = np.full(n, -1, dtype=np.int64)
+                    position[rows] = np.arange(m)
+                    index = np.where(linked >= 0, position[linked], -1)
+                    known = index >= 0
+                else:  # a few candidates: binary search among them
+                    pos = np.searchsorted(rows, linked)
+                    np.minimum(pos, m - 1, out=pos)
+                    known = rows[pos] == linked  # -1 never matches a row
+                    index = np.where(known, pos, -1)
+                extra_at = np.flatnonzero(linked >= 0)
+                extra_at = extra_at[~known[extra_at]]
+                # neighbours that are not candidates are appended after them (repeats are
+                # harmless: only the candidates' scores are used)
+                index[extra_at] = np.arange(m, m + extra_at.shape[0])
             neighbors = (index[:m], index[m:])
             if extra_at.shape[0]:
                 scored = np.concatenate((rows, linked[extra_at]))

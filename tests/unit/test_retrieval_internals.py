@@ -500,3 +500,25 @@ def test_score_rows_without_observations_equal_the_reference() -> None:
     with lexical.query_scores("w3 w5") as lex:
         got = stream._score_rows(part, qvec, rows, relevance, lex, config, 1.8e9)
     _assert_same_scores(got, ref)
+
+
+@pytest.mark.parametrize("share", [1.0, 0.6, 0.1])
+@pytest.mark.parametrize("deleted", [False, True])
+def test_score_rows_every_way_of_finding_neighbours(share: float, deleted: bool) -> None:
+    # all rows (row = position), most rows (position table), few rows (binary search)
+    rng = np.random.default_rng(int(share * 10) + deleted)
+    part = _random_partition(rng, 800, kinds_mix=True)
+    if deleted:
+        part.delete_rows(np.unique(rng.integers(0, 800, 90)).astype(np.int64))
+    alive = np.flatnonzero(part.index.alive)
+    rows = np.sort(rng.choice(alive, int(len(alive) * share), replace=False)).astype(np.int64)
+    lexical = BM25Index()
+    lexical.add([f"w{i % 13} w{i % 17}" for i in range(800)])
+    stream = MemoryStream.__new__(MemoryStream)
+    qvec = _as_unit_vectors(rng.standard_normal((1, DIM)), 1, "test")[0]
+    relevance = part.index.scores(qvec, rows).astype(np.float64)
+    for config in (ScoringConfig.hybrid(), ScoringConfig.paper()):
+        ref = _ref_score_rows(part, qvec, rows, relevance, lexical.search("w4 w9"), config, 1.8e9)
+        with lexical.query_scores("w4 w9") as lex:
+            got = stream._score_rows(part, qvec, rows, relevance, lex, config, 1.8e9)
+        _assert_same_scores(got, ref)
