@@ -375,9 +375,27 @@ class _Partition:
     _neighbor_upto = 0
     _top_arrays: dict[int, tuple[set[int], int, I64]] | None = None
     _top_results: dict[int, tuple[set[int], int, int, int, int, I64]] | None = None
-    accessed_version = 0
-    """Bumped whenever ``accessed`` changes in place (not on appends): the recency candidates
-    cached by ``MemoryStream._top_rows`` depend on it. ``importance`` never changes in place."""
+    _recent: tuple[I64, int, int, int] | None = None
+    """The most recently accessed live rows: (rows, how many, rows then, deletions then)."""
+    _recent_touched: list[I64] | None = None
+    """Rows whose ``accessed`` was raised in place since ``_recent`` was computed."""
+    _recent_stale = False
+    """Set when ``accessed`` changed in a way ``_recent`` cannot follow (a value lowered, or
+    too many touches since): the next use recomputes it from every row."""
+
+    def touched(self, rows: I64, stamp: float) -> None:
+        """Record that ``accessed`` of ``rows`` is about to become ``stamp`` (call it before
+        writing), for the recency candidates (see ``MemoryStream._recent_rows``)."""
+        if self._recent is None or self._recent_stale:
+            return
+        pending = self._recent_touched
+        if pending is None:
+            pending = self._recent_touched = []
+        if len(pending) >= 64 or bool((self.accessed.view[rows] > stamp).any()):
+            self._recent_stale = True  # lowered (a past ``now``) or long unused: recompute
+            self._recent_touched = None
+        else:
+            pending.append(rows)
 
     def observation_rows(self) -> I64:
         """Sorted rows of live observations, cached (appends extend it; deletes reset it)."""
@@ -867,6 +885,43 @@ class MemoryStream:
         results[id(cache)] = (cache._rows, len(cache._rows), deleted, version, n, rows)
         return rows
 
+    @staticmethod
+    def _recent_rows(part: _Partition, alive: npt.NDArray[np.bool_], n: int) -> I64:
+        """The ``n`` most recently accessed live rows (ties in any order).
+
+        Kept across calls and updated from what changed since: rows appended and rows touched
+        (whose access time only went up) can displace the previous answer, nothing else can.
+        Deletions, a lowered access time or a different ``n`` recompute it from every row.
+        """
+        values = part.accessed.view
+        size = len(part)
+        deleted = part.index.n_deleted
+        known = part._recent
+        rows: I64
+        if (
+            known is not None
+            and not part._recent_stale
+            and known[1] == n
+            and known[3] == deleted
+            and known[2] <= size
+        ):
+            rows, _, upto, _ = known
+            pending = part._recent_touched or []
+            if upto == size and not pending:
+                return rows
+            pool = [rows, *pending]
+            if upto < size:
+                pool.append(upto + np.flatnonzero(alive[upto:]))
+            rows = _unique(np.concatenate(pool))
+        else:
+            rows = np.flatnonzero(alive)
+        if rows.shape[0] > n:
+            rows = rows[np.argpartition(-values[rows], n - 1)[:n]]
+        part._recent = (rows, n, size, deleted)
+        part._recent_touched = None
+        part._recent_stale = False
+        return rows
+
     def _lexical(self, part: _Partition) -> BM25Index:
         if part.lexical is None:
             from langchain_reflective.lexical import BM25Index
@@ -1229,8 +1284,8 @@ class MemoryStream:
             if touch:  # one durable write that also reads the hits back
                 records = self._store.touch_and_get(seqs, when)
                 stamp = when.timestamp()
+                part.touched(best_rows, stamp)
                 part.accessed.view[best_rows] = stamp
-                part.accessed_version += 1
                 part.recent_top.offer(best_rows, np.full(best_rows.shape[0], stamp))
             else:
                 records = self._store.get_by_seq(seqs)
@@ -1294,15 +1349,26 @@ class MemoryStream:
         elif config.neighbor_weight > 0 and m:
             # previous then next neighbour of every candidate; -1 for none
             linked = part.neighbor_table()[rows].T.ravel()
-            pos = np.searchsorted(rows, linked)
-            np.minimum(pos, m - 1, out=pos)
-            known = rows[pos] == linked  # -1 never matches a row
-            extra_at = np.flatnonzero(linked >= 0)
-            extra_at = extra_at[~known[extra_at]]
-            # neighbours that are not candidates are appended after them (repeats are harmless:
-            # only the candidates' scores are used)
-            index = np.where(known, pos, -1)
-            index[extra_at] = np.arange(m, m + extra_at.shape[0])
+            n = len(part)
+            if m == n:  # every row (rows is 0..n-1): a neighbour's row is its position
+                index = linked.copy()
+                extra_at = np.zeros(0, dtype=np.int64)
+            else:
+                if 4 * m >= n:  # most rows (the exact path): a row -> position table
+                    position = np.full(n, -1, dtype=np.int64)
+                    position[rows] = np.arange(m)
+                    index = np.where(linked >= 0, position[linked], -1)
+                    known = index >= 0
+                else:  # a few candidates: binary search among them
+                    pos = np.searchsorted(rows, linked)
+                    np.minimum(pos, m - 1, out=pos)
+                    known = rows[pos] == linked  # -1 never matches a row
+                    index = np.where(known, pos, -1)
+                extra_at = np.flatnonzero(linked >= 0)
+                extra_at = extra_at[~known[extra_at]]
+                # neighbours that are not candidates are appended after them (repeats are
+                # harmless: only the candidates' scores are used)
+                index[extra_at] = np.arange(m, m + extra_at.shape[0])
             neighbors = (index[:m], index[m:])
             if extra_at.shape[0]:
                 scored = np.concatenate((rows, linked[extra_at]))
@@ -1465,13 +1531,13 @@ class MemoryStream:
         # the most recent / most important rows, as many as their weight can matter: a component
         # weighted 0.05 against relevance's 0.6 cannot lift a row past many relevant ones
         top_weight = max(config.relevance_weight, config.lexical_weight, 1e-12)
-        for weight, cache, values, version in (
-            (config.recency_weight, part.recent_top, part.accessed.view, part.accessed_version),
-            (config.importance_weight, part.important_top, part.importance.view, 0),
-        ):
-            if weight > 0:
-                count = max(4 * k, min(want, math.ceil(want * weight / top_weight)))
-                pieces.append(self._top_rows(part, cache, values, alive, count, version))
+        if config.recency_weight > 0:
+            count = max(4 * k, min(want, math.ceil(want * config.recency_weight / top_weight)))
+            pieces.append(self._recent_rows(part, alive, count))
+        if config.importance_weight > 0:
+            count = max(4 * k, min(want, math.ceil(want * config.importance_weight / top_weight)))
+            important = part.important_top
+            pieces.append(self._top_rows(part, important, part.importance.view, alive, count, 0))
         rows = _unique(np.concatenate(pieces))
         if rows.shape[0] and rows[0] < 0:
             rows = rows[int(np.searchsorted(rows, 0)) :]

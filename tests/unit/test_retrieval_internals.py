@@ -347,8 +347,10 @@ def _ref_candidates(
         prev, nxt = _ref_neighbors(part, best)
         pieces += [prev[prev >= 0], nxt[nxt >= 0]]
     top_weight = max(config.relevance_weight, config.lexical_weight, 1e-12)
+    if config.recency_weight > 0:  # equal access times tie in any order: see its own test
+        count = max(4 * k, min(want, math.ceil(want * config.recency_weight / top_weight)))
+        pieces.append(MemoryStream._recent_rows(part, alive, count))
     for weight, cache, values in (
-        (config.recency_weight, part.recent_top, part.accessed.view),
         (config.importance_weight, part.important_top, part.importance.view),
     ):
         if weight > 0:
@@ -500,3 +502,77 @@ def test_score_rows_without_observations_equal_the_reference() -> None:
     with lexical.query_scores("w3 w5") as lex:
         got = stream._score_rows(part, qvec, rows, relevance, lex, config, 1.8e9)
     _assert_same_scores(got, ref)
+
+
+@pytest.mark.parametrize("share", [1.0, 0.6, 0.1])
+@pytest.mark.parametrize("deleted", [False, True])
+def test_score_rows_every_way_of_finding_neighbours(share: float, deleted: bool) -> None:
+    # all rows (row = position), most rows (position table), few rows (binary search)
+    rng = np.random.default_rng(int(share * 10) + deleted)
+    part = _random_partition(rng, 800, kinds_mix=True)
+    if deleted:
+        part.delete_rows(np.unique(rng.integers(0, 800, 90)).astype(np.int64))
+    alive = np.flatnonzero(part.index.alive)
+    rows = np.sort(rng.choice(alive, int(len(alive) * share), replace=False)).astype(np.int64)
+    lexical = BM25Index()
+    lexical.add([f"w{i % 13} w{i % 17}" for i in range(800)])
+    stream = MemoryStream.__new__(MemoryStream)
+    qvec = _as_unit_vectors(rng.standard_normal((1, DIM)), 1, "test")[0]
+    relevance = part.index.scores(qvec, rows).astype(np.float64)
+    for config in (ScoringConfig.hybrid(), ScoringConfig.paper()):
+        ref = _ref_score_rows(part, qvec, rows, relevance, lexical.search("w4 w9"), config, 1.8e9)
+        with lexical.query_scores("w4 w9") as lex:
+            got = stream._score_rows(part, qvec, rows, relevance, lex, config, 1.8e9)
+        _assert_same_scores(got, ref)
+
+
+def test_recent_rows_follow_appends_touches_and_deletes() -> None:
+    rng = np.random.default_rng(31)
+    part = _random_partition(rng, 1200, kinds_mix=True)
+    values = part.accessed.view
+    values[rng.integers(0, 1200, 300)] = 1.7e9  # many equal access times: ties
+
+    def check(n: int) -> None:
+        alive = part.index.alive
+        got = MemoryStream._recent_rows(part, alive, n)
+        assert len(set(got.tolist())) == got.shape[0] == min(n, int(alive.sum()))
+        assert alive[got].all()
+        live = np.flatnonzero(alive)
+        expected = np.sort(part.accessed.view[live])[::-1][:n]
+        np.testing.assert_array_equal(np.sort(part.accessed.view[got])[::-1], expected)
+
+    check(40)
+    before = MemoryStream._recent_rows(part, part.index.alive, 40)
+    assert MemoryStream._recent_rows(part, part.index.alive, 40) is before  # nothing changed
+    stamp = 1.8e9
+    for step in range(120):
+        stamp += float(rng.integers(0, 3))  # equal stamps now and then
+        action = step % 6
+        if action in (0, 1, 2):  # a retrieval touched some rows
+            rows = np.unique(rng.integers(0, len(part), 10)).astype(np.int64)
+            rows = rows[part.index.alive[rows]]
+            part.touched(rows, stamp)
+            part.accessed.view[rows] = stamp
+        elif action == 3:  # appended rows
+            more = _random_partition(rng, int(rng.integers(1, 30)), kinds_mix=False)
+            part.append(
+                more.seqs.view + 10**6 + len(part),
+                np.ascontiguousarray(more.index.vectors()),
+                more.created.view,
+                more.accessed.view + float(rng.integers(0, 2)) * 1e8,
+                more.importance.view,
+                [OBSERVATION] * len(more),
+                None,
+            )
+        elif action == 4 and step % 12 == 4:  # deleted rows
+            part.delete_rows(np.unique(rng.integers(0, len(part), 5)).astype(np.int64))
+        elif action == 5 and step % 18 == 5:  # a touch back in time (a past ``now``)
+            rows = np.flatnonzero(part.index.alive)[:3]
+            part.touched(rows, 1.0)
+            part.accessed.view[rows] = 1.0
+        check(40)
+    check(25)  # another n: recomputed
+    for _ in range(70):  # touches while nothing asks (an exact-path partition): bounded
+        part.touched(np.array([0]), stamp)
+    assert part._recent_touched is None or len(part._recent_touched) <= 64
+    check(25)
