@@ -242,7 +242,8 @@ def _as_unit_vectors(raw: Any, expected_rows: int, source: str) -> F32:
             f"{source} returned an array of shape {arr.shape}; expected ({expected_rows}, dim)"
         )
     if expected_rows == 1:  # one memory per add, or a query: scalar checks are cheaper
-        square = float(np.dot(arr[0], arr[0]))
+        with np.errstate(over="ignore", invalid="ignore"):  # huge values: handled below
+            square = float(np.dot(arr[0], arr[0]))
         if math.isfinite(square) and square > 1e-24:
             one: F32 = (arr / math.sqrt(square)).astype(np.float32)
             return one

@@ -539,3 +539,13 @@ def test_most_important(stream: MemoryStream, now) -> None:
     assert stream.most_important(0) == []
     with pytest.raises(InvalidMemoryError):
         stream.most_important(-1)
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_huge_but_finite_vectors_are_normalised(db_path, rows) -> None:
+    """1e200 squared overflows float64: the vector is rescaled first, with no warning."""
+    vectors = [[1e200, 0.0, -1e200, 0.0]] * rows
+    with MemoryStream(BrokenEmbeddings(vectors), path=db_path) as s:
+        s.add([f"text {i}" for i in range(rows)], importances=0.5)
+        hits = s.retrieve("anything", k=1)
+    assert hits and abs(hits[0].relevance - 1.0) < 1e-6
