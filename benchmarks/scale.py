@@ -547,7 +547,8 @@ def main() -> None:
             results.append(spawn("sqlite", n, "batch", 0, 0))
         if n <= args.twvsr_max:
             results.append(spawn("twvsr", n, "batch", min(queries, n), agreement))
-            results.append(spawn("twvsr", n, "one", min(queries, n), agreement))
+            if n <= args.one_per_call_max:
+                results.append(spawn("twvsr", n, "one", min(queries, n), agreement))
         print(table(results), flush=True)
     report = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
