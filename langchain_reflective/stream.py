@@ -284,7 +284,6 @@ class _Partition:
         self.ann: IVFCandidateIndex | None = None
         """Approximate dense index over rows ``0 .. ann_upto - 1`` (large partitions only)."""
         self.ann_upto = 0
-        self.recent_top = TopRows(_TOP_CACHE)
         self.important_top = TopRows(_TOP_CACHE)
 
     def __len__(self) -> int:
@@ -329,7 +328,6 @@ class _Partition:
         self.kind_codes.append(self.code(kind))
         if self.lexical is not None:
             self.lexical.add(self.lexical_documents([text], [kind]))
-        self.recent_top.offer_one(row, stamp)
         self.important_top.offer_one(row, importance)
 
     def append(
@@ -353,7 +351,6 @@ class _Partition:
         if self.lexical is not None and texts is not None:
             self.lexical.add(self.lexical_documents(texts, kinds))
         rows = np.arange(start, len(self.seqs), dtype=np.int64)
-        self.recent_top.offer(rows, self.accessed.view[start:])
         self.important_top.offer(rows, self.importance.view[start:])
 
     def rows_of(self, seqs: Sequence[int] | I64) -> I64:
@@ -1287,7 +1284,6 @@ class MemoryStream:
                 stamp = when.timestamp()
                 part.touched(best_rows, stamp)
                 part.accessed.view[best_rows] = stamp
-                part.recent_top.offer(best_rows, np.full(best_rows.shape[0], stamp))
             else:
                 records = self._store.get_by_seq(seqs)
             out: list[ScoredMemory] = []

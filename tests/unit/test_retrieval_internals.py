@@ -424,30 +424,29 @@ def test_top_rows_are_reused_only_while_nothing_changed() -> None:
     stream = MemoryStream.__new__(MemoryStream)
     alive = part.index.alive
     values = part.accessed.view
+    cache = TopRows(part.important_top.size)  # a cache over the access times
 
     def fresh(n: int) -> np.ndarray:
-        return stream._top_rows(
-            _Partition("x", DIM, 0), _copy_top(part.recent_top), values, alive, n, 0
-        )
+        return stream._top_rows(_Partition("x", DIM, 0), _copy_top(cache), values, alive, n, 0)
 
-    first = stream._top_rows(part, part.recent_top, values, alive, 40, 0)
-    assert stream._top_rows(part, part.recent_top, values, alive, 40, 0) is first  # reused
+    first = stream._top_rows(part, cache, values, alive, 40, 0)
+    assert stream._top_rows(part, cache, values, alive, 40, 0) is first  # reused
     best = set(np.argsort(-values)[:40].tolist())
     assert set(first.tolist()) == best
     dropped = int(first[0])  # in the set: lowering it changes only the values
     values[dropped] = values.min() - 1
-    lowered = stream._top_rows(part, part.recent_top, values, alive, 40, 1)
+    lowered = stream._top_rows(part, cache, values, alive, 40, 1)
     assert dropped not in lowered.tolist()
     assert set(lowered.tolist()) == set(np.argsort(-values)[:40].tolist())
     values[int(np.argmin(values))] = values.max() + 1  # changed in place: new version
     raised = int(np.argmax(values))
-    part.recent_top.offer(np.array([raised]), np.array([values[raised]]))
-    again = stream._top_rows(part, part.recent_top, values, alive, 40, 2)
+    cache.offer(np.array([raised]), np.array([values[raised]]))
+    again = stream._top_rows(part, cache, values, alive, 40, 2)
     assert raised in again.tolist() and again is not first
-    assert stream._top_rows(part, part.recent_top, values, alive, 30, 2).shape == (30,)
-    assert stream._top_rows(part, part.recent_top, values, alive, 40, 2) is not again
+    assert stream._top_rows(part, cache, values, alive, 30, 2).shape == (30,)
+    assert stream._top_rows(part, cache, values, alive, 40, 2) is not again
     part.delete_rows(again[:5])  # deletions drop rows
-    after = stream._top_rows(part, part.recent_top, values, part.index.alive, 40, 2)
+    after = stream._top_rows(part, cache, values, part.index.alive, 40, 2)
     assert not set(again[:5].tolist()) & set(after.tolist())
     np.testing.assert_array_equal(np.sort(after), np.sort(fresh(40)))
 
