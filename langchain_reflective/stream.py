@@ -79,6 +79,8 @@ DEFAULT_EXACT_LIMIT = 20_000
 _ANN_FLUSH = 256  # rows added since the IVF index was updated before they are indexed
 _ANN_REGROW = 4  # retrain the IVF index when the partition grew this many times
 _ANN_4BIT = 250_000  # IVF indexes built for this many rows or more use 4-bit codes
+_ANN_BACKGROUND_MIN = 16_384
+"""IVF indexes for at least this many rows are built on a worker thread (smaller ones inline)."""
 _TOP_CACHE = 256  # rows kept in the recency / importance candidate caches
 _FLAT_CACHE_MAX = 200_000  # larger exact partitions reload their vectors from the file
 _LOAD_CHUNK = 16_384  # rows per read when loading vectors from the file
@@ -284,6 +286,8 @@ class _Partition:
         self.ann: IVFCandidateIndex | None = None
         """Approximate dense index over rows ``0 .. ann_upto - 1`` (large partitions only)."""
         self.ann_upto = 0
+        self.ann_build: _AnnBuild | None = None
+        """An IVF index being built on a worker thread (installed by ``_maintain_ann``)."""
         self.important_top = TopRows(_TOP_CACHE)
 
     def __len__(self) -> int:
@@ -442,6 +446,80 @@ class _Partition:
             self._neighbor_upto = n
         out: I64 = buf[:n]
         return out
+
+
+def _new_ann(part: _Partition, live_rows: I64) -> tuple[IVFCandidateIndex, F32]:
+    """An untrained IVF index sized for ``live_rows`` and its training sample (a copy)."""
+    nlist = default_nlist(live_rows.shape[0])
+    # 4-bit codes from _ANN_4BIT rows on: the float32 matrix plus 8-bit codes of 1M
+    # 384-dimensional vectors alone take 1.9 GB
+    bits = 8 if live_rows.shape[0] < _ANN_4BIT else 4
+    index = IVFCandidateIndex(part.index.dimension, min(nlist, 4096), bits)
+    rng = np.random.default_rng(len(part))
+    sample_size = min(live_rows.shape[0], 32 * index.nlist)
+    sample = np.sort(rng.choice(live_rows, size=sample_size, replace=False))
+    return index, part.index.vectors(sample)
+
+
+def _fill_ann(
+    ann: IVFCandidateIndex,
+    vectors: F32,
+    seqs: I64,
+    alive: npt.NDArray[np.bool_],
+    start: int,
+    end: int,
+) -> None:
+    """Index rows ``start .. end - 1`` that are alive (in chunks: no copy of the matrix)."""
+    for lo in range(start, end, 65_536):
+        hi = min(end, lo + 65_536)
+        keep = alive[lo:hi]
+        if keep.all():  # no deletions in the range: index the rows in place, no copy
+            ann.add(vectors[lo:hi], seqs[lo:hi])
+        else:
+            ann.add(vectors[lo:hi][keep], seqs[lo:hi][keep])
+
+
+class _AnnBuild:
+    """Train and fill an IVF index over a partition's first ``upto`` rows on a worker thread.
+
+    It works on a snapshot: the vector matrix and sequence numbers are views of the current
+    buffers (rows below ``upto`` never change, and a buffer replaced by growth stays alive
+    through the view), the live mask a copy. Rows deleted meanwhile stay in the lists, as after
+    any delete; the stream drops dead candidates. Until it is installed, retrieval uses the
+    partition's previous IVF index (kept topped up) or scores exactly.
+    """
+
+    def __init__(self, part: _Partition) -> None:
+        alive = part.index.alive.copy()
+        self.upto = len(part)
+        self.index, self._sample = _new_ann(part, np.flatnonzero(alive))
+        self._rows = int(alive.sum())
+        self._vectors = part.index.vectors()
+        self._seqs = part.seqs.view
+        self._alive = alive
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, name=f"ivf-build-{part.namespace[:32]}", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self) -> None:
+        import faiss
+
+        try:
+            faiss.omp_set_num_threads(1)  # this thread only: leave the other core to the caller
+            self.index.train(self._sample, self._rows)
+            _fill_ann(self.index, self._vectors, self._seqs, self._alive, 0, self.upto)
+        except BaseException as exc:  # reported by the stream when it installs the result
+            self.error = exc
+        finally:
+            del self._sample, self._vectors, self._seqs, self._alive
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def join(self) -> None:
+        self._thread.join()
 
 
 @dataclass
@@ -764,6 +842,8 @@ class MemoryStream:
 
     def _save_index_caches(self) -> None:
         for ns, part in self._partitions.items():
+            if part.ann_build is not None:
+                self._maintain_ann(part, wait=True)  # save the index being built
             path = self._cache_path(ns)
             if path is None or not part.dirty:
                 continue
@@ -789,57 +869,58 @@ class MemoryStream:
 
     # -- approximate candidates ----------------------------------------------------------------
 
-    def _maintain_ann(self, part: _Partition) -> None:
+    def _maintain_ann(self, part: _Partition, *, wait: bool = False) -> None:
         """Build, retrain or top up the IVF index of a partition that outgrew ``exact_limit``.
 
-        Rows added since the last update are indexed in batches of ``_ANN_FLUSH``; until then
-        retrieval scans them exactly.
+        Indexes for ``_ANN_BACKGROUND_MIN`` rows or more are built on a worker thread and
+        installed by a later call (``wait`` joins a running build first). Rows added since the
+        last update are indexed in batches of ``_ANN_FLUSH``; until then retrieval scans them
+        exactly.
         """
+        build = part.ann_build
+        if build is not None and (wait or build.done()):
+            build.join()
+            part.ann_build = None
+            if build.error is not None:
+                logger.warning("building the IVF index on a worker thread failed: %r", build.error)
+                self._build_ann(part)  # again, inline: a persistent error reaches the caller
+            else:
+                part.ann = build.index
+                part.ann_upto = build.upto
+                part.dirty = True
         limit = self.exact_limit
         live = part.live
         if limit is None or live <= limit:
+            part.ann_build = None  # a running build finishes unseen
             if part.ann is not None and (limit is None or live <= limit // 2):
                 part.ann = None  # shrank well below the limit: exact again
                 part.ann_upto = 0
                 part.dirty = True
             return
-        if part.ann is None or len(part) > _ANN_REGROW * max(part.ann.trained_on, 1):
-            self._build_ann(part)
-        elif len(part) - part.ann_upto >= _ANN_FLUSH:
+        if part.ann_build is None and (
+            part.ann is None or len(part) > _ANN_REGROW * max(part.ann.trained_on, 1)
+        ):
+            if live >= _ANN_BACKGROUND_MIN:
+                part.ann_build = _AnnBuild(part)
+            else:
+                self._build_ann(part)
+        if part.ann is not None and len(part) - part.ann_upto >= _ANN_FLUSH:
             self._flush_ann(part)
 
     def _build_ann(self, part: _Partition) -> None:
-        alive = part.index.alive
-        live_rows = np.flatnonzero(alive)
-        nlist = default_nlist(live_rows.shape[0])
-        # 4-bit codes from _ANN_4BIT rows on: the float32 matrix plus 8-bit codes of 1M
-        # 384-dimensional vectors alone take 1.9 GB
-        bits = 8 if live_rows.shape[0] < _ANN_4BIT else 4
-        index = IVFCandidateIndex(part.index.dimension, min(nlist, 4096), bits)
-        rng = np.random.default_rng(len(part))
-        sample_size = min(live_rows.shape[0], 32 * index.nlist)
-        sample = np.sort(rng.choice(live_rows, size=sample_size, replace=False))
-        index.train(part.index.vectors(sample), live_rows.shape[0])
+        index, sample = _new_ann(part, np.flatnonzero(part.index.alive))
+        index.train(sample, part.live)
         part.ann = index
         part.ann_upto = 0
         self._flush_ann(part)
 
     def _flush_ann(self, part: _Partition) -> None:
-        """Index rows ``ann_upto ..`` in the IVF index (in chunks: no copy of the matrix)."""
+        """Index rows ``ann_upto ..`` in the IVF index."""
         ann = part.ann
         if ann is None:
             return
         n = len(part)
-        alive = part.index.alive
-        vectors = part.index.vectors()
-        seqs = part.seqs.view
-        for start in range(part.ann_upto, n, 65_536):
-            end = min(n, start + 65_536)
-            keep = alive[start:end]
-            if keep.all():  # no deletions in the range: index the rows in place, no copy
-                ann.add(vectors[start:end], seqs[start:end])
-            else:
-                ann.add(vectors[start:end][keep], seqs[start:end][keep])
+        _fill_ann(ann, part.index.vectors(), part.seqs.view, part.index.alive, part.ann_upto, n)
         part.ann_upto = n
         part.dirty = True
 

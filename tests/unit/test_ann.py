@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -182,3 +183,115 @@ def test_bad_exact_limit_is_rejected(data) -> None:
     _, emb, _, _ = data
     with pytest.raises(ValueError):
         MemoryStream(emb, exact_limit=0)
+
+
+def _texts(stream: MemoryStream, query: str, k: int = 10) -> list[str]:
+    hits = stream.retrieve(query, k=k, now=NOW + timedelta(days=2), touch=False)
+    return [h.record.text for h in hits]
+
+
+def test_large_indexes_build_on_a_worker_thread_without_blocking(
+    tmp_path: Path, data, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Adds return while the IVF index trains; retrieval meanwhile scores exactly; the index is
+    installed by a later call and saved by close()."""
+    import threading
+
+    from langchain_reflective import stream as stream_module
+
+    texts, emb, queries, imps = data
+    monkeypatch.setattr(stream_module, "_ANN_BACKGROUND_MIN", 0)
+    release = threading.Event()
+    started = threading.Event()
+    original = IVFCandidateIndex.train
+
+    def slow_train(self: IVFCandidateIndex, sample: np.ndarray, rows: int) -> None:
+        started.set()
+        assert release.wait(30)
+        original(self, sample, rows)
+
+    monkeypatch.setattr(IVFCandidateIndex, "train", slow_train)
+    db = tmp_path / "m.db"
+    with MemoryStream(emb, exact_limit=None) as exact:
+        _fill(exact, texts, imps)
+        want = [_texts(exact, q) for q in queries]
+    with MemoryStream(emb, path=db, exact_limit=500) as s:
+        try:
+            _fill(s, texts, imps)  # returns although training is blocked
+            assert started.wait(30)
+            part = s._partitions["default"]
+            assert part.ann is None and part.ann_build is not None
+            assert [_texts(s, q) for q in queries] == want  # exact meanwhile
+        finally:
+            release.set()
+        part.ann_build.join()
+        _top(s, queries[0])  # installs the finished index
+        assert part.ann_build is None and part.ann is not None
+        assert part.ann_upto == len(part)
+        assert [_texts(s, q) for q in queries] == want
+    monkeypatch.setattr(IVFCandidateIndex, "train", original)
+    with MemoryStream(emb, path=db, exact_limit=500) as s:
+        assert [_texts(s, q) for q in queries] == want
+        assert s._partitions["default"].ann is not None  # from the cache close() wrote
+
+
+def test_close_waits_for_a_running_build_and_saves_it(
+    tmp_path: Path, data, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langchain_reflective import stream as stream_module
+
+    texts, emb, queries, imps = data
+    monkeypatch.setattr(stream_module, "_ANN_BACKGROUND_MIN", 0)
+    original = IVFCandidateIndex.train
+
+    def slow_train(self: IVFCandidateIndex, sample: np.ndarray, rows: int) -> None:
+        time.sleep(0.5)
+        original(self, sample, rows)
+
+    monkeypatch.setattr(IVFCandidateIndex, "train", slow_train)
+    db = tmp_path / "m.db"
+    with MemoryStream(emb, path=db, exact_limit=500) as s:
+        _fill(s, texts, imps)
+        assert s._partitions["default"].ann_build is not None  # still training at close
+    trained: list[int] = []
+
+    def counting_train(self: IVFCandidateIndex, sample: np.ndarray, rows: int) -> None:
+        trained.append(rows)
+        original(self, sample, rows)
+
+    monkeypatch.setattr(IVFCandidateIndex, "train", counting_train)
+    with MemoryStream(emb, path=db, exact_limit=500) as s:
+        _top(s, queries[0])
+        part = s._partitions["default"]
+        assert part.ann is not None and part.ann_build is None
+        assert part.ann_upto == len(part)
+    assert trained == []
+
+
+def test_a_failed_background_build_is_retried_inline(
+    data, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from langchain_reflective import stream as stream_module
+
+    texts, emb, queries, imps = data
+    monkeypatch.setattr(stream_module, "_ANN_BACKGROUND_MIN", 0)
+    original = IVFCandidateIndex.train
+    calls: list[str] = []
+
+    def flaky_train(self: IVFCandidateIndex, sample: np.ndarray, rows: int) -> None:
+        calls.append(__import__("threading").current_thread().name)
+        if len(calls) == 1:
+            raise MemoryError("simulated")
+        original(self, sample, rows)
+
+    monkeypatch.setattr(IVFCandidateIndex, "train", flaky_train)
+    with caplog.at_level("WARNING"), MemoryStream(emb, exact_limit=500) as s:
+        _fill(s, texts, imps)
+        part = s._partitions["default"]
+        if part.ann_build is not None:
+            part.ann_build.join()
+        _top(s, queries[0])  # installs (here: finds the failure and builds inline)
+        assert part.ann is not None and part.ann_build is None
+        assert part.ann_upto == len(part)
+    assert "simulated" in caplog.text
+    assert calls[0].startswith("ivf-build") and calls[1] == "MainThread"
