@@ -869,13 +869,14 @@ class MemoryStream:
 
     # -- approximate candidates ----------------------------------------------------------------
 
-    def _maintain_ann(self, part: _Partition, *, wait: bool = False) -> None:
+    def _maintain_ann(self, part: _Partition, *, wait: bool = False, flush: bool = True) -> None:
         """Build, retrain or top up the IVF index of a partition that outgrew ``exact_limit``.
 
         Indexes for ``_ANN_BACKGROUND_MIN`` rows or more are built on a worker thread and
         installed by a later call (``wait`` joins a running build first). Rows added since the
-        last update are indexed in batches of ``_ANN_FLUSH``; until then retrieval scans them
-        exactly.
+        last update are indexed by the first retrieval (``flush``) that finds ``_ANN_FLUSH`` or
+        more of them, not by the adds: a bulk load assigns its rows to IVF lists once, in big
+        batches, instead of on every add; until then retrieval scans them exactly.
         """
         build = part.ann_build
         if build is not None and (wait or build.done()):
@@ -904,7 +905,7 @@ class MemoryStream:
                 part.ann_build = _AnnBuild(part)
             else:
                 self._build_ann(part)
-        if part.ann is not None and len(part) - part.ann_upto >= _ANN_FLUSH:
+        if flush and part.ann is not None and len(part) - part.ann_upto >= _ANN_FLUSH:
             self._flush_ann(part)
 
     def _build_ann(self, part: _Partition) -> None:
@@ -1170,7 +1171,7 @@ class MemoryStream:
                 part.generation = self._store.last_generation
             if part is not None:
                 part.dirty = True
-                self._maintain_ann(part)
+                self._maintain_ann(part, flush=False)  # retrieval indexes the new rows
             return records
 
     def _bind(self, dimension: int) -> None:
