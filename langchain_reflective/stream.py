@@ -235,6 +235,19 @@ def embedding_identity(embeddings: Embeddings) -> str:
 
 
 def _as_unit_vectors(raw: Any, expected_rows: int, source: str) -> F32:
+    if (
+        expected_rows == 1
+        and type(raw) is np.ndarray
+        and raw.dtype == np.float32
+        and raw.ndim == 2
+        and raw.shape[0] == 1
+        and raw.shape[1]
+    ):  # one float32 row (numpy embeddings): its squares cannot overflow float64
+        row = raw[0].astype(np.float64)
+        square = float(row @ row)
+        if math.isfinite(square) and square > 1e-24:
+            unit: F32 = (row / math.sqrt(square)).astype(np.float32).reshape(1, -1)
+            return unit
     try:
         arr = np.asarray(raw, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -1048,7 +1061,7 @@ class MemoryStream:
         self._check_open()
         if isinstance(texts, str):
             texts = [texts]
-        if not isinstance(texts, Sequence):
+        if type(texts) is not list and not isinstance(texts, Sequence):
             raise InvalidMemoryError(
                 f"texts must be a string or a sequence of strings, got {type(texts).__name__}"
             )

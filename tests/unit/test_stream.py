@@ -549,3 +549,32 @@ def test_huge_but_finite_vectors_are_normalised(db_path, rows) -> None:
         s.add([f"text {i}" for i in range(rows)], importances=0.5)
         hits = s.retrieve("anything", k=1)
     assert hits and abs(hits[0].relevance - 1.0) < 1e-6
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        np.array([[3.0, 0.0, -4.0, 0.0]], dtype=np.float32),
+        np.array([[3.4e38, 0.0, -3.4e38, 1e-30]], dtype=np.float32),  # float32's largest
+        np.array([[1e-5, 0.0, 2e-5, 7e-6]], dtype=np.float32),
+    ],
+)
+def test_one_float32_row_is_normalised_like_the_general_path(raw: np.ndarray) -> None:
+    """The single-row float32 shortcut gives the general path's result bit for bit."""
+    from langchain_reflective.stream import _as_unit_vectors
+
+    fast = _as_unit_vectors(raw, 1, "test")
+    general = _as_unit_vectors(raw.astype(np.float64).tolist(), 1, "test")
+    assert fast.dtype == np.float32 and fast.shape == (1, 4)
+    np.testing.assert_array_equal(fast, general)
+    assert abs(float(np.linalg.norm(fast.astype(np.float64))) - 1.0) < 1e-6
+
+
+@pytest.mark.parametrize(
+    "bad", [[[np.nan, 1.0, 0.0, 0.0]], [[0.0, 0.0, 0.0, 0.0]], [[np.inf, 0, 0, 0]]]
+)
+def test_one_bad_float32_row_is_rejected(bad: list[list[float]]) -> None:
+    from langchain_reflective.stream import _as_unit_vectors
+
+    with pytest.raises(EmbeddingError):
+        _as_unit_vectors(np.array(bad, dtype=np.float32), 1, "test")
