@@ -275,6 +275,9 @@ class SQLiteRecordStore(BaseRecordStore):
         self._counters: dict[str, tuple[int, int]] = {}
         """Per namespace ``(bumps, counted_seq)`` as of ``_data_version`` (see ``_counter_row``);
         cleared when another connection wrote or a transaction of ours rolled back."""
+        self._unfolded: dict[str, tuple[int, int, int, float, int]] = {}
+        """Per namespace, what :meth:`reflection_state` summed last: ``(bumps, counted_seq,
+        newest seq summed, importance, rows)``; valid while bumps and ``counted_seq`` are."""
         if self.path is not None:
             self._check_file(self.path)
         target = ":memory:" if self.path is None else str(self.path)
@@ -937,21 +940,39 @@ class SQLiteRecordStore(BaseRecordStore):
     def reflection_state(self, namespace: str) -> ReflectionState:
         """The folded counter plus the memories after ``counted_seq``, in one statement.
 
-        Writers fold the counter every ``_FOLD_ROWS`` sequence numbers, so this reads the
-        counters row and at most about that many index entries and rows.
+        Writers fold the counter every ``_FOLD_ROWS`` sequence numbers, so a cold read scans at
+        most about that many rows. This store also remembers what it summed last time: while
+        the namespace's bumps and ``counted_seq`` are unchanged (read in the same statement),
+        the rows it summed are unchanged too (rows are never updated in a way that matters
+        here; deletes bump), so it only sums the rows added since.
         """
-        rows = self._query(
-            "SELECT c.importance_sum, c.adds, c.last_reflection_us, "
-            "COALESCE(SUM(CASE WHEN m.kind <> 'reflection' THEN m.importance ELSE 0 END), 0), "
-            "COUNT(m.seq) FROM (SELECT ? AS ns) AS q "
-            "LEFT JOIN counters AS c ON c.namespace = q.ns "
-            "LEFT JOIN memories AS m ON m.namespace = q.ns AND m.seq > COALESCE(c.counted_seq, 0)",
-            (namespace,),
-        )
-        imp, adds, last, new_imp, new_adds = rows[0]
+        with self._lock:
+            cached = self._unfolded.get(namespace)
+            bumps, counted, upto, part_imp, part_n = cached or (-1, -1, 0, 0.0, 0)
+            rows = self._query(
+                "SELECT c.importance_sum, c.adds, c.last_reflection_us, "
+                "COALESCE(c.generation, 0), COALESCE(c.counted_seq, 0), "
+                "COALESCE(SUM(CASE WHEN m.kind <> 'reflection' THEN m.importance ELSE 0 END), 0), "
+                "COUNT(m.seq), MAX(m.seq) FROM (SELECT ?1 AS ns) AS q "
+                "LEFT JOIN counters AS c ON c.namespace = q.ns "
+                "LEFT JOIN memories AS m ON m.namespace = q.ns AND m.seq > CASE "
+                "WHEN COALESCE(c.generation, 0) = ?2 AND COALESCE(c.counted_seq, 0) = ?3 THEN ?4 "
+                "ELSE COALESCE(c.counted_seq, 0) END",
+                (namespace, bumps, counted, upto),
+            )
+            imp, adds, last, now_bumps, now_counted, new_imp, new_n, newest = rows[0]
+            if (now_bumps, now_counted) == (bumps, counted):
+                new_imp += part_imp
+                new_n += part_n
+                newest = max(upto, newest or 0)
+            else:
+                newest = newest or now_counted
+            if len(self._unfolded) >= 4096:
+                self._unfolded.clear()
+            self._unfolded[namespace] = (now_bumps, now_counted, newest, new_imp, new_n)
         return ReflectionState(
             importance_sum=float(imp or 0.0) + float(new_imp),
-            adds_since=int(adds or 0) + int(new_adds),
+            adds_since=int(adds or 0) + int(new_n),
             last_reflection_at=from_us(last) if last is not None else None,
         )
 

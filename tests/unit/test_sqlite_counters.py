@@ -465,3 +465,38 @@ def test_version_1_stream_file_keeps_working(tmp_path: Path) -> None:
         stream.add(["carol likes paris"], importances=0.5, now=NOW)
         assert stream.reflection_state().importance_sum == pytest.approx(1.25)
         assert stream.retrieve("carol paris", k=1, now=NOW)[0].record.text == "carol likes paris"
+
+
+def test_remembered_sums_follow_other_writers(tmp_path: Path) -> None:
+    """reflection_state only sums new rows while bumps and counted_seq are unchanged."""
+    path = tmp_path / "m.db"
+    a = SQLiteRecordStore(path)
+    a.bind_embeddings("test", DIM)
+    b = SQLiteRecordStore(path)
+    try:
+        _add(a, _records(3, imp=0.5))
+        assert a.reflection_state("default").adds_since == 3  # remembered: seqs 1-3
+        _add(b, _records(1, start=3, imp=0.25))
+        state = a.reflection_state("default")
+        assert (state.importance_sum, state.adds_since) == (pytest.approx(1.75), 4)
+        b.delete(["default-observation-1"], namespace="default")  # unfolded: leaves the counter
+        state = a.reflection_state("default")
+        assert (state.importance_sum, state.adds_since) == (pytest.approx(1.25), 3)
+        b.insert(_records(2, start=4, imp=0.5), _vectors(2))  # an import folds, not counted
+        state = a.reflection_state("default")
+        assert (state.importance_sum, state.adds_since) == (pytest.approx(1.25), 3)
+        _add(a, _records(1, start=6, imp=0.5))
+        assert a.reflection_state("default").importance_sum == pytest.approx(1.75)
+        b.update_counter(CounterUpdate("default", reset_at=NOW))
+        state = a.reflection_state("default")
+        assert (state.importance_sum, state.adds_since) == (0, 0)
+        assert state.last_reflection_at == NOW
+        _add(b, _records(1, start=7, imp=0.5))
+        assert a.reflection_state("default").adds_since == 1
+        b.purge("default")
+        assert a.reflection_state("default") == sqlite_store.ReflectionState()
+        _add(a, _records(1, start=8, imp=0.5))
+        assert a.reflection_state("default").adds_since == 1
+    finally:
+        a.close()
+        b.close()
