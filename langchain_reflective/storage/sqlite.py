@@ -611,26 +611,18 @@ class SQLiteRecordStore(BaseRecordStore):
                     span[1] += 1
                     span[3] = seq
                 for ns, (importance, n, first, last) in spans.items():
-                    applies = counter is not None and counter.namespace == ns
-                    if applies and counter is not None and counter.reset_at is not None:
+                    mine = counter if counter is not None and counter.namespace == ns else None
+                    if mine is not None and mine.reset_at is not None:
                         continue  # the reset below leaves these rows out of the counter
-                    if (
-                        applies
-                        and counter is not None
-                        and (counter.importance, counter.adds)
-                        == (
-                            importance,
-                            n,
-                        )
-                    ):
+                    if mine is not None and (mine.importance, mine.adds) == (importance, n):
                         # the counter is what the rows say: they count themselves
                         if last - self._counter_row(c, ns)[1] > _FOLD_ROWS:
                             self._fold(c, ns, last)
                     else:
-                        # no counter for these rows (an import: they do not count), or one that
-                        # differs from the rows: fold the older rows, then add the counter's
-                        extra = (counter.importance, counter.adds) if counter and applies else None
-                        self._fold(c, ns, last, below=first, extra=extra or (0.0, 0))
+                        # no counter for these rows (an import: they do not count, as before),
+                        # or one that differs from them: fold the older rows, add the counter's
+                        extra = (mine.importance, mine.adds) if mine is not None else (0.0, 0)
+                        self._fold(c, ns, last, below=first, extra=extra)
                 if counter is not None and (
                     counter.reset_at is not None or counter.namespace not in spans
                 ):
