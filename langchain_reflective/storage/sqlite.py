@@ -29,7 +29,7 @@ from langchain_reflective.errors import (
     SchemaVersionError,
     StorageError,
 )
-from langchain_reflective.records import MemoryRecord
+from langchain_reflective.records import REFLECTION, MemoryRecord
 from langchain_reflective.storage.base import (
     BaseRecordStore,
     CounterUpdate,
@@ -43,7 +43,7 @@ __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteRecordStore"]
 logger = logging.getLogger(__name__)
 
 APPLICATION_ID = 0x52464C54  # "RFLT"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
@@ -75,9 +75,32 @@ CREATE TABLE IF NOT EXISTS counters (
     adds INTEGER NOT NULL DEFAULT 0,
     last_reflection_us INTEGER,
     last_reflection_seq INTEGER NOT NULL DEFAULT 0,
-    generation INTEGER NOT NULL DEFAULT 0
+    generation INTEGER NOT NULL DEFAULT 0,
+    counted_seq INTEGER NOT NULL DEFAULT 0
 );
 """
+"""Schema notes (version 2).
+
+``counters`` holds, per namespace, the reflection counter *folded up to* ``counted_seq``:
+``importance_sum``/``adds`` cover the namespace's memories with ``seq <= counted_seq`` (and any
+explicit :class:`CounterUpdate` increments); memories with a larger ``seq`` count on top of it,
+read from the rows themselves (see :meth:`SQLiteRecordStore.reflection_state`). So adding a
+memory writes only its row, not the counters row. ``generation`` counts deletes, purges and
+counter resets (the "bumps"); the cache generation of a namespace is derived from it and the
+namespace's newest ``seq`` (see :meth:`SQLiteRecordStore.generation`).
+
+Version 1 files (no ``counted_seq``; the counters row was bumped on every write) are migrated on
+open: their counters were exact, so ``counted_seq`` starts at each namespace's newest ``seq``.
+"""
+
+_FOLD_ROWS = 512
+"""The reflection counter is folded into the counters row once a namespace's unfolded range
+(``seq`` distance past ``counted_seq``) exceeds this, so reading the counter scans at most about
+this many rows. Checked by writers: after a single add (one extra transaction per this many
+adds) and inside batch inserts."""
+
+_GENERATION_STRIDE = 1 << 40
+"""``generation = bumps * _GENERATION_STRIDE + newest seq``: sequence numbers stay far below."""
 
 _NOT_OBSERVATION = "kind <> 'observation'"
 """The partial importance index's condition; a query must repeat it verbatim to use the index.
@@ -130,6 +153,21 @@ _INSERT = (
     "INSERT INTO memories (id, namespace, text, kind, created_us, accessed_us, importance, "
     "importance_source, evidence, depth, metadata, vector) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
 )
+
+
+def _counts_itself(record: MemoryRecord, counter: CounterUpdate | None) -> bool:
+    """Whether ``counter`` is exactly what the row itself adds to the reflection counter.
+
+    Then inserting the row is all there is to do: the counter is derived from the rows after
+    ``counted_seq`` (the importance of non-reflection memories, one add per memory).
+    """
+    return (
+        counter is not None
+        and counter.reset_at is None
+        and counter.namespace == record.namespace
+        and counter.adds == 1
+        and counter.importance == (record.importance if record.kind != REFLECTION else 0.0)
+    )
 
 
 _WAL_SIZE_LIMIT = 64 << 20
@@ -234,6 +272,12 @@ class SQLiteRecordStore(BaseRecordStore):
         self._external_change = False
         self._writes = 0
         self._checkpointer: _Checkpointer | None = None
+        self._counters: dict[str, tuple[int, int]] = {}
+        """Per namespace ``(bumps, counted_seq)`` as of ``_data_version`` (see ``_counter_row``);
+        cleared when another connection wrote or a transaction of ours rolled back."""
+        self._unfolded: dict[str, tuple[int, int, int, float, int]] = {}
+        """Per namespace, what :meth:`reflection_state` summed last: ``(bumps, counted_seq,
+        newest seq summed, importance, rows)``; valid while bumps and ``counted_seq`` are."""
         if self.path is not None:
             self._check_file(self.path)
         target = ":memory:" if self.path is None else str(self.path)
@@ -332,6 +376,8 @@ class SQLiteRecordStore(BaseRecordStore):
                 f"{self.path} has schema version {version}, newer than this "
                 f"langchain-reflective supports ({SCHEMA_VERSION}); upgrade the package"
             )
+        if version < SCHEMA_VERSION:
+            self._migrate()
         if c.execute(
             "SELECT 1 FROM sqlite_master WHERE type='index' "
             "AND name='memories_namespace_kind_importance'"
@@ -345,6 +391,28 @@ class SQLiteRecordStore(BaseRecordStore):
                     f"(namespace, kind, importance) WHERE {_NOT_OBSERVATION}"
                 )
 
+    def _migrate(self) -> None:
+        """Bring an older file up to :data:`SCHEMA_VERSION` (one transaction).
+
+        Version 1 -> 2: ``counters.counted_seq``. Version 1 kept the counters exact on every
+        write, so each namespace's counter is folded up to its newest ``seq`` as of now. Another
+        process may migrate at the same time: the version is read again under the write lock.
+        Old versions of the package refuse the migrated file (its version is newer).
+        """
+        with self._transaction() as c:
+            row = c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if int(row[0]) >= 2:
+                return
+            c.execute("ALTER TABLE counters ADD COLUMN counted_seq INTEGER NOT NULL DEFAULT 0")
+            # every v1 write bumped its namespace's counters row, but be safe about namespaces
+            # without one: their counter was zero, so they are folded too
+            c.execute(
+                "INSERT INTO counters(namespace, counted_seq) "
+                "SELECT namespace, MAX(seq) FROM memories WHERE true GROUP BY namespace "
+                "ON CONFLICT(namespace) DO UPDATE SET counted_seq = excluded.counted_seq"
+            )
+            c.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
+
     # executescript commits implicitly; wrap plain statements in explicit transactions.
     class _Tx:
         def __init__(self, store: SQLiteRecordStore) -> None:
@@ -355,10 +423,7 @@ class SQLiteRecordStore(BaseRecordStore):
             try:
                 self.store._ensure_open()
                 self.store._conn.execute("BEGIN IMMEDIATE")
-                version = self.store._read_data_version()
-                if version != self.store._data_version:
-                    self.store._external_change = True
-                    self.store._data_version = version
+                self.store._check_data_version()
             except BaseException:
                 self.store._lock.release()
                 raise
@@ -367,9 +432,14 @@ class SQLiteRecordStore(BaseRecordStore):
         def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
             try:
                 if exc_type is None:
-                    self.store._conn.execute("COMMIT")
+                    try:
+                        self.store._conn.execute("COMMIT")
+                    except BaseException:
+                        self.store._counters.clear()
+                        raise
                     self.store._after_commit()
                 else:
+                    self.store._counters.clear()  # it may hold values of the rolled-back writes
                     self.store._conn.execute("ROLLBACK")
             finally:
                 self.store._lock.release()
@@ -405,6 +475,19 @@ class SQLiteRecordStore(BaseRecordStore):
 
     def _read_data_version(self) -> int:
         return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def _check_data_version(self) -> None:
+        """Note a write by another connection since we last looked (caller holds the lock).
+
+        Our own commits do not change our connection's data version, so a change means another
+        connection (process) committed: :meth:`consume_write_conflict` reports it, and the cached
+        counters rows may be stale.
+        """
+        version = self._read_data_version()
+        if version != self._data_version:
+            self._external_change = True
+            self._data_version = version
+            self._counters.clear()
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         with self._lock:
@@ -499,7 +582,8 @@ class SQLiteRecordStore(BaseRecordStore):
                     blob[i * width : (i + 1) * width],
                 )
             )
-        namespaces = {r.namespace for r in records}
+        if len(rows) == 1 and _counts_itself(records[0], counter):
+            return [self._insert_one(rows[0], records[0].namespace)]
         try:
             with self._transaction() as c:
                 seqs: list[int]
@@ -516,51 +600,166 @@ class SQLiteRecordStore(BaseRecordStore):
                     seqs = list(range(last - len(rows) + 1, last + 1))
                 else:
                     seqs = []
-                for ns in namespaces:
-                    if counter is not None and counter.namespace == ns and counter.reset_at is None:
-                        self.last_generation = self._bump(c, ns, counter.importance, counter.adds)
+                # per namespace: importance that counts, rows, first and last new seq
+                spans: dict[str, list[Any]] = {}
+                for r, seq in zip(records, seqs, strict=True):
+                    span = spans.get(r.namespace)
+                    if span is None:
+                        span = spans[r.namespace] = [0, 0, seq, seq]
+                    if r.kind != REFLECTION:
+                        span[0] += r.importance
+                    span[1] += 1
+                    span[3] = seq
+                for ns, (importance, n, first, last) in spans.items():
+                    mine = counter if counter is not None and counter.namespace == ns else None
+                    if mine is not None and mine.reset_at is not None:
+                        continue  # the reset below leaves these rows out of the counter
+                    if mine is not None and (mine.importance, mine.adds) == (importance, n):
+                        # the counter is what the rows say: they count themselves
+                        if last - self._counter_row(c, ns)[1] > _FOLD_ROWS:
+                            self._fold(c, ns, last)
                     else:
-                        self.last_generation = self._bump(c, ns)
+                        # no counter for these rows (an import: they do not count, as before),
+                        # or one that differs from them: fold the older rows, add the counter's
+                        extra = (mine.importance, mine.adds) if mine is not None else (0.0, 0)
+                        self._fold(c, ns, last, below=first, extra=extra)
                 if counter is not None and (
-                    counter.reset_at is not None or counter.namespace not in namespaces
+                    counter.reset_at is not None or counter.namespace not in spans
                 ):
                     self._apply_counter(c, counter)
+                for ns, span in spans.items():
+                    self.last_generation = (
+                        self._counter_row(c, ns)[0] * _GENERATION_STRIDE + span[3]
+                    )
                 return seqs
         except sqlite3.IntegrityError as exc:
             raise StorageError(f"could not store memories (duplicate id?): {exc}") from exc
         except sqlite3.DatabaseError as exc:
             raise StorageError(f"could not store memories: {exc}") from exc
 
-    @staticmethod
-    def _bump(c: sqlite3.Connection, namespace: str, importance: float = 0.0, adds: int = 0) -> int:
-        """Bump the namespace's generation (and add to its counter); return the generation."""
-        row = c.execute(
-            "INSERT INTO counters(namespace, importance_sum, adds, generation) "
-            "VALUES (?, ?, ?, 1) ON CONFLICT(namespace) DO UPDATE SET "
+    def _insert_one(self, row: tuple[Any, ...], namespace: str) -> int:
+        """Insert one memory that counts itself: a single autocommit statement.
+
+        No explicit transaction and no counters write: the reflection counter and the
+        generation are derived from the row. Like ``BEGIN IMMEDIATE``, the statement waits for
+        another writer's lock up to the busy timeout. Reading the data version afterwards still
+        detects other writers (our own commit does not change it).
+        """
+        with self._lock:
+            self._ensure_open()
+            c = self._conn
+            try:
+                seq = c.execute(_INSERT, row).lastrowid
+            except sqlite3.IntegrityError as exc:
+                raise StorageError(f"could not store memories (duplicate id?): {exc}") from exc
+            except sqlite3.DatabaseError as exc:
+                raise StorageError(f"could not store memories: {exc}") from exc
+            assert seq is not None
+            try:
+                self._check_data_version()
+                bumps, counted = self._counter_row(c, namespace)
+            except sqlite3.Error as exc:  # the row is stored; make the caller reload instead
+                logger.warning("reading %s after a write failed: %s", self.path, exc)
+                self._external_change = True
+                self._counters.clear()
+                bumps, counted = 0, seq
+            self.last_generation = bumps * _GENERATION_STRIDE + seq
+            self._after_commit()
+            if seq - counted > _FOLD_ROWS:
+                try:
+                    with self._transaction() as tx:
+                        self._fold(tx, namespace, seq)
+                except (sqlite3.Error, StorageError) as exc:  # exact anyway, only slower to read
+                    logger.warning(
+                        "folding the reflection counter of %s failed: %s", self.path, exc
+                    )
+            return seq
+
+    def _counter_row(self, c: sqlite3.Connection, namespace: str) -> tuple[int, int]:
+        """``(bumps, counted_seq)`` of a namespace's counters row (cached; lock held, data
+        version checked)."""
+        state = self._counters.get(namespace)
+        if state is None:
+            row = c.execute(
+                "SELECT generation, counted_seq FROM counters WHERE namespace=?", (namespace,)
+            ).fetchone()
+            state = (int(row[0]), int(row[1])) if row else (0, 0)
+            if len(self._counters) >= 4096:
+                self._counters.clear()
+            self._counters[namespace] = state
+        return state
+
+    def _fold(
+        self,
+        c: sqlite3.Connection,
+        namespace: str,
+        upto: int,
+        *,
+        below: int | None = None,
+        extra: tuple[float, int] = (0.0, 0),
+    ) -> None:
+        """Fold the counter up to ``upto`` (inside a write transaction).
+
+        Rows after ``counted_seq`` are added to the stored sums, except those from ``below`` on
+        (rows just inserted that must not count); ``extra`` is added as well.
+        """
+        bumps, counted = self._counter_row(c, namespace)
+        if counted >= upto:
+            return  # another writer folded further already
+        hi = upto if below is None else below - 1
+        importance, n = c.execute(
+            "SELECT COALESCE(SUM(CASE WHEN kind <> 'reflection' THEN importance ELSE 0 END), 0), "
+            "COUNT(*) FROM memories WHERE namespace=? AND seq > ? AND seq <= ?",
+            (namespace, counted, hi),
+        ).fetchone()
+        c.execute(
+            "INSERT INTO counters(namespace, importance_sum, adds, counted_seq) VALUES (?,?,?,?) "
+            "ON CONFLICT(namespace) DO UPDATE SET "
             "importance_sum = importance_sum + excluded.importance_sum, "
-            "adds = adds + excluded.adds, generation = generation + 1 RETURNING generation",
-            (namespace, importance, adds),
+            "adds = adds + excluded.adds, counted_seq = excluded.counted_seq",
+            (namespace, float(importance) + extra[0], int(n) + extra[1], upto),
+        )
+        self._counters[namespace] = (bumps, upto)
+
+    def _bump(self, c: sqlite3.Connection, namespace: str) -> int:
+        """Count a delete, purge or reset of the namespace (inside a write transaction)."""
+        counted = self._counter_row(c, namespace)[1]
+        row = c.execute(
+            "INSERT INTO counters(namespace, generation) VALUES (?, 1) ON CONFLICT(namespace) "
+            "DO UPDATE SET generation = generation + 1 RETURNING generation",
+            (namespace,),
+        ).fetchone()
+        bumps = int(row[0])
+        self._counters[namespace] = (bumps, counted)
+        return bumps
+
+    def _newest_seq(self, c: sqlite3.Connection, namespace: str) -> int:
+        row = c.execute(
+            "SELECT COALESCE(MAX(seq), 0) FROM memories WHERE namespace=?", (namespace,)
         ).fetchone()
         return int(row[0])
 
-    @staticmethod
-    def _apply_counter(c: sqlite3.Connection, update: CounterUpdate) -> None:
-        c.execute("INSERT OR IGNORE INTO counters(namespace) VALUES (?)", (update.namespace,))
+    def _apply_counter(self, c: sqlite3.Connection, update: CounterUpdate) -> None:
+        ns = update.namespace
         if update.reset_at is not None:
-            max_seq = c.execute(
-                "SELECT COALESCE(MAX(seq), 0) FROM memories WHERE namespace=?",
-                (update.namespace,),
-            ).fetchone()[0]
+            # everything up to the newest row (including rows inserted in this transaction,
+            # e.g. the reflection that resets the counter) is left out of the new count
+            newest = self._newest_seq(c, ns)
+            bumps = self._bump(c, ns)
             c.execute(
                 "UPDATE counters SET importance_sum=0, adds=0, last_reflection_us=?, "
-                "last_reflection_seq=? WHERE namespace=?",
-                (to_us(update.reset_at), max_seq, update.namespace),
+                "last_reflection_seq=?, counted_seq=? WHERE namespace=?",
+                (to_us(update.reset_at), newest, newest, ns),
             )
+            self._counters[ns] = (bumps, newest)
+            self.last_generation = bumps * _GENERATION_STRIDE + newest
         else:
             c.execute(
-                "UPDATE counters SET importance_sum = importance_sum + ?, adds = adds + ? "
-                "WHERE namespace=?",
-                (update.importance, update.adds, update.namespace),
+                "INSERT INTO counters(namespace, importance_sum, adds) VALUES (?, ?, ?) "
+                "ON CONFLICT(namespace) DO UPDATE SET "
+                "importance_sum = importance_sum + excluded.importance_sum, "
+                "adds = adds + excluded.adds",
+                (ns, update.importance, update.adds),
             )
 
     def update_counter(self, update: CounterUpdate) -> None:
@@ -568,6 +767,12 @@ class SQLiteRecordStore(BaseRecordStore):
             self._apply_counter(c, update)
 
     def delete(self, ids: Sequence[str], *, namespace: str) -> list[int]:
+        """Delete records; see :meth:`BaseRecordStore.delete`.
+
+        Deleted memories that the reflection counter had not folded yet (see ``_FOLD_ROWS``)
+        leave the counter too; folded ones stay counted (version 1 kept every deleted memory
+        counted).
+        """
         deleted: list[int] = []
         with self._transaction() as c:
             for chunk in _chunks(list(ids)):
@@ -584,18 +789,22 @@ class SQLiteRecordStore(BaseRecordStore):
                     )
                 deleted.extend(seqs)
             if deleted:
-                self.last_generation = self._bump(c, namespace)
+                bumps = self._bump(c, namespace)
+                newest = self._newest_seq(c, namespace)
+                self.last_generation = bumps * _GENERATION_STRIDE + newest
         return deleted
 
     def purge(self, namespace: str) -> int:
         with self._transaction() as c:
             n = c.execute("DELETE FROM memories WHERE namespace=?", (namespace,)).rowcount
-            self.last_generation = self._bump(c, namespace)
+            bumps = self._bump(c, namespace)
             c.execute(
                 "UPDATE counters SET importance_sum=0, adds=0, last_reflection_us=NULL, "
-                "last_reflection_seq=0 WHERE namespace=?",
+                "last_reflection_seq=0, counted_seq=0 WHERE namespace=?",
                 (namespace,),
             )
+            self._counters[namespace] = (bumps, 0)
+            self.last_generation = bumps * _GENERATION_STRIDE
         return int(n)
 
     def touch(self, seqs: Sequence[int], when: datetime) -> None:
@@ -721,16 +930,41 @@ class SQLiteRecordStore(BaseRecordStore):
         return records if by_importance else records[::-1]
 
     def reflection_state(self, namespace: str) -> ReflectionState:
-        rows = self._query(
-            "SELECT importance_sum, adds, last_reflection_us FROM counters WHERE namespace=?",
-            (namespace,),
-        )
-        if not rows:
-            return ReflectionState()
-        imp, adds, last = rows[0]
+        """The folded counter plus the memories after ``counted_seq``, in one statement.
+
+        Writers fold the counter every ``_FOLD_ROWS`` sequence numbers, so a cold read scans at
+        most about that many rows. This store also remembers what it summed last time: while
+        the namespace's bumps and ``counted_seq`` are unchanged (read in the same statement),
+        the rows it summed are unchanged too (rows are never updated in a way that matters
+        here; deletes bump), so it only sums the rows added since.
+        """
+        with self._lock:
+            cached = self._unfolded.get(namespace)
+            bumps, counted, upto, part_imp, part_n = cached or (-1, -1, 0, 0.0, 0)
+            rows = self._query(
+                "SELECT c.importance_sum, c.adds, c.last_reflection_us, "
+                "COALESCE(c.generation, 0), COALESCE(c.counted_seq, 0), "
+                "COALESCE(SUM(CASE WHEN m.kind <> 'reflection' THEN m.importance ELSE 0 END), 0), "
+                "COUNT(m.seq), MAX(m.seq) FROM (SELECT ?1 AS ns) AS q "
+                "LEFT JOIN counters AS c ON c.namespace = q.ns "
+                "LEFT JOIN memories AS m ON m.namespace = q.ns AND m.seq > CASE "
+                "WHEN COALESCE(c.generation, 0) = ?2 AND COALESCE(c.counted_seq, 0) = ?3 THEN ?4 "
+                "ELSE COALESCE(c.counted_seq, 0) END",
+                (namespace, bumps, counted, upto),
+            )
+            imp, adds, last, now_bumps, now_counted, new_imp, new_n, newest = rows[0]
+            if (now_bumps, now_counted) == (bumps, counted):
+                new_imp += part_imp
+                new_n += part_n
+                newest = max(upto, newest or 0)
+            else:
+                newest = newest or now_counted
+            if len(self._unfolded) >= 4096:
+                self._unfolded.clear()
+            self._unfolded[namespace] = (now_bumps, now_counted, newest, new_imp, new_n)
         return ReflectionState(
-            importance_sum=float(imp),
-            adds_since=int(adds),
+            importance_sum=float(imp or 0.0) + float(new_imp),
+            adds_since=int(adds or 0) + int(new_n),
             last_reflection_at=from_us(last) if last is not None else None,
         )
 
@@ -741,8 +975,19 @@ class SQLiteRecordStore(BaseRecordStore):
         return int(rows[0][0]) if rows else 0
 
     def generation(self, namespace: str) -> int:
-        rows = self._query("SELECT generation FROM counters WHERE namespace=?", (namespace,))
-        return int(rows[0][0]) if rows else 0
+        """``bumps * 2**40 + newest seq`` of the namespace (one statement, one snapshot).
+
+        An insert raises the newest seq (AUTOINCREMENT never reuses one); a delete, purge or
+        reset raises the bumps. So equal generations mean equal contents, and adds do not have to
+        write the counters row.
+        """
+        rows = self._query(
+            "SELECT COALESCE((SELECT generation FROM counters WHERE namespace=?1), 0), "
+            "COALESCE((SELECT MAX(seq) FROM memories WHERE namespace=?1), 0)",
+            (namespace,),
+        )
+        bumps, newest = rows[0]
+        return int(bumps) * _GENERATION_STRIDE + int(newest)
 
     def consume_write_conflict(self) -> bool:
         with self._lock:
@@ -755,6 +1000,8 @@ class SQLiteRecordStore(BaseRecordStore):
             self._ensure_open()
             version = self._read_data_version()
             changed = version != self._data_version or self._external_change
+            if version != self._data_version:
+                self._counters.clear()
             self._data_version = version
             self._external_change = False
             return changed

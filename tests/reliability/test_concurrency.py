@@ -319,3 +319,66 @@ def test_lexical_index_built_while_another_stream_writes(tmp_path: Path) -> None
         first.store.iter_partition = iter_partition  # type: ignore[method-assign]
         hits = first.retrieve("tea garden", k=2)
         assert [h.record.text for h in hits][:1] == ["alice drinks tea in the garden"]
+
+
+_WRITER = """
+import sys
+from langchain_reflective import MemoryStream
+from tests.fakes import WordEmbeddings
+
+import pathlib
+import time
+
+path, tag, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with MemoryStream(WordEmbeddings(), path=path) as stream:
+    ready = pathlib.Path(path + "." + tag + ".ready")
+    ready.touch()
+    deadline = time.monotonic() + 60
+    while len(list(ready.parent.glob("*.ready"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)  # start adding together
+    for i in range(n):
+        stream.add([f"{tag} memory {i}"], ids=[f"{tag}-{i}"], importances=[0.5])
+        if i % 40 == 39:
+            stream.delete([f"{tag}-{i - 1}"])
+    print(len(stream), flush=True)
+"""
+
+
+def test_two_processes_adding_one_by_one_lose_nothing(tmp_path: Path) -> None:
+    """Single adds are one autocommit INSERT: it waits for the other process's write lock (the
+    busy timeout) like ``BEGIN IMMEDIATE`` did, and each stream notices the other's writes."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    path = tmp_path / "shared.db"
+    with MemoryStream(WordEmbeddings(), path=path) as stream:
+        stream.add(["created first"], ids=["seed"], importances=[0.5])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
+    n = 600
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(path), tag, str(n)],
+            cwd=root,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for tag in ("p", "q")
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err.decode()
+    deletes = n // 40
+    with MemoryStream(WordEmbeddings(), path=path) as stream:
+        expected = {"seed"} | {f"{tag}-{i}" for tag in "pq" for i in range(n) if i % 40 != 38}
+        assert len(stream) == len(expected) == 1 + 2 * (n - deletes)
+        assert {r.id for r in stream.recent(n=None)} == expected
+        # every retrievable memory is one of them (the partition loads the other's rows too)
+        hits = stream.retrieve("q memory 123", k=1)
+        assert hits[0].record.id == "q-123"
+        # deletes of not-yet-folded memories leave the counter; folded ones stay counted
+        adds = stream.reflection_state().adds_since
+        assert len(expected) <= adds <= 1 + 2 * n
