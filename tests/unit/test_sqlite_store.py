@@ -184,7 +184,8 @@ def test_batch_rows_keep_their_own_vectors(tmp_path: Path) -> None:
         store.close()
 
 
-def test_touch_and_get_matches_touch_then_get(tmp_path: Path) -> None:
+@pytest.mark.parametrize("many", [False, True], ids=["one-statement", "chunked"])
+def test_touch_and_get_matches_touch_then_get(tmp_path: Path, many: bool) -> None:
     from langchain_reflective.storage.base import BaseRecordStore
 
     path = tmp_path / "m.db"
@@ -192,9 +193,10 @@ def test_touch_and_get_matches_touch_then_get(tmp_path: Path) -> None:
         stream.add([f"memory {i}" for i in range(1000)], importances=0.5, now=NOW)
         store = stream.store
         later = datetime(2026, 2, 1, tzinfo=UTC)
-        seqs = [*range(1, 1001), 5000]  # more than one chunk of ids; one missing
+        # more than one chunk of ids, or a retrieval's few; one missing either way
+        seqs = [*range(1, 1001), 5000] if many else [3, 7, 11, 5000]
         got = store.touch_and_get(seqs, later)
-        assert sorted(got) == list(range(1, 1001))
+        assert sorted(got) == sorted(seqs[:-1])
         assert {r.last_accessed_at for r in got.values()} == {later}
         # same records as the two-step default implementation gives
         even_later = datetime(2026, 3, 1, tzinfo=UTC)
@@ -204,3 +206,23 @@ def test_touch_and_get_matches_touch_then_get(tmp_path: Path) -> None:
     with MemoryStream(WordEmbeddings(), path=path) as reopened:  # the access time is durable
         (record,) = reopened.store.get_by_seq([7]).values()
         assert record.last_accessed_at == datetime(2026, 3, 1, tzinfo=UTC)
+
+
+def test_a_touching_retrieval_notices_another_writer(tmp_path: Path) -> None:
+    """The one-statement touch must not hide a write by another connection: the stream still
+    reloads, so the other writer's memory is found by the next retrieval."""
+    path = tmp_path / "m.db"
+    with MemoryStream(WordEmbeddings(), path=path) as ours:
+        ours.add(["tea with alice", "bob moved to paris"], importances=0.5, now=NOW)
+        assert ours.retrieve("alice", k=1)[0].record.text == "tea with alice"
+        assert not ours.store.changed_elsewhere()
+        with MemoryStream(WordEmbeddings(), path=path) as other:
+            other.add(["carol plays the cello"], importances=0.5, now=NOW)
+        ours.store.touch_and_get([1], datetime(2026, 2, 1, tzinfo=UTC))
+        assert ours.store.changed_elsewhere()
+        ours.store.touch_and_get([1], datetime(2026, 2, 2, tzinfo=UTC))
+        assert not ours.store.changed_elsewhere()  # our own writes are not "elsewhere"
+        with MemoryStream(WordEmbeddings(), path=path) as other:
+            other.add(["dave bakes bread"], importances=0.5, now=NOW)
+        ours.retrieve("alice", k=1)  # touches; the other connection's commit is noticed
+        assert ours.retrieve("bread", k=1)[0].record.text == "dave bakes bread"
