@@ -80,6 +80,7 @@ _ANN_FLUSH = 256  # rows added since the IVF index was updated before they are i
 _ANN_REGROW = 4  # retrain the IVF index when the partition grew this many times
 _ANN_4BIT = 250_000  # IVF indexes built for this many rows or more use 4-bit codes
 _ANN_BACKGROUND_MIN = 16_384
+_FILL_CHUNK = 65_536  # rows added to an IVF index per call (slices of the matrix: no copy)
 """IVF indexes for at least this many rows are built on a worker thread (smaller ones inline)."""
 _TOP_CACHE = 256  # rows kept in the recency / importance candidate caches
 _FLAT_CACHE_MAX = 200_000  # larger exact partitions reload their vectors from the file
@@ -483,8 +484,8 @@ def _fill_ann(
     end: int,
 ) -> None:
     """Index rows ``start .. end - 1`` that are alive (in chunks: no copy of the matrix)."""
-    for lo in range(start, end, 65_536):
-        hi = min(end, lo + 65_536)
+    for lo in range(start, end, _FILL_CHUNK):
+        hi = min(end, lo + _FILL_CHUNK)
         keep = alive[lo:hi]
         if keep.all():  # no deletions in the range: index the rows in place, no copy
             ann.add(vectors[lo:hi], seqs[lo:hi])
@@ -495,11 +496,12 @@ def _fill_ann(
 class _AnnBuild:
     """Train and fill an IVF index over a partition's first ``upto`` rows on a worker thread.
 
-    It works on a snapshot: the vector matrix and sequence numbers are views of the current
-    buffers (rows below ``upto`` never change, and a buffer replaced by growth stays alive
-    through the view), the live mask a copy. Rows deleted meanwhile stay in the lists, as after
-    any delete; the stream drops dead candidates. Until it is installed, retrieval uses the
-    partition's previous IVF index (kept topped up) or scores exactly.
+    Rows below ``upto`` never change, so it reads them from the partition's growing arrays while
+    the caller appends: it takes fresh views for every chunk of rows, so a buffer the arrays
+    outgrew is not kept alive (at 1M rows that would hold an extra ~800 MB). The live mask is a
+    copy: rows deleted meanwhile stay in the lists, as after any delete, and the stream drops
+    dead candidates. Until it is installed, retrieval uses the partition's previous IVF index
+    (kept topped up) or scores exactly.
     """
 
     def __init__(self, part: _Partition) -> None:
@@ -507,8 +509,8 @@ class _AnnBuild:
         self.upto = len(part)
         self.index, self._sample = _new_ann(part, np.flatnonzero(alive))
         self._rows = int(alive.sum())
-        self._vectors = part.index.vectors()
-        self._seqs = part.seqs.view
+        self._flat = part.index
+        self._seqs = part.seqs
         self._alive = alive
         self.error: BaseException | None = None
         self._thread = threading.Thread(
@@ -522,11 +524,17 @@ class _AnnBuild:
         try:
             faiss.omp_set_num_threads(1)  # this thread only: leave the other core to the caller
             self.index.train(self._sample, self._rows)
-            _fill_ann(self.index, self._vectors, self._seqs, self._alive, 0, self.upto)
+            self._sample = None  # type: ignore[assignment]
+            for lo in range(0, self.upto, _FILL_CHUNK):
+                hi = min(self.upto, lo + _FILL_CHUNK)
+                vectors, seqs = self._flat.vectors(), self._seqs.view  # fresh views: see above
+                _fill_ann(self.index, vectors, seqs, self._alive, lo, hi)
+                del vectors, seqs
         except BaseException as exc:  # reported by the stream when it installs the result
             self.error = exc
         finally:
-            del self._sample, self._vectors, self._seqs, self._alive
+            # drop the references (the sample copy, the partition's arrays) with the thread
+            self._sample = self._flat = self._seqs = self._alive = None  # type: ignore[assignment]
 
     def done(self) -> bool:
         return not self._thread.is_alive()
