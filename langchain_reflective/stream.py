@@ -900,6 +900,13 @@ class MemoryStream:
         batches, instead of on every add; until then retrieval scans them exactly.
         """
         build = part.ann_build
+        if (
+            build is not None
+            and flush
+            and part.ann is not None
+            and len(part) - part.ann_upto >= _FILL_CHUNK
+        ):
+            wait = True  # rather than fill the old index with rows the new one indexes anyway
         if build is not None and (wait or build.done()):
             build.join()
             part.ann_build = None

@@ -295,3 +295,41 @@ def test_a_failed_background_build_is_retried_inline(
         assert part.ann_upto == len(part)
     assert "simulated" in caplog.text
     assert calls[0].startswith("ivf-build") and calls[1] == "MainThread"
+
+
+def test_a_retrieval_waits_for_a_rebuild_rather_than_fill_the_old_index(
+    data, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langchain_reflective import stream as stream_module
+
+    texts, emb, queries, imps = data
+    monkeypatch.setattr(stream_module, "_ANN_BACKGROUND_MIN", 0)
+    monkeypatch.setattr(stream_module, "_FILL_CHUNK", 1000)
+    original_train, original_add = IVFCandidateIndex.train, IVFCandidateIndex.add
+    added: dict[int, int] = {}
+
+    def slow_train(self: IVFCandidateIndex, sample: np.ndarray, rows: int) -> None:
+        time.sleep(0.3)
+        original_train(self, sample, rows)
+
+    def counting_add(self: IVFCandidateIndex, vectors: np.ndarray, ids: np.ndarray) -> None:
+        added[id(self)] = added.get(id(self), 0) + len(ids)
+        original_add(self, vectors, ids)
+
+    monkeypatch.setattr(IVFCandidateIndex, "train", slow_train)
+    monkeypatch.setattr(IVFCandidateIndex, "add", counting_add)
+    with MemoryStream(emb, exact_limit=200) as s:
+        s.add(texts[:500], importances=imps[:500], now=NOW)
+        part = s._partitions["default"]
+        _top(s, queries[0])  # no index yet: scored exactly, nothing to wait for
+        if part.ann_build is not None:
+            part.ann_build.join()
+        _top(s, queries[0])  # installs the first index
+        old = part.ann
+        assert old is not None and old.trained_on == 500
+        s.add(texts[500:], importances=imps[500:], now=NOW)  # 3000 rows: a rebuild starts
+        assert part.ann_build is not None
+        _top(s, queries[0])  # 2,500 rows pending: waits for the rebuild
+        assert part.ann is not old and part.ann is not None
+        assert part.ann.trained_on == len(texts) and part.ann_upto == len(part)
+        assert added[id(old)] == 500  # the old index was not filled with the new rows
