@@ -23,9 +23,11 @@ Usage::
     python benchmarks/scale.py                      # 10k, 100k, 1M (takes a while)
     python benchmarks/scale.py --quick              # 2k and 30k, a few minutes
     python benchmarks/scale.py --sizes 10000,100000
+    python benchmarks/scale.py --plot-only           # redraw docs/img/scale.png from the JSON
 
-Prints a table and writes ``benchmarks/results/scale.json``. Timings are wall-clock on the
-machine that runs it; nothing here asserts on time.
+Prints a table, writes ``benchmarks/results/scale.json`` and plots it to ``docs/img/scale.png``
+(with ``--output X.json``: to ``X.png`` unless ``--plot`` says otherwise). Timings are
+wall-clock on the machine that runs it; nothing here asserts on time.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ K = 10
 OURS = "MemoryStream"
 FLOOR = "bare SQLite: INSERT + COMMIT (the floor)"
 RESULTS = Path(__file__).resolve().parent / "results" / "scale.json"
+PLOT = Path(__file__).resolve().parent.parent / "docs" / "img" / "scale.png"
 
 
 # -- synthetic data (generated chunk by chunk: the driver never holds all vectors) -------------
@@ -509,6 +512,71 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
+def plot(results: list[dict[str, Any]], path: Path, title: str) -> None:
+    """Retrieval p50 and add time per memory against N, for every system in ``results``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (lat_ax, add_ax) = plt.subplots(1, 2, figsize=(11, 4.5), dpi=120)
+    systems = sorted({r["system"] for r in results}, key=lambda s: (s != OURS, s))
+    for number, system in enumerate(systems):
+        color = f"C{number}"  # one colour per system in both panels
+        batch = sorted(
+            (r for r in results if r["system"] == system and r["mode"] == "batch"),
+            key=lambda r: r["n"],
+        )
+        timed = [r for r in batch if "retrieve" in r]
+        if timed:
+            lat_ax.plot(
+                [r["n"] for r in timed],
+                [r["retrieve"]["p50_ms"] for r in timed],
+                marker="o",
+                linewidth=2.4 if system == OURS else 1.2,
+                label=system,
+                color=color,
+            )
+        exact = [r for r in batch if "retrieve_exact_no_touch" in r]
+        if exact:
+            lat_ax.plot(
+                [r["n"] for r in exact],
+                [r["retrieve_exact_no_touch"]["p50_ms"] for r in exact],
+                ":",
+                marker=".",
+                label=f"{system}, every memory scored exactly",
+                color=color,
+            )
+        for mode, style in (("one", "-"), ("batch", "--")):
+            rows = sorted(
+                (r for r in results if r["system"] == system and r["mode"] == mode),
+                key=lambda r: r["n"],
+            )
+            if rows:
+                label = f"{system}, {'one per call' if mode == 'one' else f'{BATCH} per call'}"
+                add_ax.plot(
+                    [r["n"] for r in rows],
+                    [r["add_us_per_memory"] for r in rows],
+                    style,
+                    marker="o",
+                    label=label,
+                    color=color,
+                )
+    lat_ax.set_ylabel("retrieval p50, k=10 (ms)")
+    add_ax.set_ylabel("add time per memory (us)")
+    for ax in (lat_ax, add_ax):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("memories in the namespace (N)")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10000,100000,1000000")
@@ -523,6 +591,10 @@ def main() -> None:
     parser.add_argument("--twvsr-max", type=int, default=100_000)
     parser.add_argument("--one-per-call-max", type=int, default=100_000)
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--plot", type=Path, help="PNG to draw the results to (see above)")
+    parser.add_argument(
+        "--plot-only", action="store_true", help="redraw --plot from --output; run nothing"
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--system", choices=["ours", "twvsr", "sqlite"], help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
@@ -531,6 +603,13 @@ def main() -> None:
     args = parser.parse_args()
     if args.worker:
         worker(args)
+        return
+    if args.plot is None:
+        args.plot = PLOT if args.output == RESULTS else args.output.with_suffix(".png")
+    if args.plot_only:
+        report = json.loads(args.output.read_text())
+        plot(report["results"], args.plot, f"{report['command']} ({report['date'][:10]})")
+        print(f"wrote {args.plot}")
         return
     sizes = [2000, 30000] if args.quick else [int(s) for s in args.sizes.split(",")]
     queries = 50 if args.quick else args.queries
@@ -568,9 +647,10 @@ def main() -> None:
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2) + "\n")
+    plot(results, args.plot, f"{report['command']} ({report['date'][:10]})")
     print()
     print(table(results))
-    print(f"\nwrote {args.output}")
+    print(f"\nwrote {args.output} and {args.plot}")
 
 
 if __name__ == "__main__":
