@@ -80,8 +80,8 @@ _ANN_FLUSH = 256  # rows added since the IVF index was updated before they are i
 _ANN_REGROW = 4  # retrain the IVF index when the partition grew this many times
 _ANN_4BIT = 250_000  # IVF indexes built for this many rows or more use 4-bit codes
 _ANN_BACKGROUND_MIN = 16_384
-_FILL_CHUNK = 65_536  # rows added to an IVF index per call (slices of the matrix: no copy)
 """IVF indexes for at least this many rows are built on a worker thread (smaller ones inline)."""
+_FILL_CHUNK = 65_536  # rows added to an IVF index per call (slices of the matrix: no copy)
 _TOP_CACHE = 256  # rows kept in the recency / importance candidate caches
 _FLAT_CACHE_MAX = 200_000  # larger exact partitions reload their vectors from the file
 _LOAD_CHUNK = 16_384  # rows per read when loading vectors from the file
@@ -864,7 +864,11 @@ class MemoryStream:
     def _save_index_caches(self) -> None:
         for ns, part in self._partitions.items():
             if part.ann_build is not None:
-                self._maintain_ann(part, wait=True)  # save the index being built
+                try:
+                    self._maintain_ann(part, wait=True)  # save the index being built
+                except (MemoryError, RuntimeError) as exc:  # the cache is optional
+                    logger.warning("could not finish the IVF index of %r: %s", ns, exc)
+                    continue
             path = self._cache_path(ns)
             if path is None or not part.dirty:
                 continue
@@ -908,15 +912,16 @@ class MemoryStream:
         ):
             wait = True  # rather than fill the old index with rows the new one indexes anyway
         if build is not None and (wait or build.done()):
-            build.join()
-            part.ann_build = None
-            if build.error is not None:
-                logger.warning("building the IVF index on a worker thread failed: %r", build.error)
-                self._build_ann(part)  # again, inline: a persistent error reaches the caller
-            else:
+            if build.error is None:
+                build.join()
+                part.ann_build = None
                 part.ann = build.index
                 part.ann_upto = build.upto
                 part.dirty = True
+            elif flush or wait:  # not after an add: its memory is committed, it must not raise
+                part.ann_build = None
+                logger.warning("building the IVF index on a worker thread failed: %r", build.error)
+                self._build_ann(part)  # again, inline: a persistent error reaches the caller
         limit = self.exact_limit
         live = part.live
         if limit is None or live <= limit:

@@ -333,3 +333,29 @@ def test_a_retrieval_waits_for_a_rebuild_rather_than_fill_the_old_index(
         assert part.ann is not old and part.ann is not None
         assert part.ann.trained_on == len(texts) and part.ann_upto == len(part)
         assert added[id(old)] == 500  # the old index was not filled with the new rows
+
+
+def test_a_failing_build_never_fails_an_add(data, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The add's memory is committed before index maintenance runs: a broken IVF build must
+    not turn it into an error (the caller would retry and store it twice). Retrieval reports
+    the error instead."""
+    from langchain_reflective import stream as stream_module
+
+    texts, emb, queries, imps = data
+    monkeypatch.setattr(stream_module, "_ANN_BACKGROUND_MIN", 0)
+
+    def broken_train(self: IVFCandidateIndex, sample: np.ndarray, rows: int) -> None:
+        raise RuntimeError("simulated FAISS failure")
+
+    monkeypatch.setattr(IVFCandidateIndex, "train", broken_train)
+    s = MemoryStream(emb, exact_limit=500)
+    _fill(s, texts, imps)  # no exception, though every build fails
+    part = s._partitions["default"]
+    assert part.ann_build is not None
+    part.ann_build.join()
+    emb.table.setdefault("one more memory", emb.table[texts[0]])
+    s.add(["one more memory"], importances=0.5, now=NOW)
+    assert len(s) == len(texts) + 1
+    with pytest.raises(RuntimeError, match="simulated"):
+        _top(s, queries[0])
+    s.close()  # closing does not raise either (the index cache is optional)
