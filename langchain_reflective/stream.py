@@ -514,7 +514,7 @@ class _AnnBuild:
         self._alive = alive
         self.error: BaseException | None = None
         self._thread = threading.Thread(
-            target=self._run, name=f"ivf-build-{part.namespace[:32]}", daemon=True
+            target=self._run, name="langchain-reflective-ivf-build", daemon=True
         )
         self._thread.start()
 
@@ -635,6 +635,8 @@ class MemoryStream:
             ones score exactly only a candidate set (approximate nearest neighbours from an
             IVF index, best BM25 matches, most recent and most important memories). ``None``
             always scores exactly (retrieval time then grows linearly with the namespace).
+            Large IVF indexes are trained on a background thread; until one is ready,
+            retrieval uses the previous index or scores exactly, and ``close()`` waits for it.
         ann_candidates: how many dense and lexical candidates the approximate path gathers
             (at least ``4 * k``). More candidates: closer to exact, slower.
         ann_nprobe: how many IVF lists the approximate path searches.

@@ -294,7 +294,7 @@ def test_a_failed_background_build_is_retried_inline(
         assert part.ann is not None and part.ann_build is None
         assert part.ann_upto == len(part)
     assert "simulated" in caplog.text
-    assert calls[0].startswith("ivf-build") and calls[1] == "MainThread"
+    assert calls[0] == "langchain-reflective-ivf-build" and calls[1] == "MainThread"
 
 
 def test_a_retrieval_waits_for_a_rebuild_rather_than_fill_the_old_index(
