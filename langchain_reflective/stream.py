@@ -512,7 +512,10 @@ class _AnnBuild:
         self._flat = part.index
         self._seqs = part.seqs
         self._alive = alive
-        self.error: BaseException | None = None
+        self.error: BaseException | None = RuntimeError(
+            "the IVF build thread stopped before it finished (in a forked process?)"
+        )
+        """Why the build failed; ``None`` once it has finished (set by the thread)."""
         self._thread = threading.Thread(
             target=self._run, name="langchain-reflective-ivf-build", daemon=True
         )
@@ -530,6 +533,7 @@ class _AnnBuild:
                 vectors, seqs = self._flat.vectors(), self._seqs.view  # fresh views: see above
                 _fill_ann(self.index, vectors, seqs, self._alive, lo, hi)
                 del vectors, seqs
+            self.error = None
         except BaseException as exc:  # reported by the stream when it installs the result
             self.error = exc
         finally:

@@ -359,3 +359,23 @@ def test_a_failing_build_never_fails_an_add(data, monkeypatch: pytest.MonkeyPatc
     with pytest.raises(RuntimeError, match="simulated"):
         _top(s, queries[0])
     s.close()  # closing does not raise either (the index cache is optional)
+
+
+def test_a_build_whose_thread_never_finished_is_not_installed(
+    data, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build thread that ended without finishing (e.g. the process forked while it ran: the
+    child has no such thread) must not hand over a half-built index."""
+    from langchain_reflective import stream as stream_module
+
+    texts, emb, queries, imps = data
+    monkeypatch.setattr(stream_module, "_ANN_BACKGROUND_MIN", 0)
+    monkeypatch.setattr(stream_module._AnnBuild, "_run", lambda self: None)  # ends at once
+    with MemoryStream(emb, exact_limit=500) as s:
+        _fill(s, texts, imps)
+        part = s._partitions["default"]
+        assert part.ann_build is not None
+        part.ann_build.join()
+        _top(s, queries[0])
+        assert part.ann is not None and part.ann_build is None
+        assert part.ann.is_trained and len(part.ann) == part.live  # rebuilt inline, complete
