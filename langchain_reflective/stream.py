@@ -76,7 +76,7 @@ F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
 DEFAULT_EXACT_LIMIT = 20_000
 """Namespaces with more live memories than this use the approximate candidate path."""
-_ANN_FLUSH = 256  # rows added since the IVF index was updated before they are indexed
+_ANN_FLUSH = 256  # pending rows (not in the IVF index yet) a retrieval indexes first
 _ANN_REGROW = 4  # retrain the IVF index when the partition grew this many times
 _ANN_4BIT = 250_000  # IVF indexes built for this many rows or more use 4-bit codes
 _ANN_BACKGROUND_MIN = 16_384

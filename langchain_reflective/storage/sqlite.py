@@ -821,33 +821,40 @@ class SQLiteRecordStore(BaseRecordStore):
                 c.execute(f"UPDATE memories SET accessed_us=? WHERE seq IN ({marks})", (us, *chunk))
 
     def touch_and_get(self, seqs: Sequence[int], when: datetime) -> dict[int, MemoryRecord]:
-        """Set the access time and read the records back in one statement per chunk."""
+        """Set the access time and read the records back in one statement per chunk.
+
+        The usual handful of hits is one autocommit statement; more than one chunk of ids runs
+        in one transaction, so either every access time changes or none does.
+        """
         out: dict[int, MemoryRecord] = {}
         if not seqs:
             return out
         us = to_us(when)
         wanted = [int(s) for s in seqs]
-        if len(wanted) <= _MAX_VARS - 1:  # the usual k hits: one autocommit statement
-            sql = f"UPDATE memories SET accessed_us=? WHERE seq IN ({','.join('?' * len(wanted))})"
-            with self._lock:
-                self._ensure_open()
-                try:
-                    rows = self._conn.execute(f"{sql} RETURNING {_COLUMNS}", (us, *wanted))
-                    for row in rows.fetchall():  # fetching them all ends (commits) the statement
-                        out[int(row[0])] = _row_to_record(row)
-                except sqlite3.DatabaseError as exc:
-                    raise StorageError(f"updating access times failed: {exc}") from exc
-                # no data-version read: our own commit leaves it alone, so a write by another
-                # connection still shows in the next changed_elsewhere()
-                self._after_commit()
-            return out
-        with self._transaction() as c:
-            for chunk in _chunks(wanted):
-                marks = ",".join("?" * len(chunk))
-                sql = f"UPDATE memories SET accessed_us=? WHERE seq IN ({marks}) RETURNING "
-                for row in c.execute(sql + _COLUMNS, (us, *chunk)).fetchall():
-                    out[int(row[0])] = _row_to_record(row)
+        try:
+            if len(wanted) <= _MAX_VARS:
+                with self._lock:
+                    self._ensure_open()
+                    self._touch_chunk(self._conn, us, wanted, out)
+                    # no data-version read: our own commit leaves it alone, so a write by
+                    # another connection still shows in the next changed_elsewhere()
+                    self._after_commit()
+            else:
+                with self._transaction() as c:
+                    for chunk in _chunks(wanted):
+                        self._touch_chunk(c, us, chunk, out)
+        except sqlite3.DatabaseError as exc:
+            raise StorageError(f"updating access times failed: {exc}") from exc
         return out
+
+    @staticmethod
+    def _touch_chunk(
+        c: sqlite3.Connection, us: int, seqs: Sequence[int], out: dict[int, MemoryRecord]
+    ) -> None:
+        marks = ",".join("?" * len(seqs))
+        sql = f"UPDATE memories SET accessed_us=? WHERE seq IN ({marks}) RETURNING {_COLUMNS}"
+        for row in c.execute(sql, (us, *seqs)).fetchall():  # fetching all ends the statement
+            out[int(row[0])] = _row_to_record(row)
 
     # -- reads ---------------------------------------------------------------------------------
 
