@@ -83,6 +83,7 @@ _ANN_BACKGROUND_MIN = 16_384
 """IVF indexes for at least this many rows are built on a worker thread (smaller ones inline)."""
 _FILL_CHUNK = 65_536  # rows added to an IVF index per call (slices of the matrix: no copy)
 _TOP_CACHE = 256  # rows kept in the recency / importance candidate caches
+_QUEUE_ROWS = 256  # one-per-call adds queued before they join a partition's arrays in a batch
 _FLAT_CACHE_MAX = 200_000  # larger exact partitions reload their vectors from the file
 _LOAD_CHUNK = 16_384  # rows per read when loading vectors from the file
 _FILTER_KEYS = {
@@ -303,6 +304,8 @@ class _Partition:
         self.ann_build: _AnnBuild | None = None
         """An IVF index being built on a worker thread (installed by ``_maintain_ann``)."""
         self.important_top = TopRows(_TOP_CACHE)
+        self.queue: list[tuple[int, F32, float, float, str, str]] = []
+        """Rows stored but not yet in the arrays above (see :meth:`queue_one`)."""
 
     def __len__(self) -> int:
         return len(self.seqs)
@@ -333,20 +336,27 @@ class _Partition:
                 docs.append(text)
         return docs
 
-    def append_one(
+    def queue_one(
         self, seq: int, vector: F32, stamp: float, importance: float, kind: str, text: str
-    ) -> None:
-        """Append one row (the one-memory-per-add fast path)."""
-        row = len(self.seqs)
-        self.index.add_one(vector)
-        self.seqs.append(seq)
-        self.created.append(stamp)
-        self.accessed.append(stamp)
-        self.importance.append(importance)
-        self.kind_codes.append(self.code(kind))
-        if self.lexical is not None:
-            self.lexical.add(self.lexical_documents([text], [kind]))
-        self.important_top.offer_one(row, importance)
+    ) -> bool:
+        """Queue one row (the one-memory-per-add path); return whether the queue is full.
+
+        Queued rows join the arrays in one :meth:`append` at the next :meth:`flush_queue`
+        (before any read: ``MemoryStream._partition`` flushes, and so does the add path when
+        the queue is full), which costs a fraction of appending them one by one.
+        """
+        queue = self.queue
+        queue.append((seq, vector, stamp, importance, kind, text))
+        return len(queue) >= _QUEUE_ROWS
+
+    def flush_queue(self) -> None:
+        """Append the queued rows (see :meth:`queue_one`), in the order they were added."""
+        queue = self.queue
+        if not queue:
+            return
+        self.queue = []
+        seqs, vectors, stamps, importance, kinds, texts = zip(*queue, strict=True)
+        self.append(seqs, np.stack(vectors), stamps, stamps, importance, kinds, texts)
 
     def append(
         self,
@@ -769,6 +779,7 @@ class MemoryStream:
             self._partitions.clear()
         part = self._partitions.get(namespace)
         if part is not None:
+            part.flush_queue()
             return part
         dim = self._store.dimension
         if dim is None:
@@ -869,6 +880,7 @@ class MemoryStream:
 
     def _save_index_caches(self) -> None:
         for ns, part in self._partitions.items():
+            part.flush_queue()
             if part.ann_build is not None:
                 try:
                     self._maintain_ann(part, wait=True)  # save the index being built
@@ -1085,6 +1097,30 @@ class MemoryStream:
         reset_reflection_counter: bool,
     ) -> _AddPlan:
         self._check_open()
+        one = texts if type(texts) is str else None
+        if one is None and type(texts) is list and len(texts) == 1:
+            one = texts[0]
+        if (
+            one is not None
+            and type(kinds) is str
+            and metadatas is None
+            and evidence is None
+            and ids is None
+        ):  # one memory with defaults: the common per-turn add, planned without the loops
+            imp = importances[0] if type(importances) is list and len(importances) == 1 else importances
+            if kinds and (imp is None or (type(imp) is float and 0.0 <= imp <= 1.0)):
+                return _AddPlan(
+                    texts=[validate_text(one)],
+                    kinds=[kinds],
+                    importances=[imp],
+                    metadatas=[{}],
+                    evidence=[()],
+                    ids=new_memory_ids(1),
+                    namespace=self._ns(namespace),
+                    now=utc(now) if now is not None else datetime.now(UTC),
+                    reset_counter=reset_reflection_counter,
+                    to_rate=[0] if imp is None else [],
+                )
         if isinstance(texts, str):
             texts = [texts]
         if type(texts) is not list and not isinstance(texts, Sequence):
@@ -1191,13 +1227,21 @@ class MemoryStream:
                 part = None
             if part is None:
                 part = self._partition(plan.namespace)  # loads the rows just written too
+                if part is None:
+                    return records
             else:
                 stamp = plan.now.timestamp()
                 if n == 1:
-                    part.append_one(
+                    full = part.queue_one(
                         seqs[0], vectors[0], stamp, importance[0], plan.kinds[0], plan.texts[0]
                     )
+                    part.generation = self._store.last_generation
+                    part.dirty = True
+                    if not full:
+                        return records  # the IVF index is looked after when the queue flushes
+                    part.flush_queue()
                 else:
+                    part.flush_queue()
                     part.append(
                         seqs,
                         vectors,
@@ -1208,9 +1252,8 @@ class MemoryStream:
                         plan.texts,
                     )
                 part.generation = self._store.last_generation
-            if part is not None:
-                part.dirty = True
-                self._maintain_ann(part, flush=False)  # retrieval indexes the new rows
+            part.dirty = True
+            self._maintain_ann(part, flush=False)  # retrieval indexes the new rows
             return records
 
     def _bind(self, dimension: int) -> None:
@@ -1220,9 +1263,9 @@ class MemoryStream:
             self._bound_dimension = dimension
 
     def _depths(self, plan: _AddPlan) -> list[int]:
-        wanted = sorted({e for ev in plan.evidence for e in ev})
-        if not wanted:
+        if not any(plan.evidence):
             return [0] * len(plan.texts)
+        wanted = sorted({e for ev in plan.evidence for e in ev})
         found = {r.id: r.depth for r in self._store.get(wanted, namespace=plan.namespace)}
         missing = [e for e in wanted if e not in found]
         if missing:

@@ -47,6 +47,7 @@ SCHEMA_VERSION = 2
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
+_LE_F32 = np.dtype("<f4")
 _MAX_VARS = 900  # stay below SQLite's host-parameter limit
 
 _SCHEMA = """
@@ -556,6 +557,30 @@ class SQLiteRecordStore(BaseRecordStore):
         *,
         counter: CounterUpdate | None = None,
     ) -> list[int]:
+        if (
+            len(records) == 1
+            and type(vectors) is np.ndarray
+            and vectors.dtype == _LE_F32
+            and vectors.shape[0] == 1
+            and _counts_itself(records[0], counter)
+        ):  # one memory per add: no batch bookkeeping
+            r = records[0]
+            created = to_us(r.created_at)
+            row = (
+                r.id,
+                r.namespace,
+                r.text,
+                r.kind,
+                created,
+                created if r.accessed_at == r.created_at else to_us(r.accessed_at),
+                r.importance,
+                r.importance_source,
+                _dump_evidence(r.evidence),
+                r.depth,
+                _dump_metadata(r.metadata),
+                vectors.tobytes(),
+            )
+            return [self._insert_one(row, r.namespace)]
         vecs = np.ascontiguousarray(vectors, dtype="<f4")
         if len(records) != vecs.shape[0]:
             raise StorageError(f"{len(records)} records but {vecs.shape[0]} vectors")

@@ -123,7 +123,7 @@ def _ref_score_rows(
 def _random_partition(rng: np.random.Generator, n: int, kinds_mix: bool) -> _Partition:
     part = _Partition("ns", DIM, 0)
     start = 0
-    while start < n:  # appended in uneven batches, one-row appends too
+    while start < n:  # appended in uneven batches, and runs of queued one-row adds
         size = int(min(n - start, rng.choice([1, 1, 7, 50, 300])))
         vectors = rng.standard_normal((size, DIM)).astype(np.float32)
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -135,10 +135,11 @@ def _random_partition(rng: np.random.Generator, n: int, kinds_mix: bool) -> _Par
         stamps = 1.7e9 + rng.uniform(0, 3e7, size)
         importance = rng.integers(1, 11, size) / 10
         if size == 1:
-            part.append_one(
+            part.queue_one(
                 start + 10, vectors[0], float(stamps[0]), float(importance[0]), kinds[0], "t"
             )
         else:
+            part.flush_queue()  # the stream flushes queued rows before any other append
             part.append(
                 np.arange(start + 10, start + 10 + size),
                 vectors,
@@ -149,6 +150,7 @@ def _random_partition(rng: np.random.Generator, n: int, kinds_mix: bool) -> _Par
                 None,
             )
         start += size
+    part.flush_queue()
     return part
 
 
@@ -188,7 +190,7 @@ def test_neighbor_table_equals_the_binary_search_reference(kinds_mix: bool) -> N
             None,
         )
         _check_neighbors(part, rng)
-        part.append_one(
+        part.queue_one(
             10**7 + len(part),
             vectors[0],
             1.7e9,
@@ -196,6 +198,7 @@ def test_neighbor_table_equals_the_binary_search_reference(kinds_mix: bool) -> N
             OBSERVATION if rng.random() < 0.7 else "x",
             "t",
         )
+        part.flush_queue()
         _check_neighbors(part, rng)
 
 
