@@ -1107,7 +1107,9 @@ class MemoryStream:
             and evidence is None
             and ids is None
         ):  # one memory with defaults: the common per-turn add, planned without the loops
-            imp = importances[0] if type(importances) is list and len(importances) == 1 else importances
+            imp = importances
+            if type(imp) is list and len(imp) == 1:
+                imp = imp[0]
             if kinds and (imp is None or (type(imp) is float and 0.0 <= imp <= 1.0)):
                 return _AddPlan(
                     texts=[validate_text(one)],

@@ -43,7 +43,7 @@ __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteRecordStore"]
 logger = logging.getLogger(__name__)
 
 APPLICATION_ID = 0x52464C54  # "RFLT"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
@@ -53,7 +53,7 @@ _MAX_VARS = 900  # stay below SQLite's host-parameter limit
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS memories (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER PRIMARY KEY,
     id TEXT NOT NULL UNIQUE,
     namespace TEXT NOT NULL,
     text TEXT NOT NULL,
@@ -79,8 +79,16 @@ CREATE TABLE IF NOT EXISTS counters (
     generation INTEGER NOT NULL DEFAULT 0,
     counted_seq INTEGER NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS seq_floor (seq INTEGER PRIMARY KEY);
 """
-"""Schema notes (version 2).
+"""Schema notes (version 3).
+
+``seq`` numbers memories in insertion order and is never reused: an insert takes one more than
+the larger of the newest ``seq`` and ``seq_floor`` (one row), and every delete first raises
+``seq_floor`` to the newest ``seq``. That is what ``AUTOINCREMENT`` guaranteed in versions 1
+and 2, without its extra page write (``sqlite_sequence``) on every insert. Files upgraded from
+those versions keep ``AUTOINCREMENT`` on the table (harmless, only slower): rebuilding a large
+table on open is not worth it.
 
 ``counters`` holds, per namespace, the reflection counter *folded up to* ``counted_seq``:
 ``importance_sum``/``adds`` cover the namespace's memories with ``seq <= counted_seq`` (and any
@@ -150,10 +158,19 @@ def _dump_metadata(metadata: Any) -> str:
     return json.dumps(dict(metadata), allow_nan=False) if metadata else "{}"
 
 
-_INSERT = (
-    "INSERT INTO memories (id, namespace, text, kind, created_us, accessed_us, importance, "
-    "importance_source, evidence, depth, metadata, vector) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
+_NEXT_SEQ = (
+    "MAX(COALESCE((SELECT MAX(seq) FROM memories), 0), "
+    "COALESCE((SELECT MAX(seq) FROM seq_floor), 0)) + 1"
 )
+_INSERT = (
+    "INSERT INTO memories (seq, id, namespace, text, kind, created_us, accessed_us, importance, "
+    f"importance_source, evidence, depth, metadata, vector) VALUES ({_NEXT_SEQ},"
+    "?,?,?,?,?,?,?,?,?,?,?,?)"
+)
+_RAISE_SEQ_FLOOR = (
+    "UPDATE seq_floor SET seq = MAX(seq, COALESCE((SELECT MAX(seq) FROM memories), 0))"
+)
+"""Run before deleting memories: the seqs they free are never handed out again."""
 
 
 def _counts_itself(record: MemoryRecord, counter: CounterUpdate | None) -> bool:
@@ -364,6 +381,7 @@ class SQLiteRecordStore(BaseRecordStore):
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         c.execute(statement)
+                c.execute("INSERT INTO seq_floor(seq) VALUES (0)")
                 c.execute(
                     "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
                     (str(SCHEMA_VERSION),),
@@ -400,23 +418,45 @@ class SQLiteRecordStore(BaseRecordStore):
         """Bring an older file up to :data:`SCHEMA_VERSION` (one transaction).
 
         Version 1 -> 2: ``counters.counted_seq``. Version 1 kept the counters exact on every
-        write, so each namespace's counter is folded up to its newest ``seq`` as of now. Another
-        process may migrate at the same time: the version is read again under the write lock.
-        Old versions of the package refuse the migrated file (its version is newer).
+        write, so each namespace's counter is folded up to its newest ``seq`` as of now.
+
+        Version 2 -> 3: ``seq_floor``, set to the highest ``seq`` ever handed out (what
+        ``AUTOINCREMENT`` recorded in ``sqlite_sequence``), so no seq is reused.
+
+        Another process may migrate at the same time: the version is read again under the
+        write lock. Old versions of the package refuse the migrated file (its version is newer).
         """
         with self._transaction() as c:
             row = c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            if int(row[0]) >= 2:
+            version = int(row[0])
+            if version >= SCHEMA_VERSION:
                 return
-            c.execute("ALTER TABLE counters ADD COLUMN counted_seq INTEGER NOT NULL DEFAULT 0")
-            # every v1 write bumped its namespace's counters row, but be safe about namespaces
-            # without one: their counter was zero, so they are folded too
-            c.execute(
-                "INSERT INTO counters(namespace, counted_seq) "
-                "SELECT namespace, MAX(seq) FROM memories WHERE true GROUP BY namespace "
-                "ON CONFLICT(namespace) DO UPDATE SET counted_seq = excluded.counted_seq"
+            if version < 2:
+                c.execute("ALTER TABLE counters ADD COLUMN counted_seq INTEGER NOT NULL DEFAULT 0")
+                # every v1 write bumped its namespace's counters row, but be safe about
+                # namespaces without one: their counter was zero, so they are folded too
+                c.execute(
+                    "INSERT INTO counters(namespace, counted_seq) "
+                    "SELECT namespace, MAX(seq) FROM memories WHERE true GROUP BY namespace "
+                    "ON CONFLICT(namespace) DO UPDATE SET counted_seq = excluded.counted_seq"
+                )
+            c.execute("CREATE TABLE IF NOT EXISTS seq_floor (seq INTEGER PRIMARY KEY)")
+            floor = int(
+                c.execute(
+                    "SELECT MAX(COALESCE((SELECT MAX(seq) FROM memories), 0), "
+                    "COALESCE((SELECT MAX(seq) FROM seq_floor), 0))"
+                ).fetchone()[0]
             )
-            c.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
+            if c.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='sqlite_sequence'"
+            ).fetchone():
+                used = c.execute(
+                    "SELECT MAX(seq) FROM sqlite_sequence WHERE name='memories'"
+                ).fetchone()[0]
+                floor = max(floor, int(used or 0))
+            c.execute("DELETE FROM seq_floor")
+            c.execute("INSERT INTO seq_floor(seq) VALUES (?)", (floor,))
+            c.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
 
     # executescript commits implicitly; wrap plain statements in explicit transactions.
     class _Tx:
@@ -565,14 +605,14 @@ class SQLiteRecordStore(BaseRecordStore):
             and _counts_itself(records[0], counter)
         ):  # one memory per add: no batch bookkeeping
             r = records[0]
-            created = to_us(r.created_at)
+            created_us = to_us(r.created_at)
             row = (
                 r.id,
                 r.namespace,
                 r.text,
                 r.kind,
-                created,
-                created if r.accessed_at == r.created_at else to_us(r.accessed_at),
+                created_us,
+                created_us if r.accessed_at == r.created_at else to_us(r.accessed_at),
                 r.importance,
                 r.importance_source,
                 _dump_evidence(r.evidence),
@@ -621,8 +661,8 @@ class SQLiteRecordStore(BaseRecordStore):
                     assert cur.lastrowid is not None
                     seqs = [cur.lastrowid]
                 elif rows:
-                    # one prepared statement for the batch; with AUTOINCREMENT and the write
-                    # lock held, the new sequence numbers are consecutive
+                    # one prepared statement for the batch; each row takes the next seq, so
+                    # with the write lock held the new sequence numbers are consecutive
                     c.executemany(_INSERT, rows)
                     self._writes += len(rows) - 1  # a big batch wakes the checkpointer sooner
                     last = int(c.execute("SELECT last_insert_rowid()").fetchone()[0])
@@ -811,6 +851,8 @@ class SQLiteRecordStore(BaseRecordStore):
                     (namespace, *chunk),
                 ).fetchall()
                 seqs = [int(r[0]) for r in found]
+                if seqs and not deleted:
+                    c.execute(_RAISE_SEQ_FLOOR)
                 for part in _chunks(seqs):
                     c.execute(
                         f"DELETE FROM memories WHERE seq IN ({','.join('?' * len(part))})",
@@ -825,6 +867,7 @@ class SQLiteRecordStore(BaseRecordStore):
 
     def purge(self, namespace: str) -> int:
         with self._transaction() as c:
+            c.execute(_RAISE_SEQ_FLOOR)
             n = c.execute("DELETE FROM memories WHERE namespace=?", (namespace,)).rowcount
             bumps = self._bump(c, namespace)
             c.execute(
@@ -1028,9 +1071,9 @@ class SQLiteRecordStore(BaseRecordStore):
     def generation(self, namespace: str) -> int:
         """``bumps * 2**40 + newest seq`` of the namespace (one statement, one snapshot).
 
-        An insert raises the newest seq (AUTOINCREMENT never reuses one); a delete, purge or
-        reset raises the bumps. So equal generations mean equal contents, and adds do not have to
-        write the counters row.
+        An insert raises the newest seq (seqs are never reused, see ``seq_floor``); a delete,
+        purge or reset raises the bumps. So equal generations mean equal contents, and adds do
+        not have to write the counters row.
         """
         rows = self._query(
             "SELECT COALESCE((SELECT generation FROM counters WHERE namespace=?1), 0), "

@@ -1,4 +1,4 @@
-"""The SQLite store's derived reflection counter and generation (schema version 2).
+"""The SQLite store's derived reflection counter, generation and seqs (schema version 3).
 
 A single add writes only its row: the counter is the counters row (folded up to
 ``counted_seq``) plus the rows after it, and the generation is ``bumps * 2**40 + newest seq``.
@@ -256,6 +256,35 @@ def test_generation_changes_on_every_write_and_never_repeats(store: SQLiteRecord
         other.close()
 
 
+def test_seqs_are_never_reused(store: SQLiteRecordStore, tmp_path: Path) -> None:
+    """Deleting the newest memories (one, a namespace, all of them) never frees their seqs."""
+    handed_out: list[int] = []
+    handed_out += _add(store, _records(3))
+    [newest] = _add(store, _records(1, start=3))  # single-row path
+    handed_out.append(newest)
+    assert store.delete(["default-observation-3"], namespace="default") == [newest]
+    handed_out += _add(store, _records(1, start=4))
+    handed_out += _add(store, _records(2, ns="other"))
+    store.purge("other")  # held the newest seqs
+    handed_out += _add(store, _records(2, start=5))  # batch path
+    store.purge("default")  # the file is empty now
+    other = SQLiteRecordStore(store.path)  # another connection, nothing cached
+    try:
+        handed_out += _add(other, _records(1, start=9))
+    finally:
+        other.close()
+    handed_out += store.insert(_records(1, start=10), _vectors(1))  # without counter
+    assert handed_out == sorted(handed_out)
+    assert len(set(handed_out)) == len(handed_out)
+    # new files do without AUTOINCREMENT (its sqlite_sequence write on every insert)
+    conn = sqlite3.connect(store.path)
+    try:
+        sql = conn.execute("SELECT sql FROM sqlite_master WHERE name='memories'").fetchone()[0]
+        assert "AUTOINCREMENT" not in sql.upper()
+    finally:
+        conn.close()
+
+
 def test_single_add_detects_another_writer(store: SQLiteRecordStore) -> None:
     _add(store, _records(1))
     assert store.consume_write_conflict() is False
@@ -371,6 +400,11 @@ CREATE TABLE counters (
 );
 """
 
+V1_INSERT = (
+    "INSERT INTO memories (id, namespace, text, kind, created_us, accessed_us, importance, "
+    "importance_source, evidence, depth, metadata, vector) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
+)
+
 
 def _v1_file(path: Path) -> None:
     """A version-1 file as the previous release wrote it: 5 memories in "default" (the first
@@ -399,7 +433,7 @@ def _v1_file(path: Path) -> None:
     ]
     for rid, ns, kind, imp in rows:
         conn.execute(
-            sqlite_store._INSERT,
+            V1_INSERT,
             (rid, ns, rid, kind, 0, 0, imp, "given", "[]", 0, "{}", vec),
         )
     # d2 counted, then deleted; d3 counted: 0.75 over 2 adds since the reflection at seq 2
@@ -417,7 +451,7 @@ def test_version_1_files_are_migrated(tmp_path: Path) -> None:
     _v1_file(path)
     store = SQLiteRecordStore(path)
     try:
-        assert store.get_meta("schema_version") == str(sqlite_store.SCHEMA_VERSION) == "2"
+        assert store.get_meta("schema_version") == str(sqlite_store.SCHEMA_VERSION) == "3"
         state = store.reflection_state("default")
         assert (state.importance_sum, state.adds_since) == (pytest.approx(0.75), 2)
         assert state.last_reflection_at == datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC)
@@ -438,6 +472,31 @@ def test_version_1_files_are_migrated(tmp_path: Path) -> None:
     store = SQLiteRecordStore(path)
     try:
         assert store.reflection_state("default").adds_since == 3
+    finally:
+        store.close()
+
+
+def test_version_2_files_never_reuse_a_seq_autoincrement_handed_out(tmp_path: Path) -> None:
+    """A version-2 file whose newest memories were deleted: ``sqlite_sequence`` remembers seqs
+    that no row holds any more; the upgrade carries them into ``seq_floor``."""
+    path = tmp_path / "m.db"
+    _v1_file(path)
+    conn = sqlite3.connect(path)  # what the 1 -> 2 upgrade of the previous release did
+    conn.execute("ALTER TABLE counters ADD COLUMN counted_seq INTEGER NOT NULL DEFAULT 0")
+    conn.execute("UPDATE counters SET counted_seq = 5")
+    conn.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
+    conn.execute("DELETE FROM memories WHERE seq >= 4")  # o0 and d3: seqs 4 and 5 freed
+    conn.commit()
+    assert conn.execute("SELECT MAX(seq) FROM memories").fetchone()[0] == 2
+    conn.close()
+    store = SQLiteRecordStore(path)
+    try:
+        assert store.get_meta("schema_version") == "3"
+        assert _add(store, _records(1)) == [6]  # single-row path
+        assert _add(store, _records(2, start=1)) == [7, 8]  # batch path
+        # the upgraded table keeps AUTOINCREMENT: both rules agree from here on
+        store.delete(["default-observation-2"], namespace="default")
+        assert _add(store, _records(1, start=3)) == [9]
     finally:
         store.close()
 
