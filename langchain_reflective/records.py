@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -40,9 +41,9 @@ def new_memory_id() -> str:
 
 
 def new_memory_ids(n: int) -> list[str]:
-    """``n`` new ids (see :func:`new_memory_id`), with one clock read and one random read."""
+    """``n`` new ids (see :func:`new_memory_id`), with one clock read."""
     stamp = (time.time_ns() // 1_000_000) << 80 | _VERSION_AND_VARIANT
-    raw = os.urandom(10 * n)
+    raw = _RANDOM.take(10 * n)
     out = []
     for i in range(0, 10 * n, 10):
         rand = int.from_bytes(raw[i : i + 10], "big")
@@ -50,6 +51,33 @@ def new_memory_ids(n: int) -> list[str]:
     return out
 
 
+class _RandomPool:
+    """Bytes from ``os.urandom``, read 4 KiB at a time (one system call per ~400 ids instead of
+    one per add). Thread-safe; a forked child starts with an empty pool, so parent and child
+    never hand out the same bytes."""
+
+    _SIZE = 4096
+
+    def __init__(self) -> None:
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._buf = b""
+        self._pos = 0
+
+    def take(self, n: int) -> bytes:
+        with self._lock:
+            if self._pos + n > len(self._buf):
+                self._buf = os.urandom(max(n, self._SIZE))
+                self._pos = 0
+            out = self._buf[self._pos : self._pos + n]
+            self._pos += n
+            return out
+
+
+_RANDOM = _RandomPool()
 _RAND_B = (1 << 62) - 1
 _VERSION_AND_VARIANT = 0x7 << 76 | 0b10 << 62
 

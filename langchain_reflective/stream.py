@@ -245,10 +245,11 @@ def _as_unit_vectors(raw: Any, expected_rows: int, source: str) -> F32:
         and raw.shape[0] == 1
         and raw.shape[1]
     ):  # one float32 row (numpy embeddings): its squares cannot overflow float64
-        row = raw[0].astype(np.float64)
-        square = float(row @ row)
+        row = raw.astype(np.float64)  # a copy, divided in place
+        square = float(np.dot(row[0], row[0]))
         if math.isfinite(square) and square > 1e-24:
-            unit: F32 = (row / math.sqrt(square)).astype(np.float32).reshape(1, -1)
+            row /= math.sqrt(square)
+            unit: F32 = row.astype(np.float32)
             return unit
     try:
         arr = np.asarray(raw, dtype=np.float64)
