@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import sqlite3
 import threading
 import time
@@ -126,6 +127,27 @@ def test_new_ids_are_uuid7_and_sort_by_creation() -> None:
     # the first 48 bits are milliseconds: ids from different milliseconds sort by time
     stamps = [int(i[:12], 16) for i in ids]
     assert stamps == sorted(stamps)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_never_repeats_the_parents_ids() -> None:
+    """Ids draw on a pool of random bytes; a forked child must not reuse the parent's pool."""
+    new_memory_ids(1)  # the pool holds unused bytes now
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: report the next ids and leave at once
+        try:
+            os.write(write, "".join(new_memory_ids(50)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child = pipe.read()
+    os.waitpid(pid, 0)
+    # compare the random parts (after the millisecond stamp and the version digit)
+    child_random = {child[i + 13 : i + 32] for i in range(0, len(child), 32)}
+    assert len(child_random) == 50
+    assert not child_random & {i[13:] for i in new_memory_ids(50)}
 
 
 def test_old_importance_index_is_migrated(tmp_path: Path) -> None:
