@@ -100,6 +100,32 @@ def test_reopen_gives_identical_results(embeddings, db_path, now) -> None:
         assert after == before
 
 
+def test_one_per_call_adds_score_like_a_reload(embeddings, db_path, now) -> None:
+    """Rows of one-per-call adds wait in a queue (flushed every 256 and before reads); the
+    stream that queued them ranks exactly like one that loads the same file, at any point."""
+    texts = [
+        f"note {i} about {['tea', 'chess', 'paris', 'rain'][i % 4]} day {i}" for i in range(600)
+    ]
+    with MemoryStream(embeddings, path=db_path) as s:
+        for i, text in enumerate(texts):
+            importance = None if i % 7 == 0 else (i % 10) / 10  # some rated by the scorer
+            s.add(text, importances=importance, now=now + timedelta(minutes=i))
+            if i in (0, 255, 256, 300, 599):  # before, at and after a queue flush
+                query = texts[i // 2]
+                live = [
+                    (h.record.id, h.score) for h in s.retrieve(query, k=8, now=now, touch=False)
+                ]
+                with MemoryStream(embeddings, path=db_path) as fresh:
+                    loaded = fresh.retrieve(query, k=8, now=now, touch=False)
+                assert live == [(h.record.id, h.score) for h in loaded]
+                assert len(s._partitions["default"]) == i + 1
+        s.add(["a batch", "after queued rows"], importances=0.5, now=now)  # flushes first
+        part = s._partitions["default"]
+        assert not part.queue
+        assert part.seqs.view.tolist() == sorted(part.seqs.view.tolist())
+        assert s.count() == len(part) == 602
+
+
 def test_reopen_without_close_rebuilds_stale_cache(embeddings, db_path, now) -> None:
     s = MemoryStream(embeddings, path=db_path)
     s.add(FACTS[:2], importances=0.5, now=now)
