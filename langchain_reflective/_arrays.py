@@ -136,13 +136,6 @@ class TopRows:
             if len(self._rows) > 4 * self.size:
                 self.valid = False
 
-    def offer_one(self, row: int, value: float) -> None:
-        """:meth:`offer` for one row (the one-memory-per-add path)."""
-        if self.valid and value >= self.floor:
-            self._rows.add(row)
-            if len(self._rows) > 4 * self.size:
-                self.valid = False
-
     def rows(self) -> npt.NDArray[np.int64]:
         """The current set (a superset of the ``size`` best usable rows, when valid)."""
         return np.fromiter(self._rows, dtype=np.int64, count=len(self._rows))

@@ -105,11 +105,6 @@ class FaissFlatIndex(BaseVectorIndex):
         else:
             self._alive_buf.extend(np.ones(m, dtype=bool))
 
-    def add_one(self, vector: F32) -> None:
-        """Append one vector of shape ``(dimension,)`` (float32, already checked)."""
-        self._matrix.extend(vector.reshape(1, self.dimension))
-        self._alive_buf.append(True)
-
     def delete(self, rows: npt.NDArray[np.int64]) -> None:
         rows = np.asarray(rows, dtype=np.int64)
         newly = int(self._alive[rows].sum())
