@@ -880,6 +880,12 @@ class MemoryStream:
         return loaded
 
     def _save_index_caches(self) -> None:
+        if self._store.changed_elsewhere():
+            # another process wrote since we last looked (one-memory adds do not look): the
+            # partitions may lack its rows, and a cache saved now could carry the generation of
+            # different contents. Skip it; the next open loads from the file.
+            logger.info("another process wrote %s: not saving the index caches", self.path)
+            return
         for ns, part in self._partitions.items():
             part.flush_queue()
             if part.ann_build is not None:

@@ -136,7 +136,9 @@ class BaseRecordStore(ABC):
     """Durable storage of memory records and vectors."""
 
     last_generation: int = 0
-    """The namespace generation produced by this store's last write (insert/delete/purge)."""
+    """The namespace generation produced by this store's last write (insert/delete/purge), as
+    of the store's last look at the file: if another writer changed it unseen, the next
+    :meth:`changed_elsewhere` says so (callers check it before trusting their own state)."""
 
     @property
     @abstractmethod
@@ -251,6 +253,8 @@ class BaseRecordStore(ABC):
 
         Stores that learn this while writing (SQLite reads its data version inside every write
         transaction) answer without another query; the default asks :meth:`changed_elsewhere`.
+        A store may also leave it to the next :meth:`changed_elsewhere` (SQLite's one-memory
+        insert does not look), so this is no substitute for that check before a read.
         """
         return self.changed_elsewhere()
 

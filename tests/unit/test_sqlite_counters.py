@@ -285,9 +285,13 @@ def test_seqs_are_never_reused(store: SQLiteRecordStore, tmp_path: Path) -> None
         conn.close()
 
 
-def test_single_add_detects_another_writer(store: SQLiteRecordStore) -> None:
+def test_another_writer_shows_at_the_next_look_after_single_adds(
+    store: SQLiteRecordStore,
+) -> None:
+    """A one-memory insert does not read the data version; the next changed_elsewhere() (which
+    the stream calls before reads and before saving caches) still sees the other writer."""
     _add(store, _records(1))
-    assert store.consume_write_conflict() is False
+    assert store.changed_elsewhere() is False
     other = SQLiteRecordStore(store.path)
     try:
         _add(other, _records(1, start=1))
@@ -295,13 +299,39 @@ def test_single_add_detects_another_writer(store: SQLiteRecordStore) -> None:
     finally:
         other.close()
     _add(store, _records(1, start=2))
-    assert store.consume_write_conflict() is True
-    assert store.consume_write_conflict() is False
-    # the cached bumps were dropped: last_generation sees the other store's delete
-    assert store.last_generation == store.generation("default")
+    assert store.changed_elsewhere() is True
+    assert store.changed_elsewhere() is False
+    # the cached bumps were dropped at that look: the next add's generation is the file's
     _add(store, _records(1, start=3))
-    assert store.consume_write_conflict() is False
     assert store.last_generation == store.generation("default")
+    assert store.changed_elsewhere() is False
+
+
+def test_index_caches_are_not_saved_over_unseen_writes(tmp_path: Path) -> None:
+    """Another process adds while this stream adds one memory at a time; this stream's
+    partition lacks those rows, so closing it must not save a cache under the file's
+    generation (a reopen would load vectors that do not match the rows)."""
+    path = tmp_path / "m.db"
+    a = MemoryStream(WordEmbeddings(), path=path)
+    a.add(["alice likes tea"], importances=0.5, now=NOW)
+    a.retrieve("tea", k=1, now=NOW)  # loads the partition
+    with MemoryStream(WordEmbeddings(), path=path) as b:
+        b.add(["bob likes coffee", "dan likes rain"], importances=0.5, now=NOW)
+    a.add(["carol likes paris"], importances=0.5, now=NOW)  # newest seq: the file's generation
+    a.close()
+    with MemoryStream(WordEmbeddings(), path=path) as c:
+        texts = {h.record.text for h in c.retrieve("likes", k=10, now=NOW, touch=False)}
+        assert texts == {
+            "alice likes tea",
+            "bob likes coffee",
+            "dan likes rain",
+            "carol likes paris",
+        }
+        hit = c.retrieve("bob coffee", k=1, now=NOW, touch=False)[0]
+        assert hit.record.text == "bob likes coffee"
+        assert hit.relevance == pytest.approx(
+            max(h.relevance for h in c.retrieve("bob coffee", k=4, now=NOW, touch=False))
+        )
 
 
 def test_a_failed_single_add_is_a_storage_error(store: SQLiteRecordStore) -> None:
