@@ -44,6 +44,9 @@ def new_memory_ids(n: int) -> list[str]:
     """``n`` new ids (see :func:`new_memory_id`), with one clock read."""
     stamp = (time.time_ns() // 1_000_000) << 80 | _VERSION_AND_VARIANT
     raw = _RANDOM.take(10 * n)
+    if n == 1:  # one memory per add
+        rand = int.from_bytes(raw, "big")
+        return [f"{stamp | (rand >> 68) << 64 | rand & _RAND_B:032x}"]
     out = []
     for i in range(0, 10 * n, 10):
         rand = int.from_bytes(raw[i : i + 10], "big")
@@ -88,6 +91,8 @@ def utc(value: datetime) -> datetime:
     Raises:
         InvalidMemoryError: if ``value`` is naive (no timezone): a naive datetime is ambiguous.
     """
+    if value.__class__ is datetime and value.tzinfo is UTC:
+        return value  # already UTC (datetimes are immutable)
     if not isinstance(value, datetime):
         raise InvalidMemoryError(f"expected a datetime, got {type(value).__name__}")
     if value.tzinfo is None or value.utcoffset() is None:
