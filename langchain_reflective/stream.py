@@ -937,8 +937,8 @@ class MemoryStream:
         ):
             wait = True  # rather than fill the old index with rows the new one indexes anyway
         if build is not None and (wait or build.done()):
+            build.join()  # (at once when done) its error is the outcome only once it ended
             if build.error is None:
-                build.join()
                 part.ann_build = None
                 part.ann = build.index
                 part.ann_upto = build.upto

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -236,7 +237,7 @@ def test_large_indexes_build_on_a_worker_thread_without_blocking(
 
 
 def test_close_waits_for_a_running_build_and_saves_it(
-    tmp_path: Path, data, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, data, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     from langchain_reflective import stream as stream_module
 
@@ -244,15 +245,21 @@ def test_close_waits_for_a_running_build_and_saves_it(
     monkeypatch.setattr(stream_module, "_ANN_BACKGROUND_MIN", 0)
     original = IVFCandidateIndex.train
 
+    threads: list[str] = []
+
     def slow_train(self: IVFCandidateIndex, sample: np.ndarray, rows: int) -> None:
+        threads.append(threading.current_thread().name)
         time.sleep(0.5)
         original(self, sample, rows)
 
     monkeypatch.setattr(IVFCandidateIndex, "train", slow_train)
     db = tmp_path / "m.db"
-    with MemoryStream(emb, path=db, exact_limit=500) as s:
+    with caplog.at_level("WARNING"), MemoryStream(emb, path=db, exact_limit=500) as s:
         _fill(s, texts, imps)
         assert s._partitions["default"].ann_build is not None  # still training at close
+    # close waited for the worker's index: nothing trained inline, nothing reported failed
+    assert threads and set(threads) == {"langchain-reflective-ivf-build"}
+    assert "failed" not in caplog.text
     trained: list[int] = []
 
     def counting_train(self: IVFCandidateIndex, sample: np.ndarray, rows: int) -> None:
@@ -308,7 +315,10 @@ def test_a_retrieval_waits_for_a_rebuild_rather_than_fill_the_old_index(
     original_train, original_add = IVFCandidateIndex.train, IVFCandidateIndex.add
     added: dict[int, int] = {}
 
+    threads: list[str] = []
+
     def slow_train(self: IVFCandidateIndex, sample: np.ndarray, rows: int) -> None:
+        threads.append(threading.current_thread().name)
         time.sleep(0.3)
         original_train(self, sample, rows)
 
@@ -333,6 +343,7 @@ def test_a_retrieval_waits_for_a_rebuild_rather_than_fill_the_old_index(
         assert part.ann is not old and part.ann is not None
         assert part.ann.trained_on == len(texts) and part.ann_upto == len(part)
         assert added[id(old)] == 500  # the old index was not filled with the new rows
+        assert set(threads) == {"langchain-reflective-ivf-build"}  # waited, not rebuilt inline
 
 
 def test_a_failing_build_never_fails_an_add(data, monkeypatch: pytest.MonkeyPatch) -> None:
