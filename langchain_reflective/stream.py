@@ -78,7 +78,6 @@ DEFAULT_EXACT_LIMIT = 20_000
 """Namespaces with more live memories than this use the approximate candidate path."""
 _ANN_FLUSH = 256  # pending rows (not in the IVF index yet) a retrieval indexes first
 _ANN_REGROW = 4  # retrain the IVF index when the partition grew this many times
-_ANN_4BIT = 250_000  # IVF indexes built for this many rows or more use 4-bit codes
 _ANN_BACKGROUND_MIN = 16_384
 """IVF indexes for at least this many rows are built on a worker thread (smaller ones inline)."""
 _FILL_CHUNK = 65_536  # rows added to an IVF index per call (slices of the matrix: no copy)
@@ -476,10 +475,7 @@ class _Partition:
 def _new_ann(part: _Partition, live_rows: I64) -> tuple[IVFCandidateIndex, F32]:
     """An untrained IVF index sized for ``live_rows`` and its training sample (a copy)."""
     nlist = default_nlist(live_rows.shape[0])
-    # 4-bit codes from _ANN_4BIT rows on: the float32 matrix plus 8-bit codes of 1M
-    # 384-dimensional vectors alone take 1.9 GB
-    bits = 8 if live_rows.shape[0] < _ANN_4BIT else 4
-    index = IVFCandidateIndex(part.index.dimension, min(nlist, 4096), bits)
+    index = IVFCandidateIndex(part.index.dimension, min(nlist, 4096))
     rng = np.random.default_rng(len(part))
     sample_size = min(live_rows.shape[0], 32 * index.nlist)
     sample = np.sort(rng.choice(live_rows, size=sample_size, replace=False))

@@ -1,9 +1,12 @@
-"""Approximate dense candidates for large partitions: FAISS IVF with scalar quantisation.
+"""Approximate dense candidates for large partitions: FAISS IVF with 4-bit product quantisation.
 
 The exact vectors stay in one place (the partition's :class:`FaissFlatIndex`); this index keeps
-only a coarse quantiser, 8 or 4 bits per dimension per vector and an id per vector (about 400 or
-200 bytes per 384-dimensional vector: a quarter or an eighth of the float32 copy). It proposes
-candidates; the stream rescores every candidate exactly, so quantisation never changes a score.
+only a coarse quantiser, a 4-bit product-quantisation code per vector (one sub-quantiser per 4
+dimensions: 48 bytes per 384-dimensional vector, a 32nd of the float32 copy) scanned with
+FAISS's SIMD "fast scan" kernels, and an id per vector. It proposes candidates; the stream
+rescores every candidate exactly, so quantisation never changes a score. (Earlier versions
+used 8- or 4-bit scalar quantisation, 4-8x larger and ~3.5x slower to scan; their caches still
+load.)
 
 Ids are the records' sequence numbers (stable across reloads and compaction), not row numbers.
 Deleted records stay in the lists (the caller drops them when mapping ids to live rows); the
@@ -44,31 +47,36 @@ def default_nlist(rows: int) -> int:
     return int(min(4096, max(16, round(math.sqrt(max(rows, 1))))))
 
 
+def _pq_subquantizers(dimension: int) -> int:
+    """Sub-quantisers for ``dimension``: one per 4 dimensions (2 or 1 when 4 does not divide)."""
+    for width in (4, 2):
+        if dimension % width == 0:
+            return dimension // width
+    return dimension
+
+
 class IVFCandidateIndex:
-    """An IVF scalar-quantised inner-product index over record ids (sequence numbers).
+    """An IVF product-quantised inner-product index over record ids (sequence numbers).
 
     Args:
         dimension: vector dimension.
         nlist: number of inverted lists (see :func:`default_nlist`).
-        bits: 8 or 4 bits per dimension. 4 bits halves the memory; the candidates' order is a
-            little noisier (they are rescored exactly anyway).
     """
 
-    def __init__(self, dimension: int, nlist: int, bits: int = 8) -> None:
+    def __init__(self, dimension: int, nlist: int) -> None:
         faiss = _faiss()
-        if bits not in (4, 8):
-            raise ValueError(f"bits must be 4 or 8, got {bits}")
         self.dimension = int(dimension)
         self.nlist = int(nlist)
         quantizer = faiss.IndexFlatIP(self.dimension)
-        index = faiss.IndexIVFScalarQuantizer(
+        index = faiss.IndexIVFPQFastScan(
             quantizer,
             self.dimension,
             self.nlist,
-            faiss.ScalarQuantizer.QT_8bit if bits == 8 else faiss.ScalarQuantizer.QT_4bit,
+            _pq_subquantizers(self.dimension),
+            4,
             faiss.METRIC_INNER_PRODUCT,
-            False,  # encode vectors, not residuals: cheaper adds, same ranking quality here
         )
+        index.by_residual = False  # encode vectors, not residuals: cheaper adds, same ranking
         index.cp.niter = 12
         index.cp.max_points_per_centroid = 64
         self._index = index
@@ -88,7 +96,7 @@ class IVFCandidateIndex:
         return bool(self._index.is_trained)
 
     def train(self, sample: F32, rows: int) -> None:
-        """Train the coarse quantiser and the scalar quantiser on ``sample``.
+        """Train the coarse quantiser and the product quantiser on ``sample``.
 
         Args:
             sample: training vectors (a random subset; ``40 * nlist`` is plenty).
@@ -242,7 +250,10 @@ class IVFCandidateIndex:
                 del reader
             except RuntimeError:
                 return None
-        if not isinstance(loaded, faiss.IndexIVFScalarQuantizer) or loaded.d != dimension:
+        if (
+            not isinstance(loaded, faiss.IndexIVFPQFastScan | faiss.IndexIVFScalarQuantizer)
+            or loaded.d != dimension
+        ):  # (scalar-quantised: a cache written by an earlier version)
             return None
         out = cls.__new__(cls)
         out.dimension = int(dimension)
