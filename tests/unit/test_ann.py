@@ -168,6 +168,49 @@ def test_reopen_uses_the_ivf_cache_and_a_tampered_one_is_rebuilt(
     assert trained  # the tampered cache was not trusted: rebuilt from the vectors
 
 
+def test_a_scalar_quantised_cache_of_an_earlier_version_still_loads(
+    tmp_path: Path, data, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import faiss
+
+    texts, emb, queries, imps = data
+    db = tmp_path / "m.db"
+
+    def scalar_init(self: IVFCandidateIndex, dimension: int, nlist: int) -> None:
+        # what versions before product quantisation built (8-bit scalar codes)
+        self.dimension, self.nlist = int(dimension), int(nlist)
+        self._quantizer = faiss.IndexFlatIP(self.dimension)
+        self._index = faiss.IndexIVFScalarQuantizer(
+            self._quantizer,
+            self.dimension,
+            self.nlist,
+            faiss.ScalarQuantizer.QT_8bit,
+            faiss.METRIC_INNER_PRODUCT,
+            False,
+        )
+        self.trained_on, self._params, self._list_ids, self._coarse = 0, None, None, None
+
+    with monkeypatch.context() as patched:
+        patched.setattr(IVFCandidateIndex, "__init__", scalar_init)
+        with MemoryStream(emb, path=db, exact_limit=500) as s:
+            _fill(s, texts, imps)
+            want = [_top(s, q) for q in queries]
+            assert isinstance(s._partitions["default"].ann._index, faiss.IndexIVFScalarQuantizer)
+    trained: list[int] = []
+    original = IVFCandidateIndex.train
+
+    def counting_train(self: IVFCandidateIndex, sample: np.ndarray, rows: int) -> None:
+        trained.append(rows)
+        original(self, sample, rows)
+
+    monkeypatch.setattr(IVFCandidateIndex, "train", counting_train)
+    with MemoryStream(emb, path=db, exact_limit=500) as s:
+        assert [_top(s, q) for q in queries] == want
+        ann = s._partitions["default"].ann
+        assert ann is not None and isinstance(ann._index, faiss.IndexIVFScalarQuantizer)
+    assert trained == []  # the old cache was used as it is
+
+
 def test_filters_on_the_ann_path(data) -> None:
     texts, emb, queries, imps = data
     with MemoryStream(emb, exact_limit=500) as s:
