@@ -68,6 +68,19 @@ def _fill(stream: MemoryStream, texts: list[str], importances: list[float]) -> N
         )
 
 
+def _count_training(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Make ``IVFCandidateIndex.train`` (as patched so far) record the rows of every training."""
+    trained: list[int] = []
+    original = IVFCandidateIndex.train
+
+    def counting_train(self: IVFCandidateIndex, sample: np.ndarray, rows: int) -> None:
+        trained.append(rows)
+        original(self, sample, rows)
+
+    monkeypatch.setattr(IVFCandidateIndex, "train", counting_train)
+    return trained
+
+
 def _top(stream: MemoryStream, query: str, k: int = 10) -> list[str]:
     hits = stream.retrieve(query, k=k, now=NOW + timedelta(days=2), touch=False)
     return [h.record.id for h in hits]
@@ -147,14 +160,7 @@ def test_reopen_uses_the_ivf_cache_and_a_tampered_one_is_rebuilt(
     with MemoryStream(emb, path=db, exact_limit=500) as s:
         _fill(s, texts, imps)
         want = [_top(s, q) for q in queries]
-    trained: list[int] = []
-    original = IVFCandidateIndex.train
-
-    def counting_train(self: IVFCandidateIndex, sample: np.ndarray, rows: int) -> None:
-        trained.append(rows)
-        original(self, sample, rows)
-
-    monkeypatch.setattr(IVFCandidateIndex, "train", counting_train)
+    trained = _count_training(monkeypatch)
     with MemoryStream(emb, path=db, exact_limit=500) as s:
         assert [_top(s, q) for q in queries] == want
         assert s._partitions["default"].ann is not None
@@ -196,14 +202,7 @@ def test_a_scalar_quantised_cache_of_an_earlier_version_still_loads(
             _fill(s, texts, imps)
             want = [_top(s, q) for q in queries]
             assert isinstance(s._partitions["default"].ann._index, faiss.IndexIVFScalarQuantizer)
-    trained: list[int] = []
-    original = IVFCandidateIndex.train
-
-    def counting_train(self: IVFCandidateIndex, sample: np.ndarray, rows: int) -> None:
-        trained.append(rows)
-        original(self, sample, rows)
-
-    monkeypatch.setattr(IVFCandidateIndex, "train", counting_train)
+    trained = _count_training(monkeypatch)
     with MemoryStream(emb, path=db, exact_limit=500) as s:
         assert [_top(s, q) for q in queries] == want
         ann = s._partitions["default"].ann
@@ -303,13 +302,7 @@ def test_close_waits_for_a_running_build_and_saves_it(
     # close waited for the worker's index: nothing trained inline, nothing reported failed
     assert threads and set(threads) == {"langchain-reflective-ivf-build"}
     assert "failed" not in caplog.text
-    trained: list[int] = []
-
-    def counting_train(self: IVFCandidateIndex, sample: np.ndarray, rows: int) -> None:
-        trained.append(rows)
-        original(self, sample, rows)
-
-    monkeypatch.setattr(IVFCandidateIndex, "train", counting_train)
+    trained = _count_training(monkeypatch)
     with MemoryStream(emb, path=db, exact_limit=500) as s:
         _top(s, queries[0])
         part = s._partitions["default"]
