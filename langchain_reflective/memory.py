@@ -415,7 +415,11 @@ class ReflectiveMemory:
     ) -> list[ScoredMemory]:
         """Retrieve memories (see :meth:`MemoryStream.retrieve`); ``k`` defaults to the config."""
         return self.stream.retrieve(
-            query, k=k or self.config.retrieve_k, namespace=namespace, filter=filter, now=now
+            query,
+            k=self.config.retrieve_k if k is None else k,
+            namespace=namespace,
+            filter=filter,
+            now=now,
         )
 
     async def aretrieve(
@@ -429,7 +433,11 @@ class ReflectiveMemory:
     ) -> list[ScoredMemory]:
         """Async twin of :meth:`retrieve`."""
         return await self.stream.aretrieve(
-            query, k=k or self.config.retrieve_k, namespace=namespace, filter=filter, now=now
+            query,
+            k=self.config.retrieve_k if k is None else k,
+            namespace=namespace,
+            filter=filter,
+            now=now,
         )
 
     def purge(self, *, namespace: str | None = None) -> int:

@@ -242,3 +242,17 @@ def test_reflect_accepts_a_run_config(tmp_path, model, now) -> None:
         memory.add(EVENTS, importances=0.5, now=now)
         memory.reflect(now=now, config={"callbacks": [handler], "tags": ["mine"]})
     assert "reflection" in handler.names
+
+
+async def test_retrieve_k_defaults_to_the_config_but_zero_is_an_error(tmp_path, now) -> None:
+    from langchain_reflective.errors import InvalidMemoryError
+
+    with make(tmp_path, None, retrieve_k=2) as memory:
+        memory.stream.add(EVENTS, importances=0.5, now=now)
+        assert len(memory.retrieve("Klaus paper", now=now)) == 2
+        assert len(memory.retrieve("Klaus paper", k=3, now=now)) == 3
+        assert len(await memory.aretrieve("Klaus paper", now=now)) == 2
+        with pytest.raises(InvalidMemoryError, match="k must be a positive integer"):
+            memory.retrieve("Klaus paper", k=0, now=now)  # not silently the default
+        with pytest.raises(InvalidMemoryError, match="k must be a positive integer"):
+            await memory.aretrieve("Klaus paper", k=0, now=now)
