@@ -1230,6 +1230,7 @@ class MemoryStream:
             if self._store.consume_write_conflict():
                 self._partitions.clear()  # another process wrote: reload from the file
                 part = None
+            grown = True  # rows joined the arrays (not only the queue)
             if part is None:
                 part = self._partition(plan.namespace)  # loads the rows just written too
                 if part is None:
@@ -1237,14 +1238,11 @@ class MemoryStream:
             else:
                 stamp = plan.now.timestamp()
                 if n == 1:
-                    full = part.queue_one(
+                    grown = part.queue_one(
                         seqs[0], vectors[0], stamp, importance[0], plan.kinds[0], plan.texts[0]
                     )
-                    part.generation = self._store.last_generation
-                    part.dirty = True
-                    if not full:
-                        return records  # the IVF index is looked after when the queue flushes
-                    part.flush_queue()
+                    if grown:  # the queue is full
+                        part.flush_queue()
                 else:
                     part.flush_queue()
                     part.append(
@@ -1258,7 +1256,8 @@ class MemoryStream:
                     )
                 part.generation = self._store.last_generation
             part.dirty = True
-            self._maintain_ann(part, flush=False)  # retrieval indexes the new rows
+            if grown:  # (queued rows are looked after when the queue flushes)
+                self._maintain_ann(part, flush=False)  # retrieval indexes the new rows
             return records
 
     def _bind(self, dimension: int) -> None:

@@ -173,6 +173,24 @@ _RAISE_SEQ_FLOOR = (
 """Run before deleting memories: the seqs they free are never handed out again."""
 
 
+def _row(r: MemoryRecord, created_us: int, accessed_us: int, vector: bytes) -> tuple[Any, ...]:
+    """The parameters of :data:`_INSERT` for one record."""
+    return (
+        r.id,
+        r.namespace,
+        r.text,
+        r.kind,
+        created_us,
+        accessed_us,
+        r.importance,
+        r.importance_source,
+        _dump_evidence(r.evidence),
+        r.depth,
+        _dump_metadata(r.metadata),
+        vector,
+    )
+
+
 def _counts_itself(record: MemoryRecord, counter: CounterUpdate | None) -> bool:
     """Whether ``counter`` is exactly what the row itself adds to the reflection counter.
 
@@ -606,20 +624,8 @@ class SQLiteRecordStore(BaseRecordStore):
         ):  # one memory per add: no batch bookkeeping
             r = records[0]
             created_us = to_us(r.created_at)
-            row = (
-                r.id,
-                r.namespace,
-                r.text,
-                r.kind,
-                created_us,
-                created_us if r.accessed_at == r.created_at else to_us(r.accessed_at),
-                r.importance,
-                r.importance_source,
-                _dump_evidence(r.evidence),
-                r.depth,
-                _dump_metadata(r.metadata),
-                vectors.tobytes(),
-            )
+            accessed_us = created_us if r.accessed_at == r.created_at else to_us(r.accessed_at)
+            row = _row(r, created_us, accessed_us, vectors.tobytes())
             return [self._insert_one(row, r.namespace)]
         vecs = np.ascontiguousarray(vectors, dtype="<f4")
         if len(records) != vecs.shape[0]:
@@ -635,22 +641,7 @@ class SQLiteRecordStore(BaseRecordStore):
             accessed = stamps.get(r.accessed_at)
             if accessed is None:
                 accessed = stamps[r.accessed_at] = to_us(r.accessed_at)
-            rows.append(
-                (
-                    r.id,
-                    r.namespace,
-                    r.text,
-                    r.kind,
-                    created,
-                    accessed,
-                    r.importance,
-                    r.importance_source,
-                    _dump_evidence(r.evidence),
-                    r.depth,
-                    _dump_metadata(r.metadata),
-                    blob[i * width : (i + 1) * width],
-                )
-            )
+            rows.append(_row(r, created, accessed, blob[i * width : (i + 1) * width]))
         if len(rows) == 1 and _counts_itself(records[0], counter):
             return [self._insert_one(rows[0], records[0].namespace)]
         try:

@@ -286,7 +286,6 @@ def test_close_waits_for_a_running_build_and_saves_it(
     texts, emb, queries, imps = data
     monkeypatch.setattr(stream_module, "_ANN_BACKGROUND_MIN", 0)
     original = IVFCandidateIndex.train
-
     threads: list[str] = []
 
     def slow_train(self: IVFCandidateIndex, sample: np.ndarray, rows: int) -> None:
@@ -322,7 +321,7 @@ def test_a_failed_background_build_is_retried_inline(
     calls: list[str] = []
 
     def flaky_train(self: IVFCandidateIndex, sample: np.ndarray, rows: int) -> None:
-        calls.append(__import__("threading").current_thread().name)
+        calls.append(threading.current_thread().name)
         if len(calls) == 1:
             raise MemoryError("simulated")
         original(self, sample, rows)
