@@ -13,6 +13,7 @@ __all__ = [
     "ImportanceError",
     "InvalidFilterError",
     "InvalidMemoryError",
+    "PendingConflictError",
     "ReflectionError",
     "ReflectiveError",
     "SchemaVersionError",
@@ -42,6 +43,10 @@ class DimensionMismatchError(EmbeddingError):
 
 class StorageError(ReflectiveError):
     """The durable store could not be read or written."""
+
+
+class PendingConflictError(StorageError):
+    """A pending memory to complete is no longer queued (another process completed it)."""
 
 
 class ForeignFileError(StorageError):

@@ -7,9 +7,32 @@ scorer and the reflection graph (:func:`~langchain_reflective.reflection.create_
   reaches ``reflect_threshold`` (or every ``reflect_every`` adds) a reflection is scheduled in a
   background thread, so ``add`` returns without waiting for the LLM; at most one reflection runs
   per namespace at a time; failures are logged and kept in :attr:`ReflectiveMemory.errors`;
+* :meth:`ReflectiveMemory.enqueue` is the write for a hot path (an agent's turn): it stores the
+  texts durably as *pending* in one cheap commit, without embedding or rating them, and returns;
+  a background drain completes pending memories in batches (see the guarantee below);
 * :meth:`ReflectiveMemory.build_context` renders the working context for a prompt (seed 000's
-  ``Context``): top insights, recent observations (low-importance ones left out, never deleted),
-  and memories retrieved for the current input, within a token budget, fenced as data.
+  ``Context``): top insights, recent observations (low-importance ones left out, never deleted;
+  pending ones included), and memories retrieved for the current input, within a token budget,
+  fenced as data.
+
+The pending guarantee (``enqueue``):
+
+* when ``enqueue`` returns, the memories are committed to the store's ``pending`` queue (in WAL
+  mode with ``synchronous=NORMAL`` a process crash never loses a committed write; power loss
+  needs ``synchronous="FULL"``);
+* a background drain embeds them (one embedding call per batch of up to ``drain_batch``), rates
+  the unrated ones (one importance batch) and moves them into the memories *under the same ids*
+  in one transaction per namespace: a memory is either pending or stored, never both, never
+  neither, and never stored twice (another process completing it first is detected);
+* a pending memory is in the working context's recent observations at once, but retrieval
+  (``retrieve``, ``build_context``'s relevant memories, the recall tool) finds it only once it is
+  stored; the reflection counter counts it once it is stored;
+* if the process stops first, the next ``ReflectiveMemory`` opened on the file completes the
+  leftovers in the background; a batch that fails (e.g. the embedding service is down) stays
+  queued, is recorded in :attr:`ReflectiveMemory.errors` and is retried at the next ``enqueue``,
+  ``flush`` or open;
+* ``flush()`` waits until nothing is pending and no reflection runs; ``close()`` flushes (up to
+  ``shutdown_timeout``) and leaves whatever is still pending in the file for the next open.
 """
 
 from __future__ import annotations
@@ -18,14 +41,16 @@ import asyncio
 import atexit
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_reflective._llm import neutralise
+from langchain_reflective.errors import PendingConflictError
 from langchain_reflective.records import REFLECTION, MemoryRecord
 from langchain_reflective.stream import MemoryStream, RetrievalFilter, ScoredMemory
 
@@ -82,8 +107,15 @@ class MemoryConfig:
     """Reflect in a background thread (``add`` never waits); ``False`` reflects inline."""
     shutdown_timeout: float = 30.0
     """At interpreter exit, wait this long for running reflections before leaving."""
+    drain_batch: int = 64
+    """Pending memories (see :meth:`ReflectiveMemory.enqueue`) completed per batch: one
+    embedding call and one importance batch each."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.drain_batch, bool) or not isinstance(self.drain_batch, int):
+            raise ValueError(f"drain_batch must be an integer >= 1, got {self.drain_batch!r}")
+        if self.drain_batch < 1:
+            raise ValueError(f"drain_batch must be an integer >= 1, got {self.drain_batch!r}")
         for name in ("reflect_every", "recent_capacity", "insight_capacity", "retrieve_k"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -94,11 +126,78 @@ class MemoryConfig:
 
 @dataclass(frozen=True, slots=True)
 class ReflectionFailure:
-    """A background reflection that failed (nothing was written)."""
+    """A background job that failed: a reflection (nothing was written) or the completion of a
+    batch of pending memories (they stay queued and are retried)."""
 
     namespace: str
     error: BaseException
     at: datetime
+    stage: Literal["reflection", "pending"] = "reflection"
+    """What failed: a ``"reflection"``, or completing ``"pending"`` memories."""
+
+
+def _one_line(exc: BaseException) -> str:
+    """``Type: first line of the message``, plus the root cause's when it differs."""
+
+    def describe(e: BaseException) -> str:
+        text = str(e).strip().splitlines()
+        return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+    root = exc
+    seen = {id(exc)}
+    while (nxt := root.__cause__ or root.__context__) is not None and id(nxt) not in seen:
+        seen.add(id(nxt))
+        root = nxt
+    line = describe(exc)
+    if root is not exc and (cause := describe(root)) not in line:
+        line += f" (caused by {cause})"
+    return line
+
+
+class _Drainer:
+    """Completes pending memories on a background thread; one pass at a time, re-run on request.
+
+    The thread exists only while there is work: :meth:`kick` starts it (or asks the running one
+    for another pass) and it ends when no pass was asked for meanwhile.
+    """
+
+    def __init__(self, drain: Any) -> None:
+        self._drain = drain
+        self._cond = threading.Condition()
+        self._requested = False
+        self._busy = False
+
+    def kick(self) -> None:
+        with self._cond:
+            self._requested = True
+            if self._busy:
+                return
+            self._busy = True
+        threading.Thread(target=self._run, name="reflective-pending-drain", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._requested:  # done: checked and cleared under one lock hold
+                    self._busy = False
+                    self._cond.notify_all()
+                    return
+                self._requested = False
+            try:
+                self._drain()
+            except BaseException:  # pragma: no cover - _drain records its own failures
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+                raise
+
+    def busy(self) -> bool:
+        with self._cond:
+            return self._busy
+
+    def wait(self, timeout: float | None) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._busy, timeout=timeout)
 
 
 class _Worker:
@@ -198,10 +297,14 @@ class ReflectiveMemory:
         self._graph: CompiledStateGraph[Any, Any, Any, Any] | None = None
         self._graph_lock = threading.Lock()
         self._worker = _Worker()
+        self._drainer = _Drainer(self._drain)
         self._errors_lock = threading.Lock()
         self.errors: list[ReflectionFailure] = []
-        """Background reflection failures, oldest first (also logged)."""
+        """Background failures (reflections, pending batches), oldest first (each also logged
+        as one line)."""
         _LIVE.add(self)
+        if self.stream.store.count_pending():  # left by a process that stopped first
+            self._start_drain()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -217,7 +320,9 @@ class ReflectiveMemory:
         self.close()
 
     def close(self) -> None:
-        """Wait for background reflections (up to ``shutdown_timeout``), then close the stream."""
+        """Complete pending memories and wait for background reflections (together up to
+        ``shutdown_timeout``), then close the stream. Memories still pending stay in the file
+        and are completed at the next open."""
         self.flush(timeout=self.config.shutdown_timeout)
         self.stream.close()
         _LIVE.discard(self)
@@ -312,15 +417,27 @@ class ReflectiveMemory:
         except Exception as exc:
             self._record_failure(namespace, exc)
 
-    def _record_failure(self, namespace: str, exc: Exception) -> None:
-        logger.error(
-            "%sreflection for namespace %r failed; nothing was written",
-            "background " if self.config.background else "",
-            namespace,
-            exc_info=exc,
-        )
+    def _record_failure(
+        self,
+        namespace: str,
+        exc: Exception,
+        stage: Literal["reflection", "pending"] = "reflection",
+    ) -> None:
+        """Log one line with the cause; keep the exception (and its traceback) in ``errors``."""
+        if stage == "reflection":
+            what = (
+                f"{'background ' if self.config.background else ''}reflection for namespace "
+                f"{namespace!r} failed; nothing was written"
+            )
+        else:
+            what = (
+                f"completing pending memories of namespace {namespace!r} failed; they stay "
+                "queued and are retried at the next enqueue, flush or open"
+            )
+        logger.error("%s: %s (details in ReflectiveMemory.errors)", what, _one_line(exc))
+        logger.debug("%s", what, exc_info=exc)
         with self._errors_lock:
-            self.errors.append(ReflectionFailure(namespace, exc, datetime.now(UTC)))
+            self.errors.append(ReflectionFailure(namespace, exc, datetime.now(UTC), stage))
 
     def _after_add(self, namespace: str) -> None:
         if not self._should_reflect(namespace):
@@ -333,15 +450,135 @@ class ReflectiveMemory:
             self._background_job(namespace)
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait for pending background reflections; ``True`` when none is left running.
+        """Complete pending memories, then wait for background reflections.
 
-        Failures do not raise here: they are in :attr:`errors` (and the log).
+        Starts a drain pass if memories are pending (so a batch that failed earlier is retried
+        once), waits for it and for the reflections it may start, all within ``timeout``.
+
+        Returns:
+            ``True`` when nothing is pending (in this memory's file) and no reflection runs.
+            Failures do not raise here: they are in :attr:`errors` (and the log).
         """
-        return self._worker.wait(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        if self.stream.store.count_pending():
+            self._start_drain()
+        drained = self._drainer.wait(left())
+        reflected = self._worker.wait(left())
+        return drained and reflected and not self.stream.store.count_pending()
 
     async def aflush(self, timeout: float | None = None) -> bool:
         """Async twin of :meth:`flush`."""
-        return await asyncio.to_thread(self._worker.wait, timeout)
+        return await asyncio.to_thread(self.flush, timeout)
+
+    # -- pending memories ----------------------------------------------------------------------
+
+    def _start_drain(self) -> None:
+        if self.config.background:
+            self._drainer.kick()
+        else:
+            self._drain()
+
+    def _drain(self) -> None:
+        """Complete every pending memory, ``drain_batch`` at a time (oldest first).
+
+        Stops at the first batch that fails (it stays queued; the failure is in ``errors``).
+        Runs on the drain thread, or inline with ``background=False``.
+        """
+        conflicts = 0
+        while True:
+            try:
+                batch = self.stream.pending(self.config.drain_batch, all_namespaces=True)
+            except Exception as exc:  # the stream was closed under us, or the file failed
+                self._record_failure(self.stream.namespace, exc, "pending")
+                return
+            if not batch:
+                return
+            try:
+                records = self.stream.complete_pending(batch)
+            except PendingConflictError:
+                conflicts += 1  # another process completed some of them: read the queue again
+                if conflicts <= 3:
+                    continue
+                return
+            except Exception as exc:
+                self._record_failure(batch[0].namespace, exc, "pending")
+                return
+            for namespace in dict.fromkeys(r.namespace for r in records):
+                self._after_add(namespace)
+
+    def enqueue(
+        self,
+        texts: str | Sequence[str],
+        *,
+        namespace: str | None = None,
+        kinds: str | Sequence[str] = "observation",
+        importances: float | Sequence[float | None] | None = None,
+        metadatas: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
+        now: datetime | None = None,
+    ) -> list[str]:
+        """Store memories durably as *pending* and return at once (the hot-path write).
+
+        One commit of the texts, no embedding and no LLM call; a background drain embeds and
+        rates them in batches and stores them under the returned ids, then maybe reflects. See
+        the module docs for the exact guarantee. With ``background=False`` the drain runs before
+        this returns (as :meth:`add` would).
+
+        Args:
+            texts: one text or many.
+            namespace: whose memories (default: the stream's).
+            kinds: the kind per text (or one for all).
+            importances: importance in [0, 1] per text (or one for all); ``None`` entries are
+                rated by the stream's importance scorer when they are completed.
+            metadatas: JSON-serialisable metadata per text (or one for all).
+            now: creation time of the memories (default: the current time).
+
+        Returns:
+            The ids the memories have now (pending) and keep once stored.
+
+        Raises:
+            InvalidMemoryError: bad text, kind, importance or metadata (nothing is queued).
+        """
+        items = self.stream.enqueue(
+            texts,
+            namespace=namespace,
+            kinds=kinds,
+            importances=importances,
+            metadatas=metadatas,
+            now=now,
+        )
+        if items:
+            self._start_drain()
+        return [item.id for item in items]
+
+    async def aenqueue(
+        self,
+        texts: str | Sequence[str],
+        *,
+        namespace: str | None = None,
+        kinds: str | Sequence[str] = "observation",
+        importances: float | Sequence[float | None] | None = None,
+        metadatas: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
+        now: datetime | None = None,
+    ) -> list[str]:
+        """Async twin of :meth:`enqueue` (the commit runs in a worker thread)."""
+        return await asyncio.to_thread(
+            self.enqueue,
+            texts,
+            namespace=namespace,
+            kinds=kinds,
+            importances=importances,
+            metadatas=metadatas,
+            now=now,
+        )
+
+    @property
+    def draining(self) -> bool:
+        """Whether the background drain of pending memories is running."""
+        return self._drainer.busy()
 
     @property
     def reflecting(self) -> bool:
@@ -457,12 +694,22 @@ class ReflectiveMemory:
                 self.config.insight_capacity, namespace=ns, kinds=[REFLECTION]
             )
         recent: list[MemoryRecord] = []
-        if self.config.recent_capacity:
-            window = self.stream.recent(self.config.recent_capacity, namespace=ns)
+        if cap := self.config.recent_capacity:
+            # pending first: one completed between the two reads then shows twice (deduplicated
+            # below), never not at all
+            queued = self.stream.pending(cap, namespace=ns)
+            unrated = {p.id for p in queued if p.importance is None}
+            window = self.stream.recent(cap, namespace=ns)
+            if queued:
+                stored = {r.id for r in window}
+                window = [*window, *(p.to_record() for p in queued if p.id not in stored)]
+                window.sort(key=lambda r: r.created_at)  # stable: stored order among equals
+                window = window[-cap:]
             recent = [
                 r
                 for r in window
-                if r.kind != REFLECTION and r.importance >= self.config.eviction_threshold
+                if r.kind != REFLECTION
+                and (r.id in unrated or r.importance >= self.config.eviction_threshold)
             ]
         return insights, recent
 

@@ -58,6 +58,7 @@ from langchain_reflective.scoring import ScoreComponents, ScoringConfig, combine
 from langchain_reflective.storage.base import (
     BaseRecordStore,
     CounterUpdate,
+    PendingMemory,
     ReflectionState,
     trusted_record,
 )
@@ -566,6 +567,10 @@ class _AddPlan:
     now: datetime
     reset_counter: bool
     to_rate: list[int] = field(default_factory=list)
+    times: list[datetime] | None = None
+    """Per-memory creation times (pending memories); ``None``: every memory was made ``now``."""
+    pending: bool = False
+    """The memories complete queued ones (same ids): the insert dequeues them."""
 
 
 def _top_cache_rows(part: _Partition, cache: TopRows) -> I64:
@@ -1198,6 +1203,7 @@ class MemoryStream:
         for i, result in zip(plan.to_rate, rated, strict=True):
             importance[i] = float(min(1.0, max(0.0, result.value)))
             sources[i] = result.source
+        times = plan.times or [plan.now] * n
         with self._lock:
             self._check_open()
             self._bind(vectors.shape[1])
@@ -1208,8 +1214,8 @@ class MemoryStream:
                     id=plan.ids[i],
                     text=plan.texts[i],
                     kind=plan.kinds[i],
-                    created_at=plan.now,
-                    last_accessed_at=plan.now,
+                    created_at=times[i],
+                    last_accessed_at=times[i],
                     importance=importance[i],
                     importance_source=sources[i],
                     evidence=plan.evidence[i],
@@ -1226,7 +1232,9 @@ class MemoryStream:
                 reset_at=plan.now if plan.reset_counter else None,
             )
             part = self._partitions.get(plan.namespace)
-            seqs = self._store.insert(records, vectors, counter=counter)
+            seqs = self._store.insert(
+                records, vectors, counter=counter, pending=plan.ids if plan.pending else ()
+            )
             if self._store.consume_write_conflict():
                 self._partitions.clear()  # another process wrote: reload from the file
                 part = None
@@ -1236,7 +1244,8 @@ class MemoryStream:
                 if part is None:
                     return records
             else:
-                stamp = plan.now.timestamp()
+                stamp = times[0].timestamp()
+                stamps = [stamp] * n if plan.times is None else [t.timestamp() for t in times]
                 if n == 1:
                     grown = part.queue_one(
                         seqs[0], vectors[0], stamp, importance[0], plan.kinds[0], plan.texts[0]
@@ -1248,8 +1257,8 @@ class MemoryStream:
                     part.append(
                         seqs,
                         vectors,
-                        [stamp] * n,
-                        [stamp] * n,
+                        stamps,
+                        stamps,
                         importance,
                         plan.kinds,
                         plan.texts,
@@ -1370,6 +1379,145 @@ class MemoryStream:
             else []
         )
         return await asyncio.to_thread(self._commit_add, plan, vectors, rated)
+
+    # -- pending memories (the outbox) ----------------------------------------------------------
+
+    def enqueue(
+        self,
+        texts: str | Sequence[str],
+        *,
+        importances: float | Sequence[float | None] | None = None,
+        kinds: str | Sequence[str] = "observation",
+        metadatas: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
+        namespace: str | None = None,
+        now: datetime | None = None,
+    ) -> list[PendingMemory]:
+        """Write memories durably as *pending*: one commit, no embedding, no importance call.
+
+        They are not retrievable until :meth:`complete_pending` embeds and rates them and
+        stores them under the same ids (:class:`~langchain_reflective.memory.ReflectiveMemory`
+        does that in the background). The arguments are validated like :meth:`add`'s.
+
+        Returns:
+            The queued memories, in order.
+
+        Raises:
+            InvalidMemoryError: bad text, kind, importance or metadata (nothing is queued).
+        """
+        plan = self._plan_add(
+            texts,
+            importances=importances,
+            kinds=kinds,
+            metadatas=metadatas,
+            evidence=None,
+            ids=None,
+            namespace=namespace,
+            now=now,
+            reset_reflection_counter=False,
+        )
+        items = [
+            PendingMemory(
+                id=plan.ids[i],
+                namespace=plan.namespace,
+                text=plan.texts[i],
+                kind=plan.kinds[i],
+                created_at=plan.now,
+                importance=None if (imp := plan.importances[i]) is None else float(imp),
+                metadata=plan.metadatas[i],
+            )
+            for i in range(len(plan.texts))
+        ]
+        with self._lock:
+            self._check_open()
+            self._store.enqueue(items)
+        return items
+
+    def pending(
+        self, n: int | None = None, *, namespace: str | None = None, all_namespaces: bool = False
+    ) -> list[PendingMemory]:
+        """Queued memories not yet completed, oldest first.
+
+        Args:
+            n: the oldest ``n`` (all when ``None``); with a ``namespace`` the newest ``n``.
+            namespace: whose (default: the stream's); ignored with ``all_namespaces``.
+            all_namespaces: every namespace's, in queue order (what a drain completes first).
+        """
+        self._check_open()
+        if all_namespaces:
+            return self._store.pending(limit=n)
+        return self._store.pending(namespace=self._ns(namespace), limit=n, newest=n is not None)
+
+    def _plan_pending(self, items: Sequence[PendingMemory]) -> list[_AddPlan]:
+        groups: dict[str, list[PendingMemory]] = {}
+        for item in items:
+            groups.setdefault(item.namespace, []).append(item)
+        return [
+            _AddPlan(
+                texts=[p.text for p in group],
+                kinds=[p.kind for p in group],
+                importances=[p.importance for p in group],
+                metadatas=[dict(p.metadata) for p in group],
+                evidence=[()] * len(group),
+                ids=[p.id for p in group],
+                namespace=ns,
+                now=group[-1].created_at,
+                reset_counter=False,
+                to_rate=[i for i, p in enumerate(group) if p.importance is None],
+                times=[p.created_at for p in group],
+                pending=True,
+            )
+            for ns, group in groups.items()
+        ]
+
+    def _commit_pending(
+        self, plans: Sequence[_AddPlan], raw_vectors: Any, rated: Sequence[Any]
+    ) -> list[MemoryRecord]:
+        total = sum(len(p.texts) for p in plans)
+        vectors = _as_unit_vectors(raw_vectors, total, type(self.embeddings).__name__)
+        if len(rated) != sum(len(p.to_rate) for p in plans):
+            raise InvalidMemoryError("importance scorer returned the wrong number of results")
+        out: list[MemoryRecord] = []
+        row = done = 0
+        for plan in plans:  # one transaction per namespace
+            n, k = len(plan.texts), len(plan.to_rate)
+            out.extend(self._commit_add(plan, vectors[row : row + n], rated[done : done + k]))
+            row += n
+            done += k
+        return out
+
+    def _pending_calls(self, plans: Sequence[_AddPlan]) -> tuple[list[str], list[str]]:
+        texts = [t for p in plans for t in p.texts]
+        return texts, [p.texts[i] for p in plans for i in p.to_rate]
+
+    def complete_pending(self, items: Sequence[PendingMemory]) -> list[MemoryRecord]:
+        """Embed and rate queued memories and store them under their ids.
+
+        One embedding call and at most one importance batch for all of ``items``; then one
+        transaction per namespace stores its memories and removes them from the queue, so a
+        memory is never stored twice nor lost (a crash before the commit leaves it queued).
+
+        Raises:
+            PendingConflictError: some of ``items`` were completed meanwhile (by another
+                process); that namespace's memories were not stored by this call.
+            EmbeddingError: unusable vectors (nothing is stored; the items stay queued).
+        """
+        plans = self._plan_pending(items)
+        if not plans:
+            return []
+        texts, to_rate = self._pending_calls(plans)
+        vectors = self.embeddings.embed_documents(texts)
+        rated = self.importance_scorer.score(to_rate) if to_rate else []
+        return self._commit_pending(plans, vectors, rated)
+
+    async def acomplete_pending(self, items: Sequence[PendingMemory]) -> list[MemoryRecord]:
+        """Async twin of :meth:`complete_pending`."""
+        plans = self._plan_pending(items)
+        if not plans:
+            return []
+        texts, to_rate = self._pending_calls(plans)
+        vectors = await self.embeddings.aembed_documents(texts)
+        rated = await self.importance_scorer.ascore(to_rate) if to_rate else []
+        return await asyncio.to_thread(self._commit_pending, plans, vectors, rated)
 
     # -- retrieve ------------------------------------------------------------------------------
 

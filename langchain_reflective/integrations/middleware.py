@@ -7,9 +7,12 @@ Before every model call the middleware adds the *working context* of
 the latest user message; fenced as data) to the request's system message. Nothing is written to
 the agent state, so the context is never persisted twice and is rebuilt fresh for each call.
 
-After the agent finishes a turn, the user's message and the agent's final answer are stored as
-``observation`` memories, which may start a background reflection (see
-:class:`~langchain_reflective.memory.MemoryConfig`).
+After the agent finishes a turn, the user's message and the agent's final answer (or, when the
+agent ends on structured output, the structured response as JSON) are written as *pending*
+``observation`` memories with :meth:`ReflectiveMemory.enqueue`: one cheap commit, no embedding
+and no LLM call on the turn's path. They are in the next turn's recent observations at once;
+embedding, importance rating and any reflection they trigger happen in the background (see
+:mod:`langchain_reflective.memory` for the exact guarantee).
 
 Whose memories are used (the *namespace*) comes from the run: ``context.<namespace_key>`` (a
 dataclass/pydantic attribute or a mapping key) when the agent is invoked with ``context=...``,
@@ -20,7 +23,9 @@ memories.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+import dataclasses
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 
@@ -69,6 +74,19 @@ def _latest_user_text(messages: Sequence[AnyMessage]) -> str | None:
             text = message.text.strip()
             return text or None
     return None
+
+
+def _structured_text(value: Any) -> str:
+    """A structured response (pydantic model, dataclass, mapping, ...) as compact JSON."""
+    from pydantic import BaseModel
+
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    if isinstance(value, Mapping | list | tuple):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    return str(value)
 
 
 def _with_context(system: SystemMessage | None, context: str) -> SystemMessage:
@@ -242,7 +260,7 @@ class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any]):
                 break
         if start is None:
             return None
-        answer = next(
+        answer: AnyMessage | None = next(
             (
                 m
                 for m in reversed(messages[start + 1 :])
@@ -250,6 +268,15 @@ class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any]):
             ),
             None,
         )
+        structured = state.get("structured_response")
+        if answer is None and structured is not None:
+            # ended on structured output (tool strategy): record the structured answer, under
+            # the id of the turn's last model message (so a re-run does not record it twice)
+            last = next(
+                (m for m in reversed(messages[start + 1 :]) if isinstance(m, AIMessage)), None
+            )
+            if last is not None:
+                answer = AIMessage(_structured_text(structured), id=last.id)
         done = set(state.get("reflective_memory_recorded") or ())
         thread_id = (ensure_config().get("configurable") or {}).get("thread_id")
         extra = {"thread_id": str(thread_id)} if thread_id is not None else {}
@@ -275,11 +302,12 @@ class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any]):
     def after_agent(
         self, state: ReflectiveMemoryState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        """Store the turn's user message and final answer as observations."""
+        """Write the turn's user message and final answer as pending observations (no LLM call:
+        see :meth:`ReflectiveMemory.enqueue`)."""
         if not self.record or (turn := self._turn(state)) is None:
             return None
         if turn.texts:
-            self.memory.add(
+            self.memory.enqueue(
                 turn.texts,
                 namespace=self.resolve_namespace(runtime),
                 metadatas=turn.metadatas,
@@ -293,7 +321,7 @@ class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any]):
         if not self.record or (turn := self._turn(state)) is None:
             return None
         if turn.texts:
-            await self.memory.aadd(
+            await self.memory.aenqueue(
                 turn.texts,
                 namespace=self.resolve_namespace(runtime),
                 metadatas=turn.metadatas,

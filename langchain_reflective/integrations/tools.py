@@ -206,21 +206,24 @@ class _MemoryToolkit:
     # save ------------------------------------------------------------------------------------
 
     @staticmethod
-    def _saved(records: Sequence[MemoryRecord]) -> str:
-        (record,) = records
-        return f"Saved to long-term memory (id {record.id}, importance {record.importance:.1f})."
+    def _saved(ids: Sequence[str]) -> str:
+        (memory_id,) = ids
+        return (
+            f"Saved to long-term memory (id {memory_id}); it can be recalled once it is "
+            "indexed, in a moment."
+        )
 
     def save(self, text: str, importance: float | None = None) -> str:
-        records = self.memory.add(
+        ids = self.memory.enqueue(
             text, namespace=self.resolve(), importances=importance, metadatas={"source": "tool"}
         )
-        return self._saved(records)
+        return self._saved(ids)
 
     async def asave(self, text: str, importance: float | None = None) -> str:
-        records = await self.memory.aadd(
+        ids = await self.memory.aenqueue(
             text, namespace=self.resolve(), importances=importance, metadatas={"source": "tool"}
         )
-        return self._saved(records)
+        return self._saved(ids)
 
     # reflect ---------------------------------------------------------------------------------
 
@@ -254,8 +257,10 @@ def create_memory_tools(
     * ``recall_memories(query, k=None)``: the memories that best match ``query`` (relevance,
       recency, importance), fenced as data. The tool message's ``artifact`` holds them as
       ``Document``\\ s with every score in the metadata.
-    * ``save_memory(text, importance=None)``: store a fact; unrated facts are rated by the
-      stream's importance scorer. May start a background reflection.
+    * ``save_memory(text, importance=None)``: store a fact. It is written durably as pending
+      (one commit, no LLM call) and embedded and rated in the background (see
+      :meth:`ReflectiveMemory.enqueue`): recallable a moment later. May start a background
+      reflection.
     * ``reflect_now()``: reflect on recent memories now and return the new insights. Only
       included when ``memory`` has a chat model.
 

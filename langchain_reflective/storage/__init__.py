@@ -4,6 +4,7 @@ from langchain_reflective.storage.base import (
     BaseRecordStore,
     CounterUpdate,
     PartitionChunk,
+    PendingMemory,
     ReflectionState,
 )
 from langchain_reflective.storage.sqlite import SQLiteRecordStore
@@ -12,6 +13,7 @@ __all__ = [
     "BaseRecordStore",
     "CounterUpdate",
     "PartitionChunk",
+    "PendingMemory",
     "ReflectionState",
     "SQLiteRecordStore",
 ]

@@ -22,6 +22,7 @@ __all__ = [
     "BaseRecordStore",
     "CounterUpdate",
     "PartitionChunk",
+    "PendingMemory",
     "ReflectionState",
     "trusted_record",
 ]
@@ -119,6 +120,51 @@ class CounterUpdate:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingMemory:
+    """A memory written durably but not yet embedded or rated (the pending queue, an outbox).
+
+    :meth:`ReflectiveMemory.enqueue <langchain_reflective.memory.ReflectiveMemory.enqueue>`
+    writes these in one cheap commit; a background drain embeds and rates them and moves each
+    into the memories under the same id, in the transaction that stores it.
+    """
+
+    id: str
+    """The id the memory keeps once it is stored."""
+    namespace: str
+    """Whose memory it is."""
+    text: str
+    """The validated text."""
+    kind: str
+    """The memory kind (``"observation"`` for a recorded turn)."""
+    created_at: datetime
+    """When it was enqueued (UTC): the stored memory's creation time."""
+    importance: float | None
+    """A given importance in [0, 1], or ``None`` to have it rated when it is completed."""
+    metadata: Mapping[str, Any]
+    """JSON-serialisable metadata."""
+
+    def to_record(self) -> MemoryRecord:
+        """The memory as the working context shows it before it is stored.
+
+        Its importance is the given one, or ``0.0`` with ``importance_source="heuristic"``
+        until it is rated (callers that filter by importance treat pending memories apart).
+        """
+        return trusted_record(
+            id=self.id,
+            text=self.text,
+            kind=self.kind,
+            created_at=self.created_at,
+            last_accessed_at=self.created_at,
+            importance=0.0 if self.importance is None else float(self.importance),
+            importance_source="given" if self.importance is not None else "heuristic",
+            evidence=(),
+            depth=0,
+            namespace=self.namespace,
+            metadata=dict(self.metadata),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionChunk:
     """A slice of one namespace's live records in insertion order, for rebuilding indexes."""
 
@@ -166,8 +212,39 @@ class BaseRecordStore(ABC):
         vectors: npt.NDArray[np.float32],
         *,
         counter: CounterUpdate | None = None,
+        pending: Sequence[str] = (),
     ) -> list[int]:
-        """Insert records with their vectors in one transaction; return their sequence numbers."""
+        """Insert records with their vectors in one transaction; return their sequence numbers.
+
+        Args:
+            records: the records.
+            vectors: one row per record.
+            counter: the reflection-counter change written in the same transaction.
+            pending: ids of pending memories (see :meth:`enqueue`) this insert completes: they
+                leave the pending queue in the same transaction, so a memory is either pending
+                or stored, never both and never neither.
+
+        Raises:
+            PendingConflictError: one of ``pending`` is no longer queued (another process
+                completed or purged it); nothing was written.
+        """
+
+    @abstractmethod
+    def enqueue(self, items: Sequence[PendingMemory]) -> None:
+        """Queue memories durably for completion (one transaction, no vectors)."""
+
+    @abstractmethod
+    def pending(
+        self, *, namespace: str | None = None, limit: int | None = None, newest: bool = False
+    ) -> list[PendingMemory]:
+        """Queued memories, oldest first (of ``namespace``, or of every namespace).
+
+        With ``newest`` the ``limit`` newest ones instead (still oldest first).
+        """
+
+    @abstractmethod
+    def count_pending(self, namespace: str | None = None) -> int:
+        """Number of queued memories (in ``namespace``, or in all namespaces)."""
 
     @abstractmethod
     def get(self, ids: Sequence[str], *, namespace: str) -> list[MemoryRecord]:
@@ -183,7 +260,8 @@ class BaseRecordStore(ABC):
 
     @abstractmethod
     def purge(self, namespace: str) -> int:
-        """Delete every record and the counter of ``namespace``; return how many were deleted."""
+        """Delete every record, queued memory and the counter of ``namespace``; return how many
+        records were deleted."""
 
     @abstractmethod
     def touch(self, seqs: Sequence[int], when: datetime) -> None:

@@ -26,6 +26,7 @@ from langchain_reflective.errors import (
     DimensionMismatchError,
     EmbeddingError,
     ForeignFileError,
+    PendingConflictError,
     SchemaVersionError,
     StorageError,
 )
@@ -34,6 +35,7 @@ from langchain_reflective.storage.base import (
     BaseRecordStore,
     CounterUpdate,
     PartitionChunk,
+    PendingMemory,
     ReflectionState,
     trusted_record,
 )
@@ -43,7 +45,7 @@ __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteRecordStore"]
 logger = logging.getLogger(__name__)
 
 APPLICATION_ID = 0x52464C54  # "RFLT"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
@@ -80,8 +82,23 @@ CREATE TABLE IF NOT EXISTS counters (
     counted_seq INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS seq_floor (seq INTEGER PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS pending (
+    pseq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    namespace TEXT NOT NULL,
+    text TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    created_us INTEGER NOT NULL,
+    importance REAL,
+    metadata TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS pending_namespace_pseq ON pending (namespace, pseq);
 """
-"""Schema notes (version 3).
+"""Schema notes (version 4).
+
+``pending`` (new in version 4) is the queue of memories written by
+:meth:`SQLiteRecordStore.enqueue` and not yet embedded or rated; completing one deletes its row
+in the transaction that inserts it into ``memories`` (same id).
 
 ``seq`` numbers memories in insertion order and is never reused: an insert takes one more than
 the larger of the newest ``seq`` and ``seq_floor`` (one row), and every delete first raises
@@ -100,6 +117,7 @@ namespace's newest ``seq`` (see :meth:`SQLiteRecordStore.generation`).
 
 Version 1 files (no ``counted_seq``; the counters row was bumped on every write) are migrated on
 open: their counters were exact, so ``counted_seq`` starts at each namespace's newest ``seq``.
+Version 1-3 files get an empty ``pending`` table.
 """
 
 _FOLD_ROWS = 512
@@ -441,6 +459,8 @@ class SQLiteRecordStore(BaseRecordStore):
         Version 2 -> 3: ``seq_floor``, set to the highest ``seq`` ever handed out (what
         ``AUTOINCREMENT`` recorded in ``sqlite_sequence``), so no seq is reused.
 
+        Version 3 -> 4: the (empty) ``pending`` queue.
+
         Another process may migrate at the same time: the version is read again under the
         write lock. Old versions of the package refuse the migrated file (its version is newer).
         """
@@ -458,23 +478,33 @@ class SQLiteRecordStore(BaseRecordStore):
                     "SELECT namespace, MAX(seq) FROM memories WHERE true GROUP BY namespace "
                     "ON CONFLICT(namespace) DO UPDATE SET counted_seq = excluded.counted_seq"
                 )
-            c.execute("CREATE TABLE IF NOT EXISTS seq_floor (seq INTEGER PRIMARY KEY)")
-            floor = int(
-                c.execute(
-                    "SELECT MAX(COALESCE((SELECT MAX(seq) FROM memories), 0), "
-                    "COALESCE((SELECT MAX(seq) FROM seq_floor), 0))"
-                ).fetchone()[0]
-            )
-            if c.execute(
-                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='sqlite_sequence'"
-            ).fetchone():
-                used = c.execute(
-                    "SELECT MAX(seq) FROM sqlite_sequence WHERE name='memories'"
-                ).fetchone()[0]
-                floor = max(floor, int(used or 0))
-            c.execute("DELETE FROM seq_floor")
-            c.execute("INSERT INTO seq_floor(seq) VALUES (?)", (floor,))
+            if version < 3:
+                self._add_seq_floor(c)
+            if version < 4:
+                for statement in _SCHEMA.split(";"):
+                    if "pending" in statement:
+                        c.execute(statement)
             c.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
+
+    @staticmethod
+    def _add_seq_floor(c: sqlite3.Connection) -> None:
+        """Version 2 -> 3 (see :meth:`_migrate`)."""
+        c.execute("CREATE TABLE IF NOT EXISTS seq_floor (seq INTEGER PRIMARY KEY)")
+        floor = int(
+            c.execute(
+                "SELECT MAX(COALESCE((SELECT MAX(seq) FROM memories), 0), "
+                "COALESCE((SELECT MAX(seq) FROM seq_floor), 0))"
+            ).fetchone()[0]
+        )
+        if c.execute(
+            "SELECT 1 FROM sqlite_master WHERE type='table' AND name='sqlite_sequence'"
+        ).fetchone():
+            used = c.execute(
+                "SELECT MAX(seq) FROM sqlite_sequence WHERE name='memories'"
+            ).fetchone()[0]
+            floor = max(floor, int(used or 0))
+        c.execute("DELETE FROM seq_floor")
+        c.execute("INSERT INTO seq_floor(seq) VALUES (?)", (floor,))
 
     # executescript commits implicitly; wrap plain statements in explicit transactions.
     class _Tx:
@@ -614,9 +644,11 @@ class SQLiteRecordStore(BaseRecordStore):
         vectors: npt.NDArray[np.float32],
         *,
         counter: CounterUpdate | None = None,
+        pending: Sequence[str] = (),
     ) -> list[int]:
         if (
-            len(records) == 1
+            not pending
+            and len(records) == 1
             and type(vectors) is np.ndarray
             and vectors.dtype == _LE_F32
             and vectors.shape[0] == 1
@@ -642,10 +674,12 @@ class SQLiteRecordStore(BaseRecordStore):
             if accessed is None:
                 accessed = stamps[r.accessed_at] = to_us(r.accessed_at)
             rows.append(_row(r, created, accessed, blob[i * width : (i + 1) * width]))
-        if len(rows) == 1 and _counts_itself(records[0], counter):
+        if not pending and len(rows) == 1 and _counts_itself(records[0], counter):
             return [self._insert_one(rows[0], records[0].namespace)]
         try:
             with self._transaction() as c:
+                if pending:
+                    self._dequeue(c, pending)
                 seqs: list[int]
                 if len(rows) == 1:
                     cur = c.execute(_INSERT, rows[0])
@@ -696,6 +730,89 @@ class SQLiteRecordStore(BaseRecordStore):
             raise StorageError(f"could not store memories (duplicate id?): {exc}") from exc
         except sqlite3.DatabaseError as exc:
             raise StorageError(f"could not store memories: {exc}") from exc
+
+    @staticmethod
+    def _dequeue(c: sqlite3.Connection, ids: Sequence[str]) -> None:
+        """Delete these pending rows (inside the caller's transaction); all must be there."""
+        gone = 0
+        for chunk in _chunks(list(ids)):
+            marks = ",".join("?" * len(chunk))
+            gone += c.execute(f"DELETE FROM pending WHERE id IN ({marks})", tuple(chunk)).rowcount
+        if gone != len(set(ids)):
+            raise PendingConflictError(
+                f"{len(set(ids)) - gone} of {len(ids)} pending memories are no longer queued "
+                "(completed or purged by another process)"
+            )
+
+    def enqueue(self, items: Sequence[PendingMemory]) -> None:
+        """Queue memories in one transaction (see :meth:`BaseRecordStore.enqueue`)."""
+        if not items:
+            return
+        rows = [
+            (
+                p.id,
+                p.namespace,
+                p.text,
+                p.kind,
+                to_us(p.created_at),
+                p.importance,
+                _dump_metadata(p.metadata),
+            )
+            for p in items
+        ]
+        sql = (
+            "INSERT INTO pending (id, namespace, text, kind, created_us, importance, metadata) "
+            "VALUES (?,?,?,?,?,?,?)"
+        )
+        try:
+            if len(rows) == 1:  # one autocommit statement: the per-turn cheap commit
+                with self._lock:
+                    self._ensure_open()
+                    self._conn.execute(sql, rows[0])
+                    self._after_commit()
+            else:
+                with self._transaction() as c:
+                    c.executemany(sql, rows)
+        except sqlite3.IntegrityError as exc:
+            raise StorageError(f"could not queue memories (duplicate id?): {exc}") from exc
+        except sqlite3.DatabaseError as exc:
+            raise StorageError(f"could not queue memories: {exc}") from exc
+
+    def pending(
+        self, *, namespace: str | None = None, limit: int | None = None, newest: bool = False
+    ) -> list[PendingMemory]:
+        """Queued memories, oldest first (see :meth:`BaseRecordStore.pending`)."""
+        sql = "SELECT id, namespace, text, kind, created_us, importance, metadata FROM pending"
+        params: list[Any] = []
+        if namespace is not None:
+            sql += " WHERE namespace=?"
+            params.append(namespace)
+        sql += " ORDER BY pseq DESC" if newest else " ORDER BY pseq"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(int(limit))
+        rows = self._query(sql, params)
+        if newest:
+            rows.reverse()
+        return [
+            PendingMemory(
+                id=r[0],
+                namespace=r[1],
+                text=r[2],
+                kind=r[3],
+                created_at=from_us(r[4]),
+                importance=None if r[5] is None else float(r[5]),
+                metadata=json.loads(r[6]) if r[6] != "{}" else {},
+            )
+            for r in rows
+        ]
+
+    def count_pending(self, namespace: str | None = None) -> int:
+        if namespace is None:
+            return int(self._query("SELECT COUNT(*) FROM pending")[0][0])
+        return int(
+            self._query("SELECT COUNT(*) FROM pending WHERE namespace=?", (namespace,))[0][0]
+        )
 
     def _insert_one(self, row: tuple[Any, ...], namespace: str) -> int:
         """Insert one memory that counts itself: a single autocommit statement.
@@ -864,6 +981,7 @@ class SQLiteRecordStore(BaseRecordStore):
         with self._transaction() as c:
             c.execute(_RAISE_SEQ_FLOOR)
             n = c.execute("DELETE FROM memories WHERE namespace=?", (namespace,)).rowcount
+            c.execute("DELETE FROM pending WHERE namespace=?", (namespace,))
             bumps = self._bump(c, namespace)
             c.execute(
                 "UPDATE counters SET importance_sum=0, adds=0, last_reflection_us=NULL, "

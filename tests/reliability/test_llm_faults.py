@@ -323,7 +323,9 @@ def test_background_reflection_failures_are_logged_and_kept(
         ]
         assert failures, "no background reflection failed: raise the fault rate"
         assert len(logged) == len(failures)
-        assert all(r.exc_info and isinstance(r.exc_info[1], ReflectionError) for r in logged)
+        # one line each, naming the cause; the traceback stays with the error in .errors
+        assert all(not r.exc_info and "ReflectionError" in r.getMessage() for r in logged)
+        assert all("\n" not in r.getMessage() for r in logged)
         assert all(f.namespace == "user-1" for f in failures)
         assert all(isinstance(f.error, ReflectionError) for f in failures)
         stream = memory.stream

@@ -164,7 +164,11 @@ def test_agent_records_injects_reflects_and_isolates_users(memory: ReflectiveMem
     )
     alice = {"configurable": {"thread_id": "alice-1"}}
     agent.invoke(user("I love green tea every morning"), alice, context=Context("alice"))
+    # the turn is pending: in the next turn's recent observations at once, recallable once the
+    # background drain has embedded it (flush() waits for that)
+    assert memory.flush(timeout=30)
     agent.invoke(user("What do I drink every morning?"), alice, context=Context("alice"))
+    assert memory.flush(timeout=30)
 
     # memories recorded per user namespace, user input and answer as observations
     texts = [r.text for r in memory.stream.recent(None, namespace="alice")]
@@ -213,6 +217,7 @@ def test_agent_records_injects_reflects_and_isolates_users(memory: ReflectiveMem
         assert "green tea" not in system_text(call)
     bob_tool = next(m for m in out["messages"] if m.type == "tool")
     assert "green tea" not in bob_tool.text
+    assert memory.flush(timeout=30)
     assert [r.text for r in memory.stream.recent(None, namespace="bob")] == [
         "User: What do I drink every morning?",
         "Assistant: ?",
@@ -225,9 +230,9 @@ async def test_async_agent(memory: ReflectiveMemory) -> None:
     cfg = {"configurable": {"user_id": "carol"}}
     await agent.ainvoke(user("Hello, I am Carol and I play chess"), cfg)
     await agent.ainvoke(user("What did I say about chess?"), cfg)
-    assert memory.stream.count(namespace="carol") == 4
     assert "I am Carol and I play chess" in system_text(model.agent_calls[1])
     assert await memory.aflush(timeout=30)
+    assert len(memory.stream.recent(None, namespace="carol", kinds=["observation"])) == 4
     assert memory.stream.recent(None, namespace="carol", kinds=["reflection"])
 
 
@@ -237,12 +242,14 @@ def test_context_mapping_and_custom_key(memory: ReflectiveMemory) -> None:
         model, middleware=[ReflectiveMemoryMiddleware(memory, namespace_key="tenant")]
     )
     agent.invoke(user("remember the blue door"), context={"tenant": "acme"})
+    assert memory.flush(timeout=30)
     assert memory.stream.count(namespace="acme") == 2
 
 
 def test_without_an_owner_uses_default_or_fails(memory: ReflectiveMemory) -> None:
     agent = create_agent(FakeChat(), middleware=[ReflectiveMemoryMiddleware(memory)])
     agent.invoke(user("no owner here"))
+    assert memory.flush(timeout=30)
     assert memory.stream.count(namespace="default") == 2
     strict = create_agent(
         FakeChat(), middleware=[ReflectiveMemoryMiddleware(memory, require_namespace=True)]
@@ -259,6 +266,7 @@ def test_turn_is_not_recorded_twice(memory: ReflectiveMemory) -> None:
     cfg = {"configurable": {"thread_id": "t", "user_id": "dan"}}
     agent.invoke(user("one"), cfg)
     agent.invoke({"messages": []}, cfg)  # a run without a new user message: a new answer only
+    assert memory.flush(timeout=30)
     assert [r.text for r in memory.stream.recent(None, namespace="dan")] == [
         "User: one",
         "Assistant: First.",

@@ -481,7 +481,7 @@ def test_version_1_files_are_migrated(tmp_path: Path) -> None:
     _v1_file(path)
     store = SQLiteRecordStore(path)
     try:
-        assert store.get_meta("schema_version") == str(sqlite_store.SCHEMA_VERSION) == "3"
+        assert store.get_meta("schema_version") == str(sqlite_store.SCHEMA_VERSION) == "4"
         state = store.reflection_state("default")
         assert (state.importance_sum, state.adds_since) == (pytest.approx(0.75), 2)
         assert state.last_reflection_at == datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC)
@@ -521,7 +521,7 @@ def test_version_2_files_never_reuse_a_seq_autoincrement_handed_out(tmp_path: Pa
     conn.close()
     store = SQLiteRecordStore(path)
     try:
-        assert store.get_meta("schema_version") == "3"
+        assert store.get_meta("schema_version") == "4"
         assert _add(store, _records(1)) == [6]  # single-row path
         assert _add(store, _records(2, start=1)) == [7, 8]  # batch path
         # the upgraded table keeps AUTOINCREMENT: both rules agree from here on

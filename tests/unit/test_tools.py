@@ -59,8 +59,13 @@ def test_no_reflect_tool_without_a_model(tmp_path: Path) -> None:
 def test_save_then_recall_fenced_with_artifact(memory: ReflectiveMemory) -> None:
     tools = by_name(create_memory_tools(memory, namespace="alice"))
     saved = tools["save_memory"].invoke({"text": "Alice is allergic to peanuts", "importance": 0.9})
-    assert saved.startswith("Saved to long-term memory") and "importance 0.9" in saved
+    assert saved.startswith("Saved to long-term memory")
+    # the save is pending (no embedding, no rating on the call); flush() completes it
+    (queued,) = memory.stream.pending(namespace="alice")
+    assert queued.id in saved and not memory.stream.count(namespace="alice")
+    assert memory.flush(timeout=30)
     (record,) = memory.stream.recent(None, namespace="alice")
+    assert record.id == queued.id
     assert record.importance == 0.9 and record.metadata["source"] == "tool"
 
     text = tools["recall_memories"].invoke({"query": "peanuts allergy"})
@@ -93,6 +98,7 @@ async def test_async_tools(memory: ReflectiveMemory) -> None:
     cfg = {"configurable": {"user_id": "bob"}}
     await tools["save_memory"].ainvoke({"text": "Bob plays the cello"}, cfg)
     await tools["save_memory"].ainvoke({"text": "Bob plays the cello in an orchestra"}, cfg)
+    assert await memory.aflush(timeout=30)
     assert memory.stream.count(namespace="bob") == 2
     assert "cello" in await tools["recall_memories"].ainvoke({"query": "cello"}, cfg)
     insights = await tools["reflect_now"].ainvoke({}, cfg)
@@ -113,6 +119,7 @@ def test_namespace_from_config_and_required(memory: ReflectiveMemory) -> None:
     assert isinstance(answer, ToolMessage) and "no memory owner" in answer.text
     assert memory.stream.count() == 0
     save.invoke({"text": "Dan likes jazz"}, {"configurable": {"user_id": "dan"}})
+    assert memory.flush(timeout=30)
     assert memory.stream.count(namespace="dan") == 1
 
 
