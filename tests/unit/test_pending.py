@@ -1,0 +1,257 @@
+"""Pending memories (the outbox): ``enqueue`` commits and returns; a background drain completes.
+
+Covers the guarantee in :mod:`langchain_reflective.memory`: durable at once, visible to recent
+context but not to retrieval until embedded, completed in batches under the same ids, never
+twice, retried after a failure, completed at the next open, and an agent turn that never waits
+for the rating model.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from langchain.agents import create_agent
+from langchain.agents.structured_output import ToolStrategy
+from langchain_core.messages import HumanMessage
+from pydantic import BaseModel
+
+from langchain_reflective import MemoryStream
+from langchain_reflective.errors import InvalidMemoryError, PendingConflictError
+from langchain_reflective.importance import BaseImportanceScorer, ImportanceResult
+from langchain_reflective.integrations.middleware import ReflectiveMemoryMiddleware
+from langchain_reflective.memory import MemoryConfig, ReflectiveMemory
+from langchain_reflective.storage import sqlite as sqlite_store
+from langchain_reflective.storage.sqlite import SQLiteRecordStore
+from tests.fakes import WordEmbeddings
+from tests.unit.test_middleware import FakeChat, tool_call
+
+
+class CountingScorer(BaseImportanceScorer):
+    """Rates every text 0.7 as if a model had; counts its calls and the texts per call."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+
+    def score(self, texts: Sequence[str]) -> list[ImportanceResult]:
+        self.batches.append(list(texts))
+        return [ImportanceResult(0.7, "llm") for _ in texts]
+
+
+class GatedScorer(CountingScorer):
+    """A rating model that does not answer until the test opens the gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.started = threading.Event()
+
+    def score(self, texts: Sequence[str]) -> list[ImportanceResult]:
+        self.started.set()
+        assert self.gate.wait(30), "the test never opened the gate"
+        return super().score(texts)
+
+
+class FailingEmbeddings(WordEmbeddings):
+    """Fails ``embed_documents`` while ``down`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = True
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if self.down:
+            raise ConnectionError("embedding service unavailable")
+        return super().embed_documents(texts)
+
+
+def open_memory(
+    path: Path, scorer: BaseImportanceScorer | None = None, **config
+) -> ReflectiveMemory:
+    stream = MemoryStream(WordEmbeddings(), path=path, importance_scorer=scorer)
+    return ReflectiveMemory(None, stream, config=MemoryConfig(**config))
+
+
+@pytest.fixture
+def gated(tmp_path: Path) -> Iterator[tuple[ReflectiveMemory, GatedScorer]]:
+    scorer = GatedScorer()
+    memory = open_memory(tmp_path / "m.db", scorer)
+    yield memory, scorer
+    scorer.gate.set()
+    memory.close()
+
+
+def test_enqueue_is_durable_and_recent_but_not_retrievable_until_completed(
+    gated: tuple[ReflectiveMemory, GatedScorer], now
+) -> None:
+    memory, scorer = gated
+    ids = memory.enqueue(
+        ["Alice adopted a grey cat named Miso", "Alice works night shifts"],
+        namespace="alice",
+        metadatas={"role": "user"},
+        now=now,
+    )
+    assert scorer.started.wait(30)  # the drain is blocked in the rating call
+    queued = memory.stream.pending(namespace="alice")
+    assert [p.id for p in queued] == ids and all(p.created_at == now for p in queued)
+    assert memory.stream.count(namespace="alice") == 0
+    assert memory.retrieve("grey cat Miso", namespace="alice", now=now) == []
+    context = memory.build_context("grey cat Miso", namespace="alice", now=now)
+    assert "Recent observations" in context and "grey cat named Miso" in context
+    assert "Memories relevant" not in context
+    assert memory.stream.pending(namespace="bob") == []  # namespaces stay apart
+
+    scorer.gate.set()
+    assert memory.flush(timeout=30)
+    assert memory.stream.pending(namespace="alice") == []
+    stored = memory.stream.get(ids, namespace="alice")
+    assert [r.id for r in stored] == ids
+    assert all(r.importance_source == "llm" and r.created_at == now for r in stored)
+    assert stored[0].metadata == {"role": "user"}
+    (hit,) = memory.retrieve("grey cat Miso", k=1, namespace="alice", now=now)
+    assert hit.record.id == ids[0]
+    state = memory.stream.reflection_state("alice")
+    assert state.adds_since == 2 and state.importance_sum == pytest.approx(1.4)
+
+
+def test_one_embedding_call_and_one_rating_batch_per_drain(tmp_path: Path, now) -> None:
+    scorer = CountingScorer()
+    path = tmp_path / "m.db"
+    with MemoryStream(WordEmbeddings(), path=path) as stream:  # enqueue without a drain
+        stream.enqueue(["a fact about tea", "a fact about chess"], namespace="a", now=now)
+        stream.enqueue("given one", namespace="b", importances=0.4, now=now)
+        stream.enqueue(["x one", "x two", "x three"], namespace="a", now=now)
+    embeddings = WordEmbeddings()
+    stream = MemoryStream(embeddings, path=path, importance_scorer=scorer)
+    with ReflectiveMemory(None, stream, config=MemoryConfig(drain_batch=4)) as memory:
+        assert memory.flush(timeout=30)  # leftovers are completed at open
+        assert embeddings.document_calls == 2  # 6 pending, batches of 4
+        assert [len(b) for b in scorer.batches] == [3, 2]  # the given importance is not rated
+        assert memory.stream.count(namespace="a") == 5
+        (given,) = memory.stream.recent(None, namespace="b")
+        assert (given.importance, given.importance_source) == (0.4, "given")
+
+
+def test_a_memory_is_never_completed_twice(stream: MemoryStream, now) -> None:
+    items = stream.enqueue(["one", "two"], now=now)
+    stream.complete_pending(items)
+    with pytest.raises(PendingConflictError):
+        stream.complete_pending(items)  # another process got there first
+    assert stream.count() == 2 and stream.pending() == []
+
+
+def test_a_failed_batch_stays_queued_and_is_retried(tmp_path: Path, now) -> None:
+    embeddings = FailingEmbeddings()
+    stream = MemoryStream(embeddings, path=tmp_path / "m.db")
+    with ReflectiveMemory(None, stream) as memory:
+        (memory_id,) = memory.enqueue("Bob plays the cello", namespace="bob", now=now)
+        assert not memory.flush(timeout=30)  # the drain failed: still pending
+        assert [p.id for p in memory.stream.pending(namespace="bob")] == [memory_id]
+        failure = memory.errors[-1]
+        assert failure.stage == "pending" and isinstance(failure.error, ConnectionError)
+        embeddings.down = False
+        assert memory.flush(timeout=30)  # flush retries the queue
+        assert [r.id for r in memory.stream.recent(None, namespace="bob")] == [memory_id]
+
+
+def test_bad_input_is_rejected_before_anything_is_queued(stream: MemoryStream) -> None:
+    with ReflectiveMemory(None, stream, config=MemoryConfig(background=False)) as memory:
+        with pytest.raises(InvalidMemoryError):
+            memory.enqueue(["fine", ""])
+        with pytest.raises(InvalidMemoryError):
+            memory.enqueue("fine", importances=2.0)
+        assert memory.stream.pending() == [] and memory.stream.count() == 0
+        # background=False completes before enqueue returns, like add()
+        (memory_id,) = memory.enqueue("inline")
+        assert memory.stream.get(memory_id)[0].text == "inline"
+
+
+def test_purge_drops_pending_memories(stream: MemoryStream) -> None:
+    stream.enqueue(["queued"], namespace="carol")
+    stream.enqueue(["kept"], namespace="dave")
+    stream.purge(namespace="carol")
+    assert stream.pending(namespace="carol") == []
+    assert [p.text for p in stream.pending(namespace="dave")] == ["kept"]
+
+
+def test_schema_3_files_are_upgraded_with_an_empty_queue(tmp_path: Path, now) -> None:
+    path = tmp_path / "old.db"
+    with MemoryStream(WordEmbeddings(), path=path) as stream:
+        stream.add("written by schema 3", importances=0.5, now=now)
+    conn = sqlite3.connect(path)  # what the previous release wrote: no pending table
+    conn.execute("DROP TABLE pending")
+    conn.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
+    conn.commit()
+    conn.close()
+    stream = MemoryStream(WordEmbeddings(), path=path)
+    with ReflectiveMemory(None, stream) as memory:
+        assert stream.store.get_meta("schema_version") == str(sqlite_store.SCHEMA_VERSION)
+        assert stream.pending() == []
+        memory.enqueue("written by schema 4", now=now)
+        assert memory.flush(timeout=30)
+        assert [r.text for r in stream.recent(None)] == [
+            "written by schema 3",
+            "written by schema 4",
+        ]
+    store = SQLiteRecordStore(path)  # reopening upgrades nothing again
+    try:
+        assert store.get_meta("schema_version") == "4" and store.count_pending() == 0
+    finally:
+        store.close()
+
+
+# -- the agent's turn ----------------------------------------------------------------------------
+
+
+def test_an_agent_turn_never_waits_for_the_rating_model(
+    gated: tuple[ReflectiveMemory, GatedScorer],
+) -> None:
+    memory, scorer = gated
+    model = FakeChat(script=["Noted.", "You have a cat."])
+    agent = create_agent(model, middleware=[ReflectiveMemoryMiddleware(memory)])
+    ctx = {"user_id": "alice"}
+    agent.invoke({"messages": [HumanMessage("I adopted a cat named Miso")]}, context=ctx)
+    # the turn returned while the rating model is still blocked: nothing rated, all pending
+    assert scorer.started.wait(30) and scorer.batches == []
+    assert len(memory.stream.pending(namespace="alice")) == 2
+    agent.invoke({"messages": [HumanMessage("What pet do I have?")]}, context=ctx)
+    # the first turn was in the second call's context although it is not embedded yet
+    assert "I adopted a cat named Miso" in "\n".join(m.text for m in model.agent_calls[1])
+    scorer.gate.set()
+    assert memory.flush(timeout=30)
+    texts = [r.text for r in memory.stream.recent(None, namespace="alice")]
+    assert texts == [
+        "User: I adopted a cat named Miso",
+        "Assistant: Noted.",
+        "User: What pet do I have?",
+        "Assistant: You have a cat.",
+    ]
+
+
+class Forecast(BaseModel):
+    city: str
+    temperature_c: int
+
+
+def test_a_structured_output_ending_records_the_structured_answer(tmp_path: Path) -> None:
+    with open_memory(tmp_path / "m.db") as memory:
+        model = FakeChat(script=[tool_call("Forecast", {"city": "Lisbon", "temperature_c": 21})])
+        agent = create_agent(
+            model,
+            response_format=ToolStrategy(Forecast),
+            middleware=[ReflectiveMemoryMiddleware(memory)],
+        )
+        out = agent.invoke(
+            {"messages": [HumanMessage("Weather in Lisbon?")]}, context={"user_id": "ann"}
+        )
+        assert out["structured_response"] == Forecast(city="Lisbon", temperature_c=21)
+        assert memory.flush(timeout=30)
+        user, answer = memory.stream.recent(None, namespace="ann")
+        assert user.text == "User: Weather in Lisbon?"
+        assert Forecast.model_validate_json(answer.text.removeprefix("Assistant: ")) == Forecast(
+            city="Lisbon", temperature_c=21
+        )
+        assert answer.metadata["role"] == "assistant"
