@@ -9,7 +9,11 @@ Commands (``reflective --help`` and ``reflective <command> --help`` say more):
 * ``reflective export FILE OUT.jsonl`` and ``reflective import IN.jsonl FILE``.
 
 User mistakes (a missing or foreign file, a bad option, a missing extra) end with one line on
-stderr and a non-zero exit status; ``--debug`` shows the traceback instead.
+stderr and a non-zero exit status; ``--debug`` shows the traceback instead. The exit status
+follows one rule (:data:`EXIT_CODES`, also in ``reflective --help``): 2 when the command line
+itself is wrong (unknown command or option, missing argument, an option value that can never
+work), 1 when it is right but cannot be carried out (the files, the data, a model or a missing
+extra), 130 when interrupted.
 
 Needs the ``cli`` extra (typer, rich, matplotlib, pandas); importing the package never imports
 this module.
@@ -64,6 +68,16 @@ _DEMO_MAX_TOKENS = {"local": 320, "openai": 1024}
 """Token limit per model answer in the demo: the tiny local model rambles until the limit."""
 
 logger = logging.getLogger(__name__)
+
+EXIT_CODES = (
+    "Exit status: 0 success; 1 the command could not be carried out (a missing, foreign or "
+    "empty file, a missing directory, the data, a model, a missing extra); 2 the command line "
+    "itself is wrong (unknown command or option, missing argument, an option value or "
+    "combination that can never work); 130 interrupted."
+)
+"""The exit-status rule, printed at the end of ``reflective --help``."""
+PLOT_FORMATS = (".png", ".pdf", ".svg")
+"""File types ``inspect --plot`` writes (chosen by the file name's suffix)."""
 
 
 class CLIError(Exception):
@@ -563,13 +577,21 @@ def _overview(stream: MemoryStream, path: Path) -> None:
             kinds[r.kind] = kinds.get(r.kind, 0) + 1
             sources[r.importance_source] = sources.get(r.importance_source, 0) + 1
         state = stream.reflection_state(ns)
+        reflections = [r.created_at for r in records if r.kind == "reflection"]
+        if reflections:
+            last = _stamp(max(reflections))
+        elif state.last_reflection_at is not None:
+            # the counter was reset by a reflection that stored no insight
+            last = f"none stored (last run {_stamp(state.last_reflection_at)})"
+        else:
+            last = "never"
         per_ns.add_row(
             escape(ns),
             str(len(records)),
             ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())),
             ", ".join(f"{k} {n}" for k, n in sorted(sources.items())),
             f"{state.adds_since} adds, importance {state.importance_sum:.2f}",
-            _stamp(state.last_reflection_at) if state.last_reflection_at else "never",
+            last,
         )
     console.print(per_ns)
 
@@ -600,6 +622,30 @@ def _memory_table(records: Sequence[MemoryRecord], ns: str, limit: int, now: dat
         )
     table.caption = "importance source: l = LLM, h = heuristic, g = given"
     return table
+
+
+def _plot_target(path: Path) -> Path:
+    """The file ``--plot`` writes: checked before any work, never a surprise.
+
+    No suffix means PNG (``.png`` is appended, and the message names the real file); another
+    suffix must be one of :data:`PLOT_FORMATS` (usage error, 2); the parent directory must
+    exist and the path must not be a directory (1).
+    """
+    if path.is_dir():
+        _fail(f"--plot {path} is a directory; give a file name such as {path / 'memory.png'}")
+    if not path.suffix:
+        path = path.with_name(path.name + ".png")
+    elif path.suffix.lower() not in PLOT_FORMATS:
+        _fail(
+            f"--plot writes {', '.join(PLOT_FORMATS)} files, not {path.suffix!r}; "
+            f"use e.g. {path.with_suffix('.png')}",
+            code=2,
+        )
+    if path.is_dir():
+        _fail(f"--plot {path} is a directory; give a file name such as {path / 'memory.png'}")
+    if not path.parent.is_dir():
+        _fail(f"cannot write --plot {path}: the directory {path.parent} does not exist")
+    return path
 
 
 def _plot(stream: MemoryStream, ns: str, out: Path, *, query: str | None, now: datetime) -> None:
@@ -679,16 +725,24 @@ def _plot(stream: MemoryStream, ns: str, out: Path, *, query: str | None, now: d
         components.legend(fontsize="small")
     components.grid(alpha=0.3)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    try:
+        fig.savefig(out, dpi=110, format=out.suffix.lower().lstrip("."))
+    except OSError as exc:
+        _fail(f"cannot write --plot {out}: {exc.strerror or exc}")
+    finally:
+        plt.close(fig)
 
 
 def inspect(
     file: Annotated[Path, typer.Argument(help="The memory file (SQLite).", show_default=False)],
     limit: Annotated[
-        int, typer.Option("--limit", "-n", min=0, help="Newest memories to list.")
+        int,
+        typer.Option("--limit", "-n", min=0, help="Newest memories to list (0: none)."),
     ] = 15,
+    top: Annotated[
+        int,
+        typer.Option("--top", "-k", min=1, help="Memories ranked for --query."),
+    ] = 10,
     namespace: Annotated[
         str | None,
         typer.Option("--namespace", help="Namespace to list (default: 'default' or the only one)."),
@@ -697,7 +751,8 @@ def inspect(
         Path | None,
         typer.Option(
             "--plot",
-            help="Write a PNG: timeline of memories and reflections, and the score components.",
+            help="Write a plot (.png, .pdf or .svg; no suffix: .png) of the timeline of "
+            "memories and reflections and of the score components. The directory must exist.",
             show_default=False,
         ),
     ] = None,
@@ -725,9 +780,11 @@ def inspect(
 ) -> None:
     """Show what a memory file holds: models, counts, reflection state, newest memories."""
     console = _console()
-    _check_memory_path(file)
     if query is not None and not query.strip():
         _fail("--query must not be empty", code=2)
+    _check_memory_path(file)
+    if plot is not None:
+        plot = _plot_target(plot)
     stream = _open_readonly_stream(file)
     with stream:
         _overview(stream, file)
@@ -749,7 +806,7 @@ def inspect(
         stream = _open_readonly_stream(file)
     with stream:
         if query is not None:
-            hits = stream.retrieve(query, k=max(limit, 1), namespace=ns, now=now, touch=False)
+            hits = stream.retrieve(query, k=top, namespace=ns, now=now, touch=False)
             console.print(_score_table(f"Ranked for: {escape(query)}", hits, ()))
         if plot is not None:
             _plot(stream, ns, plot, query=query, now=now)
@@ -784,7 +841,9 @@ def export(
     if out.exists() and out.resolve() == file.resolve():
         _fail("the output file is the memory file itself; choose another output path", code=2)
     if out.is_dir():
-        _fail(f"{out} is a directory; give a file path for the export", code=2)
+        _fail(f"{out} is a directory; give a file path for the export")
+    if not out.parent.is_dir():
+        _fail(f"cannot write {out}: the directory {out.parent} does not exist")
     if out.is_file() and out.stat().st_size:
         with out.open("rb") as fh:
             if fh.read(16).startswith(b"SQLite format 3"):
@@ -800,7 +859,10 @@ def export(
             ns = _pick_namespace(stream, namespace)
             selected = [ns]
             label = f"namespace {ns!r}"
-        written = stream.export_jsonl(out, namespaces=selected, include_vectors=vectors)
+        try:
+            written = stream.export_jsonl(out, namespaces=selected, include_vectors=vectors)
+        except OSError as exc:  # the message names the file the user gave, not our temp file
+            _fail(f"cannot write {out}: {exc.strerror or type(exc).__name__}")
     _console().print(f"Exported {written} memories ({escape(label)}) to {escape(str(out))}.")
 
 
@@ -837,6 +899,13 @@ def _read_export_header(path: Path) -> tuple[dict[str, Any], bool]:
     return header, usable
 
 
+def _remove_memory_file(path: Path) -> None:
+    """Delete a memory file this command created, with its WAL, shared memory and caches."""
+    for extra in ("", "-wal", "-shm", "-journal"):
+        path.with_name(path.name + extra).unlink(missing_ok=True)
+    shutil.rmtree(path.with_name(path.name + ".index"), ignore_errors=True)
+
+
 def import_(
     source: Annotated[
         Path, typer.Argument(help="JSON lines written by 'reflective export'.", show_default=False)
@@ -866,27 +935,37 @@ def import_(
     from langchain_reflective.stream import MemoryStream
 
     header, usable = _read_export_header(source)
-    if file.exists() and file.is_dir():
-        _fail(f"{file} is a directory, not a memory file")
-    if file.exists() and file.stat().st_size:
+    created = not file.exists()
+    if not created:
+        # the same rule as inspect and export: an existing memory file is a non-empty one
+        _check_memory_path(file)
         store = _open_store(file)  # refuses foreign files before anything is loaded
         target_model = store.embedding_model
         store.close()
     else:
+        if not file.parent.is_dir():
+            _fail(f"cannot create {file}: the directory {file.parent} does not exist")
         target_model = None
     exported_model = header.get("embedding_model")
-    if usable and (target_model is None or target_model == exported_model):
+    reuse = usable and (target_model is None or target_model == exported_model)
+    embeddings: Embeddings
+    if reuse:
         identity = str(exported_model)
-        stream = MemoryStream(_NoEmbeddings(identity), path=file, embedding_model=identity)
+        embeddings = _NoEmbeddings(identity)
         how = "reusing the exported vectors"
     else:
         with _console().status("Loading the embedding model…"):
             embeddings = _load_embeddings(prefer)
-        stream = MemoryStream(embeddings, path=file)
+        identity = None
         how = "embedding the texts again"
-    with stream:
-        before = sum(stream.count(namespace=ns) for ns in stream.namespaces())
-        imported = stream.import_jsonl(source, namespace=namespace)
+    try:
+        with MemoryStream(embeddings, path=file, embedding_model=identity) as stream:
+            before = sum(stream.count(namespace=ns) for ns in stream.namespaces())
+            imported = stream.import_jsonl(source, namespace=namespace)
+    except BaseException:
+        if created:  # a failed import into a new file leaves nothing behind
+            _remove_memory_file(file)
+        raise
     skipped = f"; {before} were already there" if before else ""
     _console().print(
         f"Imported {imported} memories into {escape(str(file))} ({how}{escape(skipped)})."
@@ -931,6 +1010,7 @@ def _build_app() -> typer.Typer:
     application = typer.Typer(
         name="reflective",
         help=_root.__doc__,
+        epilog=EXIT_CODES,
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
@@ -1014,7 +1094,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     """
     if _MISSING is not None:
         _error(f"the reflective command needs the cli extra ({_MISSING.name}): {INSTALL_HINT}")
-        return 2
+        return 1
     args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
     _STATE["debug"] = "--debug" in args
     command = typer.main.get_command(app)

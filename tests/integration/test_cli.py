@@ -168,7 +168,7 @@ def test_missing_cli_extra_is_one_line(tmp_path: Path) -> None:
         env=offline_env(tmp_path),
         timeout=120,
     )
-    assert done.returncode == 2
+    assert done.returncode == 1  # the command line is fine; the environment lacks an extra
     assert_one_line_error(done.returncode, done.stdout, done.stderr)
     assert 'pip install "langchain-reflective[cli]"' in done.stderr
 
@@ -215,12 +215,90 @@ def test_inspect_plot_writes_a_png(
     capsys: pytest.CaptureFixture[str], memory_file: Path, tmp_path: Path
 ) -> None:
     png = tmp_path / "plots" / "memory.png"
+    png.parent.mkdir()  # a missing directory is an error (see test_inspect_plot_paths)
     code, out, err = run_cli(capsys, "inspect", memory_file, "--plot", png, "--as-of", "now")
     assert code == 0, err
     data = png.read_bytes()
     assert data.startswith(PNG_MAGIC)
     assert len(data) > 10_000
     assert f"Wrote {png}" in out.replace("\n", "")
+
+
+def test_inspect_plot_without_a_suffix_writes_png_and_names_the_real_file(
+    capsys: pytest.CaptureFixture[str], memory_file: Path, tmp_path: Path
+) -> None:
+    code, out, err = run_cli(capsys, "inspect", memory_file, "--plot", tmp_path / "noext")
+    assert code == 0, err
+    written = tmp_path / "noext.png"
+    assert written.read_bytes().startswith(PNG_MAGIC) and not (tmp_path / "noext").exists()
+    assert f"Wrote {written} ({written.stat().st_size:,} bytes)" in flat(out)
+
+
+def test_inspect_plot_svg(
+    capsys: pytest.CaptureFixture[str], memory_file: Path, tmp_path: Path
+) -> None:
+    code, _, err = run_cli(capsys, "inspect", memory_file, "--plot", tmp_path / "m.svg")
+    assert code == 0, err
+    assert b"<svg" in (tmp_path / "m.svg").read_bytes()[:1000]
+
+
+@pytest.mark.parametrize(
+    ("target", "status", "expect"),
+    [
+        ("{dir}", 1, "is a directory"),
+        ("{dir}/out.xyz", 2, "writes .png, .pdf, .svg files"),
+        ("{dir}/missing/out.png", 1, "does not exist"),
+    ],
+)
+def test_inspect_plot_paths(
+    capsys: pytest.CaptureFixture[str],
+    memory_file: Path,
+    tmp_path: Path,
+    target: str,
+    status: int,
+    expect: str,
+) -> None:
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    code, out, err = run_cli(capsys, "inspect", memory_file, "--plot", target.format(dir=plots))
+    assert_one_line_error(code, "", err, expect=expect)
+    assert code == status and "unexpected" not in err
+    assert list(plots.iterdir()) == []  # nothing written, no directory created
+    assert "Memory file" not in out  # refused before any work
+
+
+def test_inspect_last_reflection_is_a_stored_one(
+    capsys: pytest.CaptureFixture[str], memory_file: Path
+) -> None:
+    with MemoryStream(DeterministicFakeEmbedding(size=32), path=memory_file) as stream:
+        stream.add("Cleo paints", importances=0.5, namespace="cleo", now=T0)
+        stream.mark_reflected(namespace="cleo", now=T0 + timedelta(hours=1))  # found nothing
+    code, out, err = run_cli(capsys, "inspect", memory_file, "-n", "0")
+    assert code == 0, err
+    rows = {line.split("│")[1].strip(): line for line in out.splitlines() if line.count("│") > 6}
+    assert "2024-03-04 09:00" in rows["default"]  # the stored reflection's time
+    assert "never" in rows["ben"]
+    assert "none stored" in rows["cleo"] and "never" not in rows["cleo"]
+
+
+def test_inspect_limit_does_not_cut_the_ranked_list(
+    capsys: pytest.CaptureFixture[str], memory_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli, "_load_embeddings", lambda prefer: DeterministicFakeEmbedding(size=32))
+    code, out, err = run_cli(capsys, "inspect", memory_file, "-n", "1", "-q", "Ana Lisbon")
+    assert code == 0, err
+    newest, ranked = out.split("Ranked for")
+    assert "Newest 1 of 6 memories" in newest
+    assert ranks(ranked) == [1, 2, 3, 4, 5, 6]  # all 6, not 1
+    code, out, err = run_cli(capsys, "inspect", memory_file, "-k", "2", "-q", "Ana Lisbon")
+    assert code == 0, err
+    assert ranks(out.split("Ranked for")[1]) == [1, 2]
+
+
+def ranks(table: str) -> list[int]:
+    """The rank column of a rendered score table."""
+    cells = [line.split("│")[1].strip() for line in table.splitlines() if line.count("│") > 6]
+    return [int(c) for c in cells if c.isdigit()]
 
 
 def test_inspect_does_not_change_the_file(
@@ -288,6 +366,67 @@ def test_import_without_vectors_embeds_again(
     assert code == 0, err
     assert "embedding the texts again" in flat(out)
     assert sorted(t for _, _, t in stored_records(target)) == sorted(texts)
+
+
+def test_export_into_a_missing_directory_names_the_output(
+    capsys: pytest.CaptureFixture[str], memory_file: Path, tmp_path: Path
+) -> None:
+    out_jsonl = tmp_path / "nowhere" / "out.jsonl"
+    code, _, err = run_cli(capsys, "export", memory_file, out_jsonl)
+    assert_one_line_error(code, "", err, expect="does not exist")
+    assert code == 1 and str(out_jsonl) in err and ".tmp" not in err and "Errno" not in err
+    assert not out_jsonl.parent.exists()
+
+
+def test_import_refuses_an_empty_file_like_inspect_and_export(
+    capsys: pytest.CaptureFixture[str], memory_file: Path, tmp_path: Path
+) -> None:
+    export_file = tmp_path / "out.jsonl"
+    assert run_cli(capsys, "export", memory_file, export_file)[0] == 0
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    code, _, err = run_cli(capsys, "import", export_file, empty)
+    assert_one_line_error(code, "", err, expect="empty")
+    assert code == 1 and empty.stat().st_size == 0
+
+
+def test_a_failed_import_leaves_no_new_file_behind(
+    capsys: pytest.CaptureFixture[str], memory_file: Path, tmp_path: Path
+) -> None:
+    export_file = tmp_path / "out.jsonl"
+    assert run_cli(capsys, "export", memory_file, export_file)[0] == 0
+    lines = export_file.read_text(encoding="utf-8").splitlines()
+    export_file.write_text("\n".join([*lines[:3], "{not json", *lines[3:]]) + "\n")
+    target = tmp_path / "new.db"
+    code, _, err = run_cli(capsys, "import", export_file, target)
+    assert_one_line_error(code, "", err, expect=":4:")
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("new.db")]
+
+
+def test_exit_status_rule_is_documented_and_followed(
+    capsys: pytest.CaptureFixture[str], memory_file: Path, tmp_path: Path
+) -> None:
+    code, out, _ = run_cli(capsys, "--help")
+    assert code == 0 and "Exit status" in flat(out) and "command line itself is wrong" in flat(out)
+    usage = [  # the command line is wrong whatever the files hold: 2
+        ["inspect", memory_file, "--bogus"],
+        ["inspect"],
+        ["inspect", memory_file, "--as-of", "yesterday"],
+        ["inspect", memory_file, "--query", " "],
+        ["inspect", memory_file, "--plot", tmp_path / "x.gif"],
+        ["export", memory_file, tmp_path / "o.jsonl", "--namespace", "ben", "--all-namespaces"],
+        ["frobnicate"],
+    ]
+    not_possible = [  # well-formed, but the files do not allow it: 1
+        ["inspect", tmp_path / "missing.db"],
+        ["inspect", memory_file, "--namespace", "nobody"],
+        ["export", memory_file, tmp_path],
+        ["export", memory_file, tmp_path / "no" / "o.jsonl"],
+        ["import", tmp_path / "missing.jsonl", tmp_path / "new.db"],
+    ]
+    for args, status in [*((a, 2) for a in usage), *((a, 1) for a in not_possible)]:
+        code, _, err = run_cli(capsys, *args)
+        assert code == status, (args, err)
 
 
 # -- error paths ---------------------------------------------------------------------------------
