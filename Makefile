@@ -31,7 +31,7 @@ test: lint
 	$(BIN)/python -m pytest
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not integration"
+	$(BIN)/python -m pytest tests/unit -m "not integration and not slow"
 
 test-full: $(STAMP)
 	$(BIN)/python -m pytest -m "slow or not slow"
