@@ -62,7 +62,9 @@ def main(
         if model is None:
             from langchain_reflective.local import default_chat_model
 
-            model = stack.enter_context(default_chat_model(max_tokens=256))
+            # reflection answers (questions, insights with citations) need room: at 256 tokens
+            # the local model's structured answers were cut off (LengthFinishReasonError)
+            model = stack.enter_context(default_chat_model(max_tokens=1024))
         if embeddings is None:
             from langchain_reflective.local import default_embeddings
 
@@ -87,8 +89,10 @@ def main(
                 )
                 print(f"{user_id}: {text}\nassistant: {out['messages'][-1].text}\n")
 
-        memory.flush()  # wait for the background reflections
+        memory.flush()  # wait for the background work (pending turns, reflections)
         report: dict[str, Any] = {"errors": [repr(e.error) for e in memory.errors]}
+        for failure in memory.errors:  # each was logged as one line; the details are here
+            print(f"background {failure.stage} failed for {failure.namespace}: {failure.error}")
         for user_id in CONVERSATIONS:
             records = memory.stream.recent(None, namespace=user_id)
             report[user_id] = {

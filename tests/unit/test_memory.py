@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -256,3 +257,32 @@ async def test_retrieve_k_defaults_to_the_config_but_zero_is_an_error(tmp_path, 
             memory.retrieve("Klaus paper", k=0, now=now)  # not silently the default
         with pytest.raises(InvalidMemoryError, match="k must be a positive integer"):
             await memory.aretrieve("Klaus paper", k=0, now=now)
+
+
+class _CutOffChat(ScriptedChatModel):
+    """Fails every reflection call the way a too-small ``max_tokens`` does: a chained error."""
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):  # type: ignore[override]
+        try:
+            raise ValueError("Could not parse response content as the length limit was reached")
+        except ValueError as exc:
+            raise RuntimeError("LengthFinishReasonError: finish_reason='length'") from exc
+
+
+def test_a_failed_background_reflection_logs_one_line_and_keeps_the_details(
+    tmp_path, now, caplog
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="langchain_reflective.memory")
+    with make(tmp_path, _CutOffChat(), reflect_threshold=0, reflect_every=2) as memory:
+        memory.add(EVENTS[:2], importances=0.5, now=now)
+        assert memory.flush(30)
+        (failure,) = memory.errors
+    assert failure.stage == "reflection" and failure.error.__traceback__ is not None
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    (record,) = errors
+    message = record.getMessage()
+    assert record.exc_info is None and "\n" not in message
+    assert "LengthFinishReasonError" in message and "length limit" in message  # the cause
+    assert "ReflectiveMemory.errors" in message
+    # the traceback is only in the debug log, for whoever turns it on
+    assert any(r.exc_info for r in caplog.records if r.levelno == logging.DEBUG)
