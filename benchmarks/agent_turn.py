@@ -61,16 +61,21 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "agent_turn.json"
 USER = "user-1"
 
-PEOPLE = ("Alice", "Bob", "Carol", "Dave", "Erin", "Frank", "Grace", "Heidi", "Ivan", "Judy")
-PLACES = ("Lisbon", "Paris", "the library", "the gym", "Hobbs Cafe", "the office", "the park")
-TOPICS = ("tea", "chess", "the exam", "a new job", "the garden", "a piano recital", "rent")
+_SYLLABLES = ("ka", "lo", "mi", "ren", "tu", "sa", "vek", "do", "pi", "lan", "ro", "ge", "nu", "ta")
+VOCABULARY = [a + b + c for a in _SYLLABLES for b in _SYLLABLES for c in _SYLLABLES][:5_000]
+"""5,000 made-up words. Texts draw them with Zipf-like frequencies (word ``r`` has weight
+``1/r``), as words in conversations do. A corpus built from a handful of template words instead
+makes every query match most of the stream lexically, which no real history does."""
+_WEIGHTS = [1.0 / (r + 1) for r in range(len(VOCABULARY))]
+STOP = ("I", "the", "a", "to", "and", "of", "with", "my", "was", "is")
 
 
 def sentence(rng: random.Random, i: int) -> str:
-    return (
-        f"{rng.choice(PEOPLE)} went to {rng.choice(PLACES)} and talked about "
-        f"{rng.choice(TOPICS)} (note {i})"
-    )
+    """A 10-16 word text: a few stop words and Zipf-distributed content words."""
+    content = rng.choices(VOCABULARY, weights=_WEIGHTS, k=rng.randint(6, 10))
+    words = [*content, *rng.choices(STOP, k=4)]
+    rng.shuffle(words)
+    return " ".join(words) + f" (note {i})"
 
 
 class RatingModel(SleepyChatModel):
@@ -174,7 +179,7 @@ def build(path: Path, size: int, dim: int, seed: int) -> float:
                 importances=[rng.randint(1, 10) / 10 for _ in range(n)],
             )
         for _ in range(3):  # train the ANN index (if any) so close() caches it
-            stream.retrieve("Alice tea Lisbon", k=5)
+            stream.retrieve(sentence(rng, -1), k=5)
     return time.perf_counter() - start
 
 

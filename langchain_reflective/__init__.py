@@ -17,6 +17,7 @@ from langchain_reflective.errors import (
     ImportanceError,
     InvalidFilterError,
     InvalidMemoryError,
+    PendingConflictError,
     ReflectionError,
     ReflectiveError,
     SchemaVersionError,
@@ -43,7 +44,12 @@ from langchain_reflective.reflection import (
     parse_insights,
 )
 from langchain_reflective.scoring import ScoringConfig
-from langchain_reflective.storage import BaseRecordStore, ReflectionState, SQLiteRecordStore
+from langchain_reflective.storage import (
+    BaseRecordStore,
+    PendingMemory,
+    ReflectionState,
+    SQLiteRecordStore,
+)
 from langchain_reflective.stream import MemoryStream, RetrievalFilter, ScoredMemory
 
 if TYPE_CHECKING:
@@ -85,6 +91,8 @@ __all__ = [
     "MemoryConfig",
     "MemoryRecord",
     "MemoryStream",
+    "PendingConflictError",
+    "PendingMemory",
     "ReflectionConfig",
     "ReflectionError",
     "ReflectionFailure",

@@ -50,7 +50,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_reflective._llm import neutralise
-from langchain_reflective.errors import PendingConflictError
+from langchain_reflective.errors import PendingConflictError, StorageError
 from langchain_reflective.records import REFLECTION, MemoryRecord
 from langchain_reflective.stream import MemoryStream, RetrievalFilter, ScoredMemory
 
@@ -303,7 +303,7 @@ class ReflectiveMemory:
         """Background failures (reflections, pending batches), oldest first (each also logged
         as one line)."""
         _LIVE.add(self)
-        if self.stream.store.count_pending():  # left by a process that stopped first
+        if self._pending_count():  # left by a process that stopped first
             self._start_drain()
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -464,17 +464,24 @@ class ReflectiveMemory:
         def left() -> float | None:
             return None if deadline is None else max(0.0, deadline - time.monotonic())
 
-        if self.stream.store.count_pending():
+        if self._pending_count():
             self._start_drain()
         drained = self._drainer.wait(left())
         reflected = self._worker.wait(left())
-        return drained and reflected and not self.stream.store.count_pending()
+        return drained and reflected and not self._pending_count()
 
     async def aflush(self, timeout: float | None = None) -> bool:
         """Async twin of :meth:`flush`."""
         return await asyncio.to_thread(self.flush, timeout)
 
     # -- pending memories ----------------------------------------------------------------------
+
+    def _pending_count(self) -> int:
+        """Pending memories in the file; 0 once the stream was closed (nothing to drain)."""
+        try:
+            return self.stream.store.count_pending()
+        except StorageError:
+            return 0
 
     def _start_drain(self) -> None:
         if self.config.background:

@@ -255,3 +255,11 @@ def test_a_structured_output_ending_records_the_structured_answer(tmp_path: Path
             city="Lisbon", temperature_c=21
         )
         assert answer.metadata["role"] == "assistant"
+
+
+def test_flush_after_the_stream_was_closed_directly(tmp_path: Path) -> None:
+    """The exit hook flushes every live memory: one whose stream is closed has nothing left."""
+    memory = open_memory(tmp_path / "m.db")
+    memory.stream.close()
+    assert memory.flush(timeout=5)
+    memory.close()
