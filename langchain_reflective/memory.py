@@ -104,7 +104,8 @@ class MemoryConfig:
     token_budget: int = 1500
     """Approximate token budget of the memory block (4 characters per token)."""
     background: bool = True
-    """Reflect in a background thread (``add`` never waits); ``False`` reflects inline."""
+    """Reflect, and complete pending memories, in background threads (``add`` and ``enqueue``
+    never wait for them); ``False`` does both inline, before the call returns."""
     shutdown_timeout: float = 30.0
     """At interpreter exit, wait this long for running reflections before leaving."""
     drain_batch: int = 64
