@@ -1,7 +1,8 @@
 """langchain-reflective: long-term memory that reflects, for LangChain and LangGraph agents.
 
 The flat public API lives here. Pieces that need an optional extra
-(``ReflectiveMemoryMiddleware``: extra ``agents``; ``ReflectiveChatMemory``: extra ``legacy``)
+(``MemoryMiddleware`` and ``ReflectiveMemoryMiddleware``: extra ``agents``;
+``ReflectiveChatMemory``: extra ``legacy``)
 are imported on first access, so ``import langchain_reflective`` stays light.
 """
 
@@ -44,11 +45,24 @@ from langchain_reflective.reflection import (
 )
 from langchain_reflective.scoring import ScoringConfig
 from langchain_reflective.storage import BaseRecordStore, ReflectionState, SQLiteRecordStore
+from langchain_reflective.strategies import (
+    BaseMemoryStrategy,
+    HybridMemory,
+    ImportanceMemory,
+    Observation,
+    ReflectiveMemoryStrategy,
+    SemanticMemory,
+    VoidMemory,
+    WindowMemory,
+)
 from langchain_reflective.stream import MemoryStream, RetrievalFilter, ScoredMemory
 
 if TYPE_CHECKING:
     from langchain_reflective.integrations.legacy import ReflectiveChatMemory
-    from langchain_reflective.integrations.middleware import ReflectiveMemoryMiddleware
+    from langchain_reflective.integrations.middleware import (
+        MemoryMiddleware,
+        ReflectiveMemoryMiddleware,
+    )
 
 try:
     __version__ = version("langchain-reflective")
@@ -56,6 +70,7 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0.0.0"
 
 _LAZY = {
+    "MemoryMiddleware": "langchain_reflective.integrations.middleware",
     "ReflectiveChatMemory": "langchain_reflective.integrations.legacy",
     "ReflectiveMemoryMiddleware": "langchain_reflective.integrations.middleware",
 }
@@ -71,20 +86,25 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "BaseImportanceScorer",
+    "BaseMemoryStrategy",
     "BaseRecordStore",
     "DimensionMismatchError",
     "EmbeddingError",
     "ForeignFileError",
     "HeuristicImportanceScorer",
+    "HybridMemory",
     "ImportanceConfig",
     "ImportanceError",
+    "ImportanceMemory",
     "ImportanceResult",
     "InvalidFilterError",
     "InvalidMemoryError",
     "LLMImportanceScorer",
     "MemoryConfig",
+    "MemoryMiddleware",
     "MemoryRecord",
     "MemoryStream",
+    "Observation",
     "ReflectionConfig",
     "ReflectionError",
     "ReflectionFailure",
@@ -96,6 +116,7 @@ __all__ = [
     "ReflectiveError",
     "ReflectiveMemory",
     "ReflectiveMemoryMiddleware",
+    "ReflectiveMemoryStrategy",
     "ReflectiveRetriever",
     "RetrievalFilter",
     "RetryConfig",
@@ -103,7 +124,10 @@ __all__ = [
     "SchemaVersionError",
     "ScoredMemory",
     "ScoringConfig",
+    "SemanticMemory",
     "StorageError",
+    "VoidMemory",
+    "WindowMemory",
     "__version__",
     "create_memory_tools",
     "create_reflection_graph",

@@ -76,9 +76,7 @@ class ReflectiveMemoryStrategy(BaseMemoryStrategy):
 
     def _add_args(self, observation: Observation) -> dict[str, Any]:
         obs = self.check_observation(observation)
-        shared = {
-            k: v for k, v in obs.metadata.items() if k not in set(_MESSAGE_ID_KEYS.values())
-        }
+        shared = {k: v for k, v in obs.metadata.items() if k not in set(_MESSAGE_ID_KEYS.values())}
         texts: list[str] = []
         metadatas: list[dict[str, Any]] = []
         for text, role, prefix in (

@@ -55,6 +55,8 @@ def format_context(
             lines.append(line)
     if lines:
         parts.append(
-            "\n\n".join([MEMORY_PREAMBLE, "\n".join([MEMORY_FENCE_OPEN, *lines, MEMORY_FENCE_CLOSE])])
+            "\n\n".join(
+                [MEMORY_PREAMBLE, "\n".join([MEMORY_FENCE_OPEN, *lines, MEMORY_FENCE_CLOSE])]
+            )
         )
     return "\n\n".join(parts)

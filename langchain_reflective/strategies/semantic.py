@@ -26,7 +26,7 @@ def _messages(record: MemoryRecord) -> list[BaseMessage]:
     query, reply = meta.get("query"), meta.get("reply")
     if "observation_id" not in meta or not isinstance(query, str) or not isinstance(reply, str):
         # written by someone else (a tool, a reflection): shown as a note
-        return [ChatMessage(record.text, role="note", id=f"memory-{record.id}")]
+        return [ChatMessage(content=record.text, role="note", id=f"memory-{record.id}")]
     out: list[BaseMessage] = []
     if query.strip():
         out.append(HumanMessage(query, id=f"memory-{meta['observation_id']}-query"))
