@@ -65,6 +65,7 @@ class StrategyConformanceTests(ABC):
 
     def close_strategy(self, strategy: BaseMemoryStrategy) -> None:
         """Release what :meth:`make_strategy` opened (a stream, a file); default: nothing."""
+        return None
 
     def visible(self, committed: int) -> int:
         """How many of ``committed`` observations of one namespace (all made by
