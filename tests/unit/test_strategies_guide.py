@@ -62,3 +62,10 @@ def test_every_python_block_runs_as_written(
     assert "- Assistant: A much longer answer that this memory will keep." in priority
     assert "fit in 60 tokens" in out
     assert "My cat is called Miso" in out  # the semantic memory's context was printed
+
+
+def test_readme_strategies_snippet_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.unit.test_readme import _block_after
+
+    exec(compile(_block_after("### Memory strategies"), "README.md", "exec"), {})
+    assert "What am I allergic to?" in capsys.readouterr().out
