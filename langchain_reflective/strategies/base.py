@@ -130,6 +130,9 @@ class Observation:
         if not isinstance(self.id, str) or not self.id:
             raise InvalidMemoryError("id must be a non-empty string")
 
+    def __hash__(self) -> int:
+        return hash(self.id)
+
     @property
     def last_access(self) -> datetime:
         """``accessed_at``, or ``created_at`` when never accessed."""

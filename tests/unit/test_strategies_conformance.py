@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +96,7 @@ class TestReflectiveMemory(StrategyConformanceTests):
     """ReflectiveMemory behind the interface, on a SQLite file (no model: it never reflects)."""
 
     def make_strategy(self) -> BaseMemoryStrategy:
-        self._dir = Path(__import__("tempfile").mkdtemp(prefix="reflective-conformance-"))
+        self._dir = Path(tempfile.mkdtemp(prefix="reflective-conformance-"))
         stream = MemoryStream(WordEmbeddings(), path=self._dir / "memory.db")
         config = MemoryConfig(recent_capacity=1000, token_budget=100_000)
         return ReflectiveMemoryStrategy(ReflectiveMemory(None, stream, config=config))
@@ -102,6 +104,7 @@ class TestReflectiveMemory(StrategyConformanceTests):
     def close_strategy(self, strategy: BaseMemoryStrategy) -> None:
         assert isinstance(strategy, ReflectiveMemoryStrategy)
         strategy.memory.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
 
 
 class TestPriorityMemoryExample(StrategyConformanceTests):
