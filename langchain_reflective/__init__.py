@@ -1,7 +1,8 @@
 """langchain-reflective: long-term memory that reflects, for LangChain and LangGraph agents.
 
 The flat public API lives here. Pieces that need an optional extra
-(``ReflectiveMemoryMiddleware``: extra ``agents``; ``ReflectiveChatMemory``: extra ``legacy``)
+(``MemoryMiddleware`` and ``ReflectiveMemoryMiddleware``: extra ``agents``;
+``ReflectiveChatMemory``: extra ``legacy``)
 are imported on first access, so ``import langchain_reflective`` stays light.
 """
 
@@ -50,11 +51,24 @@ from langchain_reflective.storage import (
     ReflectionState,
     SQLiteRecordStore,
 )
+from langchain_reflective.strategies import (
+    BaseMemoryStrategy,
+    HybridMemory,
+    ImportanceMemory,
+    Observation,
+    ReflectiveMemoryStrategy,
+    SemanticMemory,
+    VoidMemory,
+    WindowMemory,
+)
 from langchain_reflective.stream import MemoryStream, RetrievalFilter, ScoredMemory
 
 if TYPE_CHECKING:
     from langchain_reflective.integrations.legacy import ReflectiveChatMemory
-    from langchain_reflective.integrations.middleware import ReflectiveMemoryMiddleware
+    from langchain_reflective.integrations.middleware import (
+        MemoryMiddleware,
+        ReflectiveMemoryMiddleware,
+    )
 
 try:
     __version__ = version("langchain-reflective")
@@ -62,6 +76,7 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0.0.0"
 
 _LAZY = {
+    "MemoryMiddleware": "langchain_reflective.integrations.middleware",
     "ReflectiveChatMemory": "langchain_reflective.integrations.legacy",
     "ReflectiveMemoryMiddleware": "langchain_reflective.integrations.middleware",
 }
@@ -77,20 +92,25 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "BaseImportanceScorer",
+    "BaseMemoryStrategy",
     "BaseRecordStore",
     "DimensionMismatchError",
     "EmbeddingError",
     "ForeignFileError",
     "HeuristicImportanceScorer",
+    "HybridMemory",
     "ImportanceConfig",
     "ImportanceError",
+    "ImportanceMemory",
     "ImportanceResult",
     "InvalidFilterError",
     "InvalidMemoryError",
     "LLMImportanceScorer",
     "MemoryConfig",
+    "MemoryMiddleware",
     "MemoryRecord",
     "MemoryStream",
+    "Observation",
     "PendingConflictError",
     "PendingMemory",
     "ReflectionConfig",
@@ -104,6 +124,7 @@ __all__ = [
     "ReflectiveError",
     "ReflectiveMemory",
     "ReflectiveMemoryMiddleware",
+    "ReflectiveMemoryStrategy",
     "ReflectiveRetriever",
     "RetrievalFilter",
     "RetryConfig",
@@ -111,7 +132,10 @@ __all__ = [
     "SchemaVersionError",
     "ScoredMemory",
     "ScoringConfig",
+    "SemanticMemory",
     "StorageError",
+    "VoidMemory",
+    "WindowMemory",
     "__version__",
     "create_memory_tools",
     "create_reflection_graph",

@@ -721,6 +721,40 @@ class ReflectiveMemory:
             ]
         return insights, recent
 
+    def context_parts(
+        self,
+        query: str | None = None,
+        *,
+        namespace: str | None = None,
+        now: datetime | None = None,
+    ) -> tuple[list[MemoryRecord], list[MemoryRecord], list[ScoredMemory]]:
+        """What the working context is made of: top insights, recent observations (low
+        importance left out) and the memories retrieved for ``query`` (touched, like any
+        retrieval). :meth:`render_context` turns them into text."""
+        insights, recent = self._context_parts(namespace)
+        relevant: list[ScoredMemory] = []
+        if query and query.strip() and self.config.retrieve_k:
+            relevant = self.stream.retrieve(
+                query, k=self.config.retrieve_k, namespace=namespace, now=now
+            )
+        return insights, recent, relevant
+
+    async def acontext_parts(
+        self,
+        query: str | None = None,
+        *,
+        namespace: str | None = None,
+        now: datetime | None = None,
+    ) -> tuple[list[MemoryRecord], list[MemoryRecord], list[ScoredMemory]]:
+        """Async twin of :meth:`context_parts`."""
+        insights, recent = await asyncio.to_thread(self._context_parts, namespace)
+        relevant: list[ScoredMemory] = []
+        if query and query.strip() and self.config.retrieve_k:
+            relevant = await self.stream.aretrieve(
+                query, k=self.config.retrieve_k, namespace=namespace, now=now
+            )
+        return insights, recent, relevant
+
     def render_context(
         self,
         insights: Sequence[MemoryRecord],
@@ -728,13 +762,15 @@ class ReflectiveMemory:
         relevant: Sequence[ScoredMemory],
         *,
         system: str | None = None,
+        budget: int | None = None,
     ) -> str:
         """Render the working context: system text, then the fenced memory block.
 
         Items are admitted in priority order (relevant memories, insights, recent observations)
-        until the token budget (4 characters per token) is spent; each memory appears once.
+        until the token budget (4 characters per token; ``budget``, default
+        ``config.token_budget``) is spent; each memory appears once.
         """
-        budget = self.config.token_budget * 4
+        budget = (self.config.token_budget if budget is None else max(0, budget)) * 4
         seen: set[str] = set()
         chosen: dict[str, list[str]] = {"insights": [], "recent": [], "relevant": []}
 
@@ -783,6 +819,7 @@ class ReflectiveMemory:
         namespace: str | None = None,
         system: str | None = None,
         now: datetime | None = None,
+        budget: int | None = None,
     ) -> str:
         """The working context for a prompt (memory text fenced as data).
 
@@ -791,14 +828,10 @@ class ReflectiveMemory:
             namespace: whose memories.
             system: system text placed before the memory block.
             now: the clock for retrieval.
+            budget: token budget of the memory lines (default: ``config.token_budget``).
         """
-        insights, recent = self._context_parts(namespace)
-        relevant: list[ScoredMemory] = []
-        if query and query.strip() and self.config.retrieve_k:
-            relevant = self.stream.retrieve(
-                query, k=self.config.retrieve_k, namespace=namespace, now=now
-            )
-        return self.render_context(insights, recent, relevant, system=system)
+        parts = self.context_parts(query, namespace=namespace, now=now)
+        return self.render_context(*parts, system=system, budget=budget)
 
     async def abuild_context(
         self,
@@ -807,12 +840,8 @@ class ReflectiveMemory:
         namespace: str | None = None,
         system: str | None = None,
         now: datetime | None = None,
+        budget: int | None = None,
     ) -> str:
         """Async twin of :meth:`build_context`."""
-        insights, recent = await asyncio.to_thread(self._context_parts, namespace)
-        relevant: list[ScoredMemory] = []
-        if query and query.strip() and self.config.retrieve_k:
-            relevant = await self.stream.aretrieve(
-                query, k=self.config.retrieve_k, namespace=namespace, now=now
-            )
-        return self.render_context(insights, recent, relevant, system=system)
+        parts = await self.acontext_parts(query, namespace=namespace, now=now)
+        return self.render_context(*parts, system=system, budget=budget)

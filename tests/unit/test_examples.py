@@ -98,15 +98,37 @@ def check_langsmith_experiment(result: dict[str, Any], model: FakeChat) -> None:
     assert result["summary"]["memory_recall"] >= 0.6
 
 
+def check_custom_memory(result: dict[str, Any], model: FakeChat) -> None:
+    # the two longest answers (most important to this memory) are the ones kept ...
+    assert result["kept"] == [
+        "I'm allergic to peanuts.",
+        "My daughter Lina starts school in September.",
+    ]
+    # ... and the last question was asked with exactly those two turns, fenced as data
+    last = fenced(system_text(model.agent_calls[-1]))
+    assert "allergic to peanuts" in last and "Lina starts school" in last
+    assert "Nice weather" not in last
+    assert MEMORY_PREAMBLE in system_text(model.agent_calls[-1])
+
+
 CHECKS: dict[str, Callable[[dict[str, Any], FakeChat], None]] = {
     "lcel_chain": check_lcel_chain,
     "chat_with_history": check_chat_with_history,
     "agent_with_memory": check_agent_with_memory,
     "legacy_chain": check_legacy_chain,
     "langsmith_experiment": check_langsmith_experiment,
+    "custom_memory": check_custom_memory,
 }
 
 SCRIPTS: dict[str, list[Any]] = {
+    "custom_memory": [
+        "Noted: you are allergic to peanuts. I will avoid peanuts, peanut oil and satay sauce, "
+        "and check recipes for hidden nuts.",
+        "Indeed!",
+        "How exciting! I will remember that Lina starts school in September and can help "
+        "with lunch ideas, packing lists and routines.",
+        "A peanut-free pasta salad.",
+    ],
     "agent_with_memory": [
         tool_call("save_memory", {"text": "Alice is vegetarian", "importance": 0.8}),
         "Noted: vegetarian, spicy food.",

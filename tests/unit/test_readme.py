@@ -64,7 +64,12 @@ def fake_models(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 
 def test_the_readme_has_the_snippets_it_promises() -> None:
-    assert [h for h, _ in BLOCKS] == ["Quickstart", "Reflection", "LangChain and LangGraph"]
+    assert [h for h, _ in BLOCKS] == [
+        "Quickstart",
+        "Reflection",
+        "LangChain and LangGraph",
+        "Memory strategies (and your own)",
+    ]
 
 
 @pytest.mark.parametrize(("heading", "code"), BLOCKS, ids=[h for h, _ in BLOCKS])

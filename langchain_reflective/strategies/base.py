@@ -1,0 +1,281 @@
+"""The extension point for memory strategies: :class:`Observation` and :class:`BaseMemoryStrategy`.
+
+A *memory strategy* decides what an agent remembers of its turns and what it is shown of them
+before a model call. The interface is three calls (and their async twins):
+
+* :meth:`BaseMemoryStrategy.commit` stores one :class:`Observation` (a user's message and the
+  agent's answer, with timestamps, importance, an optional embedding and a namespace);
+* :meth:`BaseMemoryStrategy.context` returns the messages to show before the next model call,
+  within an optional token budget;
+* :meth:`BaseMemoryStrategy.purge` forgets everything one namespace holds.
+
+:class:`~langchain_reflective.integrations.middleware.MemoryMiddleware` calls them around a
+``create_agent`` agent's model calls, and fences what :meth:`~BaseMemoryStrategy.context` returns
+as data (see :func:`~langchain_reflective.strategies.render.format_context`).
+
+**Namespaces.** One strategy object serves many owners (users, tenants, agents): every
+observation carries its ``namespace``, and ``context``/``purge`` take one. ``None`` means the
+strategy's :attr:`~BaseMemoryStrategy.default_namespace`. A namespace never sees another's
+observations; the conformance tests check it.
+
+**Thread safety.** A strategy is shared by every run of an agent, and agents run in many threads
+(LangGraph's sync executor, ``batch``) and event loops at once. Every method of a strategy must
+therefore be safe to call concurrently from any thread, and the async twins must not block the
+event loop: guard shared state with a lock (the built-ins use one ``threading.RLock`` each and
+hold it only while touching their lists, never during I/O or model calls). The default async
+twins run the sync method in a worker thread.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.runnables.config import run_in_executor
+
+from langchain_reflective.errors import InvalidMemoryError
+from langchain_reflective.records import MAX_TEXT_CHARS, new_memory_id, utc, validate_metadata
+
+__all__ = [
+    "DEFAULT_NAMESPACE",
+    "BaseMemoryStrategy",
+    "Observation",
+    "latest_query",
+]
+
+DEFAULT_NAMESPACE = "default"
+"""The namespace used when neither a call nor a strategy names one (as in ``MemoryStream``)."""
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One turn of an agent: what the user asked and what the agent answered.
+
+    Strategies read these fields to decide what to keep and what to show; what each built-in
+    uses is in ``docs/MEMORY.md``. Observations are immutable: a strategy that rates or embeds
+    one stores a copy (``dataclasses.replace(observation, importance=0.8)``).
+
+    Raises:
+        InvalidMemoryError: ``query`` and ``reply`` are both empty, a text is not a string or
+            too large, ``importance`` is outside [0, 1], a timestamp is naive, the embedding is
+            not finite numbers, or ``metadata`` is not JSON-serialisable.
+    """
+
+    query: str
+    """The user's message (empty when only the answer is new, e.g. a resumed run)."""
+    reply: str
+    """The agent's final answer (empty when the turn ended without one)."""
+    namespace: str | None = None
+    """Whose turn this is (user, tenant, agent); ``None``: the strategy's default namespace."""
+    created_at: datetime = field(default_factory=_now)
+    """When the turn happened (timezone-aware; stored as UTC)."""
+    accessed_at: datetime | None = None
+    """When the observation was last shown to a model (``None``: never, read as
+    ``created_at``); a strategy that tracks access stores a copy with a new value, e.g. for
+    least-recently-used eviction."""
+    importance: float | None = None
+    """How significant the turn is, in [0, 1]; ``None``: not rated (a strategy may rate it,
+    e.g. with :func:`~langchain_reflective.importance.heuristic_rating` or an LLM)."""
+    embedding: tuple[float, ...] | None = None
+    """An embedding of the turn for similarity search, if the caller has one."""
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    """JSON-serialisable extras. The agent middleware sets ``source="agent"``, ``thread_id``,
+    ``query_message_id`` and ``reply_message_id`` when it knows them."""
+    id: str = field(default_factory=new_memory_id)
+    """A unique, time-ordered id."""
+
+    def __post_init__(self) -> None:
+        for name in ("query", "reply"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise InvalidMemoryError(f"{name} must be a str, got {type(value).__name__}")
+            if len(value) > MAX_TEXT_CHARS or "\x00" in value:
+                raise InvalidMemoryError(
+                    f"{name} is longer than {MAX_TEXT_CHARS:,} characters or contains NUL"
+                )
+        if not self.query.strip() and not self.reply.strip():
+            raise InvalidMemoryError("an observation needs a query or a reply (both are empty)")
+        if self.namespace is not None and (
+            not isinstance(self.namespace, str) or not self.namespace
+        ):
+            raise InvalidMemoryError("namespace must be a non-empty string or None")
+        object.__setattr__(self, "created_at", utc(self.created_at))
+        if self.accessed_at is not None:
+            object.__setattr__(self, "accessed_at", utc(self.accessed_at))
+        if self.importance is not None:
+            value = self.importance
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise InvalidMemoryError(f"importance must be a number, got {value!r}")
+            if not (math.isfinite(value) and 0.0 <= value <= 1.0):
+                raise InvalidMemoryError(f"importance must be in [0, 1], got {value!r}")
+            object.__setattr__(self, "importance", float(value))
+        if self.embedding is not None:
+            try:
+                vector = tuple(float(x) for x in self.embedding)
+            except (TypeError, ValueError) as exc:
+                raise InvalidMemoryError(f"embedding must be numbers: {exc}") from exc
+            if not vector or not all(math.isfinite(x) for x in vector):
+                raise InvalidMemoryError("embedding must be a non-empty vector of finite numbers")
+            object.__setattr__(self, "embedding", vector)
+        object.__setattr__(self, "metadata", validate_metadata(self.metadata))
+        if not isinstance(self.id, str) or not self.id:
+            raise InvalidMemoryError("id must be a non-empty string")
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    @property
+    def last_access(self) -> datetime:
+        """``accessed_at``, or ``created_at`` when never accessed."""
+        return self.accessed_at or self.created_at
+
+    @property
+    def text(self) -> str:
+        """The query and the reply on one text (for embedding, scoring or storing)."""
+        return "\n".join(part for part in (self.query.strip(), self.reply.strip()) if part)
+
+
+def latest_query(messages: Sequence[BaseMessage]) -> str | None:
+    """The text of the latest user message in ``messages`` (``None`` when there is none)."""
+    for message in reversed(messages):
+        if isinstance(message, HumanMessage):
+            text = message.text.strip()
+            return text or None
+    return None
+
+
+def check_budget(budget: int | None) -> int | None:
+    """Validate a token budget (``None``: no limit).
+
+    Raises:
+        InvalidMemoryError: the budget is not an integer >= 0.
+    """
+    if budget is None:
+        return None
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+        raise InvalidMemoryError(f"budget must be an integer >= 0 or None, got {budget!r}")
+    return budget
+
+
+class BaseMemoryStrategy(ABC):
+    """What an agent remembers of its turns, and what it is shown of them.
+
+    Implement :meth:`commit`, :meth:`context` and :meth:`purge`; override the async twins when
+    the strategy has a native async path (the defaults run the sync method in a worker thread).
+    Read the module documentation for the namespace and thread-safety contracts, and run
+    :class:`~langchain_reflective.strategies.testing.StrategyConformanceTests` on your strategy.
+
+    Example:
+        .. code-block:: python
+
+            from langchain_reflective import Observation, WindowMemory
+
+            memory = WindowMemory(capacity=10)
+            memory.commit(Observation("I live in Lisbon", "Noted!", namespace="alice"))
+            memory.context([], namespace="alice")  # [HumanMessage(...), AIMessage(...)]
+    """
+
+    default_namespace: str = DEFAULT_NAMESPACE
+    """The namespace of calls and observations that name none."""
+    context_run_name: ClassVar[str] = "memory_context"
+    """The LangSmith run name of a context call made by the agent middleware."""
+
+    def resolve_namespace(self, namespace: str | None = None) -> str:
+        """The namespace a call with ``namespace`` reads or writes.
+
+        Raises:
+            InvalidMemoryError: an empty or non-string namespace.
+        """
+        if namespace is None:
+            return self.default_namespace
+        if not isinstance(namespace, str) or not namespace:
+            raise InvalidMemoryError(f"namespace must be a non-empty string, got {namespace!r}")
+        return namespace
+
+    def trace_metadata(self) -> dict[str, Any]:
+        """Metadata for the traced context run (the strategy's name and its settings)."""
+        return {"strategy": type(self).__name__}
+
+    @abstractmethod
+    def commit(self, observation: Observation) -> None:
+        """Store one observation (rate it, embed it, evict others: the strategy's policy).
+
+        Raises:
+            TypeError: ``observation`` is not an :class:`Observation`.
+        """
+
+    @abstractmethod
+    def context(
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        budget: int | None = None,
+        namespace: str | None = None,
+    ) -> list[BaseMessage]:
+        """The remembered messages to show before a model call, oldest first.
+
+        Return ``HumanMessage``/``AIMessage`` pairs (what the user said, what the agent
+        answered) or other non-system messages: the middleware fences them as data. A
+        ``SystemMessage`` is added to the system prompt as it is, so return one only when its
+        memory text is already fenced (like ``ReflectiveMemory``'s working context).
+
+        Args:
+            messages: the conversation the model is about to see (the latest user message is
+                the natural query for relevance); never modified.
+            budget: the most tokens the returned messages may take, counted with LangChain's
+                ``count_tokens_approximately``; ``None``: the strategy's own limits only.
+            namespace: whose memory (default: :attr:`default_namespace`).
+
+        Raises:
+            InvalidMemoryError: a negative budget or a bad namespace.
+        """
+
+    @abstractmethod
+    def purge(self, *, namespace: str | None = None) -> None:
+        """Forget everything the namespace holds (default: :attr:`default_namespace`)."""
+
+    async def acommit(self, observation: Observation) -> None:
+        """Async twin of :meth:`commit`."""
+        await run_in_executor(None, self.commit, observation)
+
+    async def acontext(
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        budget: int | None = None,
+        namespace: str | None = None,
+    ) -> list[BaseMessage]:
+        """Async twin of :meth:`context`."""
+
+        def call() -> list[BaseMessage]:
+            return self.context(messages, budget=budget, namespace=namespace)
+
+        return await run_in_executor(None, call)
+
+    async def apurge(self, *, namespace: str | None = None) -> None:
+        """Async twin of :meth:`purge`."""
+
+        def call() -> None:
+            self.purge(namespace=namespace)
+
+        await run_in_executor(None, call)
+
+    @staticmethod
+    def check_observation(observation: object) -> Observation:
+        """``observation`` if it is an :class:`Observation`.
+
+        Raises:
+            TypeError: it is not.
+        """
+        if not isinstance(observation, Observation):
+            raise TypeError(f"expected an Observation, got {type(observation).__name__}")
+        return observation

@@ -1,0 +1,334 @@
+"""The in-process built-in strategies: void, window, importance-weighted and hybrid memory.
+
+Each keeps its observations per namespace in a dict guarded by one ``threading.RLock`` (held
+only while the lists change or are copied), so one instance can serve every thread and event
+loop of an agent. Nothing is persisted: a restart forgets everything (use
+:class:`~langchain_reflective.strategies.semantic.SemanticMemory` or ``ReflectiveMemory`` for
+memory that survives). A context is chosen in the strategy's priority order, fitted to the
+budget with :func:`~langchain_reflective.strategies.budget.fit_observations`, and returned
+oldest first as the turns' messages.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+
+from langchain_reflective.importance import heuristic_rating
+from langchain_reflective.strategies.base import (
+    DEFAULT_NAMESPACE,
+    BaseMemoryStrategy,
+    Observation,
+    check_budget,
+)
+from langchain_reflective.strategies.budget import fit_observations, observation_messages
+
+__all__ = [
+    "HybridMemory",
+    "ImportanceMemory",
+    "ImportanceScorer",
+    "VoidMemory",
+    "WindowMemory",
+    "heuristic_importance",
+]
+
+ImportanceScorer = Callable[[Observation], float]
+"""Rates an observation in [0, 1]."""
+
+
+def heuristic_importance(observation: Observation) -> float:
+    """``observation.importance`` when set, else the package's deterministic heuristic
+    (:func:`~langchain_reflective.importance.heuristic_rating` of the turn's text, / 10)."""
+    if observation.importance is not None:
+        return observation.importance
+    return heuristic_rating(observation.text) / 10.0
+
+
+def _positive(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return value
+
+
+def _threshold(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise ValueError(f"threshold must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    seq: int
+    """Commit order within the strategy (ties of ``created_at`` keep their commit order)."""
+    observation: Observation
+
+
+class _ListMemory(BaseMemoryStrategy):
+    """Per-namespace lists of observations behind one lock; subclasses set the policy."""
+
+    def __init__(self, *, namespace: str = DEFAULT_NAMESPACE) -> None:
+        self.default_namespace = self.resolve_namespace(namespace)
+        self._lock = threading.RLock()
+        self._spaces: dict[str, list[_Kept]] = {}
+        self._seq = 0
+
+    def _prepare(self, observation: Observation) -> Observation:
+        """The observation as stored (rated, for importance policies); runs outside the lock."""
+        return observation
+
+    @abstractmethod
+    def _evict(self, kept: list[_Kept]) -> None:
+        """Drop what the policy does not keep from ``kept`` (in place, commit order)."""
+
+    @abstractmethod
+    def _ranked(self, kept: Sequence[_Kept]) -> list[_Kept]:
+        """What the context shows, most wanted first (the budget drops the tail)."""
+
+    def commit(self, observation: Observation) -> None:
+        """Store ``observation`` in its namespace, then apply the eviction policy."""
+        obs = self._prepare(self.check_observation(observation))
+        ns = self.resolve_namespace(obs.namespace)
+        with self._lock:
+            self._seq += 1
+            kept = self._spaces.setdefault(ns, [])
+            kept.append(_Kept(self._seq, obs))
+            self._evict(kept)
+
+    def context(
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        budget: int | None = None,
+        namespace: str | None = None,
+    ) -> list[BaseMessage]:
+        """The kept turns that fit in ``budget``, oldest first (see the class docs)."""
+        check_budget(budget)
+        ns = self.resolve_namespace(namespace)
+        with self._lock:
+            ranked = self._ranked(list(self._spaces.get(ns, ())))
+        order = {id(k.observation): k.seq for k in ranked}
+        chosen = fit_observations([k.observation for k in ranked], budget)
+        chosen.sort(key=lambda o: (o.created_at, order[id(o)]))
+        return observation_messages(chosen)
+
+    def purge(self, *, namespace: str | None = None) -> None:
+        """Forget the namespace's observations."""
+        ns = self.resolve_namespace(namespace)
+        with self._lock:
+            self._spaces.pop(ns, None)
+
+    async def acommit(self, observation: Observation) -> None:
+        """Async twin of :meth:`commit` (in-process and quick: runs on the loop)."""
+        self.commit(observation)
+
+    async def acontext(
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        budget: int | None = None,
+        namespace: str | None = None,
+    ) -> list[BaseMessage]:
+        """Async twin of :meth:`context` (in-process and quick: runs on the loop)."""
+        return self.context(messages, budget=budget, namespace=namespace)
+
+    async def apurge(self, *, namespace: str | None = None) -> None:
+        """Async twin of :meth:`purge`."""
+        self.purge(namespace=namespace)
+
+
+class VoidMemory(BaseMemoryStrategy):
+    """Remembers nothing: every model call sees only its own conversation.
+
+    For stateless agents and one-shot tasks, and as the baseline a memory is compared with.
+    ``commit`` still checks its argument, so a wiring mistake shows up early.
+
+    Example:
+        .. code-block:: python
+
+            from langchain_reflective import Observation, VoidMemory
+
+            memory = VoidMemory()
+            memory.commit(Observation("hello", "hi"))
+            assert memory.context([]) == []
+    """
+
+    def commit(self, observation: Observation) -> None:
+        """Check ``observation`` and drop it."""
+        self.resolve_namespace(self.check_observation(observation).namespace)
+
+    def context(
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        budget: int | None = None,
+        namespace: str | None = None,
+    ) -> list[BaseMessage]:
+        """Always ``[]``."""
+        check_budget(budget)
+        self.resolve_namespace(namespace)
+        return []
+
+    def purge(self, *, namespace: str | None = None) -> None:
+        """Nothing to forget."""
+        self.resolve_namespace(namespace)
+
+    async def acommit(self, observation: Observation) -> None:
+        """Async twin of :meth:`commit`."""
+        self.commit(observation)
+
+    async def acontext(
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        budget: int | None = None,
+        namespace: str | None = None,
+    ) -> list[BaseMessage]:
+        """Async twin of :meth:`context`."""
+        return self.context(messages, budget=budget, namespace=namespace)
+
+    async def apurge(self, *, namespace: str | None = None) -> None:
+        """Async twin of :meth:`purge`."""
+        self.purge(namespace=namespace)
+
+
+class WindowMemory(_ListMemory):
+    """The last ``capacity`` turns of each namespace (first in, first out).
+
+    Seed 001's ``Stream``. Under a token budget the newest turns are kept. Within one
+    conversation thread LangGraph's checkpointer (plus ``trim_messages``) already does this;
+    a window memory carries the last turns *across* threads and agents of the same owner.
+
+    Args:
+        capacity: turns kept per namespace.
+        namespace: the default namespace.
+
+    Example:
+        .. code-block:: python
+
+            from langchain_reflective import Observation, WindowMemory
+
+            memory = WindowMemory(capacity=2)
+            for n in range(3):
+                memory.commit(Observation(f"question {n}", f"answer {n}"))
+            assert [m.text for m in memory.context([])][0] == "question 1"
+    """
+
+    def __init__(self, capacity: int = 20, *, namespace: str = DEFAULT_NAMESPACE) -> None:
+        super().__init__(namespace=namespace)
+        self.capacity = _positive("capacity", capacity)
+
+    def trace_metadata(self) -> dict[str, Any]:
+        return {"strategy": type(self).__name__, "capacity": self.capacity}
+
+    def _evict(self, kept: list[_Kept]) -> None:
+        del kept[: max(0, len(kept) - self.capacity)]
+
+    def _ranked(self, kept: Sequence[_Kept]) -> list[_Kept]:
+        return list(reversed(kept))  # newest first
+
+
+class ImportanceMemory(_ListMemory):
+    """The ``max_size`` most important turns of each namespace.
+
+    A new turn is rated (``scorer``; default: its ``importance``, else the package's
+    heuristic), then the least important turn is evicted when the namespace is full (the
+    oldest among equals). The context shows the kept turns oldest first; under a token budget
+    the most important are kept.
+
+    Args:
+        max_size: turns kept per namespace.
+        scorer: rates an observation in [0, 1]; its result is stored as the importance.
+        namespace: the default namespace.
+    """
+
+    def __init__(
+        self,
+        max_size: int = 20,
+        *,
+        scorer: ImportanceScorer | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+    ) -> None:
+        super().__init__(namespace=namespace)
+        self.max_size = _positive("max_size", max_size)
+        self.scorer: ImportanceScorer = scorer or heuristic_importance
+
+    def trace_metadata(self) -> dict[str, Any]:
+        return {"strategy": type(self).__name__, "max_size": self.max_size}
+
+    def _prepare(self, observation: Observation) -> Observation:
+        return replace(observation, importance=min(1.0, max(0.0, float(self.scorer(observation)))))
+
+    def _evict(self, kept: list[_Kept]) -> None:
+        while len(kept) > self.max_size:
+            kept.remove(min(kept, key=_importance_then_seq))
+
+    def _ranked(self, kept: Sequence[_Kept]) -> list[_Kept]:
+        return sorted(kept, key=_importance_then_seq, reverse=True)
+
+
+def _importance_then_seq(kept: _Kept) -> tuple[float, int]:
+    return (kept.observation.importance or 0.0, kept.seq)
+
+
+class HybridMemory(_ListMemory):
+    """The recent window plus every older turn above an importance threshold, once each.
+
+    Seed 001's hybrid pattern: the last ``capacity`` turns are always kept; a turn rated at
+    least ``threshold`` is also kept after it leaves the window (at most ``max_important`` of
+    them, the least important evicted first). A turn in both appears once. Under a token
+    budget the recent turns come first (newest first), then the important ones (most important
+    first).
+
+    Args:
+        capacity: recent turns kept per namespace.
+        threshold: importance at which a turn is kept beyond the window.
+        max_important: important turns kept per namespace beyond the window.
+        scorer: rates an observation in [0, 1] (default: its importance, else the heuristic).
+        namespace: the default namespace.
+    """
+
+    def __init__(
+        self,
+        capacity: int = 10,
+        *,
+        threshold: float = 0.7,
+        max_important: int = 50,
+        scorer: ImportanceScorer | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+    ) -> None:
+        super().__init__(namespace=namespace)
+        self.capacity = _positive("capacity", capacity)
+        self.threshold = _threshold(threshold)
+        self.max_important = _positive("max_important", max_important)
+        self.scorer: ImportanceScorer = scorer or heuristic_importance
+
+    def trace_metadata(self) -> dict[str, Any]:
+        return {
+            "strategy": type(self).__name__,
+            "capacity": self.capacity,
+            "threshold": self.threshold,
+            "max_important": self.max_important,
+        }
+
+    def _prepare(self, observation: Observation) -> Observation:
+        return replace(observation, importance=min(1.0, max(0.0, float(self.scorer(observation)))))
+
+    def _evict(self, kept: list[_Kept]) -> None:
+        if len(kept) <= self.capacity:
+            return
+        older = kept[: -self.capacity]
+        keep = [k for k in older if (k.observation.importance or 0.0) >= self.threshold]
+        if len(keep) > self.max_important:
+            keep = sorted(keep, key=_importance_then_seq)[-self.max_important :]
+        kept_ids = {k.seq for k in keep}
+        kept[: len(older)] = [k for k in older if k.seq in kept_ids]
+
+    def _ranked(self, kept: Sequence[_Kept]) -> list[_Kept]:
+        recent = list(kept[-self.capacity :])
+        important = sorted(kept[: -self.capacity], key=_importance_then_seq, reverse=True)
+        return [*reversed(recent), *important]

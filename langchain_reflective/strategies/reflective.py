@@ -1,0 +1,163 @@
+"""``ReflectiveMemoryStrategy``: a :class:`ReflectiveMemory` behind the strategy interface."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from langchain_core.messages import BaseMessage, SystemMessage
+
+from langchain_reflective.memory import ReflectiveMemory
+from langchain_reflective.records import MemoryRecord
+from langchain_reflective.strategies.base import (
+    BaseMemoryStrategy,
+    Observation,
+    check_budget,
+    latest_query,
+)
+from langchain_reflective.strategies.budget import count_tokens
+from langchain_reflective.stream import ScoredMemory
+
+__all__ = ["ReflectiveMemoryStrategy"]
+
+_Parts = tuple[list[MemoryRecord], list[MemoryRecord], list[ScoredMemory]]
+_MESSAGE_ID_KEYS = {"user": "query_message_id", "assistant": "reply_message_id"}
+
+
+class ReflectiveMemoryStrategy(BaseMemoryStrategy):
+    """A :class:`~langchain_reflective.memory.ReflectiveMemory` as a memory strategy.
+
+    :meth:`commit` stores the user's message and the agent's answer as two ``observation``
+    memories (``user_prefix``/``assistant_prefix`` + text, metadata ``role``, ``source``,
+    ``thread_id``, ``message_id``), which may start a background reflection. :meth:`context`
+    returns one ``SystemMessage``: the memory's working context (top insights, recent
+    observations, memories relevant to the latest user message), already fenced as data and
+    cut to the budget. The memory keeps its own API; ``MemoryMiddleware(memory)`` wraps a
+    ``ReflectiveMemory`` in this class.
+
+    Args:
+        memory: the reflective memory.
+        user_prefix: prefix of a stored user message.
+        assistant_prefix: prefix of a stored answer.
+    """
+
+    context_run_name: ClassVar[str] = "reflective_memory_context"
+
+    def __init__(
+        self,
+        memory: ReflectiveMemory,
+        *,
+        user_prefix: str = "User: ",
+        assistant_prefix: str = "Assistant: ",
+    ) -> None:
+        if not isinstance(memory, ReflectiveMemory):
+            raise TypeError(f"memory must be a ReflectiveMemory, got {type(memory).__name__}")
+        self.memory = memory
+        self.user_prefix = user_prefix
+        self.assistant_prefix = assistant_prefix
+        self.default_namespace = memory.stream.namespace
+
+    def trace_metadata(self) -> dict[str, Any]:
+        scoring = self.memory.stream.scoring
+        return {
+            "strategy": type(self).__name__,
+            "k": self.memory.config.retrieve_k,
+            "scoring": scoring.name,
+            "weights": {
+                "relevance": scoring.relevance_weight,
+                "lexical": scoring.lexical_weight,
+                "recency": scoring.recency_weight,
+                "importance": scoring.importance_weight,
+            },
+        }
+
+    # -- commit --------------------------------------------------------------------------------
+
+    def _add_args(self, observation: Observation) -> dict[str, Any]:
+        obs = self.check_observation(observation)
+        shared = {k: v for k, v in obs.metadata.items() if k not in set(_MESSAGE_ID_KEYS.values())}
+        texts: list[str] = []
+        metadatas: list[dict[str, Any]] = []
+        for text, role, prefix in (
+            (obs.query, "user", self.user_prefix),
+            (obs.reply, "assistant", self.assistant_prefix),
+        ):
+            if not text.strip():
+                continue
+            texts.append(f"{prefix}{text.strip()}")
+            meta: dict[str, Any] = {"role": role, **shared, "observation_id": obs.id}
+            message_id = obs.metadata.get(_MESSAGE_ID_KEYS[role])
+            if message_id:
+                meta["message_id"] = message_id
+            metadatas.append(meta)
+        return {
+            "texts": texts,
+            "namespace": self.resolve_namespace(obs.namespace),
+            "importances": obs.importance,
+            "metadatas": metadatas,
+            "now": obs.created_at,
+        }
+
+    def commit(self, observation: Observation) -> None:
+        """Write the turn's user message and answer as *pending* observations: one commit, no
+        embedding and no LLM call (see :meth:`ReflectiveMemory.enqueue` for the guarantee)."""
+        self.memory.enqueue(**self._add_args(observation))
+
+    async def acommit(self, observation: Observation) -> None:
+        """Async twin of :meth:`commit`."""
+        await self.memory.aenqueue(**self._add_args(observation))
+
+    # -- context -------------------------------------------------------------------------------
+
+    def _fit(self, parts: _Parts, budget: int | None) -> list[BaseMessage]:
+        """The working context as one system message of at most ``budget`` tokens."""
+        if budget is None:
+            return [SystemMessage(self.memory.render_context(*parts))]
+        lines = budget  # token budget of the memory lines; the fence and titles cost extra
+        while lines >= 0:
+            message = SystemMessage(self.memory.render_context(*parts, budget=lines))
+            cost = count_tokens([message])
+            if cost <= budget:
+                return [message]
+            lines -= cost - budget
+        return []  # not even the empty block fits
+
+    def context(
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        budget: int | None = None,
+        namespace: str | None = None,
+    ) -> list[BaseMessage]:
+        """The working context for the latest user message, as one fenced ``SystemMessage``.
+
+        ``budget=None`` uses the memory's ``config.token_budget`` for the memory lines.
+        """
+        check_budget(budget)
+        ns = self.resolve_namespace(namespace)
+        parts = self.memory.context_parts(latest_query(messages), namespace=ns)
+        return self._fit(parts, budget)
+
+    async def acontext(
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        budget: int | None = None,
+        namespace: str | None = None,
+    ) -> list[BaseMessage]:
+        """Async twin of :meth:`context`."""
+        check_budget(budget)
+        ns = self.resolve_namespace(namespace)
+        parts = await self.memory.acontext_parts(latest_query(messages), namespace=ns)
+        return self._fit(parts, budget)
+
+    # -- purge ---------------------------------------------------------------------------------
+
+    def purge(self, *, namespace: str | None = None) -> None:
+        """Delete every memory of the namespace (after its pending reflections finish)."""
+        self.memory.purge(namespace=self.resolve_namespace(namespace))
+
+    async def apurge(self, *, namespace: str | None = None) -> None:
+        """Async twin of :meth:`purge`."""
+        await asyncio.to_thread(self.purge, namespace=namespace)

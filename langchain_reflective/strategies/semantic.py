@@ -1,0 +1,144 @@
+"""``SemanticMemory``: retrieval-augmented memory over a :class:`MemoryStream` (seed 001's RAG)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMessage
+
+from langchain_reflective.records import MemoryRecord
+from langchain_reflective.strategies.base import (
+    BaseMemoryStrategy,
+    Observation,
+    check_budget,
+    latest_query,
+)
+from langchain_reflective.strategies.budget import fit_groups
+from langchain_reflective.stream import MemoryStream
+
+__all__ = ["SemanticMemory"]
+
+
+def _messages(record: MemoryRecord) -> list[BaseMessage]:
+    meta = record.metadata
+    query, reply = meta.get("query"), meta.get("reply")
+    if "observation_id" not in meta or not isinstance(query, str) or not isinstance(reply, str):
+        # written by someone else (a tool, a reflection): shown as a note
+        return [ChatMessage(content=record.text, role="note", id=f"memory-{record.id}")]
+    out: list[BaseMessage] = []
+    if query.strip():
+        out.append(HumanMessage(query, id=f"memory-{meta['observation_id']}-query"))
+    if reply.strip():
+        out.append(AIMessage(reply, id=f"memory-{meta['observation_id']}-reply"))
+    return out
+
+
+class SemanticMemory(BaseMemoryStrategy):
+    """The turns most relevant to the latest user message, retrieved from a memory stream.
+
+    Each committed turn becomes one ``observation`` memory of the stream (its text is the
+    query and the reply; its embedding comes from the stream's embeddings; its importance is
+    the observation's, or the stream's importance scorer rates it). The context retrieves the
+    ``k`` best memories for the latest user message with the stream's ranking (relevance,
+    recency, importance; see ``ScoringConfig``), or the ``k`` newest when there is no user
+    message, admits them best first within the budget, and shows them oldest first. Memories
+    written by others in the same namespace (tools, reflections) are shown as notes.
+
+    The memory is durable when the stream has a ``path``; namespaces are the stream's. Give it
+    a stream or namespaces of its own: :meth:`purge` deletes every memory of a namespace.
+
+    Args:
+        stream: the memory stream to write to and retrieve from.
+        k: memories retrieved per context.
+
+    Example:
+        .. code-block:: python
+
+            from langchain_core.embeddings import DeterministicFakeEmbedding
+            from langchain_reflective import MemoryStream, Observation, SemanticMemory
+
+            memory = SemanticMemory(MemoryStream(DeterministicFakeEmbedding(size=64)), k=3)
+            memory.commit(Observation("My cat is called Miso", "What a nice name!"))
+    """
+
+    def __init__(self, stream: MemoryStream, *, k: int = 4) -> None:
+        if not isinstance(stream, MemoryStream):
+            raise TypeError(f"stream must be a MemoryStream, got {type(stream).__name__}")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"k must be an integer >= 1, got {k!r}")
+        self.stream = stream
+        self.k = k
+        self.default_namespace = stream.namespace
+
+    def trace_metadata(self) -> dict[str, Any]:
+        return {"strategy": type(self).__name__, "k": self.k, "scoring": self.stream.scoring.name}
+
+    def _add_args(self, observation: Observation) -> dict[str, Any]:
+        obs = self.check_observation(observation)
+        return {
+            "texts": [obs.text],
+            "importances": obs.importance,
+            "metadatas": {
+                **obs.metadata,
+                "observation_id": obs.id,
+                "query": obs.query,
+                "reply": obs.reply,
+            },
+            "namespace": self.resolve_namespace(obs.namespace),
+            "now": obs.created_at,
+        }
+
+    def commit(self, observation: Observation) -> None:
+        """Store the turn as one memory of the stream (embedded, rated when unrated)."""
+        self.stream.add(**self._add_args(observation))
+
+    async def acommit(self, observation: Observation) -> None:
+        """Async twin of :meth:`commit`."""
+        await self.stream.aadd(**self._add_args(observation))
+
+    def _render(self, ranked: Sequence[MemoryRecord], budget: int | None) -> list[BaseMessage]:
+        groups = [_messages(r) for r in ranked]
+        chosen = sorted(fit_groups(groups, budget), key=lambda i: ranked[i].created_at)
+        return [m for i in chosen for m in groups[i]]
+
+    def context(
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        budget: int | None = None,
+        namespace: str | None = None,
+    ) -> list[BaseMessage]:
+        """The ``k`` most relevant turns that fit in ``budget``, oldest first."""
+        check_budget(budget)
+        ns = self.resolve_namespace(namespace)
+        query = latest_query(messages)
+        if query is None:
+            ranked = list(reversed(self.stream.recent(self.k, namespace=ns)))
+        else:
+            ranked = [h.record for h in self.stream.retrieve(query, k=self.k, namespace=ns)]
+        return self._render(ranked, budget)
+
+    async def acontext(
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        budget: int | None = None,
+        namespace: str | None = None,
+    ) -> list[BaseMessage]:
+        """Async twin of :meth:`context`."""
+        check_budget(budget)
+        ns = self.resolve_namespace(namespace)
+        query = latest_query(messages)
+        if query is None:
+            recent = await asyncio.to_thread(self.stream.recent, self.k, namespace=ns)
+            ranked = list(reversed(recent))
+        else:
+            hits = await self.stream.aretrieve(query, k=self.k, namespace=ns)
+            ranked = [h.record for h in hits]
+        return self._render(ranked, budget)
+
+    def purge(self, *, namespace: str | None = None) -> None:
+        """Delete every memory of the namespace from the stream."""
+        self.stream.purge(namespace=self.resolve_namespace(namespace))
