@@ -56,6 +56,7 @@ from reflection_cost import SleepyChatModel, WordEmbeddings
 from langchain_reflective import LLMImportanceScorer, MemoryStream
 from langchain_reflective.integrations.middleware import ReflectiveMemoryMiddleware
 from langchain_reflective.memory import ReflectiveMemory
+from langchain_reflective.strategies import Observation, ReflectiveMemoryStrategy
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "agent_turn.json"
@@ -150,20 +151,12 @@ class Timed(ReflectiveMemoryMiddleware):
 
 
 class TimedSyncAdd(Timed):
-    """``before``: records the turn with the synchronous ``memory.add`` (the old after_agent)."""
+    """``before``: records the turn with the synchronous ``memory.add`` (the old recording)."""
 
-    def after_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        start = time.perf_counter()
-        try:
-            if (turn := self._turn(state)) is None:
-                return None
-            if turn.texts:
-                self.memory.add(
-                    turn.texts, namespace=self.resolve_namespace(runtime), metadatas=turn.metadatas
-                )
-            return {"reflective_memory_recorded": [i for i in turn.message_ids if i]}
-        finally:
-            self.spent += time.perf_counter() - start
+    def commit_turn(self, observation: Observation) -> None:
+        strategy = self.strategy
+        assert isinstance(strategy, ReflectiveMemoryStrategy)
+        strategy.memory.add(**strategy._add_args(observation))
 
 
 def build(path: Path, size: int, dim: int, seed: int) -> float:
