@@ -1,7 +1,8 @@
 """langchain-reflective: long-term memory that reflects, for LangChain and LangGraph agents.
 
 The flat public API lives here. Pieces that need an optional extra
-(``MemoryMiddleware`` and ``ReflectiveMemoryMiddleware``: extra ``agents``;
+(``MemoryMiddleware``, ``ReflectiveMemoryMiddleware`` and ``ThinkingMiddleware``: extra
+``agents``;
 ``ReflectiveChatMemory``: extra ``legacy``)
 are imported on first access, so ``import langchain_reflective`` stays light.
 """
@@ -62,6 +63,7 @@ from langchain_reflective.strategies import (
     WindowMemory,
 )
 from langchain_reflective.stream import MemoryStream, RetrievalFilter, ScoredMemory
+from langchain_reflective.thinking import ContextMemory, create_thinking_graph
 
 if TYPE_CHECKING:
     from langchain_reflective.integrations.legacy import ReflectiveChatMemory
@@ -69,6 +71,7 @@ if TYPE_CHECKING:
         MemoryMiddleware,
         ReflectiveMemoryMiddleware,
     )
+    from langchain_reflective.thinking.middleware import ThinkingMiddleware
 
 try:
     __version__ = version("langchain-reflective")
@@ -79,6 +82,7 @@ _LAZY = {
     "MemoryMiddleware": "langchain_reflective.integrations.middleware",
     "ReflectiveChatMemory": "langchain_reflective.integrations.legacy",
     "ReflectiveMemoryMiddleware": "langchain_reflective.integrations.middleware",
+    "ThinkingMiddleware": "langchain_reflective.thinking.middleware",
 }
 
 
@@ -94,6 +98,7 @@ __all__ = [
     "BaseImportanceScorer",
     "BaseMemoryStrategy",
     "BaseRecordStore",
+    "ContextMemory",
     "DimensionMismatchError",
     "EmbeddingError",
     "ForeignFileError",
@@ -134,10 +139,12 @@ __all__ = [
     "ScoringConfig",
     "SemanticMemory",
     "StorageError",
+    "ThinkingMiddleware",
     "VoidMemory",
     "WindowMemory",
     "__version__",
     "create_memory_tools",
     "create_reflection_graph",
+    "create_thinking_graph",
     "parse_insights",
 ]

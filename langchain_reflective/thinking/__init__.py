@@ -17,7 +17,11 @@ from langchain_reflective.thinking.context import (
     RecallResult,
 )
 from langchain_reflective.thinking.graph import create_thinking_graph, extractive_summary
-from langchain_reflective.thinking.prompts import ThinkingPrompts, render_for_action
+from langchain_reflective.thinking.prompts import (
+    ThinkingPrompts,
+    format_summaries,
+    render_for_action,
+)
 from langchain_reflective.thinking.state import (
     FallbackDict,
     StopReason,
@@ -50,5 +54,6 @@ __all__ = [
     "create_thinking_graph",
     "create_thinking_tools",
     "extractive_summary",
+    "format_summaries",
     "render_for_action",
 ]

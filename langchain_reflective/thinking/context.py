@@ -196,6 +196,8 @@ class ContextMemory:
         stream: the memory stream holding the records (its file makes them durable).
         summary_importance: importance stored with summaries (given, so no rating call).
         snapshot_importance: importance stored with snapshots.
+        search_min_relevance: a keyword search keeps a match only if it shares a word with the
+            query (BM25 score above 0) or its meaning is at least this close (cosine).
 
     Example:
         .. code-block:: python
@@ -212,8 +214,10 @@ class ContextMemory:
         *,
         summary_importance: float = 0.6,
         snapshot_importance: float = 0.4,
+        search_min_relevance: float = 0.35,
     ) -> None:
         self.stream = stream
+        self.search_min_relevance = search_min_relevance
         self.summary_importance = summary_importance
         self.snapshot_importance = snapshot_importance
 
@@ -479,6 +483,8 @@ class ContextMemory:
 
         One hybrid retrieval of the stream (dense + BM25, its scoring) over snapshots and
         summaries; a matching summary stands for its snapshot, each snapshot counted once.
+        Records that share no word with the query and are not close in meaning
+        (``search_min_relevance``) are not matches, however recent or important.
         """
         query = keywords if isinstance(keywords, str) else " ".join(str(w) for w in keywords)
         if not query.strip():
@@ -509,6 +515,8 @@ class ContextMemory:
     def _ranked(self, hits: Sequence[Any], k: int, namespace: str) -> list[ContextSnapshot]:
         order: list[str] = []
         for hit in hits:
+            if hit.lexical <= 0 and hit.relevance < self.search_min_relevance:
+                continue
             record = hit.record
             cid = (
                 record.id
