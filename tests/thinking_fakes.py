@@ -71,3 +71,11 @@ def seed_script() -> list[AIMessage]:
         ),
         summary(*s[2]),
     ]
+
+
+SUMMARY_PROMPT = "Summarise one turn"
+
+
+def is_summary_call(messages: list[Any]) -> bool:
+    """Whether a model call is the thinking graph's summary call."""
+    return any(SUMMARY_PROMPT in m.text for m in messages)

@@ -13,6 +13,7 @@ import logging
 import re
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_core.messages import AIMessage
@@ -87,6 +88,41 @@ def _threaded(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
         return await asyncio.to_thread(fn, *args, **kwargs)
 
     return call
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    """What a guarded op returns instead of raising."""
+
+    error: Exception
+
+    def __str__(self) -> str:
+        return f"{type(self.error).__name__}: {self.error}"
+
+
+def _guarded(op: Op[T]) -> Op[T | _Failure]:
+    """``op`` whose failure is returned as a :class:`_Failure` (the step takes its fallback);
+    LangGraph's control-flow exceptions (interrupts) still propagate."""
+
+    def sync(*args: Any, **kwargs: Any) -> T | _Failure:
+        try:
+            return op.sync(*args, **kwargs)
+        except GraphBubbleUp:
+            raise
+        except Exception as exc:
+            return _Failure(exc)
+
+    async def async_(*args: Any, **kwargs: Any) -> T | _Failure:
+        try:
+            if op.async_ is None:
+                return op.sync(*args, **kwargs)
+            return await op.async_(*args, **kwargs)
+        except GraphBubbleUp:
+            raise
+        except Exception as exc:
+            return _Failure(exc)
+
+    return Op(sync, async_, op.args, op.kwargs)
 
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -282,19 +318,16 @@ class _Thinker:
                 )
             )
             return {**stop, "stop_reason": "budget"}
-        try:
-            result = yield Op(
+        result = yield _guarded(
+            Op(
                 self.think_model.invoke,
                 self.think_model.ainvoke,
                 (messages,),
                 {"config": self._cfg(config, "thinking.round", state)},
             )
-        except GraphBubbleUp:
-            raise
-        except Exception as exc:
-            fallbacks.append(
-                self._fallback(state, "thinking_failed", f"{type(exc).__name__}: {exc}", number)
-            )
+        )
+        if isinstance(result, _Failure):
+            fallbacks.append(self._fallback(state, "thinking_failed", str(result), number))
             return {
                 **stop,
                 "stop_reason": "model_error",
@@ -325,28 +358,31 @@ class _Thinker:
                 asked_recall = True
                 try:
                     request = RecallContextArgs.model_validate(call.get("args") or {})
-                    found = yield Op(
-                        self.recall_runnable.invoke,
-                        self.recall_runnable.ainvoke,
-                        (
-                            {
-                                "turn_numbers": request.turn_numbers,
-                                "context_ids": request.context_ids,
-                                "keywords": request.keywords,
-                                "limit": cfg.max_recall_contexts,
-                                "namespace": state.get("namespace"),
-                            },
-                        ),
-                        {"config": self._cfg(config, "thinking.recall_context", state)},
+                except ValidationError as exc:
+                    found: Any = _Failure(exc)
+                else:
+                    found = yield _guarded(
+                        Op(
+                            self.recall_runnable.invoke,
+                            self.recall_runnable.ainvoke,
+                            (
+                                {
+                                    "turn_numbers": request.turn_numbers,
+                                    "context_ids": request.context_ids,
+                                    "keywords": request.keywords,
+                                    "limit": cfg.max_recall_contexts,
+                                    "namespace": state.get("namespace"),
+                                },
+                            ),
+                            {"config": self._cfg(config, "thinking.recall_context", state)},
+                        )
                     )
-                except GraphBubbleUp:
-                    raise
-                except Exception as exc:
+                if isinstance(found, _Failure):
                     fallbacks.append(
                         self._fallback(
                             state,
                             "recall_failed",
-                            f"{type(exc).__name__}: {exc}; thinking goes on without it",
+                            f"{found}; thinking goes on without it",
                             number,
                         )
                     )
@@ -417,17 +453,16 @@ class _Thinker:
         parsed: TurnSummary | None = None
         problem: tuple[FallbackKind, str] | None = None
         tokens = estimate
-        try:
-            result = yield Op(
+        result = yield _guarded(
+            Op(
                 self.summary_call.runnable.invoke,
                 self.summary_call.runnable.ainvoke,
                 (messages,),
                 {"config": self._cfg(config, "thinking.summary", state)},
             )
-        except GraphBubbleUp:
-            raise
-        except Exception as exc:
-            problem = ("summary_failed", f"{type(exc).__name__}: {exc}")
+        )
+        if isinstance(result, _Failure):
+            problem = ("summary_failed", str(result))
         else:
             parsed, raw = self.summary_call.unpack(result)
             raw_message = result.get("raw") if isinstance(result, Mapping) else result
