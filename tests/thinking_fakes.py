@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from pydantic import Field
+
+from tests.unit.test_middleware import FakeChat
 
 
 def decide(go_on: bool, reason: str, call_id: str = "c", next_focus: str | None = None) -> Any:
@@ -79,3 +83,21 @@ SUMMARY_PROMPT = "Summarise one turn"
 def is_summary_call(messages: list[Any]) -> bool:
     """Whether a model call is the thinking graph's summary call."""
     return any(SUMMARY_PROMPT in m.text for m in messages)
+
+
+class Rounds(FakeChat):
+    """Thinking calls play ``script``; summary calls play ``summaries`` (then a default)."""
+
+    summaries: list[Any] = Field(default_factory=list)
+
+    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+        if is_summary_call(messages):
+            self.calls.append(list(messages))
+            reply = self.summaries.pop(0) if self.summaries else summary("s", [])
+            return ChatResult(generations=[ChatGeneration(message=reply)])
+        return super()._generate(messages, *args, **kwargs)
+
+    @property
+    def thinking_calls(self) -> list[list[BaseMessage]]:
+        """Calls that were thinking rounds."""
+        return [c for c in self.calls if not is_summary_call(c)]

@@ -10,7 +10,6 @@ from typing import Any, TypedDict
 
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
 from langgraph.graph import START, StateGraph
 
 from langchain_reflective import (
@@ -24,8 +23,8 @@ from langchain_reflective.thinking import SUMMARY_KIND
 from tests.fakes import WordEmbeddings
 from tests.thinking_fakes import (
     SEED_SUMMARIES,
+    Rounds,
     decide,
-    is_summary_call,
     recall,
     round_,
     seed_script,
@@ -166,19 +165,6 @@ def test_recall_is_fenced_and_cannot_read_another_namespace(stream: MemoryStream
 
 
 # -- budgets -----------------------------------------------------------------------------------
-
-
-class Rounds(FakeChat):
-    """Thinking calls play ``script``; summary calls get ``summary_reply``."""
-
-    summary_reply: Any = None
-
-    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
-        if is_summary_call(messages):
-            self.calls.append(list(messages))
-            reply = self.summary_reply or summary("s", [])
-            return ChatResult(generations=[ChatGeneration(message=reply)])
-        return super()._generate(messages, *args, **kwargs)
 
 
 def always_continue(n: int, words: int = 3, usage: int | None = None) -> list[AIMessage]:
