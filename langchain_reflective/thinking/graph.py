@@ -125,6 +125,7 @@ def _guarded(op: Op[T]) -> Op[T | _Failure]:
     return Op(sync, async_, op.args, op.kwargs)
 
 
+_PLACEHOLDER = re.compile(r"^\s*<[^<>]*>\s*$")  # a copied "<one sentence ...>" template slot
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORD = re.compile(r"[A-Za-z0-9_]{3,}")
 
@@ -473,7 +474,7 @@ class _Thinker:
                     parsed = TurnSummary.model_validate(data) if isinstance(data, dict) else None
                 except ValidationError:
                     parsed = None
-            if parsed is None or not parsed.summary.strip():
+            if parsed is None or not parsed.summary.strip() or _PLACEHOLDER.match(parsed.summary):
                 parsed = None
                 problem = ("summary_malformed", f"no usable summary in {raw[:200]!r}")
         if parsed is not None:

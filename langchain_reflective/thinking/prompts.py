@@ -41,9 +41,9 @@ RECALL_HINT = (
     "keywords; the recalled contexts are shown in the next round."
 )
 SUMMARY_SYSTEM = (
-    "Summarise one turn of an agent's work for its long-term memory. Answer with JSON only: "
-    '{"summary": "<one or two sentences: what was done, found or decided>", '
-    '"insights": ["<short key fact>", ...]} with at most 5 insights.'
+    "Summarise one turn of an agent's work for its long-term memory. Answer with JSON only: an "
+    'object with the keys "summary" (one or two sentences saying what was done, found or '
+    'decided in this turn) and "insights" (a list of at most 5 short key facts).'
 )
 
 

@@ -255,7 +255,12 @@ def test_failed_summary_becomes_an_extractive_summary(stream: MemoryStream) -> N
 
 @pytest.mark.parametrize(
     "answer",
-    ["I think it went well.", '{"summary": "", "insights": []}', '{"insights": ["x"]}'],
+    [
+        "I think it went well.",
+        '{"summary": "", "insights": []}',
+        '{"insights": ["x"]}',
+        '{"summary": "<one or two sentences>", "insights": []}',  # a copied template slot
+    ],
 )
 def test_malformed_summary_becomes_an_extractive_summary(stream: MemoryStream, answer: str) -> None:
     model = FakeChat(script=[round_("t", decide(False, "ok", "a")), AIMessage(answer)])
