@@ -16,7 +16,8 @@ from langchain_reflective.thinking.context import (
     ContextSummary,
     RecallResult,
 )
-from langchain_reflective.thinking.graph import create_thinking_graph, extractive_summary
+from langchain_reflective.thinking.fallbacks import extractive_summary
+from langchain_reflective.thinking.graph import create_thinking_graph
 from langchain_reflective.thinking.prompts import (
     ThinkingPrompts,
     format_summaries,

@@ -540,8 +540,10 @@ class ContextMemory:
         ``limit`` in all, each once.
 
         Raises:
-            InvalidMemoryError: a bad turn number or an unreadable namespace.
+            InvalidMemoryError: a bad turn number, limit or namespace.
         """
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidMemoryError(f"limit must be a positive integer, got {limit!r}")
         ns = self.namespace(namespace)
         found: list[ContextSnapshot] = []
         missing: list[str] = []

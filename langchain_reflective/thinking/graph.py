@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_core.messages import AIMessage
 from langchain_core.messages.utils import count_tokens_approximately
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.runnables.config import merge_configs
-from langgraph.errors import GraphBubbleUp
 from langgraph.graph import END, START, StateGraph
 from pydantic import BaseModel, Field, ValidationError
 
@@ -38,6 +35,12 @@ from langchain_reflective.errors import InvalidMemoryError
 from langchain_reflective.records import MAX_TEXT_CHARS
 from langchain_reflective.thinking.config import ThinkingConfig
 from langchain_reflective.thinking.context import ContextMemory, count_text_tokens, summary_text
+from langchain_reflective.thinking.fallbacks import (
+    PLACEHOLDER,
+    Failure,
+    extractive_summary,
+    guarded,
+)
 from langchain_reflective.thinking.prompts import (
     ThinkingPrompts,
     format_summaries,
@@ -68,7 +71,7 @@ if TYPE_CHECKING:
 
     from langchain_reflective.stream import MemoryStream
 
-__all__ = ["TurnSummary", "create_thinking_graph", "extractive_summary"]
+__all__ = ["TurnSummary", "create_thinking_graph"]
 
 logger = logging.getLogger(__name__)
 
@@ -88,80 +91,6 @@ def _threaded(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
         return await asyncio.to_thread(fn, *args, **kwargs)
 
     return call
-
-
-@dataclass(frozen=True, slots=True)
-class _Failure:
-    """What a guarded op returns instead of raising."""
-
-    error: Exception
-
-    def __str__(self) -> str:
-        return f"{type(self.error).__name__}: {self.error}"
-
-
-def _guarded(op: Op[T]) -> Op[T | _Failure]:
-    """``op`` whose failure is returned as a :class:`_Failure` (the step takes its fallback);
-    LangGraph's control-flow exceptions (interrupts) still propagate."""
-
-    def sync(*args: Any, **kwargs: Any) -> T | _Failure:
-        try:
-            return op.sync(*args, **kwargs)
-        except GraphBubbleUp:
-            raise
-        except Exception as exc:
-            return _Failure(exc)
-
-    async def async_(*args: Any, **kwargs: Any) -> T | _Failure:
-        try:
-            if op.async_ is None:
-                return op.sync(*args, **kwargs)
-            return await op.async_(*args, **kwargs)
-        except GraphBubbleUp:
-            raise
-        except Exception as exc:
-            return _Failure(exc)
-
-    return Op(sync, async_, op.args, op.kwargs)
-
-
-_PLACEHOLDER = re.compile(r"^\s*<[^<>]*>\s*$")  # a copied "<one sentence ...>" template slot
-_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
-_WORD = re.compile(r"[A-Za-z0-9_]{3,}")
-
-
-def extractive_summary(
-    context: str, thoughts: Sequence[Mapping[str, Any]] = (), *, max_chars: int = 300
-) -> tuple[str, list[str]]:
-    """The fallback summary: the context's and thoughts' most representative sentences.
-
-    Sentences are scored by the mean corpus frequency of their words (a classic extractive
-    summary); the best ones, in their original order, up to ``max_chars``, form the summary, and
-    the thoughts' last reasons become the insights.
-    """
-    texts = [context, *(str(t.get("thought") or "") for t in thoughts)]
-    sentences = [s.strip() for text in texts for s in _SENTENCE.split(text) if s.strip()]
-    if not sentences:
-        return "(empty context)", []
-    freq = Counter(w.lower() for s in sentences for w in _WORD.findall(s))
-
-    def score(sentence: str) -> float:
-        words = [w.lower() for w in _WORD.findall(sentence)]
-        return sum(freq[w] for w in words) / (len(words) or 1)
-
-    ranked = sorted(range(len(sentences)), key=lambda i: (-score(sentences[i]), i))
-    chosen: list[int] = []
-    length = 0
-    for i in ranked:
-        if length + len(sentences[i]) > max_chars and chosen:
-            continue
-        chosen.append(i)
-        length += len(sentences[i]) + 1
-        if length >= max_chars:
-            break
-    summary = " ".join(sentences[i] for i in sorted(chosen))[:max_chars].strip()
-    insights = [str(t["reason"]) for t in thoughts if t.get("reason")][-3:]
-    return summary, insights
 
 
 def _usage_tokens(result: Any) -> int | None:
@@ -319,7 +248,7 @@ class _Thinker:
                 )
             )
             return {**stop, "stop_reason": "budget"}
-        result = yield _guarded(
+        result = yield guarded(
             Op(
                 self.think_model.invoke,
                 self.think_model.ainvoke,
@@ -327,7 +256,7 @@ class _Thinker:
                 {"config": self._cfg(config, "thinking.round", state)},
             )
         )
-        if isinstance(result, _Failure):
+        if isinstance(result, Failure):
             fallbacks.append(self._fallback(state, "thinking_failed", str(result), number))
             return {
                 **stop,
@@ -360,9 +289,9 @@ class _Thinker:
                 try:
                     request = RecallContextArgs.model_validate(call.get("args") or {})
                 except ValidationError as exc:
-                    found: Any = _Failure(exc)
+                    found: Any = Failure(exc)
                 else:
-                    found = yield _guarded(
+                    found = yield guarded(
                         Op(
                             self.recall_runnable.invoke,
                             self.recall_runnable.ainvoke,
@@ -378,7 +307,7 @@ class _Thinker:
                             {"config": self._cfg(config, "thinking.recall_context", state)},
                         )
                     )
-                if isinstance(found, _Failure):
+                if isinstance(found, Failure):
                     fallbacks.append(
                         self._fallback(
                             state,
@@ -454,7 +383,7 @@ class _Thinker:
         parsed: TurnSummary | None = None
         problem: tuple[FallbackKind, str] | None = None
         tokens = estimate
-        result = yield _guarded(
+        result = yield guarded(
             Op(
                 self.summary_call.runnable.invoke,
                 self.summary_call.runnable.ainvoke,
@@ -462,7 +391,7 @@ class _Thinker:
                 {"config": self._cfg(config, "thinking.summary", state)},
             )
         )
-        if isinstance(result, _Failure):
+        if isinstance(result, Failure):
             problem = ("summary_failed", str(result))
         else:
             parsed, raw = self.summary_call.unpack(result)
@@ -474,7 +403,7 @@ class _Thinker:
                     parsed = TurnSummary.model_validate(data) if isinstance(data, dict) else None
                 except ValidationError:
                     parsed = None
-            if parsed is None or not parsed.summary.strip() or _PLACEHOLDER.match(parsed.summary):
+            if parsed is None or not parsed.summary.strip() or PLACEHOLDER.match(parsed.summary):
                 parsed = None
                 problem = ("summary_malformed", f"no usable summary in {raw[:200]!r}")
         if parsed is not None:

@@ -20,6 +20,7 @@ Whose memory is used comes from the run, as for
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 
@@ -295,7 +296,7 @@ class ThinkingMiddleware(AgentMiddleware[ThinkingState, Any]):
             "context": context,
             "tool_calls": tools,
             "namespace": ns,
-            "turn": self.memory.next_turn(namespace=ns),
+            "turn": 0,  # set by the caller: the namespace's next turn at recording time
             "thoughts": kept.get("thoughts") or [],
             "recalled": kept.get("recalled") or [],
             "fallbacks": kept.get("fallbacks") or [],
@@ -322,6 +323,7 @@ class ThinkingMiddleware(AgentMiddleware[ThinkingState, Any]):
         st = self._record_state(state)
         if st is None:
             return None
+        st["turn"] = self.memory.next_turn(namespace=st["namespace"])
         config = ensure_config()
         st.update(run_sync(self._thinker.summarize(st, config)))  # type: ignore[arg-type]
         st.update(run_sync(self._thinker.store(st, config)))  # type: ignore[arg-type]
@@ -334,6 +336,7 @@ class ThinkingMiddleware(AgentMiddleware[ThinkingState, Any]):
         st = self._record_state(state)
         if st is None:
             return None
+        st["turn"] = await asyncio.to_thread(self.memory.next_turn, namespace=st["namespace"])
         config = ensure_config()
         st.update(await run_async(self._thinker.summarize(st, config)))  # type: ignore[arg-type]
         st.update(await run_async(self._thinker.store(st, config)))  # type: ignore[arg-type]

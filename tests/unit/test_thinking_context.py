@@ -90,6 +90,8 @@ def test_recall_limits_orders_and_reports_missing(memory: ContextMemory) -> None
     assert [s.turn for s in got.snapshots] == [3] and got.missing == ["turn 7"]
     got = memory.recall(turn_numbers=[1, 2, 3], keywords=["parseData"], limit=2)
     assert [s.turn for s in got.snapshots] == [1, 2]
+    with pytest.raises(InvalidMemoryError, match="limit"):
+        memory.recall(turn_numbers=[1], limit=0)
 
 
 def test_namespaces_are_separate(memory: ContextMemory) -> None:
