@@ -1,0 +1,754 @@
+"""ReflectiveStore: a LangGraph ``BaseStore`` whose items are memories of a :class:`MemoryStream`.
+
+``graph.compile(store=ReflectiveStore(stream))``, ``create_agent(..., store=...)``,
+``get_store()`` inside nodes and ``runtime.store`` inside tools then read and write reflective
+memory: every item is one memory of the stream (embedded, rated for importance, counted towards
+reflection), and ``search(query=...)`` ranks with the stream's own scoring.
+
+**Namespaces.** A namespace tuple maps to one stream namespace: each label has ``%`` written as
+``%25`` and ``/`` as ``%2F``, and the labels are joined with ``/``; so ``("users", "alice")`` is
+the stream namespace ``"users/alice"`` and ``("alice",)`` is ``"alice"`` (the namespace a
+``ReflectiveMemory`` or a retriever of user ``alice`` uses). The encoding is reversible and
+injective; a stream namespace that is not the encoding of any tuple (``"a//b"``, ``"a%zz"``) is
+invisible to the store. Labels must be non-empty strings without NUL characters; an empty tuple
+cannot hold items (:class:`StoreNamespaceError`). ``BaseStore.put`` additionally refuses labels
+with ``.`` and the root label ``"langgraph"``, as for every LangGraph store.
+
+**Items.** A put stores the value as one memory: its text is a rendering of the value (the
+``fields`` you configure, LangGraph's ``index={"fields": [...]}``, or per put
+``index=[...]``; by default a value whose only field is a string is that string, any other value
+is one ``field: value`` line per top-level field) and the value itself travels in the memory's
+metadata, so ``get`` returns it exactly (as JSON). The memory's id is derived from the namespace
+and the key, so a put with an existing key replaces that memory under the same id (delete, then
+add; if the add fails the old memory is written back) and ``put(value=None)`` deletes it.
+Memories written to the stream directly (observations, reflections) appear as items too: their
+key is the memory id and their value ``{"text", "kind", "importance", "evidence", "depth",
+"metadata"}``; a put or delete with that key replaces or deletes that memory.
+
+**Search.** With a ``query``, each selected namespace is ranked by
+:meth:`MemoryStream.retrieve` (recency + importance + relevance, the stream's
+:class:`~langchain_reflective.scoring.ScoringConfig`) and every ``SearchItem`` carries that score;
+results from several namespaces are merged by score. The stream's public API ranks one namespace
+per call, so a query search embeds the query once per selected namespace. Without a query, items
+come newest first (by their last put) with ``score=None``. ``filter`` matches value fields as
+LangGraph documents: exact values (nested dicts and lists compare structurally, dotted keys reach
+nested fields) and the operators ``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``. A prefix
+selects exactly the namespaces whose leading labels equal it; nothing else is ever read. Searches
+do not update the memories' access times. Items put with ``index=False`` are returned by ``get``
+and by searches without a query, never by a query search.
+
+**TTL is not supported** (``supports_ttl = False``): a put with a ``ttl`` raises
+``NotImplementedError``; ``refresh_ttl`` on reads is ignored, as LangGraph specifies.
+
+**Batches.** Like LangGraph's own stores, the reads of a batch see the store as it was before the
+batch's puts, and of several puts to one key the last wins. A batch is validated completely
+before anything is written; it is not one transaction (the puts of each namespace are one
+stream ``add``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import re
+from collections import defaultdict
+from collections.abc import Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    InvalidNamespaceError,
+    Item,
+    ListNamespacesOp,
+    MatchCondition,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    get_text_at_path,
+)
+
+from langchain_reflective.errors import (
+    InvalidFilterError,
+    InvalidMemoryError,
+    StorageError,
+)
+from langchain_reflective.records import MemoryRecord, validate_metadata, validate_text
+from langchain_reflective.stream import MemoryStream
+
+__all__ = [
+    "ReflectiveStore",
+    "StoreNamespaceError",
+    "decode_namespace",
+    "encode_namespace",
+    "render_value",
+]
+
+ITEM_METADATA_KEY = "langgraph_item"
+"""The metadata key under which a memory carries its store item (key, value, created_at)."""
+_OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"})
+_ESCAPE = re.compile(r"%(25|2F)")
+_FIRST_FETCH = 32  # memories a filtered search reads per namespace before reading them all
+
+
+class StoreNamespaceError(InvalidMemoryError, InvalidNamespaceError):
+    """A namespace tuple cannot be used (empty where items live, or a bad label).
+
+    It is both langgraph's ``InvalidNamespaceError`` and this package's
+    :class:`~langchain_reflective.errors.InvalidMemoryError`.
+    """
+
+
+# -- namespaces ---------------------------------------------------------------------------------
+
+
+def _labels(namespace: object, *, allow_empty: bool) -> tuple[str, ...]:
+    if not isinstance(namespace, tuple | list):
+        raise StoreNamespaceError(
+            f"namespace must be a tuple of strings, got {type(namespace).__name__}"
+        )
+    labels = tuple(namespace)
+    if not labels and not allow_empty:
+        raise StoreNamespaceError("namespace cannot be empty: items live in a non-empty namespace")
+    for label in labels:
+        if not isinstance(label, str):
+            raise StoreNamespaceError(
+                f"namespace labels must be strings, got {type(label).__name__} in {labels!r}"
+            )
+        if not label:
+            raise StoreNamespaceError(f"namespace labels cannot be empty strings: {labels!r}")
+        if "\x00" in label:
+            raise StoreNamespaceError(f"namespace labels cannot contain NUL: {labels!r}")
+        try:
+            label.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise StoreNamespaceError(
+                f"namespace label {label!r} is not valid Unicode text (a lone surrogate?)"
+            ) from exc
+    return labels
+
+
+def encode_namespace(namespace: tuple[str, ...]) -> str:
+    """The stream namespace of a store namespace tuple.
+
+    Each label has ``%`` replaced by ``%25`` and ``/`` by ``%2F``; labels are joined with
+    ``/``. ``("users", "alice")`` -> ``"users/alice"``; ``("a/b",)`` -> ``"a%2Fb"``.
+
+    Raises:
+        StoreNamespaceError: an empty tuple, or a label that is not a non-empty string
+            without NUL characters.
+    """
+    labels = _labels(namespace, allow_empty=False)
+    return "/".join(label.replace("%", "%25").replace("/", "%2F") for label in labels)
+
+
+def decode_namespace(name: str) -> tuple[str, ...] | None:
+    """The store namespace tuple of a stream namespace, or ``None`` if it encodes none.
+
+    The inverse of :func:`encode_namespace`: ``decode_namespace(encode_namespace(ns)) == ns``
+    for every valid ``ns``, and a name that is not exactly the encoding of some tuple (an empty
+    label, a ``%`` not followed by ``25`` or ``2F``) gives ``None``.
+    """
+    if not name:
+        return None
+    labels = tuple(
+        _ESCAPE.sub(lambda m: "%" if m.group(1) == "25" else "/", part) for part in name.split("/")
+    )
+    try:
+        return labels if encode_namespace(labels) == name else None
+    except StoreNamespaceError:
+        return None
+
+
+def _matches(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
+    path = tuple(condition.path)
+    if len(namespace) < len(path):
+        return False
+    pairs = (
+        zip(namespace, path, strict=False)
+        if condition.match_type == "prefix"
+        else zip(reversed(namespace), reversed(path), strict=False)
+    )
+    return all(p == "*" or n == p for n, p in pairs)
+
+
+# -- values -------------------------------------------------------------------------------------
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def render_value(value: Mapping[str, Any], fields: Sequence[str] | None = None) -> str:
+    """The memory text of a store value.
+
+    Args:
+        value: the item's value.
+        fields: LangGraph field paths (``"text"``, ``"a.b"``, ``"items[*].name"``, ``"$"`` for
+            the whole value as JSON); the texts they select are joined with newlines. ``None``:
+            a value whose only field is a string is that string, any other value is one
+            ``field: value`` line per top-level field (non-strings as JSON).
+
+    Returns:
+        The text, or ``""`` when ``fields`` select nothing (the caller falls back to the
+        default rendering).
+    """
+    if fields is not None:
+        texts = [t for path in fields for t in get_text_at_path(value, path)]
+        return "\n".join(t for t in texts if t.strip())
+    if len(value) == 1:
+        (only,) = value.values()
+        if isinstance(only, str) and only.strip():
+            return only
+    if not value:
+        return "{}"
+    return "\n".join(f"{k}: {_as_text(v)}" for k, v in value.items())
+
+
+def _check_filter(flt: object) -> dict[str, Any] | None:
+    if flt is None:
+        return None
+    if not isinstance(flt, Mapping) or not all(isinstance(k, str) for k in flt):
+        raise InvalidFilterError("a store filter must be a dict with string keys")
+
+    def walk(cond: Any) -> None:
+        if isinstance(cond, Mapping):
+            for key, sub in cond.items():
+                if isinstance(key, str) and key.startswith("$") and key not in _OPERATORS:
+                    raise InvalidFilterError(
+                        f"unsupported filter operator {key!r}; supported: {sorted(_OPERATORS)}"
+                    )
+                walk(sub)
+
+    walk(flt)
+    return dict(flt)
+
+
+def _lookup(value: Mapping[str, Any], key: str) -> Any:
+    if key in value:
+        return value[key]
+    node: Any = value
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _compare(value: Any, operator: str, operand: Any) -> bool:
+    if operator == "$eq":
+        return bool(value == operand)
+    if operator == "$ne":
+        return bool(value != operand)
+    a, b = _number(value), _number(operand)
+    if a is None or b is None:
+        if not (isinstance(value, str) and isinstance(operand, str)):
+            return False  # only numbers with numbers and strings with strings are ordered
+        a, b = value, operand  # type: ignore[assignment]
+    elif math.isnan(a) or math.isnan(b):
+        return False
+    if operator == "$gt":
+        return a > b  # type: ignore[operator]
+    if operator == "$gte":
+        return a >= b  # type: ignore[operator]
+    if operator == "$lt":
+        return a < b  # type: ignore[operator]
+    return a <= b  # type: ignore[operator]
+
+
+def _match_value(value: Any, cond: Any) -> bool:
+    if isinstance(cond, Mapping):
+        if any(k.startswith("$") for k in cond):
+            return all(_compare(value, op, operand) for op, operand in cond.items())
+        if not isinstance(value, Mapping):
+            return False
+        return all(_match_value(value.get(k), v) for k, v in cond.items())
+    if isinstance(cond, list | tuple):
+        return (
+            isinstance(value, list | tuple)
+            and len(value) == len(cond)
+            and all(_match_value(v, c) for v, c in zip(value, cond, strict=True))
+        )
+    return bool(value == cond)
+
+
+def _matches_filter(value: Mapping[str, Any], flt: Mapping[str, Any] | None) -> bool:
+    return not flt or all(_match_value(_lookup(value, k), c) for k, c in flt.items())
+
+
+# -- prepared operations ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One call of the stream's public API that the batch flow needs made."""
+
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Put:
+    namespace: tuple[str, ...]
+    key: str
+    value: dict[str, Any] | None
+    text: str
+    indexed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Search:
+    prefix: tuple[str, ...]
+    query: str | None
+    filter: dict[str, Any] | None
+    limit: int
+    offset: int
+
+
+@dataclass(slots=True)
+class _Prepared:
+    size: int
+    gets: dict[str, list[tuple[int, tuple[str, ...], str]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    searches: list[tuple[int, _Search]] = field(default_factory=list)
+    lists: list[tuple[int, ListNamespacesOp]] = field(default_factory=list)
+    puts: dict[tuple[tuple[str, ...], str], _Put] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _View:
+    """A memory as the store shows it."""
+
+    key: str
+    value: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+    indexed: bool
+
+
+def _count(value: object, name: str, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidFilterError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _key(key: object) -> str:
+    if not isinstance(key, str):
+        raise InvalidMemoryError(f"an item key must be a string, got {type(key).__name__}")
+    return key
+
+
+class ReflectiveStore(BaseStore):
+    """A LangGraph ``BaseStore`` over a :class:`MemoryStream`: items are reflective memories.
+
+    See the module documentation for the namespace encoding, how values become memory text,
+    search, filters and batches. TTL is not supported (``supports_ttl = False``): a put with
+    ``ttl`` raises ``NotImplementedError``.
+
+    Args:
+        stream: the memory stream holding the items (it is not closed by the store).
+        fields: LangGraph field paths whose text becomes a memory's text (like
+            ``index={"fields": [...]}`` of LangGraph's stores); ``None`` renders the whole value
+            (see :func:`render_value`). A put's ``index=[...]`` overrides it for that item.
+        kind: the memory kind of stored items.
+
+    Example:
+        .. code-block:: python
+
+            from langchain_core.embeddings import DeterministicFakeEmbedding
+            from langchain_reflective import MemoryStream, ReflectiveStore
+
+            store = ReflectiveStore(MemoryStream(DeterministicFakeEmbedding(size=64)))
+            store.put(("alice", "memories"), "tea", {"text": "Alice drinks green tea"})
+            print(store.get(("alice", "memories"), "tea").value)
+            for hit in store.search(("alice",), query="What does Alice drink?"):
+                print(hit.key, hit.score)
+    """
+
+    supports_ttl: bool = False
+
+    def __init__(
+        self,
+        stream: MemoryStream,
+        *,
+        fields: Sequence[str] | None = None,
+        kind: str = "observation",
+    ) -> None:
+        if not isinstance(stream, MemoryStream):
+            raise TypeError(f"stream must be a MemoryStream, got {type(stream).__name__}")
+        if fields is not None and (
+            isinstance(fields, str) or not all(isinstance(f, str) and f for f in fields)
+        ):
+            raise ValueError("fields must be a list of non-empty field paths")
+        if not isinstance(kind, str) or not kind:
+            raise ValueError("kind must be a non-empty string")
+        self.stream = stream
+        self.fields = None if fields is None else list(fields)
+        self.kind = kind
+
+    # -- the two abstract methods: one flow, driven sync or async ---------------------------
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run ``ops`` (Get, Put, Search, ListNamespaces); results in the order of ``ops``."""
+        flow = self._flow(ops)
+        try:
+            call = next(flow)
+            while True:
+                try:
+                    result = getattr(self.stream, call.method)(*call.args, **call.kwargs)
+                except Exception as exc:
+                    call = flow.throw(exc)
+                else:
+                    call = flow.send(result)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """Async twin of :meth:`batch` (embedding and rating calls are awaited)."""
+        flow = self._flow(ops)
+        try:
+            call = next(flow)
+            while True:
+                try:
+                    result = await self._acall(call)
+                except Exception as exc:
+                    call = flow.throw(exc)
+                else:
+                    call = flow.send(result)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    async def _acall(self, call: _Call) -> Any:
+        if call.method in ("add", "retrieve"):  # the stream's async twins await the models
+            return await getattr(self.stream, "a" + call.method)(*call.args, **call.kwargs)
+        return await asyncio.to_thread(getattr(self.stream, call.method), *call.args, **call.kwargs)
+
+    # -- validation ----------------------------------------------------------------------------
+
+    def _prepare_ops(self, ops: Iterable[Op]) -> _Prepared:
+        """Validate every operation and group them; nothing is read or written yet."""
+        ops = list(ops)
+        prepared = _Prepared(size=len(ops))
+        for i, op in enumerate(ops):
+            if isinstance(op, GetOp):
+                ns = _labels(op.namespace, allow_empty=False)
+                prepared.gets[encode_namespace(ns)].append((i, ns, _key(op.key)))
+            elif isinstance(op, SearchOp):
+                query = op.query
+                if query is not None and not isinstance(query, str):
+                    raise InvalidFilterError(f"query must be a string, got {type(query).__name__}")
+                search = _Search(
+                    prefix=_labels(op.namespace_prefix, allow_empty=True),
+                    query=query if query and query.strip() else None,
+                    filter=_check_filter(op.filter),
+                    limit=_count(op.limit, "limit", minimum=0),
+                    offset=_count(op.offset, "offset", minimum=0),
+                )
+                prepared.searches.append((i, search))
+            elif isinstance(op, ListNamespacesOp):
+                prepared.lists.append((i, self._check_list(op)))
+            elif isinstance(op, PutOp):
+                put = self._check_put(op)
+                prepared.puts.pop((put.namespace, put.key), None)  # the last put wins
+                prepared.puts[(put.namespace, put.key)] = put
+            else:
+                raise InvalidMemoryError(f"unknown store operation {type(op).__name__}")
+        return prepared
+
+    @staticmethod
+    def _check_list(op: ListNamespacesOp) -> ListNamespacesOp:
+        conditions = []
+        for cond in op.match_conditions or ():
+            if not isinstance(cond, MatchCondition) or cond.match_type not in ("prefix", "suffix"):
+                raise InvalidFilterError(f"bad namespace match condition {cond!r}")
+            path = tuple(cond.path)
+            if not all(isinstance(p, str) and p for p in path):
+                raise InvalidFilterError(f"match condition path must be labels, got {path!r}")
+            conditions.append(MatchCondition(cond.match_type, path))
+        if op.max_depth is not None:
+            _count(op.max_depth, "max_depth", minimum=1)
+        return ListNamespacesOp(
+            match_conditions=tuple(conditions),
+            max_depth=op.max_depth,
+            limit=_count(op.limit, "limit", minimum=0),
+            offset=_count(op.offset, "offset", minimum=0),
+        )
+
+    def _check_put(self, op: PutOp) -> _Put:
+        ns = _labels(op.namespace, allow_empty=False)
+        key = _key(op.key)
+        if op.ttl is not None:
+            raise NotImplementedError(
+                "ReflectiveStore does not support TTL (supports_ttl = False): memories expire "
+                "by relevance, not by time. Put without ttl, or delete items explicitly."
+            )
+        if op.value is None:
+            return _Put(ns, key, None, "", indexed=False)
+        if not isinstance(op.value, Mapping) or not all(isinstance(k, str) for k in op.value):
+            raise InvalidMemoryError(
+                f"a store value must be a dict with string keys, got {type(op.value).__name__}"
+            )
+        value = validate_metadata(op.value)  # a JSON copy, or a clear error
+        index = op.index
+        if (
+            index is not None
+            and index is not False
+            and (isinstance(index, str) or not all(isinstance(p, str) for p in index))
+        ):
+            raise InvalidMemoryError("index must be None, False or a list of field paths")
+        fields = self.fields if index is None or index is False else list(index)
+        text = render_value(value, fields)
+        indexed = index is not False and bool(text.strip())  # selected fields had text
+        if not text.strip():
+            text = render_value(value)
+        if "\x00" in text:
+            text = text.replace("\x00", "\\u0000")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidMemoryError(
+                f"the value of {key!r} holds text that is not valid Unicode (a lone surrogate?)"
+            ) from exc
+        return _Put(ns, key, value, validate_text(text), indexed=indexed)
+
+    # -- the flow ------------------------------------------------------------------------------
+
+    def _flow(self, ops: Iterable[Op]) -> Generator[_Call, Any, list[Result]]:
+        prepared = self._prepare_ops(ops)
+        results: list[Result] = [None] * prepared.size
+        for name, gets in prepared.gets.items():
+            ids = [i for _, _, key in gets for i in (self.memory_id(name, key), key)]
+            records = yield _Call("get", (ids,), {"namespace": name})
+            for index, ns, key in gets:
+                found = self._find(name, key, {r.id: r for r in records})
+                results[index] = None if found is None else self._item(ns, self._view(found))
+        if prepared.searches or prepared.lists:
+            names: list[str] = yield _Call("namespaces")
+            decoded = {n: decode_namespace(n) for n in names}
+            known = {n: labels for n, labels in decoded.items() if labels is not None}
+            for index, op in prepared.lists:
+                results[index] = self._list(op, list(known.values()))
+            for index, search in prepared.searches:
+                results[index] = yield from self._search(search, known)
+        if prepared.puts:
+            yield from self._write(prepared.puts)
+        return results
+
+    @staticmethod
+    def memory_id(stream_namespace: str, key: str) -> str:
+        """The id of the memory holding ``key`` in a stream namespace (stable, 34 chars)."""
+        digest = hashlib.sha256(f"{len(stream_namespace)}:{stream_namespace}/{key}".encode())
+        return "kv" + digest.hexdigest()[:32]
+
+    def _find(self, name: str, key: str, by_id: Mapping[str, MemoryRecord]) -> MemoryRecord | None:
+        """The memory of ``key``: the store's item, else a stream memory whose id is ``key``."""
+        item = by_id.get(self.memory_id(name, key))
+        if item is not None and self._is_item(item):
+            return item
+        raw = by_id.get(key)
+        return raw if raw is not None and not self._is_item(raw) else None
+
+    def _is_item(self, record: MemoryRecord) -> bool:
+        meta = record.metadata.get(ITEM_METADATA_KEY)
+        return (
+            isinstance(meta, Mapping)
+            and isinstance(meta.get("key"), str)
+            and isinstance(meta.get("value"), dict)
+            and record.id == self.memory_id(record.namespace, meta["key"])
+        )
+
+    def _view(self, record: MemoryRecord) -> _View:
+        if self._is_item(record):
+            meta = record.metadata[ITEM_METADATA_KEY]
+            try:
+                created = datetime.fromisoformat(meta.get("created_at", ""))
+            except (TypeError, ValueError):
+                created = record.created_at
+            return _View(
+                key=meta["key"],
+                value=dict(meta["value"]),
+                created_at=created,
+                updated_at=record.created_at,
+                indexed=meta.get("indexed", True) is not False,
+            )
+        value = {
+            "text": record.text,
+            "kind": record.kind,
+            "importance": record.importance,
+            "evidence": list(record.evidence),
+            "depth": record.depth,
+            "metadata": dict(record.metadata),
+        }
+        return _View(record.id, value, record.created_at, record.created_at, indexed=True)
+
+    @staticmethod
+    def _item(ns: tuple[str, ...], view: _View) -> Item:
+        return Item(
+            value=view.value,
+            key=view.key,
+            namespace=ns,
+            created_at=view.created_at,
+            updated_at=view.updated_at,
+        )
+
+    @staticmethod
+    def _list(op: ListNamespacesOp, namespaces: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+        conditions = op.match_conditions or ()
+        selected = {
+            ns[: op.max_depth] if op.max_depth is not None else ns
+            for ns in namespaces
+            if all(_matches(c, ns) for c in conditions)
+        }
+        return sorted(selected)[op.offset : op.offset + op.limit]
+
+    def _search(
+        self, search: _Search, known: Mapping[str, tuple[str, ...]]
+    ) -> Generator[_Call, Any, list[SearchItem]]:
+        need = search.offset + search.limit
+        if search.limit == 0:
+            return []
+        prefix = search.prefix
+        found: list[tuple[float, SearchItem]] = []
+        for name, ns in sorted(known.items(), key=lambda kv: kv[1]):
+            if ns[: len(prefix)] != prefix:
+                continue
+            views = yield from self._read(name, search, need)
+            for view, score in views:
+                item = SearchItem(
+                    namespace=ns,
+                    key=view.key,
+                    value=view.value,
+                    created_at=view.created_at,
+                    updated_at=view.updated_at,
+                    score=score,
+                )
+                found.append((-score if score is not None else -view.updated_at.timestamp(), item))
+        found.sort(key=lambda pair: pair[0])  # stable: ties keep each namespace's order
+        return [item for _, item in found[search.offset : need]]
+
+    def _read(
+        self, name: str, search: _Search, need: int
+    ) -> Generator[_Call, Any, list[tuple[_View, float | None]]]:
+        """Up to ``need`` visible items of one namespace, best (or newest) first.
+
+        Reads ``need`` memories (more when a filter is set), and everything only when hidden
+        or filtered-out memories left fewer than ``need``.
+        """
+        n: int | None = need if search.filter is None else max(need * 4, _FIRST_FETCH)
+        while True:
+            out: list[tuple[_View, float | None]] = []
+            if search.query is not None:
+                hits = yield _Call(
+                    "retrieve", (search.query,), {"k": n, "namespace": name, "touch": False}
+                )
+                got = len(hits)
+                for hit in hits:
+                    view = self._view(hit.record)
+                    if view.indexed and _matches_filter(view.value, search.filter):
+                        out.append((view, float(hit.score)))
+            else:
+                records = yield _Call("recent", (n,), {"namespace": name})
+                got = len(records)
+                for record in reversed(records):
+                    view = self._view(record)
+                    if _matches_filter(view.value, search.filter):
+                        out.append((view, None))
+            if len(out) >= need or n is None or got < n:
+                return out[:need]
+            if search.query is not None:  # retrieve needs a number: read the whole namespace
+                total = yield _Call("count", (), {"namespace": name})
+                if total <= n:
+                    return out[:need]
+                n = total
+            else:
+                n = None
+
+    def _write(
+        self, puts: Mapping[tuple[tuple[str, ...], str], _Put]
+    ) -> Generator[_Call, Any, None]:
+        """Apply the puts: per namespace one read, one delete and one add."""
+        now = datetime.now(UTC)
+        by_name: dict[str, list[_Put]] = defaultdict(list)
+        for put in puts.values():
+            by_name[encode_namespace(put.namespace)].append(put)
+        for name, group in by_name.items():
+            ids = [i for put in group for i in (self.memory_id(name, put.key), put.key)]
+            records = yield _Call("get", (ids,), {"namespace": name})
+            by_id = {r.id: r for r in records}
+            old: list[MemoryRecord] = []
+            created: dict[str, datetime] = {}
+            for put in group:
+                current = self._find(name, put.key, by_id)
+                if current is not None:
+                    old.append(current)
+                    created[put.key] = self._view(current).created_at
+            adds = [put for put in group if put.value is not None]
+            if old:
+                yield _Call("delete", ([r.id for r in old],), {"namespace": name})
+            if not adds:
+                continue
+            metadatas = [
+                {
+                    ITEM_METADATA_KEY: {
+                        "key": put.key,
+                        "value": put.value,
+                        "created_at": created.get(put.key, now).isoformat(),
+                        "indexed": put.indexed,
+                    }
+                }
+                for put in adds
+            ]
+            try:
+                yield _Call(
+                    "add",
+                    ([put.text for put in adds],),
+                    {
+                        "ids": [self.memory_id(name, put.key) for put in adds],
+                        "metadatas": metadatas,
+                        "kinds": self.kind,
+                        "namespace": name,
+                        "now": now,
+                    },
+                )
+            except Exception as exc:
+                yield from self._restore(name, old, exc)
+                raise
+
+    def _restore(
+        self, name: str, old: Sequence[MemoryRecord], cause: Exception
+    ) -> Generator[_Call, Any, None]:
+        """Write back the memories an update deleted before its add failed."""
+        for record in old:
+            try:
+                yield _Call(
+                    "add",
+                    (record.text,),
+                    {
+                        "ids": [record.id],
+                        "importances": record.importance,
+                        "kinds": record.kind,
+                        "metadatas": dict(record.metadata),
+                        "evidence": [list(record.evidence)] if record.evidence else None,
+                        "namespace": name,
+                        "now": record.created_at,
+                    },
+                )
+            except Exception as exc:
+                raise StorageError(
+                    f"a put failed ({cause!r}) and the memory {record.id!r} it replaced could not "
+                    f"be written back ({exc!r}); its text was: {record.text!r}"
+                ) from cause
