@@ -23,7 +23,8 @@ and the key, so a put with an existing key replaces that memory under the same i
 add; if the add fails the old memory is written back) and ``put(value=None)`` deletes it.
 Memories written to the stream directly (observations, reflections) appear as items too: their
 key is the memory id and their value ``{"text", "kind", "importance", "evidence", "depth",
-"metadata"}``; a put or delete with that key replaces or deletes that memory.
+"metadata"}``; a put or delete with that key replaces (keeping the id, so reflections citing it
+still resolve) or deletes that memory.
 
 **Search.** With a ``query``, each selected namespace is ranked by
 :meth:`MemoryStream.retrieve` (recency + importance + relevance, the stream's
@@ -372,7 +373,9 @@ class ReflectiveStore(BaseStore):
         if item is not None and self._is_item(item):
             return item
         raw = by_id.get(key)
-        return raw if raw is not None and not self._is_item(raw) else None
+        if raw is None or not self._is_item(raw):
+            return raw
+        return raw if raw.metadata[ITEM_METADATA_KEY]["key"] == key else None  # put over it
 
     def _is_item(self, record: MemoryRecord) -> bool:
         meta = record.metadata.get(ITEM_METADATA_KEY)
@@ -380,7 +383,7 @@ class ReflectiveStore(BaseStore):
             isinstance(meta, Mapping)
             and isinstance(meta.get("key"), str)
             and isinstance(meta.get("value"), dict)
-            and record.id == self.memory_id(record.namespace, meta["key"])
+            and record.id in (self.memory_id(record.namespace, meta["key"]), meta["key"])
         )
 
     def _view(self, record: MemoryRecord) -> _View:
@@ -503,11 +506,13 @@ class ReflectiveStore(BaseStore):
             by_id = {r.id: r for r in records}
             old: list[MemoryRecord] = []
             created: dict[str, datetime] = {}
+            ids_of: dict[str, str] = {}  # a replaced memory keeps its id (evidence stays valid)
             for put in group:
                 current = self._find(name, put.key, by_id)
                 if current is not None:
                     old.append(current)
                     created[put.key] = self._view(current).created_at
+                    ids_of[put.key] = current.id
             adds = [put for put in group if put.value is not None]
             if old:
                 yield _Call("delete", ([r.id for r in old],), {"namespace": name})
@@ -529,7 +534,7 @@ class ReflectiveStore(BaseStore):
                     "add",
                     ([put.text for put in adds],),
                     {
-                        "ids": [self.memory_id(name, put.key) for put in adds],
+                        "ids": [ids_of.get(put.key, self.memory_id(name, put.key)) for put in adds],
                         "metadatas": metadatas,
                         "kinds": self.kind,
                         "namespace": name,

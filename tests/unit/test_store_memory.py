@@ -152,7 +152,12 @@ def test_stream_memories_are_items_and_a_put_replaces_them(
 
     store.put(("maria",), obs.id, {"text": "Maria now works at the library"})
     assert stream.count(namespace="maria") == 2  # replaced, not duplicated
-    assert store.get(("maria",), obs.id).value == {"text": "Maria now works at the library"}
+    (replaced,) = stream.get(obs.id, namespace="maria")  # same id: the insight's evidence holds
+    assert replaced.text == "Maria now works at the library"
+    store.put(("maria",), obs.id, {"text": "Maria works at the library again"})
+    assert stream.get(obs.id, namespace="maria")[0].text == "Maria works at the library again"
+    assert stream.count(namespace="maria") == 2
+    assert store.get(("maria",), obs.id).value == {"text": "Maria works at the library again"}
     assert [h.key for h in store.search(("maria",), limit=10)].count(obs.id) == 1
     store.delete(("maria",), insight.id)
     assert stream.get(insight.id, namespace="maria") == []
