@@ -173,3 +173,29 @@ def test_a_create_agent_tool_reaches_the_store_through_its_runtime(
         "Carol is allergic to peanuts",
         "Carol plays the cello",
     ]
+
+
+def test_items_put_through_the_store_are_reflected_on(stream: MemoryStream) -> None:
+    """The point of a reflective store: insights about stored items come back as items."""
+    from langchain_reflective import create_reflection_graph
+
+    store = ReflectiveStore(stream)
+    facts = {
+        "paper": "Klaus is writing a research paper about gentrification",
+        "library": "Klaus spent the whole night in the library on his paper",
+        "maria": "Klaus discussed his paper on gentrification with Maria",
+    }
+    for key, text in facts.items():
+        store.put(("klaus",), key, {"text": text})
+    out = create_reflection_graph(FakeChat(), stream).invoke({"force": True, "namespace": "klaus"})
+    assert out["reflections"]
+    insights = store.search(("klaus",), filter={"kind": "reflection"})
+    assert {i.key for i in insights} == set(out["reflection_ids"])
+    ids = {ReflectiveStore.memory_id("klaus", key): key for key in facts}
+    cited = {ids[e] for i in insights for e in i.value["evidence"]}
+    assert cited and cited <= set(facts)  # the insights cite the store's items
+    # updating a cited item keeps its memory id: every insight's evidence still resolves
+    store.put(("klaus",), sorted(cited)[0], {"text": "Klaus finished his paper"})
+    for item in insights:
+        evidence = item.value["evidence"]
+        assert len(stream.get(evidence, namespace="klaus")) == len(evidence)
