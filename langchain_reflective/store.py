@@ -44,13 +44,18 @@ and by searches without a query, never by a query search.
 **Batches.** Like LangGraph's own stores, the reads of a batch see the store as it was before the
 batch's puts, and of several puts to one key the last wins. A batch is validated completely
 before anything is written; it is not one transaction (the puts of each namespace are one
-stream ``add``).
+stream ``add``). Within a process, batches that write to the same namespace take turns (sync
+and async callers alike), so concurrent puts to one key never collide; two *processes* putting
+the same key at the same moment can make one of them fail with a ``StorageError`` (the stream's
+public API has no atomic replace).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import threading
 from collections import defaultdict
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -159,6 +164,19 @@ def _count(value: object, name: str, *, minimum: int) -> int:
     return value
 
 
+async def _acquire(lock: threading.Lock) -> None:
+    """Acquire ``lock`` without blocking the event loop or a worker thread.
+
+    Polling (1 to 20 ms) rather than ``to_thread(lock.acquire)``: threads parked on the lock
+    could fill the default executor that the lock's holder needs to finish, and a cancelled
+    waiter holds nothing.
+    """
+    delay = 0.001
+    while not lock.acquire(blocking=False):
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.02)
+
+
 def _key(key: object) -> str:
     if not isinstance(key, str):
         raise InvalidMemoryError(f"an item key must be a string, got {type(key).__name__}")
@@ -212,38 +230,68 @@ class ReflectiveStore(BaseStore):
         self.stream = stream
         self.fields = None if fields is None else list(fields)
         self.kind = kind
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
 
     # -- the two abstract methods: one flow, driven sync or async ---------------------------
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops`` (Get, Put, Search, ListNamespaces); results in the order of ``ops``."""
-        flow = self._flow(ops)
-        try:
-            call = next(flow)
-            while True:
-                try:
-                    result = getattr(self.stream, call.method)(*call.args, **call.kwargs)
-                except Exception as exc:
-                    call = flow.throw(exc)
-                else:
-                    call = flow.send(result)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        ops = list(ops)
+        locks = self._write_locks(ops)
+        with contextlib.ExitStack() as held:
+            for lock in locks:
+                held.enter_context(lock)
+            flow = self._flow(ops)
+            try:
+                call = next(flow)
+                while True:
+                    try:
+                        result = getattr(self.stream, call.method)(*call.args, **call.kwargs)
+                    except Exception as exc:
+                        call = flow.throw(exc)
+                    else:
+                        call = flow.send(result)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """Async twin of :meth:`batch` (embedding and rating calls are awaited)."""
-        flow = self._flow(ops)
+        ops = list(ops)
+        held: list[threading.Lock] = []
         try:
-            call = next(flow)
-            while True:
-                try:
-                    result = await self._acall(call)
-                except Exception as exc:
-                    call = flow.throw(exc)
-                else:
-                    call = flow.send(result)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            for lock in self._write_locks(ops):
+                await _acquire(lock)
+                held.append(lock)
+            flow = self._flow(ops)
+            try:
+                call = next(flow)
+                while True:
+                    try:
+                        result = await self._acall(call)
+                    except Exception as exc:
+                        call = flow.throw(exc)
+                    else:
+                        call = flow.send(result)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+        finally:
+            for lock in reversed(held):
+                lock.release()
+
+    def _write_locks(self, ops: Sequence[Op]) -> list[threading.Lock]:
+        """The locks of the namespaces ``ops`` write, in a fixed order (no deadlock).
+
+        A put reads the key's memory, deletes it and adds the new one: two puts to one key at
+        once in this process would race, so writes to a namespace take turns.
+        """
+        names = set()
+        for op in ops:
+            if isinstance(op, PutOp):
+                with contextlib.suppress(StoreNamespaceError):  # the flow reports it
+                    names.add(encode_namespace(op.namespace))
+        with self._locks_guard:
+            return [self._locks.setdefault(name, threading.Lock()) for name in sorted(names)]
 
     async def _acall(self, call: _Call) -> Any:
         if call.method in ("add", "retrieve"):  # the stream's async twins await the models
@@ -306,8 +354,9 @@ class ReflectiveStore(BaseStore):
         key = _key(op.key)
         if op.ttl is not None:
             raise NotImplementedError(
-                "ReflectiveStore does not support TTL (supports_ttl = False): memories expire "
-                "by relevance, not by time. Put without ttl, or delete items explicitly."
+                "ReflectiveStore does not support TTL (supports_ttl = False): memories are kept "
+                "until deleted (their recency fades in ranking instead). Put without ttl, or "
+                "delete items explicitly."
             )
         if op.value is None:
             return _Put(ns, key, None, "", indexed=False)

@@ -288,3 +288,49 @@ async def test_async_twins_share_the_flow(store: ReflectiveStore, stream: Memory
         *(store.aput(("y",), f"k{i}", {"text": f"t{i}"}) for i in range(8))
     )
     assert results == [None] * 8 and stream.count(namespace="y") == 8
+
+
+def test_concurrent_puts_to_one_key_take_turns(
+    store: ReflectiveStore, stream: MemoryStream
+) -> None:
+    import threading
+
+    errors: list[BaseException] = []
+
+    def writer(i: int) -> None:
+        try:
+            for j in range(15):
+                store.put(("c",), "same", {"v": i * 100 + j})
+                store.put(("c", str(i)), "mine", {"v": j})
+        except BaseException as exc:  # pragma: no cover - the failure being tested for
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert stream.count(namespace="c") == 1
+    assert store.get(("c",), "same").value["v"] % 100 == 14  # some writer's last put
+
+    async def many() -> None:
+        await asyncio.gather(*(store.aput(("d",), "same", {"v": i}) for i in range(10)))
+
+    asyncio.run(many())
+    assert stream.count(namespace="d") == 1 and store.get(("d",), "same") is not None
+
+
+def test_a_cancelled_async_put_releases_its_namespace(store: ReflectiveStore) -> None:
+    async def scenario() -> None:
+        slow = asyncio.ensure_future(store.aput(("e",), "k", {"v": 1}))
+        waiting = asyncio.ensure_future(store.aput(("e",), "k", {"v": 2}))
+        await asyncio.sleep(0)
+        waiting.cancel()
+        await slow
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        await asyncio.wait_for(store.aput(("e",), "k", {"v": 3}), timeout=30)
+
+    asyncio.run(scenario())
+    assert store.get(("e",), "k").value == {"v": 3}
