@@ -334,3 +334,14 @@ def test_a_cancelled_async_put_releases_its_namespace(store: ReflectiveStore) ->
 
     asyncio.run(scenario())
     assert store.get(("e",), "k").value == {"v": 3}
+
+
+def test_the_docstring_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    import textwrap
+
+    doc = ReflectiveStore.__doc__ or ""
+    code = textwrap.dedent(doc.split(".. code-block:: python", 1)[1]).strip()
+    exec(compile(code, "ReflectiveStore.__doc__", "exec"), {})
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "{'text': 'Alice drinks green tea'}"
+    assert out[1].startswith("tea ")
