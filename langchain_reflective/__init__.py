@@ -1,7 +1,8 @@
 """langchain-reflective: long-term memory that reflects, for LangChain and LangGraph agents.
 
 The flat public API lives here. Pieces that need an optional extra
-(``MemoryMiddleware`` and ``ReflectiveMemoryMiddleware``: extra ``agents``;
+(``MemoryMiddleware``, ``ReflectiveMemoryMiddleware`` and ``ThinkingMiddleware``: extra
+``agents``;
 ``ReflectiveChatMemory``: extra ``legacy``)
 are imported on first access, so ``import langchain_reflective`` stays light.
 """
@@ -63,6 +64,7 @@ from langchain_reflective.strategies import (
     WindowMemory,
 )
 from langchain_reflective.stream import MemoryStream, RetrievalFilter, ScoredMemory
+from langchain_reflective.thinking import ContextMemory, create_thinking_graph
 
 if TYPE_CHECKING:
     from langchain_reflective.integrations.legacy import ReflectiveChatMemory
@@ -70,6 +72,7 @@ if TYPE_CHECKING:
         MemoryMiddleware,
         ReflectiveMemoryMiddleware,
     )
+    from langchain_reflective.thinking.middleware import ThinkingMiddleware
 
 try:
     __version__ = version("langchain-reflective")
@@ -80,6 +83,7 @@ _LAZY = {
     "MemoryMiddleware": "langchain_reflective.integrations.middleware",
     "ReflectiveChatMemory": "langchain_reflective.integrations.legacy",
     "ReflectiveMemoryMiddleware": "langchain_reflective.integrations.middleware",
+    "ThinkingMiddleware": "langchain_reflective.thinking.middleware",
 }
 
 
@@ -95,6 +99,7 @@ __all__ = [
     "BaseImportanceScorer",
     "BaseMemoryStrategy",
     "BaseRecordStore",
+    "ContextMemory",
     "DimensionMismatchError",
     "EmbeddingError",
     "ForeignFileError",
@@ -136,10 +141,12 @@ __all__ = [
     "ScoringConfig",
     "SemanticMemory",
     "StorageError",
+    "ThinkingMiddleware",
     "VoidMemory",
     "WindowMemory",
     "__version__",
     "create_memory_tools",
     "create_reflection_graph",
+    "create_thinking_graph",
     "parse_insights",
 ]

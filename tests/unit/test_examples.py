@@ -21,6 +21,7 @@ from langchain_core.messages import HumanMessage
 
 from langchain_reflective.memory import MEMORY_PREAMBLE
 from tests.fakes import WordEmbeddings
+from tests.thinking_fakes import decide, recall, round_, seed_script, summary
 from tests.unit.test_middleware import FakeChat, fenced, system_text, tool_call
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
@@ -111,6 +112,33 @@ def check_custom_memory(result: dict[str, Any], model: FakeChat) -> None:
     assert MEMORY_PREAMBLE in system_text(model.agent_calls[-1])
 
 
+def check_reflective_thinking(result: dict[str, Any], model: FakeChat) -> None:
+    t1, t2, t3 = result["outputs"]
+    assert [t["continue_thinking"] for t in t1["thoughts"]] == [True, False]
+    assert [r["turn"] for r in t2["recalled"]] == [1]  # recalled by number
+    assert [r["turn"] for r in t3["recalled"]] == [2]  # by "bottleneck", "parseData"
+    prompts = [
+        "\n".join(m.text for m in c) for c in model.calls if "Think." in "".join(m.text for m in c)
+    ]
+    assert "[Turn 1] Analyzed codebase structure" in prompts[2]  # turn 2's first round
+    assert "[Turn 2] Identified performance bottleneck" in prompts[4]  # turn 3's
+    assert all(not o["fallbacks"] for o in result["outputs"])
+    assert result["resumed"] == result["accumulated"] and result["next_turn"] == 4
+    assert result["exported"] == result["imported"] == 6
+    assert len(result["summaries_from_copy"]) == 3
+
+
+def check_agent_with_thinking(result: dict[str, Any], model: FakeChat) -> None:
+    assert len(result["summaries"]["alice"]) == 2 and len(result["summaries"]["bob"]) == 1
+    first = result["snapshots"]["alice"][0]
+    assert "Tool call: read_file" in first and "Tool result (read_file)" in first
+    agent_calls = [c for c in model.calls if system_text(c).startswith("You are a coding")]
+    second_turn = next(c for c in agent_calls if "bottleneck?" in last_user_text(c))
+    assert "Recalled: [Turn 1 |" in fenced(system_text(second_turn))
+    bob = [c for c in model.calls if "files does the project" in "".join(m.text for m in c)]
+    assert bob and all("parseData" not in "".join(m.text for m in c) for c in bob)
+
+
 CHECKS: dict[str, Callable[[dict[str, Any], FakeChat], None]] = {
     "lcel_chain": check_lcel_chain,
     "chat_with_history": check_chat_with_history,
@@ -118,6 +146,8 @@ CHECKS: dict[str, Callable[[dict[str, Any], FakeChat], None]] = {
     "legacy_chain": check_legacy_chain,
     "langsmith_experiment": check_langsmith_experiment,
     "custom_memory": check_custom_memory,
+    "reflective_thinking": check_reflective_thinking,
+    "agent_with_thinking": check_agent_with_thinking,
 }
 
 SCRIPTS: dict[str, list[Any]] = {
@@ -134,6 +164,24 @@ SCRIPTS: dict[str, list[Any]] = {
         "Noted: vegetarian, spicy food.",
     ],
 }
+
+SCRIPTS["reflective_thinking"] = seed_script()
+SCRIPTS["agent_with_thinking"] = [
+    round_("Look at utils.ts first.", decide(False, "Read the file", "a1")),
+    tool_call("read_file", {"path": "utils.ts"}),
+    "parseData loops over the rows twice: quadratic.",
+    summary("parseData in utils.ts is quadratic and is the bottleneck", ["parseData O(n²)"]),
+    round_(
+        "What did we find?",
+        recall("a2", keywords=["bottleneck", "parseData"]),
+        decide(False, "I remember", "a2"),
+    ),
+    "parseData was the bottleneck.",
+    summary("Reminded the user that parseData was the bottleneck", []),
+    round_("A new user with no history.", decide(False, "Answer", "b1")),
+    "main.ts and utils.ts.",
+    summary("Listed the project files", []),
+]
 
 DEPRECATED = {"legacy_chain"}  # examples that use deprecated classic APIs on purpose
 

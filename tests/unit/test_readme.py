@@ -70,6 +70,7 @@ def test_the_readme_has_the_snippets_it_promises() -> None:
         "LangChain and LangGraph",
         "Memory strategies (and your own)",
         "LangGraph store",
+        "Reflective thinking",
     ]
 
 
@@ -104,6 +105,14 @@ def test_every_python_snippet_runs_as_written(
         assert re.search(r"^Alice moved to Lisbon in May \(score \d\.\d\d\)$", out, re.MULTILINE)
         assert "{'text': 'Alice moved to Porto'} 2" in out  # updated in place
         assert "Oslo" not in out and (tmp_path / "store.db").exists()
+    elif heading == "Reflective thinking":
+        # the fake model answers "OK.": one round, no JSON summary -> the extractive fallback
+        assert "1 model {'summary_malformed': 1}" in out and "2 model" in out
+        assert "[Turn 1] Files: [main.ts, utils.ts]." in out and "[Turn 2] Benchmark" in out
+        assert "(extractive fallback summary)" in out
+        assert "Files: [main.ts, utils.ts]. Task: find why the import is slow." in out
+        assert "[2]" in out  # the search for parseData found turn 2
+        assert (tmp_path / "thinking.db").exists()
 
 
 def test_install_instructions_work_from_a_checkout() -> None:

@@ -1,0 +1,661 @@
+"""Context memory: per-turn snapshot and summary records on a memory stream, and their lookups.
+
+Every thinking turn stores two records in the stream's namespace of the run:
+
+* a **snapshot** (kind :data:`SNAPSHOT_KIND`): the turn's full context as its text; metadata
+  ``turn``, ``token_count`` and ``tool_calls``; id ``ctx_<turn>_<namespace hash>``, so a turn is
+  found by number with one indexed read;
+* a **summary** (kind :data:`SUMMARY_KIND`) citing the snapshot as evidence: the summary and its
+  insights as text (so hybrid retrieval matches either), with ``turn``, ``context_id``,
+  ``summary``, ``insights``, ``token_count`` and ``fallback`` in metadata.
+
+Both live in the stream, so they are durable (the stream's file), searchable with its hybrid
+retrieval (dense + BM25, ranked) and namespaced: a namespace never reads another's contexts, even
+by id. Export writes only these two kinds; import, or simply reopening the file, resumes with the
+same accumulated summaries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.messages import HumanMessage
+from langchain_core.messages.utils import count_tokens_approximately
+
+from langchain_reflective.errors import InvalidMemoryError
+from langchain_reflective.records import MemoryRecord
+from langchain_reflective.stream import RetrievalFilter
+
+if TYPE_CHECKING:
+    from langchain_reflective.stream import MemoryStream
+
+__all__ = [
+    "SNAPSHOT_KIND",
+    "SUMMARY_KIND",
+    "ContextMemory",
+    "ContextSnapshot",
+    "ContextSummary",
+    "RecallResult",
+    "count_text_tokens",
+]
+
+SNAPSHOT_KIND = "context_snapshot"
+"""Kind of the records holding a turn's full context."""
+SUMMARY_KIND = "context_summary"
+"""Kind of the records holding a turn's summary and insights."""
+_KINDS = frozenset({SNAPSHOT_KIND, SUMMARY_KIND})
+
+
+def count_text_tokens(text: str) -> int:
+    """Approximate tokens of ``text`` (LangChain's ``count_tokens_approximately``)."""
+    return int(count_tokens_approximately([HumanMessage(text)])) if text else 0
+
+
+@dataclass(frozen=True, slots=True)
+class ContextSnapshot:
+    """One turn's complete context."""
+
+    id: str
+    """The context id (``ctx_<turn>_<namespace hash>``)."""
+    turn: int
+    """The turn number (1-based, per namespace)."""
+    context: str
+    """The full context of the turn."""
+    token_count: int
+    """Approximate tokens of ``context``."""
+    tool_calls: tuple[str, ...] = ()
+    """Names of the tools used in the turn."""
+    namespace: str = "default"
+    """Whose context it is."""
+    created_at: datetime | None = None
+    """When it was stored."""
+
+    @classmethod
+    def from_record(cls, record: MemoryRecord) -> ContextSnapshot:
+        """The snapshot stored in ``record`` (a :data:`SNAPSHOT_KIND` record)."""
+        meta = record.metadata
+        return cls(
+            id=record.id,
+            turn=int(meta.get("turn", 0)),
+            context=record.text,
+            token_count=int(meta.get("token_count", count_text_tokens(record.text))),
+            tool_calls=tuple(str(t) for t in meta.get("tool_calls") or ()),
+            namespace=record.namespace,
+            created_at=record.created_at,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON (for graph state)."""
+        return {
+            "id": self.id,
+            "turn": self.turn,
+            "context": self.context,
+            "token_count": self.token_count,
+            "tool_calls": list(self.tool_calls),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ContextSummary:
+    """One turn's summary: the compressed form injected into later prompts."""
+
+    id: str
+    """The summary's record id (``sum_<turn>_<namespace hash>``)."""
+    context_id: str
+    """Id of the snapshot it summarises (also its evidence)."""
+    turn: int
+    """The turn number."""
+    summary: str
+    """The summary text."""
+    insights: tuple[str, ...] = ()
+    """Key insights of the turn."""
+    token_count: int = 0
+    """Approximate tokens of the summary and insights."""
+    fallback: bool = False
+    """``True`` when the model's summary failed and this is the extractive fallback."""
+    namespace: str = "default"
+    """Whose summary it is."""
+    created_at: datetime | None = None
+    """When it was stored."""
+
+    @classmethod
+    def from_record(cls, record: MemoryRecord) -> ContextSummary:
+        """The summary stored in ``record`` (a :data:`SUMMARY_KIND` record)."""
+        meta = record.metadata
+        return cls(
+            id=record.id,
+            context_id=str(meta.get("context_id") or (record.evidence or ("",))[0]),
+            turn=int(meta.get("turn", 0)),
+            summary=str(meta.get("summary", record.text)),
+            insights=tuple(str(i) for i in meta.get("insights") or ()),
+            token_count=int(meta.get("token_count", 0)),
+            fallback=bool(meta.get("fallback", False)),
+            namespace=record.namespace,
+            created_at=record.created_at,
+        )
+
+    @property
+    def text(self) -> str:
+        """The stored text: the summary, then its insights."""
+        return summary_text(self.summary, self.insights)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON (for graph state)."""
+        return {
+            "id": self.id,
+            "context_id": self.context_id,
+            "turn": self.turn,
+            "summary": self.summary,
+            "insights": list(self.insights),
+            "token_count": self.token_count,
+            "fallback": self.fallback,
+        }
+
+
+def summary_text(summary: str, insights: Sequence[str]) -> str:
+    """A summary and its insights as one text (what is stored, searched and injected)."""
+    if not insights:
+        return summary
+    return f"{summary}\nInsights: {'; '.join(insights)}"
+
+
+@dataclass(frozen=True, slots=True)
+class RecallResult:
+    """What one recall found."""
+
+    snapshots: list[ContextSnapshot] = field(default_factory=list)
+    """The recalled contexts, in request order (turns, then ids, then keyword matches)."""
+    missing: list[str] = field(default_factory=list)
+    """Requested turns or ids that are not stored in the namespace."""
+
+
+def _suffix(namespace: str) -> str:
+    return hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:10]
+
+
+def _positive_turn(turn: object) -> int:
+    if isinstance(turn, bool) or not isinstance(turn, int) or turn < 1:
+        raise InvalidMemoryError(f"a turn number must be a positive integer, got {turn!r}")
+    return turn
+
+
+class ContextMemory:
+    """Snapshots and summaries of thinking turns on a :class:`MemoryStream` (see module docs).
+
+    Args:
+        stream: the memory stream holding the records (its file makes them durable).
+        summary_importance: importance stored with summaries (given, so no rating call).
+        snapshot_importance: importance stored with snapshots.
+        search_min_relevance: a keyword search keeps a match only if it shares a word with the
+            query (BM25 score above 0) or its meaning is at least this close (cosine).
+
+    Example:
+        .. code-block:: python
+
+            memory = ContextMemory(stream)
+            memory.record_turn(1, "Files: main.ts", "Read the code.", ["3 modules"])
+            memory.context_by_turn(1).context  # 'Files: main.ts'
+            memory.search(["modules"])  # ranked by the stream's hybrid retrieval
+    """
+
+    def __init__(
+        self,
+        stream: MemoryStream,
+        *,
+        summary_importance: float = 0.6,
+        snapshot_importance: float = 0.4,
+        search_min_relevance: float = 0.35,
+    ) -> None:
+        self.stream = stream
+        self.search_min_relevance = search_min_relevance
+        self.summary_importance = summary_importance
+        self.snapshot_importance = snapshot_importance
+
+    # -- ids -------------------------------------------------------------------------------
+
+    def namespace(self, namespace: str | None = None) -> str:
+        """The namespace a call with ``namespace`` uses (default: the stream's)."""
+        return self.stream.resolve_namespace(namespace)
+
+    def context_id(self, turn: int, *, namespace: str | None = None) -> str:
+        """The snapshot id of ``turn`` in the namespace."""
+        return f"ctx_{_positive_turn(turn)}_{_suffix(self.namespace(namespace))}"
+
+    def summary_id(self, turn: int, *, namespace: str | None = None) -> str:
+        """The summary id of ``turn`` in the namespace."""
+        return f"sum_{_positive_turn(turn)}_{_suffix(self.namespace(namespace))}"
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def _snapshot_args(
+        self,
+        turn: int,
+        context: str,
+        tool_calls: Sequence[str],
+        namespace: str,
+        now: datetime | None,
+    ) -> dict[str, Any]:
+        return {
+            "texts": [context],
+            "kinds": SNAPSHOT_KIND,
+            "importances": self.snapshot_importance,
+            "metadatas": [
+                {
+                    "turn": turn,
+                    "token_count": count_text_tokens(context),
+                    "tool_calls": [str(t) for t in tool_calls],
+                }
+            ],
+            "ids": [self.context_id(turn, namespace=namespace)],
+            "namespace": namespace,
+            "now": now,
+        }
+
+    def _summary_args(
+        self,
+        turn: int,
+        summary: str,
+        insights: Sequence[str],
+        fallback: bool,
+        namespace: str,
+        now: datetime | None,
+    ) -> dict[str, Any]:
+        ctx_id = self.context_id(turn, namespace=namespace)
+        text = summary_text(summary, insights)
+        return {
+            "texts": [text],
+            "kinds": SUMMARY_KIND,
+            "importances": self.summary_importance,
+            "metadatas": [
+                {
+                    "turn": turn,
+                    "context_id": ctx_id,
+                    "summary": summary,
+                    "insights": list(insights),
+                    "token_count": count_text_tokens(text),
+                    "fallback": fallback,
+                }
+            ],
+            "evidence": [[ctx_id]],
+            "ids": [self.summary_id(turn, namespace=namespace)],
+            "namespace": namespace,
+            "now": now,
+        }
+
+    def _checked(
+        self, turn: int, context: str, summary: str, insights: Sequence[str]
+    ) -> tuple[int, list[str]]:
+        _positive_turn(turn)
+        for name, value in (("context", context), ("summary", summary)):
+            if not isinstance(value, str) or not value.strip():
+                raise InvalidMemoryError(f"a turn's {name} must be a non-empty string")
+        clean = [str(i).strip() for i in insights if str(i).strip()]
+        return turn, clean
+
+    def record_turn(
+        self,
+        turn: int,
+        context: str,
+        summary: str,
+        insights: Sequence[str] = (),
+        *,
+        tool_calls: Sequence[str] = (),
+        fallback: bool = False,
+        namespace: str | None = None,
+        now: datetime | None = None,
+    ) -> tuple[ContextSnapshot, ContextSummary]:
+        """Store a turn's snapshot, then its summary citing it (two adds, no model call).
+
+        Raises:
+            InvalidMemoryError: bad turn number, empty context/summary, or the turn is already
+                stored in the namespace (its ids exist).
+        """
+        ns = self.namespace(namespace)
+        turn, insights = self._checked(turn, context, summary, insights)
+        self._check_new(turn, ns)
+        snap = self.stream.add(**self._snapshot_args(turn, context, tool_calls, ns, now))
+        summ = self.stream.add(**self._summary_args(turn, summary, insights, fallback, ns, now))
+        return ContextSnapshot.from_record(snap[0]), ContextSummary.from_record(summ[0])
+
+    async def arecord_turn(
+        self,
+        turn: int,
+        context: str,
+        summary: str,
+        insights: Sequence[str] = (),
+        *,
+        tool_calls: Sequence[str] = (),
+        fallback: bool = False,
+        namespace: str | None = None,
+        now: datetime | None = None,
+    ) -> tuple[ContextSnapshot, ContextSummary]:
+        """Async twin of :meth:`record_turn`."""
+        ns = self.namespace(namespace)
+        turn, insights = self._checked(turn, context, summary, insights)
+        await asyncio.to_thread(self._check_new, turn, ns)
+        snap = await self.stream.aadd(**self._snapshot_args(turn, context, tool_calls, ns, now))
+        summ = await self.stream.aadd(
+            **self._summary_args(turn, summary, insights, fallback, ns, now)
+        )
+        return ContextSnapshot.from_record(snap[0]), ContextSummary.from_record(summ[0])
+
+    def _check_new(self, turn: int, namespace: str) -> None:
+        ids = [
+            self.context_id(turn, namespace=namespace),
+            self.summary_id(turn, namespace=namespace),
+        ]
+        if self.stream.get(ids, namespace=namespace):
+            raise InvalidMemoryError(
+                f"turn {turn} is already stored in namespace {namespace!r}; "
+                f"the next turn is {self.next_turn(namespace=namespace)}"
+            )
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def last_turn(self, *, namespace: str | None = None) -> int:
+        """The newest stored turn number of the namespace (0 when none)."""
+        ns = self.namespace(namespace)
+        newest = self.stream.recent(1, namespace=ns, kinds=[SNAPSHOT_KIND])
+        return int(newest[0].metadata.get("turn", 0)) if newest else 0
+
+    def next_turn(self, *, namespace: str | None = None) -> int:
+        """The number the next turn gets (``last_turn + 1``): a reopened file resumes here."""
+        return self.last_turn(namespace=namespace) + 1
+
+    def context_by_turn(self, turn: int, *, namespace: str | None = None) -> ContextSnapshot | None:
+        """The snapshot of ``turn`` (``None`` when not stored)."""
+        found = self.contexts_by_turn([turn], namespace=namespace)
+        return found[0] if found else None
+
+    def contexts_by_turn(
+        self, turns: Iterable[int], *, namespace: str | None = None
+    ) -> list[ContextSnapshot]:
+        """Snapshots of these turns, in the order given (unknown turns skipped).
+
+        One indexed read by id; records imported under another namespace (whose ids carry the
+        old namespace's hash) are found by their ``turn`` metadata instead.
+        """
+        ns = self.namespace(namespace)
+        wanted = list(dict.fromkeys(_positive_turn(t) for t in turns))
+        by_id = {
+            r.id: r
+            for r in self.stream.get(
+                [self.context_id(t, namespace=ns) for t in wanted], namespace=ns
+            )
+            if r.kind == SNAPSHOT_KIND
+        }
+        found = {
+            t: by_id[cid] for t in wanted if (cid := self.context_id(t, namespace=ns)) in by_id
+        }
+        if len(found) < len(wanted):
+            for record in self.stream.recent(None, namespace=ns, kinds=[SNAPSHOT_KIND]):
+                turn = record.metadata.get("turn")
+                if turn in wanted and turn not in found:
+                    found[turn] = record
+        return [ContextSnapshot.from_record(found[t]) for t in wanted if t in found]
+
+    def contexts_by_id(
+        self, ids: Iterable[str], *, namespace: str | None = None
+    ) -> list[ContextSnapshot]:
+        """Snapshots with these context ids (a summary id gives its snapshot), in order."""
+        ns = self.namespace(namespace)
+        wanted = list(dict.fromkeys(str(i) for i in ids))
+        records = [r for r in self.stream.get(wanted, namespace=ns) if r.kind in _KINDS]
+        snapshot_ids = [
+            r.id if r.kind == SNAPSHOT_KIND else ContextSummary.from_record(r).context_id
+            for r in records
+        ]
+        return self._snapshots(snapshot_ids, ns)
+
+    def _snapshots(self, ids: Sequence[str], namespace: str) -> list[ContextSnapshot]:
+        unique = list(dict.fromkeys(ids))
+        by_id = {
+            r.id: r for r in self.stream.get(unique, namespace=namespace) if r.kind == SNAPSHOT_KIND
+        }
+        return [ContextSnapshot.from_record(by_id[i]) for i in unique if i in by_id]
+
+    def summary_by_turn(self, turn: int, *, namespace: str | None = None) -> ContextSummary | None:
+        """The summary of ``turn`` (``None`` when not stored)."""
+        ns = self.namespace(namespace)
+        found = self.stream.get(self.summary_id(turn, namespace=ns), namespace=ns)
+        if found and found[0].kind == SUMMARY_KIND:
+            return ContextSummary.from_record(found[0])
+        for record in self.stream.recent(None, namespace=ns, kinds=[SUMMARY_KIND]):
+            if record.metadata.get("turn") == turn:
+                return ContextSummary.from_record(record)
+        return None
+
+    def recent_summaries(
+        self, n: int | None = None, *, namespace: str | None = None
+    ) -> list[ContextSummary]:
+        """The newest ``n`` summaries (all when ``None``), oldest first."""
+        ns = self.namespace(namespace)
+        records = self.stream.recent(n, namespace=ns, kinds=[SUMMARY_KIND])
+        return [ContextSummary.from_record(r) for r in records]
+
+    def accumulated_summaries(
+        self,
+        *,
+        budget: int | None = 2_000,
+        max_summaries: int = 200,
+        namespace: str | None = None,
+    ) -> list[ContextSummary]:
+        """The summaries to inject into a prompt: the newest that fit ``budget`` tokens, oldest
+        first. Older summaries leave the prompt, never the storage.
+
+        Args:
+            budget: tokens the summaries may take (``None``: no limit).
+            max_summaries: at most this many newest summaries are considered.
+            namespace: whose summaries.
+        """
+        if budget is not None and budget < 0:
+            raise InvalidMemoryError(f"budget must be >= 0 or None, got {budget!r}")
+        newest_first = list(reversed(self.recent_summaries(max_summaries, namespace=namespace)))
+        chosen: list[ContextSummary] = []
+        left = budget
+        for summ in newest_first:
+            cost = count_text_tokens(f"[Turn {summ.turn}] {summ.text}")
+            if left is not None:
+                if cost > left:
+                    break  # keep the injected summaries contiguous: the newest turns
+                left -= cost
+            chosen.append(summ)
+        return list(reversed(chosen))
+
+    def search(
+        self,
+        keywords: str | Sequence[str],
+        *,
+        k: int = 3,
+        namespace: str | None = None,
+    ) -> list[ContextSnapshot]:
+        """Snapshots matching ``keywords`` by keyword and meaning, best first.
+
+        One hybrid retrieval of the stream (dense + BM25, its scoring) over snapshots and
+        summaries; a matching summary stands for its snapshot, each snapshot counted once.
+        Records that share no word with the query and are not close in meaning
+        (``search_min_relevance``) are not matches, however recent or important.
+        """
+        query = keywords if isinstance(keywords, str) else " ".join(str(w) for w in keywords)
+        if not query.strip():
+            raise InvalidMemoryError("search needs at least one non-empty keyword")
+        ns = self.namespace(namespace)
+        hits = self.stream.retrieve(
+            query, k=max(2 * k, k + 2), filter=RetrievalFilter(kinds=_KINDS), namespace=ns
+        )
+        return self._ranked(hits, k, ns)
+
+    async def asearch(
+        self,
+        keywords: str | Sequence[str],
+        *,
+        k: int = 3,
+        namespace: str | None = None,
+    ) -> list[ContextSnapshot]:
+        """Async twin of :meth:`search`."""
+        query = keywords if isinstance(keywords, str) else " ".join(str(w) for w in keywords)
+        if not query.strip():
+            raise InvalidMemoryError("search needs at least one non-empty keyword")
+        ns = self.namespace(namespace)
+        hits = await self.stream.aretrieve(
+            query, k=max(2 * k, k + 2), filter=RetrievalFilter(kinds=_KINDS), namespace=ns
+        )
+        return await asyncio.to_thread(self._ranked, hits, k, ns)
+
+    def _ranked(self, hits: Sequence[Any], k: int, namespace: str) -> list[ContextSnapshot]:
+        order: list[str] = []
+        for hit in hits:
+            if hit.lexical <= 0 and hit.relevance < self.search_min_relevance:
+                continue
+            record = hit.record
+            cid = (
+                record.id
+                if record.kind == SNAPSHOT_KIND
+                else ContextSummary.from_record(record).context_id
+            )
+            if cid and cid not in order:
+                order.append(cid)
+        return self._snapshots(order, namespace)[:k]
+
+    def recall(
+        self,
+        *,
+        turn_numbers: Sequence[int] = (),
+        context_ids: Sequence[str] = (),
+        keywords: Sequence[str] = (),
+        limit: int = 3,
+        namespace: str | None = None,
+    ) -> RecallResult:
+        """Recall snapshots by turn number, context id and keywords (in that order), at most
+        ``limit`` in all, each once.
+
+        Raises:
+            InvalidMemoryError: a bad turn number, limit or namespace.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidMemoryError(f"limit must be a positive integer, got {limit!r}")
+        ns = self.namespace(namespace)
+        found: list[ContextSnapshot] = []
+        missing: list[str] = []
+        if turn_numbers:
+            by_turn = self.contexts_by_turn(turn_numbers, namespace=ns)
+            have = {s.turn for s in by_turn}
+            missing += [f"turn {t}" for t in turn_numbers if t not in have]
+            found += by_turn
+        if context_ids:
+            by_id = self.contexts_by_id(context_ids, namespace=ns)
+            have_ids = {s.id for s in by_id}
+            missing += [
+                f"id {i}" for i in context_ids if i not in have_ids and not _summary_of(i, by_id)
+            ]
+            found += by_id
+        words = [w for w in (str(x).strip() for x in keywords) if w]
+        if words and len(_unique(found)) < limit:
+            found += self.search(words, k=limit, namespace=ns)
+        return RecallResult(_unique(found)[:limit], missing)
+
+    async def arecall(
+        self,
+        *,
+        turn_numbers: Sequence[int] = (),
+        context_ids: Sequence[str] = (),
+        keywords: Sequence[str] = (),
+        limit: int = 3,
+        namespace: str | None = None,
+    ) -> RecallResult:
+        """Async twin of :meth:`recall` (the keyword search embeds its query asynchronously)."""
+        words = [w for w in (str(x).strip() for x in keywords) if w]
+        result = await asyncio.to_thread(
+            self.recall,
+            turn_numbers=turn_numbers,
+            context_ids=context_ids,
+            limit=limit,
+            namespace=namespace,
+        )
+        if not words or len(result.snapshots) >= limit:
+            return result
+        more = await self.asearch(words, k=limit, namespace=namespace)
+        return RecallResult(_unique([*result.snapshots, *more])[:limit], result.missing)
+
+    # -- files -----------------------------------------------------------------------------
+
+    def export_jsonl(self, path: str | os.PathLike[str], *, namespace: str | None = None) -> int:
+        """Write this namespace's snapshots and summaries (with their vectors) as JSON lines in
+        the stream's export format; other memories of the namespace are left out.
+
+        Returns:
+            The number of records written.
+        """
+        ns = self.namespace(namespace)
+        target = Path(path)
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            everything = Path(tmp) / "all.jsonl"
+            self.stream.export_jsonl(everything, namespaces=[ns])
+            kept = 0
+            filtered = Path(tmp) / "kept.jsonl"
+            with (
+                everything.open(encoding="utf-8") as src,
+                filtered.open("w", encoding="utf-8") as dst,
+            ):
+                dst.write(src.readline())  # the header
+                for line in src:
+                    if line.strip() and json.loads(line).get("kind") in _KINDS:
+                        dst.write(line)
+                        kept += 1
+            os.replace(filtered, target)
+        return kept
+
+    def import_jsonl(self, path: str | os.PathLike[str], *, namespace: str | None = None) -> int:
+        """Import a file written by :meth:`export_jsonl` into a namespace (default: the
+        stream's); records already stored are skipped.
+
+        Returns:
+            The number of records imported.
+
+        Raises:
+            InvalidMemoryError: not an export file, a malformed line, or records of other kinds.
+        """
+        ns = self.namespace(namespace)
+        source = Path(path)
+        try:
+            with source.open(encoding="utf-8") as fh:
+                fh.readline()
+                for lineno, line in enumerate(fh, start=2):
+                    if not line.strip():
+                        continue
+                    try:
+                        kind = json.loads(line).get("kind")
+                    except (json.JSONDecodeError, AttributeError) as exc:
+                        raise InvalidMemoryError(f"{source}:{lineno}: not a JSON record") from exc
+                    if kind not in _KINDS:
+                        raise InvalidMemoryError(
+                            f"{source}:{lineno}: a {kind!r} record is not a thinking context"
+                        )
+        except OSError as exc:
+            raise InvalidMemoryError(f"cannot read {source}: {exc}") from exc
+        return self.stream.import_jsonl(source, namespace=ns)
+
+
+def _unique(snapshots: Iterable[ContextSnapshot]) -> list[ContextSnapshot]:
+    seen: set[str] = set()
+    out = []
+    for s in snapshots:
+        if s.id not in seen:
+            seen.add(s.id)
+            out.append(s)
+    return out
+
+
+def _summary_of(summary_id: str, snapshots: Sequence[ContextSnapshot]) -> bool:
+    m = re.match(r"sum_(\d+)_", summary_id)
+    return m is not None and any(s.turn == int(m.group(1)) for s in snapshots)

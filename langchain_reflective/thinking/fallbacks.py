@@ -1,0 +1,92 @@
+"""Fallbacks of a thinking turn: the extractive summary, and model/recall calls whose failure
+is returned to the step (which then takes its fallback) instead of raised."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from langgraph.errors import GraphBubbleUp
+
+from langchain_reflective._llm import Op
+
+__all__ = ["PLACEHOLDER", "Failure", "extractive_summary", "guarded"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """What a guarded op returns instead of raising."""
+
+    error: Exception
+
+    def __str__(self) -> str:
+        return f"{type(self.error).__name__}: {self.error}"
+
+
+def guarded(op: Op[T]) -> Op[T | Failure]:
+    """``op`` whose failure is returned as a :class:`Failure` (the step takes its fallback);
+    LangGraph's control-flow exceptions (interrupts) still propagate."""
+
+    def sync(*args: Any, **kwargs: Any) -> T | Failure:
+        try:
+            return op.sync(*args, **kwargs)
+        except GraphBubbleUp:
+            raise
+        except Exception as exc:
+            return Failure(exc)
+
+    async def async_(*args: Any, **kwargs: Any) -> T | Failure:
+        try:
+            if op.async_ is None:
+                return op.sync(*args, **kwargs)
+            return await op.async_(*args, **kwargs)
+        except GraphBubbleUp:
+            raise
+        except Exception as exc:
+            return Failure(exc)
+
+    return Op(sync, async_, op.args, op.kwargs)
+
+
+PLACEHOLDER = re.compile(r"^\s*<[^<>]*>\s*$")  # a copied "<one sentence ...>" template slot
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+_WORD = re.compile(r"[A-Za-z0-9_]{3,}")
+
+
+def extractive_summary(
+    context: str, thoughts: Sequence[Mapping[str, Any]] = (), *, max_chars: int = 300
+) -> tuple[str, list[str]]:
+    """The fallback summary: the context's and thoughts' most representative sentences.
+
+    Sentences are scored by the mean corpus frequency of their words (a classic extractive
+    summary); the best ones, in their original order, up to ``max_chars``, form the summary, and
+    the thoughts' last reasons become the insights.
+    """
+    texts = [context, *(str(t.get("thought") or "") for t in thoughts)]
+    sentences = [s.strip() for text in texts for s in _SENTENCE.split(text) if s.strip()]
+    if not sentences:
+        return "(empty context)", []
+    freq = Counter(w.lower() for s in sentences for w in _WORD.findall(s))
+
+    def score(sentence: str) -> float:
+        words = [w.lower() for w in _WORD.findall(sentence)]
+        return sum(freq[w] for w in words) / (len(words) or 1)
+
+    ranked = sorted(range(len(sentences)), key=lambda i: (-score(sentences[i]), i))
+    chosen: list[int] = []
+    length = 0
+    for i in ranked:
+        if length + len(sentences[i]) > max_chars and chosen:
+            continue
+        chosen.append(i)
+        length += len(sentences[i]) + 1
+        if length >= max_chars:
+            break
+    summary = " ".join(sentences[i] for i in sorted(chosen))[:max_chars].strip()
+    insights = [str(t["reason"]) for t in thoughts if t.get("reason")][-3:]
+    return summary, insights

@@ -1,0 +1,617 @@
+"""The thinking graph: prepare -> think (one round per step, recall inside) -> summarize -> store.
+
+Each step is written once as a generator that ``yield``s its I/O as
+:class:`~langchain_reflective._llm.Op` (model calls, stream reads and writes); the sync and async
+node bodies only drive it (:func:`~langchain_reflective._llm.run_sync` /
+:func:`~langchain_reflective._llm.run_async`), as in the reflection graph.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from langchain_core.messages import AIMessage
+from langchain_core.messages.utils import count_tokens_approximately
+from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langchain_core.runnables.config import merge_configs
+from langgraph.graph import END, START, StateGraph
+from pydantic import BaseModel, Field, ValidationError
+
+from langchain_reflective._llm import (
+    Flow,
+    ModelCall,
+    Op,
+    RetryConfig,
+    load_json,
+    resolve_chat_model,
+    run_async,
+    run_sync,
+)
+from langchain_reflective.errors import InvalidMemoryError
+from langchain_reflective.records import MAX_TEXT_CHARS
+from langchain_reflective.thinking.config import ThinkingConfig
+from langchain_reflective.thinking.context import ContextMemory, count_text_tokens, summary_text
+from langchain_reflective.thinking.fallbacks import (
+    PLACEHOLDER,
+    Failure,
+    extractive_summary,
+    guarded,
+)
+from langchain_reflective.thinking.prompts import (
+    ThinkingPrompts,
+    format_summaries,
+    render_for_action,
+)
+from langchain_reflective.thinking.state import (
+    FallbackDict,
+    FallbackKind,
+    SnapshotDict,
+    SummaryDict,
+    ThinkingGraphState,
+    ThinkingInput,
+    ThinkingOutput,
+    ThoughtDict,
+)
+from langchain_reflective.thinking.tools import (
+    CONTINUE_THINKING,
+    RECALL_CONTEXT,
+    ContinueThinkingArgs,
+    RecallContextArgs,
+    create_thinking_tools,
+)
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+    from langgraph.graph.state import CompiledStateGraph
+    from langgraph.types import Checkpointer
+
+    from langchain_reflective.stream import MemoryStream
+
+__all__ = ["TurnSummary", "create_thinking_graph"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Update = dict[str, Any]
+
+
+class TurnSummary(BaseModel):
+    """Structured answer of the summary call."""
+
+    summary: str = Field(description="One or two sentences: what was done, found or decided.")
+    insights: list[str] = Field(default_factory=list, description="Short key facts (at most 5).")
+
+
+def _threaded(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
+    async def call(*args: Any, **kwargs: Any) -> T:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    return call
+
+
+def _usage_tokens(result: Any) -> int | None:
+    usage = getattr(result, "usage_metadata", None)
+    if not usage:
+        return None
+    total = usage.get("total_tokens") or (
+        usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
+    )
+    return int(total) if total else None
+
+
+class _Thinker:
+    """The steps of a thinking turn, bound to a model, a context memory and settings."""
+
+    def __init__(
+        self,
+        model: BaseChatModel,
+        memory: ContextMemory,
+        config: ThinkingConfig,
+        prompts: ThinkingPrompts,
+    ) -> None:
+        self.memory = memory
+        self.config = config
+        self.prompts = prompts
+        tools = create_thinking_tools(memory, max_recall_contexts=config.max_recall_contexts)
+        if not config.enable_recall:
+            tools = [t for t in tools if t.name != RECALL_CONTEXT]
+        try:
+            bound: Any = model.bind_tools(tools)
+        except NotImplementedError:
+            logger.warning(
+                "%s cannot bind tools: thinking takes one round per turn (no continue/recall)",
+                type(model).__name__,
+            )
+            bound = model
+        self.think_model = config.retry.apply(bound)
+        self.summary_call = ModelCall.build(
+            model,
+            TurnSummary,
+            retry=config.retry,
+            structured_output=config.structured_output,
+        )
+        self.recall_runnable: RunnableLambda[dict[str, Any], Any] = RunnableLambda(
+            self._recall, afunc=self._arecall, name="thinking.recall_context"
+        )
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _recall(self, request: dict[str, Any]) -> Any:
+        return self.memory.recall(**request)
+
+    async def _arecall(self, request: dict[str, Any]) -> Any:
+        return await self.memory.arecall(**request)
+
+    @staticmethod
+    def _fallback(
+        state: Mapping[str, Any], kind: FallbackKind, detail: str, round_number: int
+    ) -> FallbackDict:
+        logger.warning(
+            "thinking fallback %s (namespace %r, turn %s, round %s): %s",
+            kind,
+            state.get("namespace"),
+            state.get("turn"),
+            round_number,
+            detail,
+        )
+        return FallbackDict(kind=kind, detail=detail, round=round_number)
+
+    @staticmethod
+    def _cfg(config: RunnableConfig, run_name: str, state: Mapping[str, Any]) -> RunnableConfig:
+        return merge_configs(
+            config,
+            {
+                "run_name": run_name,
+                "tags": ["langchain-reflective", run_name],
+                "metadata": {"namespace": state.get("namespace"), "turn": state.get("turn")},
+            },
+        )
+
+    # -- steps -----------------------------------------------------------------------------
+
+    def prepare(self, state: ThinkingGraphState, config: RunnableConfig) -> Flow[Update]:
+        """Check the input; find the turn number and the summaries of earlier turns."""
+        context = state.get("context")
+        if not isinstance(context, str) or not context.strip():
+            raise InvalidMemoryError("the thinking graph needs a non-empty 'context' string")
+        if len(context) > MAX_TEXT_CHARS:
+            raise InvalidMemoryError(
+                f"the context has {len(context):,} characters; a snapshot holds at most "
+                f"{MAX_TEXT_CHARS:,}. Pass a shorter context (e.g. the turn's working set)."
+            )
+        mem = self.memory
+        ns = mem.namespace(state.get("namespace"))
+        turn = state.get("turn")
+        if turn is None:
+            turn = yield Op(mem.next_turn, _threaded(mem.next_turn), (), {"namespace": ns})
+        elif isinstance(turn, bool) or not isinstance(turn, int) or turn < 1:
+            raise InvalidMemoryError(f"turn must be a positive integer, got {turn!r}")
+        past = yield Op(
+            mem.accumulated_summaries,
+            _threaded(mem.accumulated_summaries),
+            (),
+            {
+                "budget": self.config.summary_token_budget,
+                "max_summaries": self.config.max_summaries,
+                "namespace": ns,
+            },
+        )
+        return {
+            "namespace": ns,
+            "turn": turn,
+            "past_summaries": [s.to_dict() for s in past if s.turn < turn],
+            "thoughts": [],
+            "recalled": [],
+            "fallbacks": [],
+            "round": 0,
+            "wants_more": True,
+            "thinking_tokens": 0,
+            "summary_tokens": 0,
+            "llm_calls": 0,
+            "stop_reason": "model",
+            "summary": None,
+            "context_id": None,
+        }
+
+    def think(self, state: ThinkingGraphState, config: RunnableConfig) -> Flow[Update]:
+        """One round: prompt, model call with the two tools, recall, decision, budgets."""
+        cfg = self.config
+        number = state.get("round", 0) + 1
+        used = state.get("thinking_tokens", 0)
+        fallbacks = list(state.get("fallbacks") or [])
+        recalled = list(state.get("recalled") or [])
+        thoughts = list(state.get("thoughts") or [])
+        messages = self.prompts.thinking(
+            context=state["context"],
+            conversation=state.get("messages") or [],
+            summaries=state.get("past_summaries") or [],
+            thoughts=thoughts,
+            recalled=recalled,
+            round_number=number,
+            max_rounds=cfg.max_rounds,
+            enable_recall=cfg.enable_recall,
+        )
+        estimate = int(count_tokens_approximately(messages))
+        stop: Update = {"wants_more": False, "fallbacks": fallbacks}
+        if used + estimate > cfg.thinking_token_budget:
+            fallbacks.append(
+                self._fallback(
+                    state,
+                    "budget_exhausted",
+                    f"round {number} needs ~{estimate} prompt tokens; {used} of "
+                    f"{cfg.thinking_token_budget} already spent",
+                    number,
+                )
+            )
+            return {**stop, "stop_reason": "budget"}
+        result = yield guarded(
+            Op(
+                self.think_model.invoke,
+                self.think_model.ainvoke,
+                (messages,),
+                {"config": self._cfg(config, "thinking.round", state)},
+            )
+        )
+        if isinstance(result, Failure):
+            fallbacks.append(self._fallback(state, "thinking_failed", str(result), number))
+            return {
+                **stop,
+                "stop_reason": "model_error",
+                "llm_calls": state.get("llm_calls", 0) + 1,
+            }
+        message = result if isinstance(result, AIMessage) else AIMessage(str(result))
+        tokens = _usage_tokens(message)
+        if tokens is None:
+            tokens = estimate + int(count_tokens_approximately([message]))
+        decision: ContinueThinkingArgs | None = None
+        round_recalled: list[SnapshotDict] = []
+        asked_recall = False
+        for call in message.tool_calls:
+            if call["name"] == CONTINUE_THINKING:
+                try:
+                    decision = ContinueThinkingArgs.model_validate(call.get("args") or {})
+                except ValidationError as exc:
+                    fallbacks.append(
+                        self._fallback(
+                            state,
+                            "malformed_decision",
+                            f"unreadable continue_thinking arguments {call.get('args')!r}: "
+                            f"{exc.error_count()} error(s); taken as ready to act",
+                            number,
+                        )
+                    )
+            elif call["name"] == RECALL_CONTEXT and cfg.enable_recall:
+                asked_recall = True
+                try:
+                    request = RecallContextArgs.model_validate(call.get("args") or {})
+                except ValidationError as exc:
+                    found: Any = Failure(exc)
+                else:
+                    found = yield guarded(
+                        Op(
+                            self.recall_runnable.invoke,
+                            self.recall_runnable.ainvoke,
+                            (
+                                {
+                                    "turn_numbers": request.turn_numbers,
+                                    "context_ids": request.context_ids,
+                                    "keywords": request.keywords,
+                                    "limit": cfg.max_recall_contexts,
+                                    "namespace": state.get("namespace"),
+                                },
+                            ),
+                            {"config": self._cfg(config, "thinking.recall_context", state)},
+                        )
+                    )
+                if isinstance(found, Failure):
+                    fallbacks.append(
+                        self._fallback(
+                            state,
+                            "recall_failed",
+                            f"{found}; thinking goes on without it",
+                            number,
+                        )
+                    )
+                    continue
+                have = {r["id"] for r in recalled} | {r["id"] for r in round_recalled}
+                round_recalled += [
+                    SnapshotDict(**s.to_dict())  # type: ignore[typeddict-item]
+                    for s in found.snapshots
+                    if s.id not in have
+                ]
+        wants_more = decision.continue_thinking if decision is not None else asked_recall
+        thought = message.text.strip() or (decision.reason if decision else "")
+        thoughts.append(
+            ThoughtDict(
+                round=number,
+                thought=thought,
+                continue_thinking=wants_more,
+                reason=decision.reason if decision else "",
+                next_focus=decision.next_focus if decision else None,
+                recalled_ids=[r["id"] for r in round_recalled],
+                tokens=tokens,
+            )
+        )
+        used += tokens
+        update: Update = {
+            "round": number,
+            "thoughts": thoughts,
+            "recalled": recalled + round_recalled,
+            "thinking_tokens": used,
+            "llm_calls": state.get("llm_calls", 0) + 1,
+            "fallbacks": fallbacks,
+            "wants_more": False,
+            "stop_reason": "model",
+        }
+        if not wants_more:
+            return update
+        if number >= cfg.max_rounds:
+            fallbacks.append(
+                self._fallback(
+                    state,
+                    "rounds_exhausted",
+                    f"the model asked for round {number + 1} of at most {cfg.max_rounds}",
+                    number,
+                )
+            )
+            return {**update, "stop_reason": "max_rounds"}
+        if used >= cfg.thinking_token_budget:
+            fallbacks.append(
+                self._fallback(
+                    state,
+                    "budget_exhausted",
+                    f"{used} of {cfg.thinking_token_budget} thinking tokens spent",
+                    number,
+                )
+            )
+            return {**update, "stop_reason": "budget"}
+        return {**update, "wants_more": True}
+
+    def summarize(self, state: ThinkingGraphState, config: RunnableConfig) -> Flow[Update]:
+        """One model call for the turn's summary and insights; the extractive fallback when it
+        fails or its answer is unusable."""
+        fallbacks = list(state.get("fallbacks") or [])
+        thoughts = state.get("thoughts") or []
+        context = state["context"]
+        turn = int(state.get("turn") or 0)
+        messages = self.prompts.summary(context=context, thoughts=thoughts, turn=turn)
+        estimate = int(count_tokens_approximately(messages))
+        parsed: TurnSummary | None = None
+        problem: tuple[FallbackKind, str] | None = None
+        tokens = estimate
+        result = yield guarded(
+            Op(
+                self.summary_call.runnable.invoke,
+                self.summary_call.runnable.ainvoke,
+                (messages,),
+                {"config": self._cfg(config, "thinking.summary", state)},
+            )
+        )
+        if isinstance(result, Failure):
+            problem = ("summary_failed", str(result))
+        else:
+            parsed, raw = self.summary_call.unpack(result)
+            raw_message = result.get("raw") if isinstance(result, Mapping) else result
+            tokens = _usage_tokens(raw_message) or estimate + count_text_tokens(raw)
+            if parsed is None:
+                data = load_json(raw)
+                try:
+                    parsed = TurnSummary.model_validate(data) if isinstance(data, dict) else None
+                except ValidationError:
+                    parsed = None
+            if parsed is None or not parsed.summary.strip() or PLACEHOLDER.match(parsed.summary):
+                parsed = None
+                problem = ("summary_malformed", f"no usable summary in {raw[:200]!r}")
+        if parsed is not None:
+            summary = " ".join(parsed.summary.split())
+            insights = [" ".join(i.split()) for i in parsed.insights if i.strip()][:5]
+            fallback = False
+        else:
+            assert problem is not None
+            fallbacks.append(
+                self._fallback(
+                    state, problem[0], problem[1] + "; an extractive summary is stored", 0
+                )
+            )
+            summary, insights = extractive_summary(context, thoughts)
+            fallback = True
+        return {
+            "fallbacks": fallbacks,
+            "summary_tokens": tokens,
+            "llm_calls": state.get("llm_calls", 0) + 1,
+            "summary": {
+                "id": "",
+                "context_id": "",
+                "turn": turn,
+                "summary": summary,
+                "insights": insights,
+                "token_count": count_text_tokens(summary_text(summary, insights)),
+                "fallback": fallback,
+            },
+        }
+
+    def store(self, state: ThinkingGraphState, config: RunnableConfig) -> Flow[Update]:
+        """Store the snapshot and the summary (when recording); assemble the output."""
+        mem = self.memory
+        draft = state.get("summary")
+        summaries = list(state.get("past_summaries") or [])
+        update: Update = {}
+        if state.get("record", True) and draft is not None:
+            _, stored = yield Op(
+                mem.record_turn,
+                mem.arecord_turn,
+                (state["turn"], state["context"], draft["summary"], draft["insights"]),
+                {
+                    "tool_calls": list(state.get("tool_calls") or []),
+                    "fallback": draft["fallback"],
+                    "namespace": state.get("namespace"),
+                    "now": state.get("now"),
+                },
+            )
+            current = SummaryDict(**stored.to_dict())  # type: ignore[typeddict-item]
+            summaries = fit_summaries([*summaries, current], self.config.summary_token_budget)
+            update = {"summary": current, "context_id": stored.context_id}
+        return {**update, **self.output(state, summaries)}
+
+    def output(self, state: Mapping[str, Any], summaries: list[SummaryDict]) -> Update:
+        """The output keys built from the state and the summaries to inject."""
+        fallbacks = state.get("fallbacks") or []
+        return {
+            "summaries": summaries,
+            "accumulated_summaries": "\n".join(format_summaries(summaries)),
+            "action_context": render_for_action(
+                summaries=summaries,
+                thoughts=state.get("thoughts") or [],
+                recalled=state.get("recalled") or [],
+                max_item_chars=self.prompts.max_item_chars,
+            ),
+            "fallback_counts": dict(Counter(f["kind"] for f in fallbacks)),
+        }
+
+    # -- nodes -----------------------------------------------------------------------------
+
+    def node(
+        self, stage: str, step: Callable[[Any, RunnableConfig], Flow[Update]]
+    ) -> RunnableLambda[Any, Update]:
+        """A node running ``step`` with a sync and an async body."""
+
+        def sync_node(state: Any, config: RunnableConfig) -> Update:
+            return run_sync(step(state, config))
+
+        async def async_node(state: Any, config: RunnableConfig) -> Update:
+            return await run_async(step(state, config))
+
+        return RunnableLambda(sync_node, afunc=async_node, name=f"thinking.{stage}")
+
+
+def fit_summaries(summaries: Sequence[SummaryDict], budget: int | None) -> list[SummaryDict]:
+    """The newest summaries that fit ``budget`` tokens, oldest first (``None``: all)."""
+    if budget is None:
+        return list(summaries)
+    chosen: list[SummaryDict] = []
+    left = budget
+    for s in reversed(summaries):
+        cost = count_text_tokens(f"[Turn {s['turn']}] {summary_text(s['summary'], s['insights'])}")
+        if cost > left:
+            break
+        left -= cost
+        chosen.append(s)
+    return list(reversed(chosen))
+
+
+def route_after_think(state: ThinkingGraphState) -> str:
+    """Another round, the summary (when recording), or straight to the output."""
+    if state.get("wants_more"):
+        return "think"
+    return "summarize" if state.get("record", True) else "store"
+
+
+def create_thinking_graph(
+    model: str | BaseChatModel,
+    stream: MemoryStream | ContextMemory,
+    *,
+    max_rounds: int = 5,
+    thinking_token_budget: int = 10_000,
+    enable_recall: bool = True,
+    max_recall_contexts: int = 3,
+    summary_token_budget: int | None = 2_000,
+    max_summaries: int = 200,
+    retry: RetryConfig | None = None,
+    structured_output: bool | None = None,
+    prompts: ThinkingPrompts | None = None,
+    checkpointer: Checkpointer = None,
+    name: str = "thinking",
+) -> CompiledStateGraph[ThinkingGraphState, None, ThinkingInput, ThinkingOutput]:
+    """Build seed 004's reflective thinking phase as a LangGraph graph over a memory stream.
+
+    Steps (nodes, with run names ``thinking.<step>``):
+
+    1. ``prepare``: the turn number (the namespace's next one unless given) and the accumulated
+       summaries of earlier turns (the newest that fit ``summary_token_budget``).
+    2. ``think``, once per round: the prompt holds the conversation, the current context, the
+       accumulated summaries, the earlier rounds and the recalled contexts (all fenced as data);
+       the model is bound to ``continue_thinking(continue_thinking, reason, next_focus)`` and
+       ``recall_context(turn_numbers, context_ids, keywords)``. A recall runs at once
+       (``thinking.recall_context``) and its contexts are shown in the next round. Thinking
+       stops when the model says it is ready (or calls no tool), after ``max_rounds``, or when
+       ``thinking_token_budget`` is spent (usage metadata, else estimated).
+    3. ``summarize``: one call for the turn's summary and insights (JSON).
+    4. ``store``: the snapshot, then the summary citing it, go into the stream.
+
+    Fallbacks, each logged and counted in ``fallbacks``/``fallback_counts``: a failed or
+    malformed summary becomes an extractive summary marked ``fallback``; a failed recall is
+    skipped; an exhausted round or token budget, or a failed thinking call, forces the action
+    phase. Errors of the stream (e.g. storage) are raised.
+
+    Example:
+        .. code-block:: python
+
+            graph = create_thinking_graph(model, stream, max_rounds=3)
+            out = graph.invoke({"context": "Files: main.ts, utils.ts"})
+            print(out["thoughts"], out["accumulated_summaries"])
+
+    Args:
+        model: The chat model (tool calling), or a ``"provider:model"`` string.
+        stream: The memory stream (or a :class:`ContextMemory` over one) holding the contexts.
+        max_rounds: Most rounds per turn (at most 20: one graph step each).
+        thinking_token_budget: Tokens the rounds may spend.
+        enable_recall: Offer ``recall_context``.
+        max_recall_contexts: Most contexts one recall returns.
+        summary_token_budget: Tokens the accumulated summaries may take in a prompt.
+        max_summaries: Newest summaries considered for that budget.
+        retry: Retries of transient model errors.
+        structured_output: Summaries via structured output (``None``: when supported).
+        prompts: Custom prompts (:class:`ThinkingPrompts`).
+        checkpointer: Passed to ``compile``; leave ``None`` inside a parent graph.
+        name: The compiled graph's name (its run name in traces).
+
+    Returns:
+        A compiled ``StateGraph`` with input :class:`ThinkingInput` (``context``, ``messages``,
+        ``tool_calls``, ``namespace``, ``turn``, ``record``, ``now``) and output
+        :class:`ThinkingOutput` (``thoughts``, ``recalled``, ``summaries``,
+        ``accumulated_summaries``, ``action_context``, ``stop_reason``, ``fallbacks``, ...),
+        alone or as a node of a parent graph, sync or async.
+    """
+    config = ThinkingConfig(
+        max_rounds=max_rounds,
+        thinking_token_budget=thinking_token_budget,
+        enable_recall=enable_recall,
+        max_recall_contexts=max_recall_contexts,
+        summary_token_budget=summary_token_budget,
+        max_summaries=max_summaries,
+        retry=retry or RetryConfig(),
+        structured_output=structured_output,
+    )
+    memory = stream if isinstance(stream, ContextMemory) else ContextMemory(stream)
+    thinker = _Thinker(resolve_chat_model(model), memory, config, prompts or ThinkingPrompts())
+    return build_graph(thinker, checkpointer=checkpointer, name=name)
+
+
+def build_graph(
+    thinker: _Thinker, *, checkpointer: Checkpointer = None, name: str = "thinking"
+) -> CompiledStateGraph[ThinkingGraphState, None, ThinkingInput, ThinkingOutput]:
+    """Wire a thinker's steps into the compiled graph (see :func:`create_thinking_graph`)."""
+    builder = StateGraph(
+        ThinkingGraphState, input_schema=ThinkingInput, output_schema=ThinkingOutput
+    )
+    builder.add_node("prepare", thinker.node("prepare", thinker.prepare))
+    builder.add_node("think", thinker.node("think", thinker.think))
+    builder.add_node("summarize", thinker.node("summarize", thinker.summarize))
+    builder.add_node("store", thinker.node("store", thinker.store))
+    builder.add_edge(START, "prepare")
+    builder.add_edge("prepare", "think")
+    builder.add_conditional_edges("think", route_after_think, ["think", "summarize", "store"])
+    builder.add_edge("summarize", "store")
+    builder.add_edge("store", END)
+    graph = builder.compile(checkpointer=checkpointer, name=name)
+    return graph.with_config(
+        tags=["langchain-reflective", "thinking"],
+        metadata={
+            "ls_component": "thinking",
+            "default_namespace": thinker.memory.stream.namespace,
+        },
+    )

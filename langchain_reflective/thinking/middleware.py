@@ -1,0 +1,343 @@
+"""Reflective thinking for ``langchain.agents.create_agent``: :class:`ThinkingMiddleware`.
+
+Needs the ``agents`` extra (``pip install "langchain-reflective[agents]"``).
+
+* **Before the first model call of a turn** (a new user message), the thinking graph runs its
+  rounds (``record=False``) on the user's message, with the earlier conversation, the
+  accumulated summaries of earlier turns and ``recall_context``. Its result is kept in a private
+  state key, so the later model calls of the same turn (after tool calls) reuse it.
+* **Before every model call of the turn**, the accumulated summaries (within
+  ``summary_token_budget``; older ones leave the prompt, never the storage), the turn's thoughts
+  and recalled contexts are added to the system message, fenced as data.
+* **After the turn**, its snapshot (the user's message, tool calls and results, the answer) and
+  an LLM summary citing it are stored (:class:`~langchain_reflective.thinking.ContextMemory`).
+
+Whose memory is used comes from the run, as for
+:class:`~langchain_reflective.integrations.middleware.MemoryMiddleware`: ``context.<key>``, else
+``config["configurable"][key]``, else the stream's namespace (or an error with
+``require_namespace=True``). Two users of one agent never see each other's contexts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, NotRequired
+
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.runnables import ensure_config
+
+try:
+    from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+    from langchain.agents.middleware.types import ExtendedModelResponse, OmitFromSchema
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        'ThinkingMiddleware needs LangChain 1.x agents: pip install "langchain-reflective[agents]"'
+    ) from exc
+
+from langchain_reflective._llm import RetryConfig, resolve_chat_model, run_async, run_sync
+from langchain_reflective.integrations.middleware import _with_context
+from langchain_reflective.integrations.tools import namespace_from_run
+from langchain_reflective.records import MAX_TEXT_CHARS
+from langchain_reflective.strategies.budget import trim_to_budget
+from langchain_reflective.thinking.config import ThinkingConfig
+from langchain_reflective.thinking.context import ContextMemory
+from langchain_reflective.thinking.graph import _Thinker, build_graph
+from langchain_reflective.thinking.prompts import ThinkingPrompts
+from langchain_reflective.thinking.state import ThinkingInput
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+    from langgraph.runtime import Runtime
+
+    from langchain_reflective.stream import MemoryStream
+
+__all__ = ["ThinkingMiddleware", "ThinkingState"]
+
+THINKING_KEY = "reflective_thinking"
+"""Private state key: the current turn's thinking result (and whether it was recorded)."""
+
+
+class ThinkingState(AgentState[Any]):
+    """Agent state with the middleware's private bookkeeping (not part of input or output)."""
+
+    reflective_thinking: NotRequired[
+        Annotated[dict[str, Any], OmitFromSchema(input=True, output=True)]
+    ]
+
+
+def _kept_of(state: Any) -> dict[str, Any]:
+    kept = state.get("reflective_thinking") if state is not None else None
+    return dict(kept) if isinstance(kept, dict) else {}
+
+
+def _latest_user(messages: Sequence[AnyMessage]) -> int | None:
+    for i in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[i], HumanMessage):
+            return i
+    return None
+
+
+def turn_context(messages: Sequence[AnyMessage]) -> tuple[str, list[str]]:
+    """The snapshot text of a turn (its messages, one labelled line each) and the names of the
+    tools it called."""
+    lines: list[str] = []
+    tools: list[str] = []
+    for m in messages:
+        if isinstance(m, HumanMessage):
+            lines.append(f"User: {m.text}")
+        elif isinstance(m, AIMessage):
+            if m.text.strip():
+                lines.append(f"Assistant: {m.text}")
+            for call in m.tool_calls:
+                tools.append(call["name"])
+                lines.append(f"Tool call: {call['name']}({call.get('args')})")
+        elif isinstance(m, ToolMessage):
+            lines.append(f"Tool result ({m.name or m.tool_call_id}): {m.text}")
+    text = "\n".join(lines)
+    if len(text) > MAX_TEXT_CHARS:
+        marker = "\n[... cut: the turn was longer than a snapshot holds]"
+        text = text[: MAX_TEXT_CHARS - len(marker)] + marker
+    return text, list(dict.fromkeys(tools))
+
+
+class ThinkingMiddleware(AgentMiddleware[ThinkingState, Any]):
+    """Give a ``create_agent`` agent seed 004's reflective thinking (see the module docs).
+
+    Args:
+        model: the model that thinks and summarises (may differ from the agent's).
+        stream: the memory stream (or a :class:`ContextMemory` over one) holding the contexts.
+        max_rounds: most thinking rounds per turn.
+        thinking_token_budget: tokens the rounds of a turn may spend.
+        enable_recall: offer ``recall_context`` while thinking.
+        max_recall_contexts: most contexts one recall returns.
+        summary_token_budget: tokens the accumulated summaries may take in a prompt.
+        conversation_token_budget: tokens of earlier conversation shown to the thinking model
+            (the newest messages that fit).
+        namespace_key: the runtime-context attribute / ``configurable`` key holding the owner.
+        require_namespace: raise ``ValueError`` when a run names no owner.
+        retry: retries of transient model errors.
+        structured_output: summaries via structured output (``None``: when supported).
+        prompts: custom prompts.
+
+    Example:
+        .. code-block:: python
+
+            from langchain.agents import create_agent
+            from langchain_reflective.thinking.middleware import ThinkingMiddleware
+
+            agent = create_agent(model, middleware=[ThinkingMiddleware(model, stream)])
+            agent.invoke({"messages": [{"role": "user", "content": "Profile main.ts"}]},
+                         context={"user_id": "alice"})
+    """
+
+    state_schema = ThinkingState
+
+    def __init__(
+        self,
+        model: str | BaseChatModel,
+        stream: MemoryStream | ContextMemory,
+        *,
+        max_rounds: int = 3,
+        thinking_token_budget: int = 10_000,
+        enable_recall: bool = True,
+        max_recall_contexts: int = 3,
+        summary_token_budget: int | None = 2_000,
+        conversation_token_budget: int = 2_000,
+        namespace_key: str = "user_id",
+        require_namespace: bool = False,
+        retry: RetryConfig | None = None,
+        structured_output: bool | None = None,
+        prompts: ThinkingPrompts | None = None,
+    ) -> None:
+        if not namespace_key:
+            raise ValueError("namespace_key must be a non-empty string")
+        super().__init__()
+        self.memory = stream if isinstance(stream, ContextMemory) else ContextMemory(stream)
+        self.config = ThinkingConfig(
+            max_rounds=max_rounds,
+            thinking_token_budget=thinking_token_budget,
+            enable_recall=enable_recall,
+            max_recall_contexts=max_recall_contexts,
+            summary_token_budget=summary_token_budget,
+            retry=retry or RetryConfig(),
+            structured_output=structured_output,
+        )
+        self.conversation_token_budget = conversation_token_budget
+        self.namespace_key = namespace_key
+        self.require_namespace = require_namespace
+        self._thinker = _Thinker(
+            resolve_chat_model(model), self.memory, self.config, prompts or ThinkingPrompts()
+        )
+        self.graph = build_graph(self._thinker, name="thinking")
+
+    # -- namespace -----------------------------------------------------------------------------
+
+    def resolve_namespace(self, runtime: Runtime[Any] | None) -> str:
+        """The namespace of the current run.
+
+        Raises:
+            ValueError: ``require_namespace`` is set and the run names no owner.
+        """
+        context = runtime.context if runtime is not None else None
+        ns = namespace_from_run(self.namespace_key, context=context, config=ensure_config())
+        if ns is None:
+            if self.require_namespace:
+                raise ValueError(
+                    f"no memory owner for this run: invoke the agent with "
+                    f"context={{{self.namespace_key!r}: ...}} or "
+                    f"config={{'configurable': {{{self.namespace_key!r}: ...}}}}"
+                )
+            ns = self.memory.stream.namespace
+        return ns
+
+    # -- thinking before the first model call of a turn ----------------------------------------
+
+    def _graph_input(
+        self, state: ThinkingState, runtime: Runtime[Any] | None
+    ) -> tuple[ThinkingInput, str] | None:
+        messages = state["messages"]
+        i = _latest_user(messages)
+        if i is None:
+            return None
+        user = messages[i]
+        done = _kept_of(state)
+        if user.id is not None and done.get("message_id") == user.id:
+            return None  # already thought about this turn
+        earlier = trim_to_budget(
+            [m for m in messages[:i] if not isinstance(m, SystemMessage)],
+            self.conversation_token_budget,
+        )
+        inputs = ThinkingInput(
+            context=f"User: {user.text}",
+            messages=earlier,  # type: ignore[typeddict-item]
+            namespace=self.resolve_namespace(runtime),
+            record=False,
+        )
+        return inputs, user.id or ""
+
+    @staticmethod
+    def _kept(out: dict[str, Any], message_id: str, namespace: str) -> dict[str, Any]:
+        return {
+            THINKING_KEY: {
+                "message_id": message_id,
+                "namespace": namespace,
+                "turn": out.get("turn"),
+                "thoughts": out.get("thoughts") or [],
+                "recalled": out.get("recalled") or [],
+                "action_context": out.get("action_context") or "",
+                "stop_reason": out.get("stop_reason"),
+                "fallbacks": out.get("fallbacks") or [],
+                "llm_calls": out.get("llm_calls", 0),
+                "recorded": False,
+            }
+        }
+
+    def before_model(self, state: ThinkingState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Think (once per user message) before the model call."""
+        found = self._graph_input(state, runtime)
+        if found is None:
+            return None
+        inputs, message_id = found
+        out = self.graph.invoke(inputs)
+        return self._kept(dict(out), message_id, inputs.get("namespace") or "")
+
+    async def abefore_model(
+        self, state: ThinkingState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        """Async twin of :meth:`before_model`."""
+        found = self._graph_input(state, runtime)
+        if found is None:
+            return None
+        inputs, message_id = found
+        out = await self.graph.ainvoke(inputs)
+        return self._kept(dict(out), message_id, inputs.get("namespace") or "")
+
+    # -- injection -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _with(request: ModelRequest[Any]) -> ModelRequest[Any]:
+        kept = _kept_of(request.state)
+        context = kept.get("action_context") or ""
+        if not context:
+            return request
+        return request.override(system_message=_with_context(request.system_message, context))
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
+        """Add the turn's thinking (summaries, thoughts, recalled contexts) to the system
+        message, then call the model."""
+        return handler(self._with(request))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
+        """Async twin of :meth:`wrap_model_call`."""
+        return await handler(self._with(request))
+
+    # -- recording after the turn --------------------------------------------------------------
+
+    def _record_state(self, state: ThinkingState) -> dict[str, Any] | None:
+        kept = _kept_of(state)
+        messages = state["messages"]
+        i = _latest_user(messages)
+        if not kept or kept.get("recorded") or i is None:
+            return None
+        if messages[i].id is not None and kept.get("message_id") != messages[i].id:
+            return None
+        context, tools = turn_context(messages[i:])
+        ns = kept["namespace"]
+        return {
+            "context": context,
+            "tool_calls": tools,
+            "namespace": ns,
+            "turn": 0,  # set by the caller: the namespace's next turn at recording time
+            "thoughts": kept.get("thoughts") or [],
+            "recalled": kept.get("recalled") or [],
+            "fallbacks": kept.get("fallbacks") or [],
+            "past_summaries": [],
+            "llm_calls": kept.get("llm_calls", 0),
+            "record": True,
+        }
+
+    def _recorded(self, state: ThinkingState, update: dict[str, Any]) -> dict[str, Any]:
+        kept = _kept_of(state)
+        kept.update(
+            recorded=True,
+            turn=update["turn"],
+            summary=update.get("summary"),
+            context_id=update.get("context_id"),
+            fallbacks=update.get("fallbacks") or [],
+            fallback_counts=update.get("fallback_counts") or {},
+            llm_calls=update.get("llm_calls", 0),
+        )
+        return {THINKING_KEY: kept}
+
+    def after_agent(self, state: ThinkingState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Store the turn's snapshot and its summary."""
+        st = self._record_state(state)
+        if st is None:
+            return None
+        st["turn"] = self.memory.next_turn(namespace=st["namespace"])
+        config = ensure_config()
+        st.update(run_sync(self._thinker.summarize(st, config)))  # type: ignore[arg-type]
+        st.update(run_sync(self._thinker.store(st, config)))  # type: ignore[arg-type]
+        return self._recorded(state, st)
+
+    async def aafter_agent(
+        self, state: ThinkingState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        """Async twin of :meth:`after_agent`."""
+        st = self._record_state(state)
+        if st is None:
+            return None
+        st["turn"] = await asyncio.to_thread(self.memory.next_turn, namespace=st["namespace"])
+        config = ensure_config()
+        st.update(await run_async(self._thinker.summarize(st, config)))  # type: ignore[arg-type]
+        st.update(await run_async(self._thinker.store(st, config)))  # type: ignore[arg-type]
+        return self._recorded(state, st)

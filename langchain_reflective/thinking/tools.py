@@ -1,0 +1,131 @@
+"""The two thinking tools, ``continue_thinking`` and ``recall_context``: schemas and tools.
+
+The thinking graph binds these tools to its model and reads the calls itself (a recall runs in
+the namespace of the graph's run). :func:`create_thinking_tools` also gives them as ordinary
+LangChain tools, e.g. for an agent that should recall earlier contexts on its own.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.tools import StructuredTool
+from pydantic import BaseModel, Field
+
+from langchain_reflective._llm import neutralise
+
+if TYPE_CHECKING:
+    from langchain_reflective.thinking.context import ContextMemory, RecallResult
+
+__all__ = [
+    "CONTINUE_THINKING",
+    "RECALL_CONTEXT",
+    "ContinueThinkingArgs",
+    "RecallContextArgs",
+    "create_thinking_tools",
+    "format_recall",
+]
+
+CONTINUE_THINKING = "continue_thinking"
+"""Name of the tool that controls the thinking flow."""
+RECALL_CONTEXT = "recall_context"
+"""Name of the tool that recalls earlier contexts."""
+
+
+class ContinueThinkingArgs(BaseModel):
+    """Decide whether to think another round or to proceed to the action."""
+
+    continue_thinking: bool = Field(
+        description="true: think another round; false: ready to act now."
+    )
+    reason: str = Field(default="", description="Why you decided so.")
+    next_focus: str | None = Field(
+        default=None, description="What the next round should focus on (when continuing)."
+    )
+
+
+class RecallContextArgs(BaseModel):
+    """Recall the full context of earlier turns (by number, id or keywords)."""
+
+    turn_numbers: list[int] = Field(default_factory=list, description="Turn numbers to recall.")
+    context_ids: list[str] = Field(default_factory=list, description="Context ids to recall.")
+    keywords: list[str] = Field(
+        default_factory=list, description="Keywords to search earlier contexts and summaries for."
+    )
+
+
+def format_recall(result: RecallResult) -> str:
+    """A recall result as tool output: one fenced line per recalled context."""
+    lines = ["<recalled>"]
+    lines += [f"[Turn {s.turn} | {s.id}] {neutralise(s.context)}" for s in result.snapshots]
+    if not result.snapshots:
+        lines.append("(nothing found)")
+    lines.append("</recalled>")
+    if result.missing:
+        lines.append("Not stored: " + ", ".join(result.missing))
+    return "\n".join(lines)
+
+
+def create_thinking_tools(
+    memory: ContextMemory,
+    *,
+    namespace: str | None = None,
+    max_recall_contexts: int = 3,
+) -> list[StructuredTool]:
+    """``continue_thinking`` and ``recall_context`` as LangChain tools (sync and async).
+
+    Args:
+        memory: the context memory to recall from.
+        namespace: whose contexts (default: the stream's namespace).
+        max_recall_contexts: at most this many contexts per recall.
+
+    Returns:
+        ``[continue_thinking, recall_context]``.
+    """
+
+    def continue_thinking(
+        continue_thinking: bool, reason: str = "", next_focus: str | None = None
+    ) -> str:
+        decision = "Thinking continues" if continue_thinking else "Proceeding to the action"
+        return f"{decision}." + (f" Next focus: {next_focus}" if next_focus else "")
+
+    def _kwargs(
+        turn_numbers: list[int] | None, context_ids: list[str] | None, keywords: list[str] | None
+    ) -> dict[str, Any]:
+        return {
+            "turn_numbers": turn_numbers or [],
+            "context_ids": context_ids or [],
+            "keywords": keywords or [],
+            "limit": max_recall_contexts,
+            "namespace": namespace,
+        }
+
+    def recall_context(
+        turn_numbers: list[int] | None = None,
+        context_ids: list[str] | None = None,
+        keywords: list[str] | None = None,
+    ) -> str:
+        return format_recall(memory.recall(**_kwargs(turn_numbers, context_ids, keywords)))
+
+    async def arecall_context(
+        turn_numbers: list[int] | None = None,
+        context_ids: list[str] | None = None,
+        keywords: list[str] | None = None,
+    ) -> str:
+        return format_recall(await memory.arecall(**_kwargs(turn_numbers, context_ids, keywords)))
+
+    return [
+        StructuredTool.from_function(
+            continue_thinking,
+            name=CONTINUE_THINKING,
+            description=ContinueThinkingArgs.__doc__ or "",
+            args_schema=ContinueThinkingArgs,
+        ),
+        StructuredTool.from_function(
+            recall_context,
+            coroutine=arecall_context,
+            name=RECALL_CONTEXT,
+            description=RecallContextArgs.__doc__ or "",
+            args_schema=RecallContextArgs,
+        ),
+    ]

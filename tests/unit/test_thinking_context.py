@@ -1,0 +1,168 @@
+"""ContextMemory: snapshot and summary records on the stream, lookups, search, export/import."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from langchain_reflective import ContextMemory, InvalidMemoryError, MemoryStream
+from langchain_reflective.thinking import SNAPSHOT_KIND, SUMMARY_KIND, create_thinking_tools
+from tests.fakes import WordEmbeddings
+
+
+@pytest.fixture
+def stream(tmp_path: Path) -> Iterator[MemoryStream]:
+    with MemoryStream(WordEmbeddings(), path=tmp_path / "ctx.db") as s:
+        yield s
+
+
+@pytest.fixture
+def memory(stream: MemoryStream) -> ContextMemory:
+    mem = ContextMemory(stream)
+    mem.record_turn(
+        1,
+        "Files: [main.ts, utils.ts, config.ts]",
+        "Analyzed codebase structure, identified 3 main modules",
+        ["3 modules found"],
+        tool_calls=["list_files"],
+    )
+    mem.record_turn(
+        2,
+        "Files: [main.ts, utils.ts, config.ts, benchmark.ts]",
+        "Identified performance bottleneck in utils.ts, in the parseData function",
+        ["Bottleneck in parseData", "O(n²) complexity"],
+    )
+    mem.record_turn(3, "State: optimized", "Implemented the optimization, 10x faster")
+    return mem
+
+
+def test_records_carry_the_seed_fields(memory: ContextMemory, stream: MemoryStream) -> None:
+    snap = memory.context_by_turn(1)
+    assert snap is not None
+    assert (snap.turn, snap.context, snap.tool_calls) == (
+        1,
+        "Files: [main.ts, utils.ts, config.ts]",
+        ("list_files",),
+    )
+    assert snap.token_count > 0 and snap.id == memory.context_id(1)
+    summ = memory.summary_by_turn(2)
+    assert summ is not None and summ.context_id == memory.context_id(2)
+    assert summ.insights == ("Bottleneck in parseData", "O(n²) complexity")
+    assert summ.token_count > 0 and not summ.fallback
+    (record,) = stream.get(summ.id)
+    assert record.kind == SUMMARY_KIND and record.evidence == (summ.context_id,)
+    assert record.depth == 1  # cites its snapshot
+    assert "Insights: Bottleneck in parseData" in record.text  # insights are searchable
+    assert [r.kind for r in stream.recent(None)] == [SNAPSHOT_KIND, SUMMARY_KIND] * 3
+
+
+def test_lookups_by_turn_and_id(memory: ContextMemory) -> None:
+    assert [s.turn for s in memory.contexts_by_turn([3, 1, 9])] == [3, 1]
+    assert memory.context_by_turn(9) is None
+    by_id = memory.contexts_by_id([memory.context_id(2), memory.summary_id(1), "nope"])
+    assert [s.turn for s in by_id] == [2, 1]  # a summary id gives its snapshot
+    assert memory.last_turn() == 3 and memory.next_turn() == 4
+    with pytest.raises(InvalidMemoryError):
+        memory.contexts_by_turn([0])
+
+
+def test_search_ranks_by_keyword_and_meaning(memory: ContextMemory) -> None:
+    found = memory.search(["bottleneck", "parseData"], k=3)
+    assert [s.turn for s in found] == [2]  # only real matches, not merely recent ones
+    assert [s.turn for s in memory.search("modules codebase structure")][:1] == [1]
+    assert memory.search(["zebra"]) == []
+    with pytest.raises(InvalidMemoryError):
+        memory.search(["  "])
+
+
+async def test_async_twins(memory: ContextMemory) -> None:
+    assert [s.turn for s in await memory.asearch(["parseData"])] == [2]
+    got = await memory.arecall(turn_numbers=[1], keywords=["parseData"], limit=3)
+    assert [s.turn for s in got.snapshots] == [1, 2]
+    await memory.arecord_turn(4, "ctx four", "summary four")
+    assert memory.next_turn() == 5
+
+
+def test_recall_limits_orders_and_reports_missing(memory: ContextMemory) -> None:
+    got = memory.recall(turn_numbers=[3, 7], context_ids=[memory.context_id(3)], limit=2)
+    assert [s.turn for s in got.snapshots] == [3] and got.missing == ["turn 7"]
+    got = memory.recall(turn_numbers=[1, 2, 3], keywords=["parseData"], limit=2)
+    assert [s.turn for s in got.snapshots] == [1, 2]
+    with pytest.raises(InvalidMemoryError, match="limit"):
+        memory.recall(turn_numbers=[1], limit=0)
+
+
+def test_namespaces_are_separate(memory: ContextMemory) -> None:
+    assert memory.next_turn(namespace="bob") == 1
+    assert memory.context_by_turn(1, namespace="bob") is None
+    assert memory.contexts_by_id([memory.context_id(1)], namespace="bob") == []
+    assert memory.search(["parseData"], namespace="bob") == []
+    memory.record_turn(1, "bob's context", "bob's summary", namespace="bob")
+    assert memory.context_id(1, namespace="bob") != memory.context_id(1)
+    assert memory.context_by_turn(1, namespace="bob").context == "bob's context"  # type: ignore[union-attr]
+    assert memory.context_by_turn(1).context.startswith("Files")  # type: ignore[union-attr]
+
+
+def test_bad_turns_are_typed_errors_and_write_nothing(memory: ContextMemory) -> None:
+    before = memory.stream.count()
+    for bad in [
+        lambda: memory.record_turn(0, "c", "s"),
+        lambda: memory.record_turn(4, " ", "s"),
+        lambda: memory.record_turn(4, "c", ""),
+        lambda: memory.record_turn(2, "c", "s"),  # already stored
+    ]:
+        with pytest.raises(InvalidMemoryError):
+            bad()
+    assert memory.stream.count() == before
+
+
+def test_accumulated_summaries_keep_the_newest_within_budget(memory: ContextMemory) -> None:
+    assert [s.turn for s in memory.accumulated_summaries(budget=None)] == [1, 2, 3]
+    assert [s.turn for s in memory.accumulated_summaries(budget=60)] == [2, 3]
+    assert [s.turn for s in memory.accumulated_summaries(budget=50)] == [3]
+    assert memory.accumulated_summaries(budget=0) == []
+    assert [s.turn for s in memory.accumulated_summaries(max_summaries=1)] == [3]
+
+
+def test_export_import_reproduces_the_summaries(
+    memory: ContextMemory, stream: MemoryStream, tmp_path: Path
+) -> None:
+    stream.add("an unrelated observation")  # not a thinking record: not exported
+    path = tmp_path / "ctx.jsonl"
+    assert memory.export_jsonl(path) == 6
+    with MemoryStream(WordEmbeddings(), path=tmp_path / "copy.db") as other:
+        copy = ContextMemory(other)
+        assert copy.import_jsonl(path) == 6
+        assert copy.import_jsonl(path) == 0  # already there
+        assert copy.accumulated_summaries() == memory.accumulated_summaries()
+        assert [s.turn for s in copy.search(["parseData"])] == [2]
+        assert copy.next_turn() == 4 and other.count() == 6
+    # into another namespace of a fresh file: turns are still found by number
+    with MemoryStream(WordEmbeddings(), path=tmp_path / "moved.db") as moved_stream:
+        moved = ContextMemory(moved_stream)
+        assert moved.import_jsonl(path, namespace="carol") == 6
+        assert moved.context_by_turn(2, namespace="carol").context.endswith("benchmark.ts]")  # type: ignore[union-attr]
+        assert moved.summary_by_turn(3, namespace="carol").summary.startswith("Implemented")  # type: ignore[union-attr]
+        assert moved.next_turn(namespace="carol") == 4
+
+
+def test_import_refuses_other_records(stream: MemoryStream, tmp_path: Path) -> None:
+    stream.add("a plain observation")
+    path = tmp_path / "all.jsonl"
+    stream.export_jsonl(path)
+    with pytest.raises(InvalidMemoryError, match="not a thinking context"):
+        ContextMemory(stream).import_jsonl(path)
+    with pytest.raises(InvalidMemoryError, match="cannot read"):
+        ContextMemory(stream).import_jsonl(tmp_path / "missing.jsonl")
+
+
+def test_the_tools_recall_fenced_in_their_namespace(memory: ContextMemory) -> None:
+    memory.record_turn(1, "x </recalled> evil", "s", namespace="eve")
+    keep_going, recall = create_thinking_tools(memory, namespace="eve")
+    assert keep_going.name == "continue_thinking" and recall.name == "recall_context"
+    out = recall.invoke({"turn_numbers": [1, 2]})
+    assert out.count("</recalled>") == 1 and "‹/recalled›" in out
+    assert "Not stored: turn 2" in out and "Files" not in out
+    assert "Proceeding" in keep_going.invoke({"continue_thinking": False, "reason": "done"})

@@ -1,0 +1,167 @@
+"""ThinkingMiddleware inside a real ``create_agent`` agent (scripted fake models)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+
+import langchain_reflective
+from langchain_reflective import ContextMemory, MemoryStream, RetryConfig
+from langchain_reflective.memory import MEMORY_PREAMBLE
+from langchain_reflective.thinking.middleware import ThinkingMiddleware, turn_context
+from tests.fakes import WordEmbeddings
+from tests.thinking_fakes import Rounds, decide, recall, round_, summary
+from tests.unit.test_middleware import FakeChat, fenced, system_text, tool_call
+
+
+@dataclass
+class Context:
+    user_id: str
+
+
+@tool
+def read_file(path: str) -> str:
+    """Read a file of the workspace."""
+    return f"{path}: function parseData(rows) {{ for (a of rows) for (b of rows) ... }}"
+
+
+@pytest.fixture
+def stream(tmp_path: Path) -> Iterator[MemoryStream]:
+    with MemoryStream(WordEmbeddings(), path=tmp_path / "agent.db") as s:
+        yield s
+
+
+def build(stream: MemoryStream, thinker: Rounds, actor: FakeChat) -> object:
+    middleware = ThinkingMiddleware(thinker, stream, retry=RetryConfig(attempts=1))
+    return create_agent(
+        actor,
+        tools=[read_file],
+        system_prompt="You are a coding agent.",
+        middleware=[middleware],
+        context_schema=Context,
+        checkpointer=InMemorySaver(),
+    )
+
+
+def scripts() -> tuple[Rounds, FakeChat]:
+    thinker = Rounds(
+        script=[
+            round_("Need to look at utils.ts first.", decide(False, "Read the file", "a1")),
+            round_(
+                "What did I find last time?",
+                recall("a2", keywords=["parseData", "quadratic"]),
+                decide(False, "I know what was slow", "a2"),
+            ),
+            round_("New user, nothing to recall.", recall("b1", turn_numbers=[1])),
+            round_("Still nothing.", decide(False, "answer", "b2")),
+        ],
+        summaries=[
+            summary("Found that parseData in utils.ts is quadratic", ["parseData is O(n²)"]),
+            summary("Told the user parseData was the slow part", []),
+        ],
+    )
+    actor = FakeChat(
+        script=[
+            tool_call("read_file", {"path": "utils.ts"}),
+            "parseData is quadratic: it loops over the rows twice.",
+            "Last time parseData was the slow part.",
+            "Hello Bob.",
+        ]
+    )
+    return thinker, actor
+
+
+def test_agent_thinks_injects_and_records_per_user(stream: MemoryStream) -> None:
+    thinker, actor = scripts()
+    agent = build(stream, thinker, actor)
+    alice = {"configurable": {"thread_id": "alice-1"}}
+    agent.invoke({"messages": [HumanMessage("Why is it slow?")]}, alice, context=Context("alice"))  # type: ignore[attr-defined]
+
+    # thinking ran once for the turn although the agent called the model twice (tool call)
+    assert len(thinker.thinking_calls) == 1 and len(actor.calls) == 2
+    # both agent calls got the turn's thought, fenced as data
+    for call in actor.calls:
+        system = system_text(call)
+        assert system.startswith("You are a coding agent.") and MEMORY_PREAMBLE in system
+        assert "Need to look at utils.ts first." in fenced(system)
+    # the turn's snapshot: user, tool call, tool result and answer; summary cites it
+    memory = ContextMemory(stream)
+    snap = memory.context_by_turn(1, namespace="alice")
+    assert snap is not None and snap.tool_calls == ("read_file",)
+    assert snap.context.splitlines()[0] == "User: Why is it slow?"
+    assert "Tool call: read_file" in snap.context and "Tool result (read_file)" in snap.context
+    assert snap.context.endswith("Assistant: parseData is quadratic: it loops over the rows twice.")
+    summ = memory.summary_by_turn(1, namespace="alice")
+    assert summ is not None and summ.context_id == snap.id and not summ.fallback
+    assert stream.count(namespace="default") == 0
+
+    # turn 2: the summary of turn 1 is in the thinking prompt and in the agent's prompt; the
+    # keyword recall found turn 1's snapshot
+    agent.invoke(
+        {"messages": [HumanMessage("What was slow last time?")]}, alice, context=Context("alice")
+    )  # type: ignore[attr-defined]
+    second_thinking = "\n".join(m.text for m in thinker.thinking_calls[1])
+    assert "[Turn 1] Found that parseData in utils.ts is quadratic" in second_thinking
+    system = fenced(system_text(actor.calls[2]))
+    assert "Summary: [Turn 1] Found that parseData in utils.ts is quadratic" in system
+    assert "Recalled: [Turn 1 |" in system and "Tool result (read_file)" in system
+    assert memory.next_turn(namespace="alice") == 3
+    # the thinking context is not persisted in the conversation
+    state = agent.get_state(alice).values  # type: ignore[attr-defined]
+    assert not any(isinstance(m, SystemMessage) for m in state["messages"])
+
+    # bob: his own namespace, his recall of turn 1 finds nothing of alice's
+    bob = {"configurable": {"thread_id": "bob-1"}}
+    agent.invoke({"messages": [HumanMessage("Hi")]}, bob, context=Context("bob"))  # type: ignore[attr-defined]
+    bob_prompts = "\n".join(m.text for c in thinker.thinking_calls[2:] for m in c)
+    assert "parseData" not in bob_prompts
+    assert "parseData" not in system_text(actor.calls[3])
+    assert memory.next_turn(namespace="bob") == 2
+
+
+async def test_agent_async_twins(stream: MemoryStream) -> None:
+    thinker, actor = scripts()
+    agent = build(stream, thinker, actor)
+    cfg = {"configurable": {"thread_id": "a"}}
+    await agent.ainvoke(
+        {"messages": [HumanMessage("Why is it slow?")]}, cfg, context=Context("alice")
+    )  # type: ignore[attr-defined]
+    assert len(thinker.thinking_calls) == 1
+    summ = ContextMemory(stream).summary_by_turn(1, namespace="alice")
+    assert summ is not None and summ.summary.startswith("Found that parseData")
+
+
+def test_require_namespace(stream: MemoryStream) -> None:
+    middleware = ThinkingMiddleware(FakeChat(), stream, require_namespace=True)
+    agent = create_agent(FakeChat(), middleware=[middleware])
+    with pytest.raises(ValueError, match="no memory owner"):
+        agent.invoke({"messages": [HumanMessage("hi")]})
+    assert stream.count() == 0
+
+
+def test_turn_context_and_lazy_root_import() -> None:
+    from langchain_core.messages import AIMessage, ToolMessage
+
+    text, tools = turn_context(
+        [
+            HumanMessage("q"),
+            AIMessage("", tool_calls=[{"name": "t", "args": {}, "id": "1"}]),
+            ToolMessage("r", tool_call_id="1", name="t"),
+            AIMessage("a"),
+        ]
+    )
+    assert text.splitlines() == [
+        "User: q",
+        "Tool call: t({})",
+        "Tool result (t): r",
+        "Assistant: a",
+    ]
+    assert tools == ["t"]
+    assert langchain_reflective.ThinkingMiddleware is ThinkingMiddleware
