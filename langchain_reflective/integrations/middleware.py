@@ -78,7 +78,7 @@ class _Turn:
     message_ids: list[str]
 
 
-def _with_context(system: SystemMessage | None, context: str) -> SystemMessage:
+def extend_system_message(system: SystemMessage | None, context: str) -> SystemMessage:
     """``system`` extended with ``context`` (content blocks and message fields kept)."""
     if system is None:
         return SystemMessage(content=context)
@@ -260,7 +260,9 @@ class MemoryMiddleware(AgentMiddleware[MemoryState, Any]):
     def _with(request: ModelRequest[Any], context: str) -> ModelRequest[Any]:
         if not context:
             return request
-        return request.override(system_message=_with_context(request.system_message, context))
+        return request.override(
+            system_message=extend_system_message(request.system_message, context)
+        )
 
     def wrap_model_call(
         self,

@@ -36,7 +36,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from langchain_reflective._llm import RetryConfig, resolve_chat_model, run_async, run_sync
-from langchain_reflective.integrations.middleware import _with_context
+from langchain_reflective.integrations.middleware import extend_system_message
 from langchain_reflective.integrations.tools import namespace_from_run
 from langchain_reflective.records import MAX_TEXT_CHARS
 from langchain_reflective.strategies.budget import trim_to_budget
@@ -261,7 +261,9 @@ class ThinkingMiddleware(AgentMiddleware[ThinkingState, Any]):
         context = kept.get("action_context") or ""
         if not context:
             return request
-        return request.override(system_message=_with_context(request.system_message, context))
+        return request.override(
+            system_message=extend_system_message(request.system_message, context)
+        )
 
     def wrap_model_call(
         self,
