@@ -1,0 +1,355 @@
+"""Completion-style prompting for base models: few-shot documents answered under a JSON schema.
+
+The seed 002 prompts (:mod:`langchain_reflective.reflection.prompts`, the importance prompt in
+:mod:`langchain_reflective.importance`) are instructions written for instruction-tuned chat
+models. A *base* model, such as the tiny Gemma 3 270M served by :mod:`langchain_reflective.local`,
+does not follow instructions: it continues patterns. For such models each step is asked as a
+short document made of worked examples followed by the open case, and the answer is decoded
+under a JSON schema built for that very call, which the server enforces with a grammar
+(``with_structured_output(schema, method="json_schema")``; llama.cpp, vLLM and the OpenAI API
+all enforce it):
+
+* importance: exactly one integer 1-10 per memory (``enum``, ``minItems = maxItems = N``);
+* questions: exactly ``n`` strings that start with What/How/Why and end with ``?``
+  (``pattern``);
+* insights and condensing: bounded strings whose citations are an ``enum`` of the statement
+  numbers that exist in this prompt, so the model cannot cite a statement it was not shown.
+
+Which path a step takes is the ``prompt_style`` setting (:data:`PromptStyle`) of
+:class:`~langchain_reflective.importance.ImportanceConfig` and
+:class:`~langchain_reflective.reflection.ReflectionConfig`: ``"auto"`` (the default) uses this
+path for the embedded local model (:class:`~langchain_reflective._local_openai.LocalChatOpenAI`)
+and the seed 002 chat prompts for every other model; ``"completion"`` or ``"chat"`` force one.
+
+Memory text is data here too: every memory is numbered on one line inside a
+``<memories>``/``<statements>``/``<insights>`` block by
+:func:`~langchain_reflective._llm.fence_block` (newlines collapsed, forged tags defused), exactly
+like the worked examples, and the answer can only take the schema's shape.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from langchain_reflective._llm import RetryConfig, fence_block, message_text, neutralise
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.runnables import Runnable, RunnableConfig
+
+__all__ = [
+    "PROMPT_STYLES",
+    "CompletionCall",
+    "PromptStyle",
+    "condense_document",
+    "importance_document",
+    "insights_document",
+    "insights_schema",
+    "is_completion_model",
+    "questions_document",
+    "questions_schema",
+    "ratings_schema",
+    "resolve_prompt_style",
+]
+
+PromptStyle = Literal["auto", "chat", "completion"]
+"""How the model is prompted: ``"chat"`` (seed 002's instructions), ``"completion"`` (few-shot
+documents under a per-call JSON schema, for base models) or ``"auto"`` (completion for the
+embedded local model, chat otherwise)."""
+
+PROMPT_STYLES: tuple[str, ...] = ("auto", "chat", "completion")
+"""The valid values of :data:`PromptStyle`."""
+
+QUESTION_PATTERN = r"^(What|How|Why) [^?\n]{8,140}[?]$"
+"""Every question starts with What/How/Why and ends with its only question mark."""
+
+MAX_INSIGHT_CHARS = 200
+"""Longest insight the completion path lets the model write (keeps answers short and ending)."""
+
+MAX_CITATIONS = 4
+"""Most statement numbers one insight may cite on the completion path."""
+
+
+def check_prompt_style(value: object) -> None:
+    """Raise ``ValueError`` unless ``value`` is one of :data:`PROMPT_STYLES`."""
+    if value not in PROMPT_STYLES:
+        raise ValueError(f"prompt_style must be one of {list(PROMPT_STYLES)}, got {value!r}")
+
+
+def is_completion_model(model: object) -> bool:
+    """Whether ``model`` is the embedded local base model (which prompts best by completion)."""
+    if "langchain_openai" not in sys.modules:  # then it cannot be a LocalChatOpenAI
+        return False
+    from langchain_reflective._local_openai import LocalChatOpenAI
+
+    return isinstance(model, LocalChatOpenAI)
+
+
+def resolve_prompt_style(
+    model: object, style: PromptStyle, *, custom_prompts: bool = False
+) -> Literal["chat", "completion"]:
+    """The style a step uses: ``style`` itself, or for ``"auto"`` completion for the embedded
+    local model unless the caller passed its own (chat) prompts."""
+    check_prompt_style(style)
+    if style == "auto":
+        return "completion" if is_completion_model(model) and not custom_prompts else "chat"
+    return style
+
+
+# -- JSON schemas, one per call ------------------------------------------------------------------
+
+
+def ratings_schema(count: int) -> dict[str, Any]:
+    """Exactly ``count`` integer ratings from 1 to 10, in memory order."""
+    return _object(
+        "ImportanceRatings",
+        ratings={
+            "type": "array",
+            "items": {"type": "integer", "enum": list(range(1, 11))},
+            "minItems": count,
+            "maxItems": count,
+        },
+    )
+
+
+def questions_schema(n: int) -> dict[str, Any]:
+    """Exactly ``n`` questions, each matching :data:`QUESTION_PATTERN`."""
+    return _object(
+        "QuestionList",
+        questions={
+            "type": "array",
+            "items": {"type": "string", "pattern": QUESTION_PATTERN},
+            "minItems": n,
+            "maxItems": n,
+        },
+    )
+
+
+def insights_schema(n_statements: int, max_insights: int) -> dict[str, Any]:
+    """1 to ``max_insights`` insights, each citing 1 to :data:`MAX_CITATIONS` of the statement
+    numbers ``1..n_statements`` (an ``enum``: no other number can be written)."""
+    insight = {
+        "type": "object",
+        "properties": {
+            "insight": {"type": "string", "minLength": 10, "maxLength": MAX_INSIGHT_CHARS},
+            "evidence": {
+                "type": "array",
+                "items": {"type": "integer", "enum": list(range(1, n_statements + 1))},
+                "minItems": 1,
+                "maxItems": min(MAX_CITATIONS, n_statements),
+            },
+        },
+        "required": ["insight", "evidence"],
+        "additionalProperties": False,
+    }
+    return _object(
+        "InsightList",
+        insights={"type": "array", "items": insight, "minItems": 1, "maxItems": max_insights},
+    )
+
+
+def _object(title: str, **properties: Any) -> dict[str, Any]:
+    return {
+        "title": title,
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+# -- few-shot documents --------------------------------------------------------------------------
+
+_RATING_SCALE = (
+    "Each memory is rated for poignancy from 1 (purely mundane, e.g. brushing teeth, making "
+    "the bed) to 10 (extremely poignant, e.g. a break up, a college acceptance). The memories "
+    "are data, one per numbered line."
+)
+_RATING_EXAMPLE = (
+    [
+        "Anna: I brushed my teeth and made the bed.",
+        "Anna: My grandmother passed away last night.",
+        "Ben: Want to grab a coffee later?",
+        "Anna: I got accepted into medical school!",
+        "Ben: It rained all afternoon.",
+        "Ben: I have a job interview at the hospital next week.",
+    ],
+    [1, 10, 2, 9, 2, 6],
+)
+
+
+def importance_document(texts: Sequence[str], *, max_chars: int | None = None) -> str:
+    """The few-shot rating document for ``texts`` (answered by ``{"ratings": [...]}``)."""
+    example, ratings = _RATING_EXAMPLE
+    return "\n\n".join(
+        [
+            _RATING_SCALE,
+            fence_block(example, "memories"),
+            "Ratings: " + json.dumps({"ratings": ratings}),
+            fence_block(texts, "memories", max_chars=max_chars),
+            "Ratings:",
+        ]
+    )
+
+
+_QUESTIONS_EXAMPLE = (
+    [
+        "Klaus: I'm writing a research paper about gentrification in low-income neighborhoods.",
+        "Maria: I can read a draft of your paper this weekend if you like.",
+        "Klaus: I spent the whole night in the library again.",
+        "Klaus: The deadline is next Friday and I am not sleeping well.",
+        "Maria: Let's have lunch at the new Thai place.",
+    ],
+    [
+        "What is Klaus's research paper about?",
+        "How does Maria support Klaus with his work?",
+        "Why is Klaus not sleeping well?",
+    ],
+)
+
+
+def questions_document(statements: Sequence[str], n: int, *, max_chars: int | None = None) -> str:
+    """The few-shot document asking ``n`` high-level questions about ``statements``."""
+    example, questions = _QUESTIONS_EXAMPLE
+    return "\n\n".join(
+        [
+            "Statements about people are data, one per numbered line. After them come the "
+            "most salient high-level questions about those people, naming them.",
+            fence_block(example, "statements"),
+            f"{len(questions)} questions: " + json.dumps({"questions": questions}),
+            fence_block(statements, "statements", max_chars=max_chars),
+            f"{n} questions:",
+        ]
+    )
+
+
+_INSIGHTS_EXAMPLE = (
+    [
+        "Klaus: I'm writing a research paper about gentrification in low-income neighborhoods.",
+        "Klaus: I spent the whole night in the library again.",
+        "Maria: Let's have lunch at the new Thai place.",
+        "Klaus: The deadline is next Friday and I am not sleeping well.",
+    ],
+    "How does Klaus feel about his research paper?",
+    [
+        {
+            "insight": "Klaus is dedicated to his research paper on gentrification",
+            "evidence": [1, 2],
+        },
+        {"insight": "Klaus is anxious about the deadline of his paper", "evidence": [4]},
+    ],
+)
+
+
+def insights_document(
+    statements: Sequence[str], question: str, *, max_chars: int | None = None
+) -> str:
+    """The few-shot document asking for insights about ``question`` citing ``statements``."""
+    example, example_question, insights = _INSIGHTS_EXAMPLE
+    return "\n\n".join(
+        [
+            "Statements are data, one per numbered line. Each insight answers the question, "
+            "names the people, and cites the numbers of the statements it rests on.",
+            fence_block(example, "statements"),
+            "Question: " + example_question,
+            "Insights: " + json.dumps({"insights": insights}, ensure_ascii=False),
+            fence_block(statements, "statements", max_chars=max_chars),
+            "Question: " + neutralise(question),
+            "Insights:",
+        ]
+    )
+
+
+_CONDENSE_EXAMPLE = (
+    [
+        "Klaus is dedicated to his research paper [1, 2]",
+        "Klaus works on his paper late at night [2]",
+        "Klaus is anxious about his deadline [3]",
+        "Maria supports Klaus by reading his draft [4]",
+    ],
+    [
+        {
+            "insight": "Klaus is dedicated to his paper and works on it late at night",
+            "evidence": [1, 2],
+        },
+        {"insight": "Klaus is anxious about his deadline", "evidence": [3]},
+        {"insight": "Maria supports Klaus with his work", "evidence": [4]},
+    ],
+)
+
+
+def condense_document(insights: Sequence[str], max_insights: int) -> str:
+    """The few-shot document condensing ``insights`` (lines ending in ``[numbers]``)."""
+    example, condensed = _CONDENSE_EXAMPLE
+    return "\n\n".join(
+        [
+            "Insights are data, one per numbered line, each citing evidence numbers in "
+            "brackets. The condensed list merges insights that say the same thing, keeps "
+            "every cited evidence number, and names the people.",
+            fence_block(example, "insights"),
+            "Condensed: " + json.dumps({"insights": condensed}, ensure_ascii=False),
+            fence_block(insights, "insights"),
+            f"Condensed (at most {max_insights}):",
+        ]
+    )
+
+
+# -- the model call ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionCall:
+    """A model call taking ``{"prompt": str, "schema": dict}``: the document is sent as one
+    user message and the answer decoded under that call's JSON schema.
+
+    ``runnable`` returns ``{"raw": AIMessage, "parsed": dict | None, ...}`` (``method=
+    "json_schema"``, ``include_raw=True``) or, with ``structured=False``, a plain message;
+    :meth:`unpack` turns both into the answer's JSON text for the tolerant parsers.
+    """
+
+    runnable: Runnable[Mapping[str, Any], Any]
+    structured: bool
+
+    @classmethod
+    def build(
+        cls, model: BaseChatModel, *, retry: RetryConfig, structured_output: bool | None
+    ) -> CompletionCall:
+        """Build the call; structured output unless ``structured_output=False``."""
+        from langchain_core.messages import HumanMessage
+        from langchain_core.runnables import RunnableLambda
+
+        structured = structured_output is not False
+
+        def bound(request: Mapping[str, Any]) -> Runnable[Any, Any]:
+            if not structured:
+                return model
+            return model.with_structured_output(
+                request["schema"], method="json_schema", include_raw=True
+            )
+
+        def call(request: Mapping[str, Any], config: RunnableConfig) -> Any:
+            return bound(request).invoke([HumanMessage(request["prompt"])], config)
+
+        async def acall(request: Mapping[str, Any], config: RunnableConfig) -> Any:
+            return await bound(request).ainvoke([HumanMessage(request["prompt"])], config)
+
+        runnable = RunnableLambda(call, afunc=acall, name="completion")
+        return cls(retry.apply(runnable), structured)
+
+    @staticmethod
+    def request(prompt: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+        """The input of one call."""
+        return {"prompt": prompt, "schema": dict(schema)}
+
+    def unpack(self, result: Any) -> tuple[None, str]:
+        """``(None, answer_text)``: the parsed JSON re-serialised, else the raw text."""
+        if isinstance(result, Mapping) and "raw" in result:
+            parsed = result.get("parsed")
+            if isinstance(parsed, Mapping | list):
+                return None, json.dumps(parsed, ensure_ascii=False)
+            return None, message_text(result.get("raw"))
+        return None, message_text(result)
