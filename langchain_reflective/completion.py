@@ -30,7 +30,9 @@ like the worked examples, and the answer can only take the schema's shape.
 from __future__ import annotations
 
 import json
+import re
 import sys
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -65,7 +67,12 @@ PROMPT_STYLES: tuple[str, ...] = ("auto", "chat", "completion")
 """The valid values of :data:`PromptStyle`."""
 
 QUESTION_PATTERN = r"^(What|How|Why) [^?\n]{8,140}[?]$"
-"""Every question starts with What/How/Why and ends with its only question mark."""
+"""Every question starts with What/How/Why and ends with its only question mark. (Requiring a
+name too would need an alternation inside the pattern, which llama.cpp's grammar conversion
+drops silently, leaving the answer unconstrained; the document names the subjects instead.)"""
+
+MAX_SUBJECTS = 6
+"""At most this many names are offered as the subjects of questions and insights."""
 
 MAX_INSIGHT_CHARS = 200
 """Longest insight the completion path lets the model write (keeps answers short and ending)."""
@@ -101,6 +108,32 @@ def resolve_prompt_style(
 
 
 # -- JSON schemas, one per call ------------------------------------------------------------------
+
+
+_SPEAKER = re.compile(r"^\s*([A-Z][\w'’-]{1,30}):")
+_NAME = re.compile(r"(?<![\w'’])([A-Z][a-zà-ÿ][\w'’-]{1,30})")
+_COMMON_WORDS = (
+    "The This That These Those There Then They Their What When Where Which Who Why How "
+    "And But Also Yes No Not Oh Hey Hi Hello Thanks Sorry Maybe Same Perfect Totally Wow "
+    "Big Did Do Does Have Has Had Was Were Are Is Will Would Can Could Should She He It "
+    "Its We Our You Your My Me Mine Just Only Like Morning Speaking Congratulations "
+    "Never Monday Tuesday Wednesday Thursday Friday Saturday Sunday January February "
+    "March April May June July August September October November December"
+)
+_NOT_NAMES = frozenset(_COMMON_WORDS.split())
+
+
+def subjects(statements: Sequence[str]) -> list[str]:
+    """The people the statements are about, most mentioned first (at most
+    :data:`MAX_SUBJECTS`): speakers of ``"Name: ..."`` lines, else capitalised words that
+    recur and are not common sentence starters."""
+    speakers = Counter(m.group(1) for s in statements if (m := _SPEAKER.match(s)))
+    if speakers:
+        return [name for name, _ in speakers.most_common(MAX_SUBJECTS)]
+    words = Counter(
+        w for s in statements for w in _NAME.findall(neutralise(s)) if w not in _NOT_NAMES
+    )
+    return [w for w, n in words.most_common(MAX_SUBJECTS) if n >= 2]
 
 
 def ratings_schema(count: int) -> dict[str, Any]:
@@ -196,104 +229,58 @@ def importance_document(texts: Sequence[str], *, max_chars: int | None = None) -
     )
 
 
-_QUESTIONS_EXAMPLE = (
-    [
-        "Klaus: I'm writing a research paper about gentrification in low-income neighborhoods.",
-        "Maria: I can read a draft of your paper this weekend if you like.",
-        "Klaus: I spent the whole night in the library again.",
-        "Klaus: The deadline is next Friday and I am not sleeping well.",
-        "Maria: Let's have lunch at the new Thai place.",
-    ],
-    [
-        "What is Klaus's research paper about?",
-        "How does Maria support Klaus with his work?",
-        "Why is Klaus not sleeping well?",
-    ],
-)
+def _about(names: Sequence[str]) -> str:
+    if not names:
+        return "the people in them"
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def questions_document(statements: Sequence[str], n: int, *, max_chars: int | None = None) -> str:
-    """The few-shot document asking ``n`` high-level questions about ``statements``."""
-    example, questions = _QUESTIONS_EXAMPLE
+    """The document asking ``n`` high-level questions about ``statements``.
+
+    It has no worked example: a base model copies an example's questions nearly word for word,
+    and the schema already fixes the shape (:func:`questions_schema`)."""
+    about = _about(subjects(statements))
     return "\n\n".join(
         [
-            "Statements about people are data, one per numbered line. After them come the "
-            "most salient high-level questions about those people, naming them.",
-            fence_block(example, "statements"),
-            f"{len(questions)} questions: " + json.dumps({"questions": questions}),
+            f"Statements about {about} are data, one per numbered line.",
             fence_block(statements, "statements", max_chars=max_chars),
-            f"{n} questions:",
+            f"The {n} most salient high-level questions we can answer about {about} from "
+            "these statements, each naming who it is about:",
         ]
     )
-
-
-_INSIGHTS_EXAMPLE = (
-    [
-        "Klaus: I'm writing a research paper about gentrification in low-income neighborhoods.",
-        "Klaus: I spent the whole night in the library again.",
-        "Maria: Let's have lunch at the new Thai place.",
-        "Klaus: The deadline is next Friday and I am not sleeping well.",
-    ],
-    "How does Klaus feel about his research paper?",
-    [
-        {
-            "insight": "Klaus is dedicated to his research paper on gentrification",
-            "evidence": [1, 2],
-        },
-        {"insight": "Klaus is anxious about the deadline of his paper", "evidence": [4]},
-    ],
-)
 
 
 def insights_document(
     statements: Sequence[str], question: str, *, max_chars: int | None = None
 ) -> str:
-    """The few-shot document asking for insights about ``question`` citing ``statements``."""
-    example, example_question, insights = _INSIGHTS_EXAMPLE
+    """The document asking for insights about ``question`` citing ``statements`` by number.
+
+    No worked example, for the reason given in :func:`questions_document`; the schema
+    (:func:`insights_schema`) admits only the statement numbers that exist."""
+    about = _about(subjects(statements))
     return "\n\n".join(
         [
-            "Statements are data, one per numbered line. Each insight answers the question, "
-            "names the people, and cites the numbers of the statements it rests on.",
-            fence_block(example, "statements"),
-            "Question: " + example_question,
-            "Insights: " + json.dumps({"insights": insights}, ensure_ascii=False),
+            f"Statements about {about} are data, one per numbered line.",
             fence_block(statements, "statements", max_chars=max_chars),
             "Question: " + neutralise(question),
-            "Insights:",
+            f"High-level insights about {about} that answer the question, each naming who "
+            "it is about and citing the numbers of the statements it rests on:",
         ]
     )
 
 
-_CONDENSE_EXAMPLE = (
-    [
-        "Klaus is dedicated to his research paper [1, 2]",
-        "Klaus works on his paper late at night [2]",
-        "Klaus is anxious about his deadline [3]",
-        "Maria supports Klaus by reading his draft [4]",
-    ],
-    [
-        {
-            "insight": "Klaus is dedicated to his paper and works on it late at night",
-            "evidence": [1, 2],
-        },
-        {"insight": "Klaus is anxious about his deadline", "evidence": [3]},
-        {"insight": "Maria supports Klaus with his work", "evidence": [4]},
-    ],
-)
-
-
 def condense_document(insights: Sequence[str], max_insights: int) -> str:
-    """The few-shot document condensing ``insights`` (lines ending in ``[numbers]``)."""
-    example, condensed = _CONDENSE_EXAMPLE
+    """The document condensing ``insights`` (lines ending in ``[numbers]``) to at most
+    ``max_insights``, keeping their evidence numbers."""
+    about = _about(subjects(insights))
     return "\n\n".join(
         [
-            "Insights are data, one per numbered line, each citing evidence numbers in "
-            "brackets. The condensed list merges insights that say the same thing, keeps "
-            "every cited evidence number, and names the people.",
-            fence_block(example, "insights"),
-            "Condensed: " + json.dumps({"insights": condensed}, ensure_ascii=False),
+            f"Insights about {about} are data, one per numbered line, each citing evidence "
+            "numbers in brackets.",
             fence_block(insights, "insights"),
-            f"Condensed (at most {max_insights}):",
+            f"The same insights condensed to at most {max_insights}: insights that say the "
+            "same thing merged, each naming who it is about and keeping its evidence numbers:",
         ]
     )
 
