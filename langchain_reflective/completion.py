@@ -52,10 +52,12 @@ __all__ = [
     "insights_document",
     "insights_schema",
     "is_completion_model",
+    "question_pattern",
     "questions_document",
     "questions_schema",
     "ratings_schema",
     "resolve_prompt_style",
+    "subjects",
 ]
 
 PromptStyle = Literal["auto", "chat", "completion"]
@@ -67,9 +69,8 @@ PROMPT_STYLES: tuple[str, ...] = ("auto", "chat", "completion")
 """The valid values of :data:`PromptStyle`."""
 
 QUESTION_PATTERN = r"^(What|How|Why) [^?\n]{8,140}[?]$"
-"""Every question starts with What/How/Why and ends with its only question mark. (Requiring a
-name too would need an alternation inside the pattern, which llama.cpp's grammar conversion
-drops silently, leaving the answer unconstrained; the document names the subjects instead.)"""
+"""Every question starts with What/How/Why and ends with its only question mark (when the
+statements name nobody; otherwise :func:`question_pattern` also requires a name)."""
 
 MAX_SUBJECTS = 6
 """At most this many names are offered as the subjects of questions and insights."""
@@ -136,6 +137,24 @@ def subjects(statements: Sequence[str]) -> list[str]:
     return [w for w, n in words.most_common(MAX_SUBJECTS) if n >= 2]
 
 
+def question_pattern(names: Sequence[str] = ()) -> str:
+    """:data:`QUESTION_PATTERN`, or with ``names``: ``What|How|Why``, an auxiliary verb, one of
+    the names, and the rest of the question up to its only ``?``.
+
+    The pattern keeps to what llama.cpp's schema-to-grammar conversion handles: a free-length
+    or optional part *before* the alternation makes it drop the grammar silently (the answer
+    is then unconstrained), so the name comes right after the verb.
+    """
+    safe = [n for n in names if re.fullmatch(r"[^\W\d_][\w'’-]*", n)]
+    if not safe:
+        return QUESTION_PATTERN
+    return (
+        r"^(What|How|Why) (does|did|is|was|will|has|would) ("
+        + "|".join(safe)
+        + r") [^?\n]{4,100}[?]$"
+    )
+
+
 def ratings_schema(count: int) -> dict[str, Any]:
     """Exactly ``count`` integer ratings from 1 to 10, in memory order."""
     return _object(
@@ -149,13 +168,14 @@ def ratings_schema(count: int) -> dict[str, Any]:
     )
 
 
-def questions_schema(n: int) -> dict[str, Any]:
-    """Exactly ``n`` questions, each matching :data:`QUESTION_PATTERN`."""
+def questions_schema(n: int, names: Sequence[str] = ()) -> dict[str, Any]:
+    """Exactly ``n`` questions, each matching :func:`question_pattern` (naming one of
+    ``names`` when given)."""
     return _object(
         "QuestionList",
         questions={
             "type": "array",
-            "items": {"type": "string", "pattern": QUESTION_PATTERN},
+            "items": {"type": "string", "pattern": question_pattern(names)},
             "minItems": n,
             "maxItems": n,
         },

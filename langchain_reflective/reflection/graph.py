@@ -38,6 +38,7 @@ from langchain_reflective.completion import (
     questions_document,
     questions_schema,
     resolve_prompt_style,
+    subjects,
 )
 from langchain_reflective.errors import ReflectionError
 from langchain_reflective.records import REFLECTION, MemoryRecord, utc
@@ -212,7 +213,7 @@ class _Reflection:
         call, request = self._request(
             "questions",
             document=questions_document(recent, n, max_chars=max_chars),
-            schema=questions_schema(n),
+            schema=questions_schema(n, subjects(recent)),
             statements=fence_block(recent, "statements", max_chars=max_chars),
             n_questions=n,
         )
