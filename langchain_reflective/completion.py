@@ -49,6 +49,7 @@ __all__ = [
     "PromptStyle",
     "condense_document",
     "importance_document",
+    "insight_pattern",
     "insights_document",
     "insights_schema",
     "is_completion_model",
@@ -68,7 +69,7 @@ embedded local model, chat otherwise)."""
 PROMPT_STYLES: tuple[str, ...] = ("auto", "chat", "completion")
 """The valid values of :data:`PromptStyle`."""
 
-QUESTION_PATTERN = r"^(What|How|Why) [^?\n]{8,140}[?]$"
+QUESTION_PATTERN = r'^(What|How|Why) [^?"\\\n]{8,140}[?]$'
 """Every question starts with What/How/Why and ends with its only question mark (when the
 statements name nobody; otherwise :func:`question_pattern` also requires a name)."""
 
@@ -145,14 +146,29 @@ def question_pattern(names: Sequence[str] = ()) -> str:
     or optional part *before* the alternation makes it drop the grammar silently (the answer
     is then unconstrained), so the name comes right after the verb.
     """
-    safe = [n for n in names if re.fullmatch(r"[^\W\d_][\w'’-]*", n)]
-    if not safe:
+    alternation = _alternation(names)
+    if not alternation:
         return QUESTION_PATTERN
     return (
-        r"^(What|How|Why) (does|did|is|was|will|has|would) ("
-        + "|".join(safe)
-        + r") [^?\n]{4,100}[?]$"
+        r"^(What|How|Why) (does|did|is|was|will|has|would) "
+        + alternation
+        + r' [^?"\\\n]{4,100}[?]$'
     )
+
+
+def insight_pattern(names: Sequence[str] = ()) -> str:
+    """An insight of 10 to :data:`MAX_INSIGHT_CHARS` characters on one line; with ``names``
+    it starts with one of them (so it is about someone, in the third person)."""
+    alternation = _alternation(names)
+    if not alternation:
+        return r'^[^"\\\n]{10,%d}$' % MAX_INSIGHT_CHARS
+    return "^" + alternation + r' [^"\\\n]{10,%d}$' % (MAX_INSIGHT_CHARS - 40)
+
+
+def _alternation(names: Sequence[str]) -> str:
+    """``(A|B)`` of the ``names`` that are plain words (so they are safe in a pattern)."""
+    safe = [n for n in names if re.fullmatch(r"[^\W\d_][\w'’-]*", n)]
+    return "(" + "|".join(safe) + ")" if safe else ""
 
 
 def ratings_schema(count: int) -> dict[str, Any]:
@@ -182,13 +198,16 @@ def questions_schema(n: int, names: Sequence[str] = ()) -> dict[str, Any]:
     )
 
 
-def insights_schema(n_statements: int, max_insights: int) -> dict[str, Any]:
-    """1 to ``max_insights`` insights, each citing 1 to :data:`MAX_CITATIONS` of the statement
-    numbers ``1..n_statements`` (an ``enum``: no other number can be written)."""
+def insights_schema(
+    n_statements: int, max_insights: int, names: Sequence[str] = ()
+) -> dict[str, Any]:
+    """1 to ``max_insights`` insights (:func:`insight_pattern`: starting with one of ``names``
+    when given), each citing 1 to :data:`MAX_CITATIONS` of the statement numbers
+    ``1..n_statements`` (an ``enum``: no other number can be written)."""
     insight = {
         "type": "object",
         "properties": {
-            "insight": {"type": "string", "minLength": 10, "maxLength": MAX_INSIGHT_CHARS},
+            "insight": {"type": "string", "pattern": insight_pattern(names)},
             "evidence": {
                 "type": "array",
                 "items": {"type": "integer", "enum": list(range(1, n_statements + 1))},

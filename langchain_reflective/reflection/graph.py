@@ -254,7 +254,7 @@ class _Reflection:
         call, request = self._request(
             "insights",
             document=insights_document(texts, branch["question"], max_chars=cfg.max_chars),
-            schema=insights_schema(len(records), cfg.max_insights),
+            schema=insights_schema(len(records), cfg.max_insights, subjects(texts)),
             statements=fence_block(texts, "statements", max_chars=cfg.max_chars),
             question=neutralise(branch["question"]),
         )
@@ -289,7 +289,9 @@ class _Reflection:
         call, request = self._request(
             "condense",
             document=condense_document(lines, cfg.max_insights),
-            schema=insights_schema(len(ids), cfg.max_insights),
+            schema=insights_schema(
+                len(ids), cfg.max_insights, subjects(state.get("recent") or lines)
+            ),
             insights=fence_block(lines, "insights"),
             max_insights=cfg.max_insights,
         )
