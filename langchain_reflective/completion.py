@@ -161,8 +161,8 @@ def insight_pattern(names: Sequence[str] = ()) -> str:
     it starts with one of them (so it is about someone, in the third person)."""
     alternation = _alternation(names)
     if not alternation:
-        return r'^[^"\\\n]{10,%d}$' % MAX_INSIGHT_CHARS
-    return "^" + alternation + r' [^"\\\n]{10,%d}$' % (MAX_INSIGHT_CHARS - 40)
+        return r'^[^"\\\n]{10,' + f"{MAX_INSIGHT_CHARS}}}$"
+    return "^" + alternation + r' [^"\\\n]{10,' + f"{MAX_INSIGHT_CHARS - 40}}}$"
 
 
 def _alternation(names: Sequence[str]) -> str:

@@ -117,12 +117,17 @@ class _Reflection:
             model, config.prompt_style, custom_prompts=prompts is not None
         )
         retry, structured = config.retry, config.structured_output
-        self.completion: CompletionCall | None = None
+        self.calls: dict[str, ModelCall[Any] | CompletionCall]
+        """The call of the question step and of the insight and condense steps."""
         if self.style == "completion":
-            self.completion = CompletionCall.build(model, retry=retry, structured_output=structured)
-        build = ModelCall.build
-        self.questions_call = build(model, QuestionList, retry=retry, structured_output=structured)
-        self.insights_call = build(model, InsightList, retry=retry, structured_output=structured)
+            completion = CompletionCall.build(model, retry=retry, structured_output=structured)
+            self.calls = {"questions": completion, "insights": completion}
+        else:
+            build = ModelCall.build
+            self.calls = {
+                "questions": build(model, QuestionList, retry=retry, structured_output=structured),
+                "insights": build(model, InsightList, retry=retry, structured_output=structured),
+            }
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -152,16 +157,15 @@ class _Reflection:
     ) -> tuple[ModelCall[Any] | CompletionCall, Any]:
         """The call and input of ``stage``: the few-shot ``document`` under ``schema`` on the
         completion path, the stage's chat prompt filled with ``values`` otherwise."""
-        if self.completion is not None:
-            return self.completion, self.completion.request(document, schema)
-        call = self.questions_call if stage == "questions" else self.insights_call
+        call = self.calls["questions" if stage == "questions" else "insights"]
+        if isinstance(call, CompletionCall):
+            return call, call.request(document, schema)
         return call, self.prompts.format(stage, **values)
 
     def _insight_pairs(
         self, result: Any, *, n_statements: int
     ) -> tuple[list[tuple[str, list[int]]], str]:
-        call = self.completion or self.insights_call
-        parsed, raw = call.unpack(result)
+        parsed, raw = self.calls["insights"].unpack(result)
         pairs: list[tuple[str, list[int]]] = []
         if parsed is not None:
             pairs = parse_insights(parsed.model_dump_json(), n_statements=n_statements)
