@@ -1,30 +1,36 @@
-"""Completion-style prompting for base models: few-shot documents answered under a JSON schema.
+"""Completion-style prompting for base models: short documents answered under a JSON schema.
 
 The seed 002 prompts (:mod:`langchain_reflective.reflection.prompts`, the importance prompt in
 :mod:`langchain_reflective.importance`) are instructions written for instruction-tuned chat
 models. A *base* model, such as the tiny Gemma 3 270M served by :mod:`langchain_reflective.local`,
-does not follow instructions: it continues patterns. For such models each step is asked as a
-short document made of worked examples followed by the open case, and the answer is decoded
-under a JSON schema built for that very call, which the server enforces with a grammar
-(``with_structured_output(schema, method="json_schema")``; llama.cpp, vLLM and the OpenAI API
-all enforce it):
+does not follow instructions: it continues text. For such models each step is asked as a short
+document that ends where the answer starts (the rating document with one worked example; the
+reflection documents without, because the model copied examples nearly word for word), and the
+answer is decoded under a JSON schema built for that very call, which the server enforces with a
+grammar (``with_structured_output(schema, method="json_schema")``; llama.cpp, vLLM and the
+OpenAI API all enforce it):
 
 * importance: exactly one integer 1-10 per memory (``enum``, ``minItems = maxItems = N``);
-* questions: exactly ``n`` strings that start with What/How/Why and end with ``?``
-  (``pattern``);
-* insights and condensing: bounded strings whose citations are an ``enum`` of the statement
-  numbers that exist in this prompt, so the model cannot cite a statement it was not shown.
+* questions: exactly ``n`` strings that start with What/How/Why, name one of the people the
+  statements are about (:func:`subjects`) and end with their only ``?`` (``pattern``);
+* insights and condensing: short one-line strings starting with such a name, whose citations
+  are an ``enum`` of the statement numbers that exist in this prompt, so the model cannot cite
+  a statement it was not shown.
+
+The schema makes answers well-formed, not wise: a 270M base model's ratings follow the shape of
+its context more than the memories' content, and its insights are naive.
 
 Which path a step takes is the ``prompt_style`` setting (:data:`PromptStyle`) of
 :class:`~langchain_reflective.importance.ImportanceConfig` and
 :class:`~langchain_reflective.reflection.ReflectionConfig`: ``"auto"`` (the default) uses this
 path for the embedded local model (:class:`~langchain_reflective._local_openai.LocalChatOpenAI`)
-and the seed 002 chat prompts for every other model; ``"completion"`` or ``"chat"`` force one.
+unless custom chat prompts are given, and the seed 002 chat prompts for every other model;
+``"completion"`` or ``"chat"`` force one.
 
 Memory text is data here too: every memory is numbered on one line inside a
 ``<memories>``/``<statements>``/``<insights>`` block by
-:func:`~langchain_reflective._llm.fence_block` (newlines collapsed, forged tags defused), exactly
-like the worked examples, and the answer can only take the schema's shape.
+:func:`~langchain_reflective._llm.fence_block` (newlines collapsed, forged tags defused), and the
+answer can only take the schema's shape.
 """
 
 from __future__ import annotations
@@ -234,7 +240,7 @@ def _object(title: str, **properties: Any) -> dict[str, Any]:
     }
 
 
-# -- few-shot documents --------------------------------------------------------------------------
+# -- documents --------------------------------------------------------------------------------
 
 _RATING_SCALE = (
     "Each memory is rated for poignancy from 1 (purely mundane, e.g. brushing teeth, making "
