@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
     from langchain_reflective.records import MemoryRecord
+    from langchain_reflective.scoring import ScoringConfig
     from langchain_reflective.storage.sqlite import SQLiteRecordStore
     from langchain_reflective.stream import MemoryStream, ScoredMemory
 
@@ -223,10 +224,74 @@ def _prepare_demo_file(db: Path, fresh: bool) -> None:
             shutil.rmtree(cache)
 
 
-def _score_table(title: str, hits: Sequence[ScoredMemory], evidence: Sequence[str]) -> Table:
+def _shows_context(scoring: ScoringConfig) -> bool:
+    """Whether the neighbours' share of a score can be shown: raw (unnormalised) components."""
+    return scoring.neighbor_weight > 0 and scoring.normalization == "none"
+
+
+def _context_share(hit: ScoredMemory, scoring: ScoringConfig) -> float:
+    """What the neighbouring turns added to ``hit.score``: the score less the hit's own terms."""
+    own = (
+        scoring.relevance_weight * hit.relevance
+        + scoring.lexical_weight * hit.lexical
+        + scoring.recency_weight * hit.recency
+        + scoring.importance_weight * hit.importance
+    )
+    return max(0.0, hit.score - own)
+
+
+def _score_legend(scoring: ScoringConfig) -> str:
+    """What the columns of the retrieval tables mean, for the stream's scoring settings."""
+
+    def w(value: float) -> str:
+        return f"{value:g}"
+
+    terms = [f"{w(scoring.relevance_weight)}·relevance"]
+    if scoring.lexical_weight > 0:
+        terms.append(f"{w(scoring.lexical_weight)}·lexical")
+    if _shows_context(scoring):
+        terms.append("context")
+    terms += [
+        f"{w(scoring.recency_weight)}·recency",
+        f"{w(scoring.importance_weight)}·importance",
+    ]
+    norm = " (relevance and recency min-max normalised)" if scoring.normalization != "none" else ""
+    lines = [
+        f"score = {' + '.join(terms)}{norm}.",
+        "relevance: cosine similarity of the turn's embedding to the question.",
+    ]
+    if scoring.lexical_weight > 0:
+        if scoring.lexical_context:
+            lines.append(
+                "lexical: BM25 of the turn [bold]together with the turn before it[/], relative "
+                "to the best match (1.000); a turn that answers a matching turn scores high "
+                "here even when its own words do not match."
+            )
+        else:
+            lines.append("lexical: BM25 of the turn, relative to the best match (1.000).")
+    if _shows_context(scoring):
+        lines.append(
+            f"context: what the neighbouring turns added ({w(scoring.neighbor_weight)} × the "
+            "better of the previous and next turn's relevance + lexical)."
+        )
+    lines.append(
+        f"recency: {w(scoring.decay)} ** hours since last access; importance: rating / 10."
+    )
+    return "\n".join(lines)
+
+
+def _score_table(
+    title: str,
+    hits: Sequence[ScoredMemory],
+    evidence: Sequence[str],
+    scoring: ScoringConfig | None = None,
+) -> Table:
+    """One question's ranking with every score component (and the neighbours' share)."""
+    context = scoring is not None and _shows_context(scoring)
     table = Table(title=title, title_justify="left", expand=True, show_lines=False)
     table.add_column("#", justify="right", no_wrap=True)
-    for name in ("score", "relevance", "lexical", "recency", "importance"):
+    names = ["score", "relevance", "lexical"] + (["context"] if context else [])
+    for name in [*names, "recency", "importance"]:
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("turn", no_wrap=True)
     table.add_column("text", ratio=1, overflow="fold")
@@ -234,11 +299,13 @@ def _score_table(title: str, hits: Sequence[ScoredMemory], evidence: Sequence[st
     for rank, hit in enumerate(hits, 1):
         dia_id = str(hit.record.metadata.get("dia_id", "")) if hit.record.metadata else ""
         mark = " [green]✓[/]" if dia_id and dia_id in wanted else ""
+        shares = [f"{_context_share(hit, scoring):.3f}"] if context and scoring else []
         table.add_row(
             str(rank),
             f"{hit.score:.3f}",
             f"{hit.relevance:.3f}",
             f"{hit.lexical:.3f}",
+            *shares,
             f"{hit.recency:.3f}",
             f"{hit.importance:.2f}",
             escape(dia_id or hit.record.kind) + mark,
@@ -246,6 +313,13 @@ def _score_table(title: str, hits: Sequence[ScoredMemory], evidence: Sequence[st
         )
     return table
 
+
+_STYLE_NOTES = {
+    "completion": "completion-style prompts: few-shot documents, answers constrained by a "
+    "JSON schema built per call",
+    "chat": "chat prompts of seed 002 (Generative Agents)",
+}
+"""How the demo describes each prompt style (``prompt_style``, resolved)."""
 
 _SKIP_EXPLANATIONS = {
     "no_questions": "the model's answer to the question step held no usable question",
@@ -280,7 +354,11 @@ def _print_reflection(stream: MemoryStream, out: dict[str, Any]) -> None:
             )
         )
         return
-    console.print(f"[bold]Insights[/] ({len(reflections)} stored as 'reflection' memories):")
+    cited_ids = {e for r in reflections for e in r.evidence}
+    console.print(
+        f"[bold]Insights[/] ({len(reflections)} stored as 'reflection' memories, citing "
+        f"{len(cited_ids)} stored turn{'' if len(cited_ids) == 1 else 's'}):"
+    )
     for i, record in enumerate(reflections, 1):
         console.print(
             f"\n[bold]{i}. {escape(record.text)}[/]  "
@@ -339,6 +417,7 @@ def _ingest(
 def _reflect(
     model: BaseChatModel, stream: MemoryStream, now: datetime, evidence_k: int
 ) -> dict[str, Any]:
+    from langchain_reflective.completion import resolve_prompt_style
     from langchain_reflective.importance import RetryConfig
     from langchain_reflective.reflection import ReflectionConfig, create_reflection_graph
 
@@ -352,6 +431,8 @@ def _reflect(
     )
     graph = create_reflection_graph(model, stream, config=config)
     console = _console()
+    style = resolve_prompt_style(model, config.prompt_style)
+    console.print(f"[dim]Prompting: {_STYLE_NOTES[style]}.[/]")
     out: dict[str, Any] = {}
     started = time.perf_counter()
     done = {"insights": 0}
@@ -444,8 +525,11 @@ def demo(
     if choice.provider == "local":
         body += (
             "\n\n[bold yellow]Note:[/] the local chat model is a tiny 270M [bold]base[/] model. "
-            "It rates importance and writes reflections through the real pipeline (HTTP, JSON "
-            "schema, parsing), but its judgement is poor: expect odd ratings and weak insights."
+            "It is prompted completion-style: few-shot documents whose answers a JSON schema "
+            "constrains (ratings are integers 1-10, questions are questions, insights can only "
+            "cite turns that exist), through the real pipeline (HTTP, grammar, parsing). So its "
+            "answers are well-formed, but what they say is a tiny base model's judgement: "
+            "expect odd ratings and naive insights."
         )
     console.print(Panel(body, title="Models", title_align="left", border_style="cyan"))
     speakers = sorted({t.speaker for t in turns})
@@ -477,16 +561,26 @@ def demo(
             by_llm, by_rule = sources.get("llm", 0), sources.get("heuristic", 0)
             console.print(
                 f"Stored {len(turns)} memories. Importance rated by the LLM: {by_llm}; by the "
-                f"heuristic fallback (model answer unusable): {by_rule}."
+                f"heuristic fallback (model answer unusable): {by_rule}. "
+                f"[dim]({_STYLE_NOTES[scorer.prompt_style]})[/]"
             )
 
             mark = time.perf_counter()
             if asked:
                 console.rule(f"Retrieval (as of {_stamp(as_of)}, k={k})")
+                console.print(
+                    Panel(
+                        _score_legend(stream.scoring),
+                        title="What the columns mean",
+                        title_align="left",
+                        border_style="dim",
+                    )
+                )
             for i, q in enumerate(asked, 1):
                 hits = stream.retrieve(q.question, k=k, now=as_of)
                 console.print()
-                console.print(_score_table(f"Q{i}. {escape(q.question)}", hits, q.evidence))
+                title = f"Q{i}. {escape(q.question)}"
+                console.print(_score_table(title, hits, q.evidence, stream.scoring))
                 if q.answer:
                     found = {
                         str(h.record.metadata.get("dia_id")) for h in hits if h.record.metadata

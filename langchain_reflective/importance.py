@@ -5,7 +5,10 @@ importance. Ratings are on the Generative Agents 1-10 scale and stored as ``rati
 
 :class:`LLMImportanceScorer` rates many memories in one model call (``batch_size`` per call, default
 10) with the poignancy prompt of the Generative Agents paper. It uses structured output when the
-model supports it and a tolerant text parser (:func:`parse_ratings`) otherwise. Whatever goes wrong
+model supports it and a tolerant text parser (:func:`parse_ratings`) otherwise. Base models (the
+embedded local one by default, any model with ``prompt_style="completion"``) get a few-shot rating
+document instead, answered under a JSON schema that admits exactly one integer 1-10 per memory
+(:mod:`langchain_reflective.completion`). Whatever goes wrong
 with the model (an exception after retries, a timeout, an answer that cannot be parsed, a missing
 item) falls back to :func:`heuristic_rating` for the affected memories, marked
 ``importance_source="heuristic"``, unless ``strict=True`` asks for an :class:`ImportanceError`.
@@ -39,6 +42,14 @@ from langchain_reflective._llm import (
     run_async,
     run_sync,
     transient_errors,
+)
+from langchain_reflective.completion import (
+    CompletionCall,
+    PromptStyle,
+    check_prompt_style,
+    importance_document,
+    ratings_schema,
+    resolve_prompt_style,
 )
 from langchain_reflective.errors import ImportanceError
 from langchain_reflective.records import ImportanceSource
@@ -207,10 +218,16 @@ class ImportanceConfig:
     """Memories longer than this are cut in the prompt (the stored text is untouched)."""
     retry: RetryConfig = field(default_factory=RetryConfig)
     """Retries of transient errors (timeouts, connection errors, rate limits)."""
+    prompt_style: PromptStyle = "auto"
+    """``"chat"``: seed 002's poignancy prompt (or ``prompt``); ``"completion"``: a few-shot
+    rating document answered under a per-call JSON schema (one integer 1-10 per memory), for
+    base models; ``"auto"``: completion for the embedded local model unless a custom ``prompt``
+    is given, chat otherwise (:mod:`langchain_reflective.completion`)."""
 
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.max_concurrency < 1 or self.max_chars < 10:
             raise ValueError("batch_size and max_concurrency must be >= 1 and max_chars >= 10")
+        check_prompt_style(self.prompt_style)
 
 
 def default_importance_prompt() -> ChatPromptTemplate:
@@ -239,7 +256,7 @@ class LLMImportanceScorer(BaseImportanceScorer):
         model: A chat model, or a ``"provider:model"`` string for ``init_chat_model``.
         config: Batch size, strictness, structured output, retries.
         prompt: A prompt with the variables ``memories`` and ``count`` (default: seed 002's
-            poignancy prompt, batched).
+            poignancy prompt, batched); used by the chat prompt style.
         fallback: Scorer for memories the model could not rate (default: the heuristic).
     """
 
@@ -257,12 +274,24 @@ class LLMImportanceScorer(BaseImportanceScorer):
         if "memories" not in self.prompt.input_variables:
             raise ValueError("the importance prompt must use the {memories} variable")
         self.fallback = fallback or HeuristicImportanceScorer()
-        self._call = ModelCall.build(
-            self.model,
-            ImportanceRatings,
-            retry=self.config.retry,
-            structured_output=self.config.structured_output,
+        self.prompt_style = resolve_prompt_style(
+            self.model, self.config.prompt_style, custom_prompts=prompt is not None
         )
+        """The prompt style in use, ``"auto"`` resolved."""
+        self._call: ModelCall[ImportanceRatings] | CompletionCall
+        if self.prompt_style == "completion":
+            self._call = CompletionCall.build(
+                self.model,
+                retry=self.config.retry,
+                structured_output=self.config.structured_output,
+            )
+        else:
+            self._call = ModelCall.build(
+                self.model,
+                ImportanceRatings,
+                retry=self.config.retry,
+                structured_output=self.config.structured_output,
+            )
 
     @property
     def uses_structured_output(self) -> bool:
@@ -282,23 +311,11 @@ class LLMImportanceScorer(BaseImportanceScorer):
             return []
         size = self.config.batch_size
         chunks = [texts[i : i + size] for i in range(0, len(texts), size)]
-        inputs = [
-            self.prompt.format_messages(
-                **{
-                    k: v
-                    for k, v in {
-                        "memories": fence_block(c, "memories", max_chars=self.config.max_chars),
-                        "count": len(c),
-                    }.items()
-                    if k in self.prompt.input_variables
-                }
-            )
-            for c in chunks
-        ]
+        inputs: list[Any] = [self._request(c) for c in chunks]
         config: RunnableConfig = {
             "max_concurrency": self.config.max_concurrency,
             "run_name": "importance",
-            "tags": ["langchain-reflective", "importance"],
+            "tags": ["langchain-reflective", "importance", f"prompt_style.{self.prompt_style}"],
         }
         outputs: list[Any] = yield Op(
             self._call.runnable.batch,
@@ -318,6 +335,18 @@ class LLMImportanceScorer(BaseImportanceScorer):
         if failed:
             results = self._apply_fallback(texts, results)
         return results
+
+    def _request(self, chunk: list[str]) -> Any:
+        """The model input rating ``chunk``: a few-shot document and its schema, or messages."""
+        if isinstance(self._call, CompletionCall):
+            document = importance_document(chunk, max_chars=self.config.max_chars)
+            return self._call.request(document, ratings_schema(len(chunk)))
+        values = {
+            "memories": fence_block(chunk, "memories", max_chars=self.config.max_chars),
+            "count": len(chunk),
+        }
+        used = self.prompt.input_variables
+        return self.prompt.format_messages(**{k: v for k, v in values.items() if k in used})
 
     def _chunk_results(self, chunk: list[str], output: Any) -> list[ImportanceResult]:
         placeholder = 0.5

@@ -542,6 +542,10 @@ class LocalChatServer:
     def chat_model(self, **kwargs: Any) -> ChatOpenAI:
         """Return a :class:`~langchain_openai.ChatOpenAI` bound to this running server.
 
+        It is a :class:`~langchain_reflective._local_openai.LocalChatOpenAI`, so importance
+        rating and reflection prompt it completion-style (few-shot documents under a JSON
+        schema, see :mod:`langchain_reflective.completion`) unless told otherwise.
+
         Defaults suit the tiny local model (``temperature=0``, ``max_tokens=256``,
         ``max_retries=1``, ``timeout=300`` and, for the embedded GGUF, a ``logit_bias`` banning
         blank tokens - see the class docstring); any keyword overrides them. A
@@ -557,7 +561,7 @@ class LocalChatServer:
         Raises:
             LocalModelError: The server is not running.
         """
-        from langchain_openai import ChatOpenAI
+        from langchain_reflective._local_openai import LocalChatOpenAI
 
         options: dict[str, Any] = {
             "model": self._model_name,
@@ -579,7 +583,7 @@ class LocalChatServer:
             "Connection": "close",
             **(kwargs.get("default_headers") or {}),
         }
-        return ChatOpenAI(**options)
+        return LocalChatOpenAI(**options)
 
 
 @contextlib.contextmanager

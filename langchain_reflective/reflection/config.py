@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from langchain_reflective.completion import PromptStyle, check_prompt_style
 from langchain_reflective.importance import RetryConfig
 
 __all__ = ["ReflectionConfig"]
@@ -50,6 +51,12 @@ class ReflectionConfig:
     """Memory texts longer than this are cut in prompts (stored texts are untouched)."""
     retry: RetryConfig = field(default_factory=RetryConfig)
     """Retries of transient model errors (timeouts, connection errors, rate limits)."""
+    prompt_style: PromptStyle = "auto"
+    """``"chat"``: seed 002's prompts (or the ``prompts`` given); ``"completion"``: few-shot
+    documents answered under a per-call JSON schema (questions start with What/How/Why and end
+    with ``?``, citations can only name statements that exist), for base models; ``"auto"``:
+    completion for the embedded local model unless custom ``prompts`` are given, chat otherwise
+    (:mod:`langchain_reflective.completion`)."""
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.threshold) or self.threshold < 0:
@@ -60,6 +67,7 @@ class ReflectionConfig:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if not math.isfinite(self.min_relevance) or not -1.0 <= self.min_relevance <= 1.0:
             raise ValueError(f"min_relevance must be in [-1, 1], got {self.min_relevance!r}")
+        check_prompt_style(self.prompt_style)
         if self.max_chars < 10:
             raise ValueError(f"max_chars must be >= 10, got {self.max_chars!r}")
         if self.evidence_kinds is not None:

@@ -30,6 +30,16 @@ from langchain_reflective._llm import (
     run_async,
     run_sync,
 )
+from langchain_reflective.completion import (
+    CompletionCall,
+    condense_document,
+    insights_document,
+    insights_schema,
+    questions_document,
+    questions_schema,
+    resolve_prompt_style,
+    subjects,
+)
 from langchain_reflective.errors import ReflectionError
 from langchain_reflective.records import REFLECTION, MemoryRecord, utc
 from langchain_reflective.reflection.config import ReflectionConfig
@@ -98,26 +108,34 @@ class _Reflection:
         model: BaseChatModel,
         stream: MemoryStream,
         config: ReflectionConfig,
-        prompts: ReflectionPrompts,
+        prompts: ReflectionPrompts | None,
     ) -> None:
         self.stream = stream
         self.config = config
-        self.prompts = prompts
-        build = ModelCall.build
-        self.questions_call = build(
-            model, QuestionList, retry=config.retry, structured_output=config.structured_output
+        self.prompts = prompts or ReflectionPrompts()
+        self.style = resolve_prompt_style(
+            model, config.prompt_style, custom_prompts=prompts is not None
         )
-        self.insights_call = build(
-            model, InsightList, retry=config.retry, structured_output=config.structured_output
-        )
+        retry, structured = config.retry, config.structured_output
+        self.calls: dict[str, ModelCall[Any] | CompletionCall]
+        """The call of the question step and of the insight and condense steps."""
+        if self.style == "completion":
+            completion = CompletionCall.build(model, retry=retry, structured_output=structured)
+            self.calls = {"questions": completion, "insights": completion}
+        else:
+            build = ModelCall.build
+            self.calls = {
+                "questions": build(model, QuestionList, retry=retry, structured_output=structured),
+                "insights": build(model, InsightList, retry=retry, structured_output=structured),
+            }
 
     # -- helpers ---------------------------------------------------------------------------
 
     def _ask(
         self,
-        call: ModelCall[Any],
+        call: ModelCall[Any] | CompletionCall,
         stage: Stage,
-        messages: list[Any],
+        request: Any,
         config: RunnableConfig,
         namespace: str,
     ) -> Op[Any]:
@@ -125,15 +143,29 @@ class _Reflection:
             config,
             {
                 "tags": ["langchain-reflective", f"reflection.{stage}"],
-                "metadata": {"namespace": namespace, "reflection_stage": stage},
+                "metadata": {
+                    "namespace": namespace,
+                    "reflection_stage": stage,
+                    "prompt_style": self.style,
+                },
             },
         )
-        return Op(call.runnable.invoke, call.runnable.ainvoke, (messages,), {"config": cfg})
+        return Op(call.runnable.invoke, call.runnable.ainvoke, (request,), {"config": cfg})
+
+    def _request(
+        self, stage: Stage, *, document: str, schema: dict[str, Any], **values: Any
+    ) -> tuple[ModelCall[Any] | CompletionCall, Any]:
+        """The call and input of ``stage``: the few-shot ``document`` under ``schema`` on the
+        completion path, the stage's chat prompt filled with ``values`` otherwise."""
+        call = self.calls["questions" if stage == "questions" else "insights"]
+        if isinstance(call, CompletionCall):
+            return call, call.request(document, schema)
+        return call, self.prompts.format(stage, **values)
 
     def _insight_pairs(
         self, result: Any, *, n_statements: int
     ) -> tuple[list[tuple[str, list[int]]], str]:
-        parsed, raw = self.insights_call.unpack(result)
+        parsed, raw = self.calls["insights"].unpack(result)
         pairs: list[tuple[str, list[int]]] = []
         if parsed is not None:
             pairs = parse_insights(parsed.model_dump_json(), n_statements=n_statements)
@@ -181,12 +213,16 @@ class _Reflection:
     def questions(self, state: ReflectionGraphState, config: RunnableConfig) -> Flow[Update]:
         """Ask ``n_questions`` high-level questions about the recent memories."""
         ns, n = state["namespace"] or self.stream.namespace, self.config.n_questions
-        statements = fence_block(
-            state.get("recent", []), "statements", max_chars=self.config.max_chars
+        recent, max_chars = state.get("recent", []), self.config.max_chars
+        call, request = self._request(
+            "questions",
+            document=questions_document(recent, n, max_chars=max_chars),
+            schema=questions_schema(n, subjects(recent)),
+            statements=fence_block(recent, "statements", max_chars=max_chars),
+            n_questions=n,
         )
-        messages = self.prompts.format("questions", statements=statements, n_questions=n)
-        result = yield self._ask(self.questions_call, "questions", messages, config, ns)
-        parsed, raw = self.questions_call.unpack(result)
+        result = yield self._ask(call, "questions", request, config, ns)
+        parsed, raw = call.unpack(result)
         questions = parse_questions(parsed.model_dump_json(), n) if parsed is not None else []
         questions = questions or parse_questions(raw, n)
         if not questions:
@@ -218,14 +254,15 @@ class _Reflection:
         )
         if not records:
             return {"branches": [found]}
-        messages = self.prompts.format(
+        texts = [r.text for r in records]
+        call, request = self._request(
             "insights",
-            statements=fence_block(
-                [r.text for r in records], "statements", max_chars=cfg.max_chars
-            ),
+            document=insights_document(texts, branch["question"], max_chars=cfg.max_chars),
+            schema=insights_schema(len(records), cfg.max_insights, subjects(texts)),
+            statements=fence_block(texts, "statements", max_chars=cfg.max_chars),
             question=neutralise(branch["question"]),
         )
-        result = yield self._ask(self.insights_call, "insights", messages, config, ns)
+        result = yield self._ask(call, "insights", request, config, ns)
         pairs, raw = self._insight_pairs(result, n_statements=len(records))
         insights = map_citations(
             pairs, [r.id for r in records], keep_without_evidence=cfg.keep_insights_without_evidence
@@ -252,12 +289,17 @@ class _Reflection:
             return {"condensed": []}
         ids = list(dict.fromkeys(e for i in pool for e in i.evidence))
         numbers = {rid: n for n, rid in enumerate(ids, 1)}
-        messages = self.prompts.format(
+        lines = format_insights(pool, numbers)
+        call, request = self._request(
             "condense",
-            insights=fence_block(format_insights(pool, numbers), "insights"),
+            document=condense_document(lines, cfg.max_insights),
+            schema=insights_schema(
+                len(ids), cfg.max_insights, subjects(state.get("recent") or lines)
+            ),
+            insights=fence_block(lines, "insights"),
             max_insights=cfg.max_insights,
         )
-        result = yield self._ask(self.insights_call, "condense", messages, config, ns)
+        result = yield self._ask(call, "condense", request, config, ns)
         pairs, raw = self._insight_pairs(result, n_statements=len(ids))
         condensed = map_citations(
             pairs, ids, keep_without_evidence=cfg.keep_insights_without_evidence
@@ -422,7 +464,7 @@ def create_reflection_graph(
         as a node of a parent graph.
     """
     cfg = config or ReflectionConfig()
-    steps = _Reflection(resolve_chat_model(model), stream, cfg, prompts or ReflectionPrompts())
+    steps = _Reflection(resolve_chat_model(model), stream, cfg, prompts)
     builder = StateGraph(
         ReflectionGraphState, input_schema=ReflectionInput, output_schema=ReflectionOutput
     )

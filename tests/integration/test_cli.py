@@ -551,15 +551,23 @@ def test_demo_with_local_models(tmp_path: Path) -> None:
     turns = load_conversation(sample_conversation_path())
     assert f"Stored {len(turns)} memories" in out
     assert "rated by the LLM" in out
-    # one score table per question, with every component
+    # one score table per question, with every component, and what the columns mean
     assert out.count("Q1. ") == 1 and "Q3. " in out and "Q4. " not in out
-    for column in ("score", "relevance", "lexical", "recency", "importance"):
+    for column in ("score", "relevance", "lexical", "context", "recency", "importance"):
         assert column in out
-    # the reflection section: insights with evidence, or the explanation why there are none
+    assert "What the columns mean" in out and "turn before it" in " ".join(out.split())
+    # completion-style prompting of the local base model, for ratings and reflection
+    assert " ".join(out.split()).count("completion-style prompts") == 2
+    # the reflection section: the questions (well-formed: the grammar holds them), then
+    # insights with the turns they cite, or the explanation why there are none
     assert "Reflection" in out
     assert "reflection.gate done" in out
+    asked = out.split("Questions the model asked itself:", 1)[1]
+    asked = asked.split("Insights", 1)[0].split("No insight", 1)[0]
+    questions = [" ".join(q.split()) for q in asked.split("  • ")[1:]]
+    assert len(questions) == 3 and all(q.endswith("?") for q in questions), questions
     assert "Insights" in out
-    assert ("evidence " in out) or ("No insight was stored" in out) or ("failed" in out)
+    assert ("evidence D" in out) or ("No insight was stored" in out)
     assert "Elapsed" in out and "total" in out
 
     records = stored_records(db)

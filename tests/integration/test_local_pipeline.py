@@ -89,3 +89,48 @@ def test_full_reflection_over_http(local_chat: Any, local_embeddings: Any, tmp_p
             assert reflection.depth == 1 + max(stored[e].depth for e in reflection.evidence)
             assert 0.0 <= reflection.importance <= 1.0
         assert stream.reflection_state().importance_sum == 0
+
+
+# -- the completion-style path (what the embedded model gets by default) ------------------------
+
+
+def test_the_local_model_is_prompted_completion_style(local_chat: Any) -> None:
+    from langchain_reflective.completion import is_completion_model
+
+    assert is_completion_model(local_chat)
+    scorer = LLMImportanceScorer(local_chat)
+    assert scorer.prompt_style == "completion" and scorer.uses_structured_output
+
+
+def test_completion_path_over_http(
+    local_chat_server: Any, local_embeddings: Any, tmp_path: Path
+) -> None:
+    """The server's grammar holds every answer to its schema: ratings are integers 1-10 for
+    every memory, questions are What/How/Why questions naming someone, and insights cite
+    only statements that were shown (structure only, never wording)."""
+    import re
+
+    from langchain_reflective.completion import question_pattern, subjects
+
+    model = local_chat_server.chat_model(temperature=0.0, max_tokens=320)
+    turns = [f"{'Klaus' if i % 2 else 'Maria'}: {text}" for i, text in enumerate(EVENTS)]
+    scorer = LLMImportanceScorer(model)
+    ratings = scorer.score(turns)
+    assert [r.source for r in ratings] == ["llm"] * len(turns), [r.error for r in ratings]
+    assert all(round(r.value * 10) in range(1, 11) for r in ratings)
+    assert all(abs(r.value * 10 - round(r.value * 10)) < 1e-9 for r in ratings)  # integers
+
+    with MemoryStream(local_embeddings, path=tmp_path / "m.db", importance_scorer=scorer) as stream:
+        stream.add(turns)
+        config = ReflectionConfig(min_relevance=0.2, evidence_k=6, max_insights=3)
+        result = create_reflection_graph(model, stream, config=config).invoke({"force": True})
+        pattern = question_pattern(subjects(turns))
+        assert len(result["questions"]) == config.n_questions
+        assert all(re.fullmatch(pattern, q) for q in result["questions"]), result["questions"]
+        observations = {r.id for r in stream.recent(kinds=["observation"])}
+        assert len(result["reflections"]) <= config.max_insights
+        for reflection in result["reflections"]:
+            assert reflection.evidence and set(reflection.evidence) <= observations
+            assert reflection.text.split()[0] in ("Klaus", "Maria")
+        if not result["reflections"]:
+            assert result["skipped"] == "no_insights"
