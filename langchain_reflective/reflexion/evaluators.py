@@ -107,6 +107,7 @@ DEFAULT_WEIGHTS: Mapping[str, float] = {"pytest": 0.5, "mypy": 0.3, "ruff": 0.2}
 """Seed 003's reward: tests 0.5 x pass rate + types 0.3 + lint 0.2 (used when every check is one
 of these tools; otherwise checks weigh the same unless given a weight)."""
 _VERIFICATION_TYPES = {"pytest": "tests", "mypy": "type_check", "ruff": "lint"}
+_CHECK_NAMES = {"pytest": "tests", "mypy": "types", "ruff": "lint"}
 
 
 def _detect(argv: Sequence[str]) -> ParserName:
@@ -222,7 +223,7 @@ class CommandEvaluator(BaseEvaluator):
         self, check: Check, kind: str, weight: float
     ) -> tuple[CheckResult, list[StructuredError]]:
         argv = check.argv()
-        name = check.name or _VERIFICATION_TYPES.get(kind, Path(argv[0]).name)
+        name = check.name or _CHECK_NAMES.get(kind, Path(argv[0]).name)
         try:
             out, code, seconds = self._run(argv)
         except OSError as exc:  # missing program, bad cwd, permissions
