@@ -1022,6 +1022,9 @@ def _build_app() -> typer.Typer:
     application.command("inspect")(inspect)
     application.command("export")(export)
     application.command("import")(import_)
+    from langchain_reflective.reflexion.cli import build_reflexion_app
+
+    application.add_typer(build_reflexion_app(), name="reflexion")
     return application
 
 

@@ -21,6 +21,7 @@ from langchain_core.messages import HumanMessage
 
 from langchain_reflective.memory import MEMORY_PREAMBLE
 from tests.fakes import WordEmbeddings
+from tests.unit.reflexion_fakes import BUGGY_CODE, FIXED_CODE, good_reflection
 from tests.unit.test_middleware import FakeChat, fenced, system_text, tool_call
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
@@ -111,6 +112,15 @@ def check_custom_memory(result: dict[str, Any], model: FakeChat) -> None:
     assert MEMORY_PREAMBLE in system_text(model.agent_calls[-1])
 
 
+def check_reflexion_coding(result: dict[str, Any], model: FakeChat) -> None:
+    assert result["status"] == "passed" and result["trials"] == 2  # real pytest, twice
+    assert result["reflections"][0][:40] in system_text(model.calls[2])  # fenced into try 2
+
+
+def check_reflexion_agent(result: dict[str, Any], model: FakeChat) -> None:
+    assert result["status"] == "passed" and "395" in result["output"]
+
+
 CHECKS: dict[str, Callable[[dict[str, Any], FakeChat], None]] = {
     "lcel_chain": check_lcel_chain,
     "chat_with_history": check_chat_with_history,
@@ -118,6 +128,8 @@ CHECKS: dict[str, Callable[[dict[str, Any], FakeChat], None]] = {
     "legacy_chain": check_legacy_chain,
     "langsmith_experiment": check_langsmith_experiment,
     "custom_memory": check_custom_memory,
+    "reflexion_coding": check_reflexion_coding,
+    "reflexion_agent": check_reflexion_agent,
 }
 
 SCRIPTS: dict[str, list[Any]] = {
@@ -132,6 +144,13 @@ SCRIPTS: dict[str, list[Any]] = {
     "agent_with_memory": [
         tool_call("save_memory", {"text": "Alice is vegetarian", "importance": 0.8}),
         "Noted: vegetarian, spicy food.",
+    ],
+    "reflexion_coding": [BUGGY_CODE, good_reflection(1), FIXED_CODE],
+    "reflexion_agent": [
+        "The answer is 400.",
+        good_reflection(1),
+        tool_call("calculate", {"expression": "17 * 23 + 4"}),
+        "The answer is 395.",
     ],
 }
 
