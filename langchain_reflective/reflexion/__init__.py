@@ -23,10 +23,7 @@ from langchain_reflective.reflexion.episodic import (
     TRIAL_KIND,
     ReflectionHit,
     asearch_reflections,
-    export_loops,
-    load_export,
     search_reflections,
-    shipped_json_schema,
 )
 from langchain_reflective.reflexion.evaluators import (
     Attempt,
@@ -37,6 +34,7 @@ from langchain_reflective.reflexion.evaluators import (
     llm_judge_evaluator,
     match_evaluator,
 )
+from langchain_reflective.reflexion.export import export_loops, load_export, shipped_json_schema
 from langchain_reflective.reflexion.graph import create_reflexion_graph
 from langchain_reflective.reflexion.reflection import ReflexionPrompts, reflection_quality
 from langchain_reflective.reflexion.schema import (

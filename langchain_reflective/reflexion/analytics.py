@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from langchain_reflective.reflexion.episodic import export_loops, load_export
+from langchain_reflective.reflexion.export import export_loops, load_export
 
 if TYPE_CHECKING:
     from langchain_reflective.stream import MemoryStream

@@ -23,7 +23,8 @@ from langchain_reflective.reflexion import (
     search_reflections,
     shipped_json_schema,
 )
-from langchain_reflective.reflexion.episodic import export_json_schema, fit_to_budget
+from langchain_reflective.reflexion.episodic import fit_to_budget
+from langchain_reflective.reflexion.export import export_json_schema
 from tests.fakes import WordEmbeddings
 from tests.unit.reflexion_fakes import ScriptedReflexionModel, good_reflection, system_text
 
