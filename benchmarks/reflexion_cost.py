@@ -47,7 +47,12 @@ from langgraph.prebuilt import ToolNode
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
 from langchain_reflective import MemoryStream, create_reflexion_graph
-from langchain_reflective.reflexion import Attempt, callable_evaluator
+from langchain_reflective.reflexion import (
+    REFLEXION_KIND,
+    Attempt,
+    ReflexionConfig,
+    callable_evaluator,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "reflexion_cost.json"
@@ -88,7 +93,7 @@ class CostModel(BaseChatModel):
         return self.bind(tool_names=names)
 
     def _reflection(self) -> dict[str, Any]:
-        n = sum(c["kind"] == "ours_reflection" for c in self.calls) + 1
+        n = sum(c["kind"] in ("ours_reflection", "ours_inline") for c in self.calls) + 1
         return {
             "reflection_text": (
                 f"In my attempt {n} I returned sorted(nums)[-1] without checking for an empty "
@@ -119,7 +124,16 @@ class CostModel(BaseChatModel):
     ) -> ChatResult:
         system = "\n".join(m.text for m in messages if isinstance(m, SystemMessage))
         tool_names = kwargs.get("tool_names") or []
-        if "SelfReflection" in tool_names or "Self-Reflection component" in system:
+        if "InlineAttempt" in tool_names or "in a Reflexion loop" in system:
+            # ours with inline_reflection: the reflection and the next answer in one call
+            payload = {"reflection": self._reflection(), "answer": self._answer()}
+            if "InlineAttempt" in tool_names:
+                call = {"name": "InlineAttempt", "args": payload, "id": f"i{len(self.calls)}"}
+                reply = AIMessage("", tool_calls=[call])
+            else:
+                reply = AIMessage(json.dumps(payload))
+            kind = "ours_inline"
+        elif "SelfReflection" in tool_names or "Self-Reflection component" in system:
             # ours: the self-reflection (as structured output when asked for it)
             reflection = self._reflection()
             if "SelfReflection" in tool_names:
@@ -346,17 +360,21 @@ def _measure(system: str, model: CostModel, failures: int) -> Measure:
     )
 
 
-def run_ours(failures: int) -> Measure:
+def run_ours(failures: int, *, inline: bool = False) -> Measure:
     from langchain_core.embeddings import DeterministicFakeEmbedding
 
     model = CostModel(failures=failures)
     evaluator = callable_evaluator(lambda a: check(a["output"])[0] or _failed(a), name="tests")
+    config = ReflexionConfig(inline_reflection=inline)
     with MemoryStream(DeterministicFakeEmbedding(size=64)) as stream:
         out = create_reflexion_graph(
-            model, evaluator, stream=stream, max_trials=failures + 1
+            model, evaluator, stream=stream, max_trials=failures + 1, config=config
         ).invoke({"task": QUESTION})
+        stored = stream.recent(None, kinds=[REFLEXION_KIND])
     assert out["status"] == "passed", out["status"]
-    return _measure("ours", model, failures)
+    assert len(stored) == failures  # one stored reflection per failed trial, either way
+    assert not any(r.metadata["low_quality"] for r in stored)
+    return _measure("ours+inline" if inline else "ours", model, failures)
 
 
 def _failed(attempt: Attempt) -> dict[str, Any]:
@@ -378,19 +396,19 @@ def run_tutorial(failures: int) -> Measure:
 
 
 def run(sizes: Sequence[int]) -> list[Measure]:
-    return [m for f in sizes for m in (run_ours(f), run_tutorial(f))]
+    return [m for f in sizes for m in (run_ours(f), run_ours(f, inline=True), run_tutorial(f))]
 
 
 def _table(measures: list[Measure]) -> str:
     head = (
-        f"{'system':<9} {'F':>3} {'calls/failed':>12} {'in tok/failed':>13} "
+        f"{'system':<11} {'F':>3} {'calls/failed':>12} {'in tok/failed':>13} "
         f"{'out tok/failed':>14} {'in tok last failed':>18} {'calls to pass':>13} "
         f"{'in tok to pass':>14}"
     )
     rows = [head, "-" * len(head)]
     for m in measures:
         rows.append(
-            f"{m.system:<9} {m.failures:>3} {m.calls_per_failed_trial:>12.2f} "
+            f"{m.system:<11} {m.failures:>3} {m.calls_per_failed_trial:>12.2f} "
             f"{m.input_tokens_per_failed_trial:>13.0f} {m.output_tokens_per_failed_trial:>14.0f} "
             f"{m.last_failed_trial_input_tokens:>18} {m.calls_to_success:>13} "
             f"{m.input_tokens_to_success:>14}"

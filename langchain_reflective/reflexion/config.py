@@ -52,6 +52,13 @@ class ReflexionConfig:
     """Importance given to stored reflections (no importance model call)."""
     trial_importance: float = 0.3
     """Importance given to stored trials without a reflection."""
+    inline_reflection: bool = False
+    """Write the reflection on a failed trial in the same model call as the next attempt (one
+    call per failed trial, like LangGraph's Reflexion tutorial, instead of two). Needs a chat
+    model actor and a reflecting strategy. The reflection still follows the seed's structure
+    and is stored with its trial, but gets no quality retry (it is flagged instead), and a
+    failed trial is stored only with the next attempt: a crash in between repeats that trial.
+    The last allowed trial and critical errors still get a separate reflection call."""
     structured_output: bool | None = None
     """``None``: ask the reflection model for structured output when it supports it, else
     parse JSON from its text; ``True``: require it; ``False``: text only."""
@@ -132,3 +139,5 @@ class ReflexionState(ReflexionInput, ReflexionOutput, total=False):
     """The reflection written for the current trial (not yet stored)."""
     done: bool
     """Nothing left to run (the loop was already finished when loaded)."""
+    pending: dict[str, Any] | None
+    """A failed trial whose reflection the next (inline) attempt writes."""

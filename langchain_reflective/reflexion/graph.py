@@ -45,6 +45,7 @@ from langchain_reflective.reflexion.episodic import (
 )
 from langchain_reflective.reflexion.evaluators import Attempt, BaseEvaluator
 from langchain_reflective.reflexion.reflection import (
+    InlineAttempt,
     ReflexionPrompts,
     _aguarded,
     _guarded,
@@ -145,6 +146,12 @@ class _Reflexion:
         self.config = config
         self.prompts = prompts
         self.reflects = strategy in ("reflexion", "last_attempt_reflexion")
+        self.inline = config.inline_reflection
+        if self.inline and (self.actor_kind != "chat" or not self.reflects):
+            raise ValueError(
+                "inline_reflection needs a chat model actor and a strategy that reflects "
+                "('reflexion' or 'last_attempt_reflexion')"
+            )
         self.call: ModelCall[SelfReflection] | None = (
             ModelCall.build(
                 reflection_model,
@@ -153,6 +160,16 @@ class _Reflexion:
                 structured_output=config.structured_output,
             )
             if reflection_model is not None
+            else None
+        )
+        self.inline_call: ModelCall[InlineAttempt] | None = (
+            ModelCall.build(
+                actor,
+                InlineAttempt,
+                retry=config.retry,
+                structured_output=config.structured_output,
+            )
+            if self.inline
             else None
         )
 
@@ -243,6 +260,7 @@ class _Reflexion:
             "reflection": None,
             "error": None,
             "done": False,
+            "pending": None,
         }
         if episodes and (status != "running" or len(episodes) >= self.max_trials):
             last = episodes[-1]
@@ -274,6 +292,9 @@ class _Reflexion:
 
     def act(self, state: ReflexionState, config: RunnableConfig) -> Flow[Update]:
         """One attempt of the actor, with the window (and lessons) in its context."""
+        pending = state.get("pending")
+        if pending is not None:
+            return (yield from self._act_inline(state, config, pending))
         payload, sent = self._actor_input(state)
         cfg = self._cfg(config, "actor", state)
         result = yield Op(
@@ -287,6 +308,78 @@ class _Reflexion:
             }
         text, actions = _attempt_of(result, sent)
         return {"attempt": text, "actions": actions, "error": None}
+
+    def _act_inline(
+        self, state: ReflexionState, config: RunnableConfig, pending: Mapping[str, Any]
+    ) -> Flow[Update]:
+        """One call: the reflection on the pending failure, then the next attempt."""
+        from langchain_reflective.reflexion.reflection import (
+            fallback_reflection,
+            parse_inline,
+            reflection_quality,
+        )
+
+        assert self.inline_call is not None
+        cfg = self.config
+        episodes = list(state.get("episodes") or [])
+        evaluation = EvaluatorOutput.model_validate(pending["evaluation"])
+        # the reflection written now takes one of the Ω places in the actor's context
+        shown = fit_to_budget(
+            reflection_window(episodes, self.omega - 1), cfg.max_reflection_tokens
+        )
+        messages = self.prompts.inline_messages(
+            task=state["task"],
+            actions=list(pending.get("actions") or []),
+            attempt=str(pending.get("attempt", "")),
+            evaluation=evaluation,
+            previous=shown,
+            min_chars=cfg.min_reflection_chars,
+            max_chars=cfg.max_chars,
+        )
+        call = self.inline_call
+        result = yield Op(
+            _guarded(call.runnable.invoke),
+            _aguarded(call.runnable.ainvoke),
+            (messages,),
+            {"config": self._cfg(config, "actor", state)},
+        )
+        error = None
+        if isinstance(result, Exception):
+            reflection, answer = None, ""
+            error = f"the actor failed: {type(result).__name__}: {result}"
+        else:
+            parsed, raw = call.unpack(result)
+            reflection, answer = parse_inline(parsed, raw)
+        if reflection is None:
+            reflection = fallback_reflection(evaluation, iteration=int(pending["iteration"]))
+            issues, source = ["unparseable"], "fallback"
+        else:
+            earlier = [
+                e["self_reflection"]["reflection_text"]
+                for e in episodes
+                if e["kind"] == REFLEXION_KIND
+            ]
+            issues = list(
+                reflection_quality(reflection, earlier, min_chars=cfg.min_reflection_chars)
+            )
+            source = "model"
+        trial = {
+            **pending,
+            "reflection": {
+                "self_reflection": reflection.model_dump(mode="json"),
+                "low_quality": bool(issues) or source == "fallback",
+                "quality_issues": issues,
+                "reflection_source": source,
+            },
+        }
+        episodes = yield from self._write(state, trial, episodes)
+        return {
+            **self._progress(episodes),
+            "pending": None,
+            "attempt": answer,
+            "actions": [],
+            "error": error,
+        }
 
     def evaluate(self, state: ReflexionState, config: RunnableConfig) -> Flow[Update]:
         """Verify the attempt (skipped after a critical actor error)."""
@@ -372,15 +465,13 @@ class _Reflexion:
             }
         }
 
-    def store(self, state: ReflexionState, config: RunnableConfig) -> Flow[Update]:
-        """Store the trial (with its reflection, if any) and move the window."""
-        ns = self._ns(state)
+    def _record(
+        self, state: ReflexionState, trial: Mapping[str, Any], episodes: list[Episode]
+    ) -> tuple[str, dict[str, Any], str, float]:
+        """``(text, metadata, kind, importance)`` of one trial's memory record."""
         cfg = self.config
-        episodes = list(state.get("episodes") or [])
-        evaluation = state.get("evaluation") or {}
-        iteration = state.get("iteration", 0)
-        outcome = self._outcome(state)
-        attempt = state.get("attempt", "")
+        evaluation = trial.get("evaluation") or {}
+        iteration, outcome = int(trial["iteration"]), str(trial["outcome"])
         meta: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "loop_id": state["loop_id"],
@@ -392,75 +483,102 @@ class _Reflexion:
             "strategy": self.strategy,
             "omega": self.omega,
             "evaluator_output": evaluation,
-            "attempt": attempt[: cfg.max_stored_attempt_chars],
-            "actions": list(state.get("actions") or [])[:50],
-            "error": state.get("error"),
+            "attempt": str(trial.get("attempt", ""))[: cfg.max_stored_attempt_chars],
+            "actions": list(trial.get("actions") or [])[:50],
+            "error": trial.get("error"),
         }
         if iteration == 0 and state.get("lessons_reused"):
             meta["lessons_reused"] = list(state.get("lessons_reused") or [])
-        reflection = state.get("reflection")
-        if reflection is not None:
-            kind = REFLEXION_KIND
-            sr = reflection["self_reflection"]
-            previous = reflection_window(episodes, self.omega - 1) if self.omega > 1 else []
-            in_context = [e["iteration"] for e in previous] + [iteration] if self.omega else []
-            meta.update(reflection)
-            meta["memory_metadata"] = {
-                "omega_capacity": self.omega,
-                "current_memory_size": len(in_context),
-                "reflections_in_context": in_context,
-                "total_reflections_generated": 1
-                + sum(e["kind"] == REFLEXION_KIND for e in episodes),
-            }
-            meta.setdefault("lessons_reused", [])
-            text = sr["reflection_text"]
-            if sr.get("lessons_learned"):
-                text += "\nLessons learned: " + "; ".join(sr["lessons_learned"])
-            importance = cfg.reflection_importance
-        else:
-            kind = TRIAL_KIND
+        reflection = trial.get("reflection")
+        if reflection is None:
             verdict = "passed" if meta["passed"] else "failed"
             text = (
                 f"Trial {iteration} {verdict} with reward {meta['reward']:.2f} on task: "
                 f"{' '.join(state['task'].split())[:300]}"
             )
-            importance = cfg.trial_importance
+            return text, meta, TRIAL_KIND, cfg.trial_importance
+        sr = reflection["self_reflection"]
+        previous = reflection_window(episodes, self.omega - 1) if self.omega > 1 else []
+        in_context = [e["iteration"] for e in previous] + [iteration] if self.omega else []
+        meta.update(reflection)
+        meta["memory_metadata"] = {
+            "omega_capacity": self.omega,
+            "current_memory_size": len(in_context),
+            "reflections_in_context": in_context,
+            "total_reflections_generated": 1 + sum(e["kind"] == REFLEXION_KIND for e in episodes),
+        }
+        meta.setdefault("lessons_reused", [])
+        text = sr["reflection_text"]
+        if sr.get("lessons_learned"):
+            text += "\nLessons learned: " + "; ".join(sr["lessons_learned"])
+        return text, meta, REFLEXION_KIND, cfg.reflection_importance
+
+    def _write(
+        self, state: ReflexionState, trial: Mapping[str, Any], episodes: list[Episode]
+    ) -> Flow[list[Episode]]:
+        """Store one trial; the loop's episodes with it appended."""
+        text, meta, kind, importance = self._record(state, trial, episodes)
         st = self.stream
         records = yield Op(
             st.add,
             st.aadd,
             ([text],),
-            {"kinds": kind, "metadatas": [meta], "importances": [importance], "namespace": ns},
+            {
+                "kinds": kind,
+                "metadatas": [meta],
+                "importances": [importance],
+                "namespace": self._ns(state),
+            },
         )
-        episodes.append(episode(records[0]))
-        reflections = [e for e in episodes if e["kind"] == REFLEXION_KIND]
+        return [*episodes, episode(records[0])]
+
+    def _progress(self, episodes: list[Episode]) -> Update:
         window = reflection_window(episodes, self.omega) if self.reflects else []
+        return {
+            "episodes": episodes,
+            "reflections": [e for e in episodes if e["kind"] == REFLEXION_KIND],
+            "window": [e["iteration"] for e in window],
+            "rewards": [float(e.get("reward", 0.0)) for e in episodes],
+            "trials": len(episodes),
+        }
+
+    def store(self, state: ReflexionState, config: RunnableConfig) -> Flow[Update]:
+        """Store the trial (with its reflection, if any) and move the window.
+
+        With inline reflection, a failed trial that is not the last waits (``pending``) for
+        the next attempt's call to write its reflection; it is stored then.
+        """
+        iteration = state.get("iteration", 0)
+        outcome = self._outcome(state)
+        trial = {
+            "iteration": iteration,
+            "outcome": outcome,
+            "evaluation": state.get("evaluation") or {},
+            "attempt": state.get("attempt", ""),
+            "actions": list(state.get("actions") or []),
+            "error": state.get("error"),
+            "reflection": state.get("reflection"),
+        }
         status = {"passed": "passed", "error": "error", "max_trials": "failed"}.get(
             outcome, "running"
         )
-        return {
-            "episodes": episodes,
-            "reflections": reflections,
-            "window": [e["iteration"] for e in window],
-            "rewards": [float(e.get("reward", 0.0)) for e in episodes],
-            "trials": len(episodes),
+        common: Update = {
             "status": status,
-            "passed": meta["passed"],
-            "output": attempt,
+            "passed": outcome == "passed",
+            "output": trial["attempt"],
             "iteration": iteration + 1 if status == "running" else iteration,
             "reflection": None,
         }
+        if self.inline and outcome == "failed" and trial["reflection"] is None:
+            return {**common, "pending": trial}
+        episodes = yield from self._write(state, trial, list(state.get("episodes") or []))
+        return {**common, **self._progress(episodes)}
 
     def finish(self, state: ReflexionState) -> Update:
         """Fill the output of a loop loaded as already finished."""
-        episodes = state.get("episodes") or []
-        reflections = [e for e in episodes if e["kind"] == REFLEXION_KIND]
-        window = reflection_window(episodes, self.omega) if self.reflects else []
+        episodes = list(state.get("episodes") or [])
         return {
-            "reflections": reflections,
-            "window": [e["iteration"] for e in window],
-            "rewards": [float(e.get("reward", 0.0)) for e in episodes],
-            "trials": len(episodes),
+            **self._progress(episodes),
             "passed": bool(episodes and episodes[-1].get("passed")),
         }
 
@@ -474,6 +592,8 @@ class _Reflexion:
             return "self_reflect"
         if (state.get("evaluation") or {}).get("passed"):
             return "store"
+        if self.inline and self._outcome(state) == "failed":
+            return "store"  # the next attempt's call writes the reflection
         return "self_reflect" if self.reflects else "store"
 
     def after_store(self, state: ReflexionState) -> str:

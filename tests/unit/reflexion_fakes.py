@@ -15,6 +15,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field, PrivateAttr
 
 REFLECTION_MARKER = "Self-Reflection component"
+INLINE_MARKER = "You are solving a task in a Reflexion loop"
 
 BUGGY_CODE = "def largest(nums):\n    return sorted(nums)[-1]\n"
 FIXED_CODE = "def largest(nums):\n    if not nums:\n        return None\n    return max(nums)\n"
@@ -27,6 +28,10 @@ TESTS = (
 
 def is_reflection_call(messages: list[BaseMessage]) -> bool:
     return any(isinstance(m, SystemMessage) and REFLECTION_MARKER in m.text for m in messages)
+
+
+def is_inline_call(messages: list[BaseMessage]) -> bool:
+    return any(isinstance(m, SystemMessage) and INLINE_MARKER in m.text for m in messages)
 
 
 def good_reflection(n: int, *, about: str = "empty list") -> str:
@@ -87,7 +92,21 @@ class ScriptedReflexionModel(BaseChatModel):
     ) -> ChatResult:
         with self._lock:
             self.calls.append(list(messages))
-            reply = self.reflect(messages) if is_reflection_call(messages) else self.act(messages)
+            if is_reflection_call(messages):
+                reply = self.reflect(messages)
+            elif is_inline_call(messages):
+                reflection = self.reflect(messages)
+                answer = self.act(messages)
+                if isinstance(reflection, BaseException) or isinstance(answer, BaseException):
+                    reply = reflection if isinstance(reflection, BaseException) else answer
+                else:
+                    try:
+                        parsed: Any = json.loads(reflection)
+                    except ValueError:
+                        parsed = reflection
+                    reply = json.dumps({"reflection": parsed, "answer": answer})
+            else:
+                reply = self.act(messages)
         if isinstance(reply, BaseException):
             raise reply
         message = reply if isinstance(reply, AIMessage) else AIMessage(str(reply))

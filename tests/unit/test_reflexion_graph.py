@@ -325,3 +325,79 @@ def test_real_pytest_loop_fails_reads_its_reflection_then_passes(tmp_path: Path)
     # the reflection prompt carried pytest's real error, fenced
     prompt = model.reflection_calls[0][-1].text
     assert "<verification>" in prompt and "IndexError" in prompt
+
+
+# -- inline reflection: one call per failed trial ---------------------------------------------
+
+INLINE = ReflexionConfig(retry=RetryConfig(attempts=1), inline_reflection=True)
+
+
+def test_inline_reflection_writes_each_reflection_in_the_next_attempts_call(
+    stream: MemoryStream,
+) -> None:
+    model = ScriptedReflexionModel(actor_script=["Sydney", "Perth", "Canberra"])
+    graph = create_reflexion_graph(model, match_evaluator("Canberra"), stream=stream, config=INLINE)
+    out = graph.invoke({"task": TASK})
+    assert out["status"] == "passed" and out["rewards"] == [0.0, 0.0, 1.0]
+    assert len(model.calls) == 3 and model.reflection_calls == []  # one call per trial
+    records = sorted(
+        stream.recent(None, kinds=[REFLEXION_KIND]), key=lambda r: r.metadata["iteration"]
+    )
+    assert [r.metadata["iteration"] for r in records] == [0, 1]
+    assert [r.metadata["attempt"] for r in records] == ["Sydney", "Perth"]
+    assert all(not r.metadata["low_quality"] for r in records)
+    # the third call reflects on "Perth" and sees the stored reflection on "Sydney"
+    third = model.calls[2]
+    assert "Perth" in third[-1].text and "<previous_reflections>" in third[-1].text
+    assert records[0].metadata["self_reflection"]["reflection_text"][:50] in third[-1].text
+
+
+def test_inline_reflection_keeps_the_seed_omega_table(stream: MemoryStream) -> None:
+    model = ScriptedReflexionModel(actor_script=["wrong"])
+    graph = create_reflexion_graph(
+        model, match_evaluator("right"), stream=stream, omega=3, max_trials=5, config=INLINE
+    )
+    out = graph.invoke({"task": TASK})
+    records = sorted(
+        stream.recent(None, kinds=[REFLEXION_KIND]), key=lambda r: r.metadata["iteration"]
+    )
+    assert [r.metadata["memory_metadata"]["reflections_in_context"] for r in records] == [
+        [0],
+        [0, 1],
+        [0, 1, 2],
+        [1, 2, 3],
+        [2, 3, 4],
+    ]
+    assert out["status"] == "failed" and len(model.reflection_calls) == 1  # the final one
+
+
+def test_an_unreadable_inline_answer_is_the_attempt_and_the_reflection_a_fallback(
+    stream: MemoryStream,
+) -> None:
+    class Prose(ScriptedReflexionModel):
+        def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+            from langchain_core.messages import AIMessage
+            from langchain_core.outputs import ChatGeneration, ChatResult
+
+            self.calls.append(list(messages))
+            text = "Canberra" if len(self.calls) > 1 else "Sydney"
+            return ChatResult(generations=[ChatGeneration(message=AIMessage(text))])
+
+    model = Prose()
+    out = create_reflexion_graph(
+        model, match_evaluator("Canberra"), stream=stream, config=INLINE
+    ).invoke({"task": TASK})
+    assert out["status"] == "passed" and out["output"] == "Canberra"
+    [record] = stream.recent(None, kinds=[REFLEXION_KIND])
+    assert record.metadata["reflection_source"] == "fallback" and record.metadata["low_quality"]
+
+
+def test_inline_reflection_needs_a_chat_model_actor(stream: MemoryStream) -> None:
+    with pytest.raises(ValueError, match="inline_reflection"):
+        create_reflexion_graph(
+            RunnableLambda(lambda x: "a"),
+            match_evaluator("b"),
+            stream=stream,
+            reflection_model=ScriptedReflexionModel(),
+            config=INLINE,
+        )
