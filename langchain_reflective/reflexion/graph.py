@@ -7,21 +7,20 @@ one body serves ``invoke`` and ``ainvoke`` (see :mod:`langchain_reflective.refle
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.runnables.base import coerce_to_runnable
 from langchain_core.runnables.config import merge_configs
 from langgraph.graph import END, START, StateGraph
 from langgraph.pregel import Pregel
-from pydantic import BaseModel
 
 from langchain_reflective._llm import Flow, ModelCall, Op, resolve_chat_model, run_async, run_sync
+from langchain_reflective.reflexion.actor import attempt_of, error_evaluation
 from langchain_reflective.reflexion.config import (
     STRATEGIES,
     ReflexionConfig,
@@ -51,7 +50,7 @@ from langchain_reflective.reflexion.reflection import (
     _guarded,
     reflect_flow,
 )
-from langchain_reflective.reflexion.schema import EvaluatorOutput, SelfReflection, StructuredError
+from langchain_reflective.reflexion.schema import EvaluatorOutput, SelfReflection
 
 if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
@@ -74,45 +73,6 @@ def _threaded(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
         return await asyncio.to_thread(fn, *args, **kwargs)
 
     return call
-
-
-def _describe_call(call: Mapping[str, Any]) -> str:
-    args = json.dumps(call.get("args", {}), ensure_ascii=False, default=str)
-    return f"call {call.get('name')}({args[:300]})"
-
-
-def _attempt_of(result: Any, sent: int) -> tuple[str, list[str]]:
-    """The attempt's text and actions from what the actor returned."""
-    if isinstance(result, BaseMessage):
-        calls = getattr(result, "tool_calls", None) or []
-        return result.text, [_describe_call(c) for c in calls]
-    if isinstance(result, dict) and isinstance(result.get("messages"), list):
-        new = [m for m in result["messages"][sent:] if isinstance(m, BaseMessage)]
-        actions: list[str] = []
-        for m in new:
-            if isinstance(m, AIMessage):
-                actions += [_describe_call(c) for c in m.tool_calls]
-            elif isinstance(m, ToolMessage):
-                actions.append(f"result of {m.name or 'tool'}: {' '.join(m.text.split())[:300]}")
-        structured = result.get("structured_response")
-        if structured is not None:
-            text = (
-                structured.model_dump_json()
-                if isinstance(structured, BaseModel)
-                else json.dumps(structured, default=str)
-            )
-            return text, actions
-        last = next((m for m in reversed(new) if isinstance(m, AIMessage)), None)
-        return (last.text if last is not None else ""), actions
-    if isinstance(result, str):
-        return result, []
-    if isinstance(result, BaseModel):
-        return result.model_dump_json(), []
-    if isinstance(result, dict) and isinstance(result.get("output"), str):
-        return result["output"], [str(a) for a in result.get("actions", []) or []]
-    if isinstance(result, dict | list):
-        return json.dumps(result, ensure_ascii=False, default=str), []
-    return ("" if result is None else str(result)), []
 
 
 class _Reflexion:
@@ -306,7 +266,7 @@ class _Reflexion:
                 "actions": [],
                 "error": f"the actor failed: {type(result).__name__}: {result}",
             }
-        text, actions = _attempt_of(result, sent)
+        text, actions = attempt_of(result, sent)
         return {"attempt": text, "actions": actions, "error": None}
 
     def _act_inline(
@@ -384,7 +344,7 @@ class _Reflexion:
     def evaluate(self, state: ReflexionState, config: RunnableConfig) -> Flow[Update]:
         """Verify the attempt (skipped after a critical actor error)."""
         if state.get("error"):
-            return {"evaluation": _error_evaluation(state["error"] or "")}
+            return {"evaluation": error_evaluation(state["error"] or "")}
         attempt = Attempt(
             task=state["task"],
             output=state.get("attempt", ""),
@@ -395,10 +355,10 @@ class _Reflexion:
         result = yield Op(_guarded(ev.evaluate), _aguarded(ev.aevaluate), (attempt,))
         if isinstance(result, Exception):
             msg = f"the evaluator failed: {type(result).__name__}: {result}"
-            return {"evaluation": _error_evaluation(msg), "error": msg}
+            return {"evaluation": error_evaluation(msg), "error": msg}
         if not isinstance(result, EvaluatorOutput):
             msg = f"the evaluator returned {type(result).__name__}, not an EvaluatorOutput"
-            return {"evaluation": _error_evaluation(msg), "error": msg}
+            return {"evaluation": error_evaluation(msg), "error": msg}
         return {"evaluation": result.model_dump(mode="json")}
 
     def _outcome(self, state: ReflexionState) -> str:
@@ -613,15 +573,6 @@ class _Reflexion:
             return await run_async(fn(state, config))
 
         return RunnableLambda(sync_node, afunc=async_node, name=f"reflexion.{step}")
-
-
-def _error_evaluation(message: str) -> dict[str, Any]:
-    return EvaluatorOutput(
-        passed=False,
-        reward=0.0,
-        verification_type="error",
-        errors=[StructuredError(tool="loop", type="critical_error", message=message[:1000])],
-    ).model_dump(mode="json")
 
 
 def create_reflexion_graph(
