@@ -69,6 +69,7 @@ def test_the_readme_has_the_snippets_it_promises() -> None:
         "Reflection",
         "LangChain and LangGraph",
         "Memory strategies (and your own)",
+        "Reflexion (learning from failed attempts)",
     ]
 
 
