@@ -135,3 +135,31 @@ class CodingActor(ScriptedReflexionModel):
 
 def system_text(call: list[BaseMessage]) -> str:
     return "\n".join(m.text for m in call if isinstance(m, SystemMessage))
+
+
+class StructuredReflexionModel(ScriptedReflexionModel):
+    """:class:`ScriptedReflexionModel` with ``with_structured_output`` (like ChatOpenAI):
+    returns ``{"raw", "parsed", "parsing_error"}`` for ``include_raw=True``."""
+
+    structured_requests: list[tuple[str, str | None]] = Field(default_factory=list)
+
+    def with_structured_output(  # type: ignore[override]
+        self, schema: Any, *, method: str | None = None, include_raw: bool = False, **kwargs: Any
+    ) -> Any:
+        from langchain_core.runnables import RunnableLambda
+
+        self.structured_requests.append((schema.__name__, method))
+
+        def parse(message: BaseMessage) -> Any:
+            try:
+                parsed: Any = schema.model_validate_json(str(message.content))
+                error = None
+            except ValueError as exc:
+                parsed, error = None, exc
+            if include_raw:
+                return {"raw": message, "parsed": parsed, "parsing_error": error}
+            if error is not None:
+                raise error
+            return parsed
+
+        return self | RunnableLambda(parse)
