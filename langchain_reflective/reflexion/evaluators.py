@@ -212,7 +212,11 @@ class CommandEvaluator(BaseEvaluator):
             return out, proc.returncode, time.monotonic() - start
         except subprocess.TimeoutExpired:
             _kill_group(proc)
-            out, _ = proc.communicate()
+            try:
+                out, _ = proc.communicate(timeout=5)
+            except subprocess.TimeoutExpired:  # a grandchild left the group, holding the pipe
+                proc.kill()
+                out = ""
             return out or "", None, time.monotonic() - start
 
     def _tail(self, text: str) -> str:

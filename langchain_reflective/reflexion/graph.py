@@ -597,9 +597,11 @@ def create_reflexion_graph(
     of similar past loops) in its context -> ``evaluate`` verifies it -> on failure
     ``self_reflect`` writes a structured first-person reflection -> ``store`` keeps the trial
     as a memory record -> the next attempt, until the attempt passes or ``max_trials`` is
-    reached (the last failure still gets its reflection). A critical error of the actor or the
-    evaluator (an exception) gets an error reflection and stops the loop with status
-    ``error``; nothing is raised for it. Storage errors are raised.
+    reached (the last failure still gets its reflection). With
+    ``ReflexionConfig(inline_reflection=True)`` a chat model actor writes the reflection on a
+    failure in the same call as its next attempt (one call per failed trial). A critical error
+    of the actor or the evaluator (an exception) gets an error reflection and stops the loop
+    with status ``error``; nothing is raised for it. Storage errors are raised.
 
     What the actor receives: a chat model gets a system message with the fenced notes and the
     task as a human message; a compiled graph (e.g. a ``create_agent`` agent) gets

@@ -56,10 +56,14 @@ def test_report_and_plot_run_on_the_examples_output(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("COLUMNS", "200")  # the console is cached with its width: rebuild it
     _, target, _ = coding_export
     png = tmp_path / "curves"
-    code = cli.run(["reflexion", "report", str(target), "--plot", str(png)])
+    cli._console.cache_clear()
+    try:
+        code = cli.run(["reflexion", "report", str(target), "--plot", str(png)])
+    finally:
+        cli._console.cache_clear()
     out, err = capsys.readouterr()
     assert code == 0, err
     flat = " ".join(out.split())
