@@ -52,6 +52,7 @@ from langchain_reflective.storage import (
     ReflectionState,
     SQLiteRecordStore,
 )
+from langchain_reflective.store import ReflectiveStore
 from langchain_reflective.strategies import (
     BaseMemoryStrategy,
     HybridMemory,
@@ -127,6 +128,7 @@ __all__ = [
     "ReflectiveMemoryMiddleware",
     "ReflectiveMemoryStrategy",
     "ReflectiveRetriever",
+    "ReflectiveStore",
     "RetrievalFilter",
     "RetryConfig",
     "SQLiteRecordStore",

@@ -188,6 +188,10 @@ class BaseMemoryStrategy(ABC):
     """The namespace of calls and observations that name none."""
     context_run_name: ClassVar[str] = "memory_context"
     """The LangSmith run name of a context call made by the agent middleware."""
+    blocking: ClassVar[bool] = True
+    """Whether the sync methods may block (I/O, a model call). The default async twins run
+    them in a worker thread when ``True`` and directly on the event loop when ``False`` (for
+    quick in-process strategies, where a thread hop would cost more than the call)."""
 
     def resolve_namespace(self, namespace: str | None = None) -> str:
         """The namespace a call with ``namespace`` reads or writes.
@@ -245,6 +249,8 @@ class BaseMemoryStrategy(ABC):
 
     async def acommit(self, observation: Observation) -> None:
         """Async twin of :meth:`commit`."""
+        if not self.blocking:
+            return self.commit(observation)
         await run_in_executor(None, self.commit, observation)
 
     async def acontext(
@@ -259,7 +265,7 @@ class BaseMemoryStrategy(ABC):
         def call() -> list[BaseMessage]:
             return self.context(messages, budget=budget, namespace=namespace)
 
-        return await run_in_executor(None, call)
+        return call() if not self.blocking else await run_in_executor(None, call)
 
     async def apurge(self, *, namespace: str | None = None) -> None:
         """Async twin of :meth:`purge`."""
@@ -267,6 +273,8 @@ class BaseMemoryStrategy(ABC):
         def call() -> None:
             self.purge(namespace=namespace)
 
+        if not self.blocking:
+            return call()
         await run_in_executor(None, call)
 
     @staticmethod

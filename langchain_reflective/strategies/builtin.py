@@ -71,6 +71,8 @@ class _Kept:
 class _ListMemory(BaseMemoryStrategy):
     """Per-namespace lists of observations behind one lock; subclasses set the policy."""
 
+    blocking = False  # in-process and quick: the async twins run on the loop
+
     def __init__(self, *, namespace: str = DEFAULT_NAMESPACE) -> None:
         self.default_namespace = self.resolve_namespace(namespace)
         self._lock = threading.RLock()
@@ -122,24 +124,6 @@ class _ListMemory(BaseMemoryStrategy):
         with self._lock:
             self._spaces.pop(ns, None)
 
-    async def acommit(self, observation: Observation) -> None:
-        """Async twin of :meth:`commit` (in-process and quick: runs on the loop)."""
-        self.commit(observation)
-
-    async def acontext(
-        self,
-        messages: Sequence[BaseMessage],
-        *,
-        budget: int | None = None,
-        namespace: str | None = None,
-    ) -> list[BaseMessage]:
-        """Async twin of :meth:`context` (in-process and quick: runs on the loop)."""
-        return self.context(messages, budget=budget, namespace=namespace)
-
-    async def apurge(self, *, namespace: str | None = None) -> None:
-        """Async twin of :meth:`purge`."""
-        self.purge(namespace=namespace)
-
 
 class VoidMemory(BaseMemoryStrategy):
     """Remembers nothing: every model call sees only its own conversation.
@@ -156,6 +140,8 @@ class VoidMemory(BaseMemoryStrategy):
             memory.commit(Observation("hello", "hi"))
             assert memory.context([]) == []
     """
+
+    blocking = False
 
     def commit(self, observation: Observation) -> None:
         """Check ``observation`` and drop it."""
@@ -176,24 +162,6 @@ class VoidMemory(BaseMemoryStrategy):
     def purge(self, *, namespace: str | None = None) -> None:
         """Nothing to forget."""
         self.resolve_namespace(namespace)
-
-    async def acommit(self, observation: Observation) -> None:
-        """Async twin of :meth:`commit`."""
-        self.commit(observation)
-
-    async def acontext(
-        self,
-        messages: Sequence[BaseMessage],
-        *,
-        budget: int | None = None,
-        namespace: str | None = None,
-    ) -> list[BaseMessage]:
-        """Async twin of :meth:`context`."""
-        return self.context(messages, budget=budget, namespace=namespace)
-
-    async def apurge(self, *, namespace: str | None = None) -> None:
-        """Async twin of :meth:`purge`."""
-        self.purge(namespace=namespace)
 
 
 class WindowMemory(_ListMemory):

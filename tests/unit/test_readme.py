@@ -69,6 +69,7 @@ def test_the_readme_has_the_snippets_it_promises() -> None:
         "Reflection",
         "LangChain and LangGraph",
         "Memory strategies (and your own)",
+        "LangGraph store",
         "Reflexion (learning from failed attempts)",
     ]
 
@@ -100,6 +101,10 @@ def test_every_python_snippet_runs_as_written(
         assert fake_models["embeddings"] == 1
         assert "OK." in out  # the fake model's answer
         assert "User: I moved to Lisbon in May." in out  # recorded, then retrieved
+    elif heading == "LangGraph store":
+        assert re.search(r"^Alice moved to Lisbon in May \(score \d\.\d\d\)$", out, re.MULTILINE)
+        assert "{'text': 'Alice moved to Porto'} 2" in out  # updated in place
+        assert "Oslo" not in out and (tmp_path / "store.db").exists()
 
 
 def test_install_instructions_work_from_a_checkout() -> None:

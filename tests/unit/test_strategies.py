@@ -358,3 +358,48 @@ def test_default_async_twins_run_the_sync_methods() -> None:
         return await memory.acontext([], namespace="x")
 
     assert questions(asyncio.run(scenario())) == ["question 1"]
+
+
+class _ThreadSpy(_Broken):
+    """Records the thread each sync method runs on."""
+
+    def __init__(self, *, blocking: bool) -> None:
+        super().__init__("none")
+        self.blocking = blocking  # type: ignore[misc]
+        self.threads: set[int] = set()
+
+    def commit(self, observation: Observation) -> None:
+        self.threads.add(threading.get_ident())
+        super().commit(observation)
+
+    def context(
+        self, messages: Any, *, budget: int | None = None, namespace: str | None = None
+    ) -> list[BaseMessage]:
+        self.threads.add(threading.get_ident())
+        return super().context(messages, budget=budget, namespace=namespace)
+
+    def purge(self, *, namespace: str | None = None) -> None:
+        self.threads.add(threading.get_ident())
+        super().purge(namespace=namespace)
+
+
+@pytest.mark.parametrize("blocking", [True, False])
+def test_async_twins_leave_the_loop_only_for_blocking_strategies(blocking: bool) -> None:
+    memory = _ThreadSpy(blocking=blocking)
+
+    async def scenario() -> int:
+        await memory.acommit(obs(1, namespace="x"))
+        assert questions(await memory.acontext([], namespace="x")) == ["question 1"]
+        await memory.apurge(namespace="x")
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(scenario())
+    assert (loop_thread in memory.threads) is not blocking
+    assert len(memory.threads) == 1 if not blocking else loop_thread not in memory.threads
+
+
+def test_in_process_builtins_do_not_block() -> None:
+    for cls in (VoidMemory, WindowMemory, ImportanceMemory, HybridMemory):
+        assert cls.blocking is False
+    for cls in (SemanticMemory, ReflectiveMemoryStrategy):
+        assert cls.blocking is True

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,13 +57,36 @@ def test_no_reflect_tool_without_a_model(tmp_path: Path) -> None:
         assert [t.name for t in create_memory_tools(mem)] == ["recall_memories", "save_memory"]
 
 
-def test_save_then_recall_fenced_with_artifact(memory: ReflectiveMemory) -> None:
+class GatedEmbeddings(WordEmbeddings):
+    """Document embeddings wait until the gate opens (holds the background drain back)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        assert self.gate.wait(30)
+        return super().embed_documents(texts)
+
+
+def test_save_then_recall_fenced_with_artifact(tmp_path: Path) -> None:
+    embeddings = GatedEmbeddings()
+    stream = MemoryStream(embeddings, path=tmp_path / "tools.db")
+    with ReflectiveMemory(FakeChat(), stream) as memory:
+        try:
+            _save_then_recall(memory, embeddings.gate)
+        finally:
+            embeddings.gate.set()
+
+
+def _save_then_recall(memory: ReflectiveMemory, gate: threading.Event) -> None:
     tools = by_name(create_memory_tools(memory, namespace="alice"))
     saved = tools["save_memory"].invoke({"text": "Alice is allergic to peanuts", "importance": 0.9})
     assert saved.startswith("Saved to long-term memory")
-    # the save is pending (no embedding, no rating on the call); flush() completes it
+    # the save returned while its embedding is held back: it is pending; flush() completes it
     (queued,) = memory.stream.pending(namespace="alice")
     assert queued.id in saved and not memory.stream.count(namespace="alice")
+    gate.set()
     assert memory.flush(timeout=30)
     (record,) = memory.stream.recent(None, namespace="alice")
     assert record.id == queued.id

@@ -1,0 +1,620 @@
+"""ReflectiveStore: a LangGraph ``BaseStore`` whose items are memories of a :class:`MemoryStream`.
+
+``graph.compile(store=ReflectiveStore(stream))``, ``create_agent(..., store=...)``,
+``get_store()`` inside nodes and ``runtime.store`` inside tools then read and write reflective
+memory: every item is one memory of the stream (embedded, rated for importance, counted towards
+reflection), and ``search(query=...)`` ranks with the stream's own scoring.
+
+**Namespaces.** A namespace tuple maps to one stream namespace: each label has ``%`` written as
+``%25`` and ``/`` as ``%2F``, and the labels are joined with ``/``; so ``("users", "alice")`` is
+the stream namespace ``"users/alice"`` and ``("alice",)`` is ``"alice"`` (the namespace a
+``ReflectiveMemory`` or a retriever of user ``alice`` uses). The encoding is reversible and
+injective; a stream namespace that is not the encoding of any tuple (``"a//b"``, ``"a%zz"``) is
+invisible to the store. Labels must be non-empty strings without NUL characters; an empty tuple
+cannot hold items (:class:`StoreNamespaceError`). ``BaseStore.put`` additionally refuses labels
+with ``.`` and the root label ``"langgraph"``, as for every LangGraph store.
+
+**Items.** A put stores the value as one memory: its text is a rendering of the value (the
+``fields`` you configure, LangGraph's ``index={"fields": [...]}``, or per put
+``index=[...]``; by default a value whose only field is a string is that string, any other value
+is one ``field: value`` line per top-level field) and the value itself travels in the memory's
+metadata, so ``get`` returns it exactly (as JSON). The memory's id is derived from the namespace
+and the key, so a put with an existing key replaces that memory under the same id (delete, then
+add; if the add fails the old memory is written back) and ``put(value=None)`` deletes it.
+Memories written to the stream directly (observations, reflections) appear as items too: their
+key is the memory id and their value ``{"text", "kind", "importance", "evidence", "depth",
+"metadata"}``; a put or delete with that key replaces (keeping the id, so reflections citing it
+still resolve) or deletes that memory.
+
+**Search.** With a ``query``, each selected namespace is ranked by
+:meth:`MemoryStream.retrieve` (recency + importance + relevance, the stream's
+:class:`~langchain_reflective.scoring.ScoringConfig`) and every ``SearchItem`` carries that score;
+results from several namespaces are merged by score. The stream's public API ranks one namespace
+per call, so a query search embeds the query once per selected namespace. Without a query, items
+come newest first (by their last put) with ``score=None``. ``filter`` matches value fields as
+LangGraph documents: exact values (nested dicts and lists compare structurally, dotted keys reach
+nested fields) and the operators ``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``. A prefix
+selects exactly the namespaces whose leading labels equal it; nothing else is ever read. Searches
+do not update the memories' access times. Items put with ``index=False`` are returned by ``get``
+and by searches without a query, never by a query search.
+
+**TTL is not supported** (``supports_ttl = False``): a put with a ``ttl`` raises
+``NotImplementedError``; ``refresh_ttl`` on reads is ignored, as LangGraph specifies.
+
+**Batches.** Like LangGraph's own stores, the reads of a batch see the store as it was before the
+batch's puts, and of several puts to one key the last wins. A batch is validated completely
+before anything is written; it is not one transaction (the puts of each namespace are one
+stream ``add``). Within a process, batches that write to the same namespace take turns (sync
+and async callers alike), so concurrent puts to one key never collide; two *processes* putting
+the same key at the same moment can make one of them fail with a ``StorageError`` (the stream's
+public API has no atomic replace).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import threading
+from collections import defaultdict
+from collections.abc import Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    Item,
+    ListNamespacesOp,
+    MatchCondition,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+)
+
+from langchain_reflective.errors import (
+    InvalidFilterError,
+    InvalidMemoryError,
+    StorageError,
+)
+from langchain_reflective.records import MemoryRecord, validate_metadata, validate_text
+from langchain_reflective.store_codec import (
+    StoreNamespaceError,
+    check_filter,
+    check_namespace,
+    decode_namespace,
+    encode_namespace,
+    matches_condition,
+    matches_filter,
+    render_value,
+)
+from langchain_reflective.stream import MemoryStream
+
+__all__ = [
+    "ReflectiveStore",
+    "StoreNamespaceError",
+    "decode_namespace",
+    "encode_namespace",
+    "render_value",
+]
+
+ITEM_METADATA_KEY = "langgraph_item"
+"""The metadata key under which a memory carries its store item (key, value, created_at)."""
+_FIRST_FETCH = 32  # memories a filtered search reads per namespace before reading them all
+
+
+# -- prepared operations ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One call of the stream's public API that the batch flow needs made."""
+
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Put:
+    namespace: tuple[str, ...]
+    key: str
+    value: dict[str, Any] | None
+    text: str
+    indexed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Search:
+    prefix: tuple[str, ...]
+    query: str | None
+    filter: dict[str, Any] | None
+    limit: int
+    offset: int
+
+
+@dataclass(slots=True)
+class _Prepared:
+    size: int
+    gets: dict[str, list[tuple[int, tuple[str, ...], str]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    searches: list[tuple[int, _Search]] = field(default_factory=list)
+    lists: list[tuple[int, ListNamespacesOp]] = field(default_factory=list)
+    puts: dict[tuple[tuple[str, ...], str], _Put] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _View:
+    """A memory as the store shows it."""
+
+    key: str
+    value: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+    indexed: bool
+
+
+def _count(value: object, name: str, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidFilterError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+async def _acquire(lock: threading.Lock) -> None:
+    """Acquire ``lock`` without blocking the event loop or a worker thread.
+
+    Polling (1 to 20 ms) rather than ``to_thread(lock.acquire)``: threads parked on the lock
+    could fill the default executor that the lock's holder needs to finish, and a cancelled
+    waiter holds nothing.
+    """
+    delay = 0.001
+    while not lock.acquire(blocking=False):
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.02)
+
+
+def _key(key: object) -> str:
+    if not isinstance(key, str):
+        raise InvalidMemoryError(f"an item key must be a string, got {type(key).__name__}")
+    return key
+
+
+class ReflectiveStore(BaseStore):
+    """A LangGraph ``BaseStore`` over a :class:`MemoryStream`: items are reflective memories.
+
+    See the module documentation for the namespace encoding, how values become memory text,
+    search, filters and batches. TTL is not supported (``supports_ttl = False``): a put with
+    ``ttl`` raises ``NotImplementedError``.
+
+    Args:
+        stream: the memory stream holding the items (it is not closed by the store).
+        fields: LangGraph field paths whose text becomes a memory's text (like
+            ``index={"fields": [...]}`` of LangGraph's stores); ``None`` renders the whole value
+            (see :func:`render_value`). A put's ``index=[...]`` overrides it for that item.
+        kind: the memory kind of stored items.
+
+    Example:
+        .. code-block:: python
+
+            from langchain_core.embeddings import DeterministicFakeEmbedding
+            from langchain_reflective import MemoryStream, ReflectiveStore
+
+            store = ReflectiveStore(MemoryStream(DeterministicFakeEmbedding(size=64)))
+            store.put(("alice", "memories"), "tea", {"text": "Alice drinks green tea"})
+            print(store.get(("alice", "memories"), "tea").value)
+            for hit in store.search(("alice",), query="What does Alice drink?"):
+                print(hit.key, hit.score)
+    """
+
+    supports_ttl: bool = False
+
+    def __init__(
+        self,
+        stream: MemoryStream,
+        *,
+        fields: Sequence[str] | None = None,
+        kind: str = "observation",
+    ) -> None:
+        if not isinstance(stream, MemoryStream):
+            raise TypeError(f"stream must be a MemoryStream, got {type(stream).__name__}")
+        if fields is not None and (
+            isinstance(fields, str) or not all(isinstance(f, str) and f for f in fields)
+        ):
+            raise ValueError("fields must be a list of non-empty field paths")
+        if not isinstance(kind, str) or not kind:
+            raise ValueError("kind must be a non-empty string")
+        self.stream = stream
+        self.fields = None if fields is None else list(fields)
+        self.kind = kind
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    # -- the two abstract methods: one flow, driven sync or async ---------------------------
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run ``ops`` (Get, Put, Search, ListNamespaces); results in the order of ``ops``."""
+        ops = list(ops)
+        locks = self._write_locks(ops)
+        with contextlib.ExitStack() as held:
+            for lock in locks:
+                held.enter_context(lock)
+            flow = self._flow(ops)
+            try:
+                call = next(flow)
+                while True:
+                    try:
+                        result = getattr(self.stream, call.method)(*call.args, **call.kwargs)
+                    except Exception as exc:
+                        call = flow.throw(exc)
+                    else:
+                        call = flow.send(result)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """Async twin of :meth:`batch` (embedding and rating calls are awaited)."""
+        ops = list(ops)
+        held: list[threading.Lock] = []
+        try:
+            for lock in self._write_locks(ops):
+                await _acquire(lock)
+                held.append(lock)
+            flow = self._flow(ops)
+            try:
+                call = next(flow)
+                while True:
+                    try:
+                        result = await self._acall(call)
+                    except Exception as exc:
+                        call = flow.throw(exc)
+                    else:
+                        call = flow.send(result)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+        finally:
+            for lock in reversed(held):
+                lock.release()
+
+    def _write_locks(self, ops: Sequence[Op]) -> list[threading.Lock]:
+        """The locks of the namespaces ``ops`` write, in a fixed order (no deadlock).
+
+        A put reads the key's memory, deletes it and adds the new one: two puts to one key at
+        once in this process would race, so writes to a namespace take turns.
+        """
+        names = set()
+        for op in ops:
+            if isinstance(op, PutOp):
+                with contextlib.suppress(StoreNamespaceError):  # the flow reports it
+                    names.add(encode_namespace(op.namespace))
+        with self._locks_guard:
+            return [self._locks.setdefault(name, threading.Lock()) for name in sorted(names)]
+
+    async def _acall(self, call: _Call) -> Any:
+        if call.method in ("add", "retrieve"):  # the stream's async twins await the models
+            return await getattr(self.stream, "a" + call.method)(*call.args, **call.kwargs)
+        return await asyncio.to_thread(getattr(self.stream, call.method), *call.args, **call.kwargs)
+
+    # -- validation ----------------------------------------------------------------------------
+
+    def _prepare_ops(self, ops: Iterable[Op]) -> _Prepared:
+        """Validate every operation and group them; nothing is read or written yet."""
+        ops = list(ops)
+        prepared = _Prepared(size=len(ops))
+        for i, op in enumerate(ops):
+            if isinstance(op, GetOp):
+                ns = check_namespace(op.namespace, allow_empty=False)
+                prepared.gets[encode_namespace(ns)].append((i, ns, _key(op.key)))
+            elif isinstance(op, SearchOp):
+                query = op.query
+                if query is not None and not isinstance(query, str):
+                    raise InvalidFilterError(f"query must be a string, got {type(query).__name__}")
+                search = _Search(
+                    prefix=check_namespace(op.namespace_prefix, allow_empty=True),
+                    query=query if query and query.strip() else None,
+                    filter=check_filter(op.filter),
+                    limit=_count(op.limit, "limit", minimum=0),
+                    offset=_count(op.offset, "offset", minimum=0),
+                )
+                prepared.searches.append((i, search))
+            elif isinstance(op, ListNamespacesOp):
+                prepared.lists.append((i, self._check_list(op)))
+            elif isinstance(op, PutOp):
+                put = self._check_put(op)
+                prepared.puts.pop((put.namespace, put.key), None)  # the last put wins
+                prepared.puts[(put.namespace, put.key)] = put
+            else:
+                raise InvalidMemoryError(f"unknown store operation {type(op).__name__}")
+        return prepared
+
+    @staticmethod
+    def _check_list(op: ListNamespacesOp) -> ListNamespacesOp:
+        conditions = []
+        for cond in op.match_conditions or ():
+            if not isinstance(cond, MatchCondition) or cond.match_type not in ("prefix", "suffix"):
+                raise InvalidFilterError(f"bad namespace match condition {cond!r}")
+            path = tuple(cond.path)
+            if not all(isinstance(p, str) and p for p in path):
+                raise InvalidFilterError(f"match condition path must be labels, got {path!r}")
+            conditions.append(MatchCondition(cond.match_type, path))
+        if op.max_depth is not None:
+            _count(op.max_depth, "max_depth", minimum=1)
+        return ListNamespacesOp(
+            match_conditions=tuple(conditions),
+            max_depth=op.max_depth,
+            limit=_count(op.limit, "limit", minimum=0),
+            offset=_count(op.offset, "offset", minimum=0),
+        )
+
+    def _check_put(self, op: PutOp) -> _Put:
+        ns = check_namespace(op.namespace, allow_empty=False)
+        key = _key(op.key)
+        if op.ttl is not None:
+            raise NotImplementedError(
+                "ReflectiveStore does not support TTL (supports_ttl = False): memories are kept "
+                "until deleted (their recency fades in ranking instead). Put without ttl, or "
+                "delete items explicitly."
+            )
+        if op.value is None:
+            return _Put(ns, key, None, "", indexed=False)
+        if not isinstance(op.value, Mapping) or not all(isinstance(k, str) for k in op.value):
+            raise InvalidMemoryError(
+                f"a store value must be a dict with string keys, got {type(op.value).__name__}"
+            )
+        value = validate_metadata(op.value)  # a JSON copy, or a clear error
+        index = op.index
+        if (
+            index is not None
+            and index is not False
+            and (isinstance(index, str) or not all(isinstance(p, str) for p in index))
+        ):
+            raise InvalidMemoryError("index must be None, False or a list of field paths")
+        fields = self.fields if index is None or index is False else list(index)
+        text = render_value(value, fields)
+        indexed = index is not False and bool(text.strip())  # selected fields had text
+        if not text.strip():
+            text = render_value(value)
+        if "\x00" in text:
+            text = text.replace("\x00", "\\u0000")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidMemoryError(
+                f"the value of {key!r} holds text that is not valid Unicode (a lone surrogate?)"
+            ) from exc
+        return _Put(ns, key, value, validate_text(text), indexed=indexed)
+
+    # -- the flow ------------------------------------------------------------------------------
+
+    def _flow(self, ops: Iterable[Op]) -> Generator[_Call, Any, list[Result]]:
+        prepared = self._prepare_ops(ops)
+        results: list[Result] = [None] * prepared.size
+        for name, gets in prepared.gets.items():
+            ids = [i for _, _, key in gets for i in (self.memory_id(name, key), key)]
+            records = yield _Call("get", (ids,), {"namespace": name})
+            for index, ns, key in gets:
+                found = self._find(name, key, {r.id: r for r in records})
+                results[index] = None if found is None else self._item(ns, self._view(found))
+        if prepared.searches or prepared.lists:
+            names: list[str] = yield _Call("namespaces")
+            decoded = {n: decode_namespace(n) for n in names}
+            known = {n: labels for n, labels in decoded.items() if labels is not None}
+            for index, op in prepared.lists:
+                results[index] = self._list(op, list(known.values()))
+            for index, search in prepared.searches:
+                results[index] = yield from self._search(search, known)
+        if prepared.puts:
+            yield from self._write(prepared.puts)
+        return results
+
+    @staticmethod
+    def memory_id(stream_namespace: str, key: str) -> str:
+        """The id of the memory holding ``key`` in a stream namespace (stable, 34 chars)."""
+        digest = hashlib.sha256(f"{len(stream_namespace)}:{stream_namespace}/{key}".encode())
+        return "kv" + digest.hexdigest()[:32]
+
+    def _find(self, name: str, key: str, by_id: Mapping[str, MemoryRecord]) -> MemoryRecord | None:
+        """The memory of ``key``: the store's item, else a stream memory whose id is ``key``."""
+        item = by_id.get(self.memory_id(name, key))
+        if item is not None and self._is_item(item):
+            return item
+        raw = by_id.get(key)
+        if raw is None or not self._is_item(raw):
+            return raw
+        return raw if raw.metadata[ITEM_METADATA_KEY]["key"] == key else None  # put over it
+
+    def _is_item(self, record: MemoryRecord) -> bool:
+        meta = record.metadata.get(ITEM_METADATA_KEY)
+        return (
+            isinstance(meta, Mapping)
+            and isinstance(meta.get("key"), str)
+            and isinstance(meta.get("value"), dict)
+            and record.id in (self.memory_id(record.namespace, meta["key"]), meta["key"])
+        )
+
+    def _view(self, record: MemoryRecord) -> _View:
+        if self._is_item(record):
+            meta = record.metadata[ITEM_METADATA_KEY]
+            try:
+                created = datetime.fromisoformat(meta.get("created_at", ""))
+            except (TypeError, ValueError):
+                created = record.created_at
+            return _View(
+                key=meta["key"],
+                value=dict(meta["value"]),
+                created_at=created,
+                updated_at=record.created_at,
+                indexed=meta.get("indexed", True) is not False,
+            )
+        value = {
+            "text": record.text,
+            "kind": record.kind,
+            "importance": record.importance,
+            "evidence": list(record.evidence),
+            "depth": record.depth,
+            "metadata": dict(record.metadata),
+        }
+        return _View(record.id, value, record.created_at, record.created_at, indexed=True)
+
+    @staticmethod
+    def _item(ns: tuple[str, ...], view: _View) -> Item:
+        return Item(
+            value=view.value,
+            key=view.key,
+            namespace=ns,
+            created_at=view.created_at,
+            updated_at=view.updated_at,
+        )
+
+    @staticmethod
+    def _list(op: ListNamespacesOp, namespaces: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+        conditions = op.match_conditions or ()
+        selected = {
+            ns[: op.max_depth] if op.max_depth is not None else ns
+            for ns in namespaces
+            if all(matches_condition(c, ns) for c in conditions)
+        }
+        return sorted(selected)[op.offset : op.offset + op.limit]
+
+    def _search(
+        self, search: _Search, known: Mapping[str, tuple[str, ...]]
+    ) -> Generator[_Call, Any, list[SearchItem]]:
+        need = search.offset + search.limit
+        if search.limit == 0:
+            return []
+        prefix = search.prefix
+        found: list[tuple[float, SearchItem]] = []
+        for name, ns in sorted(known.items(), key=lambda kv: kv[1]):
+            if ns[: len(prefix)] != prefix:
+                continue
+            views = yield from self._read(name, search, need)
+            for view, score in views:
+                item = SearchItem(
+                    namespace=ns,
+                    key=view.key,
+                    value=view.value,
+                    created_at=view.created_at,
+                    updated_at=view.updated_at,
+                    score=score,
+                )
+                found.append((-score if score is not None else -view.updated_at.timestamp(), item))
+        found.sort(key=lambda pair: pair[0])  # stable: ties keep each namespace's order
+        return [item for _, item in found[search.offset : need]]
+
+    def _read(
+        self, name: str, search: _Search, need: int
+    ) -> Generator[_Call, Any, list[tuple[_View, float | None]]]:
+        """Up to ``need`` visible items of one namespace, best (or newest) first.
+
+        Reads ``need`` memories (more when a filter is set), and everything only when hidden
+        or filtered-out memories left fewer than ``need``.
+        """
+        n: int | None = need if search.filter is None else max(need * 4, _FIRST_FETCH)
+        while True:
+            out: list[tuple[_View, float | None]] = []
+            if search.query is not None:
+                hits = yield _Call(
+                    "retrieve", (search.query,), {"k": n, "namespace": name, "touch": False}
+                )
+                got = len(hits)
+                for hit in hits:
+                    view = self._view(hit.record)
+                    if view.indexed and matches_filter(view.value, search.filter):
+                        out.append((view, float(hit.score)))
+            else:
+                records = yield _Call("recent", (n,), {"namespace": name})
+                got = len(records)
+                for record in reversed(records):
+                    view = self._view(record)
+                    if matches_filter(view.value, search.filter):
+                        out.append((view, None))
+            if len(out) >= need or n is None or got < n:
+                return out[:need]
+            if search.query is not None:  # retrieve needs a number: read the whole namespace
+                total = yield _Call("count", (), {"namespace": name})
+                if total <= n:
+                    return out[:need]
+                n = total
+            else:
+                n = None
+
+    def _write(
+        self, puts: Mapping[tuple[tuple[str, ...], str], _Put]
+    ) -> Generator[_Call, Any, None]:
+        """Apply the puts: per namespace one read, one delete and one add."""
+        now = datetime.now(UTC)
+        by_name: dict[str, list[_Put]] = defaultdict(list)
+        for put in puts.values():
+            by_name[encode_namespace(put.namespace)].append(put)
+        for name, group in by_name.items():
+            ids = [i for put in group for i in (self.memory_id(name, put.key), put.key)]
+            records = yield _Call("get", (ids,), {"namespace": name})
+            by_id = {r.id: r for r in records}
+            old: list[MemoryRecord] = []
+            created: dict[str, datetime] = {}
+            ids_of: dict[str, str] = {}  # a replaced memory keeps its id (evidence stays valid)
+            for put in group:
+                current = self._find(name, put.key, by_id)
+                if current is not None:
+                    old.append(current)
+                    created[put.key] = self._view(current).created_at
+                    ids_of[put.key] = current.id
+            adds = [put for put in group if put.value is not None]
+            if old:
+                yield _Call("delete", ([r.id for r in old],), {"namespace": name})
+            if not adds:
+                continue
+            metadatas = [
+                {
+                    ITEM_METADATA_KEY: {
+                        "key": put.key,
+                        "value": put.value,
+                        "created_at": created.get(put.key, now).isoformat(),
+                        "indexed": put.indexed,
+                    }
+                }
+                for put in adds
+            ]
+            try:
+                yield _Call(
+                    "add",
+                    ([put.text for put in adds],),
+                    {
+                        "ids": [ids_of.get(put.key, self.memory_id(name, put.key)) for put in adds],
+                        "metadatas": metadatas,
+                        "kinds": self.kind,
+                        "namespace": name,
+                        "now": now,
+                    },
+                )
+            except Exception as exc:
+                yield from self._restore(name, old, exc)
+                raise
+
+    def _restore(
+        self, name: str, old: Sequence[MemoryRecord], cause: Exception
+    ) -> Generator[_Call, Any, None]:
+        """Write back the memories an update deleted before its add failed."""
+        for record in old:
+            try:
+                yield _Call(
+                    "add",
+                    (record.text,),
+                    {
+                        "ids": [record.id],
+                        "importances": record.importance,
+                        "kinds": record.kind,
+                        "metadatas": dict(record.metadata),
+                        "evidence": [list(record.evidence)] if record.evidence else None,
+                        "namespace": name,
+                        "now": record.created_at,
+                    },
+                )
+            except Exception as exc:
+                raise StorageError(
+                    f"a put failed ({cause!r}) and the memory {record.id!r} it replaced could not "
+                    f"be written back ({exc!r}); its text was: {record.text!r}"
+                ) from cause

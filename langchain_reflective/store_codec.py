@@ -1,0 +1,225 @@
+"""How ReflectiveStore maps LangGraph store items onto memories: namespace encoding, value
+rendering and value filters (pure functions, no I/O)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langgraph.store.base import InvalidNamespaceError, MatchCondition, get_text_at_path
+
+from langchain_reflective.errors import InvalidFilterError, InvalidMemoryError
+
+__all__ = [
+    "StoreNamespaceError",
+    "check_filter",
+    "check_namespace",
+    "decode_namespace",
+    "encode_namespace",
+    "matches_condition",
+    "matches_filter",
+    "render_value",
+]
+
+_OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"})
+_ESCAPE = re.compile(r"%(25|2F)")
+
+
+class StoreNamespaceError(InvalidMemoryError, InvalidNamespaceError):
+    """A namespace tuple cannot be used (empty where items live, or a bad label).
+
+    It is both langgraph's ``InvalidNamespaceError`` and this package's
+    :class:`~langchain_reflective.errors.InvalidMemoryError`.
+    """
+
+
+# -- namespaces ---------------------------------------------------------------------------------
+
+
+def check_namespace(namespace: object, *, allow_empty: bool) -> tuple[str, ...]:
+    """The namespace as a tuple of labels (a list is accepted too).
+
+    Raises:
+        StoreNamespaceError: not a tuple of non-empty strings without NUL characters (or
+            empty when ``allow_empty`` is false).
+    """
+    if not isinstance(namespace, tuple | list):
+        raise StoreNamespaceError(
+            f"namespace must be a tuple of strings, got {type(namespace).__name__}"
+        )
+    labels = tuple(namespace)
+    if not labels and not allow_empty:
+        raise StoreNamespaceError("namespace cannot be empty: items live in a non-empty namespace")
+    for label in labels:
+        if not isinstance(label, str):
+            raise StoreNamespaceError(
+                f"namespace labels must be strings, got {type(label).__name__} in {labels!r}"
+            )
+        if not label:
+            raise StoreNamespaceError(f"namespace labels cannot be empty strings: {labels!r}")
+        if "\x00" in label:
+            raise StoreNamespaceError(f"namespace labels cannot contain NUL: {labels!r}")
+        try:
+            label.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise StoreNamespaceError(
+                f"namespace label {label!r} is not valid Unicode text (a lone surrogate?)"
+            ) from exc
+    return labels
+
+
+def encode_namespace(namespace: tuple[str, ...]) -> str:
+    """The stream namespace of a store namespace tuple.
+
+    Each label has ``%`` replaced by ``%25`` and ``/`` by ``%2F``; labels are joined with
+    ``/``. ``("users", "alice")`` -> ``"users/alice"``; ``("a/b",)`` -> ``"a%2Fb"``.
+
+    Raises:
+        StoreNamespaceError: an empty tuple, or a label that is not a non-empty string
+            without NUL characters.
+    """
+    labels = check_namespace(namespace, allow_empty=False)
+    return "/".join(label.replace("%", "%25").replace("/", "%2F") for label in labels)
+
+
+def decode_namespace(name: str) -> tuple[str, ...] | None:
+    """The store namespace tuple of a stream namespace, or ``None`` if it encodes none.
+
+    The inverse of :func:`encode_namespace`: ``decode_namespace(encode_namespace(ns)) == ns``
+    for every valid ``ns``, and a name that is not exactly the encoding of some tuple (an empty
+    label, a ``%`` not followed by ``25`` or ``2F``) gives ``None``.
+    """
+    if not name:
+        return None
+    labels = tuple(
+        _ESCAPE.sub(lambda m: "%" if m.group(1) == "25" else "/", part) for part in name.split("/")
+    )
+    try:
+        return labels if encode_namespace(labels) == name else None
+    except StoreNamespaceError:
+        return None
+
+
+def matches_condition(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
+    path = tuple(condition.path)
+    if len(namespace) < len(path):
+        return False
+    pairs = (
+        zip(namespace, path, strict=False)
+        if condition.match_type == "prefix"
+        else zip(reversed(namespace), reversed(path), strict=False)
+    )
+    return all(p == "*" or n == p for n, p in pairs)
+
+
+# -- values -------------------------------------------------------------------------------------
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def render_value(value: Mapping[str, Any], fields: Sequence[str] | None = None) -> str:
+    """The memory text of a store value.
+
+    Args:
+        value: the item's value.
+        fields: LangGraph field paths (``"text"``, ``"a.b"``, ``"items[*].name"``, ``"$"`` for
+            the whole value as JSON); the texts they select are joined with newlines. ``None``:
+            a value whose only field is a string is that string, any other value is one
+            ``field: value`` line per top-level field (non-strings as JSON).
+
+    Returns:
+        The text, or ``""`` when ``fields`` select nothing (the caller falls back to the
+        default rendering).
+    """
+    if fields is not None:
+        texts = [t for path in fields for t in get_text_at_path(value, path)]
+        return "\n".join(t for t in texts if t.strip())
+    if len(value) == 1:
+        (only,) = value.values()
+        if isinstance(only, str) and only.strip():
+            return only
+    if not value:
+        return "{}"
+    return "\n".join(f"{k}: {_as_text(v)}" for k, v in value.items())
+
+
+def check_filter(flt: object) -> dict[str, Any] | None:
+    if flt is None:
+        return None
+    if not isinstance(flt, Mapping) or not all(isinstance(k, str) for k in flt):
+        raise InvalidFilterError("a store filter must be a dict with string keys")
+
+    def walk(cond: Any) -> None:
+        if isinstance(cond, Mapping):
+            for key, sub in cond.items():
+                if isinstance(key, str) and key.startswith("$") and key not in _OPERATORS:
+                    raise InvalidFilterError(
+                        f"unsupported filter operator {key!r}; supported: {sorted(_OPERATORS)}"
+                    )
+                walk(sub)
+
+    walk(flt)
+    return dict(flt)
+
+
+def _lookup(value: Mapping[str, Any], key: str) -> Any:
+    if key in value:
+        return value[key]
+    node: Any = value
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _compare(value: Any, operator: str, operand: Any) -> bool:
+    if operator == "$eq":
+        return bool(value == operand)
+    if operator == "$ne":
+        return bool(value != operand)
+    a, b = _number(value), _number(operand)
+    if a is None or b is None:
+        if not (isinstance(value, str) and isinstance(operand, str)):
+            return False  # only numbers with numbers and strings with strings are ordered
+        a, b = value, operand  # type: ignore[assignment]
+    elif math.isnan(a) or math.isnan(b):
+        return False
+    if operator == "$gt":
+        return a > b  # type: ignore[operator]
+    if operator == "$gte":
+        return a >= b  # type: ignore[operator]
+    if operator == "$lt":
+        return a < b  # type: ignore[operator]
+    return a <= b  # type: ignore[operator]
+
+
+def _match_value(value: Any, cond: Any) -> bool:
+    if isinstance(cond, Mapping):
+        if any(k.startswith("$") for k in cond):
+            return all(_compare(value, op, operand) for op, operand in cond.items())
+        if not isinstance(value, Mapping):
+            return False
+        return all(_match_value(value.get(k), v) for k, v in cond.items())
+    if isinstance(cond, list | tuple):
+        return (
+            isinstance(value, list | tuple)
+            and len(value) == len(cond)
+            and all(_match_value(v, c) for v, c in zip(value, cond, strict=True))
+        )
+    return bool(value == cond)
+
+
+def matches_filter(value: Mapping[str, Any], flt: Mapping[str, Any] | None) -> bool:
+    return not flt or all(_match_value(_lookup(value, k), c) for k, c in flt.items())
