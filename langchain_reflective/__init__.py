@@ -45,6 +45,7 @@ from langchain_reflective.reflection import (
     create_reflection_graph,
     parse_insights,
 )
+from langchain_reflective.reflexion import create_reflexion_graph, search_reflections
 from langchain_reflective.scoring import ScoringConfig
 from langchain_reflective.storage import (
     BaseRecordStore,
@@ -147,6 +148,8 @@ __all__ = [
     "__version__",
     "create_memory_tools",
     "create_reflection_graph",
+    "create_reflexion_graph",
     "create_thinking_graph",
     "parse_insights",
+    "search_reflections",
 ]

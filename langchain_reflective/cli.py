@@ -7,6 +7,8 @@ Commands (``reflective --help`` and ``reflective <command> --help`` say more):
 * ``reflective inspect FILE``: counts, models, reflection state and the newest memories;
   ``--plot PNG`` draws the timeline and the score components;
 * ``reflective export FILE OUT.jsonl`` and ``reflective import IN.jsonl FILE``.
+* ``reflective reflexion report FILE [--plot PNG]``: tables and reward curves of exported
+  Reflexion loops (:mod:`langchain_reflective.reflexion.cli`).
 
 User mistakes (a missing or foreign file, a bad option, a missing extra) end with one line on
 stderr and a non-zero exit status; ``--debug`` shows the traceback instead. The exit status
@@ -1116,6 +1118,9 @@ def _build_app() -> typer.Typer:
     application.command("inspect")(inspect)
     application.command("export")(export)
     application.command("import")(import_)
+    from langchain_reflective.reflexion.cli import build_reflexion_app
+
+    application.add_typer(build_reflexion_app(), name="reflexion")
     return application
 
 

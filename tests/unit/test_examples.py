@@ -22,6 +22,7 @@ from langchain_core.messages import HumanMessage
 from langchain_reflective.memory import MEMORY_PREAMBLE
 from tests.fakes import WordEmbeddings
 from tests.thinking_fakes import decide, recall, round_, seed_script, summary
+from tests.unit.reflexion_fakes import BUGGY_CODE, FIXED_CODE, good_reflection
 from tests.unit.test_middleware import FakeChat, fenced, system_text, tool_call
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
@@ -139,6 +140,15 @@ def check_agent_with_thinking(result: dict[str, Any], model: FakeChat) -> None:
     assert bob and all("parseData" not in "".join(m.text for m in c) for c in bob)
 
 
+def check_reflexion_coding(result: dict[str, Any], model: FakeChat) -> None:
+    assert result["status"] == "passed" and result["trials"] == 2  # real pytest, twice
+    assert result["reflections"][0][:40] in system_text(model.calls[2])  # fenced into try 2
+
+
+def check_reflexion_agent(result: dict[str, Any], model: FakeChat) -> None:
+    assert result["status"] == "passed" and "395" in result["output"]
+
+
 CHECKS: dict[str, Callable[[dict[str, Any], FakeChat], None]] = {
     "lcel_chain": check_lcel_chain,
     "chat_with_history": check_chat_with_history,
@@ -148,6 +158,8 @@ CHECKS: dict[str, Callable[[dict[str, Any], FakeChat], None]] = {
     "custom_memory": check_custom_memory,
     "reflective_thinking": check_reflective_thinking,
     "agent_with_thinking": check_agent_with_thinking,
+    "reflexion_coding": check_reflexion_coding,
+    "reflexion_agent": check_reflexion_agent,
 }
 
 SCRIPTS: dict[str, list[Any]] = {
@@ -162,6 +174,13 @@ SCRIPTS: dict[str, list[Any]] = {
     "agent_with_memory": [
         tool_call("save_memory", {"text": "Alice is vegetarian", "importance": 0.8}),
         "Noted: vegetarian, spicy food.",
+    ],
+    "reflexion_coding": [BUGGY_CODE, good_reflection(1), FIXED_CODE],
+    "reflexion_agent": [
+        "The answer is 400.",
+        good_reflection(1),
+        tool_call("calculate", {"expression": "17 * 23 + 4"}),
+        "The answer is 395.",
     ],
 }
 

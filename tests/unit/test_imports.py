@@ -54,3 +54,10 @@ def test_the_package_never_mentions_pickle() -> None:
         if p.is_file() and p.suffix in {".py", ".json", ".typed"} and b"pickle" in p.read_bytes()
     ]
     assert hits == []
+
+
+def test_reflexion_names_at_the_root() -> None:
+    from langchain_reflective.reflexion import create_reflexion_graph, search_reflections
+
+    assert langchain_reflective.create_reflexion_graph is create_reflexion_graph
+    assert langchain_reflective.search_reflections is search_reflections

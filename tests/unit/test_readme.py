@@ -71,6 +71,7 @@ def test_the_readme_has_the_snippets_it_promises() -> None:
         "Memory strategies (and your own)",
         "LangGraph store",
         "Reflective thinking",
+        "Reflexion (learning from failed attempts)",
     ]
 
 

@@ -1,0 +1,696 @@
+"""The Reflexion loop as a LangGraph graph: actor -> evaluate -> self_reflect -> store -> actor.
+
+Each step is a generator that ``yield``s its I/O as :class:`~langchain_reflective._llm.Op`, so
+one body serves ``invoke`` and ``ainvoke`` (see :mod:`langchain_reflective.reflection.graph`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langchain_core.runnables.base import coerce_to_runnable
+from langchain_core.runnables.config import merge_configs
+from langgraph.graph import END, START, StateGraph
+from langgraph.pregel import Pregel
+
+from langchain_reflective._llm import Flow, ModelCall, Op, resolve_chat_model, run_async, run_sync
+from langchain_reflective.reflexion.actor import attempt_of, error_evaluation
+from langchain_reflective.reflexion.config import (
+    STRATEGIES,
+    ReflexionConfig,
+    ReflexionInput,
+    ReflexionOutput,
+    ReflexionState,
+    Strategy,
+)
+from langchain_reflective.reflexion.episodic import (
+    REFLEXION_KIND,
+    SCHEMA_VERSION,
+    TRIAL_KIND,
+    Episode,
+    episode,
+    fit_to_budget,
+    load_loop,
+    loop_status,
+    reflection_window,
+    render_window,
+    search_reflections,
+)
+from langchain_reflective.reflexion.evaluators import Attempt, BaseEvaluator
+from langchain_reflective.reflexion.reflection import (
+    InlineAttempt,
+    ReflexionPrompts,
+    _aguarded,
+    _guarded,
+    reflect_flow,
+)
+from langchain_reflective.reflexion.schema import EvaluatorOutput, SelfReflection
+
+if TYPE_CHECKING:
+    from langgraph.graph.state import CompiledStateGraph
+    from langgraph.types import Checkpointer
+
+    from langchain_reflective.stream import MemoryStream
+
+__all__ = ["ActorInput", "create_reflexion_graph"]
+
+T = TypeVar("T")
+Update = dict[str, Any]
+ActorInput = dict[str, Any]
+"""What a plain Runnable actor receives: ``task``, ``iteration``, ``context`` (the fenced
+notes as one string), ``reflections`` (the window's structured reflections), ``last_attempt``,
+``lessons`` and ``messages`` (the same as a chat model would get)."""
+
+
+def _threaded(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
+    async def call(*args: Any, **kwargs: Any) -> T:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    return call
+
+
+class _Reflexion:
+    """The steps of a Reflexion loop, bound to an actor, an evaluator, a stream and settings."""
+
+    def __init__(
+        self,
+        actor: Any,
+        evaluator: BaseEvaluator,
+        stream: MemoryStream,
+        *,
+        reflection_model: BaseChatModel | None,
+        omega: int,
+        max_trials: int,
+        strategy: Strategy,
+        config: ReflexionConfig,
+        prompts: ReflexionPrompts,
+    ) -> None:
+        if isinstance(actor, BaseChatModel):
+            self.actor_kind = "chat"
+        elif isinstance(actor, Pregel):
+            self.actor_kind = "graph"
+        else:
+            self.actor_kind = "runnable"
+        self.actor: Runnable[Any, Any] = coerce_to_runnable(actor)
+        self.evaluator = evaluator
+        self.stream = stream
+        self.omega = omega
+        self.max_trials = max_trials
+        self.strategy = strategy
+        self.config = config
+        self.prompts = prompts
+        self.reflects = strategy in ("reflexion", "last_attempt_reflexion")
+        self.inline = config.inline_reflection
+        if self.inline and (self.actor_kind != "chat" or not self.reflects):
+            raise ValueError(
+                "inline_reflection needs a chat model actor and a strategy that reflects "
+                "('reflexion' or 'last_attempt_reflexion')"
+            )
+        self.call: ModelCall[SelfReflection] | None = (
+            ModelCall.build(
+                reflection_model,
+                SelfReflection,
+                retry=config.retry,
+                structured_output=config.structured_output,
+            )
+            if reflection_model is not None
+            else None
+        )
+        self.inline_call: ModelCall[InlineAttempt] | None = (
+            ModelCall.build(
+                actor,
+                InlineAttempt,
+                retry=config.retry,
+                structured_output=config.structured_output,
+            )
+            if self.inline
+            else None
+        )
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _cfg(self, config: RunnableConfig, step: str, state: ReflexionState) -> RunnableConfig:
+        return merge_configs(
+            config,
+            {
+                "tags": ["langchain-reflective", f"reflexion.{step}"],
+                "metadata": {
+                    "loop_id": state.get("loop_id"),
+                    "iteration": state.get("iteration", 0),
+                    "reflexion_step": step,
+                },
+            },
+        )
+
+    def _ns(self, state: ReflexionState) -> str:
+        return self.stream.resolve_namespace(state.get("namespace"))
+
+    def _context(self, state: ReflexionState) -> str:
+        episodes = state.get("episodes") or []
+        window: list[Episode] = []
+        if self.reflects:
+            window = fit_to_budget(
+                reflection_window(episodes, self.omega), self.config.max_reflection_tokens
+            )
+        last = episodes[-1] if episodes and self.strategy.startswith("last_attempt") else None
+        sections = render_window(
+            window,
+            last_attempt=last,
+            lessons=state.get("lessons") or [],
+            max_chars=self.config.max_chars,
+        )
+        if not sections:
+            return ""
+        return self.prompts.actor_context.format(
+            task_intro=f"This is attempt {state.get('iteration', 0) + 1} at the task.",
+            sections="\n\n".join(sections),
+        )
+
+    def _actor_input(self, state: ReflexionState) -> tuple[Any, int]:
+        task, context = state["task"], self._context(state)
+        messages: list[BaseMessage] = [SystemMessage(context)] if context else []
+        messages.append(HumanMessage(task))
+        if self.actor_kind == "chat":
+            return messages, len(messages)
+        if self.actor_kind == "graph":
+            text = f"{context}\n\nTask:\n{task}" if context else task
+            return {"messages": [HumanMessage(text)]}, 1
+        window = reflection_window(state.get("episodes") or [], self.omega) if self.reflects else []
+        episodes = state.get("episodes") or []
+        return {
+            "task": task,
+            "iteration": state.get("iteration", 0),
+            "context": context,
+            "reflections": [e["self_reflection"] for e in window],
+            "last_attempt": episodes[-1]
+            if episodes and self.strategy.startswith("last_attempt")
+            else None,
+            "lessons": list(state.get("lessons") or []),
+            "messages": messages,
+        }, len(messages)
+
+    # -- steps -----------------------------------------------------------------------------
+
+    def load(self, state: ReflexionState, config: RunnableConfig) -> Flow[Update]:
+        """Read the loop's stored trials: a new loop, a loop to resume, or a finished one."""
+        task = state.get("task")
+        if not isinstance(task, str) or not task.strip():
+            raise ValueError("the Reflexion graph needs a non-empty 'task' string")
+        ns = self._ns(state)
+        loop_id = state.get("loop_id") or uuid.uuid4().hex
+        st = self.stream
+        episodes: list[Episode] = yield Op(
+            load_loop, _threaded(load_loop), (st, loop_id), {"namespace": ns}
+        )
+        status = loop_status(episodes)
+        update: Update = {
+            "namespace": ns,
+            "loop_id": loop_id,
+            "episodes": episodes,
+            "iteration": len(episodes),
+            "resumed": bool(episodes),
+            "lessons": [],
+            "lessons_reused": [],
+            "reflection": None,
+            "error": None,
+            "done": False,
+            "pending": None,
+        }
+        if episodes and (status != "running" or len(episodes) >= self.max_trials):
+            last = episodes[-1]
+            update.update(
+                done=True,
+                status=status if status != "running" else "failed",
+                output=str(last.get("attempt", "")),
+                evaluation=last.get("evaluator_output"),
+                error=last.get("error"),
+            )
+            return update
+        if not episodes and self.config.prior_lessons > 0:
+            hits = yield Op(
+                search_reflections,
+                _threaded(search_reflections),
+                (st, task),
+                {
+                    "limit": self.config.prior_lessons,
+                    "namespace": ns,
+                    "min_confidence": self.config.prior_min_confidence,
+                    "include_low_quality": False,
+                    "exclude_loops": [loop_id],
+                },
+            )
+            lessons = list(dict.fromkeys(lesson for h in hits for lesson in h.lessons))
+            update["lessons"] = lessons
+            update["lessons_reused"] = [h.record.id for h in hits]
+        return update
+
+    def act(self, state: ReflexionState, config: RunnableConfig) -> Flow[Update]:
+        """One attempt of the actor, with the window (and lessons) in its context."""
+        pending = state.get("pending")
+        if pending is not None:
+            return (yield from self._act_inline(state, config, pending))
+        payload, sent = self._actor_input(state)
+        cfg = self._cfg(config, "actor", state)
+        result = yield Op(
+            _guarded(self.actor.invoke), _aguarded(self.actor.ainvoke), (payload,), {"config": cfg}
+        )
+        if isinstance(result, Exception):
+            return {
+                "attempt": "",
+                "actions": [],
+                "error": f"the actor failed: {type(result).__name__}: {result}",
+            }
+        text, actions = attempt_of(result, sent)
+        return {"attempt": text, "actions": actions, "error": None}
+
+    def _act_inline(
+        self, state: ReflexionState, config: RunnableConfig, pending: Mapping[str, Any]
+    ) -> Flow[Update]:
+        """One call: the reflection on the pending failure, then the next attempt."""
+        from langchain_reflective.reflexion.reflection import (
+            fallback_reflection,
+            parse_inline,
+            reflection_quality,
+        )
+
+        assert self.inline_call is not None
+        cfg = self.config
+        episodes = list(state.get("episodes") or [])
+        evaluation = EvaluatorOutput.model_validate(pending["evaluation"])
+        # the reflection written now takes one of the Ω places in the actor's context
+        shown = fit_to_budget(
+            reflection_window(episodes, self.omega - 1), cfg.max_reflection_tokens
+        )
+        messages = self.prompts.inline_messages(
+            task=state["task"],
+            actions=list(pending.get("actions") or []),
+            attempt=str(pending.get("attempt", "")),
+            evaluation=evaluation,
+            previous=shown,
+            min_chars=cfg.min_reflection_chars,
+            max_chars=cfg.max_chars,
+        )
+        call = self.inline_call
+        result = yield Op(
+            _guarded(call.runnable.invoke),
+            _aguarded(call.runnable.ainvoke),
+            (messages,),
+            {"config": self._cfg(config, "actor", state)},
+        )
+        error = None
+        if isinstance(result, Exception):
+            reflection, answer = None, ""
+            error = f"the actor failed: {type(result).__name__}: {result}"
+        else:
+            parsed, raw = call.unpack(result)
+            reflection, answer = parse_inline(parsed, raw)
+        if reflection is None:
+            reflection = fallback_reflection(evaluation, iteration=int(pending["iteration"]))
+            issues, source = ["unparseable"], "fallback"
+        else:
+            earlier = [
+                e["self_reflection"]["reflection_text"]
+                for e in episodes
+                if e["kind"] == REFLEXION_KIND
+            ]
+            issues = list(
+                reflection_quality(reflection, earlier, min_chars=cfg.min_reflection_chars)
+            )
+            source = "model"
+        trial = {
+            **pending,
+            "reflection": {
+                "self_reflection": reflection.model_dump(mode="json"),
+                "low_quality": bool(issues) or source == "fallback",
+                "quality_issues": issues,
+                "reflection_source": source,
+            },
+        }
+        episodes = yield from self._write(state, trial, episodes)
+        return {
+            **self._progress(episodes),
+            "pending": None,
+            "attempt": answer,
+            "actions": [],
+            "error": error,
+        }
+
+    def evaluate(self, state: ReflexionState, config: RunnableConfig) -> Flow[Update]:
+        """Verify the attempt (skipped after a critical actor error)."""
+        if state.get("error"):
+            return {"evaluation": error_evaluation(state["error"] or "")}
+        attempt = Attempt(
+            task=state["task"],
+            output=state.get("attempt", ""),
+            actions=list(state.get("actions") or []),
+            iteration=state.get("iteration", 0),
+        )
+        ev = self.evaluator
+        result = yield Op(_guarded(ev.evaluate), _aguarded(ev.aevaluate), (attempt,))
+        if isinstance(result, Exception):
+            msg = f"the evaluator failed: {type(result).__name__}: {result}"
+            return {"evaluation": error_evaluation(msg), "error": msg}
+        if not isinstance(result, EvaluatorOutput):
+            msg = f"the evaluator returned {type(result).__name__}, not an EvaluatorOutput"
+            return {"evaluation": error_evaluation(msg), "error": msg}
+        return {"evaluation": result.model_dump(mode="json")}
+
+    def _outcome(self, state: ReflexionState) -> str:
+        if state.get("error"):
+            return "error"
+        evaluation = state.get("evaluation") or {}
+        if evaluation.get("passed"):
+            return "passed"
+        return "max_trials" if state.get("iteration", 0) + 1 >= self.max_trials else "failed"
+
+    def self_reflect(self, state: ReflexionState, config: RunnableConfig) -> Flow[Update]:
+        """Write a structured self-reflection on the failure (quality-checked, one retry)."""
+        from langchain_reflective.reflexion.reflection import (
+            ReflectionOutcome,
+            fallback_reflection,
+        )
+
+        evaluation = EvaluatorOutput.model_validate(state.get("evaluation"))
+        episodes = state.get("episodes") or []
+        window = reflection_window(episodes, self.omega)
+        outcome = self._outcome(state)
+        iteration = state.get("iteration", 0)
+        if self.call is None:  # an error under a strategy without a reflection model
+            result = ReflectionOutcome(
+                fallback_reflection(evaluation, iteration=iteration, error=state.get("error")),
+                ["unparseable"],
+                "fallback",
+                0,
+            )
+        else:
+            messages = self.prompts.reflection_messages(
+                task=state["task"],
+                actions=list(state.get("actions") or []),
+                attempt=state.get("attempt", ""),
+                evaluation=evaluation,
+                previous=window,
+                outcome=outcome,  # type: ignore[arg-type]
+                min_chars=self.config.min_reflection_chars,
+                max_chars=self.config.max_chars,
+            )
+            previous_texts = [
+                e["self_reflection"]["reflection_text"]
+                for e in episodes
+                if e["kind"] == REFLEXION_KIND
+            ]
+            result = yield from reflect_flow(
+                self.call,
+                messages,
+                previous_texts=previous_texts,
+                evaluation=evaluation,
+                iteration=iteration,
+                min_chars=self.config.min_reflection_chars,
+                retry_prompt=self.prompts.retry,
+                quality_retry=self.config.quality_retry,
+                config=self._cfg(config, "self_reflect", state),
+                error=state.get("error"),
+            )
+        return {
+            "reflection": {
+                "self_reflection": result.reflection.model_dump(mode="json"),
+                "low_quality": result.low_quality,
+                "quality_issues": list(result.issues),
+                "reflection_source": result.source,
+            }
+        }
+
+    def _record(
+        self, state: ReflexionState, trial: Mapping[str, Any], episodes: list[Episode]
+    ) -> tuple[str, dict[str, Any], str, float]:
+        """``(text, metadata, kind, importance)`` of one trial's memory record."""
+        cfg = self.config
+        evaluation = trial.get("evaluation") or {}
+        iteration, outcome = int(trial["iteration"]), str(trial["outcome"])
+        meta: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "loop_id": state["loop_id"],
+            "task": state["task"],
+            "iteration": iteration,
+            "reward": float(evaluation.get("reward", 0.0)),
+            "passed": bool(evaluation.get("passed")) and outcome == "passed",
+            "outcome": outcome,
+            "strategy": self.strategy,
+            "omega": self.omega,
+            "evaluator_output": evaluation,
+            "attempt": str(trial.get("attempt", ""))[: cfg.max_stored_attempt_chars],
+            "actions": list(trial.get("actions") or [])[:50],
+            "error": trial.get("error"),
+        }
+        if iteration == 0 and state.get("lessons_reused"):
+            meta["lessons_reused"] = list(state.get("lessons_reused") or [])
+        reflection = trial.get("reflection")
+        if reflection is None:
+            verdict = "passed" if meta["passed"] else "failed"
+            text = (
+                f"Trial {iteration} {verdict} with reward {meta['reward']:.2f} on task: "
+                f"{' '.join(state['task'].split())[:300]}"
+            )
+            return text, meta, TRIAL_KIND, cfg.trial_importance
+        sr = reflection["self_reflection"]
+        previous = reflection_window(episodes, self.omega - 1) if self.omega > 1 else []
+        in_context = [e["iteration"] for e in previous] + [iteration] if self.omega else []
+        meta.update(reflection)
+        meta["memory_metadata"] = {
+            "omega_capacity": self.omega,
+            "current_memory_size": len(in_context),
+            "reflections_in_context": in_context,
+            "total_reflections_generated": 1 + sum(e["kind"] == REFLEXION_KIND for e in episodes),
+        }
+        meta.setdefault("lessons_reused", [])
+        text = sr["reflection_text"]
+        if sr.get("lessons_learned"):
+            text += "\nLessons learned: " + "; ".join(sr["lessons_learned"])
+        return text, meta, REFLEXION_KIND, cfg.reflection_importance
+
+    def _write(
+        self, state: ReflexionState, trial: Mapping[str, Any], episodes: list[Episode]
+    ) -> Flow[list[Episode]]:
+        """Store one trial; the loop's episodes with it appended."""
+        text, meta, kind, importance = self._record(state, trial, episodes)
+        st = self.stream
+        records = yield Op(
+            st.add,
+            st.aadd,
+            ([text],),
+            {
+                "kinds": kind,
+                "metadatas": [meta],
+                "importances": [importance],
+                "namespace": self._ns(state),
+            },
+        )
+        return [*episodes, episode(records[0])]
+
+    def _progress(self, episodes: list[Episode]) -> Update:
+        window = reflection_window(episodes, self.omega) if self.reflects else []
+        return {
+            "episodes": episodes,
+            "reflections": [e for e in episodes if e["kind"] == REFLEXION_KIND],
+            "window": [e["iteration"] for e in window],
+            "rewards": [float(e.get("reward", 0.0)) for e in episodes],
+            "trials": len(episodes),
+        }
+
+    def store(self, state: ReflexionState, config: RunnableConfig) -> Flow[Update]:
+        """Store the trial (with its reflection, if any) and move the window.
+
+        With inline reflection, a failed trial that is not the last waits (``pending``) for
+        the next attempt's call to write its reflection; it is stored then.
+        """
+        iteration = state.get("iteration", 0)
+        outcome = self._outcome(state)
+        trial = {
+            "iteration": iteration,
+            "outcome": outcome,
+            "evaluation": state.get("evaluation") or {},
+            "attempt": state.get("attempt", ""),
+            "actions": list(state.get("actions") or []),
+            "error": state.get("error"),
+            "reflection": state.get("reflection"),
+        }
+        status = {"passed": "passed", "error": "error", "max_trials": "failed"}.get(
+            outcome, "running"
+        )
+        common: Update = {
+            "status": status,
+            "passed": outcome == "passed",
+            "output": trial["attempt"],
+            "iteration": iteration + 1 if status == "running" else iteration,
+            "reflection": None,
+        }
+        if self.inline and outcome == "failed" and trial["reflection"] is None:
+            return {**common, "pending": trial}
+        episodes = yield from self._write(state, trial, list(state.get("episodes") or []))
+        return {**common, **self._progress(episodes)}
+
+    def finish(self, state: ReflexionState) -> Update:
+        """Fill the output of a loop loaded as already finished."""
+        episodes = list(state.get("episodes") or [])
+        return {
+            **self._progress(episodes),
+            "passed": bool(episodes and episodes[-1].get("passed")),
+        }
+
+    # -- routing ---------------------------------------------------------------------------
+
+    def after_load(self, state: ReflexionState) -> str:
+        return "finish" if state.get("done") else "actor"
+
+    def after_evaluate(self, state: ReflexionState) -> str:
+        if state.get("error"):
+            return "self_reflect"
+        if (state.get("evaluation") or {}).get("passed"):
+            return "store"
+        if self.inline and self._outcome(state) == "failed":
+            return "store"  # the next attempt's call writes the reflection
+        return "self_reflect" if self.reflects else "store"
+
+    def after_store(self, state: ReflexionState) -> str:
+        return "actor" if state.get("status") == "running" else END
+
+    # -- nodes -----------------------------------------------------------------------------
+
+    def node(
+        self, step: str, fn: Callable[[Any, RunnableConfig], Flow[Update]]
+    ) -> RunnableLambda[Any, Update]:
+        """A node with a sync and an async body driving the same step."""
+
+        def sync_node(state: Any, config: RunnableConfig) -> Update:
+            return run_sync(fn(state, config))
+
+        async def async_node(state: Any, config: RunnableConfig) -> Update:
+            return await run_async(fn(state, config))
+
+        return RunnableLambda(sync_node, afunc=async_node, name=f"reflexion.{step}")
+
+
+def create_reflexion_graph(
+    actor: BaseChatModel | Runnable[Any, Any] | Callable[..., Any],
+    evaluator: BaseEvaluator,
+    *,
+    stream: MemoryStream,
+    omega: int = 3,
+    max_trials: int = 5,
+    strategy: Strategy = "reflexion",
+    reflection_model: str | BaseChatModel | None = None,
+    config: ReflexionConfig | None = None,
+    prompts: ReflexionPrompts | None = None,
+    checkpointer: Checkpointer = None,
+    name: str = "reflexion",
+) -> CompiledStateGraph[ReflexionState, None, ReflexionInput, ReflexionOutput]:
+    """Build a Reflexion loop (Shinn et al. 2023; seed 003) with episodic memory in a stream.
+
+    Nodes (run names ``reflexion.<node>``): ``load`` reads the loop's stored trials (a new
+    loop, a loop to resume after a restart, or a finished one returned as stored) ->
+    ``actor`` makes an attempt with the Ω window of its reflections (and, when asked, lessons
+    of similar past loops) in its context -> ``evaluate`` verifies it -> on failure
+    ``self_reflect`` writes a structured first-person reflection -> ``store`` keeps the trial
+    as a memory record -> the next attempt, until the attempt passes or ``max_trials`` is
+    reached (the last failure still gets its reflection). With
+    ``ReflexionConfig(inline_reflection=True)`` a chat model actor writes the reflection on a
+    failure in the same call as its next attempt (one call per failed trial). A critical error
+    of the actor or the evaluator (an exception) gets an error reflection and stops the loop
+    with status ``error``; nothing is raised for it. Storage errors are raised.
+
+    What the actor receives: a chat model gets a system message with the fenced notes and the
+    task as a human message; a compiled graph (e.g. a ``create_agent`` agent) gets
+    ``{"messages": [HumanMessage(notes + task)]}``; any other Runnable or function gets an
+    :data:`ActorInput` dict. The attempt is the message text, the agent's last answer (its tool
+    calls become the actions) or the returned text.
+
+    Example:
+        .. code-block:: python
+
+            evaluator = command_evaluator(["pytest -q"], cwd=workdir, prepare=write_solution)
+            graph = create_reflexion_graph(model, evaluator, stream=stream, omega=3)
+            out = graph.invoke({"task": "Write add(a, b) in solution.py"})
+            print(out["status"], out["rewards"], out["window"])
+
+    Args:
+        actor: a chat model, any Runnable or function, or a compiled graph / agent.
+        evaluator: verifies attempts (:func:`command_evaluator`, :func:`llm_judge_evaluator`,
+            :func:`callable_evaluator`, :func:`match_evaluator` or a :class:`BaseEvaluator`).
+        stream: where the episodic memory lives (records of kinds ``reflexion`` and
+            ``reflexion_trial``).
+        omega: Ω, how many of the loop's latest reflections the actor sees (older ones stay
+            stored).
+        max_trials: the most attempts per loop.
+        strategy: ``reflexion`` (default), ``last_attempt_reflexion``, ``last_attempt`` or
+            ``none`` (see :data:`Strategy`), to measure whether reflections help on a task.
+        reflection_model: the self-reflection model; defaults to ``actor`` when it is a chat
+            model. Required for other actors when the strategy reflects.
+        config: budgets, quality checks, cross-task lessons (:class:`ReflexionConfig`).
+        prompts: custom prompts (:class:`ReflexionPrompts`).
+        checkpointer: passed to ``compile``; leave ``None`` inside a parent graph.
+        name: the compiled graph's name.
+
+    Returns:
+        A compiled graph with input :class:`ReflexionInput` (``task``, ``loop_id``,
+        ``namespace``) and output :class:`ReflexionOutput`; works alone and as a node of a
+        parent graph, sync and async.
+
+    Raises:
+        ValueError: a bad Ω, trial limit or strategy, or no reflection model when one is
+            needed.
+    """
+    if isinstance(omega, bool) or not isinstance(omega, int) or omega < 0:
+        raise ValueError(f"omega must be a non-negative integer, got {omega!r}")
+    if isinstance(max_trials, bool) or not isinstance(max_trials, int) or max_trials < 1:
+        raise ValueError(f"max_trials must be a positive integer, got {max_trials!r}")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if not isinstance(evaluator, BaseEvaluator):
+        raise TypeError(
+            f"evaluator must be a BaseEvaluator (e.g. command_evaluator(...)), got "
+            f"{type(evaluator).__name__}"
+        )
+    model = resolve_chat_model(reflection_model) if reflection_model is not None else None
+    if model is None and isinstance(actor, BaseChatModel):
+        model = actor
+    if model is None and strategy in ("reflexion", "last_attempt_reflexion"):
+        raise ValueError(
+            f"strategy {strategy!r} writes self-reflections: pass reflection_model=<chat model> "
+            "(it defaults to the actor only when the actor is a chat model)"
+        )
+    steps = _Reflexion(
+        actor,
+        evaluator,
+        stream,
+        reflection_model=model,
+        omega=omega,
+        max_trials=max_trials,
+        strategy=strategy,
+        config=config or ReflexionConfig(),
+        prompts=prompts or ReflexionPrompts(),
+    )
+    builder = StateGraph(ReflexionState, input_schema=ReflexionInput, output_schema=ReflexionOutput)
+    builder.add_node("load", steps.node("load", steps.load))
+    builder.add_node("actor", steps.node("actor", steps.act))
+    builder.add_node("evaluate", steps.node("evaluate", steps.evaluate))
+    builder.add_node("self_reflect", steps.node("self_reflect", steps.self_reflect))
+    builder.add_node("store", steps.node("store", steps.store))
+    builder.add_node("finish", RunnableLambda(steps.finish, name="reflexion.finish"))
+    builder.add_edge(START, "load")
+    builder.add_conditional_edges("load", steps.after_load, ["actor", "finish"])
+    builder.add_edge("actor", "evaluate")
+    builder.add_conditional_edges("evaluate", steps.after_evaluate, ["self_reflect", "store"])
+    builder.add_edge("self_reflect", "store")
+    builder.add_conditional_edges("store", steps.after_store, ["actor", END])
+    builder.add_edge("finish", END)
+    graph = builder.compile(checkpointer=checkpointer, name=name)
+    return graph.with_config(
+        recursion_limit=4 * max_trials + 10,
+        tags=["langchain-reflective", "reflexion"],
+        metadata={"ls_component": "reflexion", "default_namespace": stream.namespace},
+    )

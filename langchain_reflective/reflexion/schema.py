@@ -1,0 +1,206 @@
+"""The records of a Reflexion loop (seed 003): evaluator output and structured self-reflection.
+
+Every value here is a pydantic model, so a model's structured answer is validated on the way in
+and a record is plain JSON on the way out (episodic memory, export, the JSON Schema).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = [
+    "FAILURE_CATEGORIES",
+    "CheckResult",
+    "CheckStatus",
+    "CreditAssignment",
+    "EvaluatorOutput",
+    "FailureCategory",
+    "SelfReflection",
+    "StructuredError",
+]
+
+FailureCategory = Literal[
+    "logic_error",
+    "edge_case_miss",
+    "syntax_error",
+    "type_error",
+    "test_failure",
+    "lint_error",
+    "integration_error",
+    "misunderstood_task",
+    "incomplete_solution",
+    "tool_misuse",
+    "timeout",
+    "environment_error",
+    "wrong_answer",
+    "other",
+]
+"""Why an attempt failed (the reflection's ``credit_assignment.failure_category``).
+
+``logic_error``: the approach computes the wrong thing; ``edge_case_miss``: empty, ``None``,
+boundary or unusual inputs not handled; ``syntax_error``: the output does not parse or run;
+``type_error``: the type checker or a runtime type mismatch; ``test_failure``: tests fail for a
+reason not covered above; ``lint_error``: style or lint findings; ``integration_error``: an API,
+file or service used wrongly; ``misunderstood_task``: the task was read wrongly;
+``incomplete_solution``: parts of the task not done; ``tool_misuse``: an agent tool called
+wrongly; ``timeout``: too slow or hung; ``environment_error``: the environment, not the attempt,
+failed (missing tool, crash); ``wrong_answer``: a question answered wrongly; ``other``: none of
+these (unknown categories from a model become ``other``)."""
+
+FAILURE_CATEGORIES: tuple[str, ...] = FailureCategory.__args__  # type: ignore[attr-defined]
+
+CheckStatus = Literal["passed", "failed", "timeout", "error"]
+"""One check's outcome: ``error`` means the check itself could not run (missing program...)."""
+
+
+class StructuredError(BaseModel):
+    """One error found by a check, with its location when the tool reports one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tool: str = Field(description="The check that reported it (pytest, mypy, ruff, judge...).")
+    type: str = Field(default="error", description="Error class or rule code.")
+    message: str = Field(description="What the tool said.")
+    file: str | None = Field(default=None, description="File, when known.")
+    line: int | None = Field(default=None, description="1-based line, when known.")
+    column: int | None = Field(default=None, description="1-based column, when known.")
+
+
+class CheckResult(BaseModel):
+    """The outcome of one check (one command, one judge call, one comparison)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="The check's name (e.g. tests, types, lint).")
+    tool: str = Field(description="pytest, mypy, ruff, command, judge, callable or match.")
+    status: CheckStatus
+    score: float = Field(ge=0.0, le=1.0, description="This check's reward in [0, 1].")
+    weight: float = Field(ge=0.0, description="Its weight in the combined reward.")
+    command: list[str] | None = Field(default=None, description="The command run, if any.")
+    exit_code: int | None = None
+    duration_s: float | None = None
+    output: str = Field(default="", description="The tail of stdout and stderr.")
+    metrics: dict[str, float] = Field(default_factory=dict)
+
+
+class EvaluatorOutput(BaseModel):
+    """What an evaluator says about one attempt (seed 003's ``EvaluatorOutput``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    passed: bool = Field(description="Overall pass/fail: every check passed.")
+    reward: float = Field(ge=0.0, le=1.0, description="The scalar reward in [0, 1].")
+    verification_type: str = Field(default="custom", description="tests, combined, judge...")
+    results: list[CheckResult] = Field(default_factory=list)
+    errors: list[StructuredError] = Field(default_factory=list)
+    metrics: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("reward", mode="before")
+    @classmethod
+    def _finite(cls, value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError("reward must be finite")
+        return value
+
+    def feedback(self, *, max_errors: int = 20) -> list[str]:
+        """One line per check and per error, for prompts (not fenced here)."""
+        lines = [
+            f"{r.name} ({r.tool}): {r.status}, score {r.score:.2f}"
+            + (f"; {r.output.strip().splitlines()[-1]}" if r.output.strip() else "")
+            for r in self.results
+        ]
+        for err in self.errors[:max_errors]:
+            where = f" at {err.file}:{err.line}" if err.file and err.line else ""
+            where = where or (f" in {err.file}" if err.file else "")
+            lines.append(f"{err.tool} {err.type}{where}: {err.message}")
+        if len(self.errors) > max_errors:
+            lines.append(f"... and {len(self.errors) - max_errors} more errors")
+        return lines
+
+
+class CreditAssignment(BaseModel):
+    """Which actions failed and why (the reflection's credit assignment)."""
+
+    failing_action_indices: list[int] = Field(
+        default_factory=list, description="0-based indices of the actions that caused it."
+    )
+    root_cause: str = Field(default="", description="The root cause, in one sentence.")
+    failure_category: FailureCategory = Field(
+        default="other", description="The closest failure category."
+    )
+
+    @field_validator("failure_category", mode="before")
+    @classmethod
+    def _known_category(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            norm = value.strip().lower().replace(" ", "_").replace("-", "_")
+            return norm if norm in FAILURE_CATEGORIES else "other"
+        return "other"
+
+    @field_validator("failing_action_indices", mode="before")
+    @classmethod
+    def _indices(cls, value: Any) -> Any:
+        if not isinstance(value, list):
+            return []
+        return [v for v in value if isinstance(v, int) and not isinstance(v, bool) and v >= 0]
+
+
+class SelfReflection(BaseModel):
+    """A structured, first-person self-reflection after a failed attempt (seed 003)."""
+
+    reflection_text: str = Field(
+        description="First-person narrative: what I did, why it failed, what I will do next."
+    )
+    credit_assignment: CreditAssignment = Field(default_factory=CreditAssignment)
+    causal_reasoning: str = Field(default="", description="Why the actions led to the failure.")
+    actionable_insights: list[str] = Field(
+        default_factory=list, description="Concrete steps for the next attempt."
+    )
+    lessons_learned: list[str] = Field(
+        default_factory=list, description="General lessons that carry over to other tasks."
+    )
+    confidence: float = Field(
+        default=0.5, ge=0.0, le=1.0, description="How sure I am of this analysis, in [0, 1]."
+    )
+    related_reflections: list[int] = Field(
+        default_factory=list, description="Iterations of earlier reflections this builds on."
+    )
+
+    @field_validator("reflection_text")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("reflection_text is empty")
+        return value.strip()
+
+    @field_validator("actionable_insights", "lessons_learned", mode="before")
+    @classmethod
+    def _strings(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list):
+            return []
+        return [
+            str(v).strip() for v in value if isinstance(v, str | int | float) and str(v).strip()
+        ]
+
+    @field_validator("confidence", mode="before")
+    @classmethod
+    def _clamp(cls, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return value
+        if not math.isfinite(value):
+            return 0.0
+        if 1.0 < value <= 100.0:  # a percentage
+            value = value / 100.0
+        return min(1.0, max(0.0, float(value)))
+
+    @field_validator("related_reflections", mode="before")
+    @classmethod
+    def _related(cls, value: Any) -> Any:
+        if not isinstance(value, list):
+            return []
+        return [v for v in value if isinstance(v, int) and not isinstance(v, bool) and v >= 0]

@@ -1,0 +1,127 @@
+"""Analytics of Reflexion loops (per loop and across loops, per strategy), the structured-output
+path of the reflection model, and the async search."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from langchain_reflective import MemoryStream
+from langchain_reflective.importance import RetryConfig
+from langchain_reflective.reflexion import (
+    REFLEXION_KIND,
+    ReflexionConfig,
+    analyze_loops,
+    asearch_reflections,
+    create_reflexion_graph,
+    export_loops,
+    match_evaluator,
+    search_reflections,
+)
+from tests.fakes import WordEmbeddings
+from tests.unit.reflexion_fakes import (
+    ScriptedReflexionModel,
+    StructuredReflexionModel,
+    good_reflection,
+)
+
+FAST = RetryConfig(attempts=1)
+
+
+@pytest.fixture
+def stream() -> Any:
+    with MemoryStream(WordEmbeddings()) as s:
+        yield s
+
+
+def _loop(stream: MemoryStream, answers: list[str], strategy: str = "reflexion", **cfg: Any) -> Any:
+    model = ScriptedReflexionModel(actor_script=answers)
+    return create_reflexion_graph(
+        model,
+        match_evaluator("right"),
+        stream=stream,
+        max_trials=3,
+        strategy=strategy,  # type: ignore[arg-type]
+        config=ReflexionConfig(retry=FAST, **cfg),
+    ).invoke({"task": "Say the right word about the webhook API"})
+
+
+def test_analytics_per_loop_and_across_loops(stream: MemoryStream) -> None:
+    first = _loop(stream, ["right"])  # passes at trial 1
+    second = _loop(stream, ["wrong", "right"])  # passes at trial 2
+    third = _loop(stream, ["wrong"])  # fails 3 times
+    fourth = _loop(stream, ["wrong", "right"], strategy="none")
+    analyses, overall, by_strategy = analyze_loops(stream)
+    by_id = {a.loop_id: a for a in analyses}
+    a1, a2, a3, a4 = (by_id[o["loop_id"]] for o in (first, second, third, fourth))
+    assert (a1.rewards, a1.trials_to_success, a1.status) == ([1.0], 1, "passed")
+    assert (a2.rewards, a2.trials_to_success) == ([0.0, 1.0], 2)
+    assert a2.failure_categories == ["edge_case_miss"] and a2.avg_confidence == 0.9
+    assert a2.learning_rate == pytest.approx(0.5)
+    assert (a3.trials, a3.trials_to_success, a3.status) == (3, None, "failed")
+    assert a3.lessons_count == 3 and a4.failure_categories == []
+    assert overall.loops == 4 and overall.success_rate == 0.75
+    assert overall.success_at == {1: 0.25, 2: 0.75, 3: 0.75}
+    assert overall.mean_trials == pytest.approx((1 + 2 + 3 + 2) / 4)
+    assert overall.mean_trials_to_success == pytest.approx((1 + 2 + 2) / 3)
+    assert overall.failure_categories == {"edge_case_miss": 4}
+    assert set(by_strategy) == {"reflexion", "none"}
+    assert by_strategy["none"].loops == 1 and by_strategy["none"].success_at == {1: 0.0, 2: 1.0}
+    assert by_strategy["reflexion"].success_rate == pytest.approx(2 / 3)
+    # the same numbers from the exported JSON
+    _, from_json, _ = analyze_loops(json.dumps(export_loops(stream)))
+    assert from_json == overall
+
+
+def test_lesson_reuse_is_counted(stream: MemoryStream) -> None:
+    _loop(stream, ["wrong", "right"])
+    reused = _loop(stream, ["right"], prior_lessons=2)
+    analyses, overall, _ = analyze_loops(stream)
+    [a] = [a for a in analyses if a.loop_id == reused["loop_id"]]
+    assert len(a.lessons_reused) == 1
+    assert overall.lesson_reuse_rate == 0.5 and overall.success_rate_with_lessons == 1.0
+
+
+def test_the_structured_output_path_of_the_reflection_and_inline_calls(
+    stream: MemoryStream,
+) -> None:
+    model = StructuredReflexionModel(actor_script=["wrong", "wrong", "right"])
+    out = create_reflexion_graph(
+        model, match_evaluator("right"), stream=stream, config=ReflexionConfig(retry=FAST)
+    ).invoke({"task": "t"})
+    assert out["status"] == "passed"
+    assert ("SelfReflection", "json_schema") in model.structured_requests
+    records = stream.recent(None, kinds=[REFLEXION_KIND])
+    assert len(records) == 2 and not any(r.metadata["low_quality"] for r in records)
+
+    inline = StructuredReflexionModel(actor_script=["wrong", "right"])
+    out = create_reflexion_graph(
+        inline,
+        match_evaluator("right"),
+        stream=stream,
+        config=ReflexionConfig(retry=FAST, inline_reflection=True),
+    ).invoke({"task": "t2"})
+    assert out["status"] == "passed" and len(inline.calls) == 2
+    assert ("InlineAttempt", "json_schema") in inline.structured_requests
+    [record] = [
+        r for r in stream.recent(None, kinds=[REFLEXION_KIND]) if r.metadata["task"] == "t2"
+    ]
+    assert record.metadata["reflection_source"] == "model" and not record.metadata["low_quality"]
+
+
+async def test_asearch_reflections_matches_the_sync_search(stream: MemoryStream) -> None:
+    model = ScriptedReflexionModel(actor_script=["wrong"], reflection_script=[good_reflection(1)])
+    create_reflexion_graph(
+        model,
+        match_evaluator("right"),
+        stream=stream,
+        max_trials=1,
+        config=ReflexionConfig(retry=FAST),
+    ).invoke({"task": "webhook"})
+    sync = search_reflections(stream, "empty list IndexError")
+    assert [h.record.id for h in await asearch_reflections(stream, "empty list IndexError")] == [
+        h.record.id for h in sync
+    ]
+    assert len(sync) == 1
