@@ -17,7 +17,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from langchain_reflective.cli import INSTALL_HINT, _console, _fail, _plot_target, _short
+from langchain_reflective.cli._common import INSTALL_HINT, _console, _fail, _plot_target, _short
 from langchain_reflective.errors import InvalidMemoryError
 from langchain_reflective.reflexion.analytics import (
     LoopAnalysis,

@@ -32,6 +32,7 @@ pytestmark = pytest.mark.integration
 
 cli = pytest.importorskip("langchain_reflective.cli", reason='needs the cli extra ("[cli]")')
 pytest.importorskip("typer", reason='needs the cli extra ("[cli]")')
+cli_files = pytest.importorskip("langchain_reflective.cli.files")
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 T0 = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
@@ -284,7 +285,9 @@ def test_inspect_last_reflection_is_a_stored_one(
 def test_inspect_limit_does_not_cut_the_ranked_list(
     capsys: pytest.CaptureFixture[str], memory_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cli, "_load_embeddings", lambda prefer: DeterministicFakeEmbedding(size=32))
+    monkeypatch.setattr(
+        cli_files, "_load_embeddings", lambda prefer: DeterministicFakeEmbedding(size=32)
+    )
     code, out, err = run_cli(capsys, "inspect", memory_file, "-n", "1", "-q", "Ana Lisbon")
     assert code == 0, err
     newest, ranked = out.split("Ranked for")

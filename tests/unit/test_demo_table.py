@@ -12,7 +12,7 @@ import pytest
 from langchain_reflective import MemoryStream, ScoringConfig
 from tests.fakes import WordEmbeddings
 
-cli = pytest.importorskip("langchain_reflective.cli", reason='needs the cli extra ("[cli]")')
+cli = pytest.importorskip("langchain_reflective.cli.scores", reason='needs the cli extra ("[cli]")')
 
 TURNS = [
     "Priya: What did you have for dinner tonight?",

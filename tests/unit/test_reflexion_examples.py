@@ -18,6 +18,7 @@ from tests.unit.test_examples import EXAMPLES_DIR, load
 from tests.unit.test_middleware import FakeChat, tool_call
 
 cli = pytest.importorskip("langchain_reflective.cli", reason='needs the cli extra ("[cli]")')
+cli_common = pytest.importorskip("langchain_reflective.cli._common")
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -59,11 +60,11 @@ def test_report_and_plot_run_on_the_examples_output(
     monkeypatch.setenv("COLUMNS", "200")  # the console is cached with its width: rebuild it
     _, target, _ = coding_export
     png = tmp_path / "curves"
-    cli._console.cache_clear()
+    cli_common._console.cache_clear()
     try:
         code = cli.run(["reflexion", "report", str(target), "--plot", str(png)])
     finally:
-        cli._console.cache_clear()
+        cli_common._console.cache_clear()
     out, err = capsys.readouterr()
     assert code == 0, err
     flat = " ".join(out.split())

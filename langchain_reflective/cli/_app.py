@@ -1,0 +1,201 @@
+"""The typer application, its error handling and the console-script entry point."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sqlite3
+import sys
+import traceback
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Annotated, NoReturn
+
+from langchain_reflective.errors import ReflectiveError
+
+with contextlib.suppress(ImportError):  # without the cli extra, run() says which to install
+    import typer
+
+
+from langchain_reflective.cli._common import (
+    _MISSING,
+    _STATE,
+    EXIT_CODES,
+    INSTALL_HINT,
+    CLIError,
+    _console,
+    _one_line,
+)
+
+# -- the app -------------------------------------------------------------------------------------
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from langchain_reflective import __version__
+
+        _console().print(f"langchain-reflective {__version__}")
+        raise typer.Exit(0)
+
+
+def _root(
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show tracebacks and debug logs on errors.")
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the version and exit.",
+            is_eager=True,
+            callback=lambda value: _print_version(value),
+        ),
+    ] = False,
+) -> None:
+    """Long-term memory that reflects, for LangChain and LangGraph agents.
+
+    Try 'reflective demo' (offline, a few minutes on a laptop CPU).
+    """
+    _STATE["debug"] = debug
+    if debug:
+        logging.getLogger("langchain_reflective").setLevel(logging.DEBUG)
+
+
+def _build_app() -> typer.Typer:
+    application = typer.Typer(
+        name="reflective",
+        help=_root.__doc__,
+        epilog=EXIT_CODES,
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode="rich",
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    from langchain_reflective.cli.demo import demo
+    from langchain_reflective.cli.files import export, import_, inspect
+
+    application.callback()(_root)
+    application.command("demo")(demo)
+    application.command("inspect")(inspect)
+    application.command("export")(export)
+    application.command("import")(import_)
+    from langchain_reflective.reflexion.cli import build_reflexion_app
+
+    application.add_typer(build_reflexion_app(), name="reflexion")
+    return application
+
+
+if _MISSING is None:
+    app = _build_app()
+
+
+@contextmanager
+def _quiet_logs() -> Iterator[None]:
+    """Route warnings of libraries to nothing: the CLI prints what matters itself."""
+    root, ours = logging.getLogger(), logging.getLogger("langchain_reflective")
+    handler, previous = logging.NullHandler(), ours.level
+    root.addHandler(handler)  # no "last resort" printing of library warnings to stderr
+    if not _STATE["debug"]:
+        ours.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        ours.setLevel(previous)
+
+
+def _parser_errors() -> tuple[type[Exception], ...]:
+    """Command-line parsing errors: typer's own (typer >= 0.23 vendors click) and click's."""
+    errors: list[type[Exception]] = [typer.exceptions.TyperException]
+    try:
+        import click
+
+        errors.append(click.ClickException)
+    except ImportError:  # pragma: no cover - typer without click
+        pass
+    return tuple(errors)
+
+
+def _abort_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [typer.Abort, KeyboardInterrupt]
+    try:
+        import click
+
+        errors.append(click.Abort)
+    except ImportError:  # pragma: no cover - typer without click
+        pass
+    return tuple(errors)
+
+
+def _parser_error(exc: Exception) -> int:
+    """Print a parsing error as one line (or the help when no command was given)."""
+    ctx = getattr(exc, "ctx", None)
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if "NoArgsIsHelpError" in names and ctx is not None:
+        print(ctx.get_help())
+        return 2
+    message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    if "UsageError" in names:
+        where = getattr(ctx, "command_path", None) or "reflective"
+        message = f"{message} (see '{where} --help')"
+    _error(message)
+    code = getattr(exc, "exit_code", 2)
+    return code if isinstance(code, int) and code else 2
+
+
+def _error(message: str) -> None:
+    print(f"error: {_one_line(message)}", file=sys.stderr, flush=True)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run the command line with ``argv`` (default: ``sys.argv[1:]``); return the exit status.
+
+    Errors a user can fix are printed as one line on stderr; ``--debug`` adds the traceback.
+    """
+    if _MISSING is not None:
+        _error(f"the reflective command needs the cli extra ({_MISSING.name}): {INSTALL_HINT}")
+        return 1
+    args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
+    _STATE["debug"] = "--debug" in args
+    command = typer.main.get_command(app)
+    try:
+        with _quiet_logs():
+            result = command.main(args=args, prog_name="reflective", standalone_mode=False)
+    except _parser_errors() as exc:
+        return _parser_error(exc)
+    except _abort_errors():
+        _error("interrupted")
+        return 130
+    except CLIError as exc:
+        if _STATE["debug"]:
+            traceback.print_exc()
+        _error(str(exc))
+        return exc.code
+    except sqlite3.Error as exc:
+        if _STATE["debug"]:
+            traceback.print_exc()
+        _error(f"the memory file could not be read or written (corrupt or truncated?): {exc}")
+        return 1
+    except (ReflectiveError, ImportError, OSError) as exc:
+        if _STATE["debug"]:
+            traceback.print_exc()
+        _error(str(exc) or type(exc).__name__)
+        return 1
+    except Exception as exc:
+        if _STATE["debug"]:
+            traceback.print_exc()
+        if type(exc).__module__.split(".")[0] in {"openai", "httpx", "httpcore"}:
+            _error(f"the model API call failed ({type(exc).__name__}): {exc}")
+        else:
+            _error(
+                f"unexpected {type(exc).__name__}: {exc} (run with --debug for the traceback, "
+                "and please report it)"
+            )
+        return 1
+    return result if isinstance(result, int) else 0
+
+
+def main() -> NoReturn:
+    """Entry point of the ``reflective`` console script."""
+    sys.exit(run())

@@ -1,0 +1,184 @@
+"""Shared pieces of the ``reflective`` command: constants, errors, output helpers, opening files."""
+
+from __future__ import annotations
+
+import enum
+import functools
+import logging
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+from langchain_core.embeddings import Embeddings
+
+try:  # _MISSING covers every package of the cli extra the commands import
+    import typer  # noqa: F401
+    from rich.console import Console
+
+    _MISSING: ImportError | None = None
+except ImportError as _exc:  # pragma: no cover - exercised in a subprocess test
+    _MISSING = _exc
+
+if TYPE_CHECKING:
+    from langchain_reflective.storage.sqlite import SQLiteRecordStore
+    from langchain_reflective.stream import MemoryStream
+
+
+INSTALL_HINT = 'pip install "langchain-reflective[cli]"'
+DEFAULT_DB = Path("reflective-demo.db")
+EXPORT_FORMAT = "langchain-reflective/jsonl"
+_DEMO_MAX_TOKENS = {"local": 320, "openai": 1024}
+"""Token limit per model answer in the demo: the tiny local model rambles until the limit."""
+
+logger = logging.getLogger(__name__)
+
+EXIT_CODES = (
+    "Exit status: 0 success; 1 the command could not be carried out (a missing, foreign or "
+    "empty file, a missing directory, the data, a model, a missing extra); 2 the command line "
+    "itself is wrong (unknown command or option, missing argument, an option value or "
+    "combination that can never work); 130 interrupted."
+)
+"""The exit-status rule, printed at the end of ``reflective --help``."""
+PLOT_FORMATS = (".png", ".pdf", ".svg")
+"""File types ``inspect --plot`` writes (chosen by the file name's suffix)."""
+
+
+class CLIError(Exception):
+    """A user-facing error: printed as one line, exit status ``code``."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Prefer(enum.StrEnum):
+    """Which models to use (see :func:`langchain_reflective.local.model_choice`)."""
+
+    auto = "auto"
+    local = "local"
+    openai = "openai"
+
+
+_STATE: dict[str, bool] = {"debug": False}
+
+
+# -- output helpers ------------------------------------------------------------------------------
+
+
+@functools.cache
+def _console() -> Console:
+    # In a pipe rich would wrap tables at 80 columns; 120 keeps the score tables readable.
+    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "120"))
+    return Console(width=width, highlight=False)
+
+
+def _one_line(message: object) -> str:
+    text = " ".join(str(message).split())
+    return text or "unknown error"
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    raise CLIError(message, code)
+
+
+def _short(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _stamp(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f} s"
+
+
+# -- opening memory files ------------------------------------------------------------------------
+
+
+class _NoEmbeddings(Embeddings):
+    """Stands in for the real model when a command only reads stored vectors."""
+
+    def __init__(self, identity: str) -> None:
+        self.model_name = identity
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        raise CLIError("this command needs the embedding model, but none was loaded")
+
+    def embed_query(self, text: str) -> list[float]:
+        raise CLIError("this command needs the embedding model, but none was loaded")
+
+
+def _check_memory_path(path: Path) -> None:
+    """Refuse paths that cannot be an existing memory file, before SQLite touches them."""
+    if not path.exists():
+        _fail(f"no such memory file: {path}")
+    if path.is_dir():
+        _fail(f"{path} is a directory, not a memory file")
+    if path.stat().st_size == 0:
+        _fail(f"{path} is empty: it is not a langchain-reflective memory file")
+
+
+def _open_store(path: Path) -> SQLiteRecordStore:
+    from langchain_reflective.storage.sqlite import SQLiteRecordStore
+
+    return SQLiteRecordStore(path)
+
+
+def _open_readonly_stream(path: Path) -> MemoryStream:
+    """Open an existing memory file without loading any embedding model."""
+    from langchain_reflective.stream import MemoryStream
+
+    _check_memory_path(path)
+    store = _open_store(path)
+    identity = store.embedding_model or "unknown"
+    return MemoryStream(_NoEmbeddings(identity), store=store, embedding_model=identity)
+
+
+def _pick_namespace(stream: MemoryStream, namespace: str | None) -> str:
+    names = stream.namespaces()
+    if namespace is not None:
+        if names and namespace not in names:
+            _fail(f"namespace {namespace!r} not found; the file holds: {', '.join(names)}")
+        return namespace
+    if not names or stream.namespace in names:
+        return stream.namespace
+    if len(names) == 1:
+        return names[0]
+    _fail(f"the file holds several namespaces ({', '.join(names)}); choose one with --namespace")
+
+
+def _plot_target(path: Path) -> Path:
+    """The file ``--plot`` writes: checked before any work, never a surprise.
+
+    No suffix means PNG (``.png`` is appended, and the message names the real file); another
+    suffix must be one of :data:`PLOT_FORMATS` (usage error, 2); the parent directory must
+    exist and the path must not be a directory (1).
+    """
+    if path.is_dir():
+        _fail(f"--plot {path} is a directory; give a file name such as {path / 'memory.png'}")
+    if not path.suffix:
+        path = path.with_name(path.name + ".png")
+    elif path.suffix.lower() not in PLOT_FORMATS:
+        _fail(
+            f"--plot writes {', '.join(PLOT_FORMATS)} files, not {path.suffix!r}; "
+            f"use e.g. {path.with_suffix('.png')}",
+            code=2,
+        )
+    if path.is_dir():
+        _fail(f"--plot {path} is a directory; give a file name such as {path / 'memory.png'}")
+    if not path.parent.is_dir():
+        _fail(f"cannot write --plot {path}: the directory {path.parent} does not exist")
+    return path
+
+
+def _load_embeddings(prefer: Prefer) -> Embeddings:
+    from langchain_reflective.local import default_embeddings
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return default_embeddings(prefer=prefer.value)

@@ -1,0 +1,454 @@
+"""``reflective inspect``, ``export`` and ``import``: look into and move memory files."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import typer
+from langchain_core.embeddings import Embeddings
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+
+from langchain_reflective.cli._common import (
+    EXPORT_FORMAT,
+    INSTALL_HINT,
+    Prefer,
+    _check_memory_path,
+    _console,
+    _fail,
+    _load_embeddings,
+    _NoEmbeddings,
+    _open_readonly_stream,
+    _open_store,
+    _pick_namespace,
+    _plot_target,
+    _short,
+    _stamp,
+)
+from langchain_reflective.cli.scores import _score_table
+
+if TYPE_CHECKING:
+    from langchain_reflective.records import MemoryRecord
+    from langchain_reflective.stream import MemoryStream
+
+# -- inspect ---------------------------------------------------------------------------------------
+
+
+def _parse_as_of(value: str | None, records: Sequence[MemoryRecord]) -> datetime:
+    if value == "now":
+        return datetime.now(UTC)
+    if value is None or value == "latest":
+        if not records:
+            return datetime.now(UTC)
+        return max(max(r.created_at, r.accessed_at) for r in records)
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        _fail(f"--as-of must be 'now', 'latest' or an ISO date/time, got {value!r}", code=2)
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+def _overview(stream: MemoryStream, path: Path) -> None:
+    console = _console()
+    store = stream.store
+    names = stream.namespaces()
+    info = Table.grid(padding=(0, 2))
+    info.add_column(style="bold")
+    info.add_column()
+    info.add_row("file", escape(str(path)))
+    info.add_row("size", f"{path.stat().st_size:,} bytes")
+    info.add_row("embedding model", escape(str(store.embedding_model or "(none yet)")))
+    info.add_row("dimension", str(store.dimension or "-"))
+    info.add_row("namespaces", escape(", ".join(names)) if names else "(none)")
+    console.print(Panel(info, title="Memory file", title_align="left", border_style="cyan"))
+
+    if not names:
+        console.print("The file holds no memories yet.")
+        return
+    per_ns = Table(title="Memories per namespace", title_justify="left")
+    for column in ("namespace", "total", "by kind", "importance by", "since last reflection"):
+        per_ns.add_column(column)
+    per_ns.add_column("last reflection")
+    for ns in names:
+        records = stream.recent(None, namespace=ns)
+        kinds: dict[str, int] = {}
+        sources: dict[str, int] = {}
+        for r in records:
+            kinds[r.kind] = kinds.get(r.kind, 0) + 1
+            sources[r.importance_source] = sources.get(r.importance_source, 0) + 1
+        state = stream.reflection_state(ns)
+        reflections = [r.created_at for r in records if r.kind == "reflection"]
+        if reflections:
+            last = _stamp(max(reflections))
+        elif state.last_reflection_at is not None:
+            # the counter was reset by a reflection that stored no insight
+            last = f"none stored (last run {_stamp(state.last_reflection_at)})"
+        else:
+            last = "never"
+        per_ns.add_row(
+            escape(ns),
+            str(len(records)),
+            ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())),
+            ", ".join(f"{k} {n}" for k, n in sorted(sources.items())),
+            f"{state.adds_since} adds, importance {state.importance_sum:.2f}",
+            last,
+        )
+    console.print(per_ns)
+
+
+def _memory_table(records: Sequence[MemoryRecord], ns: str, limit: int, now: datetime) -> Table:
+    from langchain_reflective.scoring import ScoringConfig
+
+    decay = ScoringConfig().decay
+    shown = list(records)[-limit:][::-1]
+    table = Table(
+        title=f"Newest {len(shown)} of {len(records)} memories (namespace {escape(ns)!s})",
+        title_justify="left",
+        expand=True,
+    )
+    for column in ("created", "kind", "importance", "recency", "depth", "cites"):
+        table.add_column(column, no_wrap=True, justify="right" if column != "kind" else "left")
+    table.add_column("text", ratio=1, overflow="fold")
+    for r in shown:
+        hours = max((now - r.accessed_at).total_seconds() / 3600.0, 0.0)
+        table.add_row(
+            _stamp(r.created_at),
+            escape(r.kind),
+            f"{r.importance:.2f} {r.importance_source[:1]}",
+            f"{decay**hours:.3f}",
+            str(r.depth),
+            str(len(r.evidence)) if r.evidence else "",
+            escape(_short(r.text, 240)),
+        )
+    table.caption = "importance source: l = LLM, h = heuristic, g = given"
+    return table
+
+
+def _plot(stream: MemoryStream, ns: str, out: Path, *, query: str | None, now: datetime) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        _fail(f"--plot needs matplotlib: {INSTALL_HINT}")
+    frame = stream.to_dataframe(query, namespace=ns, now=now)
+    fig, (timeline, components) = plt.subplots(
+        2, 1, figsize=(11, 8.5), gridspec_kw={"height_ratios": [3, 2]}
+    )
+    # (1) timeline: memories and reflections, reflections linked to their evidence
+    records = stream.recent(None, namespace=ns)
+    # Memories of one session share a timestamp: spread them a little so each point shows.
+    span = (max(r.created_at for r in records) - min(r.created_at for r in records)) or timedelta(
+        hours=1
+    )
+    same: dict[datetime, int] = {}
+    for r in records:
+        same[r.created_at] = same.get(r.created_at, 0) + 1
+    seen: dict[datetime, int] = {}
+    where: dict[str, tuple[datetime, float]] = {}
+    for r in records:
+        i, n = seen.get(r.created_at, 0), same[r.created_at]
+        seen[r.created_at] = i + 1
+        where[r.id] = (r.created_at + span * (0.012 * (i - (n - 1) / 2) / max(n, 1)), r.importance)
+    for r in records:
+        for ev in r.evidence:
+            if ev in where:
+                (x0, y0), (x1, y1) = where[ev], where[r.id]
+                timeline.plot([x0, x1], [y0, y1], color="0.6", lw=0.6, zorder=1)
+    markers = {"observation": "o", "reflection": "*", "plan": "s"}
+    for kind in sorted({r.kind for r in records}):
+        group = [r for r in records if r.kind == kind]
+        timeline.scatter(
+            [where[r.id][0] for r in group],
+            [r.importance for r in group],
+            label=f"{kind} ({len(group)})",
+            marker=markers.get(kind, "D"),
+            s=110 if kind == "reflection" else 28,
+            alpha=0.75,
+            zorder=2,
+        )
+    timeline.set_ylim(0, 1.05)
+    timeline.set_ylabel("importance")
+    timeline.set_title(f"Memories over time (namespace {ns}; lines: reflection → evidence)")
+    timeline.legend(loc="upper left", fontsize="small")
+    timeline.grid(alpha=0.3)
+    timeline.tick_params(axis="x", labelrotation=20)
+    # (2) score components
+    if query is not None:
+        top = frame.head(15)
+        labels = [f"{i + 1}" for i in range(len(top))]
+        width = 0.2
+        for j, column in enumerate(("relevance", "lexical", "recency", "importance")):
+            components.bar(
+                [i + (j - 1.5) * width for i in range(len(top))],
+                top[column].fillna(0.0),
+                width,
+                label=column,
+            )
+        components.plot(range(len(top)), top["score"] / 3.0, "k.-", label="score / 3")
+        components.set_xticks(range(len(top)), labels)
+        components.set_xlabel("rank")
+        components.set_title(f"Score components of the top {len(top)} for: {query[:80]}")
+        components.legend(fontsize="small", ncols=5)
+    else:
+        bins = [i / 20 for i in range(21)]
+        components.hist(frame["importance"], bins=bins, alpha=0.6, label="importance")
+        components.hist(frame["recency"], bins=bins, alpha=0.6, label="recency")
+        components.set_xlabel("value")
+        components.set_ylabel("memories")
+        components.set_title(f"Importance and recency (as of {_stamp(now)}); add --query for all")
+        components.legend(fontsize="small")
+    components.grid(alpha=0.3)
+    fig.tight_layout()
+    try:
+        fig.savefig(out, dpi=110, format=out.suffix.lower().lstrip("."))
+    except OSError as exc:
+        _fail(f"cannot write --plot {out}: {exc.strerror or exc}")
+    finally:
+        plt.close(fig)
+
+
+def inspect(
+    file: Annotated[Path, typer.Argument(help="The memory file (SQLite).", show_default=False)],
+    limit: Annotated[
+        int,
+        typer.Option("--limit", "-n", min=0, help="Newest memories to list (0: none)."),
+    ] = 15,
+    top: Annotated[
+        int,
+        typer.Option("--top", "-k", min=1, help="Memories ranked for --query."),
+    ] = 10,
+    namespace: Annotated[
+        str | None,
+        typer.Option("--namespace", help="Namespace to list (default: 'default' or the only one)."),
+    ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            help="Write a plot (.png, .pdf or .svg; no suffix: .png) of the timeline of "
+            "memories and reflections and of the score components. The directory must exist.",
+            show_default=False,
+        ),
+    ] = None,
+    query: Annotated[
+        str | None,
+        typer.Option(
+            "--query",
+            "-q",
+            help="Rank memories for this query and show every score component (loads the "
+            "embedding model the file was written with).",
+        ),
+    ] = None,
+    as_of: Annotated[
+        str | None,
+        typer.Option(
+            "--as-of",
+            help="Clock for recency: 'latest' (default: the newest creation or access in the "
+            "file), 'now', or an ISO date/time.",
+        ),
+    ] = None,
+    prefer: Annotated[
+        Prefer,
+        typer.Option("--prefer", help="Embedding provider for --query.", case_sensitive=False),
+    ] = Prefer.auto,
+) -> None:
+    """Show what a memory file holds: models, counts, reflection state, newest memories."""
+    console = _console()
+    if query is not None and not query.strip():
+        _fail("--query must not be empty", code=2)
+    _check_memory_path(file)
+    if plot is not None:
+        plot = _plot_target(plot)
+    stream = _open_readonly_stream(file)
+    with stream:
+        _overview(stream, file)
+        if not stream.namespaces():
+            if plot is not None:
+                _fail(f"{file} holds no memories; there is nothing to plot")
+            return
+        ns = _pick_namespace(stream, namespace)
+        records = stream.recent(None, namespace=ns)
+        now = _parse_as_of(as_of, records)
+        if limit:
+            console.print(_memory_table(records, ns, limit, now))
+    if query is not None:
+        from langchain_reflective.stream import MemoryStream
+
+        embeddings = _load_embeddings(prefer)
+        stream = MemoryStream(embeddings, path=file)
+    else:
+        stream = _open_readonly_stream(file)
+    with stream:
+        if query is not None:
+            hits = stream.retrieve(query, k=top, namespace=ns, now=now, touch=False)
+            console.print(_score_table(f"Ranked for: {escape(query)}", hits, ()))
+        if plot is not None:
+            _plot(stream, ns, plot, query=query, now=now)
+            console.print(f"Wrote {escape(str(plot))} ({plot.stat().st_size:,} bytes).")
+
+
+# -- export / import -------------------------------------------------------------------------------
+
+
+def export(
+    file: Annotated[Path, typer.Argument(help="The memory file (SQLite).", show_default=False)],
+    out: Annotated[Path, typer.Argument(help="The JSON-lines file to write.", show_default=False)],
+    namespace: Annotated[
+        str | None,
+        typer.Option(
+            "--namespace", help="Namespace to export (default: 'default' or the only one)."
+        ),
+    ] = None,
+    all_namespaces: Annotated[
+        bool, typer.Option("--all-namespaces", help="Export every namespace.")
+    ] = False,
+    vectors: Annotated[
+        bool,
+        typer.Option(
+            "--vectors/--no-vectors",
+            help="Include the embeddings (import then needs no embedding model).",
+        ),
+    ] = True,
+) -> None:
+    """Write a memory file's memories as JSON lines (a header line, then one memory per line)."""
+    _check_memory_path(file)
+    if out.exists() and out.resolve() == file.resolve():
+        _fail("the output file is the memory file itself; choose another output path", code=2)
+    if out.is_dir():
+        _fail(f"{out} is a directory; give a file path for the export")
+    if not out.parent.is_dir():
+        _fail(f"cannot write {out}: the directory {out.parent} does not exist")
+    if out.is_file() and out.stat().st_size:
+        with out.open("rb") as fh:
+            if fh.read(16).startswith(b"SQLite format 3"):
+                _fail(f"{out} is an SQLite database; refusing to overwrite it with an export")
+    with _open_readonly_stream(file) as stream:
+        selected: Literal["all"] | list[str]
+        if all_namespaces:
+            if namespace is not None:
+                _fail("use either --namespace or --all-namespaces, not both", code=2)
+            selected = "all"
+            label = "all namespaces"
+        else:
+            ns = _pick_namespace(stream, namespace)
+            selected = [ns]
+            label = f"namespace {ns!r}"
+        try:
+            written = stream.export_jsonl(out, namespaces=selected, include_vectors=vectors)
+        except OSError as exc:  # the message names the file the user gave, not our temp file
+            _fail(f"cannot write {out}: {exc.strerror or type(exc).__name__}")
+    _console().print(f"Exported {written} memories ({escape(label)}) to {escape(str(out))}.")
+
+
+def _read_export_header(path: Path) -> tuple[dict[str, Any], bool]:
+    """The export's header, and whether every record carries a vector of the right size."""
+    if not path.exists():
+        _fail(f"no such export file: {path}")
+    if path.is_dir():
+        _fail(f"{path} is a directory, not an export file")
+    not_export = (
+        f"{path} is not a langchain-reflective export (JSON lines from 'reflective export')"
+    )
+    try:
+        with path.open(encoding="utf-8") as fh:
+            try:
+                header = json.loads(fh.readline() or "null")
+            except json.JSONDecodeError:
+                _fail(not_export)
+            if not isinstance(header, dict) or header.get("format") != EXPORT_FORMAT:
+                _fail(not_export)
+            dim = header.get("dimension")
+            usable = bool(header.get("embedding_model")) and isinstance(dim, int)
+            for line in fh:
+                if not usable:
+                    break
+                if line.strip():
+                    try:
+                        vector = json.loads(line).get("vector")
+                    except (json.JSONDecodeError, AttributeError):
+                        break  # the import reports the bad line with its number
+                    usable = isinstance(vector, list) and len(vector) == dim
+    except UnicodeDecodeError:
+        _fail(not_export)
+    return header, usable
+
+
+def _remove_memory_file(path: Path) -> None:
+    """Delete a memory file this command created, with its WAL, shared memory and caches."""
+    for extra in ("", "-wal", "-shm", "-journal"):
+        path.with_name(path.name + extra).unlink(missing_ok=True)
+    shutil.rmtree(path.with_name(path.name + ".index"), ignore_errors=True)
+
+
+def import_(
+    source: Annotated[
+        Path, typer.Argument(help="JSON lines written by 'reflective export'.", show_default=False)
+    ],
+    file: Annotated[
+        Path,
+        typer.Argument(help="The memory file to create or append to.", show_default=False),
+    ],
+    namespace: Annotated[
+        str | None,
+        typer.Option("--namespace", help="Put every memory into this namespace."),
+    ] = None,
+    prefer: Annotated[
+        Prefer,
+        typer.Option(
+            "--prefer",
+            help="Embedding provider, only used when the export's vectors cannot be reused.",
+            case_sensitive=False,
+        ),
+    ] = Prefer.auto,
+) -> None:
+    """Import an export into a memory file (created if missing; existing ids are skipped).
+
+    The export's vectors are reused when present and from the file's embedding model;
+    otherwise the texts are embedded again with the default embedding model.
+    """
+    from langchain_reflective.stream import MemoryStream
+
+    header, usable = _read_export_header(source)
+    created = not file.exists()
+    if not created:
+        # the same rule as inspect and export: an existing memory file is a non-empty one
+        _check_memory_path(file)
+        store = _open_store(file)  # refuses foreign files before anything is loaded
+        target_model = store.embedding_model
+        store.close()
+    else:
+        if not file.parent.is_dir():
+            _fail(f"cannot create {file}: the directory {file.parent} does not exist")
+        target_model = None
+    exported_model = header.get("embedding_model")
+    reuse = usable and (target_model is None or target_model == exported_model)
+    embeddings: Embeddings
+    if reuse:
+        identity = str(exported_model)
+        embeddings = _NoEmbeddings(identity)
+        how = "reusing the exported vectors"
+    else:
+        with _console().status("Loading the embedding model…"):
+            embeddings = _load_embeddings(prefer)
+        identity = None
+        how = "embedding the texts again"
+    try:
+        with MemoryStream(embeddings, path=file, embedding_model=identity) as stream:
+            before = sum(stream.count(namespace=ns) for ns in stream.namespaces())
+            imported = stream.import_jsonl(source, namespace=namespace)
+    except BaseException:
+        if created:  # a failed import into a new file leaves nothing behind
+            _remove_memory_file(file)
+        raise
+    skipped = f"; {before} were already there" if before else ""
+    _console().print(
+        f"Imported {imported} memories into {escape(str(file))} ({how}{escape(skipped)})."
+    )
