@@ -119,7 +119,28 @@ def validate_text(text: object) -> str:
         )
     if "\x00" in text:
         raise InvalidMemoryError("memory text contains a NUL character")
+    if not text.isascii():
+        check_encodable(text, "memory text")
     return text
+
+
+def check_encodable(value: str, what: str) -> str:
+    """Return ``value`` if it encodes as UTF-8 (no lone surrogates such as ``"\\ud800"``).
+
+    Every backend stores UTF-8; a lone surrogate (from a bad decode upstream) would otherwise
+    escape from the database driver as a raw ``UnicodeEncodeError`` after the embedding calls.
+
+    Raises:
+        InvalidMemoryError: it contains a lone surrogate.
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidMemoryError(
+            f"{what} cannot be encoded as UTF-8 (lone surrogate {value[exc.start]!r} at "
+            f"position {exc.start}); decode the input correctly first"
+        ) from None
+    return value
 
 
 def validate_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -133,9 +154,12 @@ def validate_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
     if not isinstance(metadata, Mapping):
         raise InvalidMemoryError(f"metadata must be a mapping, got {type(metadata).__name__}")
     try:
-        out: dict[str, Any] = json.loads(json.dumps(dict(metadata), allow_nan=False))
+        dumped = json.dumps(dict(metadata), allow_nan=False)
+        out: dict[str, Any] = json.loads(dumped)
     except (TypeError, ValueError) as exc:
         raise InvalidMemoryError(f"metadata is not JSON-serialisable: {exc}") from exc
+    if "\\ud" in dumped or "\\uD" in dumped:  # escaped surrogates: lone ones cannot be stored
+        check_encodable(json.dumps(out, ensure_ascii=False), "metadata")
     return out
 
 
