@@ -11,6 +11,13 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
+from langchain_reflective.backends import (
+    BaseMemoryBackend,
+    CandidateSet,
+    PendingMemory,
+    ReflectionState,
+)
+from langchain_reflective.backends.sqlite import BaseRecordStore, SQLiteBackend, SQLiteRecordStore
 from langchain_reflective.errors import (
     DimensionMismatchError,
     EmbeddingError,
@@ -45,12 +52,6 @@ from langchain_reflective.reflection import (
     parse_insights,
 )
 from langchain_reflective.scoring import ScoringConfig
-from langchain_reflective.storage import (
-    BaseRecordStore,
-    PendingMemory,
-    ReflectionState,
-    SQLiteRecordStore,
-)
 from langchain_reflective.strategies import (
     BaseMemoryStrategy,
     HybridMemory,
@@ -92,8 +93,10 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "BaseImportanceScorer",
+    "BaseMemoryBackend",
     "BaseMemoryStrategy",
     "BaseRecordStore",
+    "CandidateSet",
     "DimensionMismatchError",
     "EmbeddingError",
     "ForeignFileError",
@@ -128,6 +131,7 @@ __all__ = [
     "ReflectiveRetriever",
     "RetrievalFilter",
     "RetryConfig",
+    "SQLiteBackend",
     "SQLiteRecordStore",
     "SchemaVersionError",
     "ScoredMemory",
