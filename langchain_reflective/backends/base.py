@@ -647,6 +647,10 @@ class BaseMemoryBackend(ABC):
             (``previous``/``next``) and ``lexical_max`` are computed over *all* live memories
             of the namespace, never only over the candidates, so a memory's unnormalised
             score does not depend on which others are candidates.
+
+        Raises:
+            DimensionMismatchError: ``vector`` has another dimension than the stored vectors
+                (nothing stored yet: an empty set, no error).
         """
 
     # -- lifecycle -----------------------------------------------------------------------------
