@@ -12,6 +12,13 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
+from langchain_reflective.backends import (
+    BaseMemoryBackend,
+    CandidateSet,
+    PendingMemory,
+    ReflectionState,
+)
+from langchain_reflective.backends.sqlite import BaseRecordStore, SQLiteBackend, SQLiteRecordStore
 from langchain_reflective.errors import (
     DimensionMismatchError,
     EmbeddingError,
@@ -47,12 +54,6 @@ from langchain_reflective.reflection import (
 )
 from langchain_reflective.reflexion import create_reflexion_graph, search_reflections
 from langchain_reflective.scoring import ScoringConfig
-from langchain_reflective.storage import (
-    BaseRecordStore,
-    PendingMemory,
-    ReflectionState,
-    SQLiteRecordStore,
-)
 from langchain_reflective.store import ReflectiveStore
 from langchain_reflective.strategies import (
     BaseMemoryStrategy,
@@ -98,8 +99,10 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "BaseImportanceScorer",
+    "BaseMemoryBackend",
     "BaseMemoryStrategy",
     "BaseRecordStore",
+    "CandidateSet",
     "ContextMemory",
     "DimensionMismatchError",
     "EmbeddingError",
@@ -136,6 +139,7 @@ __all__ = [
     "ReflectiveStore",
     "RetrievalFilter",
     "RetryConfig",
+    "SQLiteBackend",
     "SQLiteRecordStore",
     "SchemaVersionError",
     "ScoredMemory",

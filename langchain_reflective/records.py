@@ -1,4 +1,4 @@
-"""The memory record: one observation, reflection or plan in the stream."""
+"""Memory records: what the stream stores, and what a retrieval returns with its scores."""
 
 from __future__ import annotations
 
@@ -12,9 +12,18 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from langchain_core.documents import Document
+
 from langchain_reflective.errors import InvalidMemoryError
 
-__all__ = ["ImportanceSource", "MemoryKind", "MemoryRecord", "new_memory_id", "utc"]
+__all__ = [
+    "ImportanceSource",
+    "MemoryKind",
+    "MemoryRecord",
+    "ScoredMemory",
+    "new_memory_id",
+    "utc",
+]
 
 MemoryKind = str
 """A record's kind: ``"observation"``, ``"reflection"``, ``"plan"`` or any free-form kind."""
@@ -119,7 +128,28 @@ def validate_text(text: object) -> str:
         )
     if "\x00" in text:
         raise InvalidMemoryError("memory text contains a NUL character")
+    if not text.isascii():
+        check_encodable(text, "memory text")
     return text
+
+
+def check_encodable(value: str, what: str) -> str:
+    """Return ``value`` if it encodes as UTF-8 (no lone surrogates such as ``"\\ud800"``).
+
+    Every backend stores UTF-8; a lone surrogate (from a bad decode upstream) would otherwise
+    escape from the database driver as a raw ``UnicodeEncodeError`` after the embedding calls.
+
+    Raises:
+        InvalidMemoryError: it contains a lone surrogate.
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidMemoryError(
+            f"{what} cannot be encoded as UTF-8 (lone surrogate {value[exc.start]!r} at "
+            f"position {exc.start}); decode the input correctly first"
+        ) from None
+    return value
 
 
 def validate_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -133,9 +163,12 @@ def validate_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
     if not isinstance(metadata, Mapping):
         raise InvalidMemoryError(f"metadata must be a mapping, got {type(metadata).__name__}")
     try:
-        out: dict[str, Any] = json.loads(json.dumps(dict(metadata), allow_nan=False))
+        dumped = json.dumps(dict(metadata), allow_nan=False)
+        out: dict[str, Any] = json.loads(dumped)
     except (TypeError, ValueError) as exc:
         raise InvalidMemoryError(f"metadata is not JSON-serialisable: {exc}") from exc
+    if "\\ud" in dumped or "\\uD" in dumped:  # escaped surrogates: lone ones cannot be stored
+        check_encodable(json.dumps(out, ensure_ascii=False), "metadata")
     return out
 
 
@@ -240,3 +273,45 @@ class MemoryRecord:
             if isinstance(exc, InvalidMemoryError):
                 raise
             raise InvalidMemoryError(f"malformed memory record: {exc!r}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredMemory:
+    """A retrieved memory with every score component."""
+
+    record: MemoryRecord
+    """The memory (with ``last_accessed_at`` as stored after this retrieval)."""
+    score: float
+    """The weighted sum used for ranking."""
+    relevance: float
+    """Cosine similarity to the query (raw, before any normalisation)."""
+    lexical: float
+    """Lexical (BM25) score relative to the best lexical match in the namespace, in [0, 1]."""
+    recency: float
+    """``decay ** hours since last access`` at retrieval time (before this access)."""
+    importance: float
+    """Importance in [0, 1]."""
+
+    def to_document(self) -> Document:
+        """A LangChain ``Document`` whose metadata carries the record fields and the scores."""
+        r = self.record
+        return Document(
+            id=r.id,
+            page_content=r.text,
+            metadata={
+                "id": r.id,
+                "kind": r.kind,
+                "namespace": r.namespace,
+                "created_at": r.created_at.isoformat(),
+                "last_accessed_at": r.accessed_at.isoformat(),
+                "importance": r.importance,
+                "importance_source": r.importance_source,
+                "evidence": list(r.evidence),
+                "depth": r.depth,
+                "score": self.score,
+                "relevance": self.relevance,
+                "lexical": self.lexical,
+                "recency": self.recency,
+                **({"metadata": dict(r.metadata)} if r.metadata else {}),
+            },
+        )

@@ -22,7 +22,7 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess test
     _MISSING = _exc
 
 if TYPE_CHECKING:
-    from langchain_reflective.storage.sqlite import SQLiteRecordStore
+    from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
     from langchain_reflective.stream import MemoryStream
 
 
@@ -123,7 +123,7 @@ def _check_memory_path(path: Path) -> None:
 
 
 def _open_store(path: Path) -> SQLiteRecordStore:
-    from langchain_reflective.storage.sqlite import SQLiteRecordStore
+    from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
 
     return SQLiteRecordStore(path)
 

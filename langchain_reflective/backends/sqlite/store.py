@@ -22,6 +22,13 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from langchain_reflective.backends.base import (
+    CounterUpdate,
+    PendingMemory,
+    ReflectionState,
+    trusted_record,
+)
+from langchain_reflective.backends.sqlite.record_store import BaseRecordStore, PartitionChunk
 from langchain_reflective.errors import (
     DimensionMismatchError,
     EmbeddingError,
@@ -31,14 +38,6 @@ from langchain_reflective.errors import (
     StorageError,
 )
 from langchain_reflective.records import REFLECTION, MemoryRecord
-from langchain_reflective.storage.base import (
-    BaseRecordStore,
-    CounterUpdate,
-    PartitionChunk,
-    PendingMemory,
-    ReflectionState,
-    trusted_record,
-)
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteRecordStore"]
 
@@ -1001,7 +1000,9 @@ class SQLiteRecordStore(BaseRecordStore):
                 marks = ",".join("?" * len(chunk))
                 c.execute(f"UPDATE memories SET accessed_us=? WHERE seq IN ({marks})", (us, *chunk))
 
-    def touch_and_get(self, seqs: Sequence[int], when: datetime) -> dict[int, MemoryRecord]:
+    def touch_and_get(
+        self, seqs: Sequence[int], when: datetime, *, namespace: str | None = None
+    ) -> dict[int, MemoryRecord]:
         """Set the access time and read the records back in one statement per chunk.
 
         The usual handful of hits is one autocommit statement; more than one chunk of ids runs
@@ -1016,25 +1017,34 @@ class SQLiteRecordStore(BaseRecordStore):
             if len(wanted) <= _MAX_VARS:
                 with self._lock:
                     self._ensure_open()
-                    self._touch_chunk(self._conn, us, wanted, out)
+                    self._touch_chunk(self._conn, us, wanted, out, namespace)
                     # no data-version read: our own commit leaves it alone, so a write by
                     # another connection still shows in the next changed_elsewhere()
                     self._after_commit()
             else:
                 with self._transaction() as c:
                     for chunk in _chunks(wanted):
-                        self._touch_chunk(c, us, chunk, out)
+                        self._touch_chunk(c, us, chunk, out, namespace)
         except sqlite3.DatabaseError as exc:
             raise StorageError(f"updating access times failed: {exc}") from exc
         return out
 
     @staticmethod
     def _touch_chunk(
-        c: sqlite3.Connection, us: int, seqs: Sequence[int], out: dict[int, MemoryRecord]
+        c: sqlite3.Connection,
+        us: int,
+        seqs: Sequence[int],
+        out: dict[int, MemoryRecord],
+        namespace: str | None,
     ) -> None:
         marks = ",".join("?" * len(seqs))
-        sql = f"UPDATE memories SET accessed_us=? WHERE seq IN ({marks}) RETURNING {_COLUMNS}"
-        for row in c.execute(sql, (us, *seqs)).fetchall():  # fetching all ends the statement
+        where = f"seq IN ({marks})"
+        params: tuple[Any, ...] = (us, *seqs)
+        if namespace is not None:
+            where += " AND namespace=?"
+            params += (namespace,)
+        sql = f"UPDATE memories SET accessed_us=? WHERE {where} RETURNING {_COLUMNS}"
+        for row in c.execute(sql, params).fetchall():  # fetching all ends the statement
             out[int(row[0])] = _row_to_record(row)
 
     # -- reads ---------------------------------------------------------------------------------
@@ -1061,10 +1071,18 @@ class SQLiteRecordStore(BaseRecordStore):
         return out
 
     def iter_partition(
-        self, namespace: str, *, with_vectors: bool = True, chunk_size: int = 50_000
+        self,
+        namespace: str,
+        *,
+        with_vectors: bool = True,
+        chunk_size: int = 50_000,
+        after_seq: int = 0,
+        with_texts: bool = True,
     ) -> Iterator[PartitionChunk]:
-        last = 0
-        cols = "seq, id, text, kind, created_us, accessed_us, importance"
+        last = int(after_seq)
+        # without texts, ids and texts are not read (NULL placeholders keep the positions)
+        cols = "seq, id, text" if with_texts else "seq, NULL, NULL"
+        cols += ", kind, created_us, accessed_us, importance"
         if with_vectors:
             cols += ", vector"
         dim = self.dimension
@@ -1087,8 +1105,8 @@ class SQLiteRecordStore(BaseRecordStore):
                 vectors = np.frombuffer(blob, dtype="<f4").reshape(len(rows), dim).copy()
             yield PartitionChunk(
                 seqs=np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
-                ids=[r[1] for r in rows],
-                texts=[r[2] for r in rows],
+                ids=[r[1] for r in rows] if with_texts else [],
+                texts=[r[2] for r in rows] if with_texts else [],
                 kinds=[r[3] for r in rows],
                 created=np.fromiter((r[4] for r in rows), np.float64, len(rows)) / 1e6,
                 accessed=np.fromiter((r[5] for r in rows), np.float64, len(rows)) / 1e6,

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from langchain_reflective._arrays import GrowArray, GrowMatrix
-from langchain_reflective.index.base import F32, BaseVectorIndex
+from langchain_reflective.backends.sqlite._arrays import GrowArray, GrowMatrix
+from langchain_reflective.backends.sqlite.index.base import F32, BaseVectorIndex
 
 __all__ = ["FaissFlatIndex"]
 
@@ -74,6 +74,16 @@ class FaissFlatIndex(BaseVectorIndex):
         self._matrix = GrowMatrix(self.dimension)
         self._alive_buf = GrowArray(np.bool_)
         self._n_dead = 0
+
+    @classmethod
+    def from_matrix(cls, matrix: F32) -> FaissFlatIndex:
+        """An index over ``matrix`` (``(n, dim)`` float32, e.g. a copy-on-write file mapping)
+        used in place: no copy until a row is added beyond it."""
+        index = cls(matrix.shape[1])
+        index._matrix._buf = matrix
+        index._matrix._n = matrix.shape[0]
+        index._alive_buf.extend(np.ones(matrix.shape[0], dtype=bool))
+        return index
 
     @property
     def _alive(self) -> npt.NDArray[np.bool_]:
