@@ -1,0 +1,853 @@
+"""``PostgresBackend``: memories in Postgres with pgvector (HNSW) and full-text search.
+
+Many processes and machines share one database: every write is one transaction, the
+reflection counter is a row updated in the transaction that stores the memories (so it is
+exact under concurrency), and a namespace's reflection lock is a Postgres advisory lock keyed
+by ``(APP_LOCK, hashtext(namespace))`` held on a dedicated connection, so at most one
+reflection per namespace runs at a time across all of them (a crashed holder's lock goes with
+its connection). Every statement names its namespace; none reads across namespaces.
+
+Retrieval is one round trip: one statement gathers dense candidates (HNSW, cosine), lexical
+ones (``ts_rank`` over a stemmed ``tsvector`` with a GIN index), the most recent and most
+important memories, each candidate observation's neighbours, and every value scoring needs.
+``exact=True`` scans every memory of the namespace instead of asking the indexes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from langchain_reflective.backends.base import (
+    F32,
+    BaseMemoryBackend,
+    CandidateSet,
+    CounterUpdate,
+    PendingMemory,
+    RecordBatch,
+    ReflectionState,
+    RetrievalFilter,
+    trusted_record,
+)
+from langchain_reflective.backends.postgres.queries import (
+    RECORD_COLUMNS,
+    CandidateQuery,
+    candidates_sql,
+)
+from langchain_reflective.backends.postgres.schema import (
+    APP_LOCK,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    SETUP_LOCK,
+    bind_sql,
+)
+from langchain_reflective.errors import (
+    DimensionMismatchError,
+    EmbeddingError,
+    InvalidMemoryError,
+    PendingConflictError,
+    SchemaVersionError,
+    StorageError,
+)
+from langchain_reflective.records import OBSERVATION, MemoryRecord
+from langchain_reflective.scoring import ScoringConfig
+
+try:
+    import psycopg
+    from psycopg import errors as pg_errors
+    from psycopg.types.json import Jsonb
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "PostgresBackend needs the 'postgres' extra: pip install -e '.[postgres]' "
+        "(psycopg[binary] and psycopg-pool)"
+    ) from exc
+
+if TYPE_CHECKING:
+    from psycopg.rows import TupleRow
+
+__all__ = ["PostgresBackend"]
+
+logger = logging.getLogger(__name__)
+
+_INSERT_COLUMNS = (
+    "id, namespace, text, lexical_text, kind, created_at, last_accessed_at, importance, "
+    "importance_source, evidence, depth, metadata, embedding"
+)
+_RESET = """
+INSERT INTO reflective_counters AS c
+    (namespace, importance_sum, adds, last_reflection_at, last_reflection_seq)
+VALUES (%(ns)s, 0, 0, %(at)s,
+        (SELECT coalesce(max(seq), 0) FROM reflective_memories WHERE namespace = %(ns)s))
+ON CONFLICT (namespace) DO UPDATE SET importance_sum = 0, adds = 0,
+    last_reflection_at = EXCLUDED.last_reflection_at,
+    last_reflection_seq = EXCLUDED.last_reflection_seq
+"""
+_ADD = """
+INSERT INTO reflective_counters AS c (namespace, importance_sum, adds)
+VALUES (%(ns)s, %(imp)s, %(adds)s)
+ON CONFLICT (namespace) DO UPDATE SET importance_sum = c.importance_sum + EXCLUDED.importance_sum,
+    adds = c.adds + EXCLUDED.adds
+"""
+
+
+def _vector_text(row: Any) -> str:
+    """A float32 row as pgvector text (``repr`` of each value round-trips float32 exactly)."""
+    return str(row.tolist())
+
+
+def _vectors_from_binary(blobs: Sequence[bytes], dimension: int) -> F32:
+    """Decode ``vector_send`` output (int16 dim, int16 unused, big-endian float32s)."""
+    out = np.empty((len(blobs), dimension), dtype=np.float32)
+    for i, blob in enumerate(blobs):
+        out[i] = np.frombuffer(blob, dtype=">f4", offset=4, count=dimension)
+    return out
+
+
+def _record(row: Sequence[Any]) -> tuple[int, MemoryRecord]:
+    """``(seq, record)`` from a row of :data:`RECORD_COLUMNS`."""
+    seq, id_, text, kind, created, accessed, imp, source, evidence, depth, ns, meta = row
+    return int(seq), trusted_record(
+        id=id_,
+        text=text,
+        kind=kind,
+        created_at=created,
+        last_accessed_at=accessed,
+        importance=float(imp),
+        importance_source=source,
+        evidence=tuple(evidence),
+        depth=int(depth),
+        namespace=ns,
+        metadata=meta,
+    )
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    """Per-connection settings: UTC timestamps and HNSW search breadth."""
+    conn.execute("SET TIME ZONE 'UTC'")
+    # pgvector >= 0.8: keep scanning the HNSW graph until the namespace filter is satisfied
+    with contextlib.suppress(psycopg.Error):
+        conn.execute("SET hnsw.iterative_scan = relaxed_order")
+    conn.execute("SET hnsw.ef_search = 200")
+
+
+async def _aconfigure(conn: psycopg.AsyncConnection[Any]) -> None:
+    await conn.execute("SET TIME ZONE 'UTC'")
+    with contextlib.suppress(psycopg.Error):
+        await conn.execute("SET hnsw.iterative_scan = relaxed_order")
+    await conn.execute("SET hnsw.ef_search = 200")
+
+
+class PostgresBackend(BaseMemoryBackend):
+    """Memories in a Postgres database with pgvector, shared by many processes and machines.
+
+    Build one with :meth:`from_conn_string`; call :meth:`setup` once per database (it is
+    idempotent and safe to call from every process at start-up).
+
+    Args:
+        pool: a ``psycopg_pool.ConnectionPool`` (autocommit connections; see
+            :meth:`from_conn_string`, which configures it).
+        conninfo: the connection string, for the async pool opened on first async use.
+        dense_candidates: nearest neighbours (HNSW) gathered per retrieval on the approximate
+            path (at least ``4 * k``).
+        lexical_candidates: best full-text matches gathered per retrieval (at least ``4 * k``).
+
+    Example:
+        .. code-block:: python
+
+            from langchain_reflective import MemoryStream, PostgresBackend
+
+            backend = PostgresBackend.from_conn_string("postgresql://user:pw@db/memories")
+            backend.setup()
+            stream = MemoryStream(embeddings, backend=backend)
+    """
+
+    def __init__(
+        self,
+        pool: ConnectionPool[Any],
+        *,
+        conninfo: str | None = None,
+        dense_candidates: int = 128,
+        lexical_candidates: int = 128,
+    ) -> None:
+        if dense_candidates < 1 or lexical_candidates < 1:
+            raise ValueError("dense_candidates and lexical_candidates must be positive")
+        self._pool = pool
+        self._conninfo = conninfo
+        self.dense_candidates = int(dense_candidates)
+        self.lexical_candidates = int(lexical_candidates)
+        self._apools: dict[int, tuple[asyncio.AbstractEventLoop, AsyncConnectionPool[Any]]] = {}
+        self._lock = threading.Lock()
+        self._dimension: int | None = None
+        self._model: str | None = None
+        self._lexical_context = False
+        self._closed = False
+
+    @classmethod
+    def from_conn_string(
+        cls,
+        conninfo: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 8,
+        **kwargs: Any,
+    ) -> PostgresBackend:
+        """A backend over a new connection pool to ``conninfo`` (a libpq URL or DSN).
+
+        Args:
+            conninfo: e.g. ``"postgresql://user:password@host:5432/dbname"``.
+            min_size: connections the pool keeps open.
+            max_size: most connections the pool opens (per process; a held reflection lock
+                uses one).
+            **kwargs: passed to :class:`PostgresBackend`.
+        """
+        pool: ConnectionPool[Any] = ConnectionPool(
+            conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True},
+            configure=_configure,
+            open=True,
+            name="langchain-reflective",
+        )
+        return cls(pool, conninfo=conninfo, **kwargs)
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _conn(self) -> Iterator[psycopg.Connection[Any]]:
+        if self._closed:
+            raise StorageError("the Postgres backend is closed")
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except (pg_errors.UniqueViolation, pg_errors.IntegrityError) as exc:
+            raise StorageError(f"could not store memories (duplicate id?): {exc}") from exc
+        except UnicodeEncodeError as exc:
+            raise InvalidMemoryError(f"text cannot be encoded as UTF-8: {exc}") from exc
+        except psycopg.OperationalError as exc:
+            raise StorageError(f"the Postgres server could not be reached: {exc}") from exc
+
+    def _rows(self, sql: str, params: Any = None) -> list[TupleRow]:
+        with self._conn() as conn:
+            return conn.execute(sql, params).fetchall()
+
+    async def _apool(self) -> AsyncConnectionPool[Any]:
+        """This event loop's async pool (opened on first use; one per loop)."""
+        loop = asyncio.get_running_loop()
+        entry = self._apools.get(id(loop))
+        if entry is not None and entry[0] is loop:
+            return entry[1]
+        if self._conninfo is None:
+            raise StorageError("no connection string for the async pool (use from_conn_string)")
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            self._conninfo,
+            min_size=1,
+            max_size=self._pool.max_size,
+            kwargs={"autocommit": True},
+            configure=_aconfigure,
+            open=False,
+            name="langchain-reflective-async",
+        )
+        await pool.open()
+        self._apools[id(loop)] = (loop, pool)
+        return pool
+
+    @contextlib.asynccontextmanager
+    async def _aconn(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        if self._closed:
+            raise StorageError("the Postgres backend is closed")
+        pool = await self._apool()
+        try:
+            async with pool.connection() as conn:
+                yield conn
+        except (pg_errors.UniqueViolation, pg_errors.IntegrityError) as exc:
+            raise StorageError(f"could not store memories (duplicate id?): {exc}") from exc
+        except UnicodeEncodeError as exc:
+            raise InvalidMemoryError(f"text cannot be encoded as UTF-8: {exc}") from exc
+        except psycopg.OperationalError as exc:
+            raise StorageError(f"the Postgres server could not be reached: {exc}") from exc
+
+    # -- schema --------------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Create or upgrade the tables (forward-only migrations). Idempotent.
+
+        Safe to call from several processes at once: migrations run under a transaction-level
+        advisory lock, each exactly once.
+
+        Raises:
+            SchemaVersionError: the database was set up by a newer version of this package.
+        """
+        with self._conn() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", SETUP_LOCK)
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS reflective_schema_version ("
+                "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            row = conn.execute("SELECT max(version) FROM reflective_schema_version").fetchone()
+            current = int(row[0]) if row and row[0] is not None else 0
+            if current > SCHEMA_VERSION:
+                raise SchemaVersionError(
+                    f"the database is at schema version {current}; this version of "
+                    f"langchain-reflective knows up to {SCHEMA_VERSION}. Upgrade the package."
+                )
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                conn.execute(MIGRATIONS[version - 1])
+                conn.execute(
+                    "INSERT INTO reflective_schema_version (version) VALUES (%s)", (version,)
+                )
+
+    def schema_version(self) -> int:
+        """The database's schema version (0 before :meth:`setup`)."""
+        row = self._rows(
+            "SELECT CASE WHEN to_regclass('reflective_schema_version') IS NULL THEN 0 END"
+        )
+        if row[0][0] == 0:
+            return 0
+        found = self._rows("SELECT coalesce(max(version), 0) FROM reflective_schema_version")
+        return int(found[0][0])
+
+    # -- identity of the vectors ---------------------------------------------------------------
+
+    def _load_meta(self) -> None:
+        if self._dimension is not None:
+            return
+        rows: dict[str, str] = dict(self._rows("SELECT key, value FROM reflective_meta"))
+        if "dimension" in rows:
+            self._dimension = int(rows["dimension"])
+            self._model = rows.get("embedding_model")
+
+    @property
+    def dimension(self) -> int | None:
+        self._load_meta()
+        return self._dimension
+
+    @property
+    def embedding_model(self) -> str | None:
+        self._load_meta()
+        return self._model
+
+    def bind_embeddings(self, model: str, dimension: int) -> None:
+        if self._dimension is None:
+            self._load_meta()
+        if self._dimension is None:
+            with self._conn() as conn, conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", SETUP_LOCK)
+                rows = dict(conn.execute("SELECT key, value FROM reflective_meta").fetchall())
+                if "dimension" not in rows:
+                    conn.execute(bind_sql(dimension))
+                    conn.execute(
+                        "INSERT INTO reflective_meta (key, value) VALUES "
+                        "('dimension', %s), ('embedding_model', %s)",
+                        (str(int(dimension)), model),
+                    )
+                    rows = {"dimension": str(int(dimension)), "embedding_model": model}
+            self._dimension = int(rows["dimension"])
+            self._model = rows.get("embedding_model")
+        if dimension != self._dimension:
+            raise DimensionMismatchError(
+                f"the database holds {self._dimension}-dimensional vectors; got {dimension}. "
+                "Use the embedding model the database was written with."
+            )
+        if self._model is not None and model != self._model:
+            raise EmbeddingError(
+                f"the database was written with embedding model {self._model!r}, not "
+                f"{model!r}; vectors from different models are not comparable"
+            )
+
+    def configure(self, scoring: ScoringConfig) -> None:
+        self._lexical_context = bool(scoring.lexical_context)
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def _lexical_texts(
+        self, conn: psycopg.Connection[Any], records: Sequence[MemoryRecord]
+    ) -> list[str | None]:
+        """What the lexical index holds per record (``None``: the text itself)."""
+        if not self._lexical_context:
+            return [None] * len(records)
+        last: dict[str, str | None] = {}
+        out: list[str | None] = []
+        for r in records:
+            if r.kind != OBSERVATION:
+                out.append(None)
+                continue
+            if r.namespace not in last:
+                row = conn.execute(
+                    "SELECT text FROM reflective_memories WHERE namespace = %s "
+                    "AND kind = 'observation' ORDER BY seq DESC LIMIT 1",
+                    (r.namespace,),
+                ).fetchone()
+                last[r.namespace] = row[0] if row else None
+            prev = last[r.namespace]
+            out.append(None if prev is None else prev + "\n" + r.text)
+            last[r.namespace] = r.text
+        return out
+
+    def put(
+        self,
+        records: Sequence[MemoryRecord],
+        vectors: F32,
+        *,
+        counter: CounterUpdate | None = None,
+        pending: Sequence[str] = (),
+    ) -> None:
+        """Store memories in one transaction (one ``COPY``), with the counter change."""
+        if len(records) != len(vectors):
+            raise StorageError(f"{len(records)} records but {len(vectors)} vectors")
+        with self._conn() as conn, conn.transaction():
+            if pending:
+                self._dequeue(conn, pending)
+            if records:
+                lexical = self._lexical_texts(conn, records)
+                with conn.cursor().copy(
+                    f"COPY reflective_memories ({_INSERT_COLUMNS}) FROM STDIN"
+                ) as copy:
+                    for r, lex, vec in zip(records, lexical, vectors, strict=True):
+                        copy.write_row(
+                            (
+                                r.id,
+                                r.namespace,
+                                r.text,
+                                lex,
+                                r.kind,
+                                r.created_at,
+                                r.accessed_at,
+                                r.importance,
+                                r.importance_source,
+                                list(r.evidence),
+                                r.depth,
+                                Jsonb(dict(r.metadata)),
+                                _vector_text(vec),
+                            )
+                        )
+            if counter is not None:
+                self._apply_counter(conn, counter)
+
+    @staticmethod
+    def _dequeue(conn: psycopg.Connection[Any], ids: Sequence[str]) -> None:
+        wanted = sorted(set(ids))
+        cur = conn.execute("DELETE FROM reflective_pending WHERE id = ANY(%s)", (wanted,))
+        if cur.rowcount != len(wanted):
+            raise PendingConflictError(
+                f"{len(wanted) - cur.rowcount} of {len(wanted)} pending memories are no longer "
+                "queued (completed or purged by another process)"
+            )
+
+    @staticmethod
+    def _apply_counter(conn: psycopg.Connection[Any], update: CounterUpdate) -> None:
+        if update.reset_at is not None:
+            conn.execute(_RESET, {"ns": update.namespace, "at": update.reset_at})
+        elif update.importance or update.adds:
+            conn.execute(
+                _ADD,
+                {"ns": update.namespace, "imp": float(update.importance), "adds": update.adds},
+            )
+
+    def delete(self, namespace: str, ids: Sequence[str]) -> int:
+        if not ids:
+            return 0
+        with self._conn() as conn:
+            cur = conn.execute(
+                "DELETE FROM reflective_memories WHERE namespace = %s AND id = ANY(%s)",
+                (namespace, list(ids)),
+            )
+            return cur.rowcount
+
+    def purge(self, namespace: str) -> int:
+        with self._conn() as conn, conn.transaction():
+            cur = conn.execute("DELETE FROM reflective_memories WHERE namespace = %s", (namespace,))
+            n = cur.rowcount
+            conn.execute("DELETE FROM reflective_pending WHERE namespace = %s", (namespace,))
+            conn.execute("DELETE FROM reflective_counters WHERE namespace = %s", (namespace,))
+            return n
+
+    def touch(self, namespace: str, keys: Sequence[int], when: datetime) -> dict[int, MemoryRecord]:
+        """One ``UPDATE ... RETURNING``: the new access time and the records."""
+        if not keys:
+            return {}
+        rows = self._rows(
+            "UPDATE reflective_memories SET last_accessed_at = %s "
+            f"WHERE namespace = %s AND seq = ANY(%s) RETURNING {RECORD_COLUMNS}",
+            (when, namespace, [int(k) for k in keys]),
+        )
+        return dict(_record(r) for r in rows)
+
+    async def atouch(
+        self, namespace: str, keys: Sequence[int], when: datetime
+    ) -> dict[int, MemoryRecord]:
+        if not keys:
+            return {}
+        async with self._aconn() as conn:
+            cur = await conn.execute(
+                "UPDATE reflective_memories SET last_accessed_at = %s "
+                f"WHERE namespace = %s AND seq = ANY(%s) RETURNING {RECORD_COLUMNS}",
+                (when, namespace, [int(k) for k in keys]),
+            )
+            return dict(_record(r) for r in await cur.fetchall())
+
+    # -- the pending queue ---------------------------------------------------------------------
+
+    def enqueue(self, items: Sequence[PendingMemory]) -> None:
+        if not items:
+            return
+        ids = [p.id for p in items]
+        with self._conn() as conn, conn.transaction():
+            stored = conn.execute(
+                "SELECT count(*) FROM reflective_memories WHERE id = ANY(%s)", (ids,)
+            ).fetchone()
+            if stored and stored[0]:
+                raise StorageError("could not queue memories: an id is already stored")
+            conn.cursor().executemany(
+                "INSERT INTO reflective_pending "
+                "(id, namespace, text, kind, created_at, importance, metadata) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                [
+                    (
+                        p.id,
+                        p.namespace,
+                        p.text,
+                        p.kind,
+                        p.created_at,
+                        p.importance,
+                        Jsonb(dict(p.metadata)),
+                    )
+                    for p in items
+                ],
+            )
+
+    def pending(
+        self, *, namespace: str | None = None, limit: int | None = None, newest: bool = False
+    ) -> list[PendingMemory]:
+        sql = (
+            "SELECT id, namespace, text, kind, created_at, importance, metadata "
+            "FROM reflective_pending"
+        )
+        params: list[Any] = []
+        if namespace is not None:
+            sql += " WHERE namespace = %s"
+            params.append(namespace)
+        sql += " ORDER BY pseq DESC" if newest else " ORDER BY pseq"
+        if limit is not None:
+            sql += " LIMIT %s"
+            params.append(int(limit))
+        rows = self._rows(sql, params)
+        if newest:
+            rows.reverse()
+        return [
+            PendingMemory(
+                id=r[0],
+                namespace=r[1],
+                text=r[2],
+                kind=r[3],
+                created_at=r[4],
+                importance=None if r[5] is None else float(r[5]),
+                metadata=r[6],
+            )
+            for r in rows
+        ]
+
+    def count_pending(self, namespace: str | None = None) -> int:
+        if namespace is None:
+            return int(self._rows("SELECT count(*) FROM reflective_pending")[0][0])
+        return int(
+            self._rows(
+                "SELECT count(*) FROM reflective_pending WHERE namespace = %s", (namespace,)
+            )[0][0]
+        )
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def get(self, namespace: str, ids: Sequence[str]) -> list[MemoryRecord]:
+        if not ids:
+            return []
+        rows = self._rows(
+            f"SELECT {RECORD_COLUMNS} FROM reflective_memories "
+            "WHERE namespace = %s AND id = ANY(%s)",
+            (namespace, list(ids)),
+        )
+        by_id = {rec.id: rec for _, rec in map(_record, rows)}
+        return [by_id[i] for i in ids if i in by_id]
+
+    def fetch(self, namespace: str, keys: Sequence[int]) -> dict[int, MemoryRecord]:
+        if not keys:
+            return {}
+        rows = self._rows(
+            f"SELECT {RECORD_COLUMNS} FROM reflective_memories "
+            "WHERE namespace = %s AND seq = ANY(%s)",
+            (namespace, [int(k) for k in keys]),
+        )
+        return dict(_record(r) for r in rows)
+
+    def recent(
+        self,
+        namespace: str,
+        *,
+        n: int | None = None,
+        kinds: Sequence[str] | None = None,
+        since_last_reflection: bool = False,
+        by_importance: bool = False,
+    ) -> list[MemoryRecord]:
+        sql = f"SELECT {RECORD_COLUMNS} FROM reflective_memories m WHERE m.namespace = %(ns)s"
+        params: dict[str, Any] = {"ns": namespace}
+        if kinds is not None:
+            sql += " AND m.kind = ANY(%(kinds)s::text[])"
+            params["kinds"] = list(kinds)
+        if since_last_reflection:
+            sql += (
+                " AND m.seq > coalesce((SELECT last_reflection_seq FROM reflective_counters "
+                "WHERE namespace = %(ns)s), 0)"
+            )
+        order = "m.importance DESC, m.seq DESC" if by_importance else "m.seq DESC"
+        sql += f" ORDER BY {order}"
+        if n is not None:
+            sql += " LIMIT %(n)s"
+            params["n"] = max(int(n), 0)
+        records = [rec for _, rec in map(_record, self._rows(sql, params))]
+        if not by_importance:
+            records.reverse()
+        return records
+
+    def count(self, namespace: str | None = None) -> int:
+        if namespace is None:
+            return int(self._rows("SELECT count(*) FROM reflective_memories")[0][0])
+        return int(
+            self._rows(
+                "SELECT count(*) FROM reflective_memories WHERE namespace = %s", (namespace,)
+            )[0][0]
+        )
+
+    def namespaces(self) -> list[str]:
+        return [
+            r[0]
+            for r in self._rows(
+                "SELECT DISTINCT namespace FROM reflective_memories ORDER BY namespace"
+            )
+        ]
+
+    def iter_records(
+        self, namespace: str, *, with_vectors: bool = True, batch_size: int = 1024
+    ) -> Iterator[RecordBatch]:
+        after = 0
+        vec = ", vector_send(embedding)" if with_vectors else ""
+        while True:
+            rows = self._rows(
+                f"SELECT {RECORD_COLUMNS}{vec} FROM reflective_memories "
+                "WHERE namespace = %s AND seq > %s ORDER BY seq LIMIT %s",
+                (namespace, after, int(batch_size)),
+            )
+            if not rows:
+                return
+            after = int(rows[-1][0])
+            records = [_record(r[:12])[1] for r in rows]
+            vectors = None
+            if with_vectors:
+                dim = self.dimension or 0
+                vectors = _vectors_from_binary([bytes(r[12]) for r in rows], dim)
+            yield RecordBatch(records=records, vectors=vectors)
+
+    # -- the reflection counter and lock -------------------------------------------------------
+
+    def reflection_state(self, namespace: str) -> ReflectionState:
+        rows = self._rows(
+            "SELECT importance_sum, adds, last_reflection_at FROM reflective_counters "
+            "WHERE namespace = %s",
+            (namespace,),
+        )
+        if not rows:
+            return ReflectionState()
+        imp, adds, last = rows[0]
+        return ReflectionState(
+            importance_sum=float(imp), adds_since=int(adds), last_reflection_at=last
+        )
+
+    def update_counter(self, update: CounterUpdate) -> None:
+        with self._conn() as conn, conn.transaction():
+            self._apply_counter(conn, update)
+
+    @contextlib.contextmanager
+    def reflection_lock(self, namespace: str, *, timeout: float | None = None) -> Iterator[None]:
+        """Hold ``namespace``'s reflection lock: a session advisory lock on a dedicated
+        pooled connection, keyed ``(APP_LOCK, hashtext(namespace))``.
+
+        Two namespaces whose hashes collide merely take turns. A process that dies while
+        holding the lock loses its connection, and the server releases the lock with it.
+
+        Raises:
+            TimeoutError: not acquired within ``timeout`` seconds.
+        """
+        with self._conn() as conn:
+            key = (APP_LOCK, namespace)
+            if timeout is not None and timeout <= 0:
+                row = conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", key).fetchone()
+                if not row or not row[0]:
+                    raise TimeoutError(f"the reflection lock of {namespace!r} is held")
+            else:
+                if timeout is not None:
+                    ms = max(1, math.ceil(timeout * 1000))
+                    conn.execute(f"SET lock_timeout = {ms}")
+                try:
+                    conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", key)
+                except pg_errors.LockNotAvailable as exc:
+                    raise TimeoutError(
+                        f"the reflection lock of {namespace!r} was not free within {timeout} s"
+                    ) from exc
+                finally:
+                    if timeout is not None:
+                        conn.execute("RESET lock_timeout")
+            try:
+                yield
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", key)
+
+    # -- candidates ----------------------------------------------------------------------------
+
+    def _candidate_query(
+        self,
+        namespace: str,
+        query: str,
+        vector: F32,
+        k: int,
+        flt: RetrievalFilter,
+        config: ScoringConfig,
+        exact: bool,
+    ) -> tuple[str, dict[str, Any]]:
+        want_dense = max(self.dense_candidates, 4 * k)
+        want_lex = max(self.lexical_candidates, 4 * k)
+        top = max(config.relevance_weight, config.lexical_weight, 1e-12)
+        spec = CandidateQuery(
+            exact=exact,
+            lexical=config.uses_lexical,
+            neighbors=config.neighbor_weight > 0,
+            dense=want_dense,
+            lexical_top=want_lex,
+            # the most recent / important memories, as many as their weight can matter
+            recent=0
+            if config.recency_weight <= 0
+            else max(4 * k, min(want_dense, math.ceil(want_dense * config.recency_weight / top))),
+            important=0
+            if config.importance_weight <= 0
+            else max(
+                4 * k, min(want_dense, math.ceil(want_dense * config.importance_weight / top))
+            ),
+        )
+        params: dict[str, Any] = {"ns": namespace, "vec": _vector_text(vector), "query": query}
+        return candidates_sql(spec, flt, params), params
+
+    @staticmethod
+    def _candidate_set(rows: Sequence[Any], config: ScoringConfig, exact: bool) -> CandidateSet:
+        if not rows:
+            return CandidateSet.empty()
+        n = len(rows)
+        keys = np.fromiter((r[0] for r in rows), dtype=np.int64, count=n)
+        size = sum(1 for r in rows if r[1])
+        kind_names: dict[str, int] = {}
+        kinds = np.fromiter(
+            (kind_names.setdefault(r[7], len(kind_names)) for r in rows), dtype=np.int32, count=n
+        )
+        lexical = None
+        lexical_max = 0.0
+        if config.uses_lexical:
+            lexical = np.fromiter((r[3] for r in rows), dtype=np.float64, count=n)
+            lexical_max = float(rows[0][10] or 0.0)
+        previous = nxt = None
+        if config.neighbor_weight > 0:
+            position = {int(k): i for i, k in enumerate(keys.tolist())}
+            previous = np.fromiter(
+                (position.get(r[8], -1) if r[1] and r[8] is not None else -1 for r in rows),
+                dtype=np.int64,
+                count=n,
+            )
+            nxt = np.fromiter(
+                (position.get(r[9], -1) if r[1] and r[9] is not None else -1 for r in rows),
+                dtype=np.int64,
+                count=n,
+            )
+        return CandidateSet(
+            keys=keys,
+            size=size,
+            relevance=np.fromiter((r[2] for r in rows), dtype=np.float64, count=n),
+            accessed=np.fromiter((r[4] for r in rows), dtype=np.float64, count=n),
+            created=np.fromiter((r[5] for r in rows), dtype=np.float64, count=n),
+            importance=np.fromiter((r[6] for r in rows), dtype=np.float64, count=n),
+            kinds=kinds,
+            kind_names=tuple(kind_names),
+            lexical=lexical,
+            lexical_max=lexical_max,
+            previous=previous,
+            next=nxt,
+            exact=exact,
+        )
+
+    def candidates(
+        self,
+        namespace: str,
+        query: str,
+        vector: F32,
+        *,
+        k: int,
+        filter: RetrievalFilter,
+        config: ScoringConfig,
+        exact: bool = False,
+    ) -> CandidateSet:
+        """One statement, one round trip (see the module docstring)."""
+        sql, params = self._candidate_query(namespace, query, vector, k, filter, config, exact)
+        return self._candidate_set(self._rows(sql, params), config, exact)
+
+    async def acandidates(
+        self,
+        namespace: str,
+        query: str,
+        vector: F32,
+        *,
+        k: int,
+        filter: RetrievalFilter,
+        config: ScoringConfig,
+        exact: bool = False,
+    ) -> CandidateSet:
+        sql, params = self._candidate_query(namespace, query, vector, k, filter, config, exact)
+        async with self._aconn() as conn:
+            cur = await conn.execute(sql, params)
+            rows = await cur.fetchall()
+        return self._candidate_set(rows, config, exact)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection pools. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._pool.close()
+        for loop, pool in list(self._apools.values()):
+            if loop.is_closed():
+                continue
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is None and not loop.is_running():
+                loop.run_until_complete(pool.close())
+        self._apools.clear()
+
+    async def aclose(self) -> None:
+        """Async twin of :meth:`close`."""
+        pools = list(self._apools.values())
+        self._apools.clear()
+        loop = asyncio.get_running_loop()
+        for owner, pool in pools:
+            if owner is loop:
+                await pool.close()
+        await asyncio.to_thread(self.close)
+
+    def __repr__(self) -> str:
+        return f"PostgresBackend(pool={self._pool.name!r}, dimension={self._dimension})"

@@ -1,0 +1,109 @@
+"""The Postgres schema: tables, indexes and forward-only migrations run by ``setup()``.
+
+Every object is prefixed ``reflective_`` so the tables can share a database (and a schema)
+with an application's own. Migrations are numbered from 1 and only ever appended: a database
+at version ``v`` runs migrations ``v + 1 ..`` in one transaction, under a transaction-level
+advisory lock, so several processes calling ``setup()`` at once apply each migration once.
+
+The vector column is declared without a dimension until the first write binds one
+(:func:`bind_sql`): the dimension is a property of the embedding model, which the schema cannot
+know in advance; binding turns the column into ``vector(d)`` and builds the HNSW index.
+"""
+
+from __future__ import annotations
+
+__all__ = ["APP_LOCK", "MIGRATIONS", "SCHEMA_VERSION", "SETUP_LOCK", "bind_sql"]
+
+APP_LOCK = 0x52464C54
+"""First key of every advisory lock this package takes ("RFLT"); the second key says which:
+``(APP_LOCK, hashtext(namespace))`` is a namespace's reflection lock; :data:`SETUP_LOCK` guards
+migrations and binding."""
+
+SETUP_LOCK = (APP_LOCK + 1, 0)
+"""The advisory lock held (transaction-level) while migrating or binding the embeddings."""
+
+_V1 = """
+CREATE EXTENSION IF NOT EXISTS vector;
+
+CREATE TABLE reflective_meta (
+    key text PRIMARY KEY,
+    value text NOT NULL
+);
+
+CREATE TABLE reflective_memories (
+    seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id text NOT NULL UNIQUE,
+    namespace text NOT NULL,
+    text text NOT NULL,
+    lexical_text text,
+    kind text NOT NULL,
+    created_at timestamptz NOT NULL,
+    last_accessed_at timestamptz NOT NULL,
+    importance double precision NOT NULL,
+    importance_source text NOT NULL,
+    evidence text[] NOT NULL DEFAULT '{}',
+    depth integer NOT NULL DEFAULT 0,
+    metadata jsonb NOT NULL DEFAULT '{}',
+    embedding vector NOT NULL,
+    tsv tsvector GENERATED ALWAYS AS
+        (to_tsvector('english'::regconfig, coalesce(lexical_text, text))) STORED
+);
+CREATE INDEX reflective_memories_ns_seq ON reflective_memories (namespace, seq);
+CREATE INDEX reflective_memories_ns_observations
+    ON reflective_memories (namespace, seq) WHERE kind = 'observation';
+CREATE INDEX reflective_memories_ns_accessed
+    ON reflective_memories (namespace, last_accessed_at DESC);
+CREATE INDEX reflective_memories_ns_importance
+    ON reflective_memories (namespace, importance DESC, seq DESC);
+CREATE INDEX reflective_memories_tsv ON reflective_memories USING gin (tsv);
+
+CREATE TABLE reflective_pending (
+    pseq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id text NOT NULL UNIQUE,
+    namespace text NOT NULL,
+    text text NOT NULL,
+    kind text NOT NULL,
+    created_at timestamptz NOT NULL,
+    importance double precision,
+    metadata jsonb NOT NULL DEFAULT '{}'
+);
+CREATE INDEX reflective_pending_ns_pseq ON reflective_pending (namespace, pseq);
+
+CREATE TABLE reflective_counters (
+    namespace text PRIMARY KEY,
+    importance_sum double precision NOT NULL DEFAULT 0,
+    adds bigint NOT NULL DEFAULT 0,
+    last_reflection_at timestamptz,
+    last_reflection_seq bigint NOT NULL DEFAULT 0
+);
+"""
+"""Version 1.
+
+* ``reflective_memories``: one row per memory. ``seq`` (an identity, never reused) is the
+  backend's key and the insertion order; ``id`` is unique across namespaces, as in every
+  backend. ``lexical_text`` is what the lexical index holds when it differs from ``text``
+  (an observation with the previous observation's text, ``ScoringConfig.lexical_context``);
+  ``tsv`` is generated from it with the ``english`` configuration (Snowball stemming,
+  stopwords) and indexed with GIN; ``embedding`` gets an HNSW index (cosine) once bound.
+* ``reflective_pending``: the outbox of memories queued before they are embedded.
+* ``reflective_counters``: the reflection counter of each namespace; a write adds to it in the
+  same transaction (one row upsert, so concurrent writers serialise on the row and the sum is
+  exact). ``last_reflection_seq`` is the newest ``seq`` of the namespace when it was reset.
+* ``reflective_meta``: the embedding model's identity and dimension.
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1,)
+"""Forward-only migrations; ``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1``."""
+
+SCHEMA_VERSION = len(MIGRATIONS)
+"""The version this code writes."""
+
+
+def bind_sql(dimension: int) -> str:
+    """DDL that gives the vector column its dimension and builds the HNSW (cosine) index."""
+    d = int(dimension)
+    return (
+        f"ALTER TABLE reflective_memories ALTER COLUMN embedding TYPE vector({d});\n"
+        "CREATE INDEX IF NOT EXISTS reflective_memories_embedding_hnsw "
+        "ON reflective_memories USING hnsw (embedding vector_cosine_ops);"
+    )
