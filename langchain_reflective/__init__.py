@@ -2,6 +2,7 @@
 
 The flat public API lives here. Pieces that need an optional extra
 (``MemoryMiddleware`` and ``ReflectiveMemoryMiddleware``: extra ``agents``;
+``PostgresBackend``: extra ``postgres``;
 ``ReflectiveChatMemory``: extra ``legacy``)
 are imported on first access, so ``import langchain_reflective`` stays light.
 """
@@ -64,6 +65,7 @@ from langchain_reflective.strategies import (
 from langchain_reflective.stream import MemoryStream, RetrievalFilter, ScoredMemory
 
 if TYPE_CHECKING:
+    from langchain_reflective.backends.postgres import PostgresBackend
     from langchain_reflective.integrations.legacy import ReflectiveChatMemory
     from langchain_reflective.integrations.middleware import (
         MemoryMiddleware,
@@ -77,6 +79,7 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
 
 _LAZY = {
     "MemoryMiddleware": "langchain_reflective.integrations.middleware",
+    "PostgresBackend": "langchain_reflective.backends.postgres",
     "ReflectiveChatMemory": "langchain_reflective.integrations.legacy",
     "ReflectiveMemoryMiddleware": "langchain_reflective.integrations.middleware",
 }
@@ -113,6 +116,7 @@ __all__ = [
     "Observation",
     "PendingConflictError",
     "PendingMemory",
+    "PostgresBackend",
     "ReflectionConfig",
     "ReflectionError",
     "ReflectionFailure",

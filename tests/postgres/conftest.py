@@ -44,6 +44,10 @@ def postgres_server() -> Iterator[str]:
         server, uri = _start_server(root)
         with server:  # type: ignore[attr-defined]
             with psycopg.connect(uri, autocommit=True) as conn:
+                # a throwaway server: no durability needed, so no disk flushes to wait for
+                for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+                    conn.execute(f"ALTER SYSTEM SET {setting} = off")
+                conn.execute("SELECT pg_reload_conf()")
                 conn.execute(f"CREATE DATABASE {_TEMPLATE}")
             with psycopg.connect(_with_database(uri, _TEMPLATE), autocommit=True) as conn:
                 conn.execute("CREATE EXTENSION IF NOT EXISTS vector")

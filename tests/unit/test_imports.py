@@ -54,3 +54,18 @@ def test_the_package_never_mentions_pickle() -> None:
         if p.is_file() and p.suffix in {".py", ".json", ".typed"} and b"pickle" in p.read_bytes()
     ]
     assert hits == []
+
+
+def test_postgres_backend_is_lazy_and_names_its_extra() -> None:
+    """``PostgresBackend`` comes from the root without importing psycopg up front; without
+    psycopg, using it is an ImportError that says which extra to install."""
+    from langchain_reflective.backends.postgres import PostgresBackend
+
+    assert langchain_reflective.PostgresBackend is PostgresBackend
+    code = (
+        "import sys; sys.modules['psycopg'] = None; import langchain_reflective\n"
+        "try:\n    langchain_reflective.PostgresBackend\n"
+        "except ImportError as exc:\n    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "'postgres' extra" in out.stdout, out.stdout + out.stderr

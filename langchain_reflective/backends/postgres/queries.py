@@ -74,6 +74,11 @@ def candidates_sql(spec: CandidateQuery, flt: RetrievalFilter, params: dict[str,
     Each result row: ``seq, is_candidate, relevance, lexical, accessed, created, importance,
     kind, previous seq, next seq, lexical max`` -- candidates first in ``seq`` order, then the
     neighbour rows (observations next to a candidate that are not candidates themselves).
+
+    The exact statement reads the namespace once (window functions find each observation's
+    neighbours); the approximate one gathers the candidate keys from the indexes, then looks
+    up each candidate's neighbours with two index probes. Neither joins on estimates that
+    stale statistics could turn into a quadratic plan.
     """
     where = _filter_sql(flt, params)
     min_rel = ""
@@ -81,91 +86,96 @@ def candidates_sql(spec: CandidateQuery, flt: RetrievalFilter, params: dict[str,
         params["min_rel"] = float(flt.min_relevance)
         min_rel = " AND 1 - (m.embedding <=> q.v) >= %(min_rel)s"
     tq = _TSQUERY if spec.lexical else "NULL::tsquery"
-    ctes = [f"q AS MATERIALIZED (SELECT %(vec)s::vector AS v, {tq} AS tq)"]
-    if spec.exact:
-        ctes.append(
-            "cand AS (SELECT m.seq, m.kind FROM reflective_memories m, q "
-            f"WHERE m.namespace = %(ns)s{where}{min_rel})"
-        )
-        lexmax = (
-            f"(SELECT max({_RANK}) FROM reflective_memories m, q "
-            "WHERE m.namespace = %(ns)s AND m.tsv @@ q.tq)"
-            if spec.lexical
-            else "0.0"
-        )
-    else:
-        params.update(
-            n_dense=spec.dense, n_lex=spec.lexical_top, n_rec=spec.recent, n_imp=spec.important
-        )
-        ctes.append(
-            "dense AS (SELECT m.seq FROM reflective_memories m "
-            f"WHERE m.namespace = %(ns)s{where} "
-            "ORDER BY m.embedding <=> (SELECT v FROM q) LIMIT %(n_dense)s)"
-        )
-        pools = ["SELECT seq FROM dense"]
-        if spec.lexical:
-            # unfiltered, so its best rank is the namespace's best (lexical_max)
-            ok = f"true{where}"
-            ctes.append(
-                f"lex AS (SELECT m.seq, {_RANK} AS r, ({ok}) AS ok "
-                "FROM reflective_memories m, q WHERE m.namespace = %(ns)s AND m.tsv @@ q.tq "
-                "ORDER BY r DESC, m.seq LIMIT %(n_lex)s)"
-            )
-            pools.append("SELECT seq FROM lex WHERE ok")
-        if spec.recent:
-            ctes.append(
-                "recent AS (SELECT m.seq FROM reflective_memories m "
-                f"WHERE m.namespace = %(ns)s{where} "
-                "ORDER BY m.last_accessed_at DESC LIMIT %(n_rec)s)"
-            )
-            pools.append("SELECT seq FROM recent")
-        if spec.important:
-            ctes.append(
-                "important AS (SELECT m.seq FROM reflective_memories m "
-                f"WHERE m.namespace = %(ns)s{where} "
-                "ORDER BY m.importance DESC, m.seq DESC LIMIT %(n_imp)s)"
-            )
-            pools.append("SELECT seq FROM important")
-        ctes.append(
-            "cand AS (SELECT m.seq, m.kind FROM reflective_memories m, q "
-            f"WHERE m.seq IN ({' UNION '.join(pools)}) AND m.namespace = %(ns)s{min_rel})"
-        )
-        lexmax = "(SELECT max(r) FROM lex)" if spec.lexical else "0.0"
-    if spec.neighbors and spec.exact:
-        ctes.append(
-            "nb AS (SELECT o.seq, o.prev, o.next FROM ("
-            "SELECT m.seq, lag(m.seq) OVER w AS prev, lead(m.seq) OVER w AS next "
-            "FROM reflective_memories m "
-            "WHERE m.namespace = %(ns)s AND m.kind = 'observation' WINDOW w AS (ORDER BY m.seq)"
-            ") o JOIN cand c ON c.seq = o.seq)"
-        )
-    elif spec.neighbors:
-        ctes.append(
-            "nb AS (SELECT c.seq, "
-            "(SELECT p.seq FROM reflective_memories p WHERE p.namespace = %(ns)s "
-            "AND p.kind = 'observation' AND p.seq < c.seq ORDER BY p.seq DESC LIMIT 1) AS prev, "
-            "(SELECT n.seq FROM reflective_memories n WHERE n.namespace = %(ns)s "
-            "AND n.kind = 'observation' AND n.seq > c.seq ORDER BY n.seq LIMIT 1) AS next "
-            "FROM cand c WHERE c.kind = 'observation')"
-        )
-    else:
-        ctes.append(
-            "nb AS (SELECT NULL::bigint AS seq, NULL::bigint AS prev, NULL::bigint AS next)"
-        )
-    ctes.append(
-        "rows AS (SELECT seq, true AS is_cand FROM cand UNION ALL "
-        "SELECT x.s, false FROM (SELECT prev AS s FROM nb UNION SELECT next FROM nb) x "
-        "WHERE x.s IS NOT NULL AND x.s NOT IN (SELECT seq FROM cand))"
+    q = f"q AS MATERIALIZED (SELECT %(vec)s::vector AS v, {tq} AS tq)"
+    lex = f"CASE WHEN m.tsv @@ q.tq THEN {_RANK} ELSE 0 END" if spec.lexical else "0.0"
+    values = (
+        f"1 - (m.embedding <=> q.v), {lex}, extract(epoch FROM m.last_accessed_at)::float8, "
+        "extract(epoch FROM m.created_at)::float8, m.importance, m.kind"
     )
-    lexical = f"coalesce({_RANK}, 0)" if spec.lexical else "0.0"
+    if spec.exact:
+        if spec.neighbors:
+            window = "OVER (PARTITION BY m.kind = 'observation' ORDER BY m.seq)"
+            links = (
+                f"CASE WHEN m.kind = 'observation' THEN lag(m.seq) {window} END, "
+                f"CASE WHEN m.kind = 'observation' THEN lead(m.seq) {window} END"
+            )
+            near = (
+                " OR b.seq IN (SELECT prev FROM base WHERE ok UNION SELECT nxt FROM base WHERE ok)"
+            )
+        else:
+            links, near = "NULL::bigint, NULL::bigint", ""
+        return f"""WITH {q},
+base (seq, ok, rel, lex, accessed, created, importance, kind, prev, nxt) AS MATERIALIZED (
+    SELECT m.seq, (true{where}{min_rel}), {values}, {links}
+    FROM reflective_memories m, q WHERE m.namespace = %(ns)s
+)
+SELECT b.seq, b.ok, b.rel, b.lex, b.accessed, b.created, b.importance, b.kind, b.prev, b.nxt,
+       (SELECT coalesce(max(lex), 0) FROM base)
+FROM base b WHERE b.ok{near}
+ORDER BY b.ok DESC, b.seq"""
+    params.update(
+        n_dense=spec.dense, n_lex=spec.lexical_top, n_rec=spec.recent, n_imp=spec.important
+    )
+    ctes = [
+        q,
+        "dense AS (SELECT m.seq FROM reflective_memories m "
+        f"WHERE m.namespace = %(ns)s{where} "
+        "ORDER BY m.embedding <=> (SELECT v FROM q) LIMIT %(n_dense)s)",
+    ]
+    pools = ["SELECT seq FROM dense"]
+    lexmax = "0.0"
+    if spec.lexical:
+        # unfiltered, so its best rank is the namespace's best (lexical_max)
+        ctes.append(
+            f"lex AS (SELECT m.seq, {_RANK} AS r, (true{where}) AS ok "
+            "FROM reflective_memories m, q WHERE m.namespace = %(ns)s AND m.tsv @@ q.tq "
+            "ORDER BY r DESC, m.seq LIMIT %(n_lex)s)"
+        )
+        pools.append("SELECT seq FROM lex WHERE ok")
+        lexmax = "(SELECT coalesce(max(r), 0) FROM lex)"
+    if spec.recent:
+        ctes.append(
+            "recent AS (SELECT m.seq FROM reflective_memories m "
+            f"WHERE m.namespace = %(ns)s{where} "
+            "ORDER BY m.last_accessed_at DESC LIMIT %(n_rec)s)"
+        )
+        pools.append("SELECT seq FROM recent")
+    if spec.important:
+        ctes.append(
+            "important AS (SELECT m.seq FROM reflective_memories m "
+            f"WHERE m.namespace = %(ns)s{where} "
+            "ORDER BY m.importance DESC, m.seq DESC LIMIT %(n_imp)s)"
+        )
+        pools.append("SELECT seq FROM important")
+    if spec.neighbors:
+        links = (
+            "CASE WHEN m.kind = 'observation' THEN (SELECT p.seq FROM reflective_memories p "
+            "WHERE p.namespace = %(ns)s AND p.kind = 'observation' AND p.seq < m.seq "
+            "ORDER BY p.seq DESC LIMIT 1) END, "
+            "CASE WHEN m.kind = 'observation' THEN (SELECT n.seq FROM reflective_memories n "
+            "WHERE n.namespace = %(ns)s AND n.kind = 'observation' AND n.seq > m.seq "
+            "ORDER BY n.seq LIMIT 1) END"
+        )
+    else:
+        links = "NULL::bigint, NULL::bigint"
+    ctes.append(
+        f"cand (seq, prev, nxt) AS MATERIALIZED (SELECT m.seq, {links} "
+        "FROM reflective_memories m, q "
+        f"WHERE m.seq IN ({' UNION '.join(pools)}) AND m.namespace = %(ns)s{min_rel})"
+    )
+    ctes.append(
+        "near AS (SELECT x.s FROM (SELECT prev AS s FROM cand UNION SELECT nxt FROM cand) x "
+        "WHERE x.s IS NOT NULL AND NOT EXISTS (SELECT 1 FROM cand c WHERE c.seq = x.s))"
+    )
+    ctes.append(
+        "picked (seq, ok, prev, nxt) AS (SELECT seq, true, prev, nxt FROM cand "
+        "UNION ALL SELECT s, false, NULL::bigint, NULL::bigint FROM near)"
+    )
     return (
         "WITH "
         + ",\n".join(ctes)
         + f"""
-SELECT r.seq, r.is_cand, 1 - (m.embedding <=> q.v), {lexical},
-       extract(epoch FROM m.last_accessed_at)::float8, extract(epoch FROM m.created_at)::float8,
-       m.importance, m.kind, nb.prev, nb.next, coalesce({lexmax}, 0)
-FROM rows r JOIN reflective_memories m ON m.seq = r.seq CROSS JOIN q
-LEFT JOIN nb ON nb.seq = r.seq
-ORDER BY r.is_cand DESC, r.seq"""
+SELECT r.seq, r.ok, {values}, r.prev, r.nxt, {lexmax}
+FROM picked r JOIN reflective_memories m ON m.seq = r.seq CROSS JOIN q
+ORDER BY r.ok DESC, r.seq"""
     )
