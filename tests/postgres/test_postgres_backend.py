@@ -27,7 +27,20 @@ pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 DIM = 16
-WORDS = "tea paris dog running garden music river coffee train winter book mountain".split()
+WORDS = [
+    "tea",
+    "paris",
+    "dog",
+    "running",
+    "garden",
+    "music",
+    "river",
+    "coffee",
+    "train",
+    "winter",
+    "book",
+    "mountain",
+]
 
 
 @pytest.fixture
@@ -329,19 +342,16 @@ def test_reflection_lock_excludes_other_connections(postgres_url: str) -> None:
     ):
         one.setup()
         with one.reflection_lock("alice"):
-            with pytest.raises(TimeoutError):
-                with two.reflection_lock("alice", timeout=0):
-                    pass  # pragma: no cover
-            with pytest.raises(TimeoutError):
-                with two.reflection_lock("alice", timeout=0.2):
-                    pass  # pragma: no cover
+            with pytest.raises(TimeoutError), two.reflection_lock("alice", timeout=0):
+                pass  # pragma: no cover
+            with pytest.raises(TimeoutError), two.reflection_lock("alice", timeout=0.2):
+                pass  # pragma: no cover
             with two.reflection_lock("bob", timeout=0):
                 pass  # another namespace is not blocked
         with two.reflection_lock("alice", timeout=0):
             pass  # released on exit
-        with pytest.raises(RuntimeError):
-            with one.reflection_lock("alice"):
-                raise RuntimeError("the reflection failed")
+        with pytest.raises(RuntimeError), one.reflection_lock("alice"):
+            raise RuntimeError("the reflection failed")
         with two.reflection_lock("alice", timeout=0):
             pass  # released on errors too
 
@@ -350,9 +360,8 @@ def test_a_dead_holder_releases_the_lock(postgres_url: str) -> None:
     holder = psycopg.connect(postgres_url, autocommit=True)
     holder.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (0x52464C54, "alice"))
     with PostgresBackend.from_conn_string(postgres_url) as b:
-        with pytest.raises(TimeoutError):
-            with b.reflection_lock("alice", timeout=0):
-                pass  # pragma: no cover
+        with pytest.raises(TimeoutError), b.reflection_lock("alice", timeout=0):
+            pass  # pragma: no cover
         holder.close()  # the process holding it dies: its session ends
         with b.reflection_lock("alice", timeout=5):
             pass
@@ -393,9 +402,7 @@ def test_a_failed_batch_writes_nothing(backend: PostgresBackend) -> None:
     fresh = _records(3, seed=11)
     rng = np.random.default_rng(0)
     with pytest.raises(StorageError, match="duplicate"):
-        backend.put(
-            [*fresh, records[0]], _unit(rng, 4), counter=CounterUpdate("default", 1.0, 4)
-        )
+        backend.put([*fresh, records[0]], _unit(rng, 4), counter=CounterUpdate("default", 1.0, 4))
     assert backend.count("default") == 3
     assert backend.reflection_state("default").adds_since == 0
 
