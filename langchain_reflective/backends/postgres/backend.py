@@ -1,11 +1,13 @@
 """``PostgresBackend``: memories in Postgres with pgvector (HNSW) and full-text search.
 
-Many processes and machines share one database: every write is one transaction, the
-reflection counter is a row updated in the transaction that stores the memories (so it is
-exact under concurrency), and a namespace's reflection lock is a Postgres advisory lock keyed
-by ``(APP_LOCK, hashtext(namespace))`` held on a dedicated connection, so at most one
-reflection per namespace runs at a time across all of them (a crashed holder's lock goes with
-its connection). Every statement names its namespace; none reads across namespaces.
+Many processes and machines share one database: every write is one transaction; a write that
+counts for reflection locks its namespace's counter row first and updates it before committing,
+so the counter is exact under concurrency and such writes take their keys in commit order (the
+memories "since the last reflection" are exactly the counted ones); and a namespace's
+reflection lock is a Postgres advisory lock keyed by ``(APP_LOCK, hashtext(namespace))`` held
+on a dedicated connection, so at most one reflection per namespace runs at a time across all
+of them (a crashed holder's lock goes with its connection). Every statement names its
+namespace; none reads across namespaces.
 
 Retrieval is one round trip: one statement gathers dense candidates (HNSW, cosine), lexical
 ones (``ts_rank`` over a stemmed ``tsvector`` with a GIN index), the most recent and most
@@ -405,6 +407,10 @@ class PostgresBackend(BaseMemoryBackend):
         if len(records) != len(vectors):
             raise StorageError(f"{len(records)} records but {len(vectors)} vectors")
         with self._conn() as conn, conn.transaction():
+            if counter is not None:
+                # the counter row first: writers that count for a namespace take their keys
+                # (seq) in the order they commit, so "after the last reset" is exact
+                self._lock_counter(conn, counter.namespace)
             if pending:
                 self._dequeue(conn, pending)
             if records:
@@ -442,6 +448,14 @@ class PostgresBackend(BaseMemoryBackend):
                 f"{len(wanted) - cur.rowcount} of {len(wanted)} pending memories are no longer "
                 "queued (completed or purged by another process)"
             )
+
+    @staticmethod
+    def _lock_counter(conn: psycopg.Connection[Any], namespace: str) -> None:
+        conn.execute(
+            "INSERT INTO reflective_counters (namespace) VALUES (%s) "
+            "ON CONFLICT (namespace) DO UPDATE SET adds = reflective_counters.adds",
+            (namespace,),
+        )
 
     @staticmethod
     def _apply_counter(conn: psycopg.Connection[Any], update: CounterUpdate) -> None:
