@@ -69,6 +69,7 @@ def test_the_readme_has_the_snippets_it_promises() -> None:
         "Reflection",
         "LangChain and LangGraph",
         "Memory strategies (and your own)",
+        "Outgrowing one machine",
     ]
 
 
@@ -99,6 +100,8 @@ def test_every_python_snippet_runs_as_written(
         assert fake_models["embeddings"] == 1
         assert "OK." in out  # the fake model's answer
         assert "User: I moved to Lisbon in May." in out  # recorded, then retrieved
+    elif heading == "Outgrowing one machine":
+        assert "['Ana moved to Lisbon in May']" in out  # stored in Postgres, retrieved from it
 
 
 def test_install_instructions_work_from_a_checkout() -> None:
