@@ -417,3 +417,34 @@ async def test_async_twins_match_sync(backend: PostgresBackend) -> None:
     assert all(r.last_accessed_at == T0 for r in touched.values()) and len(touched) == 2
     assert await backend.aget("default", [records[0].id]) == [records[0]]
     await backend.aclose()
+
+
+def test_lexical_scores_are_the_sqlite_backends_bm25(backend: PostgresBackend) -> None:
+    """BM25 computed in SQL equals the SQLite backend's index on the same documents (an
+    observation's document includes the previous observation with ``lexical_context``),
+    also after deletes change ``N``, the average length and the document frequencies."""
+    from langchain_reflective.lexical import BM25Index
+
+    backend.configure(ScoringConfig.hybrid())  # lexical_context
+    records, vectors = _fill(backend, 80)
+    gone = {records[3].id, records[40].id}
+    assert backend.delete("default", sorted(gone)) == 2
+    docs, prev = [], None
+    for r in records:
+        doc = r.text if r.kind != "observation" or prev is None else prev + "\n" + r.text
+        prev = r.text if r.kind == "observation" else prev
+        docs.append(doc)
+    index = BM25Index()
+    index.add(docs)
+    index.remove([i for i, r in enumerate(records) if r.id in gone])
+    live = [i for i, r in enumerate(records) if r.id not in gone]
+    for query in ("paris paris dogs running", "tea in the garden", "nothing matches zzz"):
+        c = backend.candidates(
+            "default", query, vectors[0], k=5, filter=RetrievalFilter(),
+            config=ScoringConfig.hybrid(), exact=True,
+        )  # fmt: skip
+        with index.query_scores(query) as expected:
+            want = expected.lookup(np.asarray(live))
+            assert c.lexical is not None and c.size == len(live)
+            assert np.array_equal(c.lexical[: c.size], want)  # the same float32 values
+            assert c.lexical_max == expected.max()

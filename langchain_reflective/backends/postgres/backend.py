@@ -10,8 +10,9 @@ of them (a crashed holder's lock goes with its connection). Every statement name
 namespace; none reads across namespaces.
 
 Retrieval is one round trip: one statement gathers dense candidates (HNSW, cosine), lexical
-ones (``ts_rank`` over a stemmed ``tsvector`` with a GIN index), the most recent and most
-important memories, each candidate observation's neighbours, and every value scoring needs.
+ones (BM25 over stemmed terms found through a GIN index, computed in SQL exactly as the SQLite
+backend computes it, so both backends rank alike), the most recent and most important memories,
+each candidate observation's neighbours, and every value scoring needs.
 ``exact=True`` scans every memory of the namespace instead of asking the indexes.
 """
 
@@ -22,6 +23,7 @@ import contextlib
 import logging
 import math
 import threading
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -40,6 +42,8 @@ from langchain_reflective.backends.base import (
     trusted_record,
 )
 from langchain_reflective.backends.postgres.queries import (
+    BM25_B,
+    BM25_K1,
     RECORD_COLUMNS,
     CandidateQuery,
     candidates_sql,
@@ -59,6 +63,7 @@ from langchain_reflective.errors import (
     SchemaVersionError,
     StorageError,
 )
+from langchain_reflective.lexical import BM25Index
 from langchain_reflective.records import OBSERVATION, MemoryRecord
 from langchain_reflective.scoring import ScoringConfig
 
@@ -76,13 +81,16 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 if TYPE_CHECKING:
     from psycopg.rows import TupleRow
 
+_TOKENIZER = BM25Index(k1=BM25_K1, b=BM25_B)
+"""Only its tokenizer is used: the SQLite backend's terms, so BM25 agrees across backends."""
+
 __all__ = ["PostgresBackend"]
 
 logger = logging.getLogger(__name__)
 
 _INSERT_COLUMNS = (
-    "id, namespace, text, lexical_text, kind, created_at, last_accessed_at, importance, "
-    "importance_source, evidence, depth, metadata, embedding"
+    "id, namespace, text, kind, created_at, last_accessed_at, importance, "
+    "importance_source, evidence, depth, metadata, embedding, lex_terms, lex_tfs, lex_len"
 )
 _RESET = """
 INSERT INTO reflective_counters AS c
@@ -371,28 +379,32 @@ class PostgresBackend(BaseMemoryBackend):
 
     # -- writes --------------------------------------------------------------------------------
 
-    def _lexical_texts(
+    def _lexical_terms(
         self, conn: psycopg.Connection[Any], records: Sequence[MemoryRecord]
-    ) -> list[str | None]:
-        """What the lexical index holds per record (``None``: the text itself)."""
-        if not self._lexical_context:
-            return [None] * len(records)
+    ) -> list[tuple[list[str], list[int], int]]:
+        """Each record's BM25 document: (distinct terms, their counts, number of terms).
+
+        With ``lexical_context`` an observation's document is the previous observation's
+        text then its own (the namespace's newest observation before this batch is read in
+        the write's transaction).
+        """
         last: dict[str, str | None] = {}
-        out: list[str | None] = []
+        out: list[tuple[list[str], list[int], int]] = []
         for r in records:
-            if r.kind != OBSERVATION:
-                out.append(None)
-                continue
-            if r.namespace not in last:
-                row = conn.execute(
-                    "SELECT text FROM reflective_memories WHERE namespace = %s "
-                    "AND kind = 'observation' ORDER BY seq DESC LIMIT 1",
-                    (r.namespace,),
-                ).fetchone()
-                last[r.namespace] = row[0] if row else None
-            prev = last[r.namespace]
-            out.append(None if prev is None else prev + "\n" + r.text)
-            last[r.namespace] = r.text
+            doc = r.text
+            if self._lexical_context and r.kind == OBSERVATION:
+                if r.namespace not in last:
+                    row = conn.execute(
+                        "SELECT text FROM reflective_memories WHERE namespace = %s "
+                        "AND kind = 'observation' ORDER BY seq DESC LIMIT 1",
+                        (r.namespace,),
+                    ).fetchone()
+                    last[r.namespace] = row[0] if row else None
+                prev = last[r.namespace]
+                doc = r.text if prev is None else prev + "\n" + r.text
+                last[r.namespace] = r.text
+            terms = Counter(_TOKENIZER.tokenize(doc))
+            out.append((list(terms), list(terms.values()), terms.total()))
         return out
 
     def put(
@@ -414,17 +426,17 @@ class PostgresBackend(BaseMemoryBackend):
             if pending:
                 self._dequeue(conn, pending)
             if records:
-                lexical = self._lexical_texts(conn, records)
+                lexical = self._lexical_terms(conn, records)
+                stats: dict[str, list[int]] = {}
                 with conn.cursor().copy(
                     f"COPY reflective_memories ({_INSERT_COLUMNS}) FROM STDIN"
                 ) as copy:
-                    for r, lex, vec in zip(records, lexical, vectors, strict=True):
+                    for r, (terms, tfs, length), vec in zip(records, lexical, vectors, strict=True):
                         copy.write_row(
                             (
                                 r.id,
                                 r.namespace,
                                 r.text,
-                                lex,
                                 r.kind,
                                 r.created_at,
                                 r.accessed_at,
@@ -434,8 +446,16 @@ class PostgresBackend(BaseMemoryBackend):
                                 r.depth,
                                 Jsonb(dict(r.metadata)),
                                 _vector_text(vec),
+                                terms,
+                                tfs,
+                                length,
                             )
                         )
+                        seen = stats.setdefault(r.namespace, [0, 0])
+                        seen[0] += 1
+                        seen[1] += length
+                for ns, (docs, total) in stats.items():
+                    self._add_lexical_stats(conn, ns, docs, total)
             if counter is not None:
                 self._apply_counter(conn, counter)
 
@@ -448,6 +468,19 @@ class PostgresBackend(BaseMemoryBackend):
                 f"{len(wanted) - cur.rowcount} of {len(wanted)} pending memories are no longer "
                 "queued (completed or purged by another process)"
             )
+
+    @staticmethod
+    def _add_lexical_stats(
+        conn: psycopg.Connection[Any], namespace: str, docs: int, total: int
+    ) -> None:
+        """BM25's ``N`` and total length of ``namespace`` change by ``docs`` and ``total``."""
+        conn.execute(
+            "INSERT INTO reflective_counters AS c (namespace, lex_docs, lex_total) "
+            "VALUES (%s, %s, %s) ON CONFLICT (namespace) DO UPDATE SET "
+            "lex_docs = c.lex_docs + EXCLUDED.lex_docs, "
+            "lex_total = c.lex_total + EXCLUDED.lex_total",
+            (namespace, docs, total),
+        )
 
     @staticmethod
     def _lock_counter(conn: psycopg.Connection[Any], namespace: str) -> None:
@@ -470,12 +503,15 @@ class PostgresBackend(BaseMemoryBackend):
     def delete(self, namespace: str, ids: Sequence[str]) -> int:
         if not ids:
             return 0
-        with self._conn() as conn:
-            cur = conn.execute(
-                "DELETE FROM reflective_memories WHERE namespace = %s AND id = ANY(%s)",
+        with self._conn() as conn, conn.transaction():
+            gone = conn.execute(
+                "DELETE FROM reflective_memories WHERE namespace = %s AND id = ANY(%s) "
+                "RETURNING lex_len",
                 (namespace, list(ids)),
-            )
-            return cur.rowcount
+            ).fetchall()
+            if gone:
+                self._add_lexical_stats(conn, namespace, -len(gone), -sum(r[0] for r in gone))
+            return len(gone)
 
     def purge(self, namespace: str) -> int:
         with self._conn() as conn, conn.transaction():
@@ -754,7 +790,13 @@ class PostgresBackend(BaseMemoryBackend):
                 4 * k, min(want_dense, math.ceil(want_dense * config.importance_weight / top))
             ),
         )
-        params: dict[str, Any] = {"ns": namespace, "vec": _vector_text(vector), "query": query}
+        terms = Counter(_TOKENIZER.tokenize(query)) if spec.lexical else Counter[str]()
+        params: dict[str, Any] = {
+            "ns": namespace,
+            "vec": _vector_text(vector),
+            "qterms": list(terms),
+            "qtfs": list(terms.values()),
+        }
         return candidates_sql(spec, flt, params), params
 
     @staticmethod
@@ -771,8 +813,13 @@ class PostgresBackend(BaseMemoryBackend):
         lexical = None
         lexical_max = 0.0
         if config.uses_lexical:
-            lexical = np.fromiter((r[3] for r in rows), dtype=np.float64, count=n)
-            lexical_max = float(rows[0][10] or 0.0)
+            # float32 values, as the SQLite backend's BM25 index hands them out
+            lexical = (
+                np.fromiter((r[3] for r in rows), dtype=np.float64, count=n)
+                .astype(np.float32)
+                .astype(np.float64)
+            )
+            lexical_max = float(np.float32(rows[0][10] or 0.0))
         previous = nxt = None
         if config.neighbor_weight > 0:
             position = {int(k): i for i, k in enumerate(keys.tolist())}

@@ -14,7 +14,7 @@ from typing import Any
 
 from langchain_reflective.backends.base import RetrievalFilter
 
-__all__ = ["RECORD_COLUMNS", "CandidateQuery", "candidates_sql"]
+__all__ = ["BM25_B", "BM25_K1", "RECORD_COLUMNS", "CandidateQuery", "candidates_sql"]
 
 RECORD_COLUMNS = (
     "seq, id, text, kind, created_at, last_accessed_at, importance, importance_source, "
@@ -22,13 +22,31 @@ RECORD_COLUMNS = (
 )
 """The columns :func:`row_to_record` (in ``backend``) reads, in order."""
 
-# The query's tsquery: the query's lexemes ('english': stemmed, stopwords dropped) joined with
-# OR, as BM25 matches any term; NULL when the query has no lexeme (then nothing matches).
-_TSQUERY = (
-    "(SELECT string_agg(quote_literal(w), ' | ')::tsquery "
-    "FROM unnest(tsvector_to_array(to_tsvector('english'::regconfig, %(query)s))) AS w)"
+BM25_K1 = 1.5
+"""BM25 term-frequency saturation (the SQLite backend's ``BM25Index`` default)."""
+BM25_B = 0.75
+"""BM25 length normalisation (the SQLite backend's ``BM25Index`` default)."""
+
+# BM25 (Lucene's variant, as the SQLite backend computes it): N and the average length come from
+# the namespace's counter row; df from the GIN index; per query term ``qtf * idf``.
+_STATS = (
+    "stats AS MATERIALIZED (SELECT coalesce(max(c.lex_docs), 0)::float8 AS n, "
+    "CASE WHEN max(c.lex_docs) > 0 AND max(c.lex_total) > 0 "
+    "THEN max(c.lex_total)::float8 / max(c.lex_docs) ELSE 1.0 END AS avgdl "
+    "FROM reflective_counters c WHERE c.namespace = %(ns)s)"
 )
-_RANK = "ts_rank(m.tsv, q.tq)"
+_QTERMS = (
+    "qt AS MATERIALIZED (SELECT t.term, t.qtf * ln(1 + (s.n - df.c + 0.5) / (df.c + 0.5)) AS w "
+    "FROM unnest(%(qterms)s::text[], %(qtfs)s::int[]) AS t(term, qtf) CROSS JOIN stats s "
+    "CROSS JOIN LATERAL (SELECT count(*)::float8 AS c FROM reflective_memories d "
+    "WHERE d.namespace = %(ns)s AND d.lex_terms @> ARRAY[t.term]) AS df WHERE df.c > 0)"
+)
+_BM25 = (
+    "(SELECT coalesce(sum(qt.w * d.tf / (d.tf + "
+    f"{BM25_K1} * (1 - {BM25_B} + {BM25_B} * m.lex_len / s.avgdl))), 0) "
+    "FROM unnest(m.lex_terms, m.lex_tfs) AS d(term, tf) JOIN qt ON qt.term = d.term)"
+)
+_MATCHES = "m.lex_terms && %(qterms)s::text[]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +87,8 @@ def candidates_sql(spec: CandidateQuery, flt: RetrievalFilter, params: dict[str,
     """The one statement returning a query's candidate rows, then its neighbour rows.
 
     Parameters it reads from ``params`` (filled in here for the filter): ``ns``, ``vec`` (the
-    query vector as pgvector text), ``query`` (the query text), and the limits of ``spec``.
+    query vector as pgvector text), ``qterms``/``qtfs`` (the query's distinct index terms and
+    their counts), and the limits of ``spec``.
 
     Each result row: ``seq, is_candidate, relevance, lexical, accessed, created, importance,
     kind, previous seq, next seq, lexical max`` -- candidates first in ``seq`` order, then the
@@ -85,9 +104,11 @@ def candidates_sql(spec: CandidateQuery, flt: RetrievalFilter, params: dict[str,
     if flt.min_relevance is not None:
         params["min_rel"] = float(flt.min_relevance)
         min_rel = " AND 1 - (m.embedding <=> q.v) >= %(min_rel)s"
-    tq = _TSQUERY if spec.lexical else "NULL::tsquery"
-    q = f"q AS MATERIALIZED (SELECT %(vec)s::vector AS v, {tq} AS tq)"
-    lex = f"CASE WHEN m.tsv @@ q.tq THEN {_RANK} ELSE 0 END" if spec.lexical else "0.0"
+    q = "q AS MATERIALIZED (SELECT %(vec)s::vector AS v)"
+    stats_join = ", stats s" if spec.lexical else ""
+    if spec.lexical:
+        q = f"{q},\n{_STATS},\n{_QTERMS}"
+    lex = f"CASE WHEN {_MATCHES} THEN {_BM25} ELSE 0 END" if spec.lexical else "0.0"
     values = (
         f"1 - (m.embedding <=> q.v), {lex}, extract(epoch FROM m.last_accessed_at)::float8, "
         "extract(epoch FROM m.created_at)::float8, m.importance, m.kind"
@@ -107,7 +128,8 @@ def candidates_sql(spec: CandidateQuery, flt: RetrievalFilter, params: dict[str,
         return f"""WITH {q},
 base (seq, ok, rel, lex, accessed, created, importance, kind, prev, nxt) AS MATERIALIZED (
     SELECT m.seq, (true{where}{min_rel}), {values}, {links}
-    FROM reflective_memories m, q WHERE m.namespace = %(ns)s
+    FROM reflective_memories m, q{stats_join}
+    WHERE m.namespace = %(ns)s
 )
 SELECT b.seq, b.ok, b.rel, b.lex, b.accessed, b.created, b.importance, b.kind, b.prev, b.nxt,
        (SELECT coalesce(max(lex), 0) FROM base)
@@ -127,8 +149,8 @@ ORDER BY b.ok DESC, b.seq"""
     if spec.lexical:
         # unfiltered, so its best rank is the namespace's best (lexical_max)
         ctes.append(
-            f"lex AS (SELECT m.seq, {_RANK} AS r, (true{where}) AS ok "
-            "FROM reflective_memories m, q WHERE m.namespace = %(ns)s AND m.tsv @@ q.tq "
+            f"lex AS (SELECT m.seq, {_BM25} AS r, (true{where}) AS ok "
+            f"FROM reflective_memories m, stats s WHERE m.namespace = %(ns)s AND {_MATCHES} "
             "ORDER BY r DESC, m.seq LIMIT %(n_lex)s)"
         )
         pools.append("SELECT seq FROM lex WHERE ok")
@@ -176,6 +198,6 @@ ORDER BY b.ok DESC, b.seq"""
         + ",\n".join(ctes)
         + f"""
 SELECT r.seq, r.ok, {values}, r.prev, r.nxt, {lexmax}
-FROM picked r JOIN reflective_memories m ON m.seq = r.seq CROSS JOIN q
+FROM picked r JOIN reflective_memories m ON m.seq = r.seq CROSS JOIN q{stats_join}
 ORDER BY r.ok DESC, r.seq"""
     )

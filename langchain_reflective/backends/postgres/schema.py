@@ -35,7 +35,6 @@ CREATE TABLE reflective_memories (
     id text NOT NULL UNIQUE,
     namespace text NOT NULL,
     text text NOT NULL,
-    lexical_text text,
     kind text NOT NULL,
     created_at timestamptz NOT NULL,
     last_accessed_at timestamptz NOT NULL,
@@ -45,8 +44,9 @@ CREATE TABLE reflective_memories (
     depth integer NOT NULL DEFAULT 0,
     metadata jsonb NOT NULL DEFAULT '{}',
     embedding vector NOT NULL,
-    tsv tsvector GENERATED ALWAYS AS
-        (to_tsvector('english'::regconfig, coalesce(lexical_text, text))) STORED
+    lex_terms text[] NOT NULL DEFAULT '{}',
+    lex_tfs integer[] NOT NULL DEFAULT '{}',
+    lex_len integer NOT NULL DEFAULT 0
 );
 CREATE INDEX reflective_memories_ns_seq ON reflective_memories (namespace, seq);
 CREATE INDEX reflective_memories_ns_observations
@@ -55,7 +55,7 @@ CREATE INDEX reflective_memories_ns_accessed
     ON reflective_memories (namespace, last_accessed_at DESC);
 CREATE INDEX reflective_memories_ns_importance
     ON reflective_memories (namespace, importance DESC, seq DESC);
-CREATE INDEX reflective_memories_tsv ON reflective_memories USING gin (tsv);
+CREATE INDEX reflective_memories_lex_terms ON reflective_memories USING gin (lex_terms);
 
 CREATE TABLE reflective_pending (
     pseq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -74,21 +74,28 @@ CREATE TABLE reflective_counters (
     importance_sum double precision NOT NULL DEFAULT 0,
     adds bigint NOT NULL DEFAULT 0,
     last_reflection_at timestamptz,
-    last_reflection_seq bigint NOT NULL DEFAULT 0
+    last_reflection_seq bigint NOT NULL DEFAULT 0,
+    lex_docs bigint NOT NULL DEFAULT 0,
+    lex_total bigint NOT NULL DEFAULT 0
 );
 """
 """Version 1.
 
 * ``reflective_memories``: one row per memory. ``seq`` (an identity, never reused) is the
   backend's key and the insertion order; ``id`` is unique across namespaces, as in every
-  backend. ``lexical_text`` is what the lexical index holds when it differs from ``text``
-  (an observation with the previous observation's text, ``ScoringConfig.lexical_context``);
-  ``tsv`` is generated from it with the ``english`` configuration (Snowball stemming,
-  stopwords) and indexed with GIN; ``embedding`` gets an HNSW index (cosine) once bound.
+  backend. The lexical half is BM25 computed in SQL: ``lex_terms`` holds the memory's
+  distinct index terms (lowercased words of two or more characters, English stopwords
+  dropped, Snowball-stemmed -- the SQLite backend's tokenizer, so both rank alike),
+  ``lex_tfs`` their counts and ``lex_len`` the number of terms; a GIN index on ``lex_terms``
+  finds the memories that share a term with the query. An observation's terms include the
+  previous observation's when ``ScoringConfig.lexical_context`` (as in the SQLite backend).
+  ``embedding`` gets an HNSW index (cosine) once bound.
 * ``reflective_pending``: the outbox of memories queued before they are embedded.
 * ``reflective_counters``: the reflection counter of each namespace; a write adds to it in the
   same transaction (one row upsert, so concurrent writers serialise on the row and the sum is
   exact). ``last_reflection_seq`` is the newest ``seq`` of the namespace when it was reset.
+  ``lex_docs`` and ``lex_total`` are the namespace's number of memories and sum of their
+  ``lex_len`` (BM25's ``N`` and average length), kept by every write and delete.
 * ``reflective_meta``: the embedding model's identity and dimension.
 """
 
