@@ -780,6 +780,7 @@ class PostgresBackend(BaseMemoryBackend):
             neighbors=config.neighbor_weight > 0,
             dense=want_dense,
             lexical_top=want_lex,
+            near=max(4 * k, want_dense // 4),
             # the most recent / important memories, as many as their weight can matter
             recent=0
             if config.recency_weight <= 0

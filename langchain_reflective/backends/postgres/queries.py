@@ -67,6 +67,9 @@ class CandidateQuery:
     """Most recently accessed memories on the approximate path."""
     important: int = 0
     """Most important memories on the approximate path."""
+    near: int = 0
+    """How many of the best dense and lexical matches bring their neighbours along as
+    candidates on the approximate path (with ``neighbors``)."""
 
 
 def _filter_sql(flt: RetrievalFilter, params: dict[str, Any], alias: str = "m") -> str:
@@ -140,16 +143,16 @@ ORDER BY b.ok DESC, b.seq"""
     )
     ctes = [
         q,
-        "dense AS (SELECT m.seq FROM reflective_memories m "
-        f"WHERE m.namespace = %(ns)s{where} "
-        "ORDER BY m.embedding <=> (SELECT v FROM q) LIMIT %(n_dense)s)",
+        "dense AS (SELECT m.seq, m.kind, m.embedding <=> (SELECT v FROM q) AS d "
+        f"FROM reflective_memories m WHERE m.namespace = %(ns)s{where} "
+        "ORDER BY d LIMIT %(n_dense)s)",
     ]
     pools = ["SELECT seq FROM dense"]
     lexmax = "0.0"
     if spec.lexical:
         # unfiltered, so its best rank is the namespace's best (lexical_max)
         ctes.append(
-            f"lex AS (SELECT m.seq, {_BM25} AS r, (true{where}) AS ok "
+            f"lex AS (SELECT m.seq, m.kind, {_BM25} AS r, (true{where}) AS ok "
             f"FROM reflective_memories m, stats s WHERE m.namespace = %(ns)s AND {_MATCHES} "
             "ORDER BY r DESC, m.seq LIMIT %(n_lex)s)"
         )
@@ -170,6 +173,24 @@ ORDER BY b.ok DESC, b.seq"""
         )
         pools.append("SELECT seq FROM important")
     if spec.neighbors:
+        # a memory also scores through its neighbours' relevance: the neighbours of the most
+        # relevant memories are candidates too (as the SQLite backend gathers them)
+        params["n_near"] = spec.near
+        tops = ["(SELECT seq, kind FROM dense ORDER BY d LIMIT %(n_near)s)"]
+        if spec.lexical:
+            tops.append("(SELECT seq, kind FROM lex ORDER BY r DESC, seq LIMIT %(n_near)s)")
+        ctes.append(
+            f"top_rel AS (SELECT DISTINCT seq FROM ({' UNION ALL '.join(tops)}) t "
+            "WHERE t.kind = 'observation')"
+        )
+        ctes.append(
+            "top_links AS (SELECT (SELECT p.seq FROM reflective_memories p "
+            "WHERE p.namespace = %(ns)s AND p.kind = 'observation' AND p.seq < t.seq "
+            "ORDER BY p.seq DESC LIMIT 1) AS prev, (SELECT n.seq FROM reflective_memories n "
+            "WHERE n.namespace = %(ns)s AND n.kind = 'observation' AND n.seq > t.seq "
+            "ORDER BY n.seq LIMIT 1) AS nxt FROM top_rel t)"
+        )
+        pools.append("SELECT prev FROM top_links UNION SELECT nxt FROM top_links")
         links = (
             "CASE WHEN m.kind = 'observation' THEN (SELECT p.seq FROM reflective_memories p "
             "WHERE p.namespace = %(ns)s AND p.kind = 'observation' AND p.seq < m.seq "
@@ -183,7 +204,7 @@ ORDER BY b.ok DESC, b.seq"""
     ctes.append(
         f"cand (seq, prev, nxt) AS MATERIALIZED (SELECT m.seq, {links} "
         "FROM reflective_memories m, q "
-        f"WHERE m.seq IN ({' UNION '.join(pools)}) AND m.namespace = %(ns)s{min_rel})"
+        f"WHERE m.seq IN ({' UNION '.join(pools)}) AND m.namespace = %(ns)s{where}{min_rel})"
     )
     ctes.append(
         "near AS (SELECT x.s FROM (SELECT prev AS s FROM cand UNION SELECT nxt FROM cand) x "
