@@ -45,6 +45,7 @@ from langchain_reflective.backends.postgres.queries import (
     BM25_B,
     BM25_K1,
     RECORD_COLUMNS,
+    RECORDS,
     CandidateQuery,
     candidates_sql,
 )
@@ -89,7 +90,7 @@ __all__ = ["PostgresBackend"]
 logger = logging.getLogger(__name__)
 
 _INSERT_COLUMNS = (
-    "id, namespace, text, kind, created_at, last_accessed_at, importance, "
+    "id, namespace, text, kind, created_at, importance, "
     "importance_source, evidence, depth, metadata, embedding, lex_terms, lex_tfs, lex_len"
 )
 _RESET = """
@@ -107,6 +108,12 @@ VALUES (%(ns)s, %(imp)s, %(adds)s)
 ON CONFLICT (namespace) DO UPDATE SET importance_sum = c.importance_sum + EXCLUDED.importance_sum,
     adds = c.adds + EXCLUDED.adds
 """
+
+
+_TOUCH = (
+    "UPDATE reflective_access a SET last_accessed_at = %s FROM reflective_memories m "
+    f"WHERE a.namespace = %s AND a.seq = ANY(%s) AND m.seq = a.seq RETURNING {RECORD_COLUMNS}"
+)
 
 
 def _vector_text(row: Any) -> str:
@@ -439,7 +446,6 @@ class PostgresBackend(BaseMemoryBackend):
                                 r.text,
                                 r.kind,
                                 r.created_at,
-                                r.accessed_at,
                                 r.importance,
                                 r.importance_source,
                                 list(r.evidence),
@@ -454,6 +460,12 @@ class PostgresBackend(BaseMemoryBackend):
                         seen = stats.setdefault(r.namespace, [0, 0])
                         seen[0] += 1
                         seen[1] += length
+                conn.execute(
+                    "INSERT INTO reflective_access (seq, namespace, last_accessed_at) "
+                    "SELECT m.seq, m.namespace, x.at FROM unnest(%s::text[], %s::timestamptz[]) "
+                    "AS x(id, at) JOIN reflective_memories m ON m.id = x.id",
+                    ([r.id for r in records], [r.accessed_at for r in records]),
+                )
                 for ns, (docs, total) in stats.items():
                     self._add_lexical_stats(conn, ns, docs, total)
             if counter is not None:
@@ -526,8 +538,7 @@ class PostgresBackend(BaseMemoryBackend):
         if not keys:
             return {}
         rows = self._rows(
-            "UPDATE reflective_memories SET last_accessed_at = %s "
-            f"WHERE namespace = %s AND seq = ANY(%s) RETURNING {RECORD_COLUMNS}",
+            _TOUCH,
             (when, namespace, [int(k) for k in keys]),
         )
         return dict(_record(r) for r in rows)
@@ -539,8 +550,7 @@ class PostgresBackend(BaseMemoryBackend):
             return {}
         async with self._aconn() as conn:
             cur = await conn.execute(
-                "UPDATE reflective_memories SET last_accessed_at = %s "
-                f"WHERE namespace = %s AND seq = ANY(%s) RETURNING {RECORD_COLUMNS}",
+                _TOUCH,
                 (when, namespace, [int(k) for k in keys]),
             )
             return dict(_record(r) for r in await cur.fetchall())
@@ -621,8 +631,7 @@ class PostgresBackend(BaseMemoryBackend):
         if not ids:
             return []
         rows = self._rows(
-            f"SELECT {RECORD_COLUMNS} FROM reflective_memories "
-            "WHERE namespace = %s AND id = ANY(%s)",
+            f"SELECT {RECORD_COLUMNS} FROM {RECORDS} WHERE m.namespace = %s AND m.id = ANY(%s)",
             (namespace, list(ids)),
         )
         by_id = {rec.id: rec for _, rec in map(_record, rows)}
@@ -632,8 +641,7 @@ class PostgresBackend(BaseMemoryBackend):
         if not keys:
             return {}
         rows = self._rows(
-            f"SELECT {RECORD_COLUMNS} FROM reflective_memories "
-            "WHERE namespace = %s AND seq = ANY(%s)",
+            f"SELECT {RECORD_COLUMNS} FROM {RECORDS} WHERE m.namespace = %s AND m.seq = ANY(%s)",
             (namespace, [int(k) for k in keys]),
         )
         return dict(_record(r) for r in rows)
@@ -647,7 +655,7 @@ class PostgresBackend(BaseMemoryBackend):
         since_last_reflection: bool = False,
         by_importance: bool = False,
     ) -> list[MemoryRecord]:
-        sql = f"SELECT {RECORD_COLUMNS} FROM reflective_memories m WHERE m.namespace = %(ns)s"
+        sql = f"SELECT {RECORD_COLUMNS} FROM {RECORDS} WHERE m.namespace = %(ns)s"
         params: dict[str, Any] = {"ns": namespace}
         if kinds is not None:
             sql += " AND m.kind = ANY(%(kinds)s::text[])"
@@ -688,11 +696,11 @@ class PostgresBackend(BaseMemoryBackend):
         self, namespace: str, *, with_vectors: bool = True, batch_size: int = 1024
     ) -> Iterator[RecordBatch]:
         after = 0
-        vec = ", vector_send(embedding)" if with_vectors else ""
+        vec = ", vector_send(m.embedding)" if with_vectors else ""
         while True:
             rows = self._rows(
-                f"SELECT {RECORD_COLUMNS}{vec} FROM reflective_memories "
-                "WHERE namespace = %s AND seq > %s ORDER BY seq LIMIT %s",
+                f"SELECT {RECORD_COLUMNS}{vec} FROM {RECORDS} "
+                "WHERE m.namespace = %s AND m.seq > %s ORDER BY m.seq LIMIT %s",
                 (namespace, after, int(batch_size)),
             )
             if not rows:

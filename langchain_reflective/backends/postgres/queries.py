@@ -14,13 +14,15 @@ from typing import Any
 
 from langchain_reflective.backends.base import RetrievalFilter
 
-__all__ = ["BM25_B", "BM25_K1", "RECORD_COLUMNS", "CandidateQuery", "candidates_sql"]
+__all__ = ["BM25_B", "BM25_K1", "RECORDS", "RECORD_COLUMNS", "CandidateQuery", "candidates_sql"]
 
 RECORD_COLUMNS = (
-    "seq, id, text, kind, created_at, last_accessed_at, importance, importance_source, "
-    "evidence, depth, namespace, metadata"
+    "m.seq, m.id, m.text, m.kind, m.created_at, a.last_accessed_at, m.importance, "
+    "m.importance_source, m.evidence, m.depth, m.namespace, m.metadata"
 )
-"""The columns :func:`row_to_record` (in ``backend``) reads, in order."""
+"""The columns ``_record`` (in ``backend``) reads, in order, from :data:`RECORDS`."""
+RECORDS = "reflective_memories m JOIN reflective_access a ON a.seq = m.seq"
+"""A memory and its access time."""
 
 BM25_K1 = 1.5
 """BM25 term-frequency saturation (the SQLite backend's ``BM25Index`` default)."""
@@ -42,9 +44,11 @@ _QTERMS = (
     "WHERE d.namespace = %(ns)s AND d.lex_terms @> ARRAY[t.term]) AS df WHERE df.c > 0)"
 )
 _BM25 = (
-    "(SELECT coalesce(sum(qt.w * d.tf / (d.tf + "
+    "(SELECT coalesce(sum(qt.w * x.tf / (x.tf + "
     f"{BM25_K1} * (1 - {BM25_B} + {BM25_B} * m.lex_len / s.avgdl))), 0) "
-    "FROM unnest(m.lex_terms, m.lex_tfs) AS d(term, tf) JOIN qt ON qt.term = d.term)"
+    "FROM qt CROSS JOIN LATERAL "
+    "(SELECT m.lex_tfs[array_position(m.lex_terms, qt.term)] AS tf) AS x "
+    "WHERE x.tf IS NOT NULL)"
 )
 _MATCHES = "m.lex_terms && %(qterms)s::text[]"
 
@@ -113,7 +117,7 @@ def candidates_sql(spec: CandidateQuery, flt: RetrievalFilter, params: dict[str,
         q = f"{q},\n{_STATS},\n{_QTERMS}"
     lex = f"CASE WHEN {_MATCHES} THEN {_BM25} ELSE 0 END" if spec.lexical else "0.0"
     values = (
-        f"1 - (m.embedding <=> q.v), {lex}, extract(epoch FROM m.last_accessed_at)::float8, "
+        f"1 - (m.embedding <=> q.v), {lex}, extract(epoch FROM a.last_accessed_at)::float8, "
         "extract(epoch FROM m.created_at)::float8, m.importance, m.kind"
     )
     if spec.exact:
@@ -131,7 +135,7 @@ def candidates_sql(spec: CandidateQuery, flt: RetrievalFilter, params: dict[str,
         return f"""WITH {q},
 base (seq, ok, rel, lex, accessed, created, importance, kind, prev, nxt) AS MATERIALIZED (
     SELECT m.seq, (true{where}{min_rel}), {values}, {links}
-    FROM reflective_memories m, q{stats_join}
+    FROM {RECORDS}, q{stats_join}
     WHERE m.namespace = %(ns)s
 )
 SELECT b.seq, b.ok, b.rel, b.lex, b.accessed, b.created, b.importance, b.kind, b.prev, b.nxt,
@@ -160,9 +164,9 @@ ORDER BY b.ok DESC, b.seq"""
         lexmax = "(SELECT coalesce(max(r), 0) FROM lex)"
     if spec.recent:
         ctes.append(
-            "recent AS (SELECT m.seq FROM reflective_memories m "
-            f"WHERE m.namespace = %(ns)s{where} "
-            "ORDER BY m.last_accessed_at DESC LIMIT %(n_rec)s)"
+            f"recent AS (SELECT m.seq FROM {RECORDS} "
+            f"WHERE a.namespace = %(ns)s{where} "
+            "ORDER BY a.last_accessed_at DESC LIMIT %(n_rec)s)"
         )
         pools.append("SELECT seq FROM recent")
     if spec.important:
@@ -219,6 +223,7 @@ ORDER BY b.ok DESC, b.seq"""
         + ",\n".join(ctes)
         + f"""
 SELECT r.seq, r.ok, {values}, r.prev, r.nxt, {lexmax}
-FROM picked r JOIN reflective_memories m ON m.seq = r.seq CROSS JOIN q{stats_join}
+FROM picked r JOIN reflective_memories m ON m.seq = r.seq
+JOIN reflective_access a ON a.seq = r.seq CROSS JOIN q{stats_join}
 ORDER BY r.ok DESC, r.seq"""
     )

@@ -37,7 +37,6 @@ CREATE TABLE reflective_memories (
     text text NOT NULL,
     kind text NOT NULL,
     created_at timestamptz NOT NULL,
-    last_accessed_at timestamptz NOT NULL,
     importance double precision NOT NULL,
     importance_source text NOT NULL,
     evidence text[] NOT NULL DEFAULT '{}',
@@ -51,11 +50,16 @@ CREATE TABLE reflective_memories (
 CREATE INDEX reflective_memories_ns_seq ON reflective_memories (namespace, seq);
 CREATE INDEX reflective_memories_ns_observations
     ON reflective_memories (namespace, seq) WHERE kind = 'observation';
-CREATE INDEX reflective_memories_ns_accessed
-    ON reflective_memories (namespace, last_accessed_at DESC);
 CREATE INDEX reflective_memories_ns_importance
     ON reflective_memories (namespace, importance DESC, seq DESC);
 CREATE INDEX reflective_memories_lex_terms ON reflective_memories USING gin (lex_terms);
+
+CREATE TABLE reflective_access (
+    seq bigint PRIMARY KEY REFERENCES reflective_memories (seq) ON DELETE CASCADE,
+    namespace text NOT NULL,
+    last_accessed_at timestamptz NOT NULL
+);
+CREATE INDEX reflective_access_ns_at ON reflective_access (namespace, last_accessed_at DESC);
 
 CREATE TABLE reflective_pending (
     pseq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -90,6 +94,9 @@ CREATE TABLE reflective_counters (
   finds the memories that share a term with the query. An observation's terms include the
   previous observation's when ``ScoringConfig.lexical_context`` (as in the SQLite backend).
   ``embedding`` gets an HNSW index (cosine) once bound.
+* ``reflective_access``: each memory's ``last_accessed_at``, apart from the memory: every
+  retrieval updates it, and an update of a row of ``reflective_memories`` would add entries to
+  all of that table's indexes (the HNSW graph included), where this narrow table has two.
 * ``reflective_pending``: the outbox of memories queued before they are embedded.
 * ``reflective_counters``: the reflection counter of each namespace; a write adds to it in the
   same transaction (one row upsert, so concurrent writers serialise on the row and the sum is
