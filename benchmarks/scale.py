@@ -228,7 +228,7 @@ def run_ours(
         stream.retrieve(text, k=K, touch=False)
         lat.append(time.perf_counter() - t0)
     out["retrieve_no_touch"] = _pcts(lat)
-    part = stream._partitions[stream.namespace]
+    part = stream.backend._partitions[stream.namespace]
     out["ann"] = part.ann is not None
     out["ivf_lists"] = part.ann.nlist if part.ann is not None else None
     del part  # keep no reference: close() must free the partition
@@ -255,7 +255,7 @@ def run_ours(
 
 def run_reopen(path: Path, n: int, queries: int, agreement_queries: int) -> dict[str, Any]:
     from langchain_reflective import MemoryStream
-    from langchain_reflective.index.ivf import IVFCandidateIndex
+    from langchain_reflective.backends.sqlite.index.ivf import IVFCandidateIndex
 
     trained: list[int] = []
     original = IVFCandidateIndex.train
@@ -272,7 +272,7 @@ def run_reopen(path: Path, n: int, queries: int, agreement_queries: int) -> dict
     stream = MemoryStream(emb, path=path)
     stream.retrieve(qs[0][2], k=K, touch=False)
     out: dict[str, Any] = {"reopen_first_query_s": time.perf_counter() - t0}
-    part = stream._partitions[stream.namespace]
+    part = stream.backend._partitions[stream.namespace]
     out["reopen_used_ivf_cache"] = part.ann is not None and not trained
     seqs = part.seqs.view.copy()
     del part

@@ -12,6 +12,13 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
+from langchain_reflective.backends import (
+    BaseMemoryBackend,
+    CandidateSet,
+    PendingMemory,
+    ReflectionState,
+)
+from langchain_reflective.backends.sqlite import BaseRecordStore, SQLiteBackend, SQLiteRecordStore
 from langchain_reflective.errors import (
     DimensionMismatchError,
     EmbeddingError,
@@ -46,12 +53,6 @@ from langchain_reflective.reflection import (
     parse_insights,
 )
 from langchain_reflective.scoring import ScoringConfig
-from langchain_reflective.storage import (
-    BaseRecordStore,
-    PendingMemory,
-    ReflectionState,
-    SQLiteRecordStore,
-)
 from langchain_reflective.strategies import (
     BaseMemoryStrategy,
     HybridMemory,
@@ -95,8 +96,10 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "BaseImportanceScorer",
+    "BaseMemoryBackend",
     "BaseMemoryStrategy",
     "BaseRecordStore",
+    "CandidateSet",
     "DimensionMismatchError",
     "EmbeddingError",
     "ForeignFileError",
@@ -132,6 +135,7 @@ __all__ = [
     "ReflectiveRetriever",
     "RetrievalFilter",
     "RetryConfig",
+    "SQLiteBackend",
     "SQLiteRecordStore",
     "SchemaVersionError",
     "ScoredMemory",

@@ -55,8 +55,8 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess test
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
+    from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
     from langchain_reflective.records import MemoryRecord
-    from langchain_reflective.storage.sqlite import SQLiteRecordStore
     from langchain_reflective.stream import MemoryStream, ScoredMemory
 
 __all__ = ["app", "main", "run"]
@@ -158,7 +158,7 @@ def _check_memory_path(path: Path) -> None:
 
 
 def _open_store(path: Path) -> SQLiteRecordStore:
-    from langchain_reflective.storage.sqlite import SQLiteRecordStore
+    from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
 
     return SQLiteRecordStore(path)
 

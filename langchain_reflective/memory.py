@@ -297,6 +297,8 @@ class ReflectiveMemory:
         self._graph_kwargs = dict(graph_kwargs or {})
         self._graph: CompiledStateGraph[Any, Any, Any, Any] | None = None
         self._graph_lock = threading.Lock()
+        self._background = threading.local()
+        """``due_only`` is set on a background reflection's thread (see ``_background_job``)."""
         self._worker = _Worker()
         self._drainer = _Drainer(self._drain)
         self._errors_lock = threading.Lock()
@@ -382,7 +384,14 @@ class ReflectiveMemory:
             ReflectionError: the reflection failed; nothing was written.
         """
         inputs = self._graph_input(namespace, force, now)
-        out = self.graph.invoke(inputs, config=self._run_config(inputs["namespace"], config))
+        graph = self.graph
+        # at most one reflection of a namespace at a time, across threads and processes
+        with self.stream.backend.reflection_lock(inputs["namespace"]):
+            if getattr(self._background, "due_only", False) and not self._should_reflect(
+                inputs["namespace"]
+            ):
+                return []  # a background run whose counter another reflection has just reset
+            out = graph.invoke(inputs, config=self._run_config(inputs["namespace"], config))
         return list(out.get("reflections", []))
 
     async def areflect(
@@ -395,7 +404,9 @@ class ReflectiveMemory:
     ) -> list[MemoryRecord]:
         """Async twin of :meth:`reflect`."""
         inputs = self._graph_input(namespace, force, now)
-        out = await self.graph.ainvoke(inputs, config=self._run_config(inputs["namespace"], config))
+        graph = self.graph
+        async with self.stream.backend.areflection_lock(inputs["namespace"]):
+            out = await graph.ainvoke(inputs, config=self._run_config(inputs["namespace"], config))
         return list(out.get("reflections", []))
 
     def _should_reflect(self, namespace: str) -> bool:
@@ -413,10 +424,13 @@ class ReflectiveMemory:
         # re-check inside the worker: a reflection that just finished may have reset the counter
         if not self._should_reflect(namespace):
             return
+        self._background.due_only = True  # reflect() checks again under the reflection lock
         try:
             self.reflect(namespace=namespace, force=True)
         except Exception as exc:
             self._record_failure(namespace, exc)
+        finally:
+            self._background.due_only = False
 
     def _record_failure(
         self,
@@ -480,7 +494,7 @@ class ReflectiveMemory:
     def _pending_count(self) -> int:
         """Pending memories in the file; 0 once the stream was closed (nothing to drain)."""
         try:
-            return self.stream.store.count_pending()
+            return self.stream.backend.count_pending()
         except StorageError:
             return 0
 

@@ -1,4 +1,4 @@
-"""The memory record: one observation, reflection or plan in the stream."""
+"""Memory records: what the stream stores, and what a retrieval returns with its scores."""
 
 from __future__ import annotations
 
@@ -12,9 +12,18 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from langchain_core.documents import Document
+
 from langchain_reflective.errors import InvalidMemoryError
 
-__all__ = ["ImportanceSource", "MemoryKind", "MemoryRecord", "new_memory_id", "utc"]
+__all__ = [
+    "ImportanceSource",
+    "MemoryKind",
+    "MemoryRecord",
+    "ScoredMemory",
+    "new_memory_id",
+    "utc",
+]
 
 MemoryKind = str
 """A record's kind: ``"observation"``, ``"reflection"``, ``"plan"`` or any free-form kind."""
@@ -264,3 +273,45 @@ class MemoryRecord:
             if isinstance(exc, InvalidMemoryError):
                 raise
             raise InvalidMemoryError(f"malformed memory record: {exc!r}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredMemory:
+    """A retrieved memory with every score component."""
+
+    record: MemoryRecord
+    """The memory (with ``last_accessed_at`` as stored after this retrieval)."""
+    score: float
+    """The weighted sum used for ranking."""
+    relevance: float
+    """Cosine similarity to the query (raw, before any normalisation)."""
+    lexical: float
+    """Lexical (BM25) score relative to the best lexical match in the namespace, in [0, 1]."""
+    recency: float
+    """``decay ** hours since last access`` at retrieval time (before this access)."""
+    importance: float
+    """Importance in [0, 1]."""
+
+    def to_document(self) -> Document:
+        """A LangChain ``Document`` whose metadata carries the record fields and the scores."""
+        r = self.record
+        return Document(
+            id=r.id,
+            page_content=r.text,
+            metadata={
+                "id": r.id,
+                "kind": r.kind,
+                "namespace": r.namespace,
+                "created_at": r.created_at.isoformat(),
+                "last_accessed_at": r.accessed_at.isoformat(),
+                "importance": r.importance,
+                "importance_source": r.importance_source,
+                "evidence": list(r.evidence),
+                "depth": r.depth,
+                "score": self.score,
+                "relevance": self.relevance,
+                "lexical": self.lexical,
+                "recency": self.recency,
+                **({"metadata": dict(r.metadata)} if r.metadata else {}),
+            },
+        )

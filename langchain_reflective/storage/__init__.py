@@ -1,13 +1,13 @@
-"""Durable record stores: the protocol and the embedded SQLite default."""
+"""Old home of the record stores (kept so existing imports work).
 
-from langchain_reflective.storage.base import (
-    BaseRecordStore,
-    CounterUpdate,
-    PartitionChunk,
-    PendingMemory,
-    ReflectionState,
-)
-from langchain_reflective.storage.sqlite import SQLiteRecordStore
+The SQLite record layer now lives in :mod:`langchain_reflective.backends.sqlite`, behind
+:class:`~langchain_reflective.backends.sqlite.SQLiteBackend`; the shared value types are in
+:mod:`langchain_reflective.backends.base`.
+"""
+
+from langchain_reflective.backends.base import CounterUpdate, PendingMemory, ReflectionState
+from langchain_reflective.backends.sqlite.record_store import BaseRecordStore, PartitionChunk
+from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
 
 __all__ = [
     "BaseRecordStore",

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
+from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
 from langchain_reflective.conversation import load_conversation, sample_conversation_path
-from langchain_reflective.storage.sqlite import SQLiteRecordStore
 from langchain_reflective.stream import MemoryStream
 
 pytestmark = pytest.mark.integration

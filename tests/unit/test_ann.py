@@ -12,7 +12,7 @@ import pytest
 from langchain_core.embeddings import Embeddings
 
 from langchain_reflective import MemoryStream
-from langchain_reflective.index.ivf import IVFCandidateIndex
+from langchain_reflective.backends.sqlite.index.ivf import IVFCandidateIndex
 
 DIM = 32
 N = 3000
@@ -94,8 +94,8 @@ def test_ann_top10_equals_exact_on_clustered_data(tmp_path: Path, data) -> None:
     ):
         for s in (approx, exact):
             _fill(s, texts, imps)
-        assert approx._partitions["default"].ann is not None
-        assert exact._partitions["default"].ann is None
+        assert approx.backend._partitions["default"].ann is not None
+        assert exact.backend._partitions["default"].ann is None
         agree = []
         for q in queries:
             a = [approx.get(i)[0].text for i in _top(approx, q)]
@@ -142,7 +142,7 @@ def test_rows_added_after_the_index_was_built_are_found(data) -> None:
     texts, emb, _, imps = data
     with MemoryStream(emb, exact_limit=500) as s:
         _fill(s, texts[:-5], imps[:-5])
-        part = s._partitions["default"]
+        part = s.backend._partitions["default"]
         upto = part.ann_upto
         late = s.add(texts[-5:], importances=1.0, now=NOW + timedelta(days=1))
         assert part.ann_upto == upto  # still pending: scanned exactly
@@ -163,7 +163,7 @@ def test_reopen_uses_the_ivf_cache_and_a_tampered_one_is_rebuilt(
     trained = _count_training(monkeypatch)
     with MemoryStream(emb, path=db, exact_limit=500) as s:
         assert [_top(s, q) for q in queries] == want
-        assert s._partitions["default"].ann is not None
+        assert s.backend._partitions["default"].ann is not None
     assert trained == []  # loaded from the cache, not retrained
     (cache,) = (db.parent / (db.name + ".index")).iterdir()
     data_bytes = bytearray(cache.read_bytes())
@@ -201,11 +201,13 @@ def test_a_scalar_quantised_cache_of_an_earlier_version_still_loads(
         with MemoryStream(emb, path=db, exact_limit=500) as s:
             _fill(s, texts, imps)
             want = [_top(s, q) for q in queries]
-            assert isinstance(s._partitions["default"].ann._index, faiss.IndexIVFScalarQuantizer)
+            assert isinstance(
+                s.backend._partitions["default"].ann._index, faiss.IndexIVFScalarQuantizer
+            )
     trained = _count_training(monkeypatch)
     with MemoryStream(emb, path=db, exact_limit=500) as s:
         assert [_top(s, q) for q in queries] == want
-        ann = s._partitions["default"].ann
+        ann = s.backend._partitions["default"].ann
         assert ann is not None and isinstance(ann._index, faiss.IndexIVFScalarQuantizer)
     assert trained == []  # the old cache was used as it is
 
@@ -240,7 +242,7 @@ def test_large_indexes_build_on_a_worker_thread_without_blocking(
     installed by a later call and saved by close()."""
     import threading
 
-    from langchain_reflective import stream as stream_module
+    from langchain_reflective.backends.sqlite import ann as stream_module
 
     texts, emb, queries, imps = data
     monkeypatch.setattr(stream_module, "_ANN_BACKGROUND_MIN", 0)
@@ -262,7 +264,7 @@ def test_large_indexes_build_on_a_worker_thread_without_blocking(
         try:
             _fill(s, texts, imps)  # returns although training is blocked
             assert started.wait(30)
-            part = s._partitions["default"]
+            part = s.backend._partitions["default"]
             assert part.ann is None and part.ann_build is not None
             assert [_texts(s, q) for q in queries] == want  # exact meanwhile
         finally:
@@ -275,13 +277,13 @@ def test_large_indexes_build_on_a_worker_thread_without_blocking(
     monkeypatch.setattr(IVFCandidateIndex, "train", original)
     with MemoryStream(emb, path=db, exact_limit=500) as s:
         assert [_texts(s, q) for q in queries] == want
-        assert s._partitions["default"].ann is not None  # from the cache close() wrote
+        assert s.backend._partitions["default"].ann is not None  # from the cache close() wrote
 
 
 def test_close_waits_for_a_running_build_and_saves_it(
     tmp_path: Path, data, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from langchain_reflective import stream as stream_module
+    from langchain_reflective.backends.sqlite import ann as stream_module
 
     texts, emb, queries, imps = data
     monkeypatch.setattr(stream_module, "_ANN_BACKGROUND_MIN", 0)
@@ -297,14 +299,14 @@ def test_close_waits_for_a_running_build_and_saves_it(
     db = tmp_path / "m.db"
     with caplog.at_level("WARNING"), MemoryStream(emb, path=db, exact_limit=500) as s:
         _fill(s, texts, imps)
-        assert s._partitions["default"].ann_build is not None  # still training at close
+        assert s.backend._partitions["default"].ann_build is not None  # still training at close
     # close waited for the worker's index: nothing trained inline, nothing reported failed
     assert threads and set(threads) == {"langchain-reflective-ivf-build"}
     assert "failed" not in caplog.text
     trained = _count_training(monkeypatch)
     with MemoryStream(emb, path=db, exact_limit=500) as s:
         _top(s, queries[0])
-        part = s._partitions["default"]
+        part = s.backend._partitions["default"]
         assert part.ann is not None and part.ann_build is None
         assert part.ann_upto == len(part)
     assert trained == []
@@ -313,7 +315,7 @@ def test_close_waits_for_a_running_build_and_saves_it(
 def test_a_failed_background_build_is_retried_inline(
     data, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from langchain_reflective import stream as stream_module
+    from langchain_reflective.backends.sqlite import ann as stream_module
 
     texts, emb, queries, imps = data
     monkeypatch.setattr(stream_module, "_ANN_BACKGROUND_MIN", 0)
@@ -329,7 +331,7 @@ def test_a_failed_background_build_is_retried_inline(
     monkeypatch.setattr(IVFCandidateIndex, "train", flaky_train)
     with caplog.at_level("WARNING"), MemoryStream(emb, exact_limit=500) as s:
         _fill(s, texts, imps)
-        part = s._partitions["default"]
+        part = s.backend._partitions["default"]
         if part.ann_build is not None:
             part.ann_build.join()
         _top(s, queries[0])  # installs (here: finds the failure and builds inline)
@@ -342,7 +344,7 @@ def test_a_failed_background_build_is_retried_inline(
 def test_a_retrieval_waits_for_a_rebuild_rather_than_fill_the_old_index(
     data, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from langchain_reflective import stream as stream_module
+    from langchain_reflective.backends.sqlite import ann as stream_module
 
     texts, emb, queries, imps = data
     monkeypatch.setattr(stream_module, "_ANN_BACKGROUND_MIN", 0)
@@ -365,7 +367,7 @@ def test_a_retrieval_waits_for_a_rebuild_rather_than_fill_the_old_index(
     monkeypatch.setattr(IVFCandidateIndex, "add", counting_add)
     with MemoryStream(emb, exact_limit=200) as s:
         s.add(texts[:500], importances=imps[:500], now=NOW)
-        part = s._partitions["default"]
+        part = s.backend._partitions["default"]
         _top(s, queries[0])  # no index yet: scored exactly, nothing to wait for
         if part.ann_build is not None:
             part.ann_build.join()
@@ -385,7 +387,7 @@ def test_a_failing_build_never_fails_an_add(data, monkeypatch: pytest.MonkeyPatc
     """The add's memory is committed before index maintenance runs: a broken IVF build must
     not turn it into an error (the caller would retry and store it twice). Retrieval reports
     the error instead."""
-    from langchain_reflective import stream as stream_module
+    from langchain_reflective.backends.sqlite import ann as stream_module
 
     texts, emb, queries, imps = data
     monkeypatch.setattr(stream_module, "_ANN_BACKGROUND_MIN", 0)
@@ -396,7 +398,7 @@ def test_a_failing_build_never_fails_an_add(data, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(IVFCandidateIndex, "train", broken_train)
     s = MemoryStream(emb, exact_limit=500)
     _fill(s, texts, imps)  # no exception, though every build fails
-    part = s._partitions["default"]
+    part = s.backend._partitions["default"]
     assert part.ann_build is not None
     part.ann_build.join()
     emb.table.setdefault("one more memory", emb.table[texts[0]])
@@ -412,14 +414,14 @@ def test_a_build_whose_thread_never_finished_is_not_installed(
 ) -> None:
     """A build thread that ended without finishing (e.g. the process forked while it ran: the
     child has no such thread) must not hand over a half-built index."""
-    from langchain_reflective import stream as stream_module
+    from langchain_reflective.backends.sqlite import ann as stream_module
 
     texts, emb, queries, imps = data
     monkeypatch.setattr(stream_module, "_ANN_BACKGROUND_MIN", 0)
-    monkeypatch.setattr(stream_module._AnnBuild, "_run", lambda self: None)  # ends at once
+    monkeypatch.setattr(stream_module.AnnBuild, "_run", lambda self: None)  # ends at once
     with MemoryStream(emb, exact_limit=500) as s:
         _fill(s, texts, imps)
-        part = s._partitions["default"]
+        part = s.backend._partitions["default"]
         assert part.ann_build is not None
         part.ann_build.join()
         _top(s, queries[0])

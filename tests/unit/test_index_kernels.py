@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from langchain_reflective.index.base import inner_products
-from langchain_reflective.index.faiss_flat import FaissFlatIndex, one_faiss_thread
-from langchain_reflective.index.ivf import IVFCandidateIndex
+from langchain_reflective.backends.sqlite.index.base import inner_products
+from langchain_reflective.backends.sqlite.index.faiss_flat import FaissFlatIndex, one_faiss_thread
+from langchain_reflective.backends.sqlite.index.ivf import IVFCandidateIndex
 
 faiss = pytest.importorskip("faiss")
 

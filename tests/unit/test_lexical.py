@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from langchain_reflective.lexical import ENGLISH_STOPWORDS, BM25Index
+from langchain_reflective.backends.sqlite.lexical import ENGLISH_STOPWORDS, BM25Index
 
 CORPUS = [
     "Caroline: I went to the LGBTQ support group yesterday and it was so powerful.",
@@ -208,7 +208,7 @@ def test_word_split_matches_bm25s_token_pattern() -> None:
     import re
     import string
 
-    from langchain_reflective.lexical import _split_words
+    from langchain_reflective.backends.sqlite.lexical import _split_words
 
     pattern = re.compile(r"(?u)\b\w\w+\b")
     rng = random.Random(0)

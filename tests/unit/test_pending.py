@@ -20,12 +20,12 @@ from langchain_core.messages import HumanMessage
 from pydantic import BaseModel
 
 from langchain_reflective import MemoryStream
+from langchain_reflective.backends.sqlite import store as sqlite_store
+from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
 from langchain_reflective.errors import InvalidMemoryError, PendingConflictError
 from langchain_reflective.importance import BaseImportanceScorer, ImportanceResult
 from langchain_reflective.integrations.middleware import ReflectiveMemoryMiddleware
 from langchain_reflective.memory import MemoryConfig, ReflectiveMemory
-from langchain_reflective.storage import sqlite as sqlite_store
-from langchain_reflective.storage.sqlite import SQLiteRecordStore
 from tests.fakes import WordEmbeddings
 from tests.unit.test_middleware import FakeChat, tool_call
 

@@ -1,4 +1,4 @@
-"""The retrieval helpers of ``MemoryStream`` against the straightforward code they replaced.
+"""The SQLite backend's candidate helpers against the straightforward code they replaced.
 
 The references below are the implementations before the retrieval path was fused (neighbours
 found by binary search over the observation rows, every scored row deduplicated); the fused
@@ -11,18 +11,63 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from langchain_reflective._arrays import TopRows
-from langchain_reflective.lexical import BM25Index
+from langchain_reflective.backends.sqlite import candidates as cand
+from langchain_reflective.backends.sqlite._arrays import TopRows
+from langchain_reflective.backends.sqlite.lexical import BM25Index, QueryScores
+from langchain_reflective.backends.sqlite.partition import Partition as _Partition
+from langchain_reflective.backends.sqlite.partition import rows_of_seqs as _rows_of_seqs
+from langchain_reflective.backends.sqlite.partition import top_cache_rows as _top_cache_rows
 from langchain_reflective.records import OBSERVATION, REFLECTION
-from langchain_reflective.scoring import ScoreComponents, ScoringConfig, combine, recency
-from langchain_reflective.stream import (
-    MemoryStream,
-    _as_unit_vectors,
-    _Partition,
-    _top_cache_rows,
+from langchain_reflective.scoring import (
+    ScoreComponents,
+    ScoringConfig,
+    combine,
+    recency,
+    score_candidates,
 )
+from langchain_reflective.stream import MemoryStream
+from langchain_reflective.validation import as_unit_vectors as _as_unit_vectors
 
 DIM = 24
+
+
+def _neighbors(part: _Partition, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The previous and next live observation rows of each row (-1: none or not one)."""
+    if rows.size == 0 or part.kinds.get(OBSERVATION) is None:
+        none = np.full(rows.shape[0], -1, dtype=np.int64)
+        return none, none.copy()
+    pairs = part.neighbor_table()[rows]
+    return pairs[:, 0], pairs[:, 1]
+
+
+def _score_rows(
+    part: _Partition,
+    qvec: np.ndarray,
+    rows: np.ndarray,
+    relevance: np.ndarray,
+    lex: QueryScores | None,
+    config: ScoringConfig,
+    now: float,
+) -> tuple[np.ndarray, np.ndarray, ScoreComponents]:
+    """The backend's candidate set of ``rows``, scored by the pure scorer."""
+    found = cand.row_set(part, qvec, rows, relevance, lex, config, exact=True)
+    np.testing.assert_array_equal(found.keys[: found.size], part.seqs.view[rows])
+    comps, rec = score_candidates(config, found, now)
+    return found.relevance[: found.size], rec, comps
+
+
+def _score_triples(
+    part: _Partition,
+    qvec: np.ndarray,
+    rows: np.ndarray,
+    lex: QueryScores | None,
+    config: ScoringConfig,
+    now: float,
+) -> tuple[np.ndarray, np.ndarray, ScoreComponents]:
+    """The one-pass candidate set (each candidate with its own neighbour rows), scored."""
+    found = cand.triple_set(part, qvec, rows, lex, exact=False)
+    comps, rec = score_candidates(config, found, now)
+    return found.relevance[: found.size], rec, comps
 
 
 def _ref_unique(values: np.ndarray) -> np.ndarray:
@@ -157,7 +202,7 @@ def _random_partition(rng: np.random.Generator, n: int, kinds_mix: bool) -> _Par
 def _check_neighbors(part: _Partition, rng: np.random.Generator) -> None:
     n = len(part)
     rows = np.arange(n, dtype=np.int64)
-    prev, nxt = MemoryStream._neighbors(part, rows)
+    prev, nxt = _neighbors(part, rows)
     ref_prev, ref_nxt = _ref_neighbors(part, rows)
     np.testing.assert_array_equal(prev, ref_prev)
     np.testing.assert_array_equal(nxt, ref_nxt)
@@ -166,7 +211,7 @@ def _check_neighbors(part: _Partition, rng: np.random.Generator) -> None:
     np.testing.assert_array_equal(table[:, 0], ref_prev)
     np.testing.assert_array_equal(table[:, 1], ref_nxt)
     some = rng.integers(0, n, 40).astype(np.int64)
-    np.testing.assert_array_equal(np.stack(MemoryStream._neighbors(part, some)), table[some].T)
+    np.testing.assert_array_equal(np.stack(_neighbors(part, some)), table[some].T)
 
 
 @pytest.mark.parametrize("kinds_mix", [False, True])
@@ -207,7 +252,7 @@ def test_neighbor_table_without_observations() -> None:
     vectors = np.eye(DIM, dtype=np.float32)[:5]
     part.append(np.arange(5), vectors, [1.0] * 5, [1.0] * 5, [0.5] * 5, [REFLECTION] * 5, None)
     np.testing.assert_array_equal(part.neighbor_table(), np.full((5, 2), -1))
-    prev, nxt = MemoryStream._neighbors(part, np.arange(5, dtype=np.int64))
+    prev, nxt = _neighbors(part, np.arange(5, dtype=np.int64))
     assert prev.tolist() == nxt.tolist() == [-1] * 5
     part.append(
         np.arange(5, 8), vectors[:3], [2.0] * 3, [2.0] * 3, [0.5] * 3, [OBSERVATION] * 3, None
@@ -241,7 +286,6 @@ def test_score_rows_equal_the_reference(config: ScoringConfig, kinds_mix: bool) 
     lexical = BM25Index()
     lexical.add([" ".join(rng.choice(words, 5)) for _ in range(len(part))])
     lexical.remove(np.flatnonzero(~part.index.alive).tolist())
-    stream = MemoryStream.__new__(MemoryStream)  # _score_rows reads nothing from the stream
     alive = np.flatnonzero(part.index.alive)
     for trial in range(12):
         qvec = _as_unit_vectors(rng.standard_normal((1, DIM)), 1, "test")[0]
@@ -257,10 +301,10 @@ def test_score_rows_equal_the_reference(config: ScoringConfig, kinds_mix: bool) 
         ref = _ref_score_rows(part, qvec, rows, relevance, lex_sorted, config, now)
         with lexical.query_scores(query) as scores:
             lex = scores if config.uses_lexical else None
-            got = stream._score_rows(part, qvec, rows, relevance, lex, config, now)
+            got = _score_rows(part, qvec, rows, relevance, lex, config, now)
             _assert_same_scores(got, ref)
-            if trial and MemoryStream._fused(part, config):  # the one-pass candidate scorer
-                fused = stream._score_candidates(part, qvec, rows, lex, config, now)
+            if trial and cand.fused(part, config):  # the one-pass candidate scorer
+                fused = _score_triples(part, qvec, rows, lex, config, now)
                 _assert_same_scores(fused, ref)
 
 
@@ -273,15 +317,15 @@ def _assert_same_scores(got: tuple, ref: tuple) -> None:
 
 def test_fused_scorer_applies_to_the_default_scoring_only() -> None:
     part = _random_partition(np.random.default_rng(0), 50, kinds_mix=False)
-    assert MemoryStream._fused(part, ScoringConfig.hybrid())
+    assert cand.fused(part, ScoringConfig.hybrid())
     for config in CONFIGS[1:]:
-        assert not MemoryStream._fused(part, config)
+        assert not cand.fused(part, config)
     small = _Partition("ns", 8, 0)  # FAISS's small-dimension kernels: never fused
     small.append([1], np.eye(8, dtype=np.float32)[:1], [1.0], [1.0], [0.5], [OBSERVATION], None)
-    assert not MemoryStream._fused(small, ScoringConfig.hybrid())
+    assert not cand.fused(small, ScoringConfig.hybrid())
     facts = _random_partition(np.random.default_rng(0), 50, kinds_mix=False)
     facts.kinds = {REFLECTION: 0}  # no observations: no neighbours
-    assert not MemoryStream._fused(facts, ScoringConfig.hybrid())
+    assert not cand.fused(facts, ScoringConfig.hybrid())
 
 
 def test_top_cache_rows_follow_the_set() -> None:
@@ -352,7 +396,7 @@ def _ref_candidates(
     top_weight = max(config.relevance_weight, config.lexical_weight, 1e-12)
     if config.recency_weight > 0:  # equal access times tie in any order: see its own test
         count = max(4 * k, min(want, math.ceil(want * config.recency_weight / top_weight)))
-        pieces.append(MemoryStream._recent_rows(part, alive, count))
+        pieces.append(cand.recent_rows(part, alive, count))
     for weight, cache, values in (
         (config.importance_weight, part.important_top, part.importance.view),
     ):
@@ -381,7 +425,7 @@ def _ref_candidates(
 def test_candidates_equal_the_reference() -> None:
     from datetime import UTC, datetime, timedelta
 
-    from langchain_reflective.stream import RetrievalFilter
+    from langchain_reflective.backends.base import RetrievalFilter
     from tests.fakes import WordEmbeddings
 
     rng = np.random.default_rng(9)
@@ -399,20 +443,30 @@ def test_candidates_equal_the_reference() -> None:
         stream.delete([r.id for r in records[::17]])
         fresh = [f"w1 w2 w3 fresh row {i}" for i in range(20)]
         stream.add(fresh, importances=0.9, now=now + timedelta(days=3))  # not in the IVF yet
-        part = stream._partitions["default"]
+        part = stream.backend._partitions["default"]
         assert part.ann is not None and part.ann_upto < len(part)  # pending rows exist too
         for i in range(15):
             query = " ".join(rng.choice(words, 4))
             qvec = _as_unit_vectors([emb.embed_query(query)], 1, "q")[0]
             for config in (ScoringConfig.hybrid(), ScoringConfig.paper(), ScoringConfig.dense()):
-                lexical = stream._lexical(part)
+                lexical = stream.backend._lexical(part)
                 lex_sorted = lexical.search(query) if config.uses_lexical else None
                 for flt in (None, RetrievalFilter(kinds=frozenset({OBSERVATION}))):
-                    mask = None if flt is None else stream._filter_mask(part, flt)
+                    mask = None if flt is None else cand.filter_mask(part, flt)
                     k = 1 + i % 5
                     with lexical.query_scores(query) as scores:
                         lex = scores if config.uses_lexical else None
-                        got = stream._candidates(part, qvec, k, mask, lex, config)
+                        got = cand.gather(
+                            part,
+                            qvec,
+                            k,
+                            mask,
+                            lex,
+                            config,
+                            exact_limit=stream.exact_limit,
+                            ann_candidates=stream.ann_candidates,
+                            ann_nprobe=stream.ann_nprobe,
+                        )
                     ref = _ref_candidates(stream, part, qvec, k, mask, lex_sorted, config)
                     assert (got is None) == (ref is None)
                     if got is not None:
@@ -424,32 +478,31 @@ def test_candidates_equal_the_reference() -> None:
 def test_top_rows_are_reused_only_while_nothing_changed() -> None:
     rng = np.random.default_rng(4)
     part = _random_partition(rng, 2000, kinds_mix=False)
-    stream = MemoryStream.__new__(MemoryStream)
     alive = part.index.alive
     values = part.accessed.view
     cache = TopRows(part.important_top.size)  # a cache over the access times
 
     def fresh(n: int) -> np.ndarray:
-        return stream._top_rows(_Partition("x", DIM, 0), _copy_top(cache), values, alive, n, 0)
+        return cand.top_rows(_Partition("x", DIM, 0), _copy_top(cache), values, alive, n, 0)
 
-    first = stream._top_rows(part, cache, values, alive, 40, 0)
-    assert stream._top_rows(part, cache, values, alive, 40, 0) is first  # reused
+    first = cand.top_rows(part, cache, values, alive, 40, 0)
+    assert cand.top_rows(part, cache, values, alive, 40, 0) is first  # reused
     best = set(np.argsort(-values)[:40].tolist())
     assert set(first.tolist()) == best
     dropped = int(first[0])  # in the set: lowering it changes only the values
     values[dropped] = values.min() - 1
-    lowered = stream._top_rows(part, cache, values, alive, 40, 1)
+    lowered = cand.top_rows(part, cache, values, alive, 40, 1)
     assert dropped not in lowered.tolist()
     assert set(lowered.tolist()) == set(np.argsort(-values)[:40].tolist())
     values[int(np.argmin(values))] = values.max() + 1  # changed in place: new version
     raised = int(np.argmax(values))
     cache.offer(np.array([raised]), np.array([values[raised]]))
-    again = stream._top_rows(part, cache, values, alive, 40, 2)
+    again = cand.top_rows(part, cache, values, alive, 40, 2)
     assert raised in again.tolist() and again is not first
-    assert stream._top_rows(part, cache, values, alive, 30, 2).shape == (30,)
-    assert stream._top_rows(part, cache, values, alive, 40, 2) is not again
+    assert cand.top_rows(part, cache, values, alive, 30, 2).shape == (30,)
+    assert cand.top_rows(part, cache, values, alive, 40, 2) is not again
     part.delete_rows(again[:5])  # deletions drop rows
-    after = stream._top_rows(part, cache, values, part.index.alive, 40, 2)
+    after = cand.top_rows(part, cache, values, part.index.alive, 40, 2)
     assert not set(again[:5].tolist()) & set(after.tolist())
     np.testing.assert_array_equal(np.sort(after), np.sort(fresh(40)))
 
@@ -463,8 +516,6 @@ def _copy_top(cache: TopRows) -> TopRows:
 
 
 def test_rows_of_seqs_equals_rows_of() -> None:
-    from langchain_reflective.stream import _rows_of_seqs
-
     rng = np.random.default_rng(8)
     consecutive = _Partition("ns", DIM, 0)
     vectors = np.eye(DIM, dtype=np.float32)[np.arange(300) % DIM]
@@ -494,15 +545,14 @@ def test_score_rows_without_observations_equal_the_reference() -> None:
     part.append(np.arange(300), vectors, stamps, stamps, [0.5] * 300, [REFLECTION] * 300, None)
     lexical = BM25Index()
     lexical.add([f"w{i % 7} w{i % 11}" for i in range(300)])
-    stream = MemoryStream.__new__(MemoryStream)
     rows = np.arange(0, 300, 3, dtype=np.int64)
     qvec = _as_unit_vectors(rng.standard_normal((1, DIM)), 1, "test")[0]
     relevance = part.index.scores(qvec, rows).astype(np.float64)
     config = ScoringConfig.hybrid()
-    assert not MemoryStream._fused(part, config)
+    assert not cand.fused(part, config)
     ref = _ref_score_rows(part, qvec, rows, relevance, lexical.search("w3 w5"), config, 1.8e9)
     with lexical.query_scores("w3 w5") as lex:
-        got = stream._score_rows(part, qvec, rows, relevance, lex, config, 1.8e9)
+        got = _score_rows(part, qvec, rows, relevance, lex, config, 1.8e9)
     _assert_same_scores(got, ref)
 
 
@@ -518,13 +568,12 @@ def test_score_rows_every_way_of_finding_neighbours(share: float, deleted: bool)
     rows = np.sort(rng.choice(alive, int(len(alive) * share), replace=False)).astype(np.int64)
     lexical = BM25Index()
     lexical.add([f"w{i % 13} w{i % 17}" for i in range(800)])
-    stream = MemoryStream.__new__(MemoryStream)
     qvec = _as_unit_vectors(rng.standard_normal((1, DIM)), 1, "test")[0]
     relevance = part.index.scores(qvec, rows).astype(np.float64)
     for config in (ScoringConfig.hybrid(), ScoringConfig.paper()):
         ref = _ref_score_rows(part, qvec, rows, relevance, lexical.search("w4 w9"), config, 1.8e9)
         with lexical.query_scores("w4 w9") as lex:
-            got = stream._score_rows(part, qvec, rows, relevance, lex, config, 1.8e9)
+            got = _score_rows(part, qvec, rows, relevance, lex, config, 1.8e9)
         _assert_same_scores(got, ref)
 
 
@@ -536,7 +585,7 @@ def test_recent_rows_follow_appends_touches_and_deletes() -> None:
 
     def check(n: int) -> None:
         alive = part.index.alive
-        got = MemoryStream._recent_rows(part, alive, n)
+        got = cand.recent_rows(part, alive, n)
         assert len(set(got.tolist())) == got.shape[0] == min(n, int(alive.sum()))
         assert alive[got].all()
         live = np.flatnonzero(alive)
@@ -544,8 +593,8 @@ def test_recent_rows_follow_appends_touches_and_deletes() -> None:
         np.testing.assert_array_equal(np.sort(part.accessed.view[got])[::-1], expected)
 
     check(40)
-    before = MemoryStream._recent_rows(part, part.index.alive, 40)
-    assert MemoryStream._recent_rows(part, part.index.alive, 40) is before  # nothing changed
+    before = cand.recent_rows(part, part.index.alive, 40)
+    assert cand.recent_rows(part, part.index.alive, 40) is before  # nothing changed
     stamp = 1.8e9
     for step in range(120):
         stamp += float(rng.integers(0, 3))  # equal stamps now and then

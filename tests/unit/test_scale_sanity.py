@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from langchain_reflective import MemoryStream
-from langchain_reflective._arrays import GrowMatrix, TopRows
-from langchain_reflective.index.faiss_flat import FaissFlatIndex
-from langchain_reflective.index.ivf import IVFCandidateIndex
+from langchain_reflective.backends.sqlite._arrays import GrowMatrix, TopRows
+from langchain_reflective.backends.sqlite.index.faiss_flat import FaissFlatIndex
+from langchain_reflective.backends.sqlite.index.ivf import IVFCandidateIndex
 from tests.fakes import WordEmbeddings
 
 
@@ -65,14 +65,14 @@ def test_one_at_a_time_adds_use_batched_ivf_updates(monkeypatch: pytest.MonkeyPa
     now = datetime(2024, 1, 1, tzinfo=UTC)
     with MemoryStream(WordEmbeddings(16), exact_limit=300) as stream:
         stream.add([f"seed memory {i}" for i in range(400)], importances=0.5, now=now)
-        assert stream._partitions["default"].ann is not None
+        assert stream.backend._partitions["default"].ann is not None
         calls.clear()
         for i in range(3000):
             stream.add([f"memory {i} about topic {i % 37}"], importances=0.5, now=now)
-        part = stream._partitions["default"]
+        part = stream.backend._partitions["default"]
         # index rebuilds on growth aside, rows reach the IVF index in batches, not one by one:
         # the first retrieval indexes what the adds left pending
-        from langchain_reflective.stream import _ANN_FLUSH
+        from langchain_reflective.backends.sqlite.ann import ANN_FLUSH as _ANN_FLUSH
 
         assert _ANN_FLUSH >= 64
         assert len(calls) <= 8

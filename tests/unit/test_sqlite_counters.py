@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from langchain_reflective import MemoryStream
+from langchain_reflective.backends.base import CounterUpdate, ReflectionState
+from langchain_reflective.backends.sqlite import store as sqlite_store
+from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
 from langchain_reflective.records import MemoryRecord
-from langchain_reflective.storage import CounterUpdate
-from langchain_reflective.storage import sqlite as sqlite_store
-from langchain_reflective.storage.sqlite import SQLiteRecordStore
 from tests.fakes import WordEmbeddings
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -105,7 +105,7 @@ def test_batch_adds_count(store: SQLiteRecordStore) -> None:
     _add(store, _records(2, start=3, imp=0.25) + _records(1, kind="reflection", imp=1.0))
     state = store.reflection_state("default")
     assert (state.importance_sum, state.adds_since) == (pytest.approx(2.0), 6)
-    assert store.reflection_state("other") == sqlite_store.ReflectionState()
+    assert store.reflection_state("other") == ReflectionState()
 
 
 def test_a_counter_other_than_the_rows_is_applied(store: SQLiteRecordStore) -> None:
@@ -583,7 +583,7 @@ def test_remembered_sums_follow_other_writers(tmp_path: Path) -> None:
         _add(b, _records(1, start=7, imp=0.5))
         assert a.reflection_state("default").adds_since == 1
         b.purge("default")
-        assert a.reflection_state("default") == sqlite_store.ReflectionState()
+        assert a.reflection_state("default") == ReflectionState()
         _add(a, _records(1, start=8, imp=0.5))
         assert a.reflection_state("default").adds_since == 1
     finally:

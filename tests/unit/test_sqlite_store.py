@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from langchain_reflective import MemoryStream
+from langchain_reflective.backends.sqlite import store as sqlite_store
+from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
 from langchain_reflective.records import new_memory_id, new_memory_ids
-from langchain_reflective.storage import sqlite as sqlite_store
-from langchain_reflective.storage.sqlite import SQLiteRecordStore
 from tests.fakes import WordEmbeddings
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -208,7 +208,7 @@ def test_batch_rows_keep_their_own_vectors(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("many", [False, True], ids=["one-statement", "chunked"])
 def test_touch_and_get_matches_touch_then_get(tmp_path: Path, many: bool) -> None:
-    from langchain_reflective.storage.base import BaseRecordStore
+    from langchain_reflective.backends.sqlite.record_store import BaseRecordStore
 
     path = tmp_path / "m.db"
     with MemoryStream(WordEmbeddings(), path=path) as stream:

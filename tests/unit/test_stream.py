@@ -22,7 +22,7 @@ from langchain_reflective import (
     ScoringConfig,
     StorageError,
 )
-from langchain_reflective.storage.sqlite import SQLiteRecordStore
+from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
 from tests.fakes import BrokenEmbeddings, WordEmbeddings
 
 FACTS = [
@@ -118,9 +118,9 @@ def test_one_per_call_adds_score_like_a_reload(embeddings, db_path, now) -> None
                 with MemoryStream(embeddings, path=db_path) as fresh:
                     loaded = fresh.retrieve(query, k=8, now=now, touch=False)
                 assert live == [(h.record.id, h.score) for h in loaded]
-                assert len(s._partitions["default"]) == i + 1
+                assert len(s.backend._partitions["default"]) == i + 1
         s.add(["a batch", "after queued rows"], importances=0.5, now=now)  # flushes first
-        part = s._partitions["default"]
+        part = s.backend._partitions["default"]
         assert not part.queue
         assert part.seqs.view.tolist() == sorted(part.seqs.view.tolist())
         assert s.count() == len(part) == 602
@@ -488,7 +488,7 @@ def test_writes_use_a_constant_number_of_statements(stream: MemoryStream) -> Non
 
 
 def test_partition_arrays_grow_geometrically(stream: MemoryStream) -> None:
-    from langchain_reflective._arrays import GrowArray
+    from langchain_reflective.backends.sqlite._arrays import GrowArray
 
     arr = GrowArray(np.float64, capacity=1)
     reallocations = 0
@@ -588,7 +588,7 @@ def test_huge_but_finite_vectors_are_normalised(db_path, rows) -> None:
 )
 def test_one_float32_row_is_normalised_like_the_general_path(raw: np.ndarray) -> None:
     """The single-row float32 shortcut gives the general path's result bit for bit."""
-    from langchain_reflective.stream import _as_unit_vectors
+    from langchain_reflective.validation import as_unit_vectors as _as_unit_vectors
 
     fast = _as_unit_vectors(raw, 1, "test")
     general = _as_unit_vectors(raw.astype(np.float64).tolist(), 1, "test")
@@ -601,7 +601,7 @@ def test_one_float32_row_is_normalised_like_the_general_path(raw: np.ndarray) ->
     "bad", [[[np.nan, 1.0, 0.0, 0.0]], [[0.0, 0.0, 0.0, 0.0]], [[np.inf, 0, 0, 0]]]
 )
 def test_one_bad_float32_row_is_rejected(bad: list[list[float]]) -> None:
-    from langchain_reflective.stream import _as_unit_vectors
+    from langchain_reflective.validation import as_unit_vectors as _as_unit_vectors
 
     with pytest.raises(EmbeddingError):
         _as_unit_vectors(np.array(bad, dtype=np.float32), 1, "test")

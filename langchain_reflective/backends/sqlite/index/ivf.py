@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from langchain_reflective.index.faiss_flat import one_faiss_thread
+from langchain_reflective.backends.sqlite.index.faiss_flat import one_faiss_thread
 
 __all__ = ["IVFCandidateIndex", "default_nlist"]
 

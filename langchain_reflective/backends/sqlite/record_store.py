@@ -1,21 +1,27 @@
-"""The durable record store behind a memory stream: a small protocol.
+"""The record layer under the SQLite backend: a small protocol for the durable rows.
 
-A store keeps records, their vectors and the per-namespace reflection counters. The stream keeps
-in-memory scoring arrays and the vector index; the store is the source of truth they are rebuilt
-from. Every write method is one transaction: it happens completely or not at all.
+A store keeps records, their vectors and the per-namespace reflection counters.
+:class:`~langchain_reflective.backends.sqlite.SQLiteBackend` keeps in-memory scoring arrays,
+the vector index and the lexical index over it; the store is the source of truth they are
+rebuilt from. Every write method is one transaction: it happens completely or not at all.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from langchain_reflective.backends.base import (
+    CounterUpdate,
+    PendingMemory,
+    ReflectionState,
+    trusted_record,
+)
 from langchain_reflective.records import MemoryRecord
 
 __all__ = [
@@ -26,142 +32,6 @@ __all__ = [
     "ReflectionState",
     "trusted_record",
 ]
-
-_RECORD_FIELDS = (
-    "id",
-    "text",
-    "kind",
-    "created_at",
-    "last_accessed_at",
-    "importance",
-    "importance_source",
-    "evidence",
-    "depth",
-    "namespace",
-    "metadata",
-)
-_FAST_RECORDS = tuple(f.name for f in fields(MemoryRecord)) == _RECORD_FIELDS
-
-
-def trusted_record(
-    id: str,
-    text: str,
-    kind: str,
-    created_at: datetime,
-    last_accessed_at: datetime,
-    importance: float,
-    importance_source: str,
-    evidence: tuple[str, ...],
-    depth: int,
-    namespace: str,
-    metadata: Mapping[str, Any],
-) -> MemoryRecord:
-    """Build a :class:`MemoryRecord` from values that were already validated (internal).
-
-    Skips ``__post_init__`` (which re-validates the text, re-serialises the metadata, converts
-    the timestamps): the add path validates every value once before calling this, and stores
-    read back what they wrote. The values must be exactly what validation would produce (UTC
-    datetimes, a float importance, a tuple of str evidence, a plain dict of metadata). Falls
-    back to the validating constructor if ``MemoryRecord`` gains or loses fields.
-    """
-    if not _FAST_RECORDS:  # pragma: no cover - guards against records.py changing under us
-        return MemoryRecord(
-            id=id,
-            text=text,
-            kind=kind,
-            created_at=created_at,
-            last_accessed_at=last_accessed_at,
-            importance=importance,
-            importance_source=importance_source,  # type: ignore[arg-type]
-            evidence=evidence,
-            depth=depth,
-            namespace=namespace,
-            metadata=metadata,
-        )
-    record = object.__new__(MemoryRecord)
-    setattr_ = object.__setattr__
-    setattr_(record, "id", id)
-    setattr_(record, "text", text)
-    setattr_(record, "kind", kind)
-    setattr_(record, "created_at", created_at)
-    setattr_(record, "last_accessed_at", last_accessed_at)
-    setattr_(record, "importance", importance)
-    setattr_(record, "importance_source", importance_source)
-    setattr_(record, "evidence", evidence)
-    setattr_(record, "depth", depth)
-    setattr_(record, "namespace", namespace)
-    setattr_(record, "metadata", metadata)
-    return record
-
-
-@dataclass(frozen=True, slots=True)
-class ReflectionState:
-    """The reflection trigger state of one namespace (persisted with the stream)."""
-
-    importance_sum: float = 0.0
-    """Sum of the importance (0-1 units) of non-reflection memories added since the last
-    reflection. The paper reflects when the 1-10 ratings sum to 150, i.e. 15.0 here."""
-    adds_since: int = 0
-    """Number of memories added since the last reflection."""
-    last_reflection_at: datetime | None = None
-    """When the last reflection was stored, if ever."""
-
-
-@dataclass(frozen=True, slots=True)
-class CounterUpdate:
-    """A change to a namespace's reflection counter, applied in the same transaction as a write."""
-
-    namespace: str
-    importance: float = 0.0
-    adds: int = 0
-    reset_at: datetime | None = None
-    """When set, the counter is reset (after adding nothing) and this becomes
-    ``last_reflection_at``."""
-
-
-@dataclass(frozen=True, slots=True)
-class PendingMemory:
-    """A memory written durably but not yet embedded or rated (the pending queue, an outbox).
-
-    :meth:`ReflectiveMemory.enqueue <langchain_reflective.memory.ReflectiveMemory.enqueue>`
-    writes these in one cheap commit; a background drain embeds and rates them and moves each
-    into the memories under the same id, in the transaction that stores it.
-    """
-
-    id: str
-    """The id the memory keeps once it is stored."""
-    namespace: str
-    """Whose memory it is."""
-    text: str
-    """The validated text."""
-    kind: str
-    """The memory kind (``"observation"`` for a recorded turn)."""
-    created_at: datetime
-    """When it was enqueued (UTC): the stored memory's creation time."""
-    importance: float | None
-    """A given importance in [0, 1], or ``None`` to have it rated when it is completed."""
-    metadata: Mapping[str, Any]
-    """JSON-serialisable metadata."""
-
-    def to_record(self) -> MemoryRecord:
-        """The memory as the working context shows it before it is stored.
-
-        Its importance is the given one, or ``0.0`` with ``importance_source="heuristic"``
-        until it is rated (callers that filter by importance treat pending memories apart).
-        """
-        return trusted_record(
-            id=self.id,
-            text=self.text,
-            kind=self.kind,
-            created_at=self.created_at,
-            last_accessed_at=self.created_at,
-            importance=0.0 if self.importance is None else float(self.importance),
-            importance_source="given" if self.importance is not None else "heuristic",
-            evidence=(),
-            depth=0,
-            namespace=self.namespace,
-            metadata=dict(self.metadata),
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,12 +137,18 @@ class BaseRecordStore(ABC):
     def touch(self, seqs: Sequence[int], when: datetime) -> None:
         """Set ``last_accessed_at`` of these records."""
 
-    def touch_and_get(self, seqs: Sequence[int], when: datetime) -> dict[int, MemoryRecord]:
+    def touch_and_get(
+        self, seqs: Sequence[int], when: datetime, *, namespace: str | None = None
+    ) -> dict[int, MemoryRecord]:
         """:meth:`touch` these records, then return them as :meth:`get_by_seq` does.
+
+        With ``namespace``, records of other namespaces are neither touched nor returned.
 
         The records come back with ``last_accessed_at == when``. Stores that can do both in one
         round trip override this (the SQLite store: one ``UPDATE ... RETURNING``).
         """
+        if namespace is not None:
+            seqs = [s for s, r in self.get_by_seq(seqs).items() if r.namespace == namespace]
         self.touch(seqs, when)
         return self.get_by_seq(seqs)
 

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from langchain_reflective._arrays import GrowArray, GrowMatrix
-from langchain_reflective.index.base import F32, BaseVectorIndex
+from langchain_reflective.backends.sqlite._arrays import GrowArray, GrowMatrix
+from langchain_reflective.backends.sqlite.index.base import F32, BaseVectorIndex
 
 __all__ = ["FaissFlatIndex"]
 

@@ -22,6 +22,13 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from langchain_reflective.backends.base import (
+    CounterUpdate,
+    PendingMemory,
+    ReflectionState,
+    trusted_record,
+)
+from langchain_reflective.backends.sqlite.record_store import BaseRecordStore, PartitionChunk
 from langchain_reflective.errors import (
     DimensionMismatchError,
     EmbeddingError,
@@ -31,14 +38,6 @@ from langchain_reflective.errors import (
     StorageError,
 )
 from langchain_reflective.records import REFLECTION, MemoryRecord
-from langchain_reflective.storage.base import (
-    BaseRecordStore,
-    CounterUpdate,
-    PartitionChunk,
-    PendingMemory,
-    ReflectionState,
-    trusted_record,
-)
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteRecordStore"]
 
@@ -1001,7 +1000,9 @@ class SQLiteRecordStore(BaseRecordStore):
                 marks = ",".join("?" * len(chunk))
                 c.execute(f"UPDATE memories SET accessed_us=? WHERE seq IN ({marks})", (us, *chunk))
 
-    def touch_and_get(self, seqs: Sequence[int], when: datetime) -> dict[int, MemoryRecord]:
+    def touch_and_get(
+        self, seqs: Sequence[int], when: datetime, *, namespace: str | None = None
+    ) -> dict[int, MemoryRecord]:
         """Set the access time and read the records back in one statement per chunk.
 
         The usual handful of hits is one autocommit statement; more than one chunk of ids runs
@@ -1016,25 +1017,34 @@ class SQLiteRecordStore(BaseRecordStore):
             if len(wanted) <= _MAX_VARS:
                 with self._lock:
                     self._ensure_open()
-                    self._touch_chunk(self._conn, us, wanted, out)
+                    self._touch_chunk(self._conn, us, wanted, out, namespace)
                     # no data-version read: our own commit leaves it alone, so a write by
                     # another connection still shows in the next changed_elsewhere()
                     self._after_commit()
             else:
                 with self._transaction() as c:
                     for chunk in _chunks(wanted):
-                        self._touch_chunk(c, us, chunk, out)
+                        self._touch_chunk(c, us, chunk, out, namespace)
         except sqlite3.DatabaseError as exc:
             raise StorageError(f"updating access times failed: {exc}") from exc
         return out
 
     @staticmethod
     def _touch_chunk(
-        c: sqlite3.Connection, us: int, seqs: Sequence[int], out: dict[int, MemoryRecord]
+        c: sqlite3.Connection,
+        us: int,
+        seqs: Sequence[int],
+        out: dict[int, MemoryRecord],
+        namespace: str | None,
     ) -> None:
         marks = ",".join("?" * len(seqs))
-        sql = f"UPDATE memories SET accessed_us=? WHERE seq IN ({marks}) RETURNING {_COLUMNS}"
-        for row in c.execute(sql, (us, *seqs)).fetchall():  # fetching all ends the statement
+        where = f"seq IN ({marks})"
+        params: tuple[Any, ...] = (us, *seqs)
+        if namespace is not None:
+            where += " AND namespace=?"
+            params += (namespace,)
+        sql = f"UPDATE memories SET accessed_us=? WHERE {where} RETURNING {_COLUMNS}"
+        for row in c.execute(sql, params).fetchall():  # fetching all ends the statement
             out[int(row[0])] = _row_to_record(row)
 
     # -- reads ---------------------------------------------------------------------------------

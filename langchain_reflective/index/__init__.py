@@ -1,6 +1,0 @@
-"""Vector index backends behind one small protocol (FAISS is the default)."""
-
-from langchain_reflective.index.base import BaseVectorIndex
-from langchain_reflective.index.faiss_flat import FaissFlatIndex
-
-__all__ = ["BaseVectorIndex", "FaissFlatIndex"]

@@ -1,0 +1,227 @@
+"""The plain half of a memory stream: lifecycle, namespaces, and the reads, deletes and
+reflection counter it passes to its backend (validated, never another namespace's)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Self
+
+from langchain_core.embeddings import Embeddings
+
+from langchain_reflective.backends.base import BaseMemoryBackend, ReflectionState
+from langchain_reflective.errors import InvalidMemoryError, StorageError
+from langchain_reflective.records import MemoryRecord, check_encodable, utc
+from langchain_reflective.scoring import ScoringConfig
+
+if TYPE_CHECKING:
+    from langchain_reflective.backends.sqlite import BaseRecordStore, SQLiteBackend
+
+__all__ = ["StreamBase"]
+
+
+class StreamBase:
+    """What :class:`~langchain_reflective.stream.MemoryStream` does besides its two flows."""
+
+    embeddings: Embeddings
+    """The embedding model."""
+    namespace: str
+    """The default namespace for reads and writes."""
+    scoring: ScoringConfig
+    """How retrieval ranks memories (per call: ``scoring=``)."""
+    embedding_model: str
+    """The identity stored with the memories."""
+    path: Path | None
+    """The SQLite file of the ``path=`` shortcut (``None`` otherwise)."""
+    _backend: BaseMemoryBackend
+    _closed: bool
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the backend (the SQLite backend writes its vector-index caches). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._backend.close()
+
+    @property
+    def backend(self) -> BaseMemoryBackend:
+        """Where the memories live."""
+        return self._backend
+
+    @property
+    def store(self) -> BaseRecordStore:
+        """The SQLite backend's record layer (only with the SQLite backend)."""
+        store: BaseRecordStore | None = getattr(self._backend, "store", None)
+        if store is None:
+            raise AttributeError(f"{type(self._backend).__name__} has no SQLite record store")
+        return store
+
+    def _sqlite(self) -> SQLiteBackend:
+        from langchain_reflective.backends.sqlite import SQLiteBackend
+
+        if not isinstance(self._backend, SQLiteBackend):
+            raise AttributeError("only the SQLite backend has exact_limit / ann_* settings")
+        return self._backend
+
+    @property
+    def exact_limit(self) -> int | None:
+        """The SQLite backend's ``exact_limit`` (settable)."""
+        return self._sqlite().exact_limit
+
+    @exact_limit.setter
+    def exact_limit(self, value: int | None) -> None:
+        self._sqlite().exact_limit = value
+
+    @property
+    def ann_candidates(self) -> int:
+        """The SQLite backend's ``ann_candidates``."""
+        return self._sqlite().ann_candidates
+
+    @property
+    def ann_nprobe(self) -> int:
+        """The SQLite backend's ``ann_nprobe``."""
+        return self._sqlite().ann_nprobe
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError("the memory stream is closed")
+
+    def resolve_namespace(self, namespace: str | None = None) -> str:
+        """The namespace a call with ``namespace`` reads or writes (default: the stream's).
+
+        Raises:
+            InvalidMemoryError: an empty or non-string namespace.
+        """
+        return self._ns(namespace)
+
+    def _ns(self, namespace: str | None) -> str:
+        ns = self.namespace if namespace is None else namespace
+        if not isinstance(ns, str) or not ns:
+            raise InvalidMemoryError("namespace must be a non-empty string")
+        if not ns.isascii():
+            check_encodable(ns, "namespace")
+        return ns
+
+    # -- reads and deletes ---------------------------------------------------------------------
+
+    @staticmethod
+    def _ids(ids: object) -> list[str]:
+        """One id or a sequence of ids, as a list of strings.
+
+        Raises:
+            InvalidMemoryError: anything else (numbers, ``None``, mappings, ...).
+        """
+        if isinstance(ids, str):
+            return [ids]
+        if isinstance(ids, Sequence | set | frozenset) and all(isinstance(i, str) for i in ids):
+            return list(ids)
+        raise InvalidMemoryError(
+            f"ids must be a string or a sequence of strings, got {type(ids).__name__}"
+        )
+
+    def get(self, ids: str | Sequence[str], *, namespace: str | None = None) -> list[MemoryRecord]:
+        """Records with these ids in the namespace, in the order given (unknown ids skipped)."""
+        self._check_open()
+        return self._backend.get(self._ns(namespace), self._ids(ids))
+
+    def _kinds(self, kinds: Sequence[str] | None) -> list[str] | None:
+        if kinds is None:
+            return None
+        kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+        if not all(isinstance(k, str) and k for k in kinds):
+            raise InvalidMemoryError("kinds must be non-empty strings")
+        return kinds
+
+    def recent(
+        self,
+        n: int | None = None,
+        *,
+        namespace: str | None = None,
+        kinds: Sequence[str] | None = None,
+        since_last_reflection: bool = False,
+    ) -> list[MemoryRecord]:
+        """The newest ``n`` records (all when ``None``), oldest first.
+
+        Args:
+            n: how many.
+            namespace: which namespace (default: the stream's).
+            kinds: only these kinds.
+            since_last_reflection: only records added after the last reflection.
+        """
+        self._check_open()
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+            raise InvalidMemoryError(f"n must be a non-negative integer or None, got {n!r}")
+        return self._backend.recent(
+            self._ns(namespace),
+            n=n,
+            kinds=self._kinds(kinds),
+            since_last_reflection=since_last_reflection,
+        )
+
+    def most_important(
+        self,
+        n: int,
+        *,
+        namespace: str | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> list[MemoryRecord]:
+        """The ``n`` most important records (most important first; newer first among equals).
+
+        One indexed query, however many records the namespace holds (the working context asks
+        for the top insights before every model call).
+        """
+        self._check_open()
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise InvalidMemoryError(f"n must be a non-negative integer, got {n!r}")
+        return self._backend.most_important(self._ns(namespace), n, kinds=self._kinds(kinds))
+
+    def delete(self, ids: str | Sequence[str], *, namespace: str | None = None) -> int:
+        """Delete records by id; return how many were deleted."""
+        self._check_open()
+        return self._backend.delete(self._ns(namespace), self._ids(ids))
+
+    def purge(self, *, namespace: str | None = None) -> int:
+        """Delete every memory of a namespace and reset its reflection counter."""
+        self._check_open()
+        return self._backend.purge(self._ns(namespace))
+
+    def count(self, *, namespace: str | None = None) -> int:
+        """Number of memories in a namespace (default: the stream's)."""
+        self._check_open()
+        return self._backend.count(self._ns(namespace))
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def namespaces(self) -> list[str]:
+        """Namespaces that hold memories (for administration; reads stay per namespace)."""
+        self._check_open()
+        return self._backend.namespaces()
+
+    # -- reflection counter --------------------------------------------------------------------
+
+    def reflection_state(self, namespace: str | None = None) -> ReflectionState:
+        """The persisted importance sum / add count since the last reflection."""
+        self._check_open()
+        return self._backend.reflection_state(self._ns(namespace))
+
+    def mark_reflected(self, *, namespace: str | None = None, now: datetime | None = None) -> None:
+        """Reset the reflection counter of a namespace."""
+        self._check_open()
+        when = utc(now) if now is not None else datetime.now(UTC)
+        self._backend.mark_reflected(self._ns(namespace), when)

@@ -1,0 +1,203 @@
+"""Moving memories in and out of a stream: JSONL export/import and the DataFrame view."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from langchain_reflective.errors import InvalidMemoryError
+from langchain_reflective.records import MemoryRecord, utc
+from langchain_reflective.scoring import recency
+from langchain_reflective.validation import as_unit_vectors
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from langchain_reflective.stream import MemoryStream, ScoredMemory
+
+__all__ = ["JSONL_FORMAT", "export_jsonl", "import_jsonl", "to_dataframe"]
+
+JSONL_FORMAT = "langchain-reflective/jsonl"
+"""The ``format`` of an export's header line."""
+
+_COLUMNS = [
+    "id",
+    "description",
+    "kind",
+    "importance",
+    "recency",
+    "relevance",
+    "lexical",
+    "score",
+    "created_at",
+    "last_accessed_at",
+    "evidence",
+    "depth",
+]
+
+
+def to_dataframe(
+    stream: MemoryStream, query: str | None, *, namespace: str | None, now: datetime | None
+) -> pd.DataFrame:
+    """See :meth:`MemoryStream.to_dataframe`."""
+    try:
+        import pandas as pd
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            'to_dataframe needs pandas: pip install "langchain-reflective[pandas]"'
+        ) from exc
+    ns = stream.resolve_namespace(namespace)
+    records = stream.recent(None, namespace=ns)
+    when = utc(now) if now is not None else datetime.now(UTC)
+    scored: dict[str, ScoredMemory] = {}
+    if query is not None and records:
+        hits = stream.retrieve(query, k=len(records), now=when, touch=False, namespace=ns)
+        scored = {h.record.id: h for h in hits}
+    rec = recency(
+        np.array([r.accessed_at.timestamp() for r in records], dtype=np.float64),
+        when.timestamp(),
+        stream.scoring.decay,
+    )
+    rows = []
+    for i, r in enumerate(records):
+        hit = scored.get(r.id)
+        rows.append(
+            {
+                "id": r.id,
+                "description": r.text,
+                "kind": r.kind,
+                "importance": r.importance,
+                "recency": float(rec[i]),
+                "relevance": hit.relevance if hit else float("nan"),
+                "lexical": hit.lexical if hit else float("nan"),
+                "score": hit.score if hit else float("nan"),
+                "created_at": r.created_at,
+                "last_accessed_at": r.accessed_at,
+                "evidence": list(r.evidence),
+                "depth": r.depth,
+            }
+        )
+    frame = pd.DataFrame(rows, columns=_COLUMNS)
+    if query is not None:
+        frame = frame.sort_values("score", ascending=False, kind="stable")
+    return frame
+
+
+def export_jsonl(
+    stream: MemoryStream,
+    path: str | os.PathLike[str],
+    *,
+    namespaces: Iterable[str] | Literal["all"] | None,
+    include_vectors: bool,
+) -> int:
+    """See :meth:`MemoryStream.export_jsonl`."""
+    backend = stream.backend
+    if namespaces is None:
+        ns_list = [stream.namespace]
+    elif namespaces == "all":
+        ns_list = backend.namespaces()
+    else:
+        ns_list = [stream.resolve_namespace(n) for n in namespaces]
+    target = Path(path)
+    tmp = target.with_name(target.name + ".tmp")
+    count = 0
+    fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        header = {
+            "format": JSONL_FORMAT,
+            "version": 1,
+            "embedding_model": backend.embedding_model,
+            "dimension": backend.dimension,
+        }
+        fh.write(json.dumps(header) + "\n")
+        for ns in ns_list:
+            for batch in backend.iter_records(ns, with_vectors=include_vectors):
+                for i, r in enumerate(batch.records):
+                    line = r.to_dict()
+                    if batch.vectors is not None:
+                        line["vector"] = [float(x) for x in batch.vectors[i]]
+                    fh.write(json.dumps(line, ensure_ascii=False) + "\n")
+                    count += 1
+    os.replace(tmp, target)
+    return count
+
+
+def import_jsonl(
+    stream: MemoryStream,
+    path: str | os.PathLike[str],
+    *,
+    namespace: str | None,
+    batch_size: int,
+) -> int:
+    """See :meth:`MemoryStream.import_jsonl`."""
+    source = Path(path)
+    try:
+        fh = source.open(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidMemoryError(f"cannot read {source}: {exc}") from exc
+    imported = 0
+    with fh:
+        try:
+            header = json.loads(fh.readline() or "null")
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise InvalidMemoryError(f"{source} is not a langchain-reflective export") from exc
+        if not isinstance(header, dict) or header.get("format") != JSONL_FORMAT:
+            raise InvalidMemoryError(f"{source} is not a langchain-reflective export")
+        reuse = header.get("embedding_model") == stream.embedding_model
+        batch: list[tuple[MemoryRecord, list[float] | None]] = []
+        for lineno, line in enumerate(fh, start=2):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+                record = MemoryRecord.from_dict(
+                    {**data, **({"namespace": namespace} if namespace else {})}
+                )
+            except (json.JSONDecodeError, InvalidMemoryError, TypeError) as exc:
+                raise InvalidMemoryError(f"{source}:{lineno}: {exc}") from exc
+            vec = data.get("vector") if reuse else None
+            batch.append((record, vec))
+            if len(batch) >= batch_size:
+                imported += _import_batch(stream, batch)
+                batch = []
+        if batch:
+            imported += _import_batch(stream, batch)
+    return imported
+
+
+def _import_batch(
+    stream: MemoryStream, batch: list[tuple[MemoryRecord, list[float] | None]]
+) -> int:
+    backend = stream.backend
+    by_ns: dict[str, list[tuple[MemoryRecord, list[float] | None]]] = {}
+    for item in batch:
+        by_ns.setdefault(item[0].namespace, []).append(item)
+    total = 0
+    for ns, items in by_ns.items():
+        existing = {r.id for r in backend.get(ns, [r.id for r, _ in items])}
+        fresh = [(r, v) for r, v in items if r.id not in existing]
+        if not fresh:
+            continue
+        need = [i for i, (_, v) in enumerate(fresh) if v is None]
+        vectors: list[Any] = [v for _, v in fresh]
+        if need:
+            embedded = stream.embeddings.embed_documents([fresh[i][0].text for i in need])
+            for i, vec in zip(need, embedded, strict=True):
+                vectors[i] = vec
+        unit = as_unit_vectors(vectors, len(fresh), type(stream.embeddings).__name__)
+        given = [i for i, (_, v) in enumerate(fresh) if v is not None]
+        if given:  # exported unit vectors come back bit for bit (renormalising may move a bit)
+            raw = np.asarray([vectors[i] for i in given], dtype=np.float32)
+            norms = np.linalg.norm(raw.astype(np.float64), axis=1)
+            same = np.abs(norms - 1.0) < 1e-5
+            unit[np.asarray(given)[same]] = raw[same]
+        backend.bind_embeddings(stream.embedding_model, unit.shape[1])
+        backend.put([r for r, _ in fresh], unit)  # no counter: imports do not trigger reflection
+        total += len(fresh)
+    return total

@@ -1,0 +1,624 @@
+"""One conformance suite for every memory backend (``BaseMemoryBackend``).
+
+A backend's test module subclasses :class:`BackendConformance` and provides a ``make_backend``
+fixture: a callable returning a new, empty backend each time it is called (the suite closes
+them). For example::
+
+    class TestMyBackend(BackendConformance):
+        @pytest.fixture
+        def make_backend(self, tmp_path):
+            return lambda: MyBackend(...)
+
+Rankings are compared with a reference -- the SQLite backend in memory -- under exact scoring
+(``candidates(..., exact=True)`` then :func:`langchain_reflective.scoring.score_candidates`), for
+scorings without the lexical component (lexical rankers differ between databases). A backend
+whose lexical scores are SQLite's sets ``lexical_matches_reference = True`` to compare the
+default hybrid scoring too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from langchain_reflective import MemoryStream
+from langchain_reflective.backends.base import (
+    BaseMemoryBackend,
+    CounterUpdate,
+    PendingMemory,
+    RetrievalFilter,
+)
+from langchain_reflective.backends.sqlite import SQLiteBackend
+from langchain_reflective.errors import (
+    DimensionMismatchError,
+    EmbeddingError,
+    InvalidFilterError,
+    InvalidMemoryError,
+    PendingConflictError,
+    StorageError,
+)
+from langchain_reflective.records import OBSERVATION, REFLECTION, MemoryRecord
+from langchain_reflective.scoring import ScoringConfig, score_candidates, top_k
+from tests.fakes import WordEmbeddings
+
+NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+WORDS = [f"w{i}" for i in range(40)] + ["tea", "paris", "coffee", "train", "garden", "music"]
+MODEL = "tests.fakes.WordEmbeddings:size=32"
+
+# scorings every backend must rank exactly like the reference (no lexical component)
+SHARED_SCORINGS = [
+    ScoringConfig.paper(),
+    ScoringConfig.dense(),
+    ScoringConfig(
+        relevance_weight=0.6,
+        recency_weight=0.05,
+        importance_weight=0.05,
+        normalization="none",
+        neighbor_weight=0.5,
+        name="neighbours-no-lexical",
+    ),
+    ScoringConfig(
+        relevance_weight=1.0,
+        recency_weight=0.5,
+        importance_weight=0.5,
+        decay=0.9,
+        normalization="minmax",
+        neighbor_weight=0.3,
+        name="minmax-neighbours",
+    ),
+]
+
+
+def corpus(n: int = 160, *, seed: int = 3, namespace: str = "alice") -> list[MemoryRecord]:
+    """Memories with varied texts, kinds, times, importance and metadata, oldest first."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        created = NOW - timedelta(hours=int(n - i) * 7)
+        accessed = created + timedelta(hours=int(rng.integers(0, 5)) * 3)
+        out.append(
+            MemoryRecord(
+                id=f"{namespace}-{i:04d}",
+                text=" ".join(rng.choice(WORDS, 6)),
+                kind=str(rng.choice([OBSERVATION, OBSERVATION, OBSERVATION, REFLECTION, "plan"])),
+                created_at=created,
+                last_accessed_at=accessed,
+                importance=float(rng.integers(1, 11)) / 10,
+                importance_source="given",
+                depth=0,
+                namespace=namespace,
+                metadata={"i": i, "tag": "é" if i % 2 else "x"},
+            )
+        )
+    return out
+
+
+def vectors_of(records: list[MemoryRecord]) -> np.ndarray:
+    emb = WordEmbeddings(32)
+    return np.asarray(emb.embed_documents([r.text for r in records]), dtype=np.float32)
+
+
+def query_vector(text: str) -> np.ndarray:
+    return np.asarray(WordEmbeddings(32).embed_query(text), dtype=np.float32)
+
+
+def exact_top(
+    backend: BaseMemoryBackend,
+    namespace: str,
+    query: str,
+    config: ScoringConfig,
+    *,
+    k: int = 10,
+    filter: RetrievalFilter | None = None,
+) -> list[str]:
+    """Ids of the top ``k`` under exact scoring, best first (nothing is touched)."""
+    found = backend.candidates(
+        namespace,
+        query,
+        query_vector(query),
+        k=k,
+        filter=filter or RetrievalFilter(),
+        config=config,
+        exact=True,
+    )
+    if found.size == 0:
+        return []
+    comps, _ = score_candidates(config, found, NOW.timestamp())
+    keys = found.keys[top_k(comps.score, k)].tolist()
+    records = backend.fetch(namespace, keys)
+    return [records[key].id for key in keys]
+
+
+QUERIES = ["tea paris", "w3 w7 garden", "coffee train music", "w12", "w30 w31 w32 w33"]
+
+
+class BackendConformance:
+    """The behaviour every :class:`BaseMemoryBackend` must show."""
+
+    lexical_matches_reference = False
+    """Whether the backend's lexical scores equal the SQLite backend's (BM25 in-process)."""
+
+    @pytest.fixture
+    def make_backend(self) -> Callable[[], BaseMemoryBackend]:
+        raise NotImplementedError("a backend's test class provides make_backend")
+
+    @pytest.fixture
+    def backends(
+        self, make_backend: Callable[[], BaseMemoryBackend]
+    ) -> Iterator[Callable[[], BaseMemoryBackend]]:
+        made: list[BaseMemoryBackend] = []
+
+        def new() -> BaseMemoryBackend:
+            backend = make_backend()
+            made.append(backend)
+            return backend
+
+        yield new
+        for backend in made:
+            backend.close()
+
+    @pytest.fixture
+    def backend(self, backends: Callable[[], BaseMemoryBackend]) -> BaseMemoryBackend:
+        return backends()
+
+    @pytest.fixture
+    def reference(self) -> Iterator[BaseMemoryBackend]:
+        with SQLiteBackend(None) as ref:
+            yield ref
+
+    @staticmethod
+    def fill(backend: BaseMemoryBackend, records: list[MemoryRecord], **kw: Any) -> None:
+        backend.bind_embeddings(MODEL, 32)
+        backend.put(records, vectors_of(records), **kw)
+
+    # -- records ---------------------------------------------------------------------------
+
+    def test_put_then_get_returns_every_field(self, backend: BaseMemoryBackend) -> None:
+        records = corpus(20)
+        self.fill(backend, records)
+        wanted = [records[5].id, "missing", records[0].id, records[19].id]
+        assert backend.get("alice", wanted) == [records[5], records[0], records[19]]
+        assert backend.count("alice") == 20 and backend.count() == 20
+        assert backend.namespaces() == ["alice"]
+        assert backend.dimension == 32 and backend.embedding_model == MODEL
+        assert backend.recent("alice", n=3) == records[-3:]
+        assert (
+            backend.recent("alice", n=2, kinds=[REFLECTION, "plan"])
+            == [r for r in records if r.kind != OBSERVATION][-2:]
+        )
+        top = backend.recent("alice", n=4, by_importance=True)
+        assert [r.importance for r in top] == sorted((r.importance for r in records), reverse=True)[
+            :4
+        ]
+        batches = list(backend.iter_records("alice", batch_size=7))
+        assert [r for b in batches for r in b.records] == records
+        stacked = np.concatenate([b.vectors for b in batches if b.vectors is not None])
+        np.testing.assert_array_equal(stacked, vectors_of(records))
+
+    def test_same_top10_as_the_reference_under_exact_scoring(
+        self, backend: BaseMemoryBackend, reference: BaseMemoryBackend
+    ) -> None:
+        records = corpus(160)
+        for b in (backend, reference):
+            self.fill(b, records[:100])
+            self.fill(b, records[100:])  # two batches
+        configs = list(SHARED_SCORINGS)
+        if self.lexical_matches_reference:
+            configs += [ScoringConfig.hybrid(), ScoringConfig.hybrid(context=False)]
+        filters = [None, RetrievalFilter(kinds=frozenset({OBSERVATION}))]
+        filters.append(RetrievalFilter(created_after=NOW - timedelta(days=20)))
+        for config in configs:
+            backend.configure(config)
+            reference.configure(config)
+            for query in QUERIES:
+                for flt in filters:
+                    got = exact_top(backend, "alice", query, config, filter=flt)
+                    want = exact_top(reference, "alice", query, config, filter=flt)
+                    assert got == want, (config.name, query, flt)
+                    assert len(got) == 10
+
+    def test_candidate_set_contract(self, backend: BaseMemoryBackend) -> None:
+        records = corpus(60)
+        self.fill(backend, records)
+        config = ScoringConfig.hybrid()
+        backend.configure(config)
+        q = "tea paris w1"
+        found = backend.candidates(
+            "alice", q, query_vector(q), k=5, filter=RetrievalFilter(), config=config, exact=True
+        )
+        assert found.size == 60 and found.exact
+        keys = found.keys[: found.size]
+        assert (np.diff(keys) > 0).all()  # insertion order
+        by_key = backend.fetch("alice", keys.tolist())
+        assert [by_key[key].id for key in keys.tolist()] == [r.id for r in records]
+        cosine = vectors_of(records) @ query_vector(q)
+        np.testing.assert_allclose(found.relevance[: found.size], cosine, atol=1e-5)
+        np.testing.assert_allclose(
+            found.importance[: found.size], [r.importance for r in records], atol=1e-9
+        )
+        np.testing.assert_allclose(
+            found.created[: found.size], [r.created_at.timestamp() for r in records], atol=1e-6
+        )
+        np.testing.assert_allclose(
+            found.accessed[: found.size], [r.accessed_at.timestamp() for r in records], atol=1e-6
+        )
+        kinds = [found.kind_names[c] for c in found.kinds[: found.size].tolist()]
+        assert kinds == [r.kind for r in records]
+        assert found.lexical is not None and found.previous is not None and found.next is not None
+        assert found.lexical_max >= float(found.lexical.max()) > 0
+        observations = [i for i, r in enumerate(records) if r.kind == OBSERVATION]
+        for before, after in itertools.pairwise(observations):
+            assert found.keys[found.previous[after]] == keys[before]
+            assert found.keys[found.next[before]] == keys[after]
+        for i, r in enumerate(records):
+            if r.kind != OBSERVATION:
+                assert found.previous[i] == found.next[i] == -1
+        flt = RetrievalFilter(kinds=frozenset({"plan"}), min_relevance=-1.0)
+        plans = backend.candidates(
+            "alice", q, query_vector(q), k=5, filter=flt, config=config, exact=True
+        )
+        assert plans.size == sum(r.kind == "plan" for r in records)
+
+    # -- errors ----------------------------------------------------------------------------
+
+    def test_bad_input_is_a_typed_error_and_loses_nothing(
+        self, backends: Callable[[], BaseMemoryBackend]
+    ) -> None:
+        stream = MemoryStream(WordEmbeddings(32), backend=backends(), embedding_model=MODEL)
+        stream.add(["kept tea", "kept paris"], importances=0.5, now=NOW)
+        bad_adds: list[dict[str, Any]] = [
+            {"texts": "lone \ud800 surrogate"},
+            {"texts": ["fine", "bad \udfff"]},
+            {"texts": "ok", "metadatas": {"k": "\ud800"}},
+            {"texts": "ok", "metadatas": {"\udc00": 1}},
+            {"texts": "ok", "kinds": "kind\ud800"},
+            {"texts": "ok", "namespace": "ns\ud800"},
+            {"texts": "ok", "ids": ["id\ud800"]},
+            {"texts": ""},
+            {"texts": "ok", "importances": 2.0},
+            {"texts": "ok", "evidence": [["missing-id"]]},
+        ]
+        for kwargs in bad_adds:
+            texts = kwargs.pop("texts")
+            with pytest.raises(InvalidMemoryError):
+                stream.add(texts, now=NOW, **kwargs)
+        with pytest.raises(InvalidMemoryError):
+            stream.retrieve("query \ud800")
+        with pytest.raises(InvalidMemoryError):
+            stream.enqueue("pending \ud800")
+        with pytest.raises(InvalidFilterError):
+            stream.retrieve("tea", filter={"nope": 1})
+        with pytest.raises(StorageError):  # ids are unique across the backend
+            stream.add("again", ids=[stream.recent(1)[0].id], now=NOW)
+        with pytest.raises(DimensionMismatchError):
+            stream.backend.bind_embeddings(MODEL, 16)
+        with pytest.raises(EmbeddingError):
+            stream.backend.bind_embeddings("another-model", 32)
+        with pytest.raises(DimensionMismatchError):
+            stream.backend.candidates(
+                "default",
+                "tea",
+                np.ones(16, dtype=np.float32) / 4,
+                k=3,
+                filter=RetrievalFilter(),
+                config=ScoringConfig.paper(),
+            )
+        assert [r.text for r in stream.recent(None)] == ["kept tea", "kept paris"]
+        assert stream.pending() == []
+        assert stream.reflection_state().adds_since == 2
+        stream.close()
+
+    # -- namespaces --------------------------------------------------------------------------
+
+    def test_a_namespace_never_sees_another(self, backend: BaseMemoryBackend) -> None:
+        alice, bob = corpus(30, namespace="alice"), corpus(30, seed=4, namespace="bob")
+        self.fill(backend, alice, counter=CounterUpdate("alice", importance=1.0, adds=30))
+        self.fill(backend, bob)
+        config = ScoringConfig.hybrid()
+        found = backend.candidates(
+            "alice", "tea", query_vector("tea"), k=10, filter=RetrievalFilter(), config=config
+        )
+        got = backend.fetch("alice", found.keys.tolist())
+        assert {r.namespace for r in got.values()} == {"alice"}
+        bob_found = backend.candidates(
+            "bob", "tea", query_vector("tea"), k=10, filter=RetrievalFilter(), config=config
+        )
+        bob_keys = bob_found.keys[: bob_found.size].tolist()
+        assert backend.fetch("alice", bob_keys) == {}
+        assert backend.touch("alice", bob_keys, NOW + timedelta(days=9)) == {}
+        assert backend.get("bob", [bob[0].id]) == [bob[0]]  # untouched
+        assert backend.get("alice", [r.id for r in bob]) == []
+        assert backend.delete("alice", [r.id for r in bob]) == 0
+        assert backend.count("bob") == 30
+        assert backend.reflection_state("bob").adds_since == 0
+        assert backend.reflection_state("alice").adds_since == 30
+        assert backend.purge("alice") == 30
+        assert backend.count("alice") == 0 and backend.count("bob") == 30
+        assert backend.namespaces() == ["bob"]
+
+    # -- touch -------------------------------------------------------------------------------
+
+    def test_touch_sets_the_access_time_durably_and_only_that(
+        self, backend: BaseMemoryBackend
+    ) -> None:
+        records = corpus(12)
+        self.fill(backend, records)
+        config = ScoringConfig.paper()
+        found = backend.candidates(
+            "alice", "w1", query_vector("w1"), k=3, filter=RetrievalFilter(), config=config
+        )
+        keys = found.keys[:3].tolist()
+        when = NOW + timedelta(days=2)
+        touched = backend.touch("alice", keys, when)
+        assert set(touched) == set(keys)
+        before = {r.id: r for r in records}
+        for record in touched.values():
+            assert record.last_accessed_at == when
+            old = before[record.id]
+            assert (record.text, record.created_at, record.importance) == (
+                old.text,
+                old.created_at,
+                old.importance,
+            )
+        stored = backend.get("alice", [r.id for r in touched.values()])
+        assert all(r.last_accessed_at == when for r in stored)
+        again = backend.candidates(
+            "alice", "w1", query_vector("w1"), k=3, filter=RetrievalFilter(), config=config
+        )
+        at = {int(k): i for i, k in enumerate(again.keys[: again.size].tolist())}
+        for key in keys:
+            assert again.accessed[at[key]] == pytest.approx(when.timestamp())
+        assert backend.fetch("alice", keys) == touched  # fetch writes nothing
+        assert backend.touch("alice", [], when) == {}
+
+    def test_retrieval_through_the_stream_touches_what_it_returns(
+        self, backends: Callable[[], BaseMemoryBackend]
+    ) -> None:
+        stream = MemoryStream(
+            WordEmbeddings(32),
+            backend=backends(),
+            embedding_model=MODEL,
+            scoring=ScoringConfig.paper(),
+        )
+        stream.add([r.text for r in corpus(30)], importances=0.5, now=NOW)
+        later = NOW + timedelta(hours=5)
+        hits = stream.retrieve("tea paris", k=4, now=later)
+        assert len(hits) == 4
+        assert all(h.record.last_accessed_at == later for h in hits)
+        assert all(r.last_accessed_at == later for r in stream.get([h.record.id for h in hits]))
+        quiet = stream.retrieve("tea paris", k=4, now=later + timedelta(hours=1), touch=False)
+        assert all(h.record.last_accessed_at == later for h in quiet)
+        stream.close()
+
+    # -- delete and purge ------------------------------------------------------------------
+
+    def test_delete_and_purge(self, backend: BaseMemoryBackend) -> None:
+        records = corpus(20)
+        self.fill(backend, records)
+        backend.enqueue([_pending("p1", "alice"), _pending("p2", "bob")])
+        doomed = [records[3].id, records[4].id, "missing"]
+        assert backend.delete("alice", doomed) == 2
+        assert backend.get("alice", doomed) == []
+        assert backend.count("alice") == 18
+        found = backend.candidates(
+            "alice",
+            "w1",
+            query_vector("w1"),
+            k=5,
+            filter=RetrievalFilter(),
+            config=ScoringConfig.paper(),
+            exact=True,
+        )
+        assert found.size == 18
+        assert set(r.id for r in backend.fetch("alice", found.keys.tolist()).values()).isdisjoint(
+            doomed
+        )
+        newest = int(found.keys.max())
+        self.fill(backend, [_fresh("late")])
+        late = backend.candidates(
+            "alice",
+            "late",
+            query_vector("late"),
+            k=1,
+            filter=RetrievalFilter(),
+            config=ScoringConfig.dense(),
+            exact=True,
+        )
+        assert int(late.keys.max()) > newest  # keys are never reused
+        assert backend.purge("alice") == 19
+        assert backend.count("alice") == 0
+        assert [p.id for p in backend.pending(namespace="alice")] == []
+        assert [p.id for p in backend.pending()] == ["p2"]
+        assert backend.reflection_state("alice").adds_since == 0
+
+    # -- the reflection counter ------------------------------------------------------------
+
+    def test_reflection_counter(self, backend: BaseMemoryBackend) -> None:
+        records = corpus(10)
+        self.fill(backend, records[:4], counter=CounterUpdate("alice", importance=1.5, adds=4))
+        self.fill(backend, records[4:6])  # no counter: an import, not counted
+        state = backend.reflection_state("alice")
+        assert state.importance_sum == pytest.approx(1.5) and state.adds_since == 4
+        assert state.last_reflection_at is None
+        backend.update_counter(CounterUpdate("alice", importance=0.25, adds=1))
+        assert backend.reflection_state("alice").adds_since == 5
+        reflected = NOW + timedelta(hours=1)
+        self.fill(
+            backend,
+            [records[6]],
+            counter=CounterUpdate("alice", importance=9.0, adds=1, reset_at=reflected),
+        )
+        state = backend.reflection_state("alice")
+        assert (state.importance_sum, state.adds_since) == (0.0, 0)
+        assert state.last_reflection_at == reflected
+        assert backend.recent("alice", since_last_reflection=True) == []
+        self.fill(backend, records[7:9], counter=CounterUpdate("alice", importance=0.7, adds=2))
+        assert backend.recent("alice", since_last_reflection=True) == records[7:9]
+        assert backend.reflection_state("alice").adds_since == 2
+        backend.mark_reflected("alice", reflected + timedelta(hours=1))
+        assert backend.reflection_state("alice").adds_since == 0
+
+    def test_reflection_counter_through_the_stream(
+        self, backends: Callable[[], BaseMemoryBackend]
+    ) -> None:
+        stream = MemoryStream(WordEmbeddings(32), backend=backends(), embedding_model=MODEL)
+        stream.add(["a", "b", "c"], importances=[0.2, 0.3, 0.5], now=NOW)
+        stored = stream.add(
+            "insight", importances=0.9, kinds=REFLECTION, now=NOW, reset_reflection_counter=True
+        )
+        assert stream.reflection_state().adds_since == 0
+        stream.add("d", importances=0.4, now=NOW)
+        stream.add("e", importances=0.6, kinds=REFLECTION, evidence=[[stored[0].id]], now=NOW)
+        state = stream.reflection_state()
+        assert state.importance_sum == pytest.approx(0.4) and state.adds_since == 2
+        assert stream.get(stream.recent(1)[0].id)[0].depth == 1
+        stream.close()
+
+    # -- the pending queue -----------------------------------------------------------------
+
+    def test_pending_queue(self, backend: BaseMemoryBackend) -> None:
+        items = [_pending(f"q{i}", "alice" if i % 3 else "bob") for i in range(6)]
+        backend.enqueue(items[:1])
+        backend.enqueue(items[1:])
+        assert [p.id for p in backend.pending()] == [p.id for p in items]
+        assert [p.id for p in backend.pending(limit=2)] == ["q0", "q1"]
+        alice = [p.id for p in items if p.namespace == "alice"]
+        assert [p.id for p in backend.pending(namespace="alice")] == alice
+        assert [p.id for p in backend.pending(namespace="alice", limit=2, newest=True)] == alice[
+            -2:
+        ]
+        assert backend.count_pending() == 6 and backend.count_pending("bob") == 2
+        assert backend.pending(namespace="alice")[0] == items[1]
+        done = [_fresh(p.text, id=p.id) for p in items if p.id in ("q1", "q2")]
+        self.fill(backend, done, pending=["q1", "q2"])
+        assert backend.count_pending() == 4
+        assert [r.id for r in backend.get("alice", ["q1", "q2"])] == ["q1", "q2"]
+        with pytest.raises(PendingConflictError):
+            self.fill(backend, [_fresh("x", id="q1b")], pending=["q1"])
+        assert backend.get("alice", ["q1b"]) == []
+        with pytest.raises(StorageError):
+            backend.enqueue([_pending("q3", "alice")])  # already queued
+
+    # -- the reflection lock ---------------------------------------------------------------
+
+    def test_reflection_lock_excludes_others_per_namespace(
+        self, backend: BaseMemoryBackend
+    ) -> None:
+        outcome: dict[str, Any] = {}
+
+        def contend(namespace: str) -> None:
+            try:
+                with backend.reflection_lock(namespace, timeout=0):
+                    outcome[namespace] = "acquired"
+            except TimeoutError:
+                outcome[namespace] = "busy"
+
+        with backend.reflection_lock("alice"):
+            for ns in ("alice", "bob"):
+                thread = threading.Thread(target=contend, args=(ns,))
+                thread.start()
+                thread.join()
+        assert outcome == {"alice": "busy", "bob": "acquired"}
+        contend("alice")  # released on exit
+        assert outcome["alice"] == "acquired"
+        with pytest.raises(RuntimeError), backend.reflection_lock("alice"):
+            raise RuntimeError("reflection failed")
+        contend("alice")  # released on errors too
+        assert outcome["alice"] == "acquired"
+
+    # -- export and import -----------------------------------------------------------------
+
+    def test_export_import_round_trips_between_backends(
+        self,
+        backends: Callable[[], BaseMemoryBackend],
+        reference: BaseMemoryBackend,
+        tmp_path: Path,
+    ) -> None:
+        def stream_of(backend: BaseMemoryBackend) -> MemoryStream:
+            return MemoryStream(WordEmbeddings(32), backend=backend, embedding_model=MODEL)
+
+        source = stream_of(reference)
+        source.add([r.text for r in corpus(25)], importances=0.5, now=NOW)
+        source.add(["about ünïcode ☕", "emoji 😀"], metadatas={"k": ["v", 1.5]}, now=NOW)
+        source.add("other ns", namespace="bob", now=NOW)
+        source.retrieve("w1 w2", k=3, now=NOW + timedelta(hours=1))  # some access times differ
+        first = tmp_path / "first.jsonl"
+        assert source.export_jsonl(first, namespaces="all") == 28
+        target = stream_of(backends())
+        assert target.import_jsonl(first) == 28
+        assert target.import_jsonl(first) == 0  # existing ids are skipped
+        second = tmp_path / "second.jsonl"
+        target.export_jsonl(second, namespaces="all")
+        assert second.read_text(encoding="utf-8") == first.read_text(encoding="utf-8")
+        back = stream_of(SQLiteBackend(None))
+        back.import_jsonl(second)
+        third = tmp_path / "third.jsonl"
+        back.export_jsonl(third, namespaces="all")
+        assert third.read_text(encoding="utf-8") == first.read_text(encoding="utf-8")
+        for config in SHARED_SCORINGS:
+            for query in QUERIES:
+                got = exact_top(target.backend, "default", query, config)
+                assert got == exact_top(reference, "default", query, config)
+        back.close()
+
+    # -- async twins -------------------------------------------------------------------------
+
+    def test_async_twins_match_the_sync_methods(self, backend: BaseMemoryBackend) -> None:
+        records = corpus(15)
+
+        async def run() -> None:
+            await backend.abind_embeddings(MODEL, 32)
+            await backend.aput(
+                records, vectors_of(records), counter=CounterUpdate("alice", adds=15)
+            )
+            assert await backend.aget("alice", [records[2].id]) == [records[2]]
+            assert await backend.acount("alice") == 15
+            assert (await backend.areflection_state("alice")).adds_since == 15
+            found = await backend.acandidates(
+                "alice",
+                "tea",
+                query_vector("tea"),
+                k=3,
+                filter=RetrievalFilter(),
+                config=ScoringConfig.paper(),
+            )
+            keys = found.keys[:2].tolist()
+            touched = await backend.atouch("alice", keys, NOW)
+            assert set(touched) == set(keys)
+            async with backend.areflection_lock("alice"):
+                with pytest.raises(TimeoutError), backend.reflection_lock("alice", timeout=0):
+                    pass
+            assert await backend.adelete("alice", [records[0].id]) == 1
+            assert await backend.apurge("alice") == 14
+
+        asyncio.run(run())
+
+
+def _pending(id: str, namespace: str) -> PendingMemory:
+    return PendingMemory(
+        id=id,
+        namespace=namespace,
+        text=f"pending {id}",
+        kind=OBSERVATION,
+        created_at=NOW,
+        importance=None,
+        metadata={},
+    )
+
+
+def _fresh(text: str, *, id: str | None = None) -> MemoryRecord:
+    return MemoryRecord(
+        id=id or f"fresh-{text}",
+        text=text,
+        created_at=NOW,
+        importance=0.5,
+        namespace="alice",
+    )
