@@ -423,7 +423,7 @@ def test_lexical_scores_are_the_sqlite_backends_bm25(backend: PostgresBackend) -
     """BM25 computed in SQL equals the SQLite backend's index on the same documents (an
     observation's document includes the previous observation with ``lexical_context``),
     also after deletes change ``N``, the average length and the document frequencies."""
-    from langchain_reflective.lexical import BM25Index
+    from langchain_reflective.backends.sqlite.lexical import BM25Index
 
     backend.configure(ScoringConfig.hybrid())  # lexical_context
     records, vectors = _fill(backend, 80)

@@ -56,6 +56,7 @@ from langchain_reflective.backends.postgres.schema import (
     SETUP_LOCK,
     bind_sql,
 )
+from langchain_reflective.backends.sqlite.lexical import BM25Index
 from langchain_reflective.errors import (
     DimensionMismatchError,
     EmbeddingError,
@@ -64,7 +65,6 @@ from langchain_reflective.errors import (
     SchemaVersionError,
     StorageError,
 )
-from langchain_reflective.lexical import BM25Index
 from langchain_reflective.records import OBSERVATION, MemoryRecord
 from langchain_reflective.scoring import ScoringConfig
 
@@ -91,7 +91,8 @@ logger = logging.getLogger(__name__)
 
 _INSERT_COLUMNS = (
     "id, namespace, text, kind, created_at, importance, "
-    "importance_source, evidence, depth, metadata, embedding, lex_terms, lex_tfs, lex_len"
+    "importance_source, evidence, depth, metadata, embedding, lex_terms, lex_tfs, lex_len, "
+    "ctx_terms, ctx_tfs, ctx_len"
 )
 _RESET = """
 INSERT INTO reflective_counters AS c
@@ -388,30 +389,30 @@ class PostgresBackend(BaseMemoryBackend):
 
     def _lexical_terms(
         self, conn: psycopg.Connection[Any], records: Sequence[MemoryRecord]
-    ) -> list[tuple[list[str], list[int], int]]:
-        """Each record's BM25 document: (distinct terms, their counts, number of terms).
-
-        With ``lexical_context`` an observation's document is the previous observation's
-        text then its own (the namespace's newest observation before this batch is read in
-        the write's transaction).
-        """
-        last: dict[str, str | None] = {}
-        out: list[tuple[list[str], list[int], int]] = []
+    ) -> list[tuple[Counter[str], Counter[str]]]:
+        """Each record's BM25 terms: of its text, and with the previous observation's text
+        before it for an observation (the namespace's newest observation before this batch is
+        read in the write's transaction)."""
+        last: dict[str, Counter[str] | None] = {}
+        out: list[tuple[Counter[str], Counter[str]]] = []
         for r in records:
-            doc = r.text
-            if self._lexical_context and r.kind == OBSERVATION:
+            own = Counter(_TOKENIZER.tokenize(r.text))
+            context = own
+            if r.kind == OBSERVATION:
                 if r.namespace not in last:
                     row = conn.execute(
-                        "SELECT text FROM reflective_memories WHERE namespace = %s "
+                        "SELECT lex_terms, lex_tfs FROM reflective_memories WHERE namespace = %s "
                         "AND kind = 'observation' ORDER BY seq DESC LIMIT 1",
                         (r.namespace,),
                     ).fetchone()
-                    last[r.namespace] = row[0] if row else None
+                    last[r.namespace] = (
+                        Counter(dict(zip(row[0], row[1], strict=True))) if row else None
+                    )
                 prev = last[r.namespace]
-                doc = r.text if prev is None else prev + "\n" + r.text
-                last[r.namespace] = r.text
-            terms = Counter(_TOKENIZER.tokenize(doc))
-            out.append((list(terms), list(terms.values()), terms.total()))
+                if prev is not None:
+                    context = prev + own
+                last[r.namespace] = own
+            out.append((own, context))
         return out
 
     def put(
@@ -438,7 +439,7 @@ class PostgresBackend(BaseMemoryBackend):
                 with conn.cursor().copy(
                     f"COPY reflective_memories ({_INSERT_COLUMNS}) FROM STDIN"
                 ) as copy:
-                    for r, (terms, tfs, length), vec in zip(records, lexical, vectors, strict=True):
+                    for r, (own, context), vec in zip(records, lexical, vectors, strict=True):
                         copy.write_row(
                             (
                                 r.id,
@@ -452,22 +453,26 @@ class PostgresBackend(BaseMemoryBackend):
                                 r.depth,
                                 Jsonb(dict(r.metadata)),
                                 _vector_text(vec),
-                                terms,
-                                tfs,
-                                length,
+                                list(own),
+                                list(own.values()),
+                                own.total(),
+                                list(context),
+                                list(context.values()),
+                                context.total(),
                             )
                         )
-                        seen = stats.setdefault(r.namespace, [0, 0])
+                        seen = stats.setdefault(r.namespace, [0, 0, 0])
                         seen[0] += 1
-                        seen[1] += length
+                        seen[1] += own.total()
+                        seen[2] += context.total()
                 conn.execute(
                     "INSERT INTO reflective_access (seq, namespace, last_accessed_at) "
                     "SELECT m.seq, m.namespace, x.at FROM unnest(%s::text[], %s::timestamptz[]) "
                     "AS x(id, at) JOIN reflective_memories m ON m.id = x.id",
                     ([r.id for r in records], [r.accessed_at for r in records]),
                 )
-                for ns, (docs, total) in stats.items():
-                    self._add_lexical_stats(conn, ns, docs, total)
+                for ns, (docs, total, ctx_total) in stats.items():
+                    self._add_lexical_stats(conn, ns, docs, total, ctx_total)
             if counter is not None:
                 self._apply_counter(conn, counter)
 
@@ -483,15 +488,16 @@ class PostgresBackend(BaseMemoryBackend):
 
     @staticmethod
     def _add_lexical_stats(
-        conn: psycopg.Connection[Any], namespace: str, docs: int, total: int
+        conn: psycopg.Connection[Any], namespace: str, docs: int, total: int, ctx_total: int
     ) -> None:
-        """BM25's ``N`` and total length of ``namespace`` change by ``docs`` and ``total``."""
+        """BM25's ``N`` and total lengths of ``namespace`` change by these amounts."""
         conn.execute(
-            "INSERT INTO reflective_counters AS c (namespace, lex_docs, lex_total) "
-            "VALUES (%s, %s, %s) ON CONFLICT (namespace) DO UPDATE SET "
+            "INSERT INTO reflective_counters AS c (namespace, lex_docs, lex_total, ctx_total) "
+            "VALUES (%s, %s, %s, %s) ON CONFLICT (namespace) DO UPDATE SET "
             "lex_docs = c.lex_docs + EXCLUDED.lex_docs, "
-            "lex_total = c.lex_total + EXCLUDED.lex_total",
-            (namespace, docs, total),
+            "lex_total = c.lex_total + EXCLUDED.lex_total, "
+            "ctx_total = c.ctx_total + EXCLUDED.ctx_total",
+            (namespace, docs, total, ctx_total),
         )
 
     @staticmethod
@@ -518,11 +524,17 @@ class PostgresBackend(BaseMemoryBackend):
         with self._conn() as conn, conn.transaction():
             gone = conn.execute(
                 "DELETE FROM reflective_memories WHERE namespace = %s AND id = ANY(%s) "
-                "RETURNING lex_len",
+                "RETURNING lex_len, ctx_len",
                 (namespace, list(ids)),
             ).fetchall()
             if gone:
-                self._add_lexical_stats(conn, namespace, -len(gone), -sum(r[0] for r in gone))
+                self._add_lexical_stats(
+                    conn,
+                    namespace,
+                    -len(gone),
+                    -sum(r[0] for r in gone),
+                    -sum(r[1] for r in gone),
+                )
             return len(gone)
 
     def purge(self, namespace: str) -> int:
@@ -779,6 +791,12 @@ class PostgresBackend(BaseMemoryBackend):
         config: ScoringConfig,
         exact: bool,
     ) -> tuple[str, dict[str, Any]]:
+        dim = self.dimension
+        if dim is not None and vector.shape[0] != dim:
+            raise DimensionMismatchError(
+                f"the database holds {dim}-dimensional vectors; the query vector has "
+                f"{vector.shape[0]}"
+            )
         want_dense = max(self.dense_candidates, 4 * k)
         want_lex = max(self.lexical_candidates, 4 * k)
         top = max(config.relevance_weight, config.lexical_weight, 1e-12)
@@ -789,6 +807,7 @@ class PostgresBackend(BaseMemoryBackend):
             dense=want_dense,
             lexical_top=want_lex,
             near=max(4 * k, want_dense // 4),
+            terms="ctx" if self._lexical_context else "lex",
             # the most recent / important memories, as many as their weight can matter
             recent=0
             if config.recency_weight <= 0
@@ -845,7 +864,9 @@ class PostgresBackend(BaseMemoryBackend):
         return CandidateSet(
             keys=keys,
             size=size,
-            relevance=np.fromiter((r[2] for r in rows), dtype=np.float64, count=n),
+            relevance=np.fromiter((r[2] for r in rows), dtype=np.float32, count=n).astype(
+                np.float64
+            ),
             accessed=np.fromiter((r[4] for r in rows), dtype=np.float64, count=n),
             created=np.fromiter((r[5] for r in rows), dtype=np.float64, count=n),
             importance=np.fromiter((r[6] for r in rows), dtype=np.float64, count=n),

@@ -31,26 +31,31 @@ BM25_B = 0.75
 
 # BM25 (Lucene's variant, as the SQLite backend computes it): N and the average length come from
 # the namespace's counter row; df from the GIN index; per query term ``qtf * idf``.
-_STATS = (
-    "stats AS MATERIALIZED (SELECT coalesce(max(c.lex_docs), 0)::float8 AS n, "
-    "CASE WHEN max(c.lex_docs) > 0 AND max(c.lex_total) > 0 "
-    "THEN max(c.lex_total)::float8 / max(c.lex_docs) ELSE 1.0 END AS avgdl "
-    "FROM reflective_counters c WHERE c.namespace = %(ns)s)"
-)
-_QTERMS = (
-    "qt AS MATERIALIZED (SELECT t.term, t.qtf * ln(1 + (s.n - df.c + 0.5) / (df.c + 0.5)) AS w "
-    "FROM unnest(%(qterms)s::text[], %(qtfs)s::int[]) AS t(term, qtf) CROSS JOIN stats s "
-    "CROSS JOIN LATERAL (SELECT count(*)::float8 AS c FROM reflective_memories d "
-    "WHERE d.namespace = %(ns)s AND d.lex_terms @> ARRAY[t.term]) AS df WHERE df.c > 0)"
-)
-_BM25 = (
-    "(SELECT coalesce(sum(qt.w * x.tf / (x.tf + "
-    f"{BM25_K1} * (1 - {BM25_B} + {BM25_B} * m.lex_len / s.avgdl))), 0) "
-    "FROM qt CROSS JOIN LATERAL "
-    "(SELECT m.lex_tfs[array_position(m.lex_terms, qt.term)] AS tf) AS x "
-    "WHERE x.tf IS NOT NULL)"
-)
-_MATCHES = "m.lex_terms && %(qterms)s::text[]"
+
+
+def _bm25_parts(p: str) -> tuple[str, str, str, str]:
+    """The BM25 CTEs and expressions over the ``{p}_*`` term columns (``lex`` or ``ctx``)."""
+    stats = (
+        "stats AS MATERIALIZED (SELECT coalesce(max(c.lex_docs), 0)::float8 AS n, "
+        f"CASE WHEN max(c.lex_docs) > 0 AND max(c.{p}_total) > 0 "
+        f"THEN max(c.{p}_total)::float8 / max(c.lex_docs) ELSE 1.0 END AS avgdl "
+        "FROM reflective_counters c WHERE c.namespace = %(ns)s)"
+    )
+    qterms = (
+        "qt AS MATERIALIZED (SELECT t.term, "
+        "t.qtf * ln(1 + (s.n - df.c + 0.5) / (df.c + 0.5)) AS w "
+        "FROM unnest(%(qterms)s::text[], %(qtfs)s::int[]) AS t(term, qtf) CROSS JOIN stats s "
+        "CROSS JOIN LATERAL (SELECT count(*)::float8 AS c FROM reflective_memories d "
+        f"WHERE d.namespace = %(ns)s AND d.{p}_terms @> ARRAY[t.term]) AS df WHERE df.c > 0)"
+    )
+    bm25 = (
+        "(SELECT coalesce(sum(qt.w * x.tf / (x.tf + "
+        f"{BM25_K1} * (1 - {BM25_B} + {BM25_B} * m.{p}_len / s.avgdl))), 0) "
+        "FROM qt CROSS JOIN LATERAL "
+        f"(SELECT m.{p}_tfs[array_position(m.{p}_terms, qt.term)] AS tf) AS x "
+        "WHERE x.tf IS NOT NULL)"
+    )
+    return stats, qterms, bm25, f"m.{p}_terms && %(qterms)s::text[]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +76,9 @@ class CandidateQuery:
     """Most recently accessed memories on the approximate path."""
     important: int = 0
     """Most important memories on the approximate path."""
+    terms: str = "lex"
+    """Which term columns the lexical half reads: ``lex`` (the memory's text) or ``ctx`` (with
+    the previous observation's, ``ScoringConfig.lexical_context``)."""
     near: int = 0
     """How many of the best dense and lexical matches bring their neighbours along as
     candidates on the approximate path (with ``neighbors``)."""
@@ -101,6 +109,10 @@ def candidates_sql(spec: CandidateQuery, flt: RetrievalFilter, params: dict[str,
     kind, previous seq, next seq, lexical max`` -- candidates first in ``seq`` order, then the
     neighbour rows (observations next to a candidate that are not candidates themselves).
 
+    Relevance is the inner product (``<#>``): vectors are unit vectors, and pgvector sums its
+    products in single precision, as the SQLite backend's FAISS index does, so equal cosines
+    stay equal (``1 - <=>`` divides by the norms in double precision and splits such ties).
+
     The exact statement reads the namespace once (window functions find each observation's
     neighbours); the approximate one gathers the candidate keys from the indexes, then looks
     up each candidate's neighbours with two index probes. Neither joins on estimates that
@@ -110,14 +122,15 @@ def candidates_sql(spec: CandidateQuery, flt: RetrievalFilter, params: dict[str,
     min_rel = ""
     if flt.min_relevance is not None:
         params["min_rel"] = float(flt.min_relevance)
-        min_rel = " AND 1 - (m.embedding <=> q.v) >= %(min_rel)s"
+        min_rel = " AND -(m.embedding <#> q.v) >= %(min_rel)s"
     q = "q AS MATERIALIZED (SELECT %(vec)s::vector AS v)"
     stats_join = ", stats s" if spec.lexical else ""
+    stats, qterms, bm25, matches = _bm25_parts(spec.terms)
     if spec.lexical:
-        q = f"{q},\n{_STATS},\n{_QTERMS}"
-    lex = f"CASE WHEN {_MATCHES} THEN {_BM25} ELSE 0 END" if spec.lexical else "0.0"
+        q = f"{q},\n{stats},\n{qterms}"
+    lex = f"CASE WHEN {matches} THEN {bm25} ELSE 0 END" if spec.lexical else "0.0"
     values = (
-        f"1 - (m.embedding <=> q.v), {lex}, extract(epoch FROM a.last_accessed_at)::float8, "
+        f"-(m.embedding <#> q.v), {lex}, extract(epoch FROM a.last_accessed_at)::float8, "
         "extract(epoch FROM m.created_at)::float8, m.importance, m.kind"
     )
     if spec.exact:
@@ -156,8 +169,8 @@ ORDER BY b.ok DESC, b.seq"""
     if spec.lexical:
         # unfiltered, so its best rank is the namespace's best (lexical_max)
         ctes.append(
-            f"lex AS (SELECT m.seq, m.kind, {_BM25} AS r, (true{where}) AS ok "
-            f"FROM reflective_memories m, stats s WHERE m.namespace = %(ns)s AND {_MATCHES} "
+            f"lex AS (SELECT m.seq, m.kind, {bm25} AS r, (true{where}) AS ok "
+            f"FROM reflective_memories m, stats s WHERE m.namespace = %(ns)s AND {matches} "
             "ORDER BY r DESC, m.seq LIMIT %(n_lex)s)"
         )
         pools.append("SELECT seq FROM lex WHERE ok")

@@ -45,7 +45,10 @@ CREATE TABLE reflective_memories (
     embedding vector NOT NULL,
     lex_terms text[] NOT NULL DEFAULT '{}',
     lex_tfs integer[] NOT NULL DEFAULT '{}',
-    lex_len integer NOT NULL DEFAULT 0
+    lex_len integer NOT NULL DEFAULT 0,
+    ctx_terms text[] NOT NULL DEFAULT '{}',
+    ctx_tfs integer[] NOT NULL DEFAULT '{}',
+    ctx_len integer NOT NULL DEFAULT 0
 );
 CREATE INDEX reflective_memories_ns_seq ON reflective_memories (namespace, seq);
 CREATE INDEX reflective_memories_ns_observations
@@ -53,6 +56,7 @@ CREATE INDEX reflective_memories_ns_observations
 CREATE INDEX reflective_memories_ns_importance
     ON reflective_memories (namespace, importance DESC, seq DESC);
 CREATE INDEX reflective_memories_lex_terms ON reflective_memories USING gin (lex_terms);
+CREATE INDEX reflective_memories_ctx_terms ON reflective_memories USING gin (ctx_terms);
 
 CREATE TABLE reflective_access (
     seq bigint PRIMARY KEY REFERENCES reflective_memories (seq) ON DELETE CASCADE,
@@ -80,7 +84,8 @@ CREATE TABLE reflective_counters (
     last_reflection_at timestamptz,
     last_reflection_seq bigint NOT NULL DEFAULT 0,
     lex_docs bigint NOT NULL DEFAULT 0,
-    lex_total bigint NOT NULL DEFAULT 0
+    lex_total bigint NOT NULL DEFAULT 0,
+    ctx_total bigint NOT NULL DEFAULT 0
 );
 """
 """Version 1.
@@ -91,8 +96,10 @@ CREATE TABLE reflective_counters (
   distinct index terms (lowercased words of two or more characters, English stopwords
   dropped, Snowball-stemmed -- the SQLite backend's tokenizer, so both rank alike),
   ``lex_tfs`` their counts and ``lex_len`` the number of terms; a GIN index on ``lex_terms``
-  finds the memories that share a term with the query. An observation's terms include the
-  previous observation's when ``ScoringConfig.lexical_context`` (as in the SQLite backend).
+  finds the memories that share a term with the query. ``ctx_*`` are the same for the
+  memory's text with the previous observation's before it (for an observation; a copy of
+  ``lex_*`` otherwise): what the lexical half reads when ``ScoringConfig.lexical_context``,
+  as the SQLite backend indexes it. Both are kept, so the setting can change at any time.
   ``embedding`` gets an HNSW index (cosine) once bound.
 * ``reflective_access``: each memory's ``last_accessed_at``, apart from the memory: every
   retrieval updates it, and an update of a row of ``reflective_memories`` would add entries to
@@ -101,8 +108,9 @@ CREATE TABLE reflective_counters (
 * ``reflective_counters``: the reflection counter of each namespace; a write adds to it in the
   same transaction (one row upsert, so concurrent writers serialise on the row and the sum is
   exact). ``last_reflection_seq`` is the newest ``seq`` of the namespace when it was reset.
-  ``lex_docs`` and ``lex_total`` are the namespace's number of memories and sum of their
-  ``lex_len`` (BM25's ``N`` and average length), kept by every write and delete.
+  ``lex_docs``, ``lex_total`` and ``ctx_total`` are the namespace's number of memories and
+  sums of their ``lex_len`` and ``ctx_len`` (BM25's ``N`` and average length), kept by every
+  write and delete.
 * ``reflective_meta``: the embedding model's identity and dimension.
 """
 
