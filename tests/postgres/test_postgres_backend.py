@@ -448,3 +448,37 @@ def test_lexical_scores_are_the_sqlite_backends_bm25(backend: PostgresBackend) -
             assert c.lexical is not None and c.size == len(live)
             assert np.array_equal(c.lexical[: c.size], want)  # the same float32 values
             assert c.lexical_max == expected.max()
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_neighbour_links_follow_deletes_and_later_writes(
+    backend: PostgresBackend, exact: bool
+) -> None:
+    """Each observation's previous/next live observation, kept through deletes (of single,
+    consecutive and last observations) and later batches."""
+    records, _ = _fill(backend, 30)
+    gone = {records[i].id for i in (2, 3, 4, 11, 29)}
+    assert backend.delete("default", sorted(gone)) == 5
+    more, _ = _fill(backend, 6, seed=12)
+    live = [r for r in records + more if r.id not in gone]
+    rng = np.random.default_rng(5)
+    c = backend.candidates(
+        "default", "tea", _unit(rng, 1)[0], k=40, filter=RetrievalFilter(),
+        config=ScoringConfig.hybrid(), exact=exact,
+    )  # fmt: skip
+    assert c.previous is not None and c.next is not None
+    ids = {k: r.id for k, r in backend.fetch("default", c.keys.tolist()).items()}
+    row_id = [ids[int(k)] for k in c.keys]
+    obs = [r.id for r in live if r.kind == "observation"]
+    for row in range(c.size):
+        rid = row_id[row]
+        if rid not in obs:
+            assert c.previous[row] == c.next[row] == -1
+            continue
+        j = obs.index(rid)
+        assert (row_id[c.previous[row]] if c.previous[row] >= 0 else None) == (
+            obs[j - 1] if j else None
+        )
+        assert (row_id[c.next[row]] if c.next[row] >= 0 else None) == (
+            obs[j + 1] if j + 1 < len(obs) else None
+        )

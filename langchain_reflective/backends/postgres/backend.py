@@ -117,6 +117,30 @@ _TOUCH = (
 )
 
 
+_INSERT_ACCESS = """
+INSERT INTO reflective_access (seq, namespace, last_accessed_at, prev_obs)
+SELECT m.seq, m.namespace, x.at,
+       CASE WHEN m.kind = 'observation' THEN (
+           SELECT max(p.seq) FROM reflective_memories p
+           WHERE p.namespace = m.namespace AND p.kind = 'observation' AND p.seq < m.seq) END
+FROM unnest(%s::text[], %s::timestamptz[]) AS x(id, at)
+JOIN reflective_memories m ON m.id = x.id
+RETURNING seq, prev_obs
+"""
+_LINK_NEXT = """
+UPDATE reflective_access a SET next_obs = x.seq
+FROM unnest(%s::bigint[], %s::bigint[]) AS x(seq, prev) WHERE a.seq = x.prev
+"""
+_RELINK = """
+UPDATE reflective_access a SET
+    prev_obs = (SELECT max(p.seq) FROM reflective_memories p WHERE p.namespace = a.namespace
+                AND p.kind = 'observation' AND p.seq < a.seq),
+    next_obs = (SELECT min(n.seq) FROM reflective_memories n WHERE n.namespace = a.namespace
+                AND n.kind = 'observation' AND n.seq > a.seq)
+WHERE a.namespace = %s AND a.seq = ANY(%s)
+"""
+
+
 def _vector_text(row: Any) -> str:
     """A float32 row as pgvector text (``repr`` of each value round-trips float32 exactly)."""
     return str(row.tolist())
@@ -427,10 +451,14 @@ class PostgresBackend(BaseMemoryBackend):
         if len(records) != len(vectors):
             raise StorageError(f"{len(records)} records but {len(vectors)} vectors")
         with self._conn() as conn, conn.transaction():
+            # the namespaces' counter rows first: writers of a namespace take their keys (seq)
+            # in the order they commit, so "after the last reset" is exact and the neighbour
+            # links below see every earlier memory
+            spaces = {r.namespace for r in records}
             if counter is not None:
-                # the counter row first: writers that count for a namespace take their keys
-                # (seq) in the order they commit, so "after the last reset" is exact
-                self._lock_counter(conn, counter.namespace)
+                spaces.add(counter.namespace)
+            for ns in sorted(spaces):
+                self._lock_counter(conn, ns)
             if pending:
                 self._dequeue(conn, pending)
             if records:
@@ -465,12 +493,10 @@ class PostgresBackend(BaseMemoryBackend):
                         seen[0] += 1
                         seen[1] += own.total()
                         seen[2] += context.total()
-                conn.execute(
-                    "INSERT INTO reflective_access (seq, namespace, last_accessed_at) "
-                    "SELECT m.seq, m.namespace, x.at FROM unnest(%s::text[], %s::timestamptz[]) "
-                    "AS x(id, at) JOIN reflective_memories m ON m.id = x.id",
-                    ([r.id for r in records], [r.accessed_at for r in records]),
-                )
+                linked = conn.execute(
+                    _INSERT_ACCESS, ([r.id for r in records], [r.accessed_at for r in records])
+                ).fetchall()
+                conn.execute(_LINK_NEXT, ([x[0] for x in linked], [x[1] for x in linked]))
                 for ns, (docs, total, ctx_total) in stats.items():
                     self._add_lexical_stats(conn, ns, docs, total, ctx_total)
             if counter is not None:
@@ -522,19 +548,27 @@ class PostgresBackend(BaseMemoryBackend):
         if not ids:
             return 0
         with self._conn() as conn, conn.transaction():
+            self._lock_counter(conn, namespace)
             gone = conn.execute(
-                "DELETE FROM reflective_memories WHERE namespace = %s AND id = ANY(%s) "
-                "RETURNING lex_len, ctx_len",
+                "SELECT m.seq, m.lex_len, m.ctx_len, a.prev_obs, a.next_obs "
+                f"FROM {RECORDS} WHERE m.namespace = %s AND m.id = ANY(%s)",
                 (namespace, list(ids)),
             ).fetchall()
-            if gone:
-                self._add_lexical_stats(
-                    conn,
-                    namespace,
-                    -len(gone),
-                    -sum(r[0] for r in gone),
-                    -sum(r[1] for r in gone),
-                )
+            if not gone:
+                return 0
+            seqs = {r[0] for r in gone}
+            conn.execute("DELETE FROM reflective_memories WHERE seq = ANY(%s)", (sorted(seqs),))
+            # the observations next to deleted ones link to their new neighbours
+            near = {s for r in gone for s in r[3:] if s is not None} - seqs
+            if near:
+                conn.execute(_RELINK, (namespace, sorted(near)))
+            self._add_lexical_stats(
+                conn,
+                namespace,
+                -len(gone),
+                -sum(r[1] for r in gone),
+                -sum(r[2] for r in gone),
+            )
             return len(gone)
 
     def purge(self, namespace: str) -> int:

@@ -113,10 +113,10 @@ def candidates_sql(spec: CandidateQuery, flt: RetrievalFilter, params: dict[str,
     products in single precision, as the SQLite backend's FAISS index does, so equal cosines
     stay equal (``1 - <=>`` divides by the norms in double precision and splits such ties).
 
-    The exact statement reads the namespace once (window functions find each observation's
-    neighbours); the approximate one gathers the candidate keys from the indexes, then looks
-    up each candidate's neighbours with two index probes. Neither joins on estimates that
-    stale statistics could turn into a quadratic plan.
+    The exact statement reads the namespace once; the approximate one gathers the candidate
+    keys from the indexes. Both read each observation's neighbours from its links
+    (``reflective_access``), and neither joins on estimates that stale statistics could turn
+    into a quadratic plan.
     """
     where = _filter_sql(flt, params)
     min_rel = ""
@@ -135,11 +135,7 @@ def candidates_sql(spec: CandidateQuery, flt: RetrievalFilter, params: dict[str,
     )
     if spec.exact:
         if spec.neighbors:
-            window = "OVER (PARTITION BY m.kind = 'observation' ORDER BY m.seq)"
-            links = (
-                f"CASE WHEN m.kind = 'observation' THEN lag(m.seq) {window} END, "
-                f"CASE WHEN m.kind = 'observation' THEN lead(m.seq) {window} END"
-            )
+            links = "a.prev_obs, a.next_obs"
             near = (
                 " OR b.seq IN (SELECT prev FROM base WHERE ok UNION SELECT nxt FROM base WHERE ok)"
             )
@@ -168,9 +164,15 @@ ORDER BY b.ok DESC, b.seq"""
     lexmax = "0.0"
     if spec.lexical:
         # unfiltered, so its best rank is the namespace's best (lexical_max)
+        p = spec.terms
         ctes.append(
-            f"lex AS (SELECT m.seq, m.kind, {bm25} AS r, (true{where}) AS ok "
-            f"FROM reflective_memories m, stats s WHERE m.namespace = %(ns)s AND {matches} "
+            # every matching memory's BM25 in one join of its terms with the query's
+            "lex AS (SELECT m.seq, m.kind, sum(qt.w * d.tf / (d.tf + "
+            f"{BM25_K1} * (1 - {BM25_B} + {BM25_B} * m.{p}_len / s.avgdl))) AS r, "
+            f"(true{where}) AS ok FROM reflective_memories m CROSS JOIN stats s "
+            f"CROSS JOIN LATERAL unnest(m.{p}_terms, m.{p}_tfs) AS d(term, tf) "
+            "JOIN qt ON qt.term = d.term "
+            f"WHERE m.namespace = %(ns)s AND {matches} GROUP BY m.seq, s.avgdl "
             "ORDER BY r DESC, m.seq LIMIT %(n_lex)s)"
         )
         pools.append("SELECT seq FROM lex WHERE ok")
@@ -201,26 +203,16 @@ ORDER BY b.ok DESC, b.seq"""
             "WHERE t.kind = 'observation')"
         )
         ctes.append(
-            "top_links AS (SELECT (SELECT p.seq FROM reflective_memories p "
-            "WHERE p.namespace = %(ns)s AND p.kind = 'observation' AND p.seq < t.seq "
-            "ORDER BY p.seq DESC LIMIT 1) AS prev, (SELECT n.seq FROM reflective_memories n "
-            "WHERE n.namespace = %(ns)s AND n.kind = 'observation' AND n.seq > t.seq "
-            "ORDER BY n.seq LIMIT 1) AS nxt FROM top_rel t)"
+            "top_links AS (SELECT a.prev_obs AS prev, a.next_obs AS nxt "
+            "FROM top_rel t JOIN reflective_access a ON a.seq = t.seq)"
         )
         pools.append("SELECT prev FROM top_links UNION SELECT nxt FROM top_links")
-        links = (
-            "CASE WHEN m.kind = 'observation' THEN (SELECT p.seq FROM reflective_memories p "
-            "WHERE p.namespace = %(ns)s AND p.kind = 'observation' AND p.seq < m.seq "
-            "ORDER BY p.seq DESC LIMIT 1) END, "
-            "CASE WHEN m.kind = 'observation' THEN (SELECT n.seq FROM reflective_memories n "
-            "WHERE n.namespace = %(ns)s AND n.kind = 'observation' AND n.seq > m.seq "
-            "ORDER BY n.seq LIMIT 1) END"
-        )
+        links = "a.prev_obs, a.next_obs"
     else:
         links = "NULL::bigint, NULL::bigint"
     ctes.append(
         f"cand (seq, prev, nxt) AS MATERIALIZED (SELECT m.seq, {links} "
-        "FROM reflective_memories m, q "
+        f"FROM {RECORDS}, q "
         f"WHERE m.seq IN ({' UNION '.join(pools)}) AND m.namespace = %(ns)s{where}{min_rel})"
     )
     ctes.append(

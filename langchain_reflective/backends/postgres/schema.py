@@ -61,7 +61,9 @@ CREATE INDEX reflective_memories_ctx_terms ON reflective_memories USING gin (ctx
 CREATE TABLE reflective_access (
     seq bigint PRIMARY KEY REFERENCES reflective_memories (seq) ON DELETE CASCADE,
     namespace text NOT NULL,
-    last_accessed_at timestamptz NOT NULL
+    last_accessed_at timestamptz NOT NULL,
+    prev_obs bigint,
+    next_obs bigint
 );
 CREATE INDEX reflective_access_ns_at ON reflective_access (namespace, last_accessed_at DESC);
 
@@ -104,6 +106,9 @@ CREATE TABLE reflective_counters (
 * ``reflective_access``: each memory's ``last_accessed_at``, apart from the memory: every
   retrieval updates it, and an update of a row of ``reflective_memories`` would add entries to
   all of that table's indexes (the HNSW graph included), where this narrow table has two.
+  ``prev_obs``/``next_obs`` link an observation to the previous and next live observation of
+  its namespace (the neighbour context of scoring): kept by every write and delete, which hold
+  the namespace's counter row, so a retrieval reads them instead of searching.
 * ``reflective_pending``: the outbox of memories queued before they are embedded.
 * ``reflective_counters``: the reflection counter of each namespace; a write adds to it in the
   same transaction (one row upsert, so concurrent writers serialise on the row and the sum is
