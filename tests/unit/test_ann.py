@@ -165,7 +165,7 @@ def test_reopen_uses_the_ivf_cache_and_a_tampered_one_is_rebuilt(
         assert [_top(s, q) for q in queries] == want
         assert s.backend._partitions["default"].ann is not None
     assert trained == []  # loaded from the cache, not retrained
-    (cache,) = (db.parent / (db.name + ".index")).iterdir()
+    (cache,) = (db.parent / (db.name + ".index")).glob("*.faiss")
     data_bytes = bytearray(cache.read_bytes())
     data_bytes[len(data_bytes) // 2] ^= 0xFF
     cache.write_bytes(bytes(data_bytes))

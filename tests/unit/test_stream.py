@@ -142,7 +142,7 @@ def test_tampered_cache_is_rebuilt_not_trusted(embeddings, db_path, now) -> None
     with MemoryStream(embeddings, path=db_path) as s:
         s.add(FACTS, importances=0.5, now=now)
         want = [h.record.id for h in s.retrieve("Carol dog", k=3, now=now, touch=False)]
-    (cache,) = (db_path.parent / (db_path.name + ".index")).iterdir()
+    (cache,) = (db_path.parent / (db_path.name + ".index")).glob("*.faiss")
     data = bytearray(cache.read_bytes())
     data[-8:] = b"\x00" * 8  # corrupt the vectors
     cache.write_bytes(bytes(data))

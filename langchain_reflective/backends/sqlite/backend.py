@@ -40,7 +40,7 @@ from langchain_reflective.backends.sqlite.index.faiss_flat import FaissFlatIndex
 from langchain_reflective.backends.sqlite.index.ivf import IVFCandidateIndex
 from langchain_reflective.backends.sqlite.partition import Partition, rows_of_seqs
 from langchain_reflective.backends.sqlite.record_store import BaseRecordStore
-from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
+from langchain_reflective.backends.sqlite.store import _GENERATION_STRIDE, SQLiteRecordStore
 from langchain_reflective.errors import DimensionMismatchError, StorageError
 from langchain_reflective.records import MemoryRecord
 from langchain_reflective.scoring import ScoringConfig
@@ -188,20 +188,27 @@ class SQLiteBackend(BaseMemoryBackend):
         self._partitions[namespace] = part
         return part
 
-    def _load_partition(self, namespace: str, dim: int) -> Partition:
+    def _load_partition(self, namespace: str, dim: int, *, mapped: bool = True) -> Partition:
         """Rebuild a namespace's scoring state from the file, streaming it in chunks.
 
         The vector-index cache (when valid) spares reading the vectors (exact partitions) or
-        retraining and refilling the IVF index (large partitions).
+        retraining and refilling the IVF index (large partitions); the mapped vector file of a
+        large partition spares reading its vectors (only rows stored since are read).
         """
         generation = self.store.generation(namespace)
         part = Partition(namespace, dim, generation)
         info = self._cache_info(namespace, generation)
         kind = info.get("kind", "flat") if info else None
         flat = self._load_flat_cache(namespace, dim, info) if kind == "flat" else None
+        matrix = None
+        if flat is None and mapped:
+            matrix = self._map_vector_cache(namespace, dim, generation)
         part.reserve(self.store.count(namespace))
         for chunk in self.store.iter_partition(
-            namespace, with_vectors=flat is None, chunk_size=_LOAD_CHUNK
+            namespace,
+            with_vectors=flat is None and matrix is None,
+            chunk_size=_LOAD_CHUNK,
+            with_texts=False,
         ):
             part.append(
                 chunk.seqs,
@@ -212,6 +219,12 @@ class SQLiteBackend(BaseMemoryBackend):
                 chunk.kinds,
                 None,
             )
+        if matrix is not None:
+            index = self._mapped_index(part, matrix)
+            if index is None:  # the file changed under us: read every vector instead
+                return self._load_partition(namespace, dim, mapped=False)
+            part.index = index
+            part.vectors_generation = generation if len(index) == matrix[1] else None
         if flat is not None:
             part.index = flat
         elif kind == "ivf" and info is not None:
@@ -219,6 +232,117 @@ class SQLiteBackend(BaseMemoryBackend):
             part.ann_upto = len(part) if part.ann is not None else 0
         part.dirty = flat is None and (part.ann is None or kind != "ivf")
         return part
+
+    def _map_vector_cache(
+        self, namespace: str, dim: int, generation: int
+    ) -> tuple[npt.NDArray[np.float32], int, int] | None:
+        """The mapped vector file of a large partition and the rows and newest seq it covers,
+        when it is still a prefix of the namespace (nothing deleted since, only appends)."""
+        path = self._cache_path(namespace)
+        raw = self.store.get_meta(f"vector_cache:{namespace}")
+        if path is None or raw is None:
+            return None
+        try:
+            info = json.loads(raw)
+            rows, newest, saved = (
+                int(info["rows"]),
+                int(info["newest_seq"]),
+                int(info["generation"]),
+            )
+            if int(info["dimension"]) != dim or rows < 1:
+                return None
+        except (ValueError, KeyError, TypeError):
+            return None
+        if saved != generation and not (
+            isinstance(self.store, SQLiteRecordStore)
+            and saved // _GENERATION_STRIDE == generation // _GENERATION_STRIDE
+            and newest <= generation % _GENERATION_STRIDE
+        ):
+            return None
+        file = path.with_suffix(".f32")
+        try:
+            if file.stat().st_size != rows * dim * 4:
+                return None
+            matrix = np.memmap(file, dtype="<f4", mode="c", shape=(rows, dim))
+        except (OSError, ValueError):
+            return None
+        return np.asarray(matrix), rows, newest
+
+    def _mapped_index(
+        self, part: Partition, mapped: tuple[npt.NDArray[np.float32], int, int]
+    ) -> FaissFlatIndex | None:
+        """A flat index over the mapped rows plus the vectors of rows stored since."""
+        matrix, rows, newest = mapped
+        if len(part) < rows or int(part.seqs.view[rows - 1]) != newest:
+            return None
+        index = FaissFlatIndex.from_matrix(matrix)
+        if len(part) > rows:
+            tail = [
+                chunk
+                for chunk in self.store.iter_partition(
+                    part.namespace, with_vectors=True, chunk_size=_LOAD_CHUNK, after_seq=newest
+                )
+            ]
+            seqs = [s for c in tail for s in c.seqs.tolist()]
+            if seqs != part.seqs.view[rows:].tolist():
+                return None
+            for chunk in tail:
+                assert chunk.vectors is not None
+                index.add(chunk.vectors)
+        return index
+
+    def _save_vector_cache(self, ns: str, part: Partition) -> None:
+        """Keep a large partition's live vectors in a raw file next to the memory file:
+        appended to when only rows were added since it was written, rewritten otherwise."""
+        path = self._cache_path(ns)
+        if path is None or part.vectors_generation == part.generation or not part.live:
+            return
+        file = path.with_suffix(".f32")
+        dim = part.index.dimension
+        alive = part.index.alive
+        live_seqs = part.seqs.view[alive]
+        raw = self.store.get_meta(f"vector_cache:{ns}")
+        start = 0
+        try:
+            info = json.loads(raw) if raw is not None else None
+            if (
+                info is not None
+                and not part.index.n_deleted
+                and int(info["dimension"]) == dim
+                and 0 < int(info["rows"]) <= len(part)
+                and int(part.seqs.view[int(info["rows"]) - 1]) == int(info["newest_seq"])
+                and int(info["generation"]) // _GENERATION_STRIDE
+                == part.generation // _GENERATION_STRIDE
+                and file.stat().st_size == int(info["rows"]) * dim * 4
+            ):
+                start = int(info["rows"])  # a prefix of the live rows: append the rest
+        except (ValueError, KeyError, TypeError, OSError):
+            start = 0
+        vectors = part.index.vectors()
+        if start:
+            with file.open("ab") as fh:
+                fh.write(np.ascontiguousarray(vectors[start:], dtype="<f4").tobytes())
+                fh.flush()
+                os.fsync(fh.fileno())
+        else:
+            file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            tmp = file.with_name(file.name + ".tmp")
+            fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+            with os.fdopen(fd, "wb") as fh:
+                live = vectors[alive] if part.index.n_deleted else vectors
+                for lo in range(0, live.shape[0], _LOAD_CHUNK):
+                    fh.write(np.ascontiguousarray(live[lo : lo + _LOAD_CHUNK], "<f4").tobytes())
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, file)
+        info = {
+            "generation": part.generation,
+            "rows": int(live_seqs.shape[0]),
+            "newest_seq": int(live_seqs[-1]),
+            "dimension": dim,
+        }
+        self.store.set_meta(f"vector_cache:{ns}", json.dumps(info))
+        part.vectors_generation = part.generation
 
     def _cache_info(self, namespace: str, generation: int) -> dict[str, Any] | None:
         if self._cache_path(namespace) is None:
@@ -286,6 +410,12 @@ class SQLiteBackend(BaseMemoryBackend):
             return
         for ns, part in self._partitions.items():
             part.flush_queue()
+            try:
+                self._save_lexical_cache(ns, part)
+                if part.ann is not None or len(part) > _FLAT_CACHE_MAX:
+                    self._save_vector_cache(ns, part)
+            except (OSError, StorageError, ValueError) as exc:  # the caches are optional
+                logger.warning("could not write the index caches of %r: %s", ns, exc)
             if part.ann_build is not None:
                 try:
                     maintain_ann(part, self.exact_limit, wait=True)  # save the index being built
@@ -315,8 +445,86 @@ class SQLiteBackend(BaseMemoryBackend):
             except (OSError, StorageError, RuntimeError) as exc:  # the cache is optional
                 logger.warning("could not write the vector index cache %s: %s", path, exc)
 
+    def _lexical_cache_path(self, namespace: str) -> Path | None:
+        path = self._cache_path(namespace)
+        return None if path is None else path.with_suffix(".bm25")
+
+    def _save_lexical_cache(self, ns: str, part: Partition) -> None:
+        """Snapshot the BM25 index of a partition (when it changed since loaded or saved)."""
+        path = self._lexical_cache_path(ns)
+        if path is None or part.lexical is None or part.lexical_generation == part.generation:
+            return
+        live_seqs = part.seqs.view[part.index.alive]
+        if len(part.lexical) != len(part) or not live_seqs.shape[0]:
+            return
+        from langchain_reflective.backends.sqlite.lexical_cache import save_bm25
+
+        digest, rows = save_bm25(part.lexical, path)
+        info = {
+            "generation": part.generation,
+            "sha256": digest,
+            "rows": rows,
+            "newest_seq": int(live_seqs[-1]),
+            "context": part.lexical_context,
+            "last_observation": part.last_observation,
+        }
+        self.store.set_meta(f"lexical_cache:{ns}", json.dumps(info))
+        part.lexical_generation = part.generation
+
+    def _load_lexical_cache(self, part: Partition) -> BM25Index | None:
+        """The partition's BM25 index from its snapshot, topped up with the rows stored since
+        (only appends: same deletions, same first rows), or ``None`` to rebuild it."""
+        path = self._lexical_cache_path(part.namespace)
+        raw = self.store.get_meta(f"lexical_cache:{part.namespace}")
+        if path is None or raw is None or part.index.n_deleted:
+            return None
+        try:
+            info = json.loads(raw)
+            rows, newest = int(info["rows"]), int(info["newest_seq"])
+            generation, digest = int(info["generation"]), str(info["sha256"])
+            context, last = bool(info["context"]), info["last_observation"]
+        except (ValueError, KeyError, TypeError):
+            return None
+        if context != self._lexical_context or not 0 < rows <= len(part):
+            return None
+        if int(part.seqs.view[rows - 1]) != newest:
+            return None
+        if generation != part.generation and not (
+            isinstance(self.store, SQLiteRecordStore)
+            and generation // _GENERATION_STRIDE == part.generation // _GENERATION_STRIDE
+        ):  # deleted or reset since: row numbers may differ
+            return None
+        from langchain_reflective.backends.sqlite.lexical import BM25Index
+        from langchain_reflective.backends.sqlite.lexical_cache import load_bm25
+
+        lexical = load_bm25(path, expected_sha256=digest, template=BM25Index())
+        if lexical is None:
+            logger.warning("lexical index cache %s is missing or tampered; rebuilding", path)
+            return None
+        part.lexical_context = context
+        part.last_observation = last if isinstance(last, str) else None
+        if rows < len(part):  # rows stored since the snapshot: index them now
+            texts: list[str] = []
+            kinds: list[str] = []
+            seqs: list[int] = []
+            for chunk in self.store.iter_partition(
+                part.namespace, with_vectors=False, after_seq=newest
+            ):
+                seqs.extend(chunk.seqs.tolist())
+                texts.extend(chunk.texts)
+                kinds.extend(chunk.kinds)
+            if seqs != part.seqs.view[rows:].tolist():
+                return None  # another writer changed the file meanwhile: rebuild
+            lexical.add(part.lexical_documents(texts, kinds))
+        part.lexical_generation = generation if rows == len(part) else None
+        return lexical
+
     def _lexical(self, part: Partition) -> BM25Index:
         if part.lexical is None:
+            cached = self._load_lexical_cache(part)
+            if cached is not None:
+                part.lexical = cached
+                return cached
             from langchain_reflective.backends.sqlite.lexical import BM25Index
 
             lexical = BM25Index()

@@ -30,10 +30,14 @@ import re
 import threading
 from array import array
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 import Stemmer
+
+if TYPE_CHECKING:
+    from langchain_reflective.backends.sqlite.lexical_cache import _Base
 
 __all__ = ["ENGLISH_STOPWORDS", "BM25Index", "QueryScores", "top_matches"]
 
@@ -211,9 +215,14 @@ class BM25Index:
     def clear(self) -> None:
         """Remove every row and term; the next :meth:`add` starts again at row 0."""
         self._vocab: dict[str, int] = {}
+        """Stem -> term id of terms added since the index was created or loaded."""
         self._word_ids: dict[str, int] = {}
-        self._post_rows: list[array[int]] = []
-        self._post_tf: list[array[int]] = []
+        self._post_rows: list[array[int] | None] = []
+        """Per term id its rows, or ``None`` while they are only in the loaded base (below)."""
+        self._post_tf: list[array[int] | None] = []
+        self._base: _Base | None = None
+        """Postings and vocabulary loaded from a snapshot (see ``lexical_cache``), read in
+        place: a term's postings become arrays only when a new row adds to them."""
         self._doclen: npt.NDArray[np.int32] = np.zeros(_MIN_CAPACITY, dtype=np.int32)
         self._live: npt.NDArray[np.bool_] = np.zeros(_MIN_CAPACITY, dtype=np.bool_)
         self._n_rows = 0
@@ -233,7 +242,32 @@ class BM25Index:
     @property
     def vocabulary_size(self) -> int:
         """Number of distinct (stemmed) terms ever indexed."""
-        return len(self._vocab)
+        return len(self._post_rows)
+
+    def _find(self, stem: str) -> int | None:
+        """The term id of ``stem``, or ``None``."""
+        tid = self._vocab.get(stem)
+        if tid is None and self._base is not None:
+            tid = self._base.find(stem)
+        return tid
+
+    def _postings(self, tid: int) -> tuple[Any, Any]:
+        """``(rows, tfs)`` of a term: its arrays, or int32/uint16 views of the loaded base."""
+        rows = self._post_rows[tid]
+        if rows is None:
+            assert self._base is not None
+            return self._base.postings(tid)
+        return rows, self._post_tf[tid]
+
+    def _writable(self, tid: int) -> tuple[array[int], array[int]]:
+        """A term's postings as growable arrays (copied out of the loaded base once)."""
+        rows = self._post_rows[tid]
+        tfs = self._post_tf[tid]
+        if rows is None or tfs is None:
+            base_rows, base_tf = self._postings(tid)
+            rows = self._post_rows[tid] = array("i", base_rows.tobytes())
+            tfs = self._post_tf[tid] = array("H", base_tf.tobytes())
+        return rows, tfs
 
     def is_live(self, row: int) -> bool:
         """Whether ``row`` was added and not removed."""
@@ -278,7 +312,7 @@ class BM25Index:
                     tid = -1
                 else:
                     stem: str = self._stemmer.stemWord(word)
-                    tid = self._vocab.get(stem)
+                    tid = self._find(stem)
                     if tid is None:
                         tid = len(self._post_rows)
                         self._vocab[stem] = tid
@@ -327,15 +361,24 @@ class BM25Index:
             if n_terms == 0:
                 continue
             if n_terms == 1:
-                post_rows[ids[0]].append(row)
-                post_tf[ids[0]].append(1)
+                tid = ids[0]
+                rows_of = post_rows[tid]
+                tf_of = post_tf[tid]
+                if rows_of is None or tf_of is None:
+                    rows_of, tf_of = self._writable(tid)
+                rows_of.append(row)
+                tf_of.append(1)
                 continue
             counts: dict[int, int] = {}
             for tid in ids:
                 counts[tid] = counts.get(tid, 0) + 1
             for tid, tf in counts.items():
-                post_rows[tid].append(row)
-                post_tf[tid].append(tf if tf <= _TF_MAX else _TF_MAX)
+                rows_of = post_rows[tid]
+                tf_of = post_tf[tid]
+                if rows_of is None or tf_of is None:
+                    rows_of, tf_of = self._writable(tid)
+                rows_of.append(row)
+                tf_of.append(tf if tf <= _TF_MAX else _TF_MAX)
         end = start + len(texts)
         self._live[start:end] = True
         self._n_rows = end
@@ -365,15 +408,16 @@ class BM25Index:
     def compact(self) -> None:
         """Drop the postings of removed rows to reclaim memory. Row numbers do not change."""
         live = self._live
-        for tid, rows_arr in enumerate(self._post_rows):
-            if not rows_arr:
+        for tid in range(len(self._post_rows)):
+            rows_arr, tf_arr = self._postings(tid)
+            if not len(rows_arr):
                 continue
             rows = np.frombuffer(rows_arr, dtype=np.int32)
             keep = live[rows]
             if bool(keep.all()):
                 del rows
                 continue
-            tfs = np.frombuffer(self._post_tf[tid], dtype=np.uint16)
+            tfs = np.frombuffer(tf_arr, dtype=np.uint16)
             new_rows = array("i", rows[keep].tobytes())
             new_tf = array("H", tfs[keep].tobytes())
             del rows, tfs
@@ -391,7 +435,6 @@ class BM25Index:
         words seen while indexing come from the ``word -> term id`` memo (no stemming).
         """
         cache = self._word_ids
-        vocab = self._vocab
         stopwords = self._stopwords
         counts: dict[int, int] = {}
         for word in _split_words(query):
@@ -399,7 +442,7 @@ class BM25Index:
             if tid is None:
                 if word in stopwords:
                     continue
-                tid = vocab.get(self._stemmer.stemWord(word))
+                tid = self._find(self._stemmer.stemWord(word))
                 if tid is None:
                     continue
             elif tid < 0:  # a stopword
@@ -422,13 +465,15 @@ class BM25Index:
         """
         if self._n_live == 0:
             return QueryScores(None, None, None)
-        terms = [(tid, c) for tid, c in self._query_terms(query) if self._post_rows[tid]]
+        found = [(tid, c, self._postings(tid)) for tid, c in self._query_terms(query)]
+        terms = [(tid, c) for tid, c, (rows_of, _) in found if len(rows_of)]
         if not terms:
             return QueryScores(None, None, None)
         # all the query terms' postings at once, term after term (each list is in row order)
-        lengths = [len(self._post_rows[tid]) for tid, _ in terms]
-        rows32 = np.frombuffer(b"".join([self._post_rows[tid] for tid, _ in terms]), np.int32)
-        tf16 = np.frombuffer(b"".join([self._post_tf[tid] for tid, _ in terms]), np.uint16)
+        postings = [pair for _, _, pair in found if len(pair[0])]
+        lengths = [len(rows_of) for rows_of, _ in postings]
+        rows32 = np.frombuffer(b"".join([rows_of for rows_of, _ in postings]), np.int32)
+        tf16 = np.frombuffer(b"".join([tf_of for _, tf_of in postings]), np.uint16)
         if self._n_live < self._n_rows:  # tombstones: only live postings count and score
             live = self._live[rows32]
             ends = np.cumsum(lengths)

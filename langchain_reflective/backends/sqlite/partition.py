@@ -47,6 +47,10 @@ class Partition:
         self.kind_names: tuple[str, ...] = ()
         """``kinds`` in code order (refreshed by the candidate code when a kind was added)."""
         self.lexical: BM25Index | None = None
+        self.vectors_generation: int | None = None
+        """The generation the mapped vector file was loaded at or saved for (``None``: none)."""
+        self.lexical_generation: int | None = None
+        """The generation :attr:`lexical` was loaded from or saved at (``None``: unsaved)."""
         self._observations: GrowArray | None = None
         self._observations_upto = 0
         self.lexical_context = False
@@ -131,7 +135,11 @@ class Partition:
         self.created.extend(created)
         self.accessed.extend(accessed)
         self.importance.extend(importance)
-        self.kind_codes.extend([self.code(k) for k in kinds])
+        codes = {k: self.code(k) for k in dict.fromkeys(kinds)} if len(kinds) > 1 else None
+        if codes is None:
+            self.kind_codes.extend([self.code(k) for k in kinds])
+        else:
+            self.kind_codes.extend([codes[k] for k in kinds])
         if self.lexical is not None and texts is not None:
             self.lexical.add(self.lexical_documents(texts, kinds))
         rows = np.arange(start, len(self.seqs), dtype=np.int64)

@@ -154,9 +154,16 @@ class BaseRecordStore(ABC):
 
     @abstractmethod
     def iter_partition(
-        self, namespace: str, *, with_vectors: bool = True, chunk_size: int = 50_000
+        self,
+        namespace: str,
+        *,
+        with_vectors: bool = True,
+        chunk_size: int = 50_000,
+        after_seq: int = 0,
+        with_texts: bool = True,
     ) -> Iterator[PartitionChunk]:
-        """Live records of ``namespace`` in insertion order, in chunks."""
+        """Live records of ``namespace`` with a sequence number above ``after_seq``, in
+        insertion order, in chunks (``ids`` and ``texts`` empty when not ``with_texts``)."""
 
     @abstractmethod
     def count(self, namespace: str | None = None) -> int:

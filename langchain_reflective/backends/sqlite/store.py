@@ -1071,10 +1071,18 @@ class SQLiteRecordStore(BaseRecordStore):
         return out
 
     def iter_partition(
-        self, namespace: str, *, with_vectors: bool = True, chunk_size: int = 50_000
+        self,
+        namespace: str,
+        *,
+        with_vectors: bool = True,
+        chunk_size: int = 50_000,
+        after_seq: int = 0,
+        with_texts: bool = True,
     ) -> Iterator[PartitionChunk]:
-        last = 0
-        cols = "seq, id, text, kind, created_us, accessed_us, importance"
+        last = int(after_seq)
+        # without texts, ids and texts are not read (NULL placeholders keep the positions)
+        cols = "seq, id, text" if with_texts else "seq, NULL, NULL"
+        cols += ", kind, created_us, accessed_us, importance"
         if with_vectors:
             cols += ", vector"
         dim = self.dimension
@@ -1097,8 +1105,8 @@ class SQLiteRecordStore(BaseRecordStore):
                 vectors = np.frombuffer(blob, dtype="<f4").reshape(len(rows), dim).copy()
             yield PartitionChunk(
                 seqs=np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
-                ids=[r[1] for r in rows],
-                texts=[r[2] for r in rows],
+                ids=[r[1] for r in rows] if with_texts else [],
+                texts=[r[2] for r in rows] if with_texts else [],
                 kinds=[r[3] for r in rows],
                 created=np.fromiter((r[4] for r in rows), np.float64, len(rows)) / 1e6,
                 accessed=np.fromiter((r[5] for r in rows), np.float64, len(rows)) / 1e6,

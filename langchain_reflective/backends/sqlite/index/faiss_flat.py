@@ -75,6 +75,16 @@ class FaissFlatIndex(BaseVectorIndex):
         self._alive_buf = GrowArray(np.bool_)
         self._n_dead = 0
 
+    @classmethod
+    def from_matrix(cls, matrix: F32) -> FaissFlatIndex:
+        """An index over ``matrix`` (``(n, dim)`` float32, e.g. a copy-on-write file mapping)
+        used in place: no copy until a row is added beyond it."""
+        index = cls(matrix.shape[1])
+        index._matrix._buf = matrix
+        index._matrix._n = matrix.shape[0]
+        index._alive_buf.extend(np.ones(matrix.shape[0], dtype=bool))
+        return index
+
     @property
     def _alive(self) -> npt.NDArray[np.bool_]:
         return self._alive_buf.view
