@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 CHILD = Path(__file__).with_name("memory_child.py")
 ROOT = Path(__file__).resolve().parents[2]
 WORKERS = 4
-ADDS = 30
+ADDS = 20
 
 
 def test_four_reflective_memories_share_one_namespace(postgres_url: str) -> None:

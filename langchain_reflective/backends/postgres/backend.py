@@ -28,8 +28,6 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from langchain_reflective.backends.base import (
     F32,
     BaseMemoryBackend,
@@ -39,15 +37,27 @@ from langchain_reflective.backends.base import (
     RecordBatch,
     ReflectionState,
     RetrievalFilter,
-    trusted_record,
 )
 from langchain_reflective.backends.postgres.queries import (
+    ADD,
     BM25_B,
     BM25_K1,
+    INSERT_ACCESS,
+    INSERT_COLUMNS,
+    LINK_NEXT,
     RECORD_COLUMNS,
     RECORDS,
+    RELINK,
+    RESET,
+    TOUCH,
     CandidateQuery,
     candidates_sql,
+)
+from langchain_reflective.backends.postgres.rows import (
+    candidate_set,
+    record_of,
+    vector_text,
+    vectors_from_binary,
 )
 from langchain_reflective.backends.postgres.schema import (
     APP_LOCK,
@@ -88,88 +98,6 @@ _TOKENIZER = BM25Index(k1=BM25_K1, b=BM25_B)
 __all__ = ["PostgresBackend"]
 
 logger = logging.getLogger(__name__)
-
-_INSERT_COLUMNS = (
-    "id, namespace, text, kind, created_at, importance, "
-    "importance_source, evidence, depth, metadata, embedding, lex_terms, lex_tfs, lex_len, "
-    "ctx_terms, ctx_tfs, ctx_len"
-)
-_RESET = """
-INSERT INTO reflective_counters AS c
-    (namespace, importance_sum, adds, last_reflection_at, last_reflection_seq)
-VALUES (%(ns)s, 0, 0, %(at)s,
-        (SELECT coalesce(max(seq), 0) FROM reflective_memories WHERE namespace = %(ns)s))
-ON CONFLICT (namespace) DO UPDATE SET importance_sum = 0, adds = 0,
-    last_reflection_at = EXCLUDED.last_reflection_at,
-    last_reflection_seq = EXCLUDED.last_reflection_seq
-"""
-_ADD = """
-INSERT INTO reflective_counters AS c (namespace, importance_sum, adds)
-VALUES (%(ns)s, %(imp)s, %(adds)s)
-ON CONFLICT (namespace) DO UPDATE SET importance_sum = c.importance_sum + EXCLUDED.importance_sum,
-    adds = c.adds + EXCLUDED.adds
-"""
-
-
-_TOUCH = (
-    "UPDATE reflective_access a SET last_accessed_at = %s FROM reflective_memories m "
-    f"WHERE a.namespace = %s AND a.seq = ANY(%s) AND m.seq = a.seq RETURNING {RECORD_COLUMNS}"
-)
-
-
-_INSERT_ACCESS = """
-INSERT INTO reflective_access (seq, namespace, last_accessed_at, prev_obs)
-SELECT m.seq, m.namespace, x.at,
-       CASE WHEN m.kind = 'observation' THEN (
-           SELECT max(p.seq) FROM reflective_memories p
-           WHERE p.namespace = m.namespace AND p.kind = 'observation' AND p.seq < m.seq) END
-FROM unnest(%s::text[], %s::timestamptz[]) AS x(id, at)
-JOIN reflective_memories m ON m.id = x.id
-RETURNING seq, prev_obs
-"""
-_LINK_NEXT = """
-UPDATE reflective_access a SET next_obs = x.seq
-FROM unnest(%s::bigint[], %s::bigint[]) AS x(seq, prev) WHERE a.seq = x.prev
-"""
-_RELINK = """
-UPDATE reflective_access a SET
-    prev_obs = (SELECT max(p.seq) FROM reflective_memories p WHERE p.namespace = a.namespace
-                AND p.kind = 'observation' AND p.seq < a.seq),
-    next_obs = (SELECT min(n.seq) FROM reflective_memories n WHERE n.namespace = a.namespace
-                AND n.kind = 'observation' AND n.seq > a.seq)
-WHERE a.namespace = %s AND a.seq = ANY(%s)
-"""
-
-
-def _vector_text(row: Any) -> str:
-    """A float32 row as pgvector text (``repr`` of each value round-trips float32 exactly)."""
-    return str(row.tolist())
-
-
-def _vectors_from_binary(blobs: Sequence[bytes], dimension: int) -> F32:
-    """Decode ``vector_send`` output (int16 dim, int16 unused, big-endian float32s)."""
-    out = np.empty((len(blobs), dimension), dtype=np.float32)
-    for i, blob in enumerate(blobs):
-        out[i] = np.frombuffer(blob, dtype=">f4", offset=4, count=dimension)
-    return out
-
-
-def _record(row: Sequence[Any]) -> tuple[int, MemoryRecord]:
-    """``(seq, record)`` from a row of :data:`RECORD_COLUMNS`."""
-    seq, id_, text, kind, created, accessed, imp, source, evidence, depth, ns, meta = row
-    return int(seq), trusted_record(
-        id=id_,
-        text=text,
-        kind=kind,
-        created_at=created,
-        last_accessed_at=accessed,
-        importance=float(imp),
-        importance_source=source,
-        evidence=tuple(evidence),
-        depth=int(depth),
-        namespace=ns,
-        metadata=meta,
-    )
 
 
 def _configure(conn: psycopg.Connection[Any]) -> None:
@@ -465,7 +393,7 @@ class PostgresBackend(BaseMemoryBackend):
                 lexical = self._lexical_terms(conn, records)
                 stats: dict[str, list[int]] = {}
                 with conn.cursor().copy(
-                    f"COPY reflective_memories ({_INSERT_COLUMNS}) FROM STDIN"
+                    f"COPY reflective_memories ({INSERT_COLUMNS}) FROM STDIN"
                 ) as copy:
                     for r, (own, context), vec in zip(records, lexical, vectors, strict=True):
                         copy.write_row(
@@ -480,7 +408,7 @@ class PostgresBackend(BaseMemoryBackend):
                                 list(r.evidence),
                                 r.depth,
                                 Jsonb(dict(r.metadata)),
-                                _vector_text(vec),
+                                vector_text(vec),
                                 list(own),
                                 list(own.values()),
                                 own.total(),
@@ -494,9 +422,9 @@ class PostgresBackend(BaseMemoryBackend):
                         seen[1] += own.total()
                         seen[2] += context.total()
                 linked = conn.execute(
-                    _INSERT_ACCESS, ([r.id for r in records], [r.accessed_at for r in records])
+                    INSERT_ACCESS, ([r.id for r in records], [r.accessed_at for r in records])
                 ).fetchall()
-                conn.execute(_LINK_NEXT, ([x[0] for x in linked], [x[1] for x in linked]))
+                conn.execute(LINK_NEXT, ([x[0] for x in linked], [x[1] for x in linked]))
                 for ns, (docs, total, ctx_total) in stats.items():
                     self._add_lexical_stats(conn, ns, docs, total, ctx_total)
             if counter is not None:
@@ -537,10 +465,10 @@ class PostgresBackend(BaseMemoryBackend):
     @staticmethod
     def _apply_counter(conn: psycopg.Connection[Any], update: CounterUpdate) -> None:
         if update.reset_at is not None:
-            conn.execute(_RESET, {"ns": update.namespace, "at": update.reset_at})
+            conn.execute(RESET, {"ns": update.namespace, "at": update.reset_at})
         elif update.importance or update.adds:
             conn.execute(
-                _ADD,
+                ADD,
                 {"ns": update.namespace, "imp": float(update.importance), "adds": update.adds},
             )
 
@@ -561,7 +489,7 @@ class PostgresBackend(BaseMemoryBackend):
             # the observations next to deleted ones link to their new neighbours
             near = {s for r in gone for s in r[3:] if s is not None} - seqs
             if near:
-                conn.execute(_RELINK, (namespace, sorted(near)))
+                conn.execute(RELINK, (namespace, sorted(near)))
             self._add_lexical_stats(
                 conn,
                 namespace,
@@ -584,10 +512,10 @@ class PostgresBackend(BaseMemoryBackend):
         if not keys:
             return {}
         rows = self._rows(
-            _TOUCH,
+            TOUCH,
             (when, namespace, [int(k) for k in keys]),
         )
-        return dict(_record(r) for r in rows)
+        return dict(record_of(r) for r in rows)
 
     async def atouch(
         self, namespace: str, keys: Sequence[int], when: datetime
@@ -596,10 +524,10 @@ class PostgresBackend(BaseMemoryBackend):
             return {}
         async with self._aconn() as conn:
             cur = await conn.execute(
-                _TOUCH,
+                TOUCH,
                 (when, namespace, [int(k) for k in keys]),
             )
-            return dict(_record(r) for r in await cur.fetchall())
+            return dict(record_of(r) for r in await cur.fetchall())
 
     # -- the pending queue ---------------------------------------------------------------------
 
@@ -680,7 +608,7 @@ class PostgresBackend(BaseMemoryBackend):
             f"SELECT {RECORD_COLUMNS} FROM {RECORDS} WHERE m.namespace = %s AND m.id = ANY(%s)",
             (namespace, list(ids)),
         )
-        by_id = {rec.id: rec for _, rec in map(_record, rows)}
+        by_id = {rec.id: rec for _, rec in map(record_of, rows)}
         return [by_id[i] for i in ids if i in by_id]
 
     def fetch(self, namespace: str, keys: Sequence[int]) -> dict[int, MemoryRecord]:
@@ -690,7 +618,7 @@ class PostgresBackend(BaseMemoryBackend):
             f"SELECT {RECORD_COLUMNS} FROM {RECORDS} WHERE m.namespace = %s AND m.seq = ANY(%s)",
             (namespace, [int(k) for k in keys]),
         )
-        return dict(_record(r) for r in rows)
+        return dict(record_of(r) for r in rows)
 
     def recent(
         self,
@@ -716,7 +644,7 @@ class PostgresBackend(BaseMemoryBackend):
         if n is not None:
             sql += " LIMIT %(n)s"
             params["n"] = max(int(n), 0)
-        records = [rec for _, rec in map(_record, self._rows(sql, params))]
+        records = [rec for _, rec in map(record_of, self._rows(sql, params))]
         if not by_importance:
             records.reverse()
         return records
@@ -752,11 +680,11 @@ class PostgresBackend(BaseMemoryBackend):
             if not rows:
                 return
             after = int(rows[-1][0])
-            records = [_record(r[:12])[1] for r in rows]
+            records = [record_of(r[:12])[1] for r in rows]
             vectors = None
             if with_vectors:
                 dim = self.dimension or 0
-                vectors = _vectors_from_binary([bytes(r[12]) for r in rows], dim)
+                vectors = vectors_from_binary([bytes(r[12]) for r in rows], dim)
             yield RecordBatch(records=records, vectors=vectors)
 
     # -- the reflection counter and lock -------------------------------------------------------
@@ -831,87 +759,22 @@ class PostgresBackend(BaseMemoryBackend):
                 f"the database holds {dim}-dimensional vectors; the query vector has "
                 f"{vector.shape[0]}"
             )
-        want_dense = max(self.dense_candidates, 4 * k)
-        want_lex = max(self.lexical_candidates, 4 * k)
-        top = max(config.relevance_weight, config.lexical_weight, 1e-12)
-        spec = CandidateQuery(
+        spec = CandidateQuery.for_query(
+            config,
+            k=k,
             exact=exact,
-            lexical=config.uses_lexical,
-            neighbors=config.neighbor_weight > 0,
-            dense=want_dense,
-            lexical_top=want_lex,
-            near=max(4 * k, want_dense // 4),
-            terms="ctx" if self._lexical_context else "lex",
-            # the most recent / important memories, as many as their weight can matter
-            recent=0
-            if config.recency_weight <= 0
-            else max(4 * k, min(want_dense, math.ceil(want_dense * config.recency_weight / top))),
-            important=0
-            if config.importance_weight <= 0
-            else max(
-                4 * k, min(want_dense, math.ceil(want_dense * config.importance_weight / top))
-            ),
+            dense=self.dense_candidates,
+            lexical=self.lexical_candidates,
+            lexical_context=self._lexical_context,
         )
         terms = Counter(_TOKENIZER.tokenize(query)) if spec.lexical else Counter[str]()
         params: dict[str, Any] = {
             "ns": namespace,
-            "vec": _vector_text(vector),
+            "vec": vector_text(vector),
             "qterms": list(terms),
             "qtfs": list(terms.values()),
         }
         return candidates_sql(spec, flt, params), params
-
-    @staticmethod
-    def _candidate_set(rows: Sequence[Any], config: ScoringConfig, exact: bool) -> CandidateSet:
-        if not rows:
-            return CandidateSet.empty()
-        n = len(rows)
-        keys = np.fromiter((r[0] for r in rows), dtype=np.int64, count=n)
-        size = sum(1 for r in rows if r[1])
-        kind_names: dict[str, int] = {}
-        kinds = np.fromiter(
-            (kind_names.setdefault(r[7], len(kind_names)) for r in rows), dtype=np.int32, count=n
-        )
-        lexical = None
-        lexical_max = 0.0
-        if config.uses_lexical:
-            # float32 values, as the SQLite backend's BM25 index hands them out
-            lexical = (
-                np.fromiter((r[3] for r in rows), dtype=np.float64, count=n)
-                .astype(np.float32)
-                .astype(np.float64)
-            )
-            lexical_max = float(np.float32(rows[0][10] or 0.0))
-        previous = nxt = None
-        if config.neighbor_weight > 0:
-            position = {int(k): i for i, k in enumerate(keys.tolist())}
-            previous = np.fromiter(
-                (position.get(r[8], -1) if r[1] and r[8] is not None else -1 for r in rows),
-                dtype=np.int64,
-                count=n,
-            )
-            nxt = np.fromiter(
-                (position.get(r[9], -1) if r[1] and r[9] is not None else -1 for r in rows),
-                dtype=np.int64,
-                count=n,
-            )
-        return CandidateSet(
-            keys=keys,
-            size=size,
-            relevance=np.fromiter((r[2] for r in rows), dtype=np.float32, count=n).astype(
-                np.float64
-            ),
-            accessed=np.fromiter((r[4] for r in rows), dtype=np.float64, count=n),
-            created=np.fromiter((r[5] for r in rows), dtype=np.float64, count=n),
-            importance=np.fromiter((r[6] for r in rows), dtype=np.float64, count=n),
-            kinds=kinds,
-            kind_names=tuple(kind_names),
-            lexical=lexical,
-            lexical_max=lexical_max,
-            previous=previous,
-            next=nxt,
-            exact=exact,
-        )
 
     def candidates(
         self,
@@ -926,7 +789,7 @@ class PostgresBackend(BaseMemoryBackend):
     ) -> CandidateSet:
         """One statement, one round trip (see the module docstring)."""
         sql, params = self._candidate_query(namespace, query, vector, k, filter, config, exact)
-        return self._candidate_set(self._rows(sql, params), config, exact)
+        return candidate_set(self._rows(sql, params), config, exact)
 
     async def acandidates(
         self,
@@ -943,7 +806,7 @@ class PostgresBackend(BaseMemoryBackend):
         async with self._aconn() as conn:
             cur = await conn.execute(sql, params)
             rows = await cur.fetchall()
-        return self._candidate_set(rows, config, exact)
+        return candidate_set(rows, config, exact)
 
     # -- lifecycle -----------------------------------------------------------------------------
 

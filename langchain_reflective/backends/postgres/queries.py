@@ -9,12 +9,28 @@ sees plain predicates, not ``param IS NULL OR ...``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from langchain_reflective.backends.base import RetrievalFilter
+from langchain_reflective.scoring import ScoringConfig
 
-__all__ = ["BM25_B", "BM25_K1", "RECORDS", "RECORD_COLUMNS", "CandidateQuery", "candidates_sql"]
+__all__ = [
+    "ADD",
+    "BM25_B",
+    "BM25_K1",
+    "INSERT_ACCESS",
+    "INSERT_COLUMNS",
+    "LINK_NEXT",
+    "RECORDS",
+    "RECORD_COLUMNS",
+    "RELINK",
+    "RESET",
+    "TOUCH",
+    "CandidateQuery",
+    "candidates_sql",
+]
 
 RECORD_COLUMNS = (
     "m.seq, m.id, m.text, m.kind, m.created_at, a.last_accessed_at, m.importance, "
@@ -82,6 +98,42 @@ class CandidateQuery:
     near: int = 0
     """How many of the best dense and lexical matches bring their neighbours along as
     candidates on the approximate path (with ``neighbors``)."""
+
+    @classmethod
+    def for_query(
+        cls,
+        config: ScoringConfig,
+        *,
+        k: int,
+        exact: bool,
+        dense: int,
+        lexical: int,
+        lexical_context: bool,
+    ) -> CandidateQuery:
+        """The candidate counts the SQLite backend's approximate path uses, for ``config``.
+
+        Dense and lexical candidates: at least ``4 * k``; the most recent and most important
+        memories: as many as their weight can matter against relevance's.
+        """
+        want_dense = max(dense, 4 * k)
+        top = max(config.relevance_weight, config.lexical_weight, 1e-12)
+
+        def share(weight: float) -> int:
+            if weight <= 0:
+                return 0
+            return max(4 * k, min(want_dense, math.ceil(want_dense * weight / top)))
+
+        return cls(
+            exact=exact,
+            lexical=config.uses_lexical,
+            neighbors=config.neighbor_weight > 0,
+            dense=want_dense,
+            lexical_top=max(lexical, 4 * k),
+            recent=share(config.recency_weight),
+            important=share(config.importance_weight),
+            terms="ctx" if lexical_context else "lex",
+            near=max(4 * k, want_dense // 4),
+        )
 
 
 def _filter_sql(flt: RetrievalFilter, params: dict[str, Any], alias: str = "m") -> str:
@@ -232,3 +284,57 @@ FROM picked r JOIN reflective_memories m ON m.seq = r.seq
 JOIN reflective_access a ON a.seq = r.seq CROSS JOIN q{stats_join}
 ORDER BY r.ok DESC, r.seq"""
     )
+
+
+# -- writes and reads (the backend's other statements) ----------------------------------------
+
+INSERT_COLUMNS = (
+    "id, namespace, text, kind, created_at, importance, "
+    "importance_source, evidence, depth, metadata, embedding, lex_terms, lex_tfs, lex_len, "
+    "ctx_terms, ctx_tfs, ctx_len"
+)
+RESET = """
+INSERT INTO reflective_counters AS c
+    (namespace, importance_sum, adds, last_reflection_at, last_reflection_seq)
+VALUES (%(ns)s, 0, 0, %(at)s,
+        (SELECT coalesce(max(seq), 0) FROM reflective_memories WHERE namespace = %(ns)s))
+ON CONFLICT (namespace) DO UPDATE SET importance_sum = 0, adds = 0,
+    last_reflection_at = EXCLUDED.last_reflection_at,
+    last_reflection_seq = EXCLUDED.last_reflection_seq
+"""
+ADD = """
+INSERT INTO reflective_counters AS c (namespace, importance_sum, adds)
+VALUES (%(ns)s, %(imp)s, %(adds)s)
+ON CONFLICT (namespace) DO UPDATE SET importance_sum = c.importance_sum + EXCLUDED.importance_sum,
+    adds = c.adds + EXCLUDED.adds
+"""
+
+
+TOUCH = (
+    "UPDATE reflective_access a SET last_accessed_at = %s FROM reflective_memories m "
+    f"WHERE a.namespace = %s AND a.seq = ANY(%s) AND m.seq = a.seq RETURNING {RECORD_COLUMNS}"
+)
+
+
+INSERT_ACCESS = """
+INSERT INTO reflective_access (seq, namespace, last_accessed_at, prev_obs)
+SELECT m.seq, m.namespace, x.at,
+       CASE WHEN m.kind = 'observation' THEN (
+           SELECT max(p.seq) FROM reflective_memories p
+           WHERE p.namespace = m.namespace AND p.kind = 'observation' AND p.seq < m.seq) END
+FROM unnest(%s::text[], %s::timestamptz[]) AS x(id, at)
+JOIN reflective_memories m ON m.id = x.id
+RETURNING seq, prev_obs
+"""
+LINK_NEXT = """
+UPDATE reflective_access a SET next_obs = x.seq
+FROM unnest(%s::bigint[], %s::bigint[]) AS x(seq, prev) WHERE a.seq = x.prev
+"""
+RELINK = """
+UPDATE reflective_access a SET
+    prev_obs = (SELECT max(p.seq) FROM reflective_memories p WHERE p.namespace = a.namespace
+                AND p.kind = 'observation' AND p.seq < a.seq),
+    next_obs = (SELECT min(n.seq) FROM reflective_memories n WHERE n.namespace = a.namespace
+                AND n.kind = 'observation' AND n.seq > a.seq)
+WHERE a.namespace = %s AND a.seq = ANY(%s)
+"""
