@@ -176,7 +176,7 @@ def candidates_sql(spec: CandidateQuery, flt: RetrievalFilter, params: dict[str,
         params["min_rel"] = float(flt.min_relevance)
         min_rel = " AND -(m.embedding <#> q.v) >= %(min_rel)s"
     q = "q AS MATERIALIZED (SELECT %(vec)s::vector AS v)"
-    stats_join = ", stats s" if spec.lexical else ""
+    stats_join = " CROSS JOIN stats s" if spec.lexical else ""
     stats, qterms, bm25, matches = _bm25_parts(spec.terms)
     if spec.lexical:
         q = f"{q},\n{stats},\n{qterms}"
@@ -275,13 +275,26 @@ ORDER BY b.ok DESC, b.seq"""
         "picked (seq, ok, prev, nxt) AS (SELECT seq, true, prev, nxt FROM cand "
         "UNION ALL SELECT s, false, NULL::bigint, NULL::bigint FROM near)"
     )
+    lexical_join = ""
+    if spec.lexical:
+        # the BM25 of every returned row that matches, in one join (not a subquery per row)
+        p = spec.terms
+        ctes.append(
+            "lexrows AS (SELECT r.seq, sum(qt.w * d.tf / (d.tf + "
+            f"{BM25_K1} * (1 - {BM25_B} + {BM25_B} * m.{p}_len / s.avgdl))) AS r "
+            "FROM picked r JOIN reflective_memories m ON m.seq = r.seq CROSS JOIN stats s "
+            f"CROSS JOIN LATERAL unnest(m.{p}_terms, m.{p}_tfs) AS d(term, tf) "
+            f"JOIN qt ON qt.term = d.term WHERE {matches} GROUP BY r.seq, m.{p}_len, s.avgdl)"
+        )
+        values = values.replace(lex, "coalesce(lr.r, 0)")
+        lexical_join = "\nLEFT JOIN lexrows lr ON lr.seq = r.seq"
     return (
         "WITH "
         + ",\n".join(ctes)
         + f"""
 SELECT r.seq, r.ok, {values}, r.prev, r.nxt, {lexmax}
 FROM picked r JOIN reflective_memories m ON m.seq = r.seq
-JOIN reflective_access a ON a.seq = r.seq CROSS JOIN q{stats_join}
+JOIN reflective_access a ON a.seq = r.seq CROSS JOIN q{stats_join}{lexical_join}
 ORDER BY r.ok DESC, r.seq"""
     )
 
