@@ -482,3 +482,11 @@ def test_neighbour_links_follow_deletes_and_later_writes(
         assert (row_id[c.next[row]] if c.next[row] >= 0 else None) == (
             obs[j + 1] if j + 1 < len(obs) else None
         )
+
+
+def test_a_database_without_setup_is_a_clear_error(postgres_url: str) -> None:
+    from langchain_reflective import MemoryStream
+    from tests.fakes import WordEmbeddings
+
+    with pytest.raises(StorageError, match=r"setup\(\)"):
+        MemoryStream(WordEmbeddings(), backend=PostgresBackend.from_conn_string(postgres_url))

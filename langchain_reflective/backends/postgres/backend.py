@@ -100,6 +100,22 @@ __all__ = ["PostgresBackend"]
 logger = logging.getLogger(__name__)
 
 
+def _storage_error(exc: BaseException) -> Exception:
+    """The package's typed error for a database error."""
+    if isinstance(exc, UnicodeEncodeError):
+        return InvalidMemoryError(f"text cannot be encoded as UTF-8: {exc}")
+    if isinstance(exc, pg_errors.IntegrityError):
+        return StorageError(f"could not store memories (duplicate id?): {exc}")
+    if isinstance(exc, pg_errors.UndefinedTable):
+        return StorageError(
+            f"the database has no langchain-reflective tables ({exc}); call "
+            "PostgresBackend.setup() once (it is idempotent)"
+        )
+    if isinstance(exc, psycopg.OperationalError):
+        return StorageError(f"the Postgres server could not be reached: {exc}")
+    return StorageError(f"the Postgres backend failed: {exc}")
+
+
 def _configure(conn: psycopg.Connection[Any]) -> None:
     """Per-connection settings: UTC timestamps and HNSW search breadth."""
     conn.execute("SET TIME ZONE 'UTC'")
@@ -199,12 +215,8 @@ class PostgresBackend(BaseMemoryBackend):
         try:
             with self._pool.connection() as conn:
                 yield conn
-        except (pg_errors.UniqueViolation, pg_errors.IntegrityError) as exc:
-            raise StorageError(f"could not store memories (duplicate id?): {exc}") from exc
-        except UnicodeEncodeError as exc:
-            raise InvalidMemoryError(f"text cannot be encoded as UTF-8: {exc}") from exc
-        except psycopg.OperationalError as exc:
-            raise StorageError(f"the Postgres server could not be reached: {exc}") from exc
+        except (psycopg.Error, UnicodeEncodeError) as exc:
+            raise _storage_error(exc) from exc
 
     def _rows(self, sql: str, params: Any = None) -> list[TupleRow]:
         with self._conn() as conn:
@@ -239,12 +251,8 @@ class PostgresBackend(BaseMemoryBackend):
         try:
             async with pool.connection() as conn:
                 yield conn
-        except (pg_errors.UniqueViolation, pg_errors.IntegrityError) as exc:
-            raise StorageError(f"could not store memories (duplicate id?): {exc}") from exc
-        except UnicodeEncodeError as exc:
-            raise InvalidMemoryError(f"text cannot be encoded as UTF-8: {exc}") from exc
-        except psycopg.OperationalError as exc:
-            raise StorageError(f"the Postgres server could not be reached: {exc}") from exc
+        except (psycopg.Error, UnicodeEncodeError) as exc:
+            raise _storage_error(exc) from exc
 
     # -- schema --------------------------------------------------------------------------------
 
