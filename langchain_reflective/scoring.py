@@ -308,6 +308,8 @@ def score_candidates(
         their raw recency (before any normalisation).
     """
     m = candidates.size
+    if config.normalization == "none" and m < candidates.keys.shape[0]:
+        return _score_unnormalised(config, candidates, now)
     rec = np.asarray(recency(candidates.accessed, now, config.decay), dtype=np.float64)
     neighbors = None
     if candidates.previous is not None and candidates.next is not None:
@@ -331,3 +333,33 @@ def score_candidates(
         score=comps.score[:m],
     )
     return picked, rec[:m]
+
+
+def _score_unnormalised(
+    config: ScoringConfig, candidates: CandidateSet, now: float
+) -> tuple[ScoreComponents, FloatArray]:
+    """:func:`score_candidates` without normalisation: neighbour rows only lend their dense +
+    lexical relevance, so recency and the sum are computed for the candidates alone. Every
+    element is computed as :func:`combine` computes it (the same bits)."""
+    m = candidates.size
+    rel = np.asarray(candidates.relevance, dtype=np.float64)
+    if candidates.lexical is None:
+        lex = np.zeros_like(rel)
+    else:
+        lex = np.asarray(candidates.lexical, dtype=np.float64)
+        top = candidates.lexical_max
+        lex = lex / top if top > 0 else np.zeros_like(lex)
+    hybrid: FloatArray = config.relevance_weight * rel + config.lexical_weight * lex
+    head = hybrid[:m]
+    if candidates.previous is not None and candidates.next is not None and config.neighbor_weight:
+        prev, nxt = candidates.previous[:m], candidates.next[:m]
+        before = np.where(prev >= 0, hybrid[np.maximum(prev, 0)], 0.0)
+        after = np.where(nxt >= 0, hybrid[np.maximum(nxt, 0)], 0.0)
+        head = head + config.neighbor_weight * np.maximum(0.0, np.maximum(before, after))
+    rec = np.asarray(recency(candidates.accessed[:m], now, config.decay), dtype=np.float64)
+    imp = np.asarray(candidates.importance[:m], dtype=np.float64)
+    score = head + config.recency_weight * rec + config.importance_weight * imp
+    comps = ScoreComponents(
+        relevance=rel[:m], lexical=lex[:m], recency=rec, importance=imp, score=score
+    )
+    return comps, rec

@@ -360,16 +360,16 @@ class CandidateSet:
     (``False``: an approximate candidate set; see ``BaseMemoryBackend.candidates``)."""
 
     def __post_init__(self) -> None:
-        n = self.keys.shape[0]
+        shape = self.keys.shape
+        n = shape[0]
         if not 0 <= self.size <= n:
             raise ValueError(f"CandidateSet size {self.size} out of range for {n} rows")
-        for name in ("relevance", "accessed", "created", "importance", "kinds"):
-            if getattr(self, name).shape != (n,):
-                raise ValueError(f"CandidateSet.{name} must have shape ({n},)")
-        for name in ("lexical", "previous", "next"):
-            value = getattr(self, name)
-            if value is not None and value.shape != (n,):
-                raise ValueError(f"CandidateSet.{name} must have shape ({n},)")
+        arrays = (self.relevance, self.accessed, self.created, self.importance, self.kinds)
+        optional = (self.lexical, self.previous, self.next)
+        if any(a.shape != shape for a in arrays) or any(
+            a is not None and a.shape != shape for a in optional
+        ):
+            raise ValueError(f"every CandidateSet array must have shape ({n},)")
         if (self.previous is None) != (self.next is None):
             raise ValueError("CandidateSet.previous and .next go together")
 
@@ -647,6 +647,10 @@ class BaseMemoryBackend(ABC):
             (``previous``/``next``) and ``lexical_max`` are computed over *all* live memories
             of the namespace, never only over the candidates, so a memory's unnormalised
             score does not depend on which others are candidates.
+
+        Raises:
+            DimensionMismatchError: ``vector`` has another dimension than the stored vectors
+                (nothing stored yet: an empty set, no error).
         """
 
     # -- lifecycle -----------------------------------------------------------------------------

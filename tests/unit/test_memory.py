@@ -286,3 +286,21 @@ def test_a_failed_background_reflection_logs_one_line_and_keeps_the_details(
     assert "ReflectiveMemory.errors" in message
     # the traceback is only in the debug log, for whoever turns it on
     assert any(r.exc_info for r in caplog.records if r.levelno == logging.DEBUG)
+
+
+def test_reflection_waits_for_the_namespace_reflection_lock(tmp_path, model, now) -> None:
+    """Another holder of the backend's reflection lock (another process, in production) keeps
+    this memory's reflection of that namespace from starting until it lets go."""
+    with make(tmp_path, model, background=False) as memory:
+        memory.add(EVENTS, importances=0.6, now=now)
+        backend = memory.stream.backend
+        done: list[int] = []
+        with backend.reflection_lock("default"):
+            worker = threading.Thread(target=lambda: done.append(len(memory.reflect(now=now))))
+            worker.start()
+            worker.join(timeout=0.5)
+            assert model.count() == 0 and not done  # blocked before any model call
+            with backend.reflection_lock("other", timeout=0):  # other namespaces are free
+                pass
+        worker.join(timeout=60)
+        assert done and done[0] > 0 and model.count("questions") == 1

@@ -225,6 +225,13 @@ class SQLiteBackend(BaseMemoryBackend):
                 return self._load_partition(namespace, dim, mapped=False)
             part.index = index
             part.vectors_generation = generation if len(index) == matrix[1] else None
+            if len(index) == matrix[1]:  # (a grown index already copied the mapping)
+                threading.Thread(
+                    target=self._unmap,
+                    args=(index, matrix[0]),
+                    name="langchain-reflective-unmap",
+                    daemon=True,
+                ).start()
         if flat is not None:
             part.index = flat
         elif kind == "ivf" and info is not None:
@@ -290,6 +297,24 @@ class SQLiteBackend(BaseMemoryBackend):
                 assert chunk.vectors is not None
                 index.add(chunk.vectors)
         return index
+
+    def _unmap(self, index: FaissFlatIndex, mapped: npt.NDArray[np.float32]) -> None:
+        """Copy a mapped vector file into ordinary memory, then swap it in (worker thread).
+
+        The mapping answers the first queries at once; scanning rows at random through it costs
+        page-table work on every query (small pages of a file mapping), so warm retrieval runs
+        on an anonymous copy, as it did when the vectors were read from the file.
+        """
+        try:
+            copy = np.empty(mapped.shape, dtype=np.float32)
+            for lo in range(0, mapped.shape[0], _LOAD_CHUNK):
+                copy[lo : lo + _LOAD_CHUNK] = mapped[lo : lo + _LOAD_CHUNK]
+        except (OSError, ValueError, MemoryError) as exc:  # keep using the mapping
+            logger.warning("could not copy the mapped vectors into memory: %s", exc)
+            return
+        with self._lock:
+            if index._matrix._buf is mapped:  # not grown (and so copied) meanwhile
+                index._matrix._buf = copy
 
     def _save_vector_cache(self, ns: str, part: Partition) -> None:
         """Keep a large partition's live vectors in a raw file next to the memory file:

@@ -313,7 +313,13 @@ def triple_set(
     """
     m = rows.shape[0]
     pairs = part.neighbor_table()[rows]  # (m, 2)
-    ids = np.concatenate((rows, np.maximum(pairs[:, 0], 0), np.maximum(pairs[:, 1], 0)))
+    triples = np.empty((m, 3), dtype=np.int64)
+    triples[:, 1] = rows
+    np.maximum(pairs, 0, out=triples[:, ::2])
+    # cosines in (previous, row, next) order: neighbours are adjacent rows of the matrix, so
+    # each triple reads one stretch of memory; then laid out as candidates, previous, next
+    cosine = part.index.scores(qvec, triples.reshape(-1)).astype(np.float64).reshape(m, 3)
+    ids = triples.T[[1, 0, 2]].reshape(-1)
     at = np.arange(m, dtype=np.int64)
     previous = np.full(3 * m, -1, dtype=np.int64)
     following = np.full(3 * m, -1, dtype=np.int64)
@@ -322,7 +328,7 @@ def triple_set(
     return CandidateSet(
         keys=part.seqs.view[ids],
         size=m,
-        relevance=part.index.scores(qvec, ids).astype(np.float64),
+        relevance=cosine.T[[1, 0, 2]].reshape(-1),
         accessed=part.accessed.view[ids],
         created=part.created.view[ids],
         importance=part.importance.view[ids],

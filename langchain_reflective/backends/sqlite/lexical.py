@@ -445,6 +445,8 @@ class BM25Index:
                 tid = self._find(self._stemmer.stemWord(word))
                 if tid is None:
                     continue
+                if len(cache) < _WORD_CACHE_MAX:
+                    cache[word] = tid  # an indexed term keeps its id: remember the word
             elif tid < 0:  # a stopword
                 continue
             counts[tid] = counts.get(tid, 0) + 1
@@ -465,7 +467,8 @@ class BM25Index:
         """
         if self._n_live == 0:
             return QueryScores(None, None, None)
-        found = [(tid, c, self._postings(tid)) for tid, c in self._query_terms(query)]
+        # (a queried term of a loaded snapshot becomes arrays once: joining them is cheaper)
+        found = [(tid, c, self._writable(tid)) for tid, c in self._query_terms(query)]
         terms = [(tid, c) for tid, c, (rows_of, _) in found if len(rows_of)]
         if not terms:
             return QueryScores(None, None, None)
