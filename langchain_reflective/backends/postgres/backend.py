@@ -38,6 +38,11 @@ from langchain_reflective.backends.base import (
     ReflectionState,
     RetrievalFilter,
 )
+from langchain_reflective.backends.postgres.connection import (
+    aconfigure_connection,
+    configure_connection,
+    storage_error,
+)
 from langchain_reflective.backends.postgres.queries import (
     ADD,
     BM25_B,
@@ -70,7 +75,6 @@ from langchain_reflective.backends.sqlite.lexical import BM25Index
 from langchain_reflective.errors import (
     DimensionMismatchError,
     EmbeddingError,
-    InvalidMemoryError,
     PendingConflictError,
     SchemaVersionError,
     StorageError,
@@ -98,38 +102,6 @@ _TOKENIZER = BM25Index(k1=BM25_K1, b=BM25_B)
 __all__ = ["PostgresBackend"]
 
 logger = logging.getLogger(__name__)
-
-
-def _storage_error(exc: BaseException) -> Exception:
-    """The package's typed error for a database error."""
-    if isinstance(exc, UnicodeEncodeError):
-        return InvalidMemoryError(f"text cannot be encoded as UTF-8: {exc}")
-    if isinstance(exc, pg_errors.IntegrityError):
-        return StorageError(f"could not store memories (duplicate id?): {exc}")
-    if isinstance(exc, pg_errors.UndefinedTable):
-        return StorageError(
-            f"the database has no langchain-reflective tables ({exc}); call "
-            "PostgresBackend.setup() once (it is idempotent)"
-        )
-    if isinstance(exc, psycopg.OperationalError):
-        return StorageError(f"the Postgres server could not be reached: {exc}")
-    return StorageError(f"the Postgres backend failed: {exc}")
-
-
-def _configure(conn: psycopg.Connection[Any]) -> None:
-    """Per-connection settings: UTC timestamps and HNSW search breadth."""
-    conn.execute("SET TIME ZONE 'UTC'")
-    # pgvector >= 0.8: keep scanning the HNSW graph until the namespace filter is satisfied
-    with contextlib.suppress(psycopg.Error):
-        conn.execute("SET hnsw.iterative_scan = relaxed_order")
-    conn.execute("SET hnsw.ef_search = 200")
-
-
-async def _aconfigure(conn: psycopg.AsyncConnection[Any]) -> None:
-    await conn.execute("SET TIME ZONE 'UTC'")
-    with contextlib.suppress(psycopg.Error):
-        await conn.execute("SET hnsw.iterative_scan = relaxed_order")
-    await conn.execute("SET hnsw.ef_search = 200")
 
 
 class PostgresBackend(BaseMemoryBackend):
@@ -200,7 +172,7 @@ class PostgresBackend(BaseMemoryBackend):
             min_size=min_size,
             max_size=max_size,
             kwargs={"autocommit": True},
-            configure=_configure,
+            configure=configure_connection,
             open=True,
             name="langchain-reflective",
         )
@@ -216,7 +188,7 @@ class PostgresBackend(BaseMemoryBackend):
             with self._pool.connection() as conn:
                 yield conn
         except (psycopg.Error, UnicodeEncodeError) as exc:
-            raise _storage_error(exc) from exc
+            raise storage_error(exc) from exc
 
     def _rows(self, sql: str, params: Any = None) -> list[TupleRow]:
         with self._conn() as conn:
@@ -235,7 +207,7 @@ class PostgresBackend(BaseMemoryBackend):
             min_size=1,
             max_size=self._pool.max_size,
             kwargs={"autocommit": True},
-            configure=_aconfigure,
+            configure=aconfigure_connection,
             open=False,
             name="langchain-reflective-async",
         )
@@ -252,7 +224,7 @@ class PostgresBackend(BaseMemoryBackend):
             async with pool.connection() as conn:
                 yield conn
         except (psycopg.Error, UnicodeEncodeError) as exc:
-            raise _storage_error(exc) from exc
+            raise storage_error(exc) from exc
 
     # -- schema --------------------------------------------------------------------------------
 
