@@ -28,6 +28,11 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
 from langchain_reflective.backends.base import (
     F32,
     BaseMemoryBackend,
@@ -81,17 +86,6 @@ from langchain_reflective.errors import (
 )
 from langchain_reflective.records import OBSERVATION, MemoryRecord
 from langchain_reflective.scoring import ScoringConfig
-
-try:
-    import psycopg
-    from psycopg import errors as pg_errors
-    from psycopg.types.json import Jsonb
-    from psycopg_pool import AsyncConnectionPool, ConnectionPool
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "PostgresBackend needs the 'postgres' extra: pip install -e '.[postgres]' "
-        "(psycopg[binary] and psycopg-pool)"
-    ) from exc
 
 if TYPE_CHECKING:
     from psycopg.rows import TupleRow
