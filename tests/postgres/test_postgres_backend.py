@@ -490,3 +490,8 @@ def test_a_database_without_setup_is_a_clear_error(postgres_url: str) -> None:
 
     with pytest.raises(StorageError, match=r"setup\(\)"):
         MemoryStream(WordEmbeddings(), backend=PostgresBackend.from_conn_string(postgres_url))
+
+
+def test_a_pool_too_small_for_the_reflection_lock_is_refused(postgres_url: str) -> None:
+    with pytest.raises(ValueError, match="max_size"):
+        PostgresBackend.from_conn_string(postgres_url, max_size=1)

@@ -158,9 +158,17 @@ class PostgresBackend(BaseMemoryBackend):
             conninfo: e.g. ``"postgresql://user:password@host:5432/dbname"``.
             min_size: connections the pool keeps open.
             max_size: most connections the pool opens (per process; a held reflection lock
-                uses one).
+                uses one, so at least 2).
             **kwargs: passed to :class:`PostgresBackend`.
+
+        Raises:
+            ValueError: ``max_size`` below 2 or below ``min_size``.
         """
+        if max_size < 2 or max_size < min_size:
+            raise ValueError(
+                f"max_size must be at least 2 and at least min_size, got {max_size} "
+                "(a reflection holds one connection for its lock while it reads and writes)"
+            )
         pool: ConnectionPool[Any] = ConnectionPool(
             conninfo,
             min_size=min_size,
