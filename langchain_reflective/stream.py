@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from langchain_core.embeddings import Embeddings
 
@@ -59,8 +58,7 @@ DEFAULT_EXACT_LIMIT = 20_000
 """The SQLite shortcut's default ``exact_limit`` (see :class:`SQLiteBackend`)."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Call:
+class _Call(NamedTuple):
     """One call a flow needs: ``target.name(*args, **kwargs)`` (``a<name>`` when async)."""
 
     target: Any
@@ -77,7 +75,9 @@ def _run(flow: _Flow) -> Any:
     try:
         call = next(flow)
         while True:
-            result = getattr(call.target, call.name)(*call.args, **(call.kwargs or {}))
+            target, name, args, kwargs = call
+            method = getattr(target, name)
+            result = method(*args, **kwargs) if kwargs else method(*args)
             call = flow.send(result)
     except StopIteration as done:
         return done.value
@@ -88,8 +88,8 @@ async def _arun(flow: _Flow) -> Any:
     try:
         call = next(flow)
         while True:
-            method = getattr(call.target, "a" + call.name)
-            result = await method(*call.args, **(call.kwargs or {}))
+            target, name, args, kwargs = call
+            result = await getattr(target, "a" + name)(*args, **(kwargs or {}))
             call = flow.send(result)
     except StopIteration as done:
         return done.value
@@ -187,6 +187,7 @@ class MemoryStream(StreamBase):
                 "it is the same model under another name"
             )
         backend.configure(self.scoring)
+        self._bound_dimension: int | None = None
         self._closed = False
 
     # -- add -----------------------------------------------------------------------------------
@@ -209,7 +210,9 @@ class MemoryStream(StreamBase):
         if len(rated) != len(to_rate):
             raise InvalidMemoryError("importance scorer returned the wrong number of results")
         self._check_open()
-        yield _Call(self._backend, "bind_embeddings", (self.embedding_model, vectors.shape[1]))
+        if self._bound_dimension != vectors.shape[1]:  # checked once per dimension
+            yield _Call(self._backend, "bind_embeddings", (self.embedding_model, vectors.shape[1]))
+            self._bound_dimension = vectors.shape[1]
         out: list[MemoryRecord] = []
         row = done = 0
         for plan in plans:
