@@ -218,13 +218,14 @@ ORDER BY b.ok DESC, b.seq"""
         # unfiltered, so its best rank is the namespace's best (lexical_max)
         p = spec.terms
         ctes.append(
-            # every matching memory's BM25 in one join of its terms with the query's
-            "lex AS (SELECT m.seq, m.kind, sum(qt.w * d.tf / (d.tf + "
+            # every matching memory's BM25: per query term, the memories holding it (GIN), its
+            # count there by position, summed per memory
+            "lex AS (SELECT m.seq, m.kind, sum(qt.w * x.tf / (x.tf + "
             f"{BM25_K1} * (1 - {BM25_B} + {BM25_B} * m.{p}_len / s.avgdl))) AS r, "
-            f"(true{where}) AS ok FROM reflective_memories m CROSS JOIN stats s "
-            f"CROSS JOIN LATERAL unnest(m.{p}_terms, m.{p}_tfs) AS d(term, tf) "
-            "JOIN qt ON qt.term = d.term "
-            f"WHERE m.namespace = %(ns)s AND {matches} GROUP BY m.seq, s.avgdl "
+            f"(true{where}) AS ok FROM qt JOIN reflective_memories m "
+            f"ON m.{p}_terms @> ARRAY[qt.term] CROSS JOIN stats s "
+            f"CROSS JOIN LATERAL (SELECT m.{p}_tfs[array_position(m.{p}_terms, qt.term)] AS tf) x "
+            "WHERE m.namespace = %(ns)s GROUP BY m.seq, s.avgdl "
             "ORDER BY r DESC, m.seq LIMIT %(n_lex)s)"
         )
         pools.append("SELECT seq FROM lex WHERE ok")
@@ -294,7 +295,8 @@ ORDER BY b.ok DESC, b.seq"""
         + f"""
 SELECT r.seq, r.ok, {values}, r.prev, r.nxt, {lexmax}
 FROM picked r JOIN reflective_memories m ON m.seq = r.seq
-JOIN reflective_access a ON a.seq = r.seq CROSS JOIN q{stats_join}{lexical_join}
+CROSS JOIN LATERAL (SELECT a.last_accessed_at FROM reflective_access a WHERE a.seq = r.seq) a
+CROSS JOIN q{stats_join}{lexical_join}
 ORDER BY r.ok DESC, r.seq"""
     )
 
