@@ -24,6 +24,7 @@ Usage::
     python benchmarks/scale.py --quick              # 2k and 30k, a few minutes
     python benchmarks/scale.py --sizes 10000,100000
     python benchmarks/scale.py --plot-only           # redraw docs/img/scale.png from the JSON
+    python benchmarks/scale.py --backend postgres --sizes 10000,100000  # see scale_postgres.py
 
 Prints a table, writes ``benchmarks/results/scale.json`` and plots it to ``docs/img/scale.png``
 (with ``--output X.json``: to ``X.png`` unless ``--plot`` says otherwise). Timings are
@@ -578,6 +579,13 @@ def plot(results: list[dict[str, Any]], path: Path, title: str) -> None:
 
 
 def main() -> None:
+    if "--backend" in sys.argv:  # --backend postgres: benchmarks/scale_postgres.py
+        at = sys.argv.index("--backend")
+        if sys.argv[at + 1 : at + 2] == ["postgres"]:
+            from scale_postgres import main as postgres_main
+
+            postgres_main(sys.argv[1:at] + sys.argv[at + 2 :])
+            return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--quick", action="store_true", help="sizes 2000,30000 and 50 queries")

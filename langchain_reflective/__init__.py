@@ -2,7 +2,7 @@
 
 The flat public API lives here. Pieces that need an optional extra
 (``MemoryMiddleware``, ``ReflectiveMemoryMiddleware`` and ``ThinkingMiddleware``: extra
-``agents``;
+``agents``; ``PostgresBackend``: extra ``postgres``;
 ``ReflectiveChatMemory``: extra ``legacy``)
 are imported on first access, so ``import langchain_reflective`` stays light.
 """
@@ -69,6 +69,7 @@ from langchain_reflective.stream import MemoryStream, RetrievalFilter, ScoredMem
 from langchain_reflective.thinking import ContextMemory, create_thinking_graph
 
 if TYPE_CHECKING:
+    from langchain_reflective.backends.postgres import PostgresBackend
     from langchain_reflective.integrations.legacy import ReflectiveChatMemory
     from langchain_reflective.integrations.middleware import (
         MemoryMiddleware,
@@ -83,6 +84,7 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
 
 _LAZY = {
     "MemoryMiddleware": "langchain_reflective.integrations.middleware",
+    "PostgresBackend": "langchain_reflective.backends.postgres",
     "ReflectiveChatMemory": "langchain_reflective.integrations.legacy",
     "ReflectiveMemoryMiddleware": "langchain_reflective.integrations.middleware",
     "ThinkingMiddleware": "langchain_reflective.thinking.middleware",
@@ -123,6 +125,7 @@ __all__ = [
     "Observation",
     "PendingConflictError",
     "PendingMemory",
+    "PostgresBackend",
     "ReflectionConfig",
     "ReflectionError",
     "ReflectionFailure",

@@ -61,3 +61,18 @@ def test_reflexion_names_at_the_root() -> None:
 
     assert langchain_reflective.create_reflexion_graph is create_reflexion_graph
     assert langchain_reflective.search_reflections is search_reflections
+
+
+def test_postgres_backend_is_lazy_and_names_its_extra() -> None:
+    """``PostgresBackend`` comes from the root without importing psycopg up front; without
+    psycopg, using it is an ImportError that says which extra to install."""
+    from langchain_reflective.backends.postgres import PostgresBackend
+
+    assert langchain_reflective.PostgresBackend is PostgresBackend
+    code = (
+        "import sys; sys.modules['psycopg'] = None; import langchain_reflective\n"
+        "try:\n    langchain_reflective.PostgresBackend\n"
+        "except ImportError as exc:\n    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "'postgres' extra" in out.stdout, out.stdout + out.stderr

@@ -72,6 +72,7 @@ def test_the_readme_has_the_snippets_it_promises() -> None:
         "LangGraph store",
         "Reflective thinking",
         "Reflexion (learning from failed attempts)",
+        "Outgrowing one machine",
     ]
 
 
@@ -114,6 +115,8 @@ def test_every_python_snippet_runs_as_written(
         assert "Files: [main.ts, utils.ts]. Task: find why the import is slow." in out
         assert "[2]" in out  # the search for parseData found turn 2
         assert (tmp_path / "thinking.db").exists()
+    elif heading == "Outgrowing one machine":
+        assert "['Ana moved to Lisbon in May']" in out  # stored in Postgres, retrieved from it
 
 
 def test_install_instructions_work_from_a_checkout() -> None:

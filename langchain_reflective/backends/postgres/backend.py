@@ -1,0 +1,823 @@
+"""``PostgresBackend``: memories in Postgres with pgvector (HNSW) and full-text search.
+
+Many processes and machines share one database: every write is one transaction; a write that
+counts for reflection locks its namespace's counter row first and updates it before committing,
+so the counter is exact under concurrency and such writes take their keys in commit order (the
+memories "since the last reflection" are exactly the counted ones); and a namespace's
+reflection lock is a Postgres advisory lock keyed by ``(APP_LOCK, hashtext(namespace))`` held
+on a dedicated connection, so at most one reflection per namespace runs at a time across all
+of them (a crashed holder's lock goes with its connection). Every statement names its
+namespace; none reads across namespaces.
+
+Retrieval is one round trip: one statement gathers dense candidates (HNSW, cosine), lexical
+ones (BM25 over stemmed terms found through a GIN index, computed in SQL exactly as the SQLite
+backend computes it, so both backends rank alike), the most recent and most important memories,
+each candidate observation's neighbours, and every value scoring needs.
+``exact=True`` scans every memory of the namespace instead of asking the indexes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import threading
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from langchain_reflective.backends.base import (
+    F32,
+    BaseMemoryBackend,
+    CandidateSet,
+    CounterUpdate,
+    PendingMemory,
+    RecordBatch,
+    ReflectionState,
+    RetrievalFilter,
+)
+from langchain_reflective.backends.postgres.connection import (
+    aconfigure_connection,
+    configure_connection,
+    storage_error,
+)
+from langchain_reflective.backends.postgres.queries import (
+    ADD,
+    BM25_B,
+    BM25_K1,
+    INSERT_ACCESS,
+    INSERT_COLUMNS,
+    LINK_NEXT,
+    RECORD_COLUMNS,
+    RECORDS,
+    RELINK,
+    RESET,
+    TOUCH,
+    CandidateQuery,
+    candidates_sql,
+)
+from langchain_reflective.backends.postgres.rows import (
+    candidate_set,
+    record_of,
+    vector_text,
+    vectors_from_binary,
+)
+from langchain_reflective.backends.postgres.schema import (
+    APP_LOCK,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    SETUP_LOCK,
+    bind_sql,
+)
+from langchain_reflective.backends.sqlite.lexical import BM25Index
+from langchain_reflective.errors import (
+    DimensionMismatchError,
+    EmbeddingError,
+    PendingConflictError,
+    SchemaVersionError,
+    StorageError,
+)
+from langchain_reflective.records import OBSERVATION, MemoryRecord
+from langchain_reflective.scoring import ScoringConfig
+
+if TYPE_CHECKING:
+    from psycopg.rows import TupleRow
+
+_TOKENIZER = BM25Index(k1=BM25_K1, b=BM25_B)
+"""Only its tokenizer is used: the SQLite backend's terms, so BM25 agrees across backends."""
+
+__all__ = ["PostgresBackend"]
+
+logger = logging.getLogger(__name__)
+
+
+class PostgresBackend(BaseMemoryBackend):
+    """Memories in a Postgres database with pgvector, shared by many processes and machines.
+
+    Build one with :meth:`from_conn_string`; call :meth:`setup` once per database (it is
+    idempotent and safe to call from every process at start-up).
+
+    Args:
+        pool: a ``psycopg_pool.ConnectionPool`` (autocommit connections; see
+            :meth:`from_conn_string`, which configures it).
+        conninfo: the connection string, for the async pool opened on first async use.
+        dense_candidates: nearest neighbours (HNSW) gathered per retrieval on the approximate
+            path (at least ``4 * k``).
+        lexical_candidates: best full-text matches gathered per retrieval (at least ``4 * k``).
+
+    Example:
+        .. code-block:: python
+
+            from langchain_reflective import MemoryStream, PostgresBackend
+
+            backend = PostgresBackend.from_conn_string("postgresql://user:pw@db/memories")
+            backend.setup()
+            stream = MemoryStream(embeddings, backend=backend)
+    """
+
+    def __init__(
+        self,
+        pool: ConnectionPool[Any],
+        *,
+        conninfo: str | None = None,
+        dense_candidates: int = 128,
+        lexical_candidates: int = 128,
+    ) -> None:
+        if dense_candidates < 1 or lexical_candidates < 1:
+            raise ValueError("dense_candidates and lexical_candidates must be positive")
+        self._pool = pool
+        self._conninfo = conninfo
+        self.dense_candidates = int(dense_candidates)
+        self.lexical_candidates = int(lexical_candidates)
+        self._apools: dict[int, tuple[asyncio.AbstractEventLoop, AsyncConnectionPool[Any]]] = {}
+        self._lock = threading.Lock()
+        self._dimension: int | None = None
+        self._model: str | None = None
+        self._lexical_context = False
+        self._closed = False
+
+    @classmethod
+    def from_conn_string(
+        cls,
+        conninfo: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 8,
+        **kwargs: Any,
+    ) -> PostgresBackend:
+        """A backend over a new connection pool to ``conninfo`` (a libpq URL or DSN).
+
+        Args:
+            conninfo: e.g. ``"postgresql://user:password@host:5432/dbname"``.
+            min_size: connections the pool keeps open.
+            max_size: most connections the pool opens (per process; a held reflection lock
+                uses one, so at least 2).
+            **kwargs: passed to :class:`PostgresBackend`.
+
+        Raises:
+            ValueError: ``max_size`` below 2 or below ``min_size``.
+        """
+        if max_size < 2 or max_size < min_size:
+            raise ValueError(
+                f"max_size must be at least 2 and at least min_size, got {max_size} "
+                "(a reflection holds one connection for its lock while it reads and writes)"
+            )
+        pool: ConnectionPool[Any] = ConnectionPool(
+            conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True},
+            configure=configure_connection,
+            open=True,
+            name="langchain-reflective",
+        )
+        return cls(pool, conninfo=conninfo, **kwargs)
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _conn(self) -> Iterator[psycopg.Connection[Any]]:
+        if self._closed:
+            raise StorageError("the Postgres backend is closed")
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except (psycopg.Error, UnicodeEncodeError) as exc:
+            raise storage_error(exc) from exc
+
+    def _rows(self, sql: str, params: Any = None) -> list[TupleRow]:
+        with self._conn() as conn:
+            return conn.execute(sql, params).fetchall()
+
+    async def _apool(self) -> AsyncConnectionPool[Any]:
+        """This event loop's async pool (opened on first use; one per loop)."""
+        loop = asyncio.get_running_loop()
+        entry = self._apools.get(id(loop))
+        if entry is not None and entry[0] is loop:
+            return entry[1]
+        if self._conninfo is None:
+            raise StorageError("no connection string for the async pool (use from_conn_string)")
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            self._conninfo,
+            min_size=1,
+            max_size=self._pool.max_size,
+            kwargs={"autocommit": True},
+            configure=aconfigure_connection,
+            open=False,
+            name="langchain-reflective-async",
+        )
+        await pool.open()
+        self._apools[id(loop)] = (loop, pool)
+        return pool
+
+    @contextlib.asynccontextmanager
+    async def _aconn(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        if self._closed:
+            raise StorageError("the Postgres backend is closed")
+        pool = await self._apool()
+        try:
+            async with pool.connection() as conn:
+                yield conn
+        except (psycopg.Error, UnicodeEncodeError) as exc:
+            raise storage_error(exc) from exc
+
+    # -- schema --------------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Create or upgrade the tables (forward-only migrations). Idempotent.
+
+        Safe to call from several processes at once: migrations run under a transaction-level
+        advisory lock, each exactly once.
+
+        Raises:
+            SchemaVersionError: the database was set up by a newer version of this package.
+        """
+        with self._conn() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", SETUP_LOCK)
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS reflective_schema_version ("
+                "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            row = conn.execute("SELECT max(version) FROM reflective_schema_version").fetchone()
+            current = int(row[0]) if row and row[0] is not None else 0
+            if current > SCHEMA_VERSION:
+                raise SchemaVersionError(
+                    f"the database is at schema version {current}; this version of "
+                    f"langchain-reflective knows up to {SCHEMA_VERSION}. Upgrade the package."
+                )
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                conn.execute(MIGRATIONS[version - 1])
+                conn.execute(
+                    "INSERT INTO reflective_schema_version (version) VALUES (%s)", (version,)
+                )
+
+    def schema_version(self) -> int:
+        """The database's schema version (0 before :meth:`setup`)."""
+        row = self._rows(
+            "SELECT CASE WHEN to_regclass('reflective_schema_version') IS NULL THEN 0 END"
+        )
+        if row[0][0] == 0:
+            return 0
+        found = self._rows("SELECT coalesce(max(version), 0) FROM reflective_schema_version")
+        return int(found[0][0])
+
+    # -- identity of the vectors ---------------------------------------------------------------
+
+    def _load_meta(self) -> None:
+        if self._dimension is not None:
+            return
+        rows: dict[str, str] = dict(self._rows("SELECT key, value FROM reflective_meta"))
+        if "dimension" in rows:
+            self._dimension = int(rows["dimension"])
+            self._model = rows.get("embedding_model")
+
+    @property
+    def dimension(self) -> int | None:
+        self._load_meta()
+        return self._dimension
+
+    @property
+    def embedding_model(self) -> str | None:
+        self._load_meta()
+        return self._model
+
+    def bind_embeddings(self, model: str, dimension: int) -> None:
+        if self._dimension is None:
+            self._load_meta()
+        if self._dimension is None:
+            with self._conn() as conn, conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", SETUP_LOCK)
+                rows = dict(conn.execute("SELECT key, value FROM reflective_meta").fetchall())
+                if "dimension" not in rows:
+                    conn.execute(bind_sql(dimension))
+                    conn.execute(
+                        "INSERT INTO reflective_meta (key, value) VALUES "
+                        "('dimension', %s), ('embedding_model', %s)",
+                        (str(int(dimension)), model),
+                    )
+                    rows = {"dimension": str(int(dimension)), "embedding_model": model}
+            self._dimension = int(rows["dimension"])
+            self._model = rows.get("embedding_model")
+        if dimension != self._dimension:
+            raise DimensionMismatchError(
+                f"the database holds {self._dimension}-dimensional vectors; got {dimension}. "
+                "Use the embedding model the database was written with."
+            )
+        if self._model is not None and model != self._model:
+            raise EmbeddingError(
+                f"the database was written with embedding model {self._model!r}, not "
+                f"{model!r}; vectors from different models are not comparable"
+            )
+
+    def configure(self, scoring: ScoringConfig) -> None:
+        self._lexical_context = bool(scoring.lexical_context)
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def _lexical_terms(
+        self, conn: psycopg.Connection[Any], records: Sequence[MemoryRecord]
+    ) -> list[tuple[Counter[str], Counter[str]]]:
+        """Each record's BM25 terms: of its text, and with the previous observation's text
+        before it for an observation (the namespace's newest observation before this batch is
+        read in the write's transaction)."""
+        last: dict[str, Counter[str] | None] = {}
+        out: list[tuple[Counter[str], Counter[str]]] = []
+        for r in records:
+            own = Counter(_TOKENIZER.tokenize(r.text))
+            context = own
+            if r.kind == OBSERVATION:
+                if r.namespace not in last:
+                    row = conn.execute(
+                        "SELECT lex_terms, lex_tfs FROM reflective_memories WHERE namespace = %s "
+                        "AND kind = 'observation' ORDER BY seq DESC LIMIT 1",
+                        (r.namespace,),
+                    ).fetchone()
+                    last[r.namespace] = (
+                        Counter(dict(zip(row[0], row[1], strict=True))) if row else None
+                    )
+                prev = last[r.namespace]
+                if prev is not None:
+                    context = prev + own
+                last[r.namespace] = own
+            out.append((own, context))
+        return out
+
+    def put(
+        self,
+        records: Sequence[MemoryRecord],
+        vectors: F32,
+        *,
+        counter: CounterUpdate | None = None,
+        pending: Sequence[str] = (),
+    ) -> None:
+        """Store memories in one transaction (one ``COPY``), with the counter change."""
+        if len(records) != len(vectors):
+            raise StorageError(f"{len(records)} records but {len(vectors)} vectors")
+        with self._conn() as conn, conn.transaction():
+            # the namespaces' counter rows first: writers of a namespace take their keys (seq)
+            # in the order they commit, so "after the last reset" is exact and the neighbour
+            # links below see every earlier memory
+            spaces = {r.namespace for r in records}
+            if counter is not None:
+                spaces.add(counter.namespace)
+            for ns in sorted(spaces):
+                self._lock_counter(conn, ns)
+            if pending:
+                self._dequeue(conn, pending)
+            if records:
+                lexical = self._lexical_terms(conn, records)
+                stats: dict[str, list[int]] = {}
+                with conn.cursor().copy(
+                    f"COPY reflective_memories ({INSERT_COLUMNS}) FROM STDIN"
+                ) as copy:
+                    for r, (own, context), vec in zip(records, lexical, vectors, strict=True):
+                        copy.write_row(
+                            (
+                                r.id,
+                                r.namespace,
+                                r.text,
+                                r.kind,
+                                r.created_at,
+                                r.importance,
+                                r.importance_source,
+                                list(r.evidence),
+                                r.depth,
+                                Jsonb(dict(r.metadata)),
+                                vector_text(vec),
+                                list(own),
+                                list(own.values()),
+                                own.total(),
+                                list(context),
+                                list(context.values()),
+                                context.total(),
+                            )
+                        )
+                        seen = stats.setdefault(r.namespace, [0, 0, 0])
+                        seen[0] += 1
+                        seen[1] += own.total()
+                        seen[2] += context.total()
+                linked = conn.execute(
+                    INSERT_ACCESS, ([r.id for r in records], [r.accessed_at for r in records])
+                ).fetchall()
+                conn.execute(LINK_NEXT, ([x[0] for x in linked], [x[1] for x in linked]))
+                for ns, (docs, total, ctx_total) in stats.items():
+                    self._add_lexical_stats(conn, ns, docs, total, ctx_total)
+            if counter is not None:
+                self._apply_counter(conn, counter)
+
+    @staticmethod
+    def _dequeue(conn: psycopg.Connection[Any], ids: Sequence[str]) -> None:
+        wanted = sorted(set(ids))
+        cur = conn.execute("DELETE FROM reflective_pending WHERE id = ANY(%s)", (wanted,))
+        if cur.rowcount != len(wanted):
+            raise PendingConflictError(
+                f"{len(wanted) - cur.rowcount} of {len(wanted)} pending memories are no longer "
+                "queued (completed or purged by another process)"
+            )
+
+    @staticmethod
+    def _add_lexical_stats(
+        conn: psycopg.Connection[Any], namespace: str, docs: int, total: int, ctx_total: int
+    ) -> None:
+        """BM25's ``N`` and total lengths of ``namespace`` change by these amounts."""
+        conn.execute(
+            "INSERT INTO reflective_counters AS c (namespace, lex_docs, lex_total, ctx_total) "
+            "VALUES (%s, %s, %s, %s) ON CONFLICT (namespace) DO UPDATE SET "
+            "lex_docs = c.lex_docs + EXCLUDED.lex_docs, "
+            "lex_total = c.lex_total + EXCLUDED.lex_total, "
+            "ctx_total = c.ctx_total + EXCLUDED.ctx_total",
+            (namespace, docs, total, ctx_total),
+        )
+
+    @staticmethod
+    def _lock_counter(conn: psycopg.Connection[Any], namespace: str) -> None:
+        conn.execute(
+            "INSERT INTO reflective_counters (namespace) VALUES (%s) "
+            "ON CONFLICT (namespace) DO UPDATE SET adds = reflective_counters.adds",
+            (namespace,),
+        )
+
+    @staticmethod
+    def _apply_counter(conn: psycopg.Connection[Any], update: CounterUpdate) -> None:
+        if update.reset_at is not None:
+            conn.execute(RESET, {"ns": update.namespace, "at": update.reset_at})
+        elif update.importance or update.adds:
+            conn.execute(
+                ADD,
+                {"ns": update.namespace, "imp": float(update.importance), "adds": update.adds},
+            )
+
+    def delete(self, namespace: str, ids: Sequence[str]) -> int:
+        if not ids:
+            return 0
+        with self._conn() as conn, conn.transaction():
+            self._lock_counter(conn, namespace)
+            gone = conn.execute(
+                "SELECT m.seq, m.lex_len, m.ctx_len, a.prev_obs, a.next_obs "
+                f"FROM {RECORDS} WHERE m.namespace = %s AND m.id = ANY(%s)",
+                (namespace, list(ids)),
+            ).fetchall()
+            if not gone:
+                return 0
+            seqs = {r[0] for r in gone}
+            conn.execute("DELETE FROM reflective_memories WHERE seq = ANY(%s)", (sorted(seqs),))
+            # the observations next to deleted ones link to their new neighbours
+            near = {s for r in gone for s in r[3:] if s is not None} - seqs
+            if near:
+                conn.execute(RELINK, (namespace, sorted(near)))
+            self._add_lexical_stats(
+                conn,
+                namespace,
+                -len(gone),
+                -sum(r[1] for r in gone),
+                -sum(r[2] for r in gone),
+            )
+            return len(gone)
+
+    def purge(self, namespace: str) -> int:
+        with self._conn() as conn, conn.transaction():
+            cur = conn.execute("DELETE FROM reflective_memories WHERE namespace = %s", (namespace,))
+            n = cur.rowcount
+            conn.execute("DELETE FROM reflective_pending WHERE namespace = %s", (namespace,))
+            conn.execute("DELETE FROM reflective_counters WHERE namespace = %s", (namespace,))
+            return n
+
+    def touch(self, namespace: str, keys: Sequence[int], when: datetime) -> dict[int, MemoryRecord]:
+        """One ``UPDATE ... RETURNING``: the new access time and the records."""
+        if not keys:
+            return {}
+        rows = self._rows(
+            TOUCH,
+            (when, namespace, [int(k) for k in keys]),
+        )
+        return dict(record_of(r) for r in rows)
+
+    async def atouch(
+        self, namespace: str, keys: Sequence[int], when: datetime
+    ) -> dict[int, MemoryRecord]:
+        if not keys:
+            return {}
+        async with self._aconn() as conn:
+            cur = await conn.execute(
+                TOUCH,
+                (when, namespace, [int(k) for k in keys]),
+            )
+            return dict(record_of(r) for r in await cur.fetchall())
+
+    # -- the pending queue ---------------------------------------------------------------------
+
+    def enqueue(self, items: Sequence[PendingMemory]) -> None:
+        if not items:
+            return
+        ids = [p.id for p in items]
+        with self._conn() as conn, conn.transaction():
+            stored = conn.execute(
+                "SELECT count(*) FROM reflective_memories WHERE id = ANY(%s)", (ids,)
+            ).fetchone()
+            if stored and stored[0]:
+                raise StorageError("could not queue memories: an id is already stored")
+            conn.cursor().executemany(
+                "INSERT INTO reflective_pending "
+                "(id, namespace, text, kind, created_at, importance, metadata) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                [
+                    (
+                        p.id,
+                        p.namespace,
+                        p.text,
+                        p.kind,
+                        p.created_at,
+                        p.importance,
+                        Jsonb(dict(p.metadata)),
+                    )
+                    for p in items
+                ],
+            )
+
+    def pending(
+        self, *, namespace: str | None = None, limit: int | None = None, newest: bool = False
+    ) -> list[PendingMemory]:
+        sql = (
+            "SELECT id, namespace, text, kind, created_at, importance, metadata "
+            "FROM reflective_pending"
+        )
+        params: list[Any] = []
+        if namespace is not None:
+            sql += " WHERE namespace = %s"
+            params.append(namespace)
+        sql += " ORDER BY pseq DESC" if newest else " ORDER BY pseq"
+        if limit is not None:
+            sql += " LIMIT %s"
+            params.append(int(limit))
+        rows = self._rows(sql, params)
+        if newest:
+            rows.reverse()
+        return [
+            PendingMemory(
+                id=r[0],
+                namespace=r[1],
+                text=r[2],
+                kind=r[3],
+                created_at=r[4],
+                importance=None if r[5] is None else float(r[5]),
+                metadata=r[6],
+            )
+            for r in rows
+        ]
+
+    def count_pending(self, namespace: str | None = None) -> int:
+        if namespace is None:
+            return int(self._rows("SELECT count(*) FROM reflective_pending")[0][0])
+        return int(
+            self._rows(
+                "SELECT count(*) FROM reflective_pending WHERE namespace = %s", (namespace,)
+            )[0][0]
+        )
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def get(self, namespace: str, ids: Sequence[str]) -> list[MemoryRecord]:
+        if not ids:
+            return []
+        rows = self._rows(
+            f"SELECT {RECORD_COLUMNS} FROM {RECORDS} WHERE m.namespace = %s AND m.id = ANY(%s)",
+            (namespace, list(ids)),
+        )
+        by_id = {rec.id: rec for _, rec in map(record_of, rows)}
+        return [by_id[i] for i in ids if i in by_id]
+
+    def fetch(self, namespace: str, keys: Sequence[int]) -> dict[int, MemoryRecord]:
+        if not keys:
+            return {}
+        rows = self._rows(
+            f"SELECT {RECORD_COLUMNS} FROM {RECORDS} WHERE m.namespace = %s AND m.seq = ANY(%s)",
+            (namespace, [int(k) for k in keys]),
+        )
+        return dict(record_of(r) for r in rows)
+
+    def recent(
+        self,
+        namespace: str,
+        *,
+        n: int | None = None,
+        kinds: Sequence[str] | None = None,
+        since_last_reflection: bool = False,
+        by_importance: bool = False,
+    ) -> list[MemoryRecord]:
+        sql = f"SELECT {RECORD_COLUMNS} FROM {RECORDS} WHERE m.namespace = %(ns)s"
+        params: dict[str, Any] = {"ns": namespace}
+        if kinds is not None:
+            sql += " AND m.kind = ANY(%(kinds)s::text[])"
+            params["kinds"] = list(kinds)
+        if since_last_reflection:
+            sql += (
+                " AND m.seq > coalesce((SELECT last_reflection_seq FROM reflective_counters "
+                "WHERE namespace = %(ns)s), 0)"
+            )
+        order = "m.importance DESC, m.seq DESC" if by_importance else "m.seq DESC"
+        sql += f" ORDER BY {order}"
+        if n is not None:
+            sql += " LIMIT %(n)s"
+            params["n"] = max(int(n), 0)
+        records = [rec for _, rec in map(record_of, self._rows(sql, params))]
+        if not by_importance:
+            records.reverse()
+        return records
+
+    def count(self, namespace: str | None = None) -> int:
+        if namespace is None:
+            return int(self._rows("SELECT count(*) FROM reflective_memories")[0][0])
+        return int(
+            self._rows(
+                "SELECT count(*) FROM reflective_memories WHERE namespace = %s", (namespace,)
+            )[0][0]
+        )
+
+    def namespaces(self) -> list[str]:
+        return [
+            r[0]
+            for r in self._rows(
+                "SELECT DISTINCT namespace FROM reflective_memories ORDER BY namespace"
+            )
+        ]
+
+    def iter_records(
+        self, namespace: str, *, with_vectors: bool = True, batch_size: int = 1024
+    ) -> Iterator[RecordBatch]:
+        after = 0
+        vec = ", vector_send(m.embedding)" if with_vectors else ""
+        while True:
+            rows = self._rows(
+                f"SELECT {RECORD_COLUMNS}{vec} FROM {RECORDS} "
+                "WHERE m.namespace = %s AND m.seq > %s ORDER BY m.seq LIMIT %s",
+                (namespace, after, int(batch_size)),
+            )
+            if not rows:
+                return
+            after = int(rows[-1][0])
+            records = [record_of(r[:12])[1] for r in rows]
+            vectors = None
+            if with_vectors:
+                dim = self.dimension or 0
+                vectors = vectors_from_binary([bytes(r[12]) for r in rows], dim)
+            yield RecordBatch(records=records, vectors=vectors)
+
+    # -- the reflection counter and lock -------------------------------------------------------
+
+    def reflection_state(self, namespace: str) -> ReflectionState:
+        rows = self._rows(
+            "SELECT importance_sum, adds, last_reflection_at FROM reflective_counters "
+            "WHERE namespace = %s",
+            (namespace,),
+        )
+        if not rows:
+            return ReflectionState()
+        imp, adds, last = rows[0]
+        return ReflectionState(
+            importance_sum=float(imp), adds_since=int(adds), last_reflection_at=last
+        )
+
+    def update_counter(self, update: CounterUpdate) -> None:
+        with self._conn() as conn, conn.transaction():
+            self._apply_counter(conn, update)
+
+    @contextlib.contextmanager
+    def reflection_lock(self, namespace: str, *, timeout: float | None = None) -> Iterator[None]:
+        """Hold ``namespace``'s reflection lock: a session advisory lock on a dedicated
+        pooled connection, keyed ``(APP_LOCK, hashtext(namespace))``.
+
+        Two namespaces whose hashes collide merely take turns. A process that dies while
+        holding the lock loses its connection, and the server releases the lock with it.
+
+        Raises:
+            TimeoutError: not acquired within ``timeout`` seconds.
+        """
+        with self._conn() as conn:
+            key = (APP_LOCK, namespace)
+            if timeout is not None and timeout <= 0:
+                row = conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", key).fetchone()
+                if not row or not row[0]:
+                    raise TimeoutError(f"the reflection lock of {namespace!r} is held")
+            else:
+                if timeout is not None:
+                    ms = max(1, math.ceil(timeout * 1000))
+                    conn.execute(f"SET lock_timeout = {ms}")
+                try:
+                    conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", key)
+                except pg_errors.LockNotAvailable as exc:
+                    raise TimeoutError(
+                        f"the reflection lock of {namespace!r} was not free within {timeout} s"
+                    ) from exc
+                finally:
+                    if timeout is not None:
+                        conn.execute("RESET lock_timeout")
+            try:
+                yield
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", key)
+
+    # -- candidates ----------------------------------------------------------------------------
+
+    def _candidate_query(
+        self,
+        namespace: str,
+        query: str,
+        vector: F32,
+        k: int,
+        flt: RetrievalFilter,
+        config: ScoringConfig,
+        exact: bool,
+    ) -> tuple[str, dict[str, Any]]:
+        dim = self.dimension
+        if dim is not None and vector.shape[0] != dim:
+            raise DimensionMismatchError(
+                f"the database holds {dim}-dimensional vectors; the query vector has "
+                f"{vector.shape[0]}"
+            )
+        spec = CandidateQuery.for_query(
+            config,
+            k=k,
+            exact=exact,
+            dense=self.dense_candidates,
+            lexical=self.lexical_candidates,
+            lexical_context=self._lexical_context,
+        )
+        terms = Counter(_TOKENIZER.tokenize(query)) if spec.lexical else Counter[str]()
+        params: dict[str, Any] = {
+            "ns": namespace,
+            "vec": vector_text(vector),
+            "qterms": list(terms),
+            "qtfs": list(terms.values()),
+        }
+        return candidates_sql(spec, flt, params), params
+
+    def candidates(
+        self,
+        namespace: str,
+        query: str,
+        vector: F32,
+        *,
+        k: int,
+        filter: RetrievalFilter,
+        config: ScoringConfig,
+        exact: bool = False,
+    ) -> CandidateSet:
+        """One statement, one round trip (see the module docstring)."""
+        sql, params = self._candidate_query(namespace, query, vector, k, filter, config, exact)
+        return candidate_set(self._rows(sql, params), config, exact)
+
+    async def acandidates(
+        self,
+        namespace: str,
+        query: str,
+        vector: F32,
+        *,
+        k: int,
+        filter: RetrievalFilter,
+        config: ScoringConfig,
+        exact: bool = False,
+    ) -> CandidateSet:
+        sql, params = self._candidate_query(namespace, query, vector, k, filter, config, exact)
+        async with self._aconn() as conn:
+            cur = await conn.execute(sql, params)
+            rows = await cur.fetchall()
+        return candidate_set(rows, config, exact)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection pools. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._pool.close()
+        for loop, pool in list(self._apools.values()):
+            if loop.is_closed():
+                continue
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is None and not loop.is_running():
+                loop.run_until_complete(pool.close())
+        self._apools.clear()
+
+    async def aclose(self) -> None:
+        """Async twin of :meth:`close`."""
+        pools = list(self._apools.values())
+        self._apools.clear()
+        loop = asyncio.get_running_loop()
+        for owner, pool in pools:
+            if owner is loop:
+                await pool.close()
+        await asyncio.to_thread(self.close)
+
+    def __repr__(self) -> str:
+        return f"PostgresBackend(pool={self._pool.name!r}, dimension={self._dimension})"

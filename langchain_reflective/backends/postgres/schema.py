@@ -1,0 +1,136 @@
+"""The Postgres schema: tables, indexes and forward-only migrations run by ``setup()``.
+
+Every object is prefixed ``reflective_`` so the tables can share a database (and a schema)
+with an application's own. Migrations are numbered from 1 and only ever appended: a database
+at version ``v`` runs migrations ``v + 1 ..`` in one transaction, under a transaction-level
+advisory lock, so several processes calling ``setup()`` at once apply each migration once.
+
+The vector column is declared without a dimension until the first write binds one
+(:func:`bind_sql`): the dimension is a property of the embedding model, which the schema cannot
+know in advance; binding turns the column into ``vector(d)`` and builds the HNSW index.
+"""
+
+from __future__ import annotations
+
+__all__ = ["APP_LOCK", "MIGRATIONS", "SCHEMA_VERSION", "SETUP_LOCK", "bind_sql"]
+
+APP_LOCK = 0x52464C54
+"""First key of every advisory lock this package takes ("RFLT"); the second key says which:
+``(APP_LOCK, hashtext(namespace))`` is a namespace's reflection lock; :data:`SETUP_LOCK` guards
+migrations and binding."""
+
+SETUP_LOCK = (APP_LOCK + 1, 0)
+"""The advisory lock held (transaction-level) while migrating or binding the embeddings."""
+
+_V1 = """
+CREATE EXTENSION IF NOT EXISTS vector;
+
+CREATE TABLE reflective_meta (
+    key text PRIMARY KEY,
+    value text NOT NULL
+);
+
+CREATE TABLE reflective_memories (
+    seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id text NOT NULL UNIQUE,
+    namespace text NOT NULL,
+    text text NOT NULL,
+    kind text NOT NULL,
+    created_at timestamptz NOT NULL,
+    importance double precision NOT NULL,
+    importance_source text NOT NULL,
+    evidence text[] NOT NULL DEFAULT '{}',
+    depth integer NOT NULL DEFAULT 0,
+    metadata jsonb NOT NULL DEFAULT '{}',
+    embedding vector NOT NULL,
+    lex_terms text[] NOT NULL DEFAULT '{}',
+    lex_tfs integer[] NOT NULL DEFAULT '{}',
+    lex_len integer NOT NULL DEFAULT 0,
+    ctx_terms text[] NOT NULL DEFAULT '{}',
+    ctx_tfs integer[] NOT NULL DEFAULT '{}',
+    ctx_len integer NOT NULL DEFAULT 0
+);
+CREATE INDEX reflective_memories_ns_seq ON reflective_memories (namespace, seq);
+CREATE INDEX reflective_memories_ns_observations
+    ON reflective_memories (namespace, seq) WHERE kind = 'observation';
+CREATE INDEX reflective_memories_ns_importance
+    ON reflective_memories (namespace, importance DESC, seq DESC);
+CREATE INDEX reflective_memories_lex_terms ON reflective_memories USING gin (lex_terms);
+CREATE INDEX reflective_memories_ctx_terms ON reflective_memories USING gin (ctx_terms);
+
+CREATE TABLE reflective_access (
+    seq bigint PRIMARY KEY REFERENCES reflective_memories (seq) ON DELETE CASCADE,
+    namespace text NOT NULL,
+    last_accessed_at timestamptz NOT NULL,
+    prev_obs bigint,
+    next_obs bigint
+);
+CREATE INDEX reflective_access_ns_at ON reflective_access (namespace, last_accessed_at DESC);
+
+CREATE TABLE reflective_pending (
+    pseq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id text NOT NULL UNIQUE,
+    namespace text NOT NULL,
+    text text NOT NULL,
+    kind text NOT NULL,
+    created_at timestamptz NOT NULL,
+    importance double precision,
+    metadata jsonb NOT NULL DEFAULT '{}'
+);
+CREATE INDEX reflective_pending_ns_pseq ON reflective_pending (namespace, pseq);
+
+CREATE TABLE reflective_counters (
+    namespace text PRIMARY KEY,
+    importance_sum double precision NOT NULL DEFAULT 0,
+    adds bigint NOT NULL DEFAULT 0,
+    last_reflection_at timestamptz,
+    last_reflection_seq bigint NOT NULL DEFAULT 0,
+    lex_docs bigint NOT NULL DEFAULT 0,
+    lex_total bigint NOT NULL DEFAULT 0,
+    ctx_total bigint NOT NULL DEFAULT 0
+);
+"""
+"""Version 1.
+
+* ``reflective_memories``: one row per memory. ``seq`` (an identity, never reused) is the
+  backend's key and the insertion order; ``id`` is unique across namespaces, as in every
+  backend. The lexical half is BM25 computed in SQL: ``lex_terms`` holds the memory's
+  distinct index terms (lowercased words of two or more characters, English stopwords
+  dropped, Snowball-stemmed -- the SQLite backend's tokenizer, so both rank alike),
+  ``lex_tfs`` their counts and ``lex_len`` the number of terms; a GIN index on ``lex_terms``
+  finds the memories that share a term with the query. ``ctx_*`` are the same for the
+  memory's text with the previous observation's before it (for an observation; a copy of
+  ``lex_*`` otherwise): what the lexical half reads when ``ScoringConfig.lexical_context``,
+  as the SQLite backend indexes it. Both are kept, so the setting can change at any time.
+  ``embedding`` gets an HNSW index (cosine) once bound.
+* ``reflective_access``: each memory's ``last_accessed_at``, apart from the memory: every
+  retrieval updates it, and an update of a row of ``reflective_memories`` would add entries to
+  all of that table's indexes (the HNSW graph included), where this narrow table has two.
+  ``prev_obs``/``next_obs`` link an observation to the previous and next live observation of
+  its namespace (the neighbour context of scoring): kept by every write and delete, which hold
+  the namespace's counter row, so a retrieval reads them instead of searching.
+* ``reflective_pending``: the outbox of memories queued before they are embedded.
+* ``reflective_counters``: the reflection counter of each namespace; a write adds to it in the
+  same transaction (one row upsert, so concurrent writers serialise on the row and the sum is
+  exact). ``last_reflection_seq`` is the newest ``seq`` of the namespace when it was reset.
+  ``lex_docs``, ``lex_total`` and ``ctx_total`` are the namespace's number of memories and
+  sums of their ``lex_len`` and ``ctx_len`` (BM25's ``N`` and average length), kept by every
+  write and delete.
+* ``reflective_meta``: the embedding model's identity and dimension.
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1,)
+"""Forward-only migrations; ``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1``."""
+
+SCHEMA_VERSION = len(MIGRATIONS)
+"""The version this code writes."""
+
+
+def bind_sql(dimension: int) -> str:
+    """DDL that gives the vector column its dimension and builds the HNSW (cosine) index."""
+    d = int(dimension)
+    return (
+        f"ALTER TABLE reflective_memories ALTER COLUMN embedding TYPE vector({d});\n"
+        "CREATE INDEX IF NOT EXISTS reflective_memories_embedding_hnsw "
+        "ON reflective_memories USING hnsw (embedding vector_cosine_ops);"
+    )

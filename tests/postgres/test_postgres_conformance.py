@@ -1,0 +1,146 @@
+"""The backend conformance suite on Postgres (a fresh database per backend), with the hybrid
+scoring compared too: the Postgres backend's BM25 equals the SQLite backend's."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from langchain_reflective import MemoryStream
+from langchain_reflective.backends.base import BaseMemoryBackend, RetrievalFilter
+from langchain_reflective.backends.postgres import PostgresBackend
+from langchain_reflective.backends.sqlite import SQLiteBackend
+from langchain_reflective.records import OBSERVATION
+from langchain_reflective.scoring import ScoringConfig, score_candidates, top_k
+from tests.backends.conformance import (
+    MODEL,
+    NOW,
+    QUERIES,
+    SHARED_SCORINGS,
+    BackendConformance,
+    corpus,
+    query_vector,
+)
+from tests.fakes import WordEmbeddings
+from tests.postgres.conftest import create_database
+
+pytestmark = [pytest.mark.postgres, pytest.mark.integration]
+
+TIE = 1e-6
+"""Scores closer than this are ties (float32 cosines differ by about 1e-7)."""
+
+
+def _scored(
+    backend: BaseMemoryBackend,
+    query: str,
+    config: ScoringConfig,
+    flt: RetrievalFilter | None,
+    *,
+    namespace: str = "alice",
+) -> list[tuple[str, float]]:
+    """Every candidate's (id, score) under exact scoring, best first."""
+    found = backend.candidates(
+        namespace, query, query_vector(query), k=10, filter=flt or RetrievalFilter(),
+        config=config, exact=True,
+    )  # fmt: skip
+    comps, _ = score_candidates(config, found, NOW.timestamp())
+    order = top_k(comps.score, found.size)
+    keys = found.keys[order].tolist()
+    records = backend.fetch(namespace, keys)
+    return [(records[k].id, float(s)) for k, s in zip(keys, comps.score[order], strict=True)]
+
+
+class TestPostgresBackend(BackendConformance):
+    lexical_matches_reference = True
+
+    @pytest.fixture
+    def make_backend(self, postgres_server: str) -> Callable[[], BaseMemoryBackend]:
+        def make() -> BaseMemoryBackend:
+            backend = PostgresBackend.from_conn_string(create_database(postgres_server))
+            backend.setup()
+            return backend
+
+        return make
+
+    def test_same_top10_as_the_reference_under_exact_scoring(
+        self, backend: BaseMemoryBackend, reference: BaseMemoryBackend
+    ) -> None:
+        """The suite's comparison, up to floating-point ties.
+
+        pgvector and FAISS both sum a dot product's float32 products, in different orders,
+        so two memories whose cosines are equal in exact arithmetic can differ by one float32
+        step in one backend and not in the other (FAISS's SIMD lanes make even the reference
+        split such ties by position). So: every score agrees with the reference's within
+        ``TIE``, the top-10 score lists agree, and the top 10 differ at most by the order of
+        tied memories (and which of the memories tied at the cut are in).
+        """
+        records = corpus(160)
+        for b in (backend, reference):
+            self.fill(b, records[:100])
+            self.fill(b, records[100:])
+        configs = [*SHARED_SCORINGS, ScoringConfig.hybrid(), ScoringConfig.hybrid(context=False)]
+        filters = [
+            None,
+            RetrievalFilter(kinds=frozenset({OBSERVATION})),
+            RetrievalFilter(created_after=NOW - timedelta(days=20)),
+        ]
+        reordered = 0
+        for config in configs:
+            backend.configure(config)
+            reference.configure(config)
+            for query in QUERIES:
+                for flt in filters:
+                    got = _scored(backend, query, config, flt)
+                    want = _scored(reference, query, config, flt)
+                    assert [i for i, _ in got] != [] and len(got) == len(want)
+                    ref = dict(want)
+                    ours = np.array([s for _, s in got])
+                    assert np.allclose(ours, [ref[i] for i, _ in got], atol=TIE)
+                    assert np.allclose(ours[:10], [s for _, s in want[:10]], atol=TIE)
+                    top, cut = [i for i, _ in got[:10]], want[9][1]
+                    same = set(top) & {i for i, _ in want[:10]}
+                    assert all(abs(ref[i] - cut) <= TIE for i in set(top) - same)
+                    reordered += top != [i for i, _ in want[:10]]
+        assert reordered <= len(configs) * len(QUERIES) * len(filters) // 4
+
+    def test_export_import_round_trips_between_backends(
+        self,
+        backends: Callable[[], BaseMemoryBackend],
+        reference: BaseMemoryBackend,
+        tmp_path: Path,
+    ) -> None:
+        """SQLite -> JSONL -> Postgres -> JSONL -> SQLite -> JSONL: identical files; rankings
+        agree up to floating-point ties (see the test above)."""
+
+        def stream_of(backend: BaseMemoryBackend) -> MemoryStream:
+            return MemoryStream(WordEmbeddings(32), backend=backend, embedding_model=MODEL)
+
+        source = stream_of(reference)
+        source.add([r.text for r in corpus(25)], importances=0.5, now=NOW)
+        source.add(["about ünïcode ☕", "emoji 😀"], metadatas={"k": ["v", 1.5]}, now=NOW)
+        source.add("other ns", namespace="bob", now=NOW)
+        source.retrieve("w1 w2", k=3, now=NOW + timedelta(hours=1))
+        first = tmp_path / "first.jsonl"
+        assert source.export_jsonl(first, namespaces="all") == 28
+        target = stream_of(backends())
+        assert target.import_jsonl(first) == 28
+        assert target.import_jsonl(first) == 0
+        second = tmp_path / "second.jsonl"
+        target.export_jsonl(second, namespaces="all")
+        assert second.read_text(encoding="utf-8") == first.read_text(encoding="utf-8")
+        back = stream_of(SQLiteBackend(None))
+        back.import_jsonl(second)
+        third = tmp_path / "third.jsonl"
+        back.export_jsonl(third, namespaces="all")
+        assert third.read_text(encoding="utf-8") == first.read_text(encoding="utf-8")
+        for config in SHARED_SCORINGS:
+            for query in QUERIES:
+                got = _scored(target.backend, query, config, None, namespace="default")
+                want = dict(_scored(reference, query, config, None, namespace="default"))
+                assert len(got) == len(want)
+                assert all(abs(want[i] - s) <= TIE for i, s in got)
+        back.close()
