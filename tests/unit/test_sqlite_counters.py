@@ -16,7 +16,8 @@ import pytest
 
 from langchain_reflective import MemoryStream
 from langchain_reflective.backends.base import CounterUpdate, ReflectionState
-from langchain_reflective.backends.sqlite import store as sqlite_store
+from langchain_reflective.backends.sqlite import counters as sqlite_counters
+from langchain_reflective.backends.sqlite import schema as sqlite_schema
 from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
 from langchain_reflective.records import MemoryRecord
 from tests.fakes import WordEmbeddings
@@ -158,7 +159,7 @@ def test_deleting_unfolded_memories_takes_them_out_of_the_counter(
     store: SQLiteRecordStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Changed in schema 2: not-yet-folded deleted memories leave the counter; folded stay."""
-    monkeypatch.setattr(sqlite_store, "_FOLD_ROWS", 4)
+    monkeypatch.setattr(sqlite_counters, "_FOLD_ROWS", 4)
     recs = _records(6, imp=0.5)
     for r in recs:
         _add(store, [r])
@@ -175,7 +176,7 @@ def test_deleting_unfolded_memories_takes_them_out_of_the_counter(
 def test_folding_keeps_the_counter_exact_and_the_scan_short(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sqlite_store, "_FOLD_ROWS", 16)
+    monkeypatch.setattr(sqlite_counters, "_FOLD_ROWS", 16)
     path = tmp_path / "m.db"
     store = SQLiteRecordStore(path)
     store.bind_embeddings("test", DIM)
@@ -442,7 +443,7 @@ def _v1_file(path: Path) -> None:
     deleted since (v1 counters were exact as of their writes, not re-derived)."""
     conn = sqlite3.connect(path)
     conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute(f"PRAGMA application_id={sqlite_store.APPLICATION_ID}")
+    conn.execute(f"PRAGMA application_id={sqlite_schema.APPLICATION_ID}")
     conn.executescript(V1_SCHEMA)
     conn.executemany(
         "INSERT INTO meta VALUES (?, ?)",
@@ -481,7 +482,7 @@ def test_version_1_files_are_migrated(tmp_path: Path) -> None:
     _v1_file(path)
     store = SQLiteRecordStore(path)
     try:
-        assert store.get_meta("schema_version") == str(sqlite_store.SCHEMA_VERSION) == "4"
+        assert store.get_meta("schema_version") == str(sqlite_schema.SCHEMA_VERSION) == "4"
         state = store.reflection_state("default")
         assert (state.importance_sum, state.adds_since) == (pytest.approx(0.75), 2)
         assert state.last_reflection_at == datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC)

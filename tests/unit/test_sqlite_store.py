@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from langchain_reflective import MemoryStream
-from langchain_reflective.backends.sqlite import store as sqlite_store
+from langchain_reflective.backends.sqlite import connection as sqlite_connection
 from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
 from langchain_reflective.records import new_memory_id, new_memory_ids
 from tests.fakes import WordEmbeddings
@@ -50,7 +50,7 @@ def test_commits_do_not_checkpoint_the_wal_themselves(tmp_path: Path) -> None:
 def test_a_long_wal_makes_the_thread_ask_the_writer_to_catch_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sqlite_store, "_WAL_RESTART_FRAMES", 1)
+    monkeypatch.setattr(sqlite_connection, "_WAL_RESTART_FRAMES", 1)
     store = SQLiteRecordStore(tmp_path / "m.db")
     try:
         checkpointer = store._checkpointer
@@ -69,7 +69,7 @@ def test_the_writer_catches_up_so_the_wal_restarts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Asked to, the next commit checkpoints inline; the write after it starts the WAL over."""
-    monkeypatch.setattr(sqlite_store, "_CHECKPOINT_EVERY", 10**9)  # never wake the thread
+    monkeypatch.setattr(sqlite_connection, "_CHECKPOINT_EVERY", 10**9)  # never wake the thread
     path = tmp_path / "m.db"
     store = SQLiteRecordStore(path)
     try:
@@ -93,7 +93,7 @@ def test_a_dead_checkpoint_thread_falls_back_to_automatic_checkpoints(tmp_path: 
         assert checkpointer is not None
         checkpointer.stop()  # as if the thread had died
         store.bind_embeddings("m", 2)
-        for _ in range(sqlite_store._CHECKPOINT_EVERY):
+        for _ in range(sqlite_connection._CHECKPOINT_EVERY):
             store.set_meta("k", "v")
         assert store._checkpointer is None
         assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] > 0

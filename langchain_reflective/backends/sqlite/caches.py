@@ -23,11 +23,12 @@ import numpy as np
 import numpy.typing as npt
 
 from langchain_reflective.backends.sqlite.ann import flush_ann, maintain_ann
+from langchain_reflective.backends.sqlite.counters import _GENERATION_STRIDE
 from langchain_reflective.backends.sqlite.index.faiss_flat import FaissFlatIndex
 from langchain_reflective.backends.sqlite.index.ivf import IVFCandidateIndex
 from langchain_reflective.backends.sqlite.partition import Partition
 from langchain_reflective.backends.sqlite.record_store import BaseRecordStore
-from langchain_reflective.backends.sqlite.store import _GENERATION_STRIDE, SQLiteRecordStore
+from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
 from langchain_reflective.errors import StorageError
 
 if TYPE_CHECKING:

@@ -1,0 +1,107 @@
+"""The pending queue: memories written at once and embedded and rated later (``pending``).
+
+Completing one deletes its row in the transaction that stores it (same id), so a memory is
+pending or stored, never both and never neither.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_reflective.backends.base import PendingMemory
+from langchain_reflective.backends.sqlite.connection import SQLiteConnection
+from langchain_reflective.backends.sqlite.schema import chunks, dump_metadata, from_us, to_us
+from langchain_reflective.errors import PendingConflictError, StorageError
+
+__all__ = ["PendingQueue"]
+
+
+class PendingQueue(SQLiteConnection):
+    """The ``pending`` table of a
+    :class:`~langchain_reflective.backends.sqlite.store.SQLiteRecordStore`."""
+
+    @staticmethod
+    def _dequeue(c: sqlite3.Connection, ids: Sequence[str]) -> None:
+        """Delete these pending rows (inside the caller's transaction); all must be there."""
+        gone = 0
+        for chunk in chunks(list(ids)):
+            marks = ",".join("?" * len(chunk))
+            gone += c.execute(f"DELETE FROM pending WHERE id IN ({marks})", tuple(chunk)).rowcount
+        if gone != len(set(ids)):
+            raise PendingConflictError(
+                f"{len(set(ids)) - gone} of {len(ids)} pending memories are no longer queued "
+                "(completed or purged by another process)"
+            )
+
+    def enqueue(self, items: Sequence[PendingMemory]) -> None:
+        """Queue memories in one transaction (see :meth:`BaseRecordStore.enqueue`)."""
+        if not items:
+            return
+        rows = [
+            (
+                p.id,
+                p.namespace,
+                p.text,
+                p.kind,
+                to_us(p.created_at),
+                p.importance,
+                dump_metadata(p.metadata),
+            )
+            for p in items
+        ]
+        sql = (
+            "INSERT INTO pending (id, namespace, text, kind, created_us, importance, metadata) "
+            "VALUES (?,?,?,?,?,?,?)"
+        )
+        try:
+            if len(rows) == 1:  # one autocommit statement: the per-turn cheap commit
+                with self._lock:
+                    self._ensure_open()
+                    self._conn.execute(sql, rows[0])
+                    self._after_commit()
+            else:
+                with self._transaction() as c:
+                    c.executemany(sql, rows)
+        except sqlite3.IntegrityError as exc:
+            raise StorageError(f"could not queue memories (duplicate id?): {exc}") from exc
+        except sqlite3.DatabaseError as exc:
+            raise StorageError(f"could not queue memories: {exc}") from exc
+
+    def pending(
+        self, *, namespace: str | None = None, limit: int | None = None, newest: bool = False
+    ) -> list[PendingMemory]:
+        """Queued memories, oldest first (see :meth:`BaseRecordStore.pending`)."""
+        sql = "SELECT id, namespace, text, kind, created_us, importance, metadata FROM pending"
+        params: list[Any] = []
+        if namespace is not None:
+            sql += " WHERE namespace=?"
+            params.append(namespace)
+        sql += " ORDER BY pseq DESC" if newest else " ORDER BY pseq"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(int(limit))
+        rows = self._query(sql, params)
+        if newest:
+            rows.reverse()
+        return [
+            PendingMemory(
+                id=r[0],
+                namespace=r[1],
+                text=r[2],
+                kind=r[3],
+                created_at=from_us(r[4]),
+                importance=None if r[5] is None else float(r[5]),
+                metadata=json.loads(r[6]) if r[6] != "{}" else {},
+            )
+            for r in rows
+        ]
+
+    def count_pending(self, namespace: str | None = None) -> int:
+        if namespace is None:
+            return int(self._query("SELECT COUNT(*) FROM pending")[0][0])
+        return int(
+            self._query("SELECT COUNT(*) FROM pending WHERE namespace=?", (namespace,))[0][0]
+        )

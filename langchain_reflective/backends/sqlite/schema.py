@@ -1,0 +1,350 @@
+"""The memory file's layout: the schema (version 4), upgrades from versions 1-3, the checks
+on opening, and how rows encode records.
+
+Nothing here executes code on load: vectors are raw little-endian float32 blobs, metadata and
+evidence are JSON. The file carries an application id, a schema version and the embedding
+model's identity and dimension, so opening a foreign, newer or mismatched file is a clear error
+instead of silent garbage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from langchain_reflective.backends.base import trusted_record
+from langchain_reflective.errors import ForeignFileError, SchemaVersionError, StorageError
+from langchain_reflective.records import MemoryRecord
+
+__all__ = [
+    "APPLICATION_ID",
+    "COLUMNS",
+    "INSERT",
+    "MAX_VARS",
+    "NOT_OBSERVATION",
+    "RAISE_SEQ_FLOOR",
+    "SCHEMA_VERSION",
+    "check_file",
+    "chunks",
+    "dump_evidence",
+    "dump_metadata",
+    "from_us",
+    "init_schema",
+    "insert_row",
+    "row_to_record",
+    "to_us",
+]
+
+APPLICATION_ID = 0x52464C54  # "RFLT"
+SCHEMA_VERSION = 4
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_WAL_SIZE_LIMIT = 64 << 20
+"""Bytes a WAL file is truncated to after it restarts."""
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+MAX_VARS = 900  # stay below SQLite's host-parameter limit
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS memories (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    namespace TEXT NOT NULL,
+    text TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    created_us INTEGER NOT NULL,
+    accessed_us INTEGER NOT NULL,
+    importance REAL NOT NULL,
+    importance_source TEXT NOT NULL,
+    evidence TEXT NOT NULL,
+    depth INTEGER NOT NULL,
+    metadata TEXT NOT NULL,
+    vector BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS memories_namespace_seq ON memories (namespace, seq);
+CREATE INDEX IF NOT EXISTS memories_insight_importance
+    ON memories (namespace, kind, importance) WHERE kind <> 'observation';
+CREATE TABLE IF NOT EXISTS counters (
+    namespace TEXT PRIMARY KEY,
+    importance_sum REAL NOT NULL DEFAULT 0,
+    adds INTEGER NOT NULL DEFAULT 0,
+    last_reflection_us INTEGER,
+    last_reflection_seq INTEGER NOT NULL DEFAULT 0,
+    generation INTEGER NOT NULL DEFAULT 0,
+    counted_seq INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS seq_floor (seq INTEGER PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS pending (
+    pseq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    namespace TEXT NOT NULL,
+    text TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    created_us INTEGER NOT NULL,
+    importance REAL,
+    metadata TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS pending_namespace_pseq ON pending (namespace, pseq);
+"""
+"""Schema notes (version 4).
+
+``pending`` (new in version 4) is the queue of memories written by
+:meth:`SQLiteRecordStore.enqueue` and not yet embedded or rated; completing one deletes its row
+in the transaction that inserts it into ``memories`` (same id).
+
+``seq`` numbers memories in insertion order and is never reused: an insert takes one more than
+the larger of the newest ``seq`` and ``seq_floor`` (one row), and every delete first raises
+``seq_floor`` to the newest ``seq``. That is what ``AUTOINCREMENT`` guaranteed in versions 1
+and 2, without its extra page write (``sqlite_sequence``) on every insert. Files upgraded from
+those versions keep ``AUTOINCREMENT`` on the table (harmless, only slower): rebuilding a large
+table on open is not worth it.
+
+``counters`` holds, per namespace, the reflection counter *folded up to* ``counted_seq``:
+``importance_sum``/``adds`` cover the namespace's memories with ``seq <= counted_seq`` (and any
+explicit :class:`CounterUpdate` increments); memories with a larger ``seq`` count on top of it,
+read from the rows themselves (see :meth:`SQLiteRecordStore.reflection_state`). So adding a
+memory writes only its row, not the counters row. ``generation`` counts deletes, purges and
+counter resets (the "bumps"); the cache generation of a namespace is derived from it and the
+namespace's newest ``seq`` (see :meth:`SQLiteRecordStore.generation`).
+
+Version 1 files (no ``counted_seq``; the counters row was bumped on every write) are migrated on
+open: their counters were exact, so ``counted_seq`` starts at each namespace's newest ``seq``.
+Version 1-3 files get an empty ``pending`` table.
+"""
+
+NOT_OBSERVATION = "kind <> 'observation'"
+"""The partial importance index's condition; a query must repeat it verbatim to use the index.
+Observations, the bulk of a stream, stay out of that index: it would take a random-page write
+per add, and the hot query (the most important insights) never asks for observations."""
+
+COLUMNS = (
+    "seq, id, namespace, text, kind, created_us, accessed_us, importance, importance_source, "
+    "evidence, depth, metadata"
+)
+
+
+def to_us(value: datetime) -> int:
+    """Exact microseconds since the epoch of an aware datetime."""
+    return (value - _EPOCH) // _US
+
+
+def from_us(value: int) -> datetime:
+    """Inverse of :func:`to_us` (UTC)."""
+    return _EPOCH + timedelta(microseconds=int(value))
+
+
+def row_to_record(row: Sequence[Any]) -> MemoryRecord:
+    evidence = row[9]
+    metadata = row[11]
+    return trusted_record(
+        id=row[1],
+        namespace=row[2],
+        text=row[3],
+        kind=row[4],
+        created_at=from_us(row[5]),
+        last_accessed_at=from_us(row[6]),
+        importance=float(row[7]),
+        importance_source=row[8],
+        evidence=tuple(str(e) for e in json.loads(evidence)) if evidence != "[]" else (),
+        depth=int(row[10]),
+        metadata=json.loads(metadata) if metadata != "{}" else {},
+    )
+
+
+def dump_evidence(evidence: tuple[str, ...]) -> str:
+    return json.dumps(list(evidence)) if evidence else "[]"
+
+
+def dump_metadata(metadata: Any) -> str:
+    return json.dumps(dict(metadata), allow_nan=False) if metadata else "{}"
+
+
+_NEXT_SEQ = (
+    "MAX(COALESCE((SELECT MAX(seq) FROM memories), 0), "
+    "COALESCE((SELECT MAX(seq) FROM seq_floor), 0)) + 1"
+)
+INSERT = (
+    "INSERT INTO memories (seq, id, namespace, text, kind, created_us, accessed_us, importance, "
+    f"importance_source, evidence, depth, metadata, vector) VALUES ({_NEXT_SEQ},"
+    "?,?,?,?,?,?,?,?,?,?,?,?)"
+)
+RAISE_SEQ_FLOOR = (
+    "UPDATE seq_floor SET seq = MAX(seq, COALESCE((SELECT MAX(seq) FROM memories), 0))"
+)
+"""Run before deleting memories: the seqs they free are never handed out again."""
+
+
+def insert_row(
+    r: MemoryRecord, created_us: int, accessed_us: int, vector: bytes
+) -> tuple[Any, ...]:
+    """The parameters of :data:`INSERT` for one record."""
+    return (
+        r.id,
+        r.namespace,
+        r.text,
+        r.kind,
+        created_us,
+        accessed_us,
+        r.importance,
+        r.importance_source,
+        dump_evidence(r.evidence),
+        r.depth,
+        dump_metadata(r.metadata),
+        vector,
+    )
+
+
+def chunks(values: Sequence[Any], size: int = MAX_VARS) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(values), size):
+        yield values[start : start + size]
+
+
+def check_file(path: Path) -> None:
+    """Refuse a directory, a non-SQLite file or another program's database; create a new
+    file private to its owner."""
+    if path.exists():
+        if path.is_dir():
+            raise ForeignFileError(f"{path} is a directory, not a memory file")
+        size = path.stat().st_size
+        if size == 0:
+            return
+        with path.open("rb") as fh:
+            header = fh.read(100)
+        if not header.startswith(_SQLITE_MAGIC) or len(header) < 100:
+            raise ForeignFileError(
+                f"{path} is not a langchain-reflective memory file (not SQLite); "
+                "choose another path or remove the file"
+            )
+        app_id = int.from_bytes(header[68:72], "big")
+        if app_id not in (0, APPLICATION_ID):
+            raise ForeignFileError(
+                f"{path} is an SQLite file of another program (application id "
+                f"{app_id:#x}); refusing to touch it"
+            )
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # create the file private to its owner before SQLite opens it
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        os.close(fd)
+
+
+def init_schema(
+    c: sqlite3.Connection,
+    path: Path | None,
+    synchronous: str,
+    transaction: Callable[[], AbstractContextManager[sqlite3.Connection]],
+) -> None:
+    """Create the schema in a new file, or check and upgrade an existing one's."""
+    app_id = c.execute("PRAGMA application_id").fetchone()[0]
+    tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if app_id == 0 and tables:
+        raise ForeignFileError(
+            f"{path} is an SQLite database of another program (tables: "
+            f"{', '.join(sorted(tables))}); refusing to touch it"
+        )
+    if path is not None:
+        mode = c.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise StorageError(f"could not enable WAL mode on {path} (got {mode})")
+    c.execute(f"PRAGMA synchronous={synchronous}")
+    c.execute("PRAGMA foreign_keys=ON")
+    c.execute(f"PRAGMA journal_size_limit={_WAL_SIZE_LIMIT}")
+    if app_id == 0:
+        with transaction():
+            c.execute(f"PRAGMA application_id={APPLICATION_ID}")
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    c.execute(statement)
+            c.execute("INSERT INTO seq_floor(seq) VALUES (0)")
+            c.execute(
+                "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
+                (str(SCHEMA_VERSION),),
+            )
+            c.execute(
+                "INSERT OR IGNORE INTO meta(key, value) VALUES ('created_by', ?)",
+                ("langchain-reflective",),
+            )
+    version_row = c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    if version_row is None:
+        raise ForeignFileError(f"{path} has no schema version; it is not a memory file")
+    version = int(version_row[0])
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{path} has schema version {version}, newer than this "
+            f"langchain-reflective supports ({SCHEMA_VERSION}); upgrade the package"
+        )
+    if version < SCHEMA_VERSION:
+        migrate(transaction)
+    if c.execute(
+        "SELECT 1 FROM sqlite_master WHERE type='index' "
+        "AND name='memories_namespace_kind_importance'"
+    ).fetchone():
+        # a file from an earlier version: index every kind but observations (same schema
+        # version: older readers use the new index as they used the old one)
+        with transaction():
+            c.execute("DROP INDEX IF EXISTS memories_namespace_kind_importance")
+            c.execute(
+                "CREATE INDEX IF NOT EXISTS memories_insight_importance ON memories "
+                f"(namespace, kind, importance) WHERE {NOT_OBSERVATION}"
+            )
+
+
+def migrate(transaction: Callable[[], AbstractContextManager[sqlite3.Connection]]) -> None:
+    """Bring an older file up to :data:`SCHEMA_VERSION` (one transaction).
+
+    Version 1 -> 2: ``counters.counted_seq``. Version 1 kept the counters exact on every
+    write, so each namespace's counter is folded up to its newest ``seq`` as of now.
+
+    Version 2 -> 3: ``seq_floor``, set to the highest ``seq`` ever handed out (what
+    ``AUTOINCREMENT`` recorded in ``sqlite_sequence``), so no seq is reused.
+
+    Version 3 -> 4: the (empty) ``pending`` queue.
+
+    Another process may migrate at the same time: the version is read again under the
+    write lock. Old versions of the package refuse the migrated file (its version is newer).
+    """
+    with transaction() as c:
+        row = c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        version = int(row[0])
+        if version >= SCHEMA_VERSION:
+            return
+        if version < 2:
+            c.execute("ALTER TABLE counters ADD COLUMN counted_seq INTEGER NOT NULL DEFAULT 0")
+            # every v1 write bumped its namespace's counters row, but be safe about
+            # namespaces without one: their counter was zero, so they are folded too
+            c.execute(
+                "INSERT INTO counters(namespace, counted_seq) "
+                "SELECT namespace, MAX(seq) FROM memories WHERE true GROUP BY namespace "
+                "ON CONFLICT(namespace) DO UPDATE SET counted_seq = excluded.counted_seq"
+            )
+        if version < 3:
+            _add_seq_floor(c)
+        if version < 4:
+            for statement in _SCHEMA.split(";"):
+                if "pending" in statement:
+                    c.execute(statement)
+        c.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
+
+
+def _add_seq_floor(c: sqlite3.Connection) -> None:
+    """Version 2 -> 3 (see :meth:`_migrate`)."""
+    c.execute("CREATE TABLE IF NOT EXISTS seq_floor (seq INTEGER PRIMARY KEY)")
+    floor = int(
+        c.execute(
+            "SELECT MAX(COALESCE((SELECT MAX(seq) FROM memories), 0), "
+            "COALESCE((SELECT MAX(seq) FROM seq_floor), 0))"
+        ).fetchone()[0]
+    )
+    if c.execute(
+        "SELECT 1 FROM sqlite_master WHERE type='table' AND name='sqlite_sequence'"
+    ).fetchone():
+        used = c.execute("SELECT MAX(seq) FROM sqlite_sequence WHERE name='memories'").fetchone()[0]
+        floor = max(floor, int(used or 0))
+    c.execute("DELETE FROM seq_floor")
+    c.execute("INSERT INTO seq_floor(seq) VALUES (?)", (floor,))
