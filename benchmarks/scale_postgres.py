@@ -9,7 +9,13 @@ Per size, each system gets a fresh database on the same server:
   top-10 agreement with exact scoring (every memory of the namespace scored, no index);
 * the peer: ``PostgresStore`` with an HNSW cosine index over the same vectors (a free fake
   embedder), batched ``PutOp``s of the same size, then ``search(query=..., limit=10)`` p50/p90
-  (dense similarity only; the peer has no lexical, recency or importance ranking).
+  (dense similarity only; the peer has no lexical, recency or importance ranking);
+* concurrency (ours, after the single-process run, on the same namespace): 4 OS processes
+  (``--workers``), each its own ``MemoryStream`` and connection pool, add
+  ``--concurrent-adds`` memories each in batches of ``--concurrent-batch`` with one
+  ``retrieve(k=10)`` after every batch, all at once; then the database is checked: every
+  memory a worker added is stored exactly once (no loss, no duplicate) and the namespace's
+  counter grew by exactly the number added.
 
 Run through ``scale.py`` (``python benchmarks/scale.py --backend postgres``) or directly::
 
@@ -41,8 +47,10 @@ from scale import (  # the shared synthetic data
     BATCH,
     DIM,
     K,
+    _centers,
     _fake_embeddings,
     _pcts,
+    chunk_data,
     created_times,
     iter_chunks,
     machine,
@@ -136,6 +144,114 @@ def run_ours(url: str, n: int, queries: int, agreement_queries: int) -> dict[str
     return out
 
 
+def _concurrent_worker(
+    url: str, n: int, worker: int, adds: int, batch: int, start_at: float
+) -> dict[str, Any]:
+    """One process of :func:`run_concurrent`: batched adds, one retrieval after each batch."""
+    from langchain_reflective import MemoryStream, PostgresBackend
+
+    emb = _fake_embeddings()
+    vectors, texts, imps = chunk_data(10_000 + worker, adds, _centers())  # rows nobody else has
+    ids = [f"concurrent-{worker}-{i}" for i in range(adds)]
+    queries = make_queries(n, max(1, -(-adds // batch)))
+    end = datetime.now(UTC)
+    backend = PostgresBackend.from_conn_string(url, max_size=2)
+    backend.setup()
+    add_s, lat = 0.0, []
+    with MemoryStream(emb, backend=backend) as stream:
+        time.sleep(max(0.0, start_at - time.time()))  # every worker starts together
+        t_start = time.perf_counter()
+        for j, b in enumerate(range(0, adds, batch)):
+            emb.pending = vectors[b : b + batch]
+            t0 = time.perf_counter()
+            stream.add(
+                texts[b : b + batch], importances=imps[b : b + batch], ids=ids[b : b + batch]
+            )
+            add_s += time.perf_counter() - t0
+            _, vec, text = queries[j % len(queries)]
+            emb.query = vec
+            t0 = time.perf_counter()
+            stream.retrieve(text, k=K, now=end)
+            lat.append(time.perf_counter() - t0)
+        wall = time.perf_counter() - t_start
+    return {"ids": ids, "add_s": add_s, "retrieve_s": lat, "wall_s": wall}
+
+
+def run_concurrent(url: str, n: int, workers: int, adds: int, batch: int) -> dict[str, Any]:
+    """``workers`` OS processes adding and retrieving on one namespace at once; exact counts."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    import psycopg
+
+    def counts() -> tuple[int, int, int]:
+        with psycopg.connect(url) as conn:
+            row = conn.execute(
+                "SELECT count(*), count(DISTINCT id), "
+                "(SELECT adds FROM reflective_counters WHERE namespace = 'default') "
+                "FROM reflective_memories WHERE namespace = 'default'"
+            ).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1]), int(row[2] or 0)
+
+    before = counts()
+    start_at = time.time() + 5.0  # after every process has imported and connected
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        futures = [
+            pool.submit(_concurrent_worker, url, n, w, adds, batch, start_at)
+            for w in range(workers)
+        ]
+        done = [f.result() for f in futures]
+    after = counts()
+    expected = [i for d in done for i in d["ids"]]
+    with psycopg.connect(url) as conn:
+        stored = conn.execute(
+            "SELECT id, count(*) FROM reflective_memories WHERE id = ANY(%s) GROUP BY id",
+            (expected,),
+        ).fetchall()
+    copies = dict(stored)
+    wall = max(d["wall_s"] for d in done)
+    lat = [x for d in done for x in d["retrieve_s"]]
+    return {
+        "system": f"MemoryStream + PostgresBackend, {workers} processes",
+        "n": n,
+        "workers": workers,
+        "adds_per_worker": adds,
+        "batch": batch,
+        "wall_s": wall,
+        "adds_per_s": len(expected) / wall,
+        "retrievals_per_s": len(lat) / wall,
+        "retrieve": _pcts(lat),
+        "lost": sum(1 for i in expected if i not in copies),
+        "duplicated": sum(1 for c in copies.values() if c > 1),
+        "rows_added": after[0] - before[0],
+        "distinct_ids_added": after[1] - before[1],
+        "counter_adds_added": after[2] - before[2],
+        "expected": len(expected),
+    }
+
+
+def concurrent_table(r: dict[str, Any]) -> str:
+    exact = (
+        r["lost"] == 0
+        and r["duplicated"] == 0
+        and r["rows_added"] == r["distinct_ids_added"] == r["counter_adds_added"] == r["expected"]
+    )
+    return "\n".join(
+        [
+            "| processes | memories before | added (batches of "
+            f"{r['batch']}) | adds / s (all) | retrievals / s (all) | retrieve p50 ms | "
+            "p90 ms | lost | duplicated | counts exact |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+            f"| {r['workers']} | {r['n']:,} | {r['expected']:,} | {r['adds_per_s']:,.0f} | "
+            f"{r['retrievals_per_s']:,.1f} | {r['retrieve']['p50_ms']:.2f} | "
+            f"{r['retrieve']['p90_ms']:.2f} | {r['lost']} | {r['duplicated']} | "
+            f"{'yes' if exact else '**no**'} |",
+        ]
+    )
+
+
 def run_peer(url: str, n: int, queries: int) -> dict[str, Any]:
     from langgraph.store.base import PutOp
     from langgraph.store.postgres import PostgresStore
@@ -203,23 +319,37 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--agreement-queries", type=int, default=100)
     parser.add_argument("--url", help="admin URL of a Postgres server (default: embedded)")
     parser.add_argument("--no-peer", action="store_true", help="skip LangGraph's PostgresStore")
+    parser.add_argument("--workers", type=int, default=4, help="concurrent processes (0: skip)")
+    parser.add_argument("--concurrent-adds", type=int, default=2500, help="memories per process")
+    parser.add_argument("--concurrent-batch", type=int, default=100)
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     results: list[dict[str, Any]] = []
+    concurrent: list[dict[str, Any]] = []
     with server(args.url) as admin:
         for n in sizes:
             url = fresh_database(admin, f"bench_ours_{n}")
             results.append(run_ours(url, n, args.queries, args.agreement_queries))
             print(table(results[-1:]), flush=True)
+            if args.workers > 0:
+                concurrent.append(
+                    run_concurrent(
+                        url, n, args.workers, args.concurrent_adds, args.concurrent_batch
+                    )
+                )
+                print(concurrent_table(concurrent[-1]), flush=True)
             if not args.no_peer:
                 url = fresh_database(admin, f"bench_peer_{n}")
                 results.append(run_peer(url, n, args.queries))
                 print(table(results[-1:]), flush=True)
     print(table(results))
+    for r in concurrent:
+        print(concurrent_table(r))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(
-        json.dumps({"machine": machine(), "results": results}, indent=2), encoding="utf-8"
+        json.dumps({"machine": machine(), "results": results, "concurrent": concurrent}, indent=2),
+        encoding="utf-8",
     )
     print(f"wrote {args.output}")
 

@@ -92,6 +92,8 @@ if TYPE_CHECKING:
 
 _TOKENIZER = BM25Index(k1=BM25_K1, b=BM25_B)
 """Only its tokenizer is used: the SQLite backend's terms, so BM25 agrees across backends."""
+_ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
+"""Access-time updates do not wait for the WAL flush (see :meth:`PostgresBackend.touch`)."""
 
 __all__ = ["PostgresBackend"]
 
@@ -490,13 +492,19 @@ class PostgresBackend(BaseMemoryBackend):
             return n
 
     def touch(self, namespace: str, keys: Sequence[int], when: datetime) -> dict[int, MemoryRecord]:
-        """One ``UPDATE ... RETURNING``: the new access time and the records."""
+        """One ``UPDATE ... RETURNING``: the new access time and the records.
+
+        Committed asynchronously (``synchronous_commit = off`` for this transaction only): a
+        retrieval does not wait for the server to flush the access times to disk (~20 ms with
+        fsync on). Access times are a recency signal, not data: a server crash can lose the
+        last fraction of a second of them (never corrupt them); every memory write still waits
+        for its flush, and flushing it flushes the touches before it.
+        """
         if not keys:
             return {}
-        rows = self._rows(
-            TOUCH,
-            (when, namespace, [int(k) for k in keys]),
-        )
+        with self._conn() as conn, conn.transaction():
+            conn.execute(_ASYNC_COMMIT)
+            rows = conn.execute(TOUCH, (when, namespace, [int(k) for k in keys])).fetchall()
         return dict(record_of(r) for r in rows)
 
     async def atouch(
@@ -504,11 +512,9 @@ class PostgresBackend(BaseMemoryBackend):
     ) -> dict[int, MemoryRecord]:
         if not keys:
             return {}
-        async with self._aconn() as conn:
-            cur = await conn.execute(
-                TOUCH,
-                (when, namespace, [int(k) for k in keys]),
-            )
+        async with self._aconn() as conn, conn.transaction():
+            await conn.execute(_ASYNC_COMMIT)
+            cur = await conn.execute(TOUCH, (when, namespace, [int(k) for k in keys]))
             return dict(record_of(r) for r in await cur.fetchall())
 
     # -- the pending queue ---------------------------------------------------------------------

@@ -218,16 +218,17 @@ ORDER BY b.ok DESC, b.seq"""
         # unfiltered, so its best rank is the namespace's best (lexical_max)
         p = spec.terms
         ctes.append(
-            # every matching memory's BM25: per query term, the memories holding it (GIN), its
-            # count there by position, summed per memory
-            "lex AS (SELECT m.seq, m.kind, sum(qt.w * x.tf / (x.tf + "
+            # every matching memory's BM25, once: per query term, the memories holding it (GIN),
+            # its count there by position, summed per memory. The returned rows read theirs
+            # from here too (a memory matching no query term scores 0).
+            "lexall AS MATERIALIZED (SELECT m.seq, m.kind, sum(qt.w * x.tf / (x.tf + "
             f"{BM25_K1} * (1 - {BM25_B} + {BM25_B} * m.{p}_len / s.avgdl))) AS r, "
             f"(true{where}) AS ok FROM qt JOIN reflective_memories m "
             f"ON m.{p}_terms @> ARRAY[qt.term] CROSS JOIN stats s "
             f"CROSS JOIN LATERAL (SELECT m.{p}_tfs[array_position(m.{p}_terms, qt.term)] AS tf) x "
-            "WHERE m.namespace = %(ns)s GROUP BY m.seq, s.avgdl "
-            "ORDER BY r DESC, m.seq LIMIT %(n_lex)s)"
+            "WHERE m.namespace = %(ns)s GROUP BY m.seq, s.avgdl)"
         )
+        ctes.append("lex AS (SELECT * FROM lexall ORDER BY r DESC, seq LIMIT %(n_lex)s)")
         pools.append("SELECT seq FROM lex WHERE ok")
         lexmax = "(SELECT coalesce(max(r), 0) FROM lex)"
     if spec.recent:
@@ -278,25 +279,20 @@ ORDER BY b.ok DESC, b.seq"""
     )
     lexical_join = ""
     if spec.lexical:
-        # the BM25 of every returned row that matches, in one join (not a subquery per row)
-        p = spec.terms
-        ctes.append(
-            "lexrows AS (SELECT r.seq, sum(qt.w * d.tf / (d.tf + "
-            f"{BM25_K1} * (1 - {BM25_B} + {BM25_B} * m.{p}_len / s.avgdl))) AS r "
-            "FROM picked r JOIN reflective_memories m ON m.seq = r.seq CROSS JOIN stats s "
-            f"CROSS JOIN LATERAL unnest(m.{p}_terms, m.{p}_tfs) AS d(term, tf) "
-            f"JOIN qt ON qt.term = d.term WHERE {matches} GROUP BY r.seq, m.{p}_len, s.avgdl)"
-        )
         values = values.replace(lex, "coalesce(lr.r, 0)")
-        lexical_join = "\nLEFT JOIN lexrows lr ON lr.seq = r.seq"
+        lexical_join = "\nLEFT JOIN lexall lr ON lr.seq = r.seq"
+    # each returned row's memory and access time by primary-key lookup (OFFSET 0 keeps the
+    # planner from flattening the subquery and hashing the whole table instead)
     return (
         "WITH "
         + ",\n".join(ctes)
         + f"""
 SELECT r.seq, r.ok, {values}, r.prev, r.nxt, {lexmax}
-FROM picked r JOIN reflective_memories m ON m.seq = r.seq
-CROSS JOIN LATERAL (SELECT a.last_accessed_at FROM reflective_access a WHERE a.seq = r.seq) a
-CROSS JOIN q{stats_join}{lexical_join}
+FROM picked r CROSS JOIN q
+CROSS JOIN LATERAL (SELECT m.embedding, m.created_at, m.importance, m.kind
+                    FROM reflective_memories m WHERE m.seq = r.seq OFFSET 0) m
+CROSS JOIN LATERAL (SELECT a.last_accessed_at FROM reflective_access a
+                    WHERE a.seq = r.seq OFFSET 0) a{lexical_join}
 ORDER BY r.ok DESC, r.seq"""
     )
 
