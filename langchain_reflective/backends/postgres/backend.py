@@ -34,7 +34,6 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langchain_reflective.backends.base import (
-    F32,
     BaseMemoryBackend,
     CandidateSet,
     CounterUpdate,
@@ -77,6 +76,7 @@ from langchain_reflective.backends.postgres.schema import (
     bind_sql,
 )
 from langchain_reflective.backends.sqlite.lexical import BM25Index
+from langchain_reflective.backends.types import F32
 from langchain_reflective.errors import (
     DimensionMismatchError,
     EmbeddingError,

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from langchain_reflective.backends.base import F32, CandidateSet, trusted_record
+from langchain_reflective.backends.types import F32, CandidateSet, trusted_record
 from langchain_reflective.records import MemoryRecord
 from langchain_reflective.scoring import ScoringConfig
 

@@ -1,0 +1,364 @@
+"""Value types every backend shares: records built without re-validation, the reflection
+counter and its updates, pending memories, record batches, the retrieval filter and the
+candidate set a backend hands to pure scoring (see :mod:`langchain_reflective.backends.base`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from langchain_reflective.errors import InvalidFilterError, InvalidMemoryError
+from langchain_reflective.records import MemoryRecord, utc
+
+__all__ = [
+    "F32",
+    "F64",
+    "I32",
+    "I64",
+    "CandidateSet",
+    "CounterUpdate",
+    "PendingMemory",
+    "RecordBatch",
+    "ReflectionState",
+    "RetrievalFilter",
+    "trusted_record",
+]
+
+F32 = npt.NDArray[np.float32]
+F64 = npt.NDArray[np.float64]
+I32 = npt.NDArray[np.int32]
+I64 = npt.NDArray[np.int64]
+
+_FILTER_KEYS = {
+    "kind",
+    "kinds",
+    "created_after",
+    "created_before",
+    "min_relevance",
+    "namespace",
+}
+
+# -- value types shared by every backend -------------------------------------------------------
+
+_RECORD_FIELDS = (
+    "id",
+    "text",
+    "kind",
+    "created_at",
+    "last_accessed_at",
+    "importance",
+    "importance_source",
+    "evidence",
+    "depth",
+    "namespace",
+    "metadata",
+)
+_FAST_RECORDS = tuple(f.name for f in fields(MemoryRecord)) == _RECORD_FIELDS
+
+
+def trusted_record(
+    id: str,
+    text: str,
+    kind: str,
+    created_at: datetime,
+    last_accessed_at: datetime,
+    importance: float,
+    importance_source: str,
+    evidence: tuple[str, ...],
+    depth: int,
+    namespace: str,
+    metadata: Mapping[str, Any],
+) -> MemoryRecord:
+    """Build a :class:`MemoryRecord` from values that were already validated (for backends).
+
+    Skips ``__post_init__`` (which re-validates the text, re-serialises the metadata, converts
+    the timestamps): the add path validates every value once before a backend stores it, and
+    backends read back what they wrote. The values must be exactly what validation would
+    produce (UTC datetimes, a float importance, a tuple of str evidence, a plain dict of
+    metadata). Falls back to the validating constructor if ``MemoryRecord`` changes shape.
+    """
+    if not _FAST_RECORDS:  # pragma: no cover - guards against records.py changing under us
+        return MemoryRecord(
+            id=id,
+            text=text,
+            kind=kind,
+            created_at=created_at,
+            last_accessed_at=last_accessed_at,
+            importance=importance,
+            importance_source=importance_source,  # type: ignore[arg-type]
+            evidence=evidence,
+            depth=depth,
+            namespace=namespace,
+            metadata=metadata,
+        )
+    record = object.__new__(MemoryRecord)
+    setattr_ = object.__setattr__
+    setattr_(record, "id", id)
+    setattr_(record, "text", text)
+    setattr_(record, "kind", kind)
+    setattr_(record, "created_at", created_at)
+    setattr_(record, "last_accessed_at", last_accessed_at)
+    setattr_(record, "importance", importance)
+    setattr_(record, "importance_source", importance_source)
+    setattr_(record, "evidence", evidence)
+    setattr_(record, "depth", depth)
+    setattr_(record, "namespace", namespace)
+    setattr_(record, "metadata", metadata)
+    return record
+
+
+@dataclass(frozen=True, slots=True)
+class ReflectionState:
+    """The reflection trigger state of one namespace (persisted with the stream)."""
+
+    importance_sum: float = 0.0
+    """Sum of the importance (0-1 units) of non-reflection memories added since the last
+    reflection. The paper reflects when the 1-10 ratings sum to 150, i.e. 15.0 here."""
+    adds_since: int = 0
+    """Number of memories added since the last reflection."""
+    last_reflection_at: datetime | None = None
+    """When the last reflection was stored, if ever."""
+
+
+@dataclass(frozen=True, slots=True)
+class CounterUpdate:
+    """A change to a namespace's reflection counter, applied in the same transaction as a write."""
+
+    namespace: str
+    """Whose counter."""
+    importance: float = 0.0
+    """Importance added to ``importance_sum``."""
+    adds: int = 0
+    """Added to ``adds_since``."""
+    reset_at: datetime | None = None
+    """When set, the counter is reset (after adding nothing) and this becomes
+    ``last_reflection_at``; memories written in the same transaction are left out of the new
+    count."""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingMemory:
+    """A memory written durably but not yet embedded or rated (the pending queue, an outbox).
+
+    :meth:`ReflectiveMemory.enqueue <langchain_reflective.memory.ReflectiveMemory.enqueue>`
+    writes these in one cheap commit; a background drain embeds and rates them and moves each
+    into the memories under the same id, in the transaction that stores it.
+    """
+
+    id: str
+    """The id the memory keeps once it is stored."""
+    namespace: str
+    """Whose memory it is."""
+    text: str
+    """The validated text."""
+    kind: str
+    """The memory kind (``"observation"`` for a recorded turn)."""
+    created_at: datetime
+    """When it was enqueued (UTC): the stored memory's creation time."""
+    importance: float | None
+    """A given importance in [0, 1], or ``None`` to have it rated when it is completed."""
+    metadata: Mapping[str, Any]
+    """JSON-serialisable metadata."""
+
+    def to_record(self) -> MemoryRecord:
+        """The memory as the working context shows it before it is stored.
+
+        Its importance is the given one, or ``0.0`` with ``importance_source="heuristic"``
+        until it is rated (callers that filter by importance treat pending memories apart).
+        """
+        return trusted_record(
+            id=self.id,
+            text=self.text,
+            kind=self.kind,
+            created_at=self.created_at,
+            last_accessed_at=self.created_at,
+            importance=0.0 if self.importance is None else float(self.importance),
+            importance_source="given" if self.importance is not None else "heuristic",
+            evidence=(),
+            depth=0,
+            namespace=self.namespace,
+            metadata=dict(self.metadata),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RecordBatch:
+    """A slice of one namespace's records in insertion order (see ``iter_records``)."""
+
+    records: list[MemoryRecord]
+    """The records, oldest first."""
+    vectors: F32 | None
+    """``(len(records), dimension)`` unit vectors, row ``i`` for ``records[i]`` (``None``
+    when they were not asked for)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalFilter:
+    """Restricts which memories a retrieval may return.
+
+    A plain mapping with the same keys (``kind``/``kinds``, ``created_after``,
+    ``created_before``, ``min_relevance``, ``namespace``) is accepted wherever a filter is.
+    """
+
+    kinds: frozenset[str] | None = None
+    """Only these kinds (``None``: all)."""
+    created_after: datetime | None = None
+    """Only memories created at or after this time."""
+    created_before: datetime | None = None
+    """Only memories created before this time."""
+    min_relevance: float | None = None
+    """Only memories whose cosine similarity to the query is at least this."""
+    namespace: str | None = None
+    """Read this namespace instead of the stream's default."""
+
+    def __post_init__(self) -> None:
+        if self.kinds is not None:
+            kinds = [self.kinds] if isinstance(self.kinds, str) else list(self.kinds)
+            if not kinds or not all(isinstance(k, str) and k for k in kinds):
+                raise InvalidFilterError("filter 'kinds' must be a non-empty list of strings")
+            object.__setattr__(self, "kinds", frozenset(kinds))
+        for name in ("created_after", "created_before"):
+            value = getattr(self, name)
+            if value is not None:
+                try:
+                    object.__setattr__(self, name, utc(value))
+                except InvalidMemoryError as exc:
+                    raise InvalidFilterError(f"filter {name!r}: {exc}") from exc
+        if self.min_relevance is not None:
+            if isinstance(self.min_relevance, bool) or not isinstance(
+                self.min_relevance, int | float
+            ):
+                raise InvalidFilterError("filter 'min_relevance' must be a number")
+            if not math.isfinite(self.min_relevance):
+                raise InvalidFilterError("filter 'min_relevance' must be finite")
+        if self.namespace is not None and (
+            not isinstance(self.namespace, str) or not self.namespace
+        ):
+            raise InvalidFilterError("filter 'namespace' must be a non-empty string")
+
+    @property
+    def restricts_rows(self) -> bool:
+        """Whether the filter removes memories by kind or creation time."""
+        return (
+            self.kinds is not None
+            or self.created_after is not None
+            or self.created_before is not None
+        )
+
+    @classmethod
+    def coerce(cls, value: RetrievalFilter | Mapping[str, Any] | None) -> RetrievalFilter:
+        """Build a filter from a mapping (or pass a filter through).
+
+        Raises:
+            InvalidFilterError: unknown keys or values of the wrong type.
+        """
+        if value is None:
+            return cls()
+        if isinstance(value, RetrievalFilter):
+            return value
+        if not isinstance(value, Mapping):
+            raise InvalidFilterError(
+                f"filter must be a RetrievalFilter or a mapping, got {type(value).__name__}"
+            )
+        unknown = set(value) - _FILTER_KEYS
+        if unknown:
+            raise InvalidFilterError(
+                f"unknown filter key(s) {sorted(map(str, unknown))}; "
+                f"allowed: {sorted(_FILTER_KEYS)}"
+            )
+        kinds = value.get("kinds", value.get("kind"))
+        return cls(
+            kinds=kinds,
+            created_after=value.get("created_after"),
+            created_before=value.get("created_before"),
+            min_relevance=value.get("min_relevance"),
+            namespace=value.get("namespace"),
+        )
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CandidateSet:
+    """What a backend knows about the memories worth scoring for one query.
+
+    Every array has one entry per *row*. Rows ``0 .. size - 1`` are the candidates (the
+    memories a retrieval may return), in increasing key order (so equal scores rank the older
+    memory first). Rows ``size ..`` (possibly none) are *neighbour rows*: memories that are not
+    candidates but are the previous or next observation of one, scored only so their relevance
+    can lift their neighbour (``ScoringConfig.neighbor_weight``). A memory may appear more than
+    once among the neighbour rows (with the same values).
+
+    Pure scoring turns this into scores with no other input than the clock
+    (:func:`langchain_reflective.scoring.score_candidates`).
+    """
+
+    keys: I64
+    """The backend's key of each row (see the module docstring)."""
+    size: int
+    """How many rows are candidates (the first ``size``)."""
+    relevance: F64
+    """Cosine similarity of each row's vector and the query vector."""
+    accessed: F64
+    """``last_accessed_at`` of each row, POSIX seconds."""
+    created: F64
+    """``created_at`` of each row, POSIX seconds."""
+    importance: F64
+    """Importance of each row, in [0, 1]."""
+    kinds: I32
+    """Kind of each row, as an index into :attr:`kind_names`."""
+    kind_names: tuple[str, ...]
+    """The kinds :attr:`kinds` refers to."""
+    lexical: F64 | None = None
+    """Raw lexical score of each row for the query (>= 0; 0: no lexical match), or ``None``
+    when the scoring does not use the lexical index (``ScoringConfig.uses_lexical``)."""
+    lexical_max: float = 0.0
+    """The best lexical score of any live memory of the namespace for this query (not only of
+    these rows), so ``lexical / lexical_max`` does not depend on which memories are candidates.
+    ``0.0`` when nothing matches."""
+    previous: I64 | None = None
+    """Row (into these arrays) of each row's previous observation in insertion order among the
+    namespace's live memories, ``-1`` for none; ``-1`` on both sides of rows that are not
+    observations (only observations link). ``None`` when the scoring has no neighbour weight.
+    Neighbour rows' own neighbours may be ``-1`` (they are not scored for themselves)."""
+    next: I64 | None = None
+    """Row of each row's next observation, as :attr:`previous`."""
+    exact: bool = True
+    """Whether the candidates are every live memory of the namespace that matches the filter
+    (``False``: an approximate candidate set; see ``BaseMemoryBackend.candidates``)."""
+
+    def __post_init__(self) -> None:
+        shape = self.keys.shape
+        n = shape[0]
+        if not 0 <= self.size <= n:
+            raise ValueError(f"CandidateSet size {self.size} out of range for {n} rows")
+        arrays = (self.relevance, self.accessed, self.created, self.importance, self.kinds)
+        optional = (self.lexical, self.previous, self.next)
+        if any(a.shape != shape for a in arrays) or any(
+            a is not None and a.shape != shape for a in optional
+        ):
+            raise ValueError(f"every CandidateSet array must have shape ({n},)")
+        if (self.previous is None) != (self.next is None):
+            raise ValueError("CandidateSet.previous and .next go together")
+
+    def __len__(self) -> int:
+        return self.size
+
+    @classmethod
+    def empty(cls) -> CandidateSet:
+        """No candidates."""
+        none_f = np.zeros(0, dtype=np.float64)
+        return cls(
+            keys=np.zeros(0, dtype=np.int64),
+            size=0,
+            relevance=none_f,
+            accessed=none_f,
+            created=none_f,
+            importance=none_f,
+            kinds=np.zeros(0, dtype=np.int32),
+            kind_names=(),
+        )
