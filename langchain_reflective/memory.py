@@ -79,7 +79,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True, slots=True)
 class MemoryConfig:
     """Behaviour of :class:`ReflectiveMemory` (defaults follow the paper and seed 000)."""
