@@ -18,20 +18,19 @@ each candidate observation's neighbours, and every value scoring needs.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import math
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from psycopg_pool import ConnectionPool
 
 from langchain_reflective.backends.base import (
     BaseMemoryBackend,
@@ -43,9 +42,8 @@ from langchain_reflective.backends.base import (
     RetrievalFilter,
 )
 from langchain_reflective.backends.postgres.connection import (
-    aconfigure_connection,
+    Pools,
     configure_connection,
-    storage_error,
 )
 from langchain_reflective.backends.postgres.queries import (
     ADD,
@@ -88,7 +86,7 @@ from langchain_reflective.records import OBSERVATION, MemoryRecord
 from langchain_reflective.scoring import ScoringConfig
 
 if TYPE_CHECKING:
-    from psycopg.rows import TupleRow
+    pass
 
 _TOKENIZER = BM25Index(k1=BM25_K1, b=BM25_B)
 """Only its tokenizer is used: the SQLite backend's terms, so BM25 agrees across backends."""
@@ -134,16 +132,13 @@ class PostgresBackend(BaseMemoryBackend):
     ) -> None:
         if dense_candidates < 1 or lexical_candidates < 1:
             raise ValueError("dense_candidates and lexical_candidates must be positive")
-        self._pool = pool
-        self._conninfo = conninfo
+        self._pools = Pools(pool, conninfo)
         self.dense_candidates = int(dense_candidates)
         self.lexical_candidates = int(lexical_candidates)
-        self._apools: dict[int, tuple[asyncio.AbstractEventLoop, AsyncConnectionPool[Any]]] = {}
         self._lock = threading.Lock()
         self._dimension: int | None = None
         self._model: str | None = None
         self._lexical_context = False
-        self._closed = False
 
     @classmethod
     def from_conn_string(
@@ -182,54 +177,6 @@ class PostgresBackend(BaseMemoryBackend):
         )
         return cls(pool, conninfo=conninfo, **kwargs)
 
-    # -- plumbing ------------------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _conn(self) -> Iterator[psycopg.Connection[Any]]:
-        if self._closed:
-            raise StorageError("the Postgres backend is closed")
-        try:
-            with self._pool.connection() as conn:
-                yield conn
-        except (psycopg.Error, UnicodeEncodeError) as exc:
-            raise storage_error(exc) from exc
-
-    def _rows(self, sql: str, params: Any = None) -> list[TupleRow]:
-        with self._conn() as conn:
-            return conn.execute(sql, params).fetchall()
-
-    async def _apool(self) -> AsyncConnectionPool[Any]:
-        """This event loop's async pool (opened on first use; one per loop)."""
-        loop = asyncio.get_running_loop()
-        entry = self._apools.get(id(loop))
-        if entry is not None and entry[0] is loop:
-            return entry[1]
-        if self._conninfo is None:
-            raise StorageError("no connection string for the async pool (use from_conn_string)")
-        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            self._conninfo,
-            min_size=1,
-            max_size=self._pool.max_size,
-            kwargs={"autocommit": True},
-            configure=aconfigure_connection,
-            open=False,
-            name="langchain-reflective-async",
-        )
-        await pool.open()
-        self._apools[id(loop)] = (loop, pool)
-        return pool
-
-    @contextlib.asynccontextmanager
-    async def _aconn(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        if self._closed:
-            raise StorageError("the Postgres backend is closed")
-        pool = await self._apool()
-        try:
-            async with pool.connection() as conn:
-                yield conn
-        except (psycopg.Error, UnicodeEncodeError) as exc:
-            raise storage_error(exc) from exc
-
     # -- schema --------------------------------------------------------------------------------
 
     def setup(self) -> None:
@@ -241,7 +188,7 @@ class PostgresBackend(BaseMemoryBackend):
         Raises:
             SchemaVersionError: the database was set up by a newer version of this package.
         """
-        with self._conn() as conn, conn.transaction():
+        with self._pools.conn() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", SETUP_LOCK)
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS reflective_schema_version ("
@@ -262,12 +209,12 @@ class PostgresBackend(BaseMemoryBackend):
 
     def schema_version(self) -> int:
         """The database's schema version (0 before :meth:`setup`)."""
-        row = self._rows(
+        row = self._pools.rows(
             "SELECT CASE WHEN to_regclass('reflective_schema_version') IS NULL THEN 0 END"
         )
         if row[0][0] == 0:
             return 0
-        found = self._rows("SELECT coalesce(max(version), 0) FROM reflective_schema_version")
+        found = self._pools.rows("SELECT coalesce(max(version), 0) FROM reflective_schema_version")
         return int(found[0][0])
 
     # -- identity of the vectors ---------------------------------------------------------------
@@ -275,7 +222,7 @@ class PostgresBackend(BaseMemoryBackend):
     def _load_meta(self) -> None:
         if self._dimension is not None:
             return
-        rows: dict[str, str] = dict(self._rows("SELECT key, value FROM reflective_meta"))
+        rows: dict[str, str] = dict(self._pools.rows("SELECT key, value FROM reflective_meta"))
         if "dimension" in rows:
             self._dimension = int(rows["dimension"])
             self._model = rows.get("embedding_model")
@@ -294,7 +241,7 @@ class PostgresBackend(BaseMemoryBackend):
         if self._dimension is None:
             self._load_meta()
         if self._dimension is None:
-            with self._conn() as conn, conn.transaction():
+            with self._pools.conn() as conn, conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", SETUP_LOCK)
                 rows = dict(conn.execute("SELECT key, value FROM reflective_meta").fetchall())
                 if "dimension" not in rows:
@@ -362,7 +309,7 @@ class PostgresBackend(BaseMemoryBackend):
         """Store memories in one transaction (one ``COPY``), with the counter change."""
         if len(records) != len(vectors):
             raise StorageError(f"{len(records)} records but {len(vectors)} vectors")
-        with self._conn() as conn, conn.transaction():
+        with self._pools.conn() as conn, conn.transaction():
             # the namespaces' counter rows first: writers of a namespace take their keys (seq)
             # in the order they commit, so "after the last reset" is exact and the neighbour
             # links below see every earlier memory
@@ -459,7 +406,7 @@ class PostgresBackend(BaseMemoryBackend):
     def delete(self, namespace: str, ids: Sequence[str]) -> int:
         if not ids:
             return 0
-        with self._conn() as conn, conn.transaction():
+        with self._pools.conn() as conn, conn.transaction():
             self._lock_counter(conn, namespace)
             gone = conn.execute(
                 "SELECT m.seq, m.lex_len, m.ctx_len, a.prev_obs, a.next_obs "
@@ -484,7 +431,7 @@ class PostgresBackend(BaseMemoryBackend):
             return len(gone)
 
     def purge(self, namespace: str) -> int:
-        with self._conn() as conn, conn.transaction():
+        with self._pools.conn() as conn, conn.transaction():
             cur = conn.execute("DELETE FROM reflective_memories WHERE namespace = %s", (namespace,))
             n = cur.rowcount
             conn.execute("DELETE FROM reflective_pending WHERE namespace = %s", (namespace,))
@@ -502,7 +449,7 @@ class PostgresBackend(BaseMemoryBackend):
         """
         if not keys:
             return {}
-        with self._conn() as conn, conn.transaction():
+        with self._pools.conn() as conn, conn.transaction():
             conn.execute(_ASYNC_COMMIT)
             rows = conn.execute(TOUCH, (when, namespace, [int(k) for k in keys])).fetchall()
         return dict(record_of(r) for r in rows)
@@ -512,7 +459,7 @@ class PostgresBackend(BaseMemoryBackend):
     ) -> dict[int, MemoryRecord]:
         if not keys:
             return {}
-        async with self._aconn() as conn, conn.transaction():
+        async with self._pools.aconn() as conn, conn.transaction():
             await conn.execute(_ASYNC_COMMIT)
             cur = await conn.execute(TOUCH, (when, namespace, [int(k) for k in keys]))
             return dict(record_of(r) for r in await cur.fetchall())
@@ -523,7 +470,7 @@ class PostgresBackend(BaseMemoryBackend):
         if not items:
             return
         ids = [p.id for p in items]
-        with self._conn() as conn, conn.transaction():
+        with self._pools.conn() as conn, conn.transaction():
             stored = conn.execute(
                 "SELECT count(*) FROM reflective_memories WHERE id = ANY(%s)", (ids,)
             ).fetchone()
@@ -562,7 +509,7 @@ class PostgresBackend(BaseMemoryBackend):
         if limit is not None:
             sql += " LIMIT %s"
             params.append(int(limit))
-        rows = self._rows(sql, params)
+        rows = self._pools.rows(sql, params)
         if newest:
             rows.reverse()
         return [
@@ -580,9 +527,9 @@ class PostgresBackend(BaseMemoryBackend):
 
     def count_pending(self, namespace: str | None = None) -> int:
         if namespace is None:
-            return int(self._rows("SELECT count(*) FROM reflective_pending")[0][0])
+            return int(self._pools.rows("SELECT count(*) FROM reflective_pending")[0][0])
         return int(
-            self._rows(
+            self._pools.rows(
                 "SELECT count(*) FROM reflective_pending WHERE namespace = %s", (namespace,)
             )[0][0]
         )
@@ -592,7 +539,7 @@ class PostgresBackend(BaseMemoryBackend):
     def get(self, namespace: str, ids: Sequence[str]) -> list[MemoryRecord]:
         if not ids:
             return []
-        rows = self._rows(
+        rows = self._pools.rows(
             f"SELECT {RECORD_COLUMNS} FROM {RECORDS} WHERE m.namespace = %s AND m.id = ANY(%s)",
             (namespace, list(ids)),
         )
@@ -602,7 +549,7 @@ class PostgresBackend(BaseMemoryBackend):
     def fetch(self, namespace: str, keys: Sequence[int]) -> dict[int, MemoryRecord]:
         if not keys:
             return {}
-        rows = self._rows(
+        rows = self._pools.rows(
             f"SELECT {RECORD_COLUMNS} FROM {RECORDS} WHERE m.namespace = %s AND m.seq = ANY(%s)",
             (namespace, [int(k) for k in keys]),
         )
@@ -632,16 +579,16 @@ class PostgresBackend(BaseMemoryBackend):
         if n is not None:
             sql += " LIMIT %(n)s"
             params["n"] = max(int(n), 0)
-        records = [rec for _, rec in map(record_of, self._rows(sql, params))]
+        records = [rec for _, rec in map(record_of, self._pools.rows(sql, params))]
         if not by_importance:
             records.reverse()
         return records
 
     def count(self, namespace: str | None = None) -> int:
         if namespace is None:
-            return int(self._rows("SELECT count(*) FROM reflective_memories")[0][0])
+            return int(self._pools.rows("SELECT count(*) FROM reflective_memories")[0][0])
         return int(
-            self._rows(
+            self._pools.rows(
                 "SELECT count(*) FROM reflective_memories WHERE namespace = %s", (namespace,)
             )[0][0]
         )
@@ -649,7 +596,7 @@ class PostgresBackend(BaseMemoryBackend):
     def namespaces(self) -> list[str]:
         return [
             r[0]
-            for r in self._rows(
+            for r in self._pools.rows(
                 "SELECT DISTINCT namespace FROM reflective_memories ORDER BY namespace"
             )
         ]
@@ -660,7 +607,7 @@ class PostgresBackend(BaseMemoryBackend):
         after = 0
         vec = ", vector_send(m.embedding)" if with_vectors else ""
         while True:
-            rows = self._rows(
+            rows = self._pools.rows(
                 f"SELECT {RECORD_COLUMNS}{vec} FROM {RECORDS} "
                 "WHERE m.namespace = %s AND m.seq > %s ORDER BY m.seq LIMIT %s",
                 (namespace, after, int(batch_size)),
@@ -678,7 +625,7 @@ class PostgresBackend(BaseMemoryBackend):
     # -- the reflection counter and lock -------------------------------------------------------
 
     def reflection_state(self, namespace: str) -> ReflectionState:
-        rows = self._rows(
+        rows = self._pools.rows(
             "SELECT importance_sum, adds, last_reflection_at FROM reflective_counters "
             "WHERE namespace = %s",
             (namespace,),
@@ -691,7 +638,7 @@ class PostgresBackend(BaseMemoryBackend):
         )
 
     def update_counter(self, update: CounterUpdate) -> None:
-        with self._conn() as conn, conn.transaction():
+        with self._pools.conn() as conn, conn.transaction():
             self._apply_counter(conn, update)
 
     @contextlib.contextmanager
@@ -705,7 +652,7 @@ class PostgresBackend(BaseMemoryBackend):
         Raises:
             TimeoutError: not acquired within ``timeout`` seconds.
         """
-        with self._conn() as conn:
+        with self._pools.conn() as conn:
             key = (APP_LOCK, namespace)
             if timeout is not None and timeout <= 0:
                 row = conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", key).fetchone()
@@ -777,7 +724,7 @@ class PostgresBackend(BaseMemoryBackend):
     ) -> CandidateSet:
         """One statement, one round trip (see the module docstring)."""
         sql, params = self._candidate_query(namespace, query, vector, k, filter, config, exact)
-        return candidate_set(self._rows(sql, params), config, exact)
+        return candidate_set(self._pools.rows(sql, params), config, exact)
 
     async def acandidates(
         self,
@@ -791,7 +738,7 @@ class PostgresBackend(BaseMemoryBackend):
         exact: bool = False,
     ) -> CandidateSet:
         sql, params = self._candidate_query(namespace, query, vector, k, filter, config, exact)
-        async with self._aconn() as conn:
+        async with self._pools.aconn() as conn:
             cur = await conn.execute(sql, params)
             rows = await cur.fetchall()
         return candidate_set(rows, config, exact)
@@ -800,30 +747,11 @@ class PostgresBackend(BaseMemoryBackend):
 
     def close(self) -> None:
         """Close the connection pools. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        self._pool.close()
-        for loop, pool in list(self._apools.values()):
-            if loop.is_closed():
-                continue
-            try:
-                running = asyncio.get_running_loop()
-            except RuntimeError:
-                running = None
-            if running is None and not loop.is_running():
-                loop.run_until_complete(pool.close())
-        self._apools.clear()
+        self._pools.close()
 
     async def aclose(self) -> None:
         """Async twin of :meth:`close`."""
-        pools = list(self._apools.values())
-        self._apools.clear()
-        loop = asyncio.get_running_loop()
-        for owner, pool in pools:
-            if owner is loop:
-                await pool.close()
-        await asyncio.to_thread(self.close)
+        await self._pools.aclose()
 
     def __repr__(self) -> str:
-        return f"PostgresBackend(pool={self._pool.name!r}, dimension={self._dimension})"
+        return f"PostgresBackend(pool={self._pools.name!r}, dimension={self._dimension})"

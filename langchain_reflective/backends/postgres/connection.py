@@ -1,16 +1,22 @@
-"""Connections of the Postgres backend: per-connection settings and typed errors."""
+"""Connections of the Postgres backend: the pools, per-connection settings and typed errors."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from typing import Any
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langchain_reflective.errors import InvalidMemoryError, StorageError
 
-__all__ = ["aconfigure_connection", "configure_connection", "storage_error"]
+if TYPE_CHECKING:
+    from psycopg.rows import TupleRow
+
+__all__ = ["Pools", "aconfigure_connection", "configure_connection", "storage_error"]
 
 
 def storage_error(exc: BaseException) -> Exception:
@@ -43,3 +49,99 @@ async def aconfigure_connection(conn: psycopg.AsyncConnection[Any]) -> None:
     with contextlib.suppress(psycopg.Error):
         await conn.execute("SET hnsw.iterative_scan = relaxed_order")
     await conn.execute("SET hnsw.ef_search = 200")
+
+
+class Pools:
+    """The backend's connections: one sync pool, one async pool per event loop, typed errors.
+
+    Args:
+        pool: the sync ``psycopg_pool.ConnectionPool`` (autocommit connections).
+        conninfo: the connection string, for the async pool opened on first async use in
+            each event loop (``None``: async use raises :class:`StorageError`).
+    """
+
+    def __init__(self, pool: ConnectionPool[Any], conninfo: str | None) -> None:
+        self.pool = pool
+        self._conninfo = conninfo
+        self._apools: dict[int, tuple[asyncio.AbstractEventLoop, AsyncConnectionPool[Any]]] = {}
+        self.closed = False
+
+    @property
+    def name(self) -> str:
+        return str(self.pool.name)
+
+    @contextlib.contextmanager
+    def conn(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection; database errors leave as the package's typed errors."""
+        if self.closed:
+            raise StorageError("the Postgres backend is closed")
+        try:
+            with self.pool.connection() as conn:
+                yield conn
+        except (psycopg.Error, UnicodeEncodeError) as exc:
+            raise storage_error(exc) from exc
+
+    def rows(self, sql: str, params: Any = None) -> list[TupleRow]:
+        """All rows of one statement."""
+        with self.conn() as conn:
+            return conn.execute(sql, params).fetchall()
+
+    async def _apool(self) -> AsyncConnectionPool[Any]:
+        """This event loop's async pool (opened on first use; one per loop)."""
+        loop = asyncio.get_running_loop()
+        entry = self._apools.get(id(loop))
+        if entry is not None and entry[0] is loop:
+            return entry[1]
+        if self._conninfo is None:
+            raise StorageError("no connection string for the async pool (use from_conn_string)")
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            self._conninfo,
+            min_size=1,
+            max_size=self.pool.max_size,
+            kwargs={"autocommit": True},
+            configure=aconfigure_connection,
+            open=False,
+            name="langchain-reflective-async",
+        )
+        await pool.open()
+        self._apools[id(loop)] = (loop, pool)
+        return pool
+
+    @contextlib.asynccontextmanager
+    async def aconn(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """Async twin of :meth:`conn` (this event loop's pool)."""
+        if self.closed:
+            raise StorageError("the Postgres backend is closed")
+        pool = await self._apool()
+        try:
+            async with pool.connection() as conn:
+                yield conn
+        except (psycopg.Error, UnicodeEncodeError) as exc:
+            raise storage_error(exc) from exc
+
+    def close(self) -> None:
+        """Close every pool whose event loop can still run it. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        self.pool.close()
+        for loop, pool in list(self._apools.values()):
+            if loop.is_closed():
+                continue
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is None and not loop.is_running():
+                loop.run_until_complete(pool.close())
+        self._apools.clear()
+
+    async def aclose(self) -> None:
+        """Async twin of :meth:`close` (closes the running loop's pool in that loop)."""
+        pools = list(self._apools.values())
+        self._apools.clear()
+        loop = asyncio.get_running_loop()
+        for owner, pool in pools:
+            if owner is loop:
+                await pool.close()
+        await asyncio.to_thread(self.close)
