@@ -343,27 +343,36 @@ def _score_unnormalised(
     element is computed as :func:`combine` computes it (the same bits), with fewer temporaries
     (this runs on every retrieval)."""
     m = candidates.size
+    n = candidates.keys.shape[0]
     rel = np.asarray(candidates.relevance, dtype=np.float64)
     top = candidates.lexical_max
+    context = (
+        candidates.previous is not None
+        and candidates.next is not None
+        and config.neighbor_weight > 0
+    )
+    # with context, one more slot: row -1 (no neighbour) reads the 0.0 at the end
+    padded = np.empty(n + 1 if context else n, dtype=np.float64)
+    hybrid = padded[:n]
+    np.multiply(rel, config.relevance_weight, out=hybrid)
     if candidates.lexical is None or not top > 0:
-        lex = np.zeros_like(rel)
-        hybrid = rel * config.relevance_weight
-        hybrid += lex * config.lexical_weight
+        lex = np.zeros(n, dtype=np.float64)
     else:
         lex = np.asarray(candidates.lexical, dtype=np.float64) / top
-        hybrid = rel * config.relevance_weight
-        hybrid += lex * config.lexical_weight
+    hybrid += lex * config.lexical_weight
     head = hybrid[:m]
-    if candidates.previous is not None and candidates.next is not None and config.neighbor_weight:
-        padded = np.append(hybrid, 0.0)  # row -1 (no neighbour) reads the 0.0 at the end
-        side = padded[candidates.previous[:m]]
-        np.maximum(side, padded[candidates.next[:m]], out=side)
+    if context:
+        assert candidates.previous is not None and candidates.next is not None
+        padded[n] = 0.0
+        side = padded.take(candidates.previous[:m])
+        np.maximum(side, padded.take(candidates.next[:m]), out=side)
         np.maximum(side, 0.0, out=side)
         side *= config.neighbor_weight
         head = head + side
     rec = np.asarray(recency(candidates.accessed[:m], now, config.decay), dtype=np.float64)
     imp = np.asarray(candidates.importance[:m], dtype=np.float64)
-    score = head + rec * config.recency_weight
+    score = rec * config.recency_weight
+    score += head  # (x + y == y + x bit for bit: the sum combine computes)
     score += imp * config.importance_weight
     comps = ScoreComponents(
         relevance=rel[:m], lexical=lex[:m], recency=rec, importance=imp, score=score

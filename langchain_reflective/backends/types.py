@@ -27,6 +27,7 @@ __all__ = [
     "RecordBatch",
     "ReflectionState",
     "RetrievalFilter",
+    "trusted_candidates",
     "trusted_record",
 ]
 
@@ -362,3 +363,43 @@ class CandidateSet:
             kinds=np.zeros(0, dtype=np.int32),
             kind_names=(),
         )
+
+
+def trusted_candidates(
+    *,
+    keys: I64,
+    size: int,
+    relevance: F64,
+    accessed: F64,
+    created: F64,
+    importance: F64,
+    kinds: I32,
+    kind_names: tuple[str, ...],
+    lexical: F64 | None,
+    lexical_max: float,
+    previous: I64 | None,
+    next: I64 | None,
+    exact: bool,
+) -> CandidateSet:
+    """Build a :class:`CandidateSet` whose shapes the caller guarantees (for backends).
+
+    Skips ``__post_init__``'s shape checks, which run on every retrieval otherwise: a
+    backend that lays out every array from one index array (the SQLite backend) cannot get
+    them wrong. Third-party backends should use the validating constructor.
+    """
+    found = object.__new__(CandidateSet)
+    setattr_ = object.__setattr__
+    setattr_(found, "keys", keys)
+    setattr_(found, "size", size)
+    setattr_(found, "relevance", relevance)
+    setattr_(found, "accessed", accessed)
+    setattr_(found, "created", created)
+    setattr_(found, "importance", importance)
+    setattr_(found, "kinds", kinds)
+    setattr_(found, "kind_names", kind_names)
+    setattr_(found, "lexical", lexical)
+    setattr_(found, "lexical_max", lexical_max)
+    setattr_(found, "previous", previous)
+    setattr_(found, "next", next)
+    setattr_(found, "exact", exact)
+    return found

@@ -577,6 +577,48 @@ def test_score_rows_every_way_of_finding_neighbours(share: float, deleted: bool)
         _assert_same_scores(got, ref)
 
 
+@pytest.mark.parametrize("gaps", [False, True])
+def test_triple_set_rows_carry_their_memorys_values(gaps: bool) -> None:
+    # every row of the one-pass set (candidates and neighbour rows) holds the key and the
+    # values of the memory it stands for, whether keys come by arithmetic (consecutive
+    # sequence numbers) or by lookup (gaps, e.g. another namespace's rows in between)
+    rng = np.random.default_rng(31 + gaps)
+    n = 900
+    part = _Partition("ns", DIM, 0)
+    vectors = rng.standard_normal((n, DIM)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    kinds = [str(k) for k in rng.choice([OBSERVATION, REFLECTION], n, p=[0.8, 0.2])]
+    created = 1.7e9 + np.sort(rng.uniform(0, 3e7, n))
+    accessed = created + rng.uniform(0, 1e5, n)
+    seqs = 5 + (np.cumsum(rng.integers(1, 4, n)) if gaps else np.arange(n))
+    importance = rng.integers(1, 11, n) / 10
+    part.append(seqs, vectors, created, accessed, importance, kinds, None)
+    part.delete_rows(np.unique(rng.integers(0, n, 60)).astype(np.int64))
+    lexical = BM25Index()
+    lexical.add([f"w{i % 13} w{i % 17}" for i in range(n)])
+    alive = np.flatnonzero(part.index.alive)
+    rows = np.sort(rng.choice(alive, 200, replace=False)).astype(np.int64)
+    qvec = _as_unit_vectors(rng.standard_normal((1, DIM)), 1, "test")[0]
+    with lexical.query_scores("w4 w9") as lex:
+        found = cand.triple_set(part, qvec, rows, lex, exact=False)
+        at = part.rows_of(found.keys)  # the row of every key (a missing neighbour: row 0)
+        assert at.shape == found.keys.shape
+        np.testing.assert_array_equal(at[: found.size], rows)
+        np.testing.assert_array_equal(found.accessed, part.accessed.view[at])
+        np.testing.assert_array_equal(found.created, part.created.view[at])
+        np.testing.assert_array_equal(found.importance, part.importance.view[at])
+        np.testing.assert_array_equal(found.kinds, part.kind_codes.view[at])
+        np.testing.assert_array_equal(found.relevance, part.index.scores(qvec, at))
+        np.testing.assert_array_equal(found.lexical, lex.lookup(at))
+    prev, nxt = _ref_neighbors(part, rows)
+    for links, expected in ((found.previous, prev), (found.next, nxt)):
+        assert links is not None
+        head = links[: found.size]
+        np.testing.assert_array_equal(head >= 0, expected >= 0)
+        np.testing.assert_array_equal(at[head[head >= 0]], expected[expected >= 0])
+        assert (links[found.size :] == -1).all()  # neighbour rows are not linked themselves
+
+
 def test_recent_rows_follow_appends_touches_and_deletes() -> None:
     rng = np.random.default_rng(31)
     part = _random_partition(rng, 1200, kinds_mix=True)
@@ -627,3 +669,36 @@ def test_recent_rows_follow_appends_touches_and_deletes() -> None:
         part.touched(np.array([0]), stamp)
     assert part._recent_touched is None or len(part._recent_touched) <= 64
     check(25)
+
+
+def test_trusted_candidates_build_what_the_validating_constructor_builds() -> None:
+    # the unchecked constructor sets every field (a field added to CandidateSet must be added
+    # there too) and makes an equal set
+    import dataclasses
+    import inspect
+
+    from langchain_reflective.backends.types import CandidateSet, trusted_candidates
+
+    names = [f.name for f in dataclasses.fields(CandidateSet)]
+    assert list(inspect.signature(trusted_candidates).parameters) == names
+    rng = np.random.default_rng(3)
+    values = {
+        "keys": np.arange(6, dtype=np.int64),
+        "size": 4,
+        "relevance": rng.random(6),
+        "accessed": rng.random(6),
+        "created": rng.random(6),
+        "importance": rng.random(6),
+        "kinds": np.zeros(6, dtype=np.int32),
+        "kind_names": (OBSERVATION,),
+        "lexical": rng.random(6),
+        "lexical_max": 2.5,
+        "previous": np.array([-1, 4, -1, 5, -1, -1], dtype=np.int64),
+        "next": np.full(6, -1, dtype=np.int64),
+        "exact": False,
+    }
+    checked = CandidateSet(**values)
+    trusted = trusted_candidates(**values)
+    assert type(trusted) is CandidateSet and len(trusted) == 4
+    for name in names:
+        assert getattr(trusted, name) is getattr(checked, name)

@@ -26,6 +26,7 @@ from langchain_reflective.backends.sqlite.partition import (
     top_cache_rows,
     unique_rows,
 )
+from langchain_reflective.backends.types import trusted_candidates
 from langchain_reflective.records import OBSERVATION
 from langchain_reflective.scoring import ScoringConfig
 
@@ -309,34 +310,49 @@ def triple_set(
     and ``2m + i`` for candidate ``i``; a missing one reads row 0 and is not linked), so one
     FAISS call computes every cosine and one lookup every BM25 score, and no neighbour has to
     be found among the candidates. Only for :func:`fused` configurations (the cosines are the
-    same bits at any position there).
+    same bits at any position there). Runs on every large retrieval, so each column is one
+    ``take`` (cheaper than fancy indexing) and the set is built without re-validation.
     """
     m = rows.shape[0]
-    pairs = part.neighbor_table()[rows]  # (m, 2)
-    triples = np.empty((m, 3), dtype=np.int64)
-    triples[:, 1] = rows
-    np.maximum(pairs, 0, out=triples[:, ::2])
-    # cosines in (previous, row, next) order: neighbours are adjacent rows of the matrix, so
-    # each triple reads one stretch of memory; then laid out as candidates, previous, next
-    cosine = part.index.scores(qvec, triples.reshape(-1)).astype(np.float64).reshape(m, 3)
-    ids = triples.T[[1, 0, 2]].reshape(-1)
-    at = np.arange(m, dtype=np.int64)
-    previous = np.full(3 * m, -1, dtype=np.int64)
-    following = np.full(3 * m, -1, dtype=np.int64)
-    previous[:m] = np.where(pairs[:, 0] >= 0, m + at, -1)
-    following[:m] = np.where(pairs[:, 1] >= 0, 2 * m + at, -1)
-    return CandidateSet(
-        keys=part.seqs.view[ids],
+    pairs = part.neighbor_table().take(rows, axis=0)  # (m, 2): previous, next; -1 for none
+    ids = np.empty(3 * m, dtype=np.int64)  # candidates, then previous, then next neighbours
+    ids[:m] = rows
+    sides = ids[m:].reshape(2, m)
+    sides[...] = pairs.T
+    has = sides >= 0
+    np.maximum(sides, 0, out=sides)  # a missing neighbour reads row 0 (and is not linked)
+    links = np.full((2, 3 * m), -1, dtype=np.int64)  # previous row, next row of every row
+    np.copyto(links[:, :m], _span(3 * m)[m:].reshape(2, m), where=has)
+    seqs = part.seqs.view
+    first = int(seqs[0])
+    consecutive = int(seqs[-1]) - first == seqs.shape[0] - 1  # then keys need no lookup
+    keys = ids + first if consecutive else seqs.take(ids)
+    return trusted_candidates(
+        keys=keys,
         size=m,
-        relevance=cosine.T[[1, 0, 2]].reshape(-1),
-        accessed=part.accessed.view[ids],
-        created=part.created.view[ids],
-        importance=part.importance.view[ids],
-        kinds=part.kind_codes.view[ids],
+        relevance=part.index.scores(qvec, ids).astype(np.float64),
+        accessed=part.accessed.view.take(ids),
+        created=part.created.view.take(ids),
+        importance=part.importance.view.take(ids),
+        kinds=part.kind_codes.view.take(ids),
         kind_names=_kind_names(part),
         lexical=lex.lookup(ids) if lex is not None else None,
         lexical_max=lex.max() if lex is not None else 0.0,
-        previous=previous,
-        next=following,
+        previous=links[0],
+        next=links[1],
         exact=exact,
     )
+
+
+_SPAN: list[I64] = [np.arange(4096, dtype=np.int64)]
+_SPAN[0].flags.writeable = False
+
+
+def _span(n: int) -> I64:
+    """``np.arange(n)`` as a read-only view of a cached array (grown when too short)."""
+    span = _SPAN[0]
+    if span.shape[0] < n:
+        span = np.arange(max(n, 2 * span.shape[0]), dtype=np.int64)
+        span.flags.writeable = False
+        _SPAN[0] = span
+    return span[:n]
