@@ -271,8 +271,10 @@ def rows_of_seqs(part: Partition, seqs: I64) -> I64:
 
 def unique_rows(values: npt.NDArray[Any]) -> I64:
     """Sorted distinct values (``np.unique`` via a sort; numpy 2's hash-based unique was ~50x
-    slower on these row arrays)."""
-    arr = np.sort(np.asarray(values, dtype=np.int64), kind="stable")
+    slower on these row arrays). The default sort: equal integers are indistinguishable, so
+    stability buys nothing, and numpy's SIMD quicksort took ~1/6 of the stable sort's time on
+    the ~1,000 rows of a 100k retrieval."""
+    arr = np.sort(np.asarray(values, dtype=np.int64))
     if arr.shape[0] < 2:
         return arr
     keep = np.empty(arr.shape[0], dtype=bool)
