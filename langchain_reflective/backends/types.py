@@ -8,6 +8,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime
+from types import MemberDescriptorType
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,8 @@ F64 = npt.NDArray[np.float64]
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
 
+_new = object.__new__
+
 _FILTER_KEYS = {
     "kind",
     "kinds",
@@ -61,6 +64,25 @@ _RECORD_FIELDS = (
     "metadata",
 )
 _FAST_RECORDS = tuple(f.name for f in fields(MemoryRecord)) == _RECORD_FIELDS
+# the slot descriptors of the fields: setting through them is what object.__setattr__ does
+# for a slotted class, minus the attribute lookup on every call
+_SLOTS = [MemoryRecord.__dict__.get(name) for name in _RECORD_FIELDS]
+if _FAST_RECORDS and all(isinstance(d, MemberDescriptorType) for d in _SLOTS):
+    (
+        _set_id,
+        _set_text,
+        _set_kind,
+        _set_created_at,
+        _set_last_accessed_at,
+        _set_importance,
+        _set_importance_source,
+        _set_evidence,
+        _set_depth,
+        _set_namespace,
+        _set_metadata,
+    ) = (d.__set__ for d in _SLOTS)  # type: ignore[union-attr]
+else:  # pragma: no cover - guards against records.py changing under us
+    _FAST_RECORDS = False
 
 
 def trusted_record(
@@ -98,19 +120,18 @@ def trusted_record(
             namespace=namespace,
             metadata=metadata,
         )
-    record = object.__new__(MemoryRecord)
-    setattr_ = object.__setattr__
-    setattr_(record, "id", id)
-    setattr_(record, "text", text)
-    setattr_(record, "kind", kind)
-    setattr_(record, "created_at", created_at)
-    setattr_(record, "last_accessed_at", last_accessed_at)
-    setattr_(record, "importance", importance)
-    setattr_(record, "importance_source", importance_source)
-    setattr_(record, "evidence", evidence)
-    setattr_(record, "depth", depth)
-    setattr_(record, "namespace", namespace)
-    setattr_(record, "metadata", metadata)
+    record = _new(MemoryRecord)
+    _set_id(record, id)
+    _set_text(record, text)
+    _set_kind(record, kind)
+    _set_created_at(record, created_at)
+    _set_last_accessed_at(record, last_accessed_at)
+    _set_importance(record, importance)
+    _set_importance_source(record, importance_source)
+    _set_evidence(record, evidence)
+    _set_depth(record, depth)
+    _set_namespace(record, namespace)
+    _set_metadata(record, metadata)
     return record
 
 

@@ -136,24 +136,24 @@ def to_us(value: datetime) -> int:
 
 def from_us(value: int) -> datetime:
     """Inverse of :func:`to_us` (UTC)."""
-    return _EPOCH + timedelta(microseconds=int(value))
+    # positional arguments: this runs twice per record read (~0.2 us less than the keyword)
+    return _EPOCH + timedelta(0, 0, value if type(value) is int else int(value))
 
 
 def row_to_record(row: Sequence[Any]) -> MemoryRecord:
-    evidence = row[9]
-    metadata = row[11]
-    return trusted_record(
-        id=row[1],
-        namespace=row[2],
-        text=row[3],
-        kind=row[4],
-        created_at=from_us(row[5]),
-        last_accessed_at=from_us(row[6]),
-        importance=float(row[7]),
-        importance_source=row[8],
-        evidence=tuple(str(e) for e in json.loads(evidence)) if evidence != "[]" else (),
-        depth=int(row[10]),
-        metadata=json.loads(metadata) if metadata != "{}" else {},
+    _, id_, ns, text, kind, created, accessed, importance, source, evidence, depth, meta = row
+    return trusted_record(  # positional (cheaper), in trusted_record's parameter order
+        id_,
+        text,
+        kind,
+        from_us(created),
+        from_us(accessed),
+        float(importance),
+        source,
+        tuple(str(e) for e in json.loads(evidence)) if evidence != "[]" else (),
+        int(depth),
+        ns,
+        json.loads(meta) if meta != "{}" else {},
     )
 
 
