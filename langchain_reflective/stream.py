@@ -17,7 +17,7 @@ import os
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.embeddings import Embeddings
 
@@ -58,27 +58,23 @@ DEFAULT_EXACT_LIMIT = 20_000
 """The SQLite shortcut's default ``exact_limit`` (see :class:`SQLiteBackend`)."""
 
 
-class _Call(NamedTuple):
-    """One call a flow needs: ``target.name(*args, **kwargs)`` (``a<name>`` when async)."""
-
-    target: Any
-    name: str
-    args: tuple[Any, ...] = ()
-    kwargs: Mapping[str, Any] | None = None
-
+_Call = tuple[Any, str, tuple[Any, ...], Mapping[str, Any] | None]
+"""One call a flow needs: ``(target, name, args, kwargs)`` for ``target.name(*args, **kwargs)``
+(``a<name>`` when async). A plain tuple: a flow yields one per step of every add and
+retrieval, and a ``NamedTuple``'s constructor is a Python-level call."""
 
 _Flow = Generator[_Call, Any, Any]
 
 
 def _run(flow: _Flow) -> Any:
     """Drive a flow with sync calls."""
+    send = flow.send
     try:
-        call = next(flow)
+        target, name, args, kwargs = next(flow)
         while True:
-            target, name, args, kwargs = call
             method = getattr(target, name)
             result = method(*args, **kwargs) if kwargs else method(*args)
-            call = flow.send(result)
+            target, name, args, kwargs = send(result)
     except StopIteration as done:
         return done.value
 
@@ -192,26 +188,51 @@ class MemoryStream(StreamBase):
 
     # -- add -----------------------------------------------------------------------------------
 
-    def _plan(self, texts: str | Sequence[str], **kw: Any) -> AddPlan:
+    def _plan(
+        self,
+        texts: str | Sequence[str],
+        importances: float | Sequence[float | None] | None,
+        kinds: str | Sequence[str],
+        metadatas: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None,
+        evidence: Sequence[Sequence[str]] | None,
+        ids: Sequence[str] | None,
+        namespace: str | None,
+        now: datetime | None,
+        reset_reflection_counter: bool,
+    ) -> AddPlan:
         self._check_open()
-        kw["namespace"] = self._ns(kw.get("namespace"))
-        return plan_add(texts, **kw)
+        return plan_add(
+            texts,
+            importances=importances,
+            kinds=kinds,
+            metadatas=metadatas,
+            evidence=evidence,
+            ids=ids,
+            namespace=self._ns(namespace),
+            now=now,
+            reset_reflection_counter=reset_reflection_counter,
+        )
 
     def _add_flow(self, plans: Sequence[AddPlan]) -> _Flow:
         """Embed and rate every plan's memories in one call each, then store each plan's in one
         transaction (one per namespace); returns the stored records."""
-        texts = [t for p in plans for t in p.texts]
+        if len(plans) == 1:  # every add: no flattening
+            texts = plans[0].texts
+            to_rate = [texts[i] for i in plans[0].to_rate] if plans[0].to_rate else []
+        else:
+            texts = [t for p in plans for t in p.texts]
+            to_rate = [p.texts[i] for p in plans for i in p.to_rate]
         if not texts:
             return []
-        to_rate = [p.texts[i] for p in plans for i in p.to_rate]
-        raw = yield _Call(self.embeddings, "embed_documents", (texts,))
-        rated = (yield _Call(self.importance_scorer, "score", (to_rate,))) if to_rate else []
+        raw = yield (self.embeddings, "embed_documents", (texts,), None)
+        rated = (yield (self.importance_scorer, "score", (to_rate,), None)) if to_rate else []
         vectors = as_unit_vectors(raw, len(texts), type(self.embeddings).__name__)
         if len(rated) != len(to_rate):
             raise InvalidMemoryError("importance scorer returned the wrong number of results")
         self._check_open()
         if self._bound_dimension != vectors.shape[1]:  # checked once per dimension
-            yield _Call(self._backend, "bind_embeddings", (self.embedding_model, vectors.shape[1]))
+            bind = (self.embedding_model, vectors.shape[1])
+            yield (self._backend, "bind_embeddings", bind, None)
             self._bound_dimension = vectors.shape[1]
         out: list[MemoryRecord] = []
         row = done = 0
@@ -220,7 +241,7 @@ class MemoryStream(StreamBase):
             depths = [0] * n
             if any(plan.evidence):
                 wanted = sorted({e for ev in plan.evidence for e in ev})
-                found = yield _Call(self._backend, "get", (plan.namespace, wanted))
+                found = yield (self._backend, "get", (plan.namespace, wanted), None)
                 depths = self._depths(plan, {r.id: r.depth for r in found})
             records = self._records(plan, rated[done : done + k], depths)
             counter = CounterUpdate(
@@ -229,12 +250,14 @@ class MemoryStream(StreamBase):
                 adds=n,
                 reset_at=plan.now if plan.reset_counter else None,
             )
-            yield _Call(
+            yield (
                 self._backend,
                 "put",
-                (records, vectors[row : row + n]),
+                (records, vectors if n == len(texts) else vectors[row : row + n]),
                 {"counter": counter, "pending": plan.ids if plan.pending else ()},
             )
+            if len(plans) == 1:
+                return records
             out.extend(records)
             row += n
             done += k
@@ -252,6 +275,25 @@ class MemoryStream(StreamBase):
     @staticmethod
     def _records(plan: AddPlan, rated: Sequence[Any], depths: list[int]) -> list[MemoryRecord]:
         n = len(plan.texts)
+        if n == 1 and not rated:  # one memory with a given importance: no per-item lists
+            given = plan.importances[0]
+            if given is not None:
+                when = plan.times[0] if plan.times else plan.now
+                return [
+                    trusted_record(
+                        plan.ids[0],
+                        plan.texts[0],
+                        plan.kinds[0],
+                        when,
+                        when,
+                        float(given),
+                        "given",
+                        plan.evidence[0],
+                        depths[0],
+                        plan.namespace,
+                        plan.metadatas[0],
+                    )
+                ]
         importance: list[float] = [0.0] * n
         sources: list[str] = ["given"] * n
         for i, v in enumerate(plan.importances):
@@ -474,11 +516,11 @@ class MemoryStream(StreamBase):
         flt = RetrievalFilter.coerce(filter)
         ns = self._ns(flt.namespace or namespace)
         config = scoring or self.scoring
-        raw = yield _Call(self.embeddings, "embed_query", (query,))
+        raw = yield (self.embeddings, "embed_query", (query,), None)
         vector = as_unit_vectors([raw], 1, type(self.embeddings).__name__)[0]
         when = utc(now) if now is not None else datetime.now(UTC)
         self._check_open()
-        found = yield _Call(
+        found = yield (
             self._backend,
             "candidates",
             (ns, query, vector),
@@ -490,9 +532,9 @@ class MemoryStream(StreamBase):
         best = top_k(comps.score, k)
         keys = found.keys[best].tolist()
         if touch:  # one durable write that also reads the hits back
-            records = yield _Call(self._backend, "touch", (ns, keys, when))
+            records = yield (self._backend, "touch", (ns, keys, when), None)
         else:
-            records = yield _Call(self._backend, "fetch", (ns, keys))
+            records = yield (self._backend, "fetch", (ns, keys), None)
         out: list[ScoredMemory] = []
         for key, score, rel, lexical, recent, importance in zip(
             keys,
