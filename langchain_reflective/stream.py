@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from langchain_reflective.backends.base import (
@@ -27,6 +28,7 @@ from langchain_reflective.backends.base import (
     PendingMemory,
     RetrievalFilter,
     trusted_record,
+    trusted_scored,
 )
 from langchain_reflective.errors import EmbeddingError, InvalidMemoryError
 from langchain_reflective.importance import BaseImportanceScorer, HeuristicImportanceScorer
@@ -517,7 +519,9 @@ class MemoryStream(StreamBase):
         ns = self._ns(flt.namespace or namespace)
         config = scoring or self.scoring
         raw = yield (self.embeddings, "embed_query", (query,), None)
-        vector = as_unit_vectors([raw], 1, type(self.embeddings).__name__)[0]
+        # a numpy vector as a (1, dim) view: converting a list holding it costs more
+        one = raw[None] if type(raw) is np.ndarray and raw.ndim == 1 else [raw]
+        vector = as_unit_vectors(one, 1, type(self.embeddings).__name__)[0]
         when = utc(now) if now is not None else datetime.now(UTC)
         self._check_open()
         found = yield (
@@ -548,16 +552,7 @@ class MemoryStream(StreamBase):
             record = records.get(key)
             if record is None:  # deleted by another process in between
                 continue
-            out.append(
-                ScoredMemory(
-                    record=record,
-                    score=score,
-                    relevance=rel,
-                    lexical=lexical,
-                    recency=recent,
-                    importance=importance,
-                )
-            )
+            out.append(trusted_scored(record, score, rel, lexical, recent, importance))
         return out
 
     def retrieve(

@@ -45,7 +45,9 @@ from langchain_reflective.backends.types import (
     RecordBatch,
     ReflectionState,
     RetrievalFilter,
+    trusted_candidates,
     trusted_record,
+    trusted_scored,
 )  # the seam's vocabulary, re-exported
 from langchain_reflective.records import MemoryRecord
 from langchain_reflective.scoring import ScoringConfig
@@ -58,7 +60,9 @@ __all__ = [
     "RecordBatch",
     "ReflectionState",
     "RetrievalFilter",
+    "trusted_candidates",
     "trusted_record",
+    "trusted_scored",
 ]
 
 # -- the seam ----------------------------------------------------------------------------------

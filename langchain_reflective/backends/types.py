@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from langchain_reflective.errors import InvalidFilterError, InvalidMemoryError
-from langchain_reflective.records import MemoryRecord, utc
+from langchain_reflective.records import MemoryRecord, ScoredMemory, utc
 
 __all__ = [
     "F32",
@@ -30,6 +30,7 @@ __all__ = [
     "RetrievalFilter",
     "trusted_candidates",
     "trusted_record",
+    "trusted_scored",
 ]
 
 F32 = npt.NDArray[np.float32]
@@ -133,6 +134,51 @@ def trusted_record(
     _set_namespace(record, namespace)
     _set_metadata(record, metadata)
     return record
+
+
+_SCORED_FIELDS = ("record", "score", "relevance", "lexical", "recency", "importance")
+_SCORED_SLOTS = [ScoredMemory.__dict__.get(name) for name in _SCORED_FIELDS]
+_FAST_SCORED = tuple(f.name for f in fields(ScoredMemory)) == _SCORED_FIELDS and all(
+    isinstance(d, MemberDescriptorType) for d in _SCORED_SLOTS
+)
+if _FAST_SCORED:
+    (
+        _set_record,
+        _set_score,
+        _set_relevance,
+        _set_lexical,
+        _set_recency,
+        _set_scored_importance,
+    ) = (d.__set__ for d in _SCORED_SLOTS)  # type: ignore[union-attr]
+
+
+def trusted_scored(
+    record: MemoryRecord,
+    score: float,
+    relevance: float,
+    lexical: float,
+    recency: float,
+    importance: float,
+) -> ScoredMemory:
+    """A :class:`ScoredMemory` built from plain floats (what a retrieval returns, ``k`` per
+    call) without the frozen dataclass's per-field ``object.__setattr__`` lookups."""
+    if not _FAST_SCORED:  # pragma: no cover - guards against records.py changing under us
+        return ScoredMemory(
+            record=record,
+            score=score,
+            relevance=relevance,
+            lexical=lexical,
+            recency=recency,
+            importance=importance,
+        )
+    out = _new(ScoredMemory)
+    _set_record(out, record)
+    _set_score(out, score)
+    _set_relevance(out, relevance)
+    _set_lexical(out, lexical)
+    _set_recency(out, recency)
+    _set_scored_importance(out, importance)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,7 +327,7 @@ class RetrievalFilter:
             InvalidFilterError: unknown keys or values of the wrong type.
         """
         if value is None:
-            return cls()
+            return _NO_FILTER if cls is RetrievalFilter else cls()
         if isinstance(value, RetrievalFilter):
             return value
         if not isinstance(value, Mapping):
@@ -302,6 +348,10 @@ class RetrievalFilter:
             min_relevance=value.get("min_relevance"),
             namespace=value.get("namespace"),
         )
+
+
+_NO_FILTER = RetrievalFilter()
+"""The filter of every unfiltered retrieval (frozen, so one instance serves them all)."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)

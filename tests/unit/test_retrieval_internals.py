@@ -8,6 +8,8 @@ rows and mixed kinds.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import numpy as np
 import pytest
 
@@ -702,3 +704,54 @@ def test_trusted_candidates_build_what_the_validating_constructor_builds() -> No
     assert type(trusted) is CandidateSet and len(trusted) == 4
     for name in names:
         assert getattr(trusted, name) is getattr(checked, name)
+
+
+def test_trusted_scored_equals_the_dataclass() -> None:
+    import dataclasses
+    import inspect
+
+    from langchain_reflective.backends.types import trusted_record, trusted_scored
+    from langchain_reflective.records import ScoredMemory
+
+    names = [f.name for f in dataclasses.fields(ScoredMemory)]
+    assert list(inspect.signature(trusted_scored).parameters) == names
+    when = datetime(2026, 1, 2, tzinfo=UTC)
+    record = trusted_record("a", "t", OBSERVATION, when, when, 0.5, "given", (), 0, "ns", {})
+    built = trusted_scored(record, 1.25, 0.5, 0.25, 0.75, 0.5)
+    assert built == ScoredMemory(
+        record=record, score=1.25, relevance=0.5, lexical=0.25, recency=0.75, importance=0.5
+    )
+
+
+_NOW = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("as_numpy", [np.float32, np.float64])
+def test_a_numpy_query_vector_retrieves_like_a_list(as_numpy: type) -> None:
+    # embeddings that return numpy vectors take a shortcut into the unit vector; the ranking
+    # and every score are those of the same vector given as a list
+    from langchain_core.embeddings import Embeddings
+
+    rng = np.random.default_rng(8)
+    docs = rng.standard_normal((40, DIM)).astype(np.float32)
+    query = rng.standard_normal(DIM).astype(as_numpy)
+
+    class Fixed(Embeddings):
+        def __init__(self, numpy: bool) -> None:
+            self.numpy = numpy
+
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            return [docs[int(t.split()[1])].tolist() for t in texts]
+
+        def embed_query(self, text: str) -> list[float]:
+            return query if self.numpy else query.tolist()  # type: ignore[return-value]
+
+    texts = [f"doc {i} w{i % 5}" for i in range(40)]
+    hits = []
+    for numpy in (False, True):
+        with MemoryStream(Fixed(numpy), embedding_model="fixed") as stream:
+            stream.add(texts, importances=[0.5] * 40, now=_NOW)
+            hits.append(stream.retrieve("w3", k=5, touch=False, now=_NOW))
+    assert [(h.record.text, h.score, h.relevance) for h in hits[0]] == [
+        (h.record.text, h.score, h.relevance) for h in hits[1]
+    ]

@@ -118,7 +118,10 @@ class QueryScores:
         dense, postings, lock = self._dense, self._postings, self._lock
         self._dense = self._postings = self._lock = None
         if dense is not None and postings is not None:
-            dense[postings] = 0.0
+            if self._matches is not None:  # the same rows, once each and as int64: cheaper
+                dense[self._matches[0]] = 0.0
+            else:
+                dense[postings] = 0.0
         if lock is not None:
             lock.release()
 
