@@ -94,7 +94,7 @@ class QueryScores:
     Use it as a context manager, or call :meth:`release` when done.
     """
 
-    __slots__ = ("_dense", "_lock", "_matches", "_postings")
+    __slots__ = ("_dense", "_lock", "_matches", "_max", "_postings")
 
     def __init__(
         self,
@@ -106,6 +106,7 @@ class QueryScores:
         self._postings = postings
         self._lock = lock
         self._matches: tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]] | None = None
+        self._max: float | None = None
 
     def __enter__(self) -> QueryScores:
         return self
@@ -141,13 +142,18 @@ class QueryScores:
 
     def max(self) -> float:
         """The best score (0 when nothing matches)."""
-        scores = self.matches()[1]
-        return float(scores.max()) if scores.shape[0] else 0.0
+        if self._max is None:
+            scores = self.matches()[1]
+            self._max = float(scores.max()) if scores.shape[0] else 0.0
+        return self._max
 
     def top(self, k: int) -> npt.NDArray[np.int64]:
         """The ``k`` best rows, best first (ties by row ascending), as :meth:`BM25Index.search`."""
         rows, scores = self.matches()
-        return top_matches(rows, scores, k)[0]
+        best, best_scores = top_matches(rows, scores, k)
+        if best_scores.shape[0] and self._max is None:
+            self._max = float(best_scores[0])  # the best score of all (best first)
+        return best
 
     def matched(self, rows: npt.NDArray[np.integer]) -> npt.NDArray[np.bool_]:
         """Whether each of ``rows`` matches the query (a positive score)."""
