@@ -31,7 +31,7 @@ _MAX_WIDTH = 64  # stems longer than this (in UTF-8 bytes) go to the header's "l
 class _Base:
     """The postings and vocabulary of a loaded snapshot, read in place."""
 
-    __slots__ = ("_ids", "_long", "_offsets", "_rows", "_stems", "_tf", "_width")
+    __slots__ = ("_by_stem", "_ids", "_long", "_offsets", "_rows", "_stems", "_tf", "_width")
 
     def __init__(
         self,
@@ -49,17 +49,23 @@ class _Base:
         self._tf = tf
         self._offsets = offsets
         self._width = stems.dtype.itemsize
+        self._by_stem: dict[bytes, int] | None = None
 
     def find(self, stem: str) -> int | None:
-        """The term id of ``stem`` in the snapshot, or ``None``."""
+        """The term id of ``stem`` in the snapshot, or ``None``.
+
+        The first call maps every stem to its id (~0.1 us per stem, once); a binary search
+        over the fixed-width array cost ~5 us for every word a query used for the first time.
+        """
         encoded = stem.encode("utf-8", "surrogatepass")
         if len(encoded) > self._width:
             return self._long.get(stem)
-        stems = self._stems
-        i = int(np.searchsorted(stems, encoded))
-        if i < stems.shape[0] and stems[i] == encoded:
-            return int(self._ids[i])
-        return None
+        by_stem = self._by_stem
+        if by_stem is None:  # (fixed-width bytes come back without their NUL padding)
+            by_stem = self._by_stem = dict(
+                zip(self._stems.tolist(), self._ids.tolist(), strict=True)
+            )
+        return by_stem.get(encoded)
 
     def postings(self, tid: int) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.uint16]]:
         """A term's rows and term frequencies (views)."""
