@@ -248,7 +248,11 @@ class MemoryStream(StreamBase):
             records = self._records(plan, rated[done : done + k], depths)
             counter = CounterUpdate(
                 namespace=plan.namespace,
-                importance=sum(r.importance for r in records if r.kind != REFLECTION),
+                importance=(
+                    (0.0 if records[0].kind == REFLECTION else records[0].importance)
+                    if n == 1
+                    else sum(r.importance for r in records if r.kind != REFLECTION)
+                ),
                 adds=n,
                 reset_at=plan.now if plan.reset_counter else None,
             )
