@@ -476,8 +476,9 @@ class BM25Index:
         """
         if self._n_live == 0:
             return QueryScores(None, None, None)
-        # (a queried term of a loaded snapshot becomes arrays once: joining them is cheaper)
-        found = [(tid, c, self._writable(tid)) for tid, c in self._query_terms(query)]
+        # a term of a loaded snapshot is read in place (joining its views costs ~0.02 us more
+        # than joining arrays; copying it out cost ~3 us the first time a query used it)
+        found = [(tid, c, self._postings(tid)) for tid, c in self._query_terms(query)]
         terms = [(tid, c) for tid, c, (rows_of, _) in found if len(rows_of)]
         if not terms:
             return QueryScores(None, None, None)
