@@ -724,7 +724,9 @@ class PostgresBackend(BaseMemoryBackend):
     ) -> CandidateSet:
         """One statement, one round trip (see the module docstring)."""
         sql, params = self._candidate_query(namespace, query, vector, k, filter, config, exact)
-        return candidate_set(self._pools.rows(sql, params), config, exact)
+        with self._pools.conn() as conn:
+            row = conn.execute(sql, params, binary=True).fetchone()
+        return candidate_set(row, config, exact)
 
     async def acandidates(
         self,
@@ -739,9 +741,9 @@ class PostgresBackend(BaseMemoryBackend):
     ) -> CandidateSet:
         sql, params = self._candidate_query(namespace, query, vector, k, filter, config, exact)
         async with self._pools.aconn() as conn:
-            cur = await conn.execute(sql, params)
-            rows = await cur.fetchall()
-        return candidate_set(rows, config, exact)
+            cur = await conn.execute(sql, params, binary=True)
+            row = await cur.fetchone()
+        return candidate_set(row, config, exact)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
