@@ -338,9 +338,13 @@ ON CONFLICT (namespace) DO UPDATE SET importance_sum = c.importance_sum + EXCLUD
 
 
 TOUCH = (
-    "UPDATE reflective_access a SET last_accessed_at = %s FROM reflective_memories m "
+    "WITH lazy AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)) "
+    "UPDATE reflective_access a SET last_accessed_at = %s FROM reflective_memories m, lazy "
     f"WHERE a.namespace = %s AND a.seq = ANY(%s) AND m.seq = a.seq RETURNING {RECORD_COLUMNS}"
 )
+"""New access times, returning the records: one statement, its own transaction (autocommit),
+committed without waiting for the WAL flush (``synchronous_commit`` off for this transaction
+only, set by the statement itself, so a touch costs one round trip instead of four)."""
 
 
 INSERT_ACCESS = """
