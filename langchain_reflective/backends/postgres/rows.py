@@ -63,13 +63,10 @@ def candidate_set(row: Sequence[Any] | None, config: ScoringConfig, exact: bool)
     order: I64 = np.lexsort((seq, ~ok))
     keys = seq[order].astype(np.int64)
     size = int(np.count_nonzero(ok))
-    kind_names: dict[str, int] = {}
-    names = row[7]
-    kinds = np.fromiter(
-        (kind_names.setdefault(names[i], len(kind_names)) for i in order.tolist()),
-        dtype=np.int32,
-        count=keys.shape[0],
-    )
+    names: list[str] = row[7]
+    kind_names = sorted(set(names))
+    code = {name: i for i, name in enumerate(kind_names)}
+    kinds = np.fromiter(map(code.__getitem__, names), dtype=np.int32, count=len(names))[order]
     lexical = None
     lexical_max = 0.0
     if config.uses_lexical:
