@@ -163,8 +163,8 @@ _VALUES = (
 ``date_part`` divides the exact microseconds in ``float8``: the same correctly rounded value as
 ``extract(epoch ...)::float8``, without ``extract``'s ``numeric`` arithmetic (~0.4 us a value)."""
 _MEMORY = (
-    "CROSS JOIN LATERAL (SELECT m.embedding, m.created_at, m.importance, m.kind "
-    "FROM reflective_memories m WHERE m.seq = {key}{cond} OFFSET 0) m"
+    "CROSS JOIN LATERAL (SELECT m.namespace, m.embedding, m.created_at, m.importance, m.kind "
+    "FROM reflective_memories m WHERE m.seq = {key} OFFSET 0) m"
 )
 _ACCESS = (
     "CROSS JOIN LATERAL (SELECT a.last_accessed_at, a.prev_obs, a.next_obs "
@@ -288,15 +288,14 @@ def candidates_sql(spec: CandidateQuery, flt: RetrievalFilter, params: dict[str,
         )
         ctes.append(
             "top_links AS (SELECT a.prev_obs AS prev, a.next_obs AS nxt "
-            "FROM top_rel t JOIN reflective_access a ON a.seq = t.seq)"
+            f"FROM top_rel t {_ACCESS.format(key='t.seq')})"
         )
         pools.append("SELECT prev FROM top_links UNION SELECT nxt FROM top_links")
     ctes.append(f"pool AS ({' UNION '.join(pools)})")
-    memory = _MEMORY.format(key="p.seq", cond=f" AND m.namespace = %(ns)s{where}")
     ctes.append(
         f"cand AS MATERIALIZED (SELECT p.seq, true AS ok, {_VALUES}, {links} "
-        f"FROM pool p CROSS JOIN q {memory} {_ACCESS.format(key='p.seq')} "
-        f"WHERE p.seq IS NOT NULL{min_rel})"
+        f"FROM pool p CROSS JOIN q {_MEMORY.format(key='p.seq')} {_ACCESS.format(key='p.seq')} "
+        f"WHERE m.namespace = %(ns)s{where}{min_rel})"
     )
     if spec.neighbors:
         ctes.append(
@@ -306,7 +305,7 @@ def candidates_sql(spec: CandidateQuery, flt: RetrievalFilter, params: dict[str,
         ctes.append(
             "rows AS (SELECT * FROM cand UNION ALL "
             f"SELECT n.s, false, {_VALUES}, NULL::bigint, NULL::bigint "
-            f"FROM near n CROSS JOIN q {_MEMORY.format(key='n.s', cond='')} "
+            f"FROM near n CROSS JOIN q {_MEMORY.format(key='n.s')} "
             f"{_ACCESS.format(key='n.s')})"
         )
     else:
