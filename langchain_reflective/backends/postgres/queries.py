@@ -57,7 +57,9 @@ def _lexical_ctes(p: str, where: str) -> list[str]:
     length, whether it is an observation and whether it passes the filter. The document
     frequencies are counted from it (no second index scan), and ``lexall`` sums each matching
     memory's BM25 (unfiltered, so its best score is the namespace's best: ``lexical_max``). A
-    memory matching no query term scores 0.
+    memory matching no query term scores 0. The constants are ``float8``: as ``numeric``
+    literals each row paid a ``numeric`` product and its conversion (the values are the same:
+    ``0.75 * len`` is exact either way).
     """
     return [
         "stats AS MATERIALIZED (SELECT coalesce(max(c.lex_docs), 0)::float8 AS n, "
@@ -74,7 +76,8 @@ def _lexical_ctes(p: str, where: str) -> list[str]:
         "FROM (SELECT term, min(qtf) AS qtf, count(*)::float8 AS c FROM hits GROUP BY term) d "
         "CROSS JOIN stats s)",
         "lexall AS MATERIALIZED (SELECT h.seq, bool_and(h.ok) AS ok, bool_or(h.obs) AS obs, "
-        f"sum(qt.w * h.tf / (h.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * h.len / s.avgdl))) "
+        f"sum(qt.w * h.tf / (h.tf + {BM25_K1}::float8 * (1 - {BM25_B}::float8 "
+        f"+ {BM25_B}::float8 * h.len / s.avgdl))) "
         "AS r FROM hits h JOIN qt ON qt.term = h.term CROSS JOIN stats s GROUP BY h.seq)",
     ]
 
