@@ -54,7 +54,8 @@ def _column(packed: bytes | None, dtype: str, order: I64) -> npt.NDArray[Any]:
 def candidate_set(row: Sequence[Any] | None, config: ScoringConfig, exact: bool) -> CandidateSet:
     """A :class:`CandidateSet` from the one (binary) row of ``candidates_sql``.
 
-    The rows are put in the set's order: the candidates by key, then the neighbour rows by key.
+    The rows are put in the set's order: the candidates by key, then the neighbour rows by key;
+    each row's BM25 score is looked up among the matching memories' (0 if it matches none).
     """
     if row is None or not row[0]:
         return CandidateSet.empty()
@@ -63,7 +64,7 @@ def candidate_set(row: Sequence[Any] | None, config: ScoringConfig, exact: bool)
     order: I64 = np.lexsort((seq, ~ok))
     keys = seq[order].astype(np.int64)
     size = int(np.count_nonzero(ok))
-    names: list[str] = row[7]
+    names: list[str] = row[6]
     kind_names = sorted(set(names))
     code = {name: i for i, name in enumerate(kind_names)}
     kinds = np.fromiter(map(code.__getitem__, names), dtype=np.int32, count=len(names))[order]
@@ -71,19 +72,27 @@ def candidate_set(row: Sequence[Any] | None, config: ScoringConfig, exact: bool)
     lexical_max = 0.0
     if config.uses_lexical:
         # float32 values, as the SQLite backend's BM25 index hands them out
-        lexical = _column(row[3], ">f8", order).astype(np.float32).astype(np.float64)
-        lexical_max = float(np.float32(row[10] or 0.0))
+        matched = np.frombuffer(row[9] or b"", dtype=">i8").astype(np.int64)
+        scores = np.frombuffer(row[10] or b"", dtype=">f8").astype(np.float32)
+        lexical = np.zeros(keys.shape[0], dtype=np.float64)
+        if matched.shape[0]:
+            sorter = np.argsort(matched)
+            ordered = matched[sorter]
+            at = np.minimum(np.searchsorted(ordered, keys), ordered.shape[0] - 1)
+            hit = ordered[at] == keys
+            lexical[hit] = scores[sorter[at[hit]]]
+            lexical_max = float(scores.max())
     previous = nxt = None
     if config.neighbor_weight > 0:
-        previous = _positions(keys, size, _column(row[8], ">i8", order))
-        nxt = _positions(keys, size, _column(row[9], ">i8", order))
+        previous = _positions(keys, size, _column(row[7], ">i8", order))
+        nxt = _positions(keys, size, _column(row[8], ">i8", order))
     return CandidateSet(
         keys=keys,
         size=size,
         relevance=_column(row[2], ">f8", order).astype(np.float32).astype(np.float64),
-        accessed=_column(row[4], ">f8", order).astype(np.float64),
-        created=_column(row[5], ">f8", order).astype(np.float64),
-        importance=_column(row[6], ">f8", order).astype(np.float64),
+        accessed=_column(row[3], ">f8", order).astype(np.float64),
+        created=_column(row[4], ">f8", order).astype(np.float64),
+        importance=_column(row[5], ">f8", order).astype(np.float64),
         kinds=kinds,
         kind_names=tuple(kind_names),
         lexical=lexical,
