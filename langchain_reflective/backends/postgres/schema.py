@@ -119,7 +119,19 @@ CREATE TABLE reflective_counters (
 * ``reflective_meta``: the embedding model's identity and dimension.
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1,)
+_V2 = """
+ALTER TABLE reflective_memories SET (toast_tuple_target = 8160);
+"""
+"""Version 2: a memory's row is stored as it is (no compression, nothing moved out of line)
+up to 8,160 bytes, Postgres' largest setting, instead of the default ~2 KB. A memory is its
+text, a 384-1536-d vector (1.5-6 KB) and its term arrays: with the default, nearly every row
+crossed ~2 KB, so Postgres compressed its term arrays (each BM25 term lookup then
+decompressed two arrays: ~1 microsecond per memory holding a query term) and, with a longer
+text or vector, moved the vector out of line (each cosine of a candidate then read the TOAST
+table). Only rows written from now on are stored this way (rows already compressed stay
+as they are until they are rewritten)."""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 """Forward-only migrations; ``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1``."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
