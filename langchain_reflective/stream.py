@@ -27,7 +27,6 @@ from langchain_reflective.backends.base import (
     CounterUpdate,
     PendingMemory,
     RetrievalFilter,
-    trusted_record,
     trusted_scored,
 )
 from langchain_reflective.errors import EmbeddingError, InvalidMemoryError
@@ -45,8 +44,10 @@ from langchain_reflective.validation import (
     AddPlan,
     as_unit_vectors,
     embedding_identity,
+    evidence_depths,
     plan_add,
     plan_pending,
+    plan_records,
 )
 
 if TYPE_CHECKING:
@@ -244,8 +245,8 @@ class MemoryStream(StreamBase):
             if any(plan.evidence):
                 wanted = sorted({e for ev in plan.evidence for e in ev})
                 found = yield (self._backend, "get", (plan.namespace, wanted), None)
-                depths = self._depths(plan, {r.id: r.depth for r in found})
-            records = self._records(plan, rated[done : done + k], depths)
+                depths = evidence_depths(plan, {r.id: r.depth for r in found})
+            records = plan_records(plan, rated[done : done + k], depths)
             counter = CounterUpdate(
                 namespace=plan.namespace,
                 importance=(
@@ -268,64 +269,6 @@ class MemoryStream(StreamBase):
             row += n
             done += k
         return out
-
-    @staticmethod
-    def _depths(plan: AddPlan, found: Mapping[str, int]) -> list[int]:
-        missing = sorted({e for ev in plan.evidence for e in ev if e not in found})
-        if missing:
-            raise InvalidMemoryError(
-                f"evidence ids not found in namespace {plan.namespace!r}: {missing[:5]}"
-            )
-        return [1 + max(found[e] for e in ev) if ev else 0 for ev in plan.evidence]
-
-    @staticmethod
-    def _records(plan: AddPlan, rated: Sequence[Any], depths: list[int]) -> list[MemoryRecord]:
-        n = len(plan.texts)
-        if n == 1 and not rated:  # one memory with a given importance: no per-item lists
-            given = plan.importances[0]
-            if given is not None:
-                when = plan.times[0] if plan.times else plan.now
-                return [
-                    trusted_record(
-                        plan.ids[0],
-                        plan.texts[0],
-                        plan.kinds[0],
-                        when,
-                        when,
-                        float(given),
-                        "given",
-                        plan.evidence[0],
-                        depths[0],
-                        plan.namespace,
-                        plan.metadatas[0],
-                    )
-                ]
-        importance: list[float] = [0.0] * n
-        sources: list[str] = ["given"] * n
-        for i, v in enumerate(plan.importances):
-            if v is not None:
-                importance[i] = float(v)
-        for i, result in zip(plan.to_rate, rated, strict=True):
-            importance[i] = float(min(1.0, max(0.0, result.value)))
-            sources[i] = result.source
-        times = plan.times or [plan.now] * n
-        # every value was validated by plan_add: build the records without re-validating
-        return [
-            trusted_record(
-                id=plan.ids[i],
-                text=plan.texts[i],
-                kind=plan.kinds[i],
-                created_at=times[i],
-                last_accessed_at=times[i],
-                importance=importance[i],
-                importance_source=sources[i],
-                evidence=plan.evidence[i],
-                depth=depths[i],
-                namespace=plan.namespace,
-                metadata=plan.metadatas[i],
-            )
-            for i in range(n)
-        ]
 
     def add(
         self,

@@ -1,5 +1,5 @@
-"""Checking what callers hand a memory stream: add arguments (into an :class:`AddPlan`) and
-embedding outputs (into float32 unit vectors)."""
+"""Checking what callers hand a memory stream: add arguments (into an :class:`AddPlan`, and
+from it the records), and embedding outputs (into float32 unit vectors)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ import numpy as np
 import numpy.typing as npt
 from langchain_core.embeddings import Embeddings
 
-from langchain_reflective.backends.base import PendingMemory
+from langchain_reflective.backends.base import PendingMemory, trusted_record
 from langchain_reflective.errors import EmbeddingError, InvalidMemoryError
 from langchain_reflective.records import (
+    MemoryRecord,
     check_encodable,
     new_memory_ids,
     utc,
@@ -28,8 +29,10 @@ __all__ = [
     "AddPlan",
     "as_unit_vectors",
     "embedding_identity",
+    "evidence_depths",
     "plan_add",
     "plan_pending",
+    "plan_records",
     "valid_name",
 ]
 
@@ -269,4 +272,70 @@ def plan_pending(items: Sequence[PendingMemory]) -> list[AddPlan]:
             pending=True,
         )
         for ns, group in groups.items()
+    ]
+
+
+def evidence_depths(plan: AddPlan, found: Mapping[str, int]) -> list[int]:
+    """Each memory's depth: one more than its deepest evidence (0 without); ``found`` maps
+    the namespace's evidence ids to their depths.
+
+    Raises:
+        InvalidMemoryError: an evidence id is not in the namespace.
+    """
+    missing = sorted({e for ev in plan.evidence for e in ev if e not in found})
+    if missing:
+        raise InvalidMemoryError(
+            f"evidence ids not found in namespace {plan.namespace!r}: {missing[:5]}"
+        )
+    return [1 + max(found[e] for e in ev) if ev else 0 for ev in plan.evidence]
+
+
+def plan_records(plan: AddPlan, rated: Sequence[Any], depths: list[int]) -> list[MemoryRecord]:
+    """The records of a checked plan once its missing importances are ``rated`` (the
+    scorer's results for ``plan.to_rate``, in order) and its ``depths`` known."""
+    n = len(plan.texts)
+    if n == 1 and not rated:  # one memory with a given importance: no per-item lists
+        given = plan.importances[0]
+        if given is not None:
+            when = plan.times[0] if plan.times else plan.now
+            return [
+                trusted_record(
+                    plan.ids[0],
+                    plan.texts[0],
+                    plan.kinds[0],
+                    when,
+                    when,
+                    float(given),
+                    "given",
+                    plan.evidence[0],
+                    depths[0],
+                    plan.namespace,
+                    plan.metadatas[0],
+                )
+            ]
+    importance: list[float] = [0.0] * n
+    sources: list[str] = ["given"] * n
+    for i, v in enumerate(plan.importances):
+        if v is not None:
+            importance[i] = float(v)
+    for i, result in zip(plan.to_rate, rated, strict=True):
+        importance[i] = float(min(1.0, max(0.0, result.value)))
+        sources[i] = result.source
+    times = plan.times or [plan.now] * n
+    # every value was validated by plan_add: build the records without re-validating
+    return [
+        trusted_record(
+            id=plan.ids[i],
+            text=plan.texts[i],
+            kind=plan.kinds[i],
+            created_at=times[i],
+            last_accessed_at=times[i],
+            importance=importance[i],
+            importance_source=sources[i],
+            evidence=plan.evidence[i],
+            depth=depths[i],
+            namespace=plan.namespace,
+            metadata=plan.metadatas[i],
+        )
+        for i in range(n)
     ]
