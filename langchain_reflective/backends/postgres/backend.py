@@ -49,9 +49,6 @@ from langchain_reflective.backends.postgres.queries import (
     ADD,
     BM25_B,
     BM25_K1,
-    INSERT_ACCESS,
-    INSERT_COLUMNS,
-    LINK_NEXT,
     RECORD_COLUMNS,
     RECORDS,
     RELINK,
@@ -73,6 +70,7 @@ from langchain_reflective.backends.postgres.schema import (
     SETUP_LOCK,
     bind_sql,
 )
+from langchain_reflective.backends.postgres.writes import write_memories
 from langchain_reflective.backends.sqlite.lexical import BM25Index
 from langchain_reflective.backends.types import F32
 from langchain_reflective.errors import (
@@ -82,7 +80,7 @@ from langchain_reflective.errors import (
     SchemaVersionError,
     StorageError,
 )
-from langchain_reflective.records import OBSERVATION, MemoryRecord
+from langchain_reflective.records import MemoryRecord
 from langchain_reflective.scoring import ScoringConfig
 
 if TYPE_CHECKING:
@@ -139,6 +137,7 @@ class PostgresBackend(BaseMemoryBackend):
         self._dimension: int | None = None
         self._model: str | None = None
         self._lexical_context = False
+        self._vector_type: int | None = None
 
     @classmethod
     def from_conn_string(
@@ -270,34 +269,6 @@ class PostgresBackend(BaseMemoryBackend):
 
     # -- writes --------------------------------------------------------------------------------
 
-    def _lexical_terms(
-        self, conn: psycopg.Connection[Any], records: Sequence[MemoryRecord]
-    ) -> list[tuple[Counter[str], Counter[str]]]:
-        """Each record's BM25 terms: of its text, and with the previous observation's text
-        before it for an observation (the namespace's newest observation before this batch is
-        read in the write's transaction)."""
-        last: dict[str, Counter[str] | None] = {}
-        out: list[tuple[Counter[str], Counter[str]]] = []
-        for r in records:
-            own = Counter(_TOKENIZER.tokenize(r.text))
-            context = own
-            if r.kind == OBSERVATION:
-                if r.namespace not in last:
-                    row = conn.execute(
-                        "SELECT lex_terms, lex_tfs FROM reflective_memories WHERE namespace = %s "
-                        "AND kind = 'observation' ORDER BY seq DESC LIMIT 1",
-                        (r.namespace,),
-                    ).fetchone()
-                    last[r.namespace] = (
-                        Counter(dict(zip(row[0], row[1], strict=True))) if row else None
-                    )
-                prev = last[r.namespace]
-                if prev is not None:
-                    context = prev + own
-                last[r.namespace] = own
-            out.append((own, context))
-        return out
-
     def put(
         self,
         records: Sequence[MemoryRecord],
@@ -306,7 +277,8 @@ class PostgresBackend(BaseMemoryBackend):
         counter: CounterUpdate | None = None,
         pending: Sequence[str] = (),
     ) -> None:
-        """Store memories in one transaction (one ``COPY``), with the counter change."""
+        """Store memories in one transaction (binary ``COPY``, see ``writes``), with the
+        counter change."""
         if len(records) != len(vectors):
             raise StorageError(f"{len(records)} records but {len(vectors)} vectors")
         with self._pools.conn() as conn, conn.transaction():
@@ -321,45 +293,19 @@ class PostgresBackend(BaseMemoryBackend):
             if pending:
                 self._dequeue(conn, pending)
             if records:
-                lexical = self._lexical_terms(conn, records)
-                stats: dict[str, list[int]] = {}
-                with conn.cursor().copy(
-                    f"COPY reflective_memories ({INSERT_COLUMNS}) FROM STDIN"
-                ) as copy:
-                    for r, (own, context), vec in zip(records, lexical, vectors, strict=True):
-                        copy.write_row(
-                            (
-                                r.id,
-                                r.namespace,
-                                r.text,
-                                r.kind,
-                                r.created_at,
-                                r.importance,
-                                r.importance_source,
-                                list(r.evidence),
-                                r.depth,
-                                Jsonb(dict(r.metadata)),
-                                vector_text(vec),
-                                list(own),
-                                list(own.values()),
-                                own.total(),
-                                list(context),
-                                list(context.values()),
-                                context.total(),
-                            )
-                        )
-                        seen = stats.setdefault(r.namespace, [0, 0, 0])
-                        seen[0] += 1
-                        seen[1] += own.total()
-                        seen[2] += context.total()
-                linked = conn.execute(
-                    INSERT_ACCESS, ([r.id for r in records], [r.accessed_at for r in records])
-                ).fetchall()
-                conn.execute(LINK_NEXT, ([x[0] for x in linked], [x[1] for x in linked]))
-                for ns, (docs, total, ctx_total) in stats.items():
-                    self._add_lexical_stats(conn, ns, docs, total, ctx_total)
+                totals = write_memories(conn, records, vectors, vector_oid=self._vector_oid(conn))
+                for ns, t in totals.items():
+                    self._add_lexical_stats(conn, ns, t.docs, t.total, t.ctx_total)
             if counter is not None:
                 self._apply_counter(conn, counter)
+
+    def _vector_oid(self, conn: psycopg.Connection[Any]) -> int:
+        """The oid of pgvector's ``vector`` type in this database (read once)."""
+        if self._vector_type is None:
+            row = conn.execute("SELECT 'vector'::regtype::oid").fetchone()
+            assert row is not None
+            self._vector_type = int(row[0])
+        return self._vector_type
 
     @staticmethod
     def _dequeue(conn: psycopg.Connection[Any], ids: Sequence[str]) -> None:
