@@ -1,4 +1,4 @@
-"""``PostgresBackend``: memories in Postgres with pgvector (HNSW) and full-text search.
+"""``PostgresBackend``: memories in Postgres with pgvector and BM25 computed in SQL.
 
 Many processes and machines share one database: every write is one transaction; a write that
 counts for reflection locks its namespace's counter row first and updates it before committing,
@@ -9,7 +9,8 @@ on a dedicated connection, so at most one reflection per namespace runs at a tim
 of them (a crashed holder's lock goes with its connection). Every statement names its
 namespace; none reads across namespaces.
 
-Retrieval is one round trip: one statement gathers dense candidates (HNSW, cosine), lexical
+Retrieval is one round trip: one statement gathers dense candidates (the vector index, cosine:
+IVFFlat retrained as the table grows, or HNSW; see ``vector_index.py``), lexical
 ones (BM25 over stemmed terms found through a GIN index, computed in SQL exactly as the SQLite
 backend computes it, so both backends rank alike), the most recent and most important memories,
 each candidate observation's neighbours, and every value scoring needs.
@@ -18,6 +19,7 @@ each candidate observation's neighbours, and every value scoring needs.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
@@ -70,6 +72,12 @@ from langchain_reflective.backends.postgres.schema import (
     SETUP_LOCK,
     bind_sql,
 )
+from langchain_reflective.backends.postgres.vector_index import (
+    IndexKind,
+    IndexState,
+    VectorIndex,
+    VectorIndexSettings,
+)
 from langchain_reflective.backends.postgres.writes import write_memories
 from langchain_reflective.backends.sqlite.lexical import BM25Index
 from langchain_reflective.backends.types import F32
@@ -106,9 +114,20 @@ class PostgresBackend(BaseMemoryBackend):
         pool: a ``psycopg_pool.ConnectionPool`` (autocommit connections; see
             :meth:`from_conn_string`, which configures it).
         conninfo: the connection string, for the async pool opened on first async use.
-        dense_candidates: nearest neighbours (HNSW) gathered per retrieval on the approximate
-            path (at least ``4 * k``).
+        dense_candidates: nearest neighbours (vector index) gathered per retrieval on the
+            approximate path (at least ``4 * k``).
         lexical_candidates: best full-text matches gathered per retrieval (at least ``4 * k``).
+        index: the vector index a new database gets: ``"ivfflat"`` (default: cheap inserts,
+            retrained as the table grows) or ``"hnsw"`` (no retraining; every insert pays
+            ~2-3 ms for the graph). A database keeps the kind it was bound with;
+            :meth:`reindex` switches it. See ``vector_index.py`` and docs/benchmarks.md.
+        ivf_min_rows: IVFFlat: no vector index below this many memories (exact scan).
+        ivf_growth: IVFFlat: retrain once the table has grown this many times since the last
+            training.
+        ivf_probes: IVFFlat lists searched per query (``None``: a tenth of the lists, at
+            least 8).
+        auto_reindex: rebuild the IVFFlat index in a background thread of the process whose
+            add crossed the threshold (``False``: only :meth:`reindex` builds it).
 
     Example:
         .. code-block:: python
@@ -127,10 +146,23 @@ class PostgresBackend(BaseMemoryBackend):
         conninfo: str | None = None,
         dense_candidates: int = 128,
         lexical_candidates: int = 128,
+        index: IndexKind = "ivfflat",
+        ivf_min_rows: int = 5_000,
+        ivf_growth: float = 4.0,
+        ivf_probes: int | None = None,
+        auto_reindex: bool = True,
     ) -> None:
         if dense_candidates < 1 or lexical_candidates < 1:
             raise ValueError("dense_candidates and lexical_candidates must be positive")
+        settings = VectorIndexSettings(
+            kind=index,
+            min_rows=ivf_min_rows,
+            growth=ivf_growth,
+            probes=ivf_probes,
+            auto=auto_reindex,
+        )
         self._pools = Pools(pool, conninfo)
+        self._index = VectorIndex(self._pools, settings)
         self.dense_candidates = int(dense_candidates)
         self.lexical_candidates = int(lexical_candidates)
         self._lock = threading.Lock()
@@ -245,6 +277,7 @@ class PostgresBackend(BaseMemoryBackend):
                 rows = dict(conn.execute("SELECT key, value FROM reflective_meta").fetchall())
                 if "dimension" not in rows:
                     conn.execute(bind_sql(dimension))
+                    self._index.bind(conn)
                     conn.execute(
                         "INSERT INTO reflective_meta (key, value) VALUES "
                         "('dimension', %s), ('embedding_model', %s)",
@@ -292,12 +325,18 @@ class PostgresBackend(BaseMemoryBackend):
                 self._lock_counter(conn, ns)
             if pending:
                 self._dequeue(conn, pending)
+            newest = 0
             if records:
-                totals = write_memories(conn, records, vectors, vector_oid=self._vector_oid(conn))
+                totals, newest = write_memories(
+                    conn, records, vectors, vector_oid=self._vector_oid(conn)
+                )
                 for ns, t in totals.items():
                     self._add_lexical_stats(conn, ns, t.docs, t.total, t.ctx_total)
             if counter is not None:
                 self._apply_counter(conn, counter)
+        if newest:
+            # keys are never reused: the newest is the rows ever written (an upper bound)
+            self._index.after_put(newest)
 
     def _vector_oid(self, conn: psycopg.Connection[Any]) -> int:
         """The oid of pgvector's ``vector`` type in this database (read once)."""
@@ -624,6 +663,29 @@ class PostgresBackend(BaseMemoryBackend):
 
     # -- candidates ----------------------------------------------------------------------------
 
+    # -- the vector index ----------------------------------------------------------------------
+
+    def reindex(self, *, kind: IndexKind | None = None) -> None:
+        """(Re)build the vector index now, in this thread: IVFFlat retrained on the current
+        rows (``lists = sqrt(rows)``), or HNSW; ``kind`` switches the database's kind.
+
+        Adds and retrievals in every process carry on meanwhile (``CREATE INDEX
+        CONCURRENTLY``, then the old index is dropped). Waits if another process is building.
+        """
+        self._index.rebuild(kind=kind)
+
+    async def areindex(self, *, kind: IndexKind | None = None) -> None:
+        """Async twin of :meth:`reindex` (runs in a worker thread)."""
+        await asyncio.to_thread(self.reindex, kind=kind)
+
+    def index_state(self) -> IndexState:
+        """The database's vector index: kind, name, rows trained on, lists."""
+        return self._index.state()
+
+    def wait_for_index(self, timeout: float | None = None) -> None:
+        """Wait for this process's background index rebuild, if one is running."""
+        self._index.wait(timeout)
+
     def _candidate_query(
         self,
         namespace: str,
@@ -670,7 +732,10 @@ class PostgresBackend(BaseMemoryBackend):
     ) -> CandidateSet:
         """One statement, one round trip (see the module docstring)."""
         sql, params = self._candidate_query(namespace, query, vector, k, filter, config, exact)
-        return candidate_set(self._pools.rows(sql, params), config, exact)
+        with self._pools.conn() as conn:
+            self._index.prepare(conn)
+            rows = conn.execute(sql, params).fetchall()
+        return candidate_set(rows, config, exact)
 
     async def acandidates(
         self,
@@ -685,6 +750,7 @@ class PostgresBackend(BaseMemoryBackend):
     ) -> CandidateSet:
         sql, params = self._candidate_query(namespace, query, vector, k, filter, config, exact)
         async with self._pools.aconn() as conn:
+            await self._index.aprepare(conn)
             cur = await conn.execute(sql, params)
             rows = await cur.fetchall()
         return candidate_set(rows, config, exact)
@@ -692,11 +758,13 @@ class PostgresBackend(BaseMemoryBackend):
     # -- lifecycle -----------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the connection pools. Idempotent."""
+        """Close the connection pools (cancelling a background index rebuild). Idempotent."""
+        self._index.close()
         self._pools.close()
 
     async def aclose(self) -> None:
         """Async twin of :meth:`close`."""
+        await asyncio.to_thread(self._index.close)
         await self._pools.aclose()
 
     def __repr__(self) -> str:

@@ -36,11 +36,14 @@ def storage_error(exc: BaseException) -> Exception:
 
 
 def configure_connection(conn: psycopg.Connection[Any]) -> None:
-    """Per-connection settings: UTC timestamps and HNSW search breadth."""
+    """Per-connection settings: UTC timestamps and the vector indexes' search breadth (the
+    IVFFlat probes follow the current index: ``VectorIndex.prepare``)."""
     conn.execute("SET TIME ZONE 'UTC'")
-    # pgvector >= 0.8: keep scanning the HNSW graph until the namespace filter is satisfied
+    # pgvector >= 0.8: keep scanning the index until the namespace filter is satisfied
     with contextlib.suppress(psycopg.Error):
         conn.execute("SET hnsw.iterative_scan = relaxed_order")
+    with contextlib.suppress(psycopg.Error):
+        conn.execute("SET ivfflat.iterative_scan = relaxed_order")
     conn.execute("SET hnsw.ef_search = 200")
 
 
@@ -48,6 +51,8 @@ async def aconfigure_connection(conn: psycopg.AsyncConnection[Any]) -> None:
     await conn.execute("SET TIME ZONE 'UTC'")
     with contextlib.suppress(psycopg.Error):
         await conn.execute("SET hnsw.iterative_scan = relaxed_order")
+    with contextlib.suppress(psycopg.Error):
+        await conn.execute("SET ivfflat.iterative_scan = relaxed_order")
     await conn.execute("SET hnsw.ef_search = 200")
 
 
@@ -65,6 +70,11 @@ class Pools:
         self._conninfo = conninfo
         self._apools: dict[int, tuple[asyncio.AbstractEventLoop, AsyncConnectionPool[Any]]] = {}
         self.closed = False
+
+    @property
+    def conninfo(self) -> str | None:
+        """The connection string (``None`` when built from a pool only)."""
+        return self._conninfo
 
     @property
     def name(self) -> str:

@@ -106,7 +106,7 @@ def write_memories(
     vectors: F32,
     *,
     vector_oid: int,
-) -> dict[str, LexicalTotals]:
+) -> tuple[dict[str, LexicalTotals], int]:
     """Insert ``records`` (with ``vectors``) and their access rows in ``conn``'s transaction.
 
     The caller holds the counter row of every namespace in ``records``.
@@ -118,7 +118,7 @@ def write_memories(
         vector_oid: the oid of pgvector's ``vector`` type in this database.
 
     Returns:
-        Per namespace, what the batch adds to its BM25 statistics.
+        Per namespace, what the batch adds to its BM25 statistics; and the newest key.
 
     Raises:
         UnicodeEncodeError: text that UTF-8 cannot encode (a lone surrogate).
@@ -217,4 +217,4 @@ def write_memories(
             "UPDATE reflective_access SET next_obs = %s WHERE seq = %s",
             [(new, old) for old, new in relink],
         )
-    return totals
+    return totals, keys[-1]
