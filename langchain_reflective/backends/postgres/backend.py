@@ -27,11 +27,10 @@ import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from langchain_reflective.backends.base import (
@@ -48,13 +47,11 @@ from langchain_reflective.backends.postgres.connection import (
     configure_connection,
 )
 from langchain_reflective.backends.postgres.queries import (
-    ADD,
     BM25_B,
     BM25_K1,
     RECORD_COLUMNS,
     RECORDS,
     RELINK,
-    RESET,
     TOUCH,
     CandidateQuery,
     candidates_sql,
@@ -78,21 +75,24 @@ from langchain_reflective.backends.postgres.vector_index import (
     VectorIndex,
     VectorIndexSettings,
 )
-from langchain_reflective.backends.postgres.writes import write_memories
+from langchain_reflective.backends.postgres.writes import (
+    add_lexical_stats,
+    apply_counter,
+    dequeue,
+    enqueue,
+    lock_counter,
+    write_memories,
+)
 from langchain_reflective.backends.sqlite.lexical import BM25Index
 from langchain_reflective.backends.types import F32
 from langchain_reflective.errors import (
     DimensionMismatchError,
     EmbeddingError,
-    PendingConflictError,
     SchemaVersionError,
     StorageError,
 )
 from langchain_reflective.records import MemoryRecord
 from langchain_reflective.scoring import ScoringConfig
-
-if TYPE_CHECKING:
-    pass
 
 _TOKENIZER = BM25Index(k1=BM25_K1, b=BM25_B)
 """Only its tokenizer is used: the SQLite backend's terms, so BM25 agrees across backends."""
@@ -124,8 +124,7 @@ class PostgresBackend(BaseMemoryBackend):
         ivf_min_rows: IVFFlat: no vector index below this many memories (exact scan).
         ivf_growth: IVFFlat: retrain once the table has grown this many times since the last
             training.
-        ivf_probes: IVFFlat lists searched per query (``None``: a tenth of the lists, at
-            least 8).
+        ivf_probes: IVFFlat lists searched per query (``None``: ``sqrt(lists)``, at least 8).
         auto_reindex: rebuild the IVFFlat index in a background thread of the process whose
             add crossed the threshold (``False``: only :meth:`reindex` builds it).
 
@@ -322,18 +321,18 @@ class PostgresBackend(BaseMemoryBackend):
             if counter is not None:
                 spaces.add(counter.namespace)
             for ns in sorted(spaces):
-                self._lock_counter(conn, ns)
+                lock_counter(conn, ns)
             if pending:
-                self._dequeue(conn, pending)
+                dequeue(conn, pending)
             newest = 0
             if records:
                 totals, newest = write_memories(
                     conn, records, vectors, vector_oid=self._vector_oid(conn)
                 )
                 for ns, t in totals.items():
-                    self._add_lexical_stats(conn, ns, t.docs, t.total, t.ctx_total)
+                    add_lexical_stats(conn, ns, t.docs, t.total, t.ctx_total)
             if counter is not None:
-                self._apply_counter(conn, counter)
+                apply_counter(conn, counter)
         if newest:
             # keys are never reused: the newest is the rows ever written (an upper bound)
             self._index.after_put(newest)
@@ -346,53 +345,11 @@ class PostgresBackend(BaseMemoryBackend):
             self._vector_type = int(row[0])
         return self._vector_type
 
-    @staticmethod
-    def _dequeue(conn: psycopg.Connection[Any], ids: Sequence[str]) -> None:
-        wanted = sorted(set(ids))
-        cur = conn.execute("DELETE FROM reflective_pending WHERE id = ANY(%s)", (wanted,))
-        if cur.rowcount != len(wanted):
-            raise PendingConflictError(
-                f"{len(wanted) - cur.rowcount} of {len(wanted)} pending memories are no longer "
-                "queued (completed or purged by another process)"
-            )
-
-    @staticmethod
-    def _add_lexical_stats(
-        conn: psycopg.Connection[Any], namespace: str, docs: int, total: int, ctx_total: int
-    ) -> None:
-        """BM25's ``N`` and total lengths of ``namespace`` change by these amounts."""
-        conn.execute(
-            "INSERT INTO reflective_counters AS c (namespace, lex_docs, lex_total, ctx_total) "
-            "VALUES (%s, %s, %s, %s) ON CONFLICT (namespace) DO UPDATE SET "
-            "lex_docs = c.lex_docs + EXCLUDED.lex_docs, "
-            "lex_total = c.lex_total + EXCLUDED.lex_total, "
-            "ctx_total = c.ctx_total + EXCLUDED.ctx_total",
-            (namespace, docs, total, ctx_total),
-        )
-
-    @staticmethod
-    def _lock_counter(conn: psycopg.Connection[Any], namespace: str) -> None:
-        conn.execute(
-            "INSERT INTO reflective_counters (namespace) VALUES (%s) "
-            "ON CONFLICT (namespace) DO UPDATE SET adds = reflective_counters.adds",
-            (namespace,),
-        )
-
-    @staticmethod
-    def _apply_counter(conn: psycopg.Connection[Any], update: CounterUpdate) -> None:
-        if update.reset_at is not None:
-            conn.execute(RESET, {"ns": update.namespace, "at": update.reset_at})
-        elif update.importance or update.adds:
-            conn.execute(
-                ADD,
-                {"ns": update.namespace, "imp": float(update.importance), "adds": update.adds},
-            )
-
     def delete(self, namespace: str, ids: Sequence[str]) -> int:
         if not ids:
             return 0
         with self._pools.conn() as conn, conn.transaction():
-            self._lock_counter(conn, namespace)
+            lock_counter(conn, namespace)
             gone = conn.execute(
                 "SELECT m.seq, m.lex_len, m.ctx_len, a.prev_obs, a.next_obs "
                 f"FROM {RECORDS} WHERE m.namespace = %s AND m.id = ANY(%s)",
@@ -406,7 +363,7 @@ class PostgresBackend(BaseMemoryBackend):
             near = {s for r in gone for s in r[3:] if s is not None} - seqs
             if near:
                 conn.execute(RELINK, (namespace, sorted(near)))
-            self._add_lexical_stats(
+            add_lexical_stats(
                 conn,
                 namespace,
                 -len(gone),
@@ -454,30 +411,8 @@ class PostgresBackend(BaseMemoryBackend):
     def enqueue(self, items: Sequence[PendingMemory]) -> None:
         if not items:
             return
-        ids = [p.id for p in items]
         with self._pools.conn() as conn, conn.transaction():
-            stored = conn.execute(
-                "SELECT count(*) FROM reflective_memories WHERE id = ANY(%s)", (ids,)
-            ).fetchone()
-            if stored and stored[0]:
-                raise StorageError("could not queue memories: an id is already stored")
-            conn.cursor().executemany(
-                "INSERT INTO reflective_pending "
-                "(id, namespace, text, kind, created_at, importance, metadata) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                [
-                    (
-                        p.id,
-                        p.namespace,
-                        p.text,
-                        p.kind,
-                        p.created_at,
-                        p.importance,
-                        Jsonb(dict(p.metadata)),
-                    )
-                    for p in items
-                ],
-            )
+            enqueue(conn, items)
 
     def pending(
         self, *, namespace: str | None = None, limit: int | None = None, newest: bool = False
@@ -624,7 +559,7 @@ class PostgresBackend(BaseMemoryBackend):
 
     def update_counter(self, update: CounterUpdate) -> None:
         with self._pools.conn() as conn, conn.transaction():
-            self._apply_counter(conn, update)
+            apply_counter(conn, update)
 
     @contextlib.contextmanager
     def reflection_lock(self, namespace: str, *, timeout: float | None = None) -> Iterator[None]:

@@ -70,7 +70,7 @@ class VectorIndexSettings:
     growth: float = 4.0
     """IVFFlat: retrain once the table holds this many times the rows of the last training."""
     probes: int | None = None
-    """IVFFlat lists searched per query; ``None``: :meth:`probes_for` (a share of the lists)."""
+    """IVFFlat lists searched per query; ``None``: :meth:`probes_for` (``sqrt(lists)``)."""
     auto: bool = True
     """Rebuild in a background thread of the process whose add crossed the threshold. Off:
     only ``PostgresBackend.reindex()`` builds."""
@@ -90,12 +90,12 @@ class VectorIndexSettings:
         return max(1, round(math.sqrt(max(rows, 1))))
 
     def probes_for(self, lists: int) -> int:
-        """Lists searched per query: ``probes`` if set, else a tenth of the lists (at least
-        8), which keeps the top-10 agreement with exact scoring >= 0.98 on the scale
-        benchmark at 100k (see docs/benchmarks.md)."""
+        """Lists searched per query: ``probes`` if set, else ``sqrt(lists)`` (at least 8, the
+        SQLite backend's IVF default), pgvector's suggested start; see docs/benchmarks.md for
+        the agreement with exact scoring it gives."""
         if self.probes is not None:
             return min(self.probes, max(lists, 1))
-        return min(max(lists, 1), max(8, math.ceil(lists / 10)))
+        return min(max(lists, 1), max(8, math.ceil(math.sqrt(lists))))
 
     def due(self, state: IndexState, rows: int) -> bool:
         """Whether an IVFFlat index should be (re)built for a table of ``rows``."""

@@ -27,6 +27,7 @@ from psycopg.abc import Buffer
 from psycopg.adapt import Dumper
 from psycopg.types.json import Jsonb
 
+from langchain_reflective.backends.postgres.queries import ADD, RESET
 from langchain_reflective.backends.postgres.rows import (
     INT4_ARRAY_OID,
     TEXT_ARRAY_OID,
@@ -35,7 +36,8 @@ from langchain_reflective.backends.postgres.rows import (
     vectors_binary,
 )
 from langchain_reflective.backends.sqlite.lexical import BM25Index
-from langchain_reflective.backends.types import F32
+from langchain_reflective.backends.types import F32, CounterUpdate, PendingMemory
+from langchain_reflective.errors import PendingConflictError, StorageError
 from langchain_reflective.records import OBSERVATION, MemoryRecord
 
 __all__ = ["TOKENIZER", "LexicalTotals", "write_memories"]
@@ -218,3 +220,78 @@ def write_memories(
             [(new, old) for old, new in relink],
         )
     return totals, keys[-1]
+
+
+# -- the counter rows and the pending queue (the other statements of a write) ------------------
+
+
+def dequeue(conn: psycopg.Connection[Any], ids: Sequence[str]) -> None:
+    """Remove these ids from the pending queue; all of them must still be queued."""
+    wanted = sorted(set(ids))
+    cur = conn.execute("DELETE FROM reflective_pending WHERE id = ANY(%s)", (wanted,))
+    if cur.rowcount != len(wanted):
+        raise PendingConflictError(
+            f"{len(wanted) - cur.rowcount} of {len(wanted)} pending memories are no longer "
+            "queued (completed or purged by another process)"
+        )
+
+
+def add_lexical_stats(
+    conn: psycopg.Connection[Any], namespace: str, docs: int, total: int, ctx_total: int
+) -> None:
+    """BM25's ``N`` and total lengths of ``namespace`` change by these amounts."""
+    conn.execute(
+        "INSERT INTO reflective_counters AS c (namespace, lex_docs, lex_total, ctx_total) "
+        "VALUES (%s, %s, %s, %s) ON CONFLICT (namespace) DO UPDATE SET "
+        "lex_docs = c.lex_docs + EXCLUDED.lex_docs, "
+        "lex_total = c.lex_total + EXCLUDED.lex_total, "
+        "ctx_total = c.ctx_total + EXCLUDED.ctx_total",
+        (namespace, docs, total, ctx_total),
+    )
+
+
+def lock_counter(conn: psycopg.Connection[Any], namespace: str) -> None:
+    """Lock ``namespace``'s counter row (created if missing) until the transaction ends."""
+    conn.execute(
+        "INSERT INTO reflective_counters (namespace) VALUES (%s) "
+        "ON CONFLICT (namespace) DO UPDATE SET adds = reflective_counters.adds",
+        (namespace,),
+    )
+
+
+def apply_counter(conn: psycopg.Connection[Any], update: CounterUpdate) -> None:
+    """Add to or reset a namespace's reflection counter."""
+    if update.reset_at is not None:
+        conn.execute(RESET, {"ns": update.namespace, "at": update.reset_at})
+    elif update.importance or update.adds:
+        conn.execute(
+            ADD,
+            {"ns": update.namespace, "imp": float(update.importance), "adds": update.adds},
+        )
+
+
+def enqueue(conn: psycopg.Connection[Any], items: Sequence[PendingMemory]) -> None:
+    """Queue memories to embed later; none of their ids may be stored already."""
+    ids = [p.id for p in items]
+    stored = conn.execute(
+        "SELECT count(*) FROM reflective_memories WHERE id = ANY(%s)", (ids,)
+    ).fetchone()
+    if stored and stored[0]:
+        raise StorageError("could not queue memories: an id is already stored")
+    conn.cursor().executemany(
+        "INSERT INTO reflective_pending "
+        "(id, namespace, text, kind, created_at, importance, metadata) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+        [
+            (
+                p.id,
+                p.namespace,
+                p.text,
+                p.kind,
+                p.created_at,
+                p.importance,
+                Jsonb(dict(p.metadata)),
+            )
+            for p in items
+        ],
+    )
