@@ -128,7 +128,7 @@ def read_state(conn: psycopg.Connection[Any], default: IndexKind) -> IndexState:
     kind = rows.get("vector_index", default)
     return IndexState(
         kind="hnsw" if kind == "hnsw" else "ivfflat",
-        name=rows.get("vector_index_name"),
+        name=rows.get("vector_index_name") or None,
         rows=int(rows.get("vector_index_rows", 0)),
         lists=int(rows.get("vector_index_lists", 0)),
     )
@@ -334,23 +334,24 @@ class VectorIndex:
         with self._lock:
             if self._builder is not None and self._builder.is_alive():
                 return
-            now = time.monotonic()
-            if now < self._retry_at:
+            if time.monotonic() < self._retry_at:
                 return
-            self._retry_at = now + 10.0
             self._builder = threading.Thread(
                 target=self._background, name="reflective-pg-reindex", daemon=True
             )
             self._builder.start()
 
     def _background(self) -> None:
+        built = None
         try:
             with self._connection() as conn:
-                build_index(conn, self.settings, wait=False)
+                built = build_index(conn, self.settings, wait=False)
                 self._set(read_state(conn, self.settings.kind))
-        except Exception:  # a failed build leaves the old index serving; the next add retries
+        except Exception:  # a failed build leaves the old index serving; a later add retries
             if not self._closed:
                 logger.warning("rebuilding the vector index failed", exc_info=True)
+        if built is None:  # failed, or another process holds the lock: not again for a while
+            self._retry_at = time.monotonic() + 10.0
 
     def wait(self, timeout: float | None = None) -> None:
         """Wait for this process's background rebuild, if one is running."""
