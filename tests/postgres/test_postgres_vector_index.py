@@ -286,3 +286,44 @@ def test_a_version_1_database_upgrades_keeps_hnsw_and_can_switch(postgres_url: s
         assert (state.kind, state.rows, state.lists) == ("ivfflat", 40, 6)
         assert _vector_indexes(postgres_url) == [(state.name, "ivfflat", True)]
         assert [r.id for r in b.get("default", [r.id for r in records])] == [r.id for r in records]
+
+
+def test_an_interrupted_builds_invalid_index_is_dropped(
+    small_ivf: PostgresBackend, postgres_url: str
+) -> None:
+    """A build that dies half-way leaves an invalid index (still maintained on every insert);
+    the next build drops it."""
+    _fill(small_ivf, 300)
+    small_ivf.wait_for_index()
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE INDEX reflective_memories_embedding_ivfflat_9 ON reflective_memories "
+            "USING ivfflat (embedding vector_cosine_ops) WITH (lists = 3)"
+        )
+        conn.execute(  # what a cancelled CREATE INDEX CONCURRENTLY leaves behind
+            "UPDATE pg_index SET indisvalid = false "
+            "WHERE indexrelid = 'reflective_memories_embedding_ivfflat_9'::regclass"
+        )
+    assert ("reflective_memories_embedding_ivfflat_9", "ivfflat", False) in _vector_indexes(
+        postgres_url
+    )
+    small_ivf.reindex()
+    state = small_ivf.index_state()
+    assert _vector_indexes(postgres_url) == [(state.name, "ivfflat", True)]
+
+
+async def test_async_candidates_search_the_ivfflat_index_like_sync(
+    small_ivf: PostgresBackend,
+) -> None:
+    rng = np.random.default_rng(11)
+    centers = rng.normal(size=(30, DIM))
+    small_ivf.put(_records(1000), _clustered(rng, centers, 1000))
+    await small_ivf.areindex()
+    assert small_ivf.index_state().lists == 32
+    config = ScoringConfig.hybrid()
+    for vec in _clustered(rng, centers, 3):
+        kw = {"k": 10, "filter": RetrievalFilter(), "config": config}
+        sync = small_ivf.candidates("default", "tea garden", vec, **kw)  # type: ignore[arg-type]
+        other = await small_ivf.acandidates("default", "tea garden", vec, **kw)  # type: ignore[arg-type]
+        assert sorted(sync.keys.tolist()) == sorted(other.keys.tolist())
+    await small_ivf.aclose()

@@ -180,17 +180,21 @@ def build_index(
         settings: thresholds and the default kind.
         kind: the kind to build (``None``: the database's).
         force: build even when :meth:`VectorIndexSettings.due` says it is not due.
-        wait: wait for the index lock; ``False``: return ``None`` at once when it is held.
+        wait: wait for the index lock (polling: a statement blocked on it would deadlock with
+            the holder's concurrent build); ``False``: return ``None`` at once when it is held.
 
     Returns:
         The new state, or ``None`` when nothing was built.
     """
-    if wait:
-        conn.execute("SELECT pg_advisory_lock(%s, %s)", INDEX_LOCK)
-    else:
+    # never a blocking pg_advisory_lock: CREATE INDEX CONCURRENTLY waits for every open
+    # transaction, a statement blocked on this lock included, while holding the lock itself
+    while True:
         row = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", INDEX_LOCK).fetchone()
-        if not row or not row[0]:
+        if row and row[0]:
+            break
+        if not wait:
             return None
+        time.sleep(0.2)
     try:
         state = read_state(conn, settings.kind)
         row = conn.execute("SELECT count(*) FROM reflective_memories").fetchone()
