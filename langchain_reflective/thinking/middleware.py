@@ -36,6 +36,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from langchain_reflective._llm import RetryConfig, resolve_chat_model, run_async, run_sync
+from langchain_reflective.errors import InvalidMemoryError, StorageError
 from langchain_reflective.integrations.middleware import extend_system_message
 from langchain_reflective.integrations.tools import namespace_from_run
 from langchain_reflective.records import MAX_TEXT_CHARS
@@ -51,6 +52,9 @@ if TYPE_CHECKING:
     from langgraph.runtime import Runtime
 
     from langchain_reflective.stream import MemoryStream
+
+_TURN_ATTEMPTS = 8
+"""Turn numbers tried when others of the same namespace are being recorded at once."""
 
 __all__ = ["ThinkingMiddleware", "ThinkingState"]
 
@@ -325,11 +329,27 @@ class ThinkingMiddleware(AgentMiddleware[ThinkingState, Any]):
         st = self._record_state(state)
         if st is None:
             return None
-        st["turn"] = self.memory.next_turn(namespace=st["namespace"])
+        ns = st["namespace"]
+        st["turn"] = self.memory.next_turn(namespace=ns)
         config = ensure_config()
         st.update(run_sync(self._thinker.summarize(st, config)))  # type: ignore[arg-type]
-        st.update(run_sync(self._thinker.store(st, config)))  # type: ignore[arg-type]
+        for attempt in range(_TURN_ATTEMPTS):
+            try:
+                st.update(run_sync(self._thinker.store(st, config)))  # type: ignore[arg-type]
+                break
+            except (InvalidMemoryError, StorageError):
+                if not self._lost_turn(st["turn"], ns, attempt):
+                    raise
+                st["turn"] = self.memory.next_turn(namespace=ns)
         return self._recorded(state, st)
+
+    def _lost_turn(self, turn: int, namespace: str, attempt: int) -> bool:
+        """Whether storing ``turn`` failed because another writer stored that number first
+        (two turns of one user recorded at once): then the turn takes the next free number.
+        The number is only a label in the summary prompt, so the summary stays valid."""
+        return attempt + 1 < _TURN_ATTEMPTS and (
+            self.memory.context_by_turn(turn, namespace=namespace) is not None
+        )
 
     async def aafter_agent(
         self, state: ThinkingState, runtime: Runtime[Any]
@@ -338,8 +358,17 @@ class ThinkingMiddleware(AgentMiddleware[ThinkingState, Any]):
         st = self._record_state(state)
         if st is None:
             return None
-        st["turn"] = await asyncio.to_thread(self.memory.next_turn, namespace=st["namespace"])
+        ns = st["namespace"]
+        st["turn"] = await asyncio.to_thread(self.memory.next_turn, namespace=ns)
         config = ensure_config()
         st.update(await run_async(self._thinker.summarize(st, config)))  # type: ignore[arg-type]
-        st.update(await run_async(self._thinker.store(st, config)))  # type: ignore[arg-type]
+        for attempt in range(_TURN_ATTEMPTS):
+            try:
+                st.update(await run_async(self._thinker.store(st, config)))  # type: ignore[arg-type]
+                break
+            except (InvalidMemoryError, StorageError):
+                lost = await asyncio.to_thread(self._lost_turn, st["turn"], ns, attempt)
+                if not lost:
+                    raise
+                st["turn"] = await asyncio.to_thread(self.memory.next_turn, namespace=ns)
         return self._recorded(state, st)

@@ -292,6 +292,27 @@ def test_touch_is_one_update_returning_the_records(backend: PostgresBackend) -> 
     assert again[keys[2]] == records[2]
 
 
+def test_touch_skips_the_wal_flush_for_its_own_transaction_only(
+    backend: PostgresBackend, postgres_url: str
+) -> None:
+    """The touch statement turns ``synchronous_commit`` off for the transaction it runs in and
+    never for the connection: memory writes later on the same pooled connection still wait
+    for their flush (docs/architecture.md)."""
+    from langchain_reflective.backends.postgres.queries import TOUCH
+
+    _fill(backend, 3)
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("SET synchronous_commit = on")
+        args = (T0, "default", [1, 2])
+        assert len(conn.execute(TOUCH, args).fetchall()) == 2  # its own transaction
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
+        with conn.transaction():
+            conn.execute(TOUCH, args)
+            assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
+    assert all(r.last_accessed_at == T0 for r in backend.fetch("default", [1, 2]).values())
+
+
 def test_deleted_keys_are_never_reused(backend: PostgresBackend) -> None:
     records, _ = _fill(backend, 3)
     before = backend.candidates(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from langchain.agents import create_agent
@@ -165,3 +166,44 @@ def test_turn_context_and_lazy_root_import() -> None:
     ]
     assert tools == ["t"]
     assert langchain_reflective.ThinkingMiddleware is ThinkingMiddleware
+
+
+def _racing(middleware: ThinkingMiddleware, stream: MemoryStream) -> list[int]:
+    """Make another writer record the number the middleware is about to store under (as a
+    second turn of the same user, recorded at the same moment, would)."""
+    other = ContextMemory(stream)
+    taken: list[int] = []
+    store = middleware._thinker.store
+
+    def racing_store(state: Any, config: Any) -> Any:
+        if not taken:
+            taken.append(state["turn"])
+            ns = state["namespace"]
+            other.record_turn(state["turn"], "User: other turn", "the other turn", namespace=ns)
+        return store(state, config)
+
+    middleware._thinker.store = racing_store  # type: ignore[method-assign]
+    return taken
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+async def test_a_turn_number_taken_meanwhile_moves_to_the_next_one(
+    stream: MemoryStream, use_async: bool
+) -> None:
+    thinker, actor = scripts()
+    middleware = ThinkingMiddleware(thinker, stream, retry=RetryConfig(attempts=1))
+    taken = _racing(middleware, stream)
+    agent = create_agent(actor, tools=[read_file], middleware=[middleware], context_schema=Context)
+    request = {"messages": [HumanMessage("Why is it slow?")]}
+    if use_async:
+        await agent.ainvoke(request, context=Context("alice"))  # type: ignore[arg-type]
+    else:
+        agent.invoke(request, context=Context("alice"))  # type: ignore[arg-type]
+    memory = ContextMemory(stream)
+    assert taken == [1]
+    first, second = (memory.summary_by_turn(t, namespace="alice") for t in (1, 2))
+    assert first is not None and first.summary == "the other turn"  # the other writer's turn
+    assert second is not None and second.summary.startswith("Found that parseData")
+    snap = memory.context_by_turn(2, namespace="alice")
+    assert snap is not None and snap.context.startswith("User: Why is it slow?")
+    assert memory.next_turn(namespace="alice") == 3

@@ -96,8 +96,6 @@ from langchain_reflective.scoring import ScoringConfig
 
 _TOKENIZER = BM25Index(k1=BM25_K1, b=BM25_B)
 """Only its tokenizer is used: the SQLite backend's terms, so BM25 agrees across backends."""
-_ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
-"""Access-time updates do not wait for the WAL flush (see :meth:`PostgresBackend.touch`)."""
 
 __all__ = ["PostgresBackend"]
 
@@ -381,7 +379,7 @@ class PostgresBackend(BaseMemoryBackend):
             return n
 
     def touch(self, namespace: str, keys: Sequence[int], when: datetime) -> dict[int, MemoryRecord]:
-        """One ``UPDATE ... RETURNING``: the new access time and the records.
+        """One ``UPDATE ... RETURNING`` (one round trip): the new access time and the records.
 
         Committed asynchronously (``synchronous_commit = off`` for this transaction only): a
         retrieval does not wait for the server to flush the access times to disk (~20 ms with
@@ -391,9 +389,7 @@ class PostgresBackend(BaseMemoryBackend):
         """
         if not keys:
             return {}
-        with self._pools.conn() as conn, conn.transaction():
-            conn.execute(_ASYNC_COMMIT)
-            rows = conn.execute(TOUCH, (when, namespace, [int(k) for k in keys])).fetchall()
+        rows = self._pools.rows(TOUCH, (when, namespace, [int(k) for k in keys]))
         return dict(record_of(r) for r in rows)
 
     async def atouch(
@@ -401,8 +397,7 @@ class PostgresBackend(BaseMemoryBackend):
     ) -> dict[int, MemoryRecord]:
         if not keys:
             return {}
-        async with self._pools.aconn() as conn, conn.transaction():
-            await conn.execute(_ASYNC_COMMIT)
+        async with self._pools.aconn() as conn:
             cur = await conn.execute(TOUCH, (when, namespace, [int(k) for k in keys]))
             return dict(record_of(r) for r in await cur.fetchall())
 
@@ -669,8 +664,8 @@ class PostgresBackend(BaseMemoryBackend):
         sql, params = self._candidate_query(namespace, query, vector, k, filter, config, exact)
         with self._pools.conn() as conn:
             self._index.prepare(conn)
-            rows = conn.execute(sql, params).fetchall()
-        return candidate_set(rows, config, exact)
+            row = conn.execute(sql, params, binary=True).fetchone()
+        return candidate_set(row, config, exact)
 
     async def acandidates(
         self,
@@ -686,9 +681,9 @@ class PostgresBackend(BaseMemoryBackend):
         sql, params = self._candidate_query(namespace, query, vector, k, filter, config, exact)
         async with self._pools.aconn() as conn:
             await self._index.aprepare(conn)
-            cur = await conn.execute(sql, params)
-            rows = await cur.fetchall()
-        return candidate_set(rows, config, exact)
+            cur = await conn.execute(sql, params, binary=True)
+            row = await cur.fetchone()
+        return candidate_set(row, config, exact)
 
     # -- lifecycle -----------------------------------------------------------------------------
 

@@ -7,8 +7,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-from langchain_reflective.backends.types import F32, CandidateSet, trusted_record
+from langchain_reflective.backends.types import F32, I64, CandidateSet, trusted_record
 from langchain_reflective.records import MemoryRecord
 from langchain_reflective.scoring import ScoringConfig
 
@@ -102,47 +103,53 @@ def record_of(row: Sequence[Any]) -> tuple[int, MemoryRecord]:
     )
 
 
-def candidate_set(rows: Sequence[Any], config: ScoringConfig, exact: bool) -> CandidateSet:
-    """A :class:`CandidateSet` from the rows of ``candidates_sql`` (candidates first)."""
-    if not rows:
+def _column(packed: bytes | None, dtype: str, order: I64) -> npt.NDArray[Any]:
+    """One packed column of ``candidates_sql`` (concatenated binary values) in ``order``."""
+    return np.frombuffer(packed or b"", dtype=dtype)[order]
+
+
+def candidate_set(row: Sequence[Any] | None, config: ScoringConfig, exact: bool) -> CandidateSet:
+    """A :class:`CandidateSet` from the one (binary) row of ``candidates_sql``.
+
+    The rows are put in the set's order: the candidates by key, then the neighbour rows by key;
+    each row's BM25 score is looked up among the matching memories' (0 if it matches none).
+    """
+    if row is None or not row[0]:
         return CandidateSet.empty()
-    n = len(rows)
-    keys = np.fromiter((r[0] for r in rows), dtype=np.int64, count=n)
-    size = sum(1 for r in rows if r[1])
-    kind_names: dict[str, int] = {}
-    kinds = np.fromiter(
-        (kind_names.setdefault(r[7], len(kind_names)) for r in rows), dtype=np.int32, count=n
-    )
+    seq = np.frombuffer(row[0], dtype=">i8")
+    ok = np.frombuffer(row[1], dtype=np.bool_)
+    order: I64 = np.lexsort((seq, ~ok))
+    keys = seq[order].astype(np.int64)
+    size = int(np.count_nonzero(ok))
+    names: list[str] = row[6]
+    kind_names = sorted(set(names))
+    code = {name: i for i, name in enumerate(kind_names)}
+    kinds = np.fromiter(map(code.__getitem__, names), dtype=np.int32, count=len(names))[order]
     lexical = None
     lexical_max = 0.0
     if config.uses_lexical:
         # float32 values, as the SQLite backend's BM25 index hands them out
-        lexical = (
-            np.fromiter((r[3] for r in rows), dtype=np.float64, count=n)
-            .astype(np.float32)
-            .astype(np.float64)
-        )
-        lexical_max = float(np.float32(rows[0][10] or 0.0))
+        matched = np.frombuffer(row[9] or b"", dtype=">i8").astype(np.int64)
+        scores = np.frombuffer(row[10] or b"", dtype=">f8").astype(np.float32)
+        lexical = np.zeros(keys.shape[0], dtype=np.float64)
+        if matched.shape[0]:
+            sorter = np.argsort(matched)
+            ordered = matched[sorter]
+            at = np.minimum(np.searchsorted(ordered, keys), ordered.shape[0] - 1)
+            hit = ordered[at] == keys
+            lexical[hit] = scores[sorter[at[hit]]]
+            lexical_max = float(scores.max())
     previous = nxt = None
     if config.neighbor_weight > 0:
-        position = {int(k): i for i, k in enumerate(keys.tolist())}
-        previous = np.fromiter(
-            (position.get(r[8], -1) if r[1] and r[8] is not None else -1 for r in rows),
-            dtype=np.int64,
-            count=n,
-        )
-        nxt = np.fromiter(
-            (position.get(r[9], -1) if r[1] and r[9] is not None else -1 for r in rows),
-            dtype=np.int64,
-            count=n,
-        )
+        previous = _positions(keys, size, _column(row[7], ">i8", order))
+        nxt = _positions(keys, size, _column(row[8], ">i8", order))
     return CandidateSet(
         keys=keys,
         size=size,
-        relevance=np.fromiter((r[2] for r in rows), dtype=np.float32, count=n).astype(np.float64),
-        accessed=np.fromiter((r[4] for r in rows), dtype=np.float64, count=n),
-        created=np.fromiter((r[5] for r in rows), dtype=np.float64, count=n),
-        importance=np.fromiter((r[6] for r in rows), dtype=np.float64, count=n),
+        relevance=_column(row[2], ">f8", order).astype(np.float32).astype(np.float64),
+        accessed=_column(row[3], ">f8", order).astype(np.float64),
+        created=_column(row[4], ">f8", order).astype(np.float64),
+        importance=_column(row[5], ">f8", order).astype(np.float64),
         kinds=kinds,
         kind_names=tuple(kind_names),
         lexical=lexical,
@@ -151,3 +158,15 @@ def candidate_set(rows: Sequence[Any], config: ScoringConfig, exact: bool) -> Ca
         next=nxt,
         exact=exact,
     )
+
+
+def _positions(keys: I64, size: int, linked: I64) -> I64:
+    """Each candidate's linked key (``-1``: none) as a row of ``keys``, ``-1`` when absent;
+    ``-1`` for every neighbour row (rows ``size ..``)."""
+    sorter = np.argsort(keys, kind="stable")
+    ordered = keys[sorter]
+    at = np.minimum(np.searchsorted(ordered, linked), max(len(keys) - 1, 0))
+    found = (ordered[at] == linked) & (linked >= 0)
+    found[size:] = False
+    out: I64 = np.where(found, sorter[at], -1).astype(np.int64)
+    return out

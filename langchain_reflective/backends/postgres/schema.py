@@ -125,6 +125,18 @@ CREATE TABLE reflective_counters (
 """
 
 _V2 = """
+ALTER TABLE reflective_memories SET (toast_tuple_target = 8160);
+"""
+"""Version 2: a memory's row is stored as it is (no compression, nothing moved out of line)
+up to 8,160 bytes, Postgres' largest setting, instead of the default ~2 KB. A memory is its
+text, a 384-1536-d vector (1.5-6 KB) and its term arrays: with the default, nearly every row
+crossed ~2 KB, so Postgres compressed its term arrays (each BM25 term lookup then
+decompressed two arrays: ~1 microsecond per memory holding a query term) and, with a longer
+text or vector, moved the vector out of line (each cosine of a candidate then read the TOAST
+table). Only rows written from now on are stored this way (rows already compressed stay
+as they are until they are rewritten)."""
+
+_V3 = """
 INSERT INTO reflective_meta (key, value)
 SELECT k, v FROM (VALUES ('vector_index', 'hnsw'),
                          ('vector_index_name', 'reflective_memories_embedding_hnsw'),
@@ -132,12 +144,12 @@ SELECT k, v FROM (VALUES ('vector_index', 'hnsw'),
 WHERE to_regclass('reflective_memories_embedding_hnsw') IS NOT NULL
 ON CONFLICT (key) DO NOTHING;
 """
-"""Version 2: the vector index became a choice (``vector_index.py``) recorded in
+"""Version 3: the vector index became a choice (``vector_index.py``) recorded in
 ``reflective_meta`` (``vector_index``, ``vector_index_name``, ``vector_index_rows``,
-``vector_index_lists``). A database whose embeddings were bound under version 1 has the HNSW
+``vector_index_lists``). A database whose embeddings were bound under versions 1-2 has the HNSW
 index and keeps it (recorded here); one not yet bound gets the backend's choice when bound."""
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 """Forward-only migrations; ``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1``."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

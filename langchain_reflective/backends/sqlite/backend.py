@@ -299,6 +299,7 @@ class SQLiteBackend(BaseMemoryBackend):
                 rows = rows_of_seqs(part, np.asarray(touched, dtype=np.int64))
                 part.touched(rows, stamp)
                 part.accessed.view[rows] = stamp
+                part.columns_generation = None  # the column snapshot no longer holds
         return records
 
     # -- the pending queue ---------------------------------------------------------------------

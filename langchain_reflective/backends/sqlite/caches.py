@@ -28,7 +28,7 @@ from langchain_reflective.backends.sqlite.index.faiss_flat import FaissFlatIndex
 from langchain_reflective.backends.sqlite.index.ivf import IVFCandidateIndex
 from langchain_reflective.backends.sqlite.partition import Partition
 from langchain_reflective.backends.sqlite.record_store import BaseRecordStore
-from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
+from langchain_reflective.backends.sqlite.store import COLUMNS_KEY, SQLiteRecordStore
 from langchain_reflective.errors import StorageError
 
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ logger = logging.getLogger(__name__)
 
 _FLAT_CACHE_MAX = 200_000  # larger exact partitions reload their vectors from the file
 _LOAD_CHUNK = 16_384  # rows per read when loading vectors from the file
+_COLUMNS_MIN = 50_000  # partitions at least this large keep a snapshot of their per-row columns
 
 
 class PartitionFiles:
@@ -80,11 +81,15 @@ class PartitionFiles:
         if flat is None and mapped:
             matrix = self._map_vector_cache(namespace, dim, generation)
         part.reserve(self.store.count(namespace))
+        after = 0
+        if flat is not None or matrix is not None:  # vectors need not come from the file
+            after = self._load_columns_cache(part, generation)
         for chunk in self.store.iter_partition(
             namespace,
             with_vectors=flat is None and matrix is None,
             chunk_size=_LOAD_CHUNK,
             with_texts=False,
+            after_seq=after,
         ):
             part.append(
                 chunk.seqs,
@@ -150,6 +155,78 @@ class PartitionFiles:
         except (OSError, ValueError):
             return None
         return np.asarray(matrix), rows, newest
+
+    def _columns_cache_path(self, namespace: str) -> Path | None:
+        path = self.cache_path(namespace)
+        return None if path is None else path.with_suffix(".cols")
+
+    def _load_columns_cache(self, part: Partition, generation: int) -> int:
+        """Fill an empty partition from its column snapshot when the snapshot is still a prefix
+        of the namespace (nothing deleted, reset or touched since); return the newest ``seq``
+        it covered (0: not used, read every row from the file)."""
+        path = self._columns_cache_path(part.namespace)
+        if path is None or not isinstance(self.store, SQLiteRecordStore):
+            return 0
+        raw = self.store.get_meta(COLUMNS_KEY + part.namespace)
+        if raw is None:
+            return 0
+        try:
+            info = json.loads(raw)
+            rows, newest = int(info["rows"]), int(info["newest_seq"])
+            saved = int(info["generation"])
+            digest, kinds = str(info["sha256"]), [str(k) for k in info["kinds"]]
+        except (ValueError, KeyError, TypeError):
+            return 0
+        if saved // _GENERATION_STRIDE != generation // _GENERATION_STRIDE or not (
+            0 < newest <= generation % _GENERATION_STRIDE
+        ):  # deleted or reset since
+            return 0
+        from langchain_reflective.backends.sqlite.columns_cache import load_columns
+
+        columns = load_columns(path, rows=rows, expected_sha256=digest)
+        if (
+            columns is None
+            or int(columns.seqs[-1]) != newest
+            or (columns.kind_codes.size and int(columns.kind_codes.max()) >= len(kinds))
+        ):
+            logger.warning("column snapshot %s is missing or tampered; reading the file", path)
+            return 0
+        part.append_columns(*columns, kinds)
+        part.columns_generation = saved if saved == generation else None
+        return newest
+
+    def _save_columns_cache(self, ns: str, part: Partition) -> None:
+        """Snapshot a large partition's per-row columns (when they changed since loaded or
+        saved). The ``meta`` entry is written only if no other process wrote since this one
+        last looked, so it never vouches for access times another process changed."""
+        path = self._columns_cache_path(ns)
+        if (
+            path is None
+            or not isinstance(self.store, SQLiteRecordStore)
+            or part.columns_generation == part.generation
+            or part.live < _COLUMNS_MIN
+        ):
+            return
+        from langchain_reflective.backends.sqlite.columns_cache import Columns, save_columns
+
+        alive = part.index.alive if part.index.n_deleted else slice(None)
+        columns = Columns(
+            part.seqs.view[alive],
+            part.created.view[alive],
+            part.accessed.view[alive],
+            part.importance.view[alive],
+            part.kind_codes.view[alive],
+        )
+        digest = save_columns(path, columns)
+        info = {
+            "generation": part.generation,
+            "rows": int(columns.seqs.shape[0]),
+            "newest_seq": int(columns.seqs[-1]),
+            "sha256": digest,
+            "kinds": sorted(part.kinds, key=part.kinds.__getitem__),
+        }
+        if self.store.set_meta_unless_changed(COLUMNS_KEY + ns, json.dumps(info)):
+            part.columns_generation = part.generation
 
     def _mapped_index(
         self, part: Partition, mapped: tuple[npt.NDArray[np.float32], int, int]
@@ -316,6 +393,7 @@ class PartitionFiles:
                 self._save_lexical_cache(ns, part)
                 if part.ann is not None or len(part) > _FLAT_CACHE_MAX:
                     self._save_vector_cache(ns, part)
+                self._save_columns_cache(ns, part)
             except (OSError, StorageError, ValueError) as exc:  # the caches are optional
                 logger.warning("could not write the index caches of %r: %s", ns, exc)
             if part.ann_build is not None:

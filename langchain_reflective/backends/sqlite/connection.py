@@ -243,6 +243,15 @@ class SQLiteConnection:
         with self._transaction() as c:
             c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
 
+    def set_meta_unless_changed(self, key: str, value: str) -> bool:
+        """Write a metadata value unless another connection wrote since this one last looked
+        (a value that describes the file as this process sees it); return whether written."""
+        with self._transaction() as c:
+            if self._external_change:
+                return False
+            c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+        return True
+
     def consume_write_conflict(self) -> bool:
         with self._lock:
             changed = self._external_change

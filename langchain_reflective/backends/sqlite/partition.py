@@ -51,6 +51,9 @@ class Partition:
         """The generation the mapped vector file was loaded at or saved for (``None``: none)."""
         self.lexical_generation: int | None = None
         """The generation :attr:`lexical` was loaded from or saved at (``None``: unsaved)."""
+        self.columns_generation: int | None = None
+        """The generation the per-row columns were loaded from or saved at (``None``: not
+        saved, or touched since)."""
         self._observations: GrowArray | None = None
         self._observations_upto = 0
         self.lexical_context = False
@@ -144,6 +147,29 @@ class Partition:
             self.lexical.add(self.lexical_documents(texts, kinds))
         rows = np.arange(start, len(self.seqs), dtype=np.int64)
         self.important_top.offer(rows, self.importance.view[start:])
+
+    def append_columns(
+        self,
+        seqs: npt.NDArray[np.int64],
+        created: npt.NDArray[np.float64],
+        accessed: npt.NDArray[np.float64],
+        importance: npt.NDArray[np.float64],
+        kind_codes: npt.NDArray[np.int32],
+        kind_names: Sequence[str],
+    ) -> None:
+        """Append rows whose vectors the index already holds, kinds given as codes into
+        ``kind_names`` (a column snapshot; only into an empty partition)."""
+        if len(self.seqs) or self.kinds:
+            raise ValueError("column snapshots load into an empty partition only")
+        for name in kind_names:
+            self.code(name)
+        self.seqs.extend(seqs)
+        self.created.extend(created)
+        self.accessed.extend(accessed)
+        self.importance.extend(importance)
+        self.kind_codes.extend(kind_codes)
+        rows = np.arange(len(self.seqs), dtype=np.int64)
+        self.important_top.offer(rows, self.importance.view)
 
     def rows_of(self, seqs: Sequence[int] | I64) -> I64:
         all_seqs = self.seqs.view

@@ -43,7 +43,22 @@ from langchain_reflective.backends.sqlite.schema import (
 from langchain_reflective.errors import DimensionMismatchError, EmbeddingError, StorageError
 from langchain_reflective.records import REFLECTION, MemoryRecord
 
-__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteRecordStore"]
+__all__ = ["APPLICATION_ID", "COLUMNS_KEY", "SCHEMA_VERSION", "SQLiteRecordStore"]
+
+COLUMNS_KEY = "columns_cache:"
+"""``meta`` key prefix of a namespace's column snapshot (``backends/sqlite/caches.py``)."""
+_COLUMNS_END = COLUMNS_KEY[:-1] + chr(ord(COLUMNS_KEY[-1]) + 1)
+
+
+def _forget_columns(c: sqlite3.Connection, namespace: str | None) -> None:
+    """Invalidate the column snapshot of ``namespace`` (every namespace's when ``None``)
+    before its access times change: the snapshot holds them. Deleting an absent key writes
+    nothing, so only the first touch after a snapshot pays for it."""
+    if namespace is not None:
+        c.execute("DELETE FROM meta WHERE key=?", (COLUMNS_KEY + namespace,))
+    else:
+        c.execute("DELETE FROM meta WHERE key>=? AND key<?", (COLUMNS_KEY, _COLUMNS_END))
+
 
 logger = logging.getLogger(__name__)
 
@@ -290,6 +305,7 @@ class SQLiteRecordStore(CounterTable, PendingQueue, BaseRecordStore):
             return
         us = to_us(when)
         with self._transaction() as c:
+            _forget_columns(c, None)
             for chunk in chunks(list(seqs)):
                 marks = ",".join("?" * len(chunk))
                 c.execute(f"UPDATE memories SET accessed_us=? WHERE seq IN ({marks})", (us, *chunk))
@@ -331,6 +347,7 @@ class SQLiteRecordStore(CounterTable, PendingQueue, BaseRecordStore):
         out: dict[int, MemoryRecord],
         namespace: str | None,
     ) -> None:
+        _forget_columns(c, namespace)
         marks = ",".join("?" * len(seqs))
         where = f"seq IN ({marks})"
         params: tuple[Any, ...] = (us, *seqs)
