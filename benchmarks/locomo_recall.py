@@ -79,6 +79,8 @@ BM25 = "BM25 stemmed (bm25s)"
 RRF = f"RRF(FAISS, BM25) k={RRF_K}"
 REFERENCE = "reference (numpy formula)"
 PG_DEFAULT = "default (hybrid, PostgresBackend)"
+PG_OPTIONS: dict[str, Any] = {}
+"""Extra ``PostgresBackend`` arguments (``--pg-ivf-min-rows``)."""
 PG_PEER = "LangGraph PostgresStore.search (pgvector HNSW)"
 METHODS = (DEFAULT, PAPER, FAISS_NAME, TIMEWEIGHTED, BM25, RRF, REFERENCE)
 POSTGRES_METHODS = (PG_DEFAULT, PG_PEER)
@@ -194,7 +196,7 @@ def stream_rankings(
         stream = MemoryStream(embeddings, path=workdir / f"locomo-{conv.sample_id}.db")
         where, scorings = "SQLite file", ((DEFAULT, None), (PAPER, ScoringConfig.paper()))
     else:
-        backend = PostgresBackend.from_conn_string(postgres_url)
+        backend = PostgresBackend.from_conn_string(postgres_url, **PG_OPTIONS)
         backend.setup()
         stream = MemoryStream(embeddings, backend=backend, namespace=conv.sample_id)
         where, scorings = "PostgresBackend", ((PG_DEFAULT, None),)
@@ -208,6 +210,8 @@ def stream_rankings(
                     metadatas=[{"dia_id": conv.turn_ids[j]} for j in rows],
                     now=_aware(when),
                 )
+        if postgres_url is not None:
+            backend.wait_for_index()  # a vector index the adds started building is used
         now = _aware(conv.now)
         for name, scoring in scorings:
             with phase(timings, name):
@@ -635,7 +639,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="postgres: also the stream on PostgresBackend and LangGraph's PostgresStore",
     )
     parser.add_argument("--url", help="admin URL of a Postgres server (default: embedded)")
+    parser.add_argument(
+        "--pg-ivf-min-rows",
+        type=int,
+        help="postgres: build the IVFFlat index from this many rows (default: the backend's "
+        "5,000, above LoCoMo's size; e.g. 200 to rank through the index)",
+    )
     args = parser.parse_args(argv)
+    if args.pg_ivf_min_rows is not None:
+        PG_OPTIONS["ivf_min_rows"] = args.pg_ivf_min_rows
     suffix = "" if args.backend == "sqlite" else f"_{args.backend}"
     if args.out is None:
         args.out = ROOT / f"benchmarks/results/locomo_recall{suffix}.json"

@@ -1,4 +1,4 @@
-"""``PostgresBackend``: memories in Postgres with pgvector (HNSW) and full-text search.
+"""``PostgresBackend``: memories in Postgres with pgvector and BM25 computed in SQL.
 
 Many processes and machines share one database: every write is one transaction; a write that
 counts for reflection locks its namespace's counter row first and updates it before committing,
@@ -9,7 +9,8 @@ on a dedicated connection, so at most one reflection per namespace runs at a tim
 of them (a crashed holder's lock goes with its connection). Every statement names its
 namespace; none reads across namespaces.
 
-Retrieval is one round trip: one statement gathers dense candidates (HNSW, cosine), lexical
+Retrieval is one round trip: one statement gathers dense candidates (the vector index, cosine:
+IVFFlat retrained as the table grows, or HNSW; see ``vector_index.py``), lexical
 ones (BM25 over stemmed terms found through a GIN index, computed in SQL exactly as the SQLite
 backend computes it, so both backends rank alike), the most recent and most important memories,
 each candidate observation's neighbours, and every value scoring needs.
@@ -18,6 +19,7 @@ each candidate observation's neighbours, and every value scoring needs.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
@@ -25,11 +27,10 @@ import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from langchain_reflective.backends.base import (
@@ -46,16 +47,11 @@ from langchain_reflective.backends.postgres.connection import (
     configure_connection,
 )
 from langchain_reflective.backends.postgres.queries import (
-    ADD,
     BM25_B,
     BM25_K1,
-    INSERT_ACCESS,
-    INSERT_COLUMNS,
-    LINK_NEXT,
     RECORD_COLUMNS,
     RECORDS,
     RELINK,
-    RESET,
     TOUCH,
     CandidateQuery,
     candidates_sql,
@@ -73,20 +69,30 @@ from langchain_reflective.backends.postgres.schema import (
     SETUP_LOCK,
     bind_sql,
 )
+from langchain_reflective.backends.postgres.vector_index import (
+    IndexKind,
+    IndexState,
+    VectorIndex,
+    VectorIndexSettings,
+)
+from langchain_reflective.backends.postgres.writes import (
+    add_lexical_stats,
+    apply_counter,
+    dequeue,
+    enqueue,
+    lock_counter,
+    write_memories,
+)
 from langchain_reflective.backends.sqlite.lexical import BM25Index
 from langchain_reflective.backends.types import F32
 from langchain_reflective.errors import (
     DimensionMismatchError,
     EmbeddingError,
-    PendingConflictError,
     SchemaVersionError,
     StorageError,
 )
-from langchain_reflective.records import OBSERVATION, MemoryRecord
+from langchain_reflective.records import MemoryRecord
 from langchain_reflective.scoring import ScoringConfig
-
-if TYPE_CHECKING:
-    pass
 
 _TOKENIZER = BM25Index(k1=BM25_K1, b=BM25_B)
 """Only its tokenizer is used: the SQLite backend's terms, so BM25 agrees across backends."""
@@ -106,9 +112,19 @@ class PostgresBackend(BaseMemoryBackend):
         pool: a ``psycopg_pool.ConnectionPool`` (autocommit connections; see
             :meth:`from_conn_string`, which configures it).
         conninfo: the connection string, for the async pool opened on first async use.
-        dense_candidates: nearest neighbours (HNSW) gathered per retrieval on the approximate
-            path (at least ``4 * k``).
+        dense_candidates: nearest neighbours (vector index) gathered per retrieval on the
+            approximate path (at least ``4 * k``).
         lexical_candidates: best full-text matches gathered per retrieval (at least ``4 * k``).
+        index: the vector index a new database gets: ``"ivfflat"`` (default: cheap inserts,
+            retrained as the table grows) or ``"hnsw"`` (no retraining; every insert pays
+            ~2-3 ms for the graph). A database keeps the kind it was bound with;
+            :meth:`reindex` switches it. See ``vector_index.py`` and docs/benchmarks.md.
+        ivf_min_rows: IVFFlat: no vector index below this many memories (exact scan).
+        ivf_growth: IVFFlat: retrain once the table has grown this many times since the last
+            training.
+        ivf_probes: IVFFlat lists searched per query (``None``: ``sqrt(lists)``, at least 8).
+        auto_reindex: rebuild the IVFFlat index in a background thread of the process whose
+            add crossed the threshold (``False``: only :meth:`reindex` builds it).
 
     Example:
         .. code-block:: python
@@ -127,16 +143,30 @@ class PostgresBackend(BaseMemoryBackend):
         conninfo: str | None = None,
         dense_candidates: int = 128,
         lexical_candidates: int = 128,
+        index: IndexKind = "ivfflat",
+        ivf_min_rows: int = 5_000,
+        ivf_growth: float = 4.0,
+        ivf_probes: int | None = None,
+        auto_reindex: bool = True,
     ) -> None:
         if dense_candidates < 1 or lexical_candidates < 1:
             raise ValueError("dense_candidates and lexical_candidates must be positive")
+        settings = VectorIndexSettings(
+            kind=index,
+            min_rows=ivf_min_rows,
+            growth=ivf_growth,
+            probes=ivf_probes,
+            auto=auto_reindex,
+        )
         self._pools = Pools(pool, conninfo)
+        self._index = VectorIndex(self._pools, settings)
         self.dense_candidates = int(dense_candidates)
         self.lexical_candidates = int(lexical_candidates)
         self._lock = threading.Lock()
         self._dimension: int | None = None
         self._model: str | None = None
         self._lexical_context = False
+        self._vector_type: int | None = None
 
     @classmethod
     def from_conn_string(
@@ -244,6 +274,7 @@ class PostgresBackend(BaseMemoryBackend):
                 rows = dict(conn.execute("SELECT key, value FROM reflective_meta").fetchall())
                 if "dimension" not in rows:
                     conn.execute(bind_sql(dimension))
+                    self._index.bind(conn)
                     conn.execute(
                         "INSERT INTO reflective_meta (key, value) VALUES "
                         "('dimension', %s), ('embedding_model', %s)",
@@ -268,34 +299,6 @@ class PostgresBackend(BaseMemoryBackend):
 
     # -- writes --------------------------------------------------------------------------------
 
-    def _lexical_terms(
-        self, conn: psycopg.Connection[Any], records: Sequence[MemoryRecord]
-    ) -> list[tuple[Counter[str], Counter[str]]]:
-        """Each record's BM25 terms: of its text, and with the previous observation's text
-        before it for an observation (the namespace's newest observation before this batch is
-        read in the write's transaction)."""
-        last: dict[str, Counter[str] | None] = {}
-        out: list[tuple[Counter[str], Counter[str]]] = []
-        for r in records:
-            own = Counter(_TOKENIZER.tokenize(r.text))
-            context = own
-            if r.kind == OBSERVATION:
-                if r.namespace not in last:
-                    row = conn.execute(
-                        "SELECT lex_terms, lex_tfs FROM reflective_memories WHERE namespace = %s "
-                        "AND kind = 'observation' ORDER BY seq DESC LIMIT 1",
-                        (r.namespace,),
-                    ).fetchone()
-                    last[r.namespace] = (
-                        Counter(dict(zip(row[0], row[1], strict=True))) if row else None
-                    )
-                prev = last[r.namespace]
-                if prev is not None:
-                    context = prev + own
-                last[r.namespace] = own
-            out.append((own, context))
-        return out
-
     def put(
         self,
         records: Sequence[MemoryRecord],
@@ -304,7 +307,8 @@ class PostgresBackend(BaseMemoryBackend):
         counter: CounterUpdate | None = None,
         pending: Sequence[str] = (),
     ) -> None:
-        """Store memories in one transaction (one ``COPY``), with the counter change."""
+        """Store memories in one transaction (binary ``COPY``, see ``writes``), with the
+        counter change."""
         if len(records) != len(vectors):
             raise StorageError(f"{len(records)} records but {len(vectors)} vectors")
         with self._pools.conn() as conn, conn.transaction():
@@ -315,97 +319,35 @@ class PostgresBackend(BaseMemoryBackend):
             if counter is not None:
                 spaces.add(counter.namespace)
             for ns in sorted(spaces):
-                self._lock_counter(conn, ns)
+                lock_counter(conn, ns)
             if pending:
-                self._dequeue(conn, pending)
+                dequeue(conn, pending)
+            newest = 0
             if records:
-                lexical = self._lexical_terms(conn, records)
-                stats: dict[str, list[int]] = {}
-                with conn.cursor().copy(
-                    f"COPY reflective_memories ({INSERT_COLUMNS}) FROM STDIN"
-                ) as copy:
-                    for r, (own, context), vec in zip(records, lexical, vectors, strict=True):
-                        copy.write_row(
-                            (
-                                r.id,
-                                r.namespace,
-                                r.text,
-                                r.kind,
-                                r.created_at,
-                                r.importance,
-                                r.importance_source,
-                                list(r.evidence),
-                                r.depth,
-                                Jsonb(dict(r.metadata)),
-                                vector_text(vec),
-                                list(own),
-                                list(own.values()),
-                                own.total(),
-                                list(context),
-                                list(context.values()),
-                                context.total(),
-                            )
-                        )
-                        seen = stats.setdefault(r.namespace, [0, 0, 0])
-                        seen[0] += 1
-                        seen[1] += own.total()
-                        seen[2] += context.total()
-                linked = conn.execute(
-                    INSERT_ACCESS, ([r.id for r in records], [r.accessed_at for r in records])
-                ).fetchall()
-                conn.execute(LINK_NEXT, ([x[0] for x in linked], [x[1] for x in linked]))
-                for ns, (docs, total, ctx_total) in stats.items():
-                    self._add_lexical_stats(conn, ns, docs, total, ctx_total)
+                totals, newest = write_memories(
+                    conn, records, vectors, vector_oid=self._vector_oid(conn)
+                )
+                for ns, t in totals.items():
+                    add_lexical_stats(conn, ns, t.docs, t.total, t.ctx_total)
             if counter is not None:
-                self._apply_counter(conn, counter)
+                apply_counter(conn, counter)
+        if newest:
+            # keys are never reused: the newest is the rows ever written (an upper bound)
+            self._index.after_put(newest)
 
-    @staticmethod
-    def _dequeue(conn: psycopg.Connection[Any], ids: Sequence[str]) -> None:
-        wanted = sorted(set(ids))
-        cur = conn.execute("DELETE FROM reflective_pending WHERE id = ANY(%s)", (wanted,))
-        if cur.rowcount != len(wanted):
-            raise PendingConflictError(
-                f"{len(wanted) - cur.rowcount} of {len(wanted)} pending memories are no longer "
-                "queued (completed or purged by another process)"
-            )
-
-    @staticmethod
-    def _add_lexical_stats(
-        conn: psycopg.Connection[Any], namespace: str, docs: int, total: int, ctx_total: int
-    ) -> None:
-        """BM25's ``N`` and total lengths of ``namespace`` change by these amounts."""
-        conn.execute(
-            "INSERT INTO reflective_counters AS c (namespace, lex_docs, lex_total, ctx_total) "
-            "VALUES (%s, %s, %s, %s) ON CONFLICT (namespace) DO UPDATE SET "
-            "lex_docs = c.lex_docs + EXCLUDED.lex_docs, "
-            "lex_total = c.lex_total + EXCLUDED.lex_total, "
-            "ctx_total = c.ctx_total + EXCLUDED.ctx_total",
-            (namespace, docs, total, ctx_total),
-        )
-
-    @staticmethod
-    def _lock_counter(conn: psycopg.Connection[Any], namespace: str) -> None:
-        conn.execute(
-            "INSERT INTO reflective_counters (namespace) VALUES (%s) "
-            "ON CONFLICT (namespace) DO UPDATE SET adds = reflective_counters.adds",
-            (namespace,),
-        )
-
-    @staticmethod
-    def _apply_counter(conn: psycopg.Connection[Any], update: CounterUpdate) -> None:
-        if update.reset_at is not None:
-            conn.execute(RESET, {"ns": update.namespace, "at": update.reset_at})
-        elif update.importance or update.adds:
-            conn.execute(
-                ADD,
-                {"ns": update.namespace, "imp": float(update.importance), "adds": update.adds},
-            )
+    def _vector_oid(self, conn: psycopg.Connection[Any]) -> int:
+        """The oid of pgvector's ``vector`` type in this database (read once)."""
+        if self._vector_type is None:
+            row = conn.execute("SELECT 'vector'::regtype::oid").fetchone()
+            assert row is not None
+            self._vector_type = int(row[0])
+        return self._vector_type
 
     def delete(self, namespace: str, ids: Sequence[str]) -> int:
         if not ids:
             return 0
         with self._pools.conn() as conn, conn.transaction():
-            self._lock_counter(conn, namespace)
+            lock_counter(conn, namespace)
             gone = conn.execute(
                 "SELECT m.seq, m.lex_len, m.ctx_len, a.prev_obs, a.next_obs "
                 f"FROM {RECORDS} WHERE m.namespace = %s AND m.id = ANY(%s)",
@@ -419,7 +361,7 @@ class PostgresBackend(BaseMemoryBackend):
             near = {s for r in gone for s in r[3:] if s is not None} - seqs
             if near:
                 conn.execute(RELINK, (namespace, sorted(near)))
-            self._add_lexical_stats(
+            add_lexical_stats(
                 conn,
                 namespace,
                 -len(gone),
@@ -464,30 +406,8 @@ class PostgresBackend(BaseMemoryBackend):
     def enqueue(self, items: Sequence[PendingMemory]) -> None:
         if not items:
             return
-        ids = [p.id for p in items]
         with self._pools.conn() as conn, conn.transaction():
-            stored = conn.execute(
-                "SELECT count(*) FROM reflective_memories WHERE id = ANY(%s)", (ids,)
-            ).fetchone()
-            if stored and stored[0]:
-                raise StorageError("could not queue memories: an id is already stored")
-            conn.cursor().executemany(
-                "INSERT INTO reflective_pending "
-                "(id, namespace, text, kind, created_at, importance, metadata) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                [
-                    (
-                        p.id,
-                        p.namespace,
-                        p.text,
-                        p.kind,
-                        p.created_at,
-                        p.importance,
-                        Jsonb(dict(p.metadata)),
-                    )
-                    for p in items
-                ],
-            )
+            enqueue(conn, items)
 
     def pending(
         self, *, namespace: str | None = None, limit: int | None = None, newest: bool = False
@@ -634,7 +554,7 @@ class PostgresBackend(BaseMemoryBackend):
 
     def update_counter(self, update: CounterUpdate) -> None:
         with self._pools.conn() as conn, conn.transaction():
-            self._apply_counter(conn, update)
+            apply_counter(conn, update)
 
     @contextlib.contextmanager
     def reflection_lock(self, namespace: str, *, timeout: float | None = None) -> Iterator[None]:
@@ -672,6 +592,29 @@ class PostgresBackend(BaseMemoryBackend):
                 conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", key)
 
     # -- candidates ----------------------------------------------------------------------------
+
+    # -- the vector index ----------------------------------------------------------------------
+
+    def reindex(self, *, kind: IndexKind | None = None) -> None:
+        """(Re)build the vector index now, in this thread: IVFFlat retrained on the current
+        rows (``lists = sqrt(rows)``), or HNSW; ``kind`` switches the database's kind.
+
+        Adds and retrievals in every process carry on meanwhile (``CREATE INDEX
+        CONCURRENTLY``, then the old index is dropped). Waits if another process is building.
+        """
+        self._index.rebuild(kind=kind)
+
+    async def areindex(self, *, kind: IndexKind | None = None) -> None:
+        """Async twin of :meth:`reindex` (runs in a worker thread)."""
+        await asyncio.to_thread(self.reindex, kind=kind)
+
+    def index_state(self) -> IndexState:
+        """The database's vector index: kind, name, rows trained on, lists."""
+        return self._index.state()
+
+    def wait_for_index(self, timeout: float | None = None) -> None:
+        """Wait for this process's background index rebuild, if one is running."""
+        self._index.wait(timeout)
 
     def _candidate_query(
         self,
@@ -720,6 +663,7 @@ class PostgresBackend(BaseMemoryBackend):
         """One statement, one round trip (see the module docstring)."""
         sql, params = self._candidate_query(namespace, query, vector, k, filter, config, exact)
         with self._pools.conn() as conn:
+            self._index.prepare(conn)
             row = conn.execute(sql, params, binary=True).fetchone()
         return candidate_set(row, config, exact)
 
@@ -736,6 +680,7 @@ class PostgresBackend(BaseMemoryBackend):
     ) -> CandidateSet:
         sql, params = self._candidate_query(namespace, query, vector, k, filter, config, exact)
         async with self._pools.aconn() as conn:
+            await self._index.aprepare(conn)
             cur = await conn.execute(sql, params, binary=True)
             row = await cur.fetchone()
         return candidate_set(row, config, exact)
@@ -743,11 +688,13 @@ class PostgresBackend(BaseMemoryBackend):
     # -- lifecycle -----------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the connection pools. Idempotent."""
+        """Close the connection pools (cancelling a background index rebuild). Idempotent."""
+        self._index.close()
         self._pools.close()
 
     async def aclose(self) -> None:
         """Async twin of :meth:`close`."""
+        await asyncio.to_thread(self._index.close)
         await self._pools.aclose()
 
     def __repr__(self) -> str:

@@ -36,7 +36,8 @@ def storage_error(exc: BaseException) -> Exception:
 
 
 def configure_connection(conn: psycopg.Connection[Any]) -> None:
-    """Per-connection settings: UTC timestamps, no JIT, and HNSW search breadth.
+    """Per-connection settings: UTC timestamps, no JIT, and the vector indexes' search breadth
+    (the IVFFlat probes follow the current index: ``VectorIndex.prepare``).
 
     JIT compilation is off: the backend's statements are short and index-driven, but the
     planner's cost of the candidate statement grows with the table (~17k at 10k memories,
@@ -45,9 +46,11 @@ def configure_connection(conn: psycopg.Connection[Any]) -> None:
     """
     conn.execute("SET TIME ZONE 'UTC'")
     conn.execute("SET jit = off")
-    # pgvector >= 0.8: keep scanning the HNSW graph until the namespace filter is satisfied
+    # pgvector >= 0.8: keep scanning the index until the namespace filter is satisfied
     with contextlib.suppress(psycopg.Error):
         conn.execute("SET hnsw.iterative_scan = relaxed_order")
+    with contextlib.suppress(psycopg.Error):
+        conn.execute("SET ivfflat.iterative_scan = relaxed_order")
     conn.execute("SET hnsw.ef_search = 200")
 
 
@@ -56,6 +59,8 @@ async def aconfigure_connection(conn: psycopg.AsyncConnection[Any]) -> None:
     await conn.execute("SET jit = off")
     with contextlib.suppress(psycopg.Error):
         await conn.execute("SET hnsw.iterative_scan = relaxed_order")
+    with contextlib.suppress(psycopg.Error):
+        await conn.execute("SET ivfflat.iterative_scan = relaxed_order")
     await conn.execute("SET hnsw.ef_search = 200")
 
 
@@ -73,6 +78,11 @@ class Pools:
         self._conninfo = conninfo
         self._apools: dict[int, tuple[asyncio.AbstractEventLoop, AsyncConnectionPool[Any]]] = {}
         self.closed = False
+
+    @property
+    def conninfo(self) -> str | None:
+        """The connection string (``None`` when built from a pool only)."""
+        return self._conninfo
 
     @property
     def name(self) -> str:

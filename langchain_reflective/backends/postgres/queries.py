@@ -20,9 +20,6 @@ __all__ = [
     "ADD",
     "BM25_B",
     "BM25_K1",
-    "INSERT_ACCESS",
-    "INSERT_COLUMNS",
-    "LINK_NEXT",
     "RECORDS",
     "RECORD_COLUMNS",
     "RELINK",
@@ -320,11 +317,6 @@ def candidates_sql(spec: CandidateQuery, flt: RetrievalFilter, params: dict[str,
 
 # -- writes and reads (the backend's other statements) ----------------------------------------
 
-INSERT_COLUMNS = (
-    "id, namespace, text, kind, created_at, importance, "
-    "importance_source, evidence, depth, metadata, embedding, lex_terms, lex_tfs, lex_len, "
-    "ctx_terms, ctx_tfs, ctx_len"
-)
 RESET = """
 INSERT INTO reflective_counters AS c
     (namespace, importance_sum, adds, last_reflection_at, last_reflection_seq)
@@ -352,20 +344,6 @@ committed without waiting for the WAL flush (``synchronous_commit`` off for this
 only, set by the statement itself, so a touch costs one round trip instead of four)."""
 
 
-INSERT_ACCESS = """
-INSERT INTO reflective_access (seq, namespace, last_accessed_at, prev_obs)
-SELECT m.seq, m.namespace, x.at,
-       CASE WHEN m.kind = 'observation' THEN (
-           SELECT max(p.seq) FROM reflective_memories p
-           WHERE p.namespace = m.namespace AND p.kind = 'observation' AND p.seq < m.seq) END
-FROM unnest(%s::text[], %s::timestamptz[]) AS x(id, at)
-JOIN reflective_memories m ON m.id = x.id
-RETURNING seq, prev_obs
-"""
-LINK_NEXT = """
-UPDATE reflective_access a SET next_obs = x.seq
-FROM unnest(%s::bigint[], %s::bigint[]) AS x(seq, prev) WHERE a.seq = x.prev
-"""
 RELINK = """
 UPDATE reflective_access a SET
     prev_obs = (SELECT max(p.seq) FROM reflective_memories p WHERE p.namespace = a.namespace

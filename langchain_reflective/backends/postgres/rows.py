@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import struct
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -12,12 +13,68 @@ from langchain_reflective.backends.types import F32, I64, CandidateSet, trusted_
 from langchain_reflective.records import MemoryRecord
 from langchain_reflective.scoring import ScoringConfig
 
-__all__ = ["candidate_set", "record_of", "vector_text", "vectors_from_binary"]
+__all__ = [
+    "INT4_ARRAY_OID",
+    "TEXT_ARRAY_OID",
+    "candidate_set",
+    "int_array_binary",
+    "record_of",
+    "text_array_binary",
+    "vector_text",
+    "vectors_binary",
+    "vectors_from_binary",
+]
+
+TEXT_ARRAY_OID = 1009
+"""``text[]``, the type :func:`text_array_binary` encodes."""
+INT4_ARRAY_OID = 1007
+"""``integer[]``, the type :func:`int_array_binary` encodes."""
+_TEXT_OID = 25
+_INT4_OID = 23
+_ARRAY_HEAD = struct.Struct(">iiiii")  # ndim, has-nulls, element oid, length, lower bound
+_EMPTY_HEAD = struct.Struct(">iii")  # ndim 0, has-nulls, element oid
+_LENGTH = struct.Struct(">i")
+_VECTOR_HEAD = struct.Struct(">HH")  # dimension, unused
 
 
 def vector_text(row: Any) -> str:
     """A float32 row as pgvector text (``repr`` of each value round-trips float32 exactly)."""
     return str(row.tolist())
+
+
+def vectors_binary(vectors: Any) -> list[bytes]:
+    """Each row of a float32 matrix in pgvector's binary format (what ``vector_recv`` reads:
+    uint16 dimension, uint16 unused, big-endian float32s): the exact values, no text round."""
+    be = np.ascontiguousarray(vectors, dtype=">f4")
+    if be.ndim != 2:
+        raise ValueError(f"expected a 2-d matrix of vectors, got shape {be.shape}")
+    head = _VECTOR_HEAD.pack(be.shape[1], 0)
+    return [head + row.tobytes() for row in be]
+
+
+def text_array_binary(items: Iterable[str]) -> bytes:
+    """A one-dimensional ``text[]`` without nulls in Postgres' binary array format.
+
+    Raises:
+        UnicodeEncodeError: an item is not encodable as UTF-8 (a lone surrogate).
+    """
+    encoded = [s.encode("utf-8") for s in items]
+    if not encoded:
+        return _EMPTY_HEAD.pack(0, 0, _TEXT_OID)
+    parts = [_ARRAY_HEAD.pack(1, 0, _TEXT_OID, len(encoded), 1)]
+    for b in encoded:
+        parts.append(_LENGTH.pack(len(b)))
+        parts.append(b)
+    return b"".join(parts)
+
+
+def int_array_binary(values: Sequence[int]) -> bytes:
+    """A one-dimensional ``integer[]`` without nulls in Postgres' binary array format."""
+    n = len(values)
+    if not n:
+        return _EMPTY_HEAD.pack(0, 0, _INT4_OID)
+    body = [x for v in values for x in (4, v)]
+    return _ARRAY_HEAD.pack(1, 0, _INT4_OID, n, 1) + struct.pack(f">{2 * n}i", *body)
 
 
 def vectors_from_binary(blobs: Sequence[bytes], dimension: int) -> F32:

@@ -7,12 +7,14 @@ advisory lock, so several processes calling ``setup()`` at once apply each migra
 
 The vector column is declared without a dimension until the first write binds one
 (:func:`bind_sql`): the dimension is a property of the embedding model, which the schema cannot
-know in advance; binding turns the column into ``vector(d)`` and builds the HNSW index.
+know in advance; binding turns the column into ``vector(d)`` (and, for an HNSW database,
+builds the index; an IVFFlat one is built once there are rows to train it on: see
+``vector_index.py``).
 """
 
 from __future__ import annotations
 
-__all__ = ["APP_LOCK", "MIGRATIONS", "SCHEMA_VERSION", "SETUP_LOCK", "bind_sql"]
+__all__ = ["APP_LOCK", "INDEX_LOCK", "MIGRATIONS", "SCHEMA_VERSION", "SETUP_LOCK", "bind_sql"]
 
 APP_LOCK = 0x52464C54
 """First key of every advisory lock this package takes ("RFLT"); the second key says which:
@@ -21,6 +23,9 @@ migrations and binding."""
 
 SETUP_LOCK = (APP_LOCK + 1, 0)
 """The advisory lock held (transaction-level) while migrating or binding the embeddings."""
+
+INDEX_LOCK = (APP_LOCK + 1, 1)
+"""The advisory lock held (session-level) while building or rebuilding the vector index."""
 
 _V1 = """
 CREATE EXTENSION IF NOT EXISTS vector;
@@ -131,7 +136,20 @@ text or vector, moved the vector out of line (each cosine of a candidate then re
 table). Only rows written from now on are stored this way (rows already compressed stay
 as they are until they are rewritten)."""
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+_V3 = """
+INSERT INTO reflective_meta (key, value)
+SELECT k, v FROM (VALUES ('vector_index', 'hnsw'),
+                         ('vector_index_name', 'reflective_memories_embedding_hnsw'),
+                         ('vector_index_rows', '0'), ('vector_index_lists', '0')) AS x(k, v)
+WHERE to_regclass('reflective_memories_embedding_hnsw') IS NOT NULL
+ON CONFLICT (key) DO NOTHING;
+"""
+"""Version 3: the vector index became a choice (``vector_index.py``) recorded in
+``reflective_meta`` (``vector_index``, ``vector_index_name``, ``vector_index_rows``,
+``vector_index_lists``). A database whose embeddings were bound under versions 1-2 has the HNSW
+index and keeps it (recorded here); one not yet bound gets the backend's choice when bound."""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 """Forward-only migrations; ``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1``."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -139,10 +157,6 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def bind_sql(dimension: int) -> str:
-    """DDL that gives the vector column its dimension and builds the HNSW (cosine) index."""
+    """DDL that gives the vector column its dimension (the index: ``vector_index.py``)."""
     d = int(dimension)
-    return (
-        f"ALTER TABLE reflective_memories ALTER COLUMN embedding TYPE vector({d});\n"
-        "CREATE INDEX IF NOT EXISTS reflective_memories_embedding_hnsw "
-        "ON reflective_memories USING hnsw (embedding vector_cosine_ops);"
-    )
+    return f"ALTER TABLE reflective_memories ALTER COLUMN embedding TYPE vector({d});"

@@ -1,0 +1,375 @@
+"""The memories table's vector index: which kind, when to (re)build it, how wide to search it.
+
+Two kinds (``VectorIndexSettings.kind``):
+
+* ``"ivfflat"`` (the default for new databases): pgvector's IVFFlat, trained on the data. An
+  insert only finds its nearest list centre and appends, so adds stay cheap (pgvector's HNSW
+  insert costs ~2-3 ms per 384-d row here, more than everything else a write does). The table
+  has no vector index until it holds ``min_rows`` memories (an exact scan of that few is
+  cheap); then one is built with ``lists = sqrt(rows)``, and rebuilt whenever the table has
+  grown ``growth`` times since the last training (the centres of a small sample go stale as
+  data arrives, as the SQLite backend's IVF retrains). A rebuild is ``CREATE INDEX
+  CONCURRENTLY`` of a new index, then ``DROP INDEX CONCURRENTLY`` of the old one, under a
+  session advisory lock (:data:`~.schema.INDEX_LOCK`) so one process builds at a time; adds and
+  retrievals carry on meanwhile (the old index answers until the new one is valid).
+* ``"hnsw"``: pgvector's HNSW, built when the embeddings are bound; nothing to retrain, but
+  every insert pays for the graph. Databases set up before the index was a choice keep it.
+
+The database records its kind, the current index's name, the rows it was trained on and its
+lists in ``reflective_meta``; every process reads them from there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import psycopg
+
+from langchain_reflective.backends.postgres.schema import INDEX_LOCK
+
+if TYPE_CHECKING:
+    from langchain_reflective.backends.postgres.connection import Pools
+
+__all__ = [
+    "IndexKind",
+    "IndexState",
+    "VectorIndex",
+    "VectorIndexSettings",
+    "build_index",
+    "read_state",
+]
+
+logger = logging.getLogger(__name__)
+
+IndexKind = Literal["ivfflat", "hnsw"]
+
+_PREFIX = "reflective_memories_embedding_"
+_USING = {
+    "ivfflat": "ivfflat (embedding vector_cosine_ops) WITH (lists = {lists})",
+    "hnsw": "hnsw (embedding vector_cosine_ops)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class VectorIndexSettings:
+    """How ``PostgresBackend`` keeps and searches the vector index."""
+
+    kind: IndexKind = "ivfflat"
+    """The index a new database gets (an existing database keeps the kind it records;
+    ``PostgresBackend.reindex(kind=...)`` switches it)."""
+    min_rows: int = 5_000
+    """IVFFlat: no vector index below this many memories (dense candidates by exact scan)."""
+    growth: float = 4.0
+    """IVFFlat: retrain once the table holds this many times the rows of the last training."""
+    probes: int | None = None
+    """IVFFlat lists searched per query; ``None``: :meth:`probes_for` (``sqrt(lists)``)."""
+    auto: bool = True
+    """Rebuild in a background thread of the process whose add crossed the threshold. Off:
+    only ``PostgresBackend.reindex()`` builds."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in _USING:
+            raise ValueError(f"index must be 'ivfflat' or 'hnsw', got {self.kind!r}")
+        if self.min_rows < 1:
+            raise ValueError(f"ivf_min_rows must be positive, got {self.min_rows}")
+        if not self.growth > 1:
+            raise ValueError(f"ivf_growth must be above 1, got {self.growth}")
+        if self.probes is not None and self.probes < 1:
+            raise ValueError(f"ivf_probes must be positive, got {self.probes}")
+
+    def lists_for(self, rows: int) -> int:
+        """IVFFlat lists for a table of ``rows`` memories: ``sqrt(rows)``."""
+        return max(1, round(math.sqrt(max(rows, 1))))
+
+    def probes_for(self, lists: int) -> int:
+        """Lists searched per query: ``probes`` if set, else ``sqrt(lists)`` (at least 8, the
+        SQLite backend's IVF default), pgvector's suggested start; see docs/benchmarks.md for
+        the agreement with exact scoring it gives."""
+        if self.probes is not None:
+            return min(self.probes, max(lists, 1))
+        return min(max(lists, 1), max(8, math.ceil(math.sqrt(lists))))
+
+    def due(self, state: IndexState, rows: int) -> bool:
+        """Whether an IVFFlat index should be (re)built for a table of ``rows``."""
+        if state.kind != "ivfflat" or rows < self.min_rows:
+            return False
+        return state.rows == 0 or rows >= self.growth * state.rows
+
+
+@dataclass(frozen=True, slots=True)
+class IndexState:
+    """What the database records about its vector index (``reflective_meta``)."""
+
+    kind: IndexKind = "ivfflat"
+    """The database's index kind."""
+    name: str | None = None
+    """The current index (``None``: none built yet)."""
+    rows: int = 0
+    """Rows the current IVFFlat index was trained on (0: none)."""
+    lists: int = 0
+    """The current IVFFlat index's lists (0: none)."""
+
+
+def read_state(conn: psycopg.Connection[Any], default: IndexKind) -> IndexState:
+    """The database's index state (``default`` kind when it records none yet)."""
+    rows = dict(
+        conn.execute(
+            "SELECT key, value FROM reflective_meta WHERE key LIKE 'vector\\_index%'"
+        ).fetchall()
+    )
+    kind = rows.get("vector_index", default)
+    return IndexState(
+        kind="hnsw" if kind == "hnsw" else "ivfflat",
+        name=rows.get("vector_index_name") or None,
+        rows=int(rows.get("vector_index_rows", 0)),
+        lists=int(rows.get("vector_index_lists", 0)),
+    )
+
+
+def write_state(conn: psycopg.Connection[Any], state: IndexState) -> None:
+    """Record ``state`` in ``reflective_meta``."""
+    values = {
+        "vector_index": state.kind,
+        "vector_index_name": state.name or "",
+        "vector_index_rows": str(state.rows),
+        "vector_index_lists": str(state.lists),
+    }
+    conn.cursor().executemany(
+        "INSERT INTO reflective_meta (key, value) VALUES (%s, %s) "
+        "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+        list(values.items()),
+    )
+
+
+def _vector_indexes(conn: psycopg.Connection[Any]) -> list[tuple[str, bool]]:
+    """``(name, valid)`` of every vector index this package made on the memories table."""
+    rows = conn.execute(
+        "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+        "WHERE i.indrelid = 'reflective_memories'::regclass AND c.relname LIKE %s",
+        (_PREFIX.replace("_", "\\_") + "%",),
+    ).fetchall()
+    return [(str(r[0]), bool(r[1])) for r in rows]
+
+
+def build_index(
+    conn: psycopg.Connection[Any],
+    settings: VectorIndexSettings,
+    *,
+    kind: IndexKind | None = None,
+    force: bool = False,
+    wait: bool = True,
+) -> IndexState | None:
+    """(Re)build the vector index on ``conn`` (autocommit, outside a transaction).
+
+    Takes the index lock (a session advisory lock); re-reads the state under it, so of several
+    processes that saw the same threshold crossed, one builds and the others find it done.
+    Builds the new index concurrently, records it, then drops the old one concurrently: adds
+    and retrievals never wait for the build, and the table always has a valid index once it
+    had one. An index left invalid by an interrupted build is dropped first.
+
+    Args:
+        conn: an autocommit connection that no one else uses meanwhile.
+        settings: thresholds and the default kind.
+        kind: the kind to build (``None``: the database's).
+        force: build even when :meth:`VectorIndexSettings.due` says it is not due.
+        wait: wait for the index lock (polling: a statement blocked on it would deadlock with
+            the holder's concurrent build); ``False``: return ``None`` at once when it is held.
+
+    Returns:
+        The new state, or ``None`` when nothing was built.
+    """
+    # never a blocking pg_advisory_lock: CREATE INDEX CONCURRENTLY waits for every open
+    # transaction, a statement blocked on this lock included, while holding the lock itself
+    while True:
+        row = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", INDEX_LOCK).fetchone()
+        if row and row[0]:
+            break
+        if not wait:
+            return None
+        time.sleep(0.2)
+    try:
+        state = read_state(conn, settings.kind)
+        row = conn.execute("SELECT count(*) FROM reflective_memories").fetchone()
+        rows = int(row[0]) if row else 0
+        target: IndexKind = kind or state.kind
+        if not force and target == state.kind and not settings.due(state, rows):
+            return None
+        for name, valid in _vector_indexes(conn):
+            if not valid:  # left by an interrupted build
+                conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
+        old = [name for name, valid in _vector_indexes(conn) if valid]
+        generation = 1 + max(
+            (int(n.rsplit("_", 1)[1]) for n in old if n.rsplit("_", 1)[1].isdigit()), default=0
+        )
+        lists = settings.lists_for(rows) if target == "ivfflat" else 0
+        name = f"{_PREFIX}{target}_{generation}"
+        using = _USING[target].format(lists=lists)
+        conn.execute(f'CREATE INDEX CONCURRENTLY "{name}" ON reflective_memories USING {using}')
+        new = IndexState(
+            kind=target, name=name, rows=rows if target == "ivfflat" else 0, lists=lists
+        )
+        with conn.transaction():
+            write_state(conn, new)
+        for name_old in old:
+            conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name_old}"')
+        return new
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s, %s)", INDEX_LOCK)
+
+
+class VectorIndex:
+    """One backend's view of the vector index: the cached state, the search width each
+    connection was given, and the background rebuild.
+
+    Args:
+        pools: the backend's connections.
+        settings: thresholds, probes and the kind a new database gets.
+        refresh: seconds a read of the state stays fresh (other processes may rebuild).
+    """
+
+    def __init__(self, pools: Pools, settings: VectorIndexSettings, *, refresh: float = 5.0):
+        self._pools = pools
+        self.settings = settings
+        self._refresh = refresh
+        self._state: IndexState | None = None
+        self._read_at = 0.0
+        self._lock = threading.Lock()
+        self._builder: threading.Thread | None = None
+        self._building: psycopg.Connection[Any] | None = None
+        self._retry_at = 0.0
+        self._closed = False
+        self._probes: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def state(self) -> IndexState:
+        """The database's index state (cached for ``refresh`` seconds)."""
+        if self._state is None or time.monotonic() - self._read_at > self._refresh:
+            with self._pools.conn() as conn:
+                self._set(read_state(conn, self.settings.kind))
+        assert self._state is not None
+        return self._state
+
+    def _set(self, state: IndexState) -> None:
+        self._state = state
+        self._read_at = time.monotonic()
+
+    def bind(self, conn: psycopg.Connection[Any]) -> None:
+        """When the embeddings are first bound (in that transaction): record the kind and, for
+        HNSW, build the index (the table is empty; an IVFFlat index waits for rows)."""
+        kind = self.settings.kind
+        name = None
+        if kind == "hnsw":
+            name = f"{_PREFIX}hnsw"
+            conn.execute(
+                f'CREATE INDEX IF NOT EXISTS "{name}" ON reflective_memories USING {_USING["hnsw"]}'
+            )
+        state = IndexState(kind=kind, name=name)
+        write_state(conn, state)
+        self._state = None  # read after the commit
+
+    # -- searching -----------------------------------------------------------------------------
+
+    def _want(self) -> int | None:
+        state = self.state()
+        if state.kind != "ivfflat" or state.lists <= 0:
+            return None
+        return self.settings.probes_for(state.lists)
+
+    def prepare(self, conn: psycopg.Connection[Any]) -> None:
+        """Give ``conn`` the IVFFlat search width of the current index (once per change)."""
+        want = self._want()
+        if want is not None and self._probes.get(conn) != want:
+            conn.execute(f"SET ivfflat.probes = {int(want)}")
+            self._probes[conn] = want
+
+    async def aprepare(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Async twin of :meth:`prepare`."""
+        want = self._want()
+        if want is not None and self._probes.get(conn) != want:
+            await conn.execute(f"SET ivfflat.probes = {int(want)}")
+            self._probes[conn] = want
+
+    # -- building ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection of its own for a build (one the pool does not hand out meanwhile)."""
+        conninfo = self._pools.conninfo
+        if conninfo is None:
+            with self._pools.conn() as conn:
+                yield conn
+            return
+        with self._pools.conn() as _:  # the pool's errors and closed check
+            pass
+        conn = psycopg.connect(conninfo, autocommit=True)
+        with self._lock:
+            self._building = conn
+        try:
+            yield conn
+        finally:
+            with self._lock:
+                self._building = None
+            conn.close()
+
+    def rebuild(self, *, kind: IndexKind | None = None, force: bool = True) -> IndexState | None:
+        """Build the index now (waiting for any other build to finish first)."""
+        with self._connection() as conn:
+            state = build_index(conn, self.settings, kind=kind, force=force)
+            self._set(read_state(conn, self.settings.kind))
+        return state
+
+    def after_put(self, rows: int) -> None:
+        """Start a background rebuild if a table of ``rows`` is due one and none is running
+        in this process (at most one attempt per 10 seconds when another process holds the
+        index lock)."""
+        if not self.settings.auto or self._closed:
+            return
+        if not self.settings.due(self.state(), rows):
+            return
+        with self._lock:
+            if self._builder is not None and self._builder.is_alive():
+                return
+            if time.monotonic() < self._retry_at:
+                return
+            self._builder = threading.Thread(
+                target=self._background, name="reflective-pg-reindex", daemon=True
+            )
+            self._builder.start()
+
+    def _background(self) -> None:
+        built = None
+        try:
+            with self._connection() as conn:
+                built = build_index(conn, self.settings, wait=False)
+                self._set(read_state(conn, self.settings.kind))
+        except Exception:  # a failed build leaves the old index serving; a later add retries
+            if not self._closed:
+                logger.warning("rebuilding the vector index failed", exc_info=True)
+        if built is None:  # failed, or another process holds the lock: not again for a while
+            self._retry_at = time.monotonic() + 10.0
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait for this process's background rebuild, if one is running."""
+        builder = self._builder
+        if builder is not None:
+            builder.join(timeout)
+
+    def close(self) -> None:
+        """Cancel this process's background rebuild (an interrupted build leaves an invalid
+        index, which the next build drops) and wait for its thread."""
+        self._closed = True
+        with self._lock:
+            conn = self._building
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.cancel_safe()
+        self.wait()

@@ -1,0 +1,297 @@
+"""How ``PostgresBackend.put`` writes a batch of memories: keys, terms, links, binary ``COPY``.
+
+A batch costs a fixed handful of statements whatever its size. The keys (``seq``) come from the
+identity's sequence in one statement, after the caller has locked the namespaces' counter rows,
+so writers of a namespace still take their keys in the order they commit. The memory rows and
+their access rows are each one binary ``COPY``: vectors travel in pgvector's binary format and
+term arrays in Postgres' binary array format, so nothing formats floats as text or parses them
+back. Each observation's links to the previous and next observation of its namespace are
+worked out here from the batch's order and the namespace's newest stored observation (read
+once per namespace, with its terms for the lexical context), instead of one index search per
+row; the stored observation that was newest gets its ``next_obs`` in one ``UPDATE``.
+
+What is stored is exactly what row-by-row inserts stored: the same terms (the SQLite backend's
+tokenizer), the same float32 vector values, the same links.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import pq
+from psycopg.abc import Buffer
+from psycopg.adapt import Dumper
+from psycopg.types.json import Jsonb
+
+from langchain_reflective.backends.postgres.queries import ADD, RESET
+from langchain_reflective.backends.postgres.rows import (
+    INT4_ARRAY_OID,
+    TEXT_ARRAY_OID,
+    int_array_binary,
+    text_array_binary,
+    vectors_binary,
+)
+from langchain_reflective.backends.sqlite.lexical import BM25Index
+from langchain_reflective.backends.types import F32, CounterUpdate, PendingMemory
+from langchain_reflective.errors import PendingConflictError, StorageError
+from langchain_reflective.records import OBSERVATION, MemoryRecord
+
+__all__ = ["TOKENIZER", "LexicalTotals", "write_memories"]
+
+TOKENIZER = BM25Index()
+"""Only its tokenizer is used: the SQLite backend's terms, so BM25 agrees across backends."""
+
+_MEMORY_COLUMNS = (
+    "seq, id, namespace, text, kind, created_at, importance, importance_source, evidence, "
+    "depth, metadata, embedding, lex_terms, lex_tfs, lex_len, ctx_terms, ctx_tfs, ctx_len"
+)
+_ACCESS_COLUMNS = "seq, namespace, last_accessed_at, prev_obs, next_obs"
+_KEYS = (
+    "SELECT nextval(s) FROM (SELECT pg_get_serial_sequence('reflective_memories', 'seq')"
+    "::regclass AS s) AS q CROSS JOIN generate_series(1, %s)"
+)
+_NEWEST_OBSERVATION = (
+    "SELECT seq, lex_terms, lex_tfs FROM reflective_memories WHERE namespace = %s "
+    "AND kind = 'observation' ORDER BY seq DESC LIMIT 1"
+)
+
+
+@dataclass(slots=True)
+class LexicalTotals:
+    """What a batch adds to one namespace's BM25 statistics."""
+
+    docs: int = 0
+    """Memories written."""
+    total: int = 0
+    """Sum of their ``lex_len``."""
+    ctx_total: int = 0
+    """Sum of their ``ctx_len``."""
+
+
+class _EncodedDumper(Dumper):
+    """Passes bytes that are already in the column type's binary format through unchanged."""
+
+    format = pq.Format.BINARY
+
+    def dump(self, obj: Any) -> Buffer:
+        return bytes(obj)
+
+
+_DUMPERS: dict[int, type[Dumper]] = {}
+
+
+def _encoded(oid: int) -> type[Dumper]:
+    """The pass-through dumper registered for ``oid`` (one class per type oid)."""
+    cls = _DUMPERS.get(oid)
+    if cls is None:
+        cls = _DUMPERS[oid] = type(f"Encoded{oid}Dumper", (_EncodedDumper,), {"oid": oid})
+    return cls
+
+
+@dataclass(slots=True)
+class _Newest:
+    """A namespace's newest observation so far: its key, its row in the batch (or -1 when it
+    is stored already) and its terms (the next observation's lexical context)."""
+
+    seq: int
+    index: int
+    terms: Counter[str] | None
+
+
+def write_memories(
+    conn: psycopg.Connection[Any],
+    records: Sequence[MemoryRecord],
+    vectors: F32,
+    *,
+    vector_oid: int,
+) -> tuple[dict[str, LexicalTotals], int]:
+    """Insert ``records`` (with ``vectors``) and their access rows in ``conn``'s transaction.
+
+    The caller holds the counter row of every namespace in ``records``.
+
+    Args:
+        conn: a connection inside a transaction.
+        records: the memories, in the order they get their keys.
+        vectors: their unit vectors, one float32 row each.
+        vector_oid: the oid of pgvector's ``vector`` type in this database.
+
+    Returns:
+        Per namespace, what the batch adds to its BM25 statistics; and the newest key.
+
+    Raises:
+        UnicodeEncodeError: text that UTF-8 cannot encode (a lone surrogate).
+    """
+    n = len(records)
+    keys = sorted(int(r[0]) for r in conn.execute(_KEYS, (n,)).fetchall())
+    newest: dict[str, _Newest | None] = {}
+    prev: list[int | None] = [None] * n
+    nxt: list[int | None] = [None] * n
+    relink: list[tuple[int, int]] = []  # (stored observation, its new next)
+    terms: list[tuple[Counter[str], Counter[str]]] = []
+    totals: dict[str, LexicalTotals] = {}
+    for i, r in enumerate(records):
+        own = Counter(TOKENIZER.tokenize(r.text))
+        context = own
+        if r.kind == OBSERVATION:
+            if r.namespace not in newest:
+                row = conn.execute(_NEWEST_OBSERVATION, (r.namespace,)).fetchone()
+                newest[r.namespace] = (
+                    None
+                    if row is None
+                    else _Newest(int(row[0]), -1, Counter(dict(zip(row[1], row[2], strict=True))))
+                )
+            last = newest[r.namespace]
+            if last is not None:
+                if last.terms is not None:
+                    context = last.terms + own
+                prev[i] = last.seq
+                if last.index >= 0:
+                    nxt[last.index] = keys[i]
+                else:
+                    relink.append((last.seq, keys[i]))
+            newest[r.namespace] = _Newest(keys[i], i, own)
+        terms.append((own, context))
+        seen = totals.setdefault(r.namespace, LexicalTotals())
+        seen.docs += 1
+        seen.total += own.total()
+        seen.ctx_total += context.total()
+    encoded_vectors = vectors_binary(vectors)
+    cur = conn.cursor()
+    for oid in (TEXT_ARRAY_OID, INT4_ARRAY_OID, vector_oid):
+        cur.adapters.register_dumper(None, _encoded(oid))
+    with cur.copy(f"COPY reflective_memories ({_MEMORY_COLUMNS}) FROM STDIN (FORMAT BINARY)") as cp:
+        cp.set_types(
+            [
+                "int8",
+                "text",
+                "text",
+                "text",
+                "text",
+                "timestamptz",
+                "float8",
+                "text",
+                TEXT_ARRAY_OID,
+                "int4",
+                "jsonb",
+                vector_oid,
+                TEXT_ARRAY_OID,
+                INT4_ARRAY_OID,
+                "int4",
+                TEXT_ARRAY_OID,
+                INT4_ARRAY_OID,
+                "int4",
+            ]
+        )
+        for i, r in enumerate(records):
+            own, context = terms[i]
+            cp.write_row(
+                (
+                    keys[i],
+                    r.id,
+                    r.namespace,
+                    r.text,
+                    r.kind,
+                    r.created_at,
+                    float(r.importance),
+                    r.importance_source,
+                    text_array_binary(r.evidence),
+                    int(r.depth),
+                    Jsonb(dict(r.metadata)),
+                    encoded_vectors[i],
+                    text_array_binary(own),
+                    int_array_binary(list(own.values())),
+                    own.total(),
+                    text_array_binary(context),
+                    int_array_binary(list(context.values())),
+                    context.total(),
+                )
+            )
+    with cur.copy(f"COPY reflective_access ({_ACCESS_COLUMNS}) FROM STDIN (FORMAT BINARY)") as cp:
+        cp.set_types(["int8", "text", "timestamptz", "int8", "int8"])
+        for i, r in enumerate(records):
+            cp.write_row((keys[i], r.namespace, r.accessed_at, prev[i], nxt[i]))
+    if relink:
+        cur.executemany(
+            "UPDATE reflective_access SET next_obs = %s WHERE seq = %s",
+            [(new, old) for old, new in relink],
+        )
+    return totals, keys[-1]
+
+
+# -- the counter rows and the pending queue (the other statements of a write) ------------------
+
+
+def dequeue(conn: psycopg.Connection[Any], ids: Sequence[str]) -> None:
+    """Remove these ids from the pending queue; all of them must still be queued."""
+    wanted = sorted(set(ids))
+    cur = conn.execute("DELETE FROM reflective_pending WHERE id = ANY(%s)", (wanted,))
+    if cur.rowcount != len(wanted):
+        raise PendingConflictError(
+            f"{len(wanted) - cur.rowcount} of {len(wanted)} pending memories are no longer "
+            "queued (completed or purged by another process)"
+        )
+
+
+def add_lexical_stats(
+    conn: psycopg.Connection[Any], namespace: str, docs: int, total: int, ctx_total: int
+) -> None:
+    """BM25's ``N`` and total lengths of ``namespace`` change by these amounts."""
+    conn.execute(
+        "INSERT INTO reflective_counters AS c (namespace, lex_docs, lex_total, ctx_total) "
+        "VALUES (%s, %s, %s, %s) ON CONFLICT (namespace) DO UPDATE SET "
+        "lex_docs = c.lex_docs + EXCLUDED.lex_docs, "
+        "lex_total = c.lex_total + EXCLUDED.lex_total, "
+        "ctx_total = c.ctx_total + EXCLUDED.ctx_total",
+        (namespace, docs, total, ctx_total),
+    )
+
+
+def lock_counter(conn: psycopg.Connection[Any], namespace: str) -> None:
+    """Lock ``namespace``'s counter row (created if missing) until the transaction ends."""
+    conn.execute(
+        "INSERT INTO reflective_counters (namespace) VALUES (%s) "
+        "ON CONFLICT (namespace) DO UPDATE SET adds = reflective_counters.adds",
+        (namespace,),
+    )
+
+
+def apply_counter(conn: psycopg.Connection[Any], update: CounterUpdate) -> None:
+    """Add to or reset a namespace's reflection counter."""
+    if update.reset_at is not None:
+        conn.execute(RESET, {"ns": update.namespace, "at": update.reset_at})
+    elif update.importance or update.adds:
+        conn.execute(
+            ADD,
+            {"ns": update.namespace, "imp": float(update.importance), "adds": update.adds},
+        )
+
+
+def enqueue(conn: psycopg.Connection[Any], items: Sequence[PendingMemory]) -> None:
+    """Queue memories to embed later; none of their ids may be stored already."""
+    ids = [p.id for p in items]
+    stored = conn.execute(
+        "SELECT count(*) FROM reflective_memories WHERE id = ANY(%s)", (ids,)
+    ).fetchone()
+    if stored and stored[0]:
+        raise StorageError("could not queue memories: an id is already stored")
+    conn.cursor().executemany(
+        "INSERT INTO reflective_pending "
+        "(id, namespace, text, kind, created_at, importance, metadata) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+        [
+            (
+                p.id,
+                p.namespace,
+                p.text,
+                p.kind,
+                p.created_at,
+                p.importance,
+                Jsonb(dict(p.metadata)),
+            )
+            for p in items
+        ],
+    )
