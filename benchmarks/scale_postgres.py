@@ -44,6 +44,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale import (  # the shared synthetic data
+    AGREEMENT_SEED,
     BATCH,
     DIM,
     K,
@@ -158,7 +159,8 @@ def run_ours(url: str, n: int, queries: int, agreement_queries: int) -> dict[str
         out["retrieve"] = _pcts(lat)
         agree = []
         config = stream.scoring
-        for _, vec, text in qs[:agreement_queries]:
+        # queries the latency run did not touch (see scale.AGREEMENT_SEED)
+        for _, vec, text in make_queries(n, agreement_queries, seed=AGREEMENT_SEED):
             emb.query = vec
             got = [h.record.id for h in stream.retrieve(text, k=K, now=end, touch=False)]
             unit = (vec / np.linalg.norm(vec)).astype(np.float32)
