@@ -327,3 +327,30 @@ async def test_async_candidates_search_the_ivfflat_index_like_sync(
         other = await small_ivf.acandidates("default", "tea garden", vec, **kw)  # type: ignore[arg-type]
         assert sorted(sync.keys.tolist()) == sorted(other.keys.tolist())
     await small_ivf.aclose()
+
+
+def test_an_ivfflat_build_gets_the_memory_it_needs_and_gives_it_back(postgres_url: str) -> None:
+    """pgvector refuses an IVFFlat build whose k-means does not fit ``maintenance_work_mem``
+    (64 MB by default: a ~160k-memory table at 384 dimensions). Here the database allows
+    1 MB, which 5,000 rows (71 lists) exceed; the build raises it for itself only."""
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        db = conn.execute("SELECT current_database()").fetchone()
+        assert db is not None
+        conn.execute(f'ALTER DATABASE "{db[0]}" SET maintenance_work_mem = \'1MB\'')
+    b = PostgresBackend.from_conn_string(postgres_url, max_size=2, ivf_min_rows=10**9)
+    try:
+        b.setup()
+        b.bind_embeddings("test-model", DIM)
+        _fill(b, 5000, seed=5)
+        b.reindex(kind="ivfflat")
+        state = b.index_state()
+        assert state.kind == "ivfflat" and state.lists == 71
+        assert [(n, valid) for n, _, valid in _vector_indexes(postgres_url)] == [
+            (state.name, True)
+        ]
+        for _ in range(2):  # both pooled connections: the setting was put back
+            with b._pools.conn() as conn:
+                row = conn.execute("SHOW maintenance_work_mem").fetchone()
+                assert row is not None and row[0] == "1MB"
+    finally:
+        b.close()
