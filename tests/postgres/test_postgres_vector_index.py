@@ -336,7 +336,7 @@ def test_an_ivfflat_build_gets_the_memory_it_needs_and_gives_it_back(postgres_ur
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         db = conn.execute("SELECT current_database()").fetchone()
         assert db is not None
-        conn.execute(f'ALTER DATABASE "{db[0]}" SET maintenance_work_mem = \'1MB\'')
+        conn.execute(f"ALTER DATABASE \"{db[0]}\" SET maintenance_work_mem = '1MB'")
     b = PostgresBackend.from_conn_string(postgres_url, max_size=2, ivf_min_rows=10**9)
     try:
         b.setup()
@@ -345,9 +345,7 @@ def test_an_ivfflat_build_gets_the_memory_it_needs_and_gives_it_back(postgres_ur
         b.reindex(kind="ivfflat")
         state = b.index_state()
         assert state.kind == "ivfflat" and state.lists == 71
-        assert [(n, valid) for n, _, valid in _vector_indexes(postgres_url)] == [
-            (state.name, True)
-        ]
+        assert [(n, valid) for n, _, valid in _vector_indexes(postgres_url)] == [(state.name, True)]
         for _ in range(2):  # both pooled connections: the setting was put back
             with b._pools.conn() as conn:
                 row = conn.execute("SHOW maintenance_work_mem").fetchone()
