@@ -216,3 +216,26 @@ def test_columns_round_trip_bit_for_bit(tmp_path: Path) -> None:
     assert load_columns(tmp_path / "c.cols", rows=99, expected_sha256=digest) is None
     assert load_columns(tmp_path / "c.cols", rows=100, expected_sha256="0" * 64) is None
     assert load_columns(tmp_path / "missing.cols", rows=100, expected_sha256=digest) is None
+
+
+def test_an_entry_for_no_rows_is_not_used(tmp_path: Path) -> None:
+    import json
+
+    from langchain_reflective.backends.sqlite.columns_cache import Columns, save_columns
+
+    db = tmp_path / "m.db"
+    _build(db, 300)
+    [cols] = db.with_name(db.name + ".index").glob("*.cols")
+    empty = np.zeros(0)
+    digest = save_columns(
+        cols, Columns(empty.astype(np.int64), empty, empty, empty, empty.astype(np.int32))
+    )
+    store = SQLiteRecordStore(db)
+    try:
+        [key] = [k for (k,) in store._query("SELECT key FROM meta") if k.startswith(COLUMNS_KEY)]
+        info = json.loads(store.get_meta(key) or "{}")
+        store.set_meta(key, json.dumps({**info, "rows": 0, "sha256": digest}))
+    finally:
+        store.close()
+    with MemoryStream(WordEmbeddings(32), path=db, exact_limit=300) as s:
+        assert len(_columns(s)["seqs"]) == 1201  # read from the file

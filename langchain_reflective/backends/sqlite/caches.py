@@ -177,9 +177,11 @@ class PartitionFiles:
             digest, kinds = str(info["sha256"]), [str(k) for k in info["kinds"]]
         except (ValueError, KeyError, TypeError):
             return 0
-        if saved // _GENERATION_STRIDE != generation // _GENERATION_STRIDE or not (
-            0 < newest <= generation % _GENERATION_STRIDE
-        ):  # deleted or reset since
+        if (
+            rows < 1
+            or saved // _GENERATION_STRIDE != generation // _GENERATION_STRIDE
+            or not 0 < newest <= generation % _GENERATION_STRIDE
+        ):  # empty, or deleted or reset since
             return 0
         from langchain_reflective.backends.sqlite.columns_cache import load_columns
 
