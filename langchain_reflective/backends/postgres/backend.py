@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -30,7 +29,6 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool
 
 from langchain_reflective.backends.base import (
@@ -569,31 +567,8 @@ class PostgresBackend(BaseMemoryBackend):
         Raises:
             TimeoutError: not acquired within ``timeout`` seconds.
         """
-        with self._pools.conn() as conn:
-            key = (APP_LOCK, namespace)
-            if timeout is not None and timeout <= 0:
-                row = conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", key).fetchone()
-                if not row or not row[0]:
-                    raise TimeoutError(f"the reflection lock of {namespace!r} is held")
-            else:
-                if timeout is not None:
-                    ms = max(1, math.ceil(timeout * 1000))
-                    conn.execute(f"SET lock_timeout = {ms}")
-                try:
-                    conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", key)
-                except pg_errors.LockNotAvailable as exc:
-                    raise TimeoutError(
-                        f"the reflection lock of {namespace!r} was not free within {timeout} s"
-                    ) from exc
-                finally:
-                    if timeout is not None:
-                        conn.execute("RESET lock_timeout")
-            try:
-                yield
-            finally:
-                conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", key)
-
-    # -- candidates ----------------------------------------------------------------------------
+        with self._pools.advisory_lock(APP_LOCK, namespace, timeout=timeout):
+            yield
 
     # -- the vector index ----------------------------------------------------------------------
 
@@ -617,6 +592,8 @@ class PostgresBackend(BaseMemoryBackend):
     def wait_for_index(self, timeout: float | None = None) -> None:
         """Wait for this process's background index rebuild, if one is running."""
         self._index.wait(timeout)
+
+    # -- candidates ----------------------------------------------------------------------------
 
     def _candidate_query(
         self,

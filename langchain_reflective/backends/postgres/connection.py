@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -136,6 +137,37 @@ class Pools:
                 yield conn
         except (psycopg.Error, UnicodeEncodeError) as exc:
             raise storage_error(exc) from exc
+
+    @contextlib.contextmanager
+    def advisory_lock(self, app: int, name: str, *, timeout: float | None = None) -> Iterator[None]:
+        """Hold the session advisory lock ``(app, hashtext(name))`` on a dedicated pooled
+        connection (released with the connection if the process dies).
+
+        Raises:
+            TimeoutError: not acquired within ``timeout`` seconds (``<= 0``: not at once).
+        """
+        with self.conn() as conn:
+            key = (app, name)
+            if timeout is not None and timeout <= 0:
+                row = conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", key).fetchone()
+                if not row or not row[0]:
+                    raise TimeoutError(f"the lock of {name!r} is held")
+            else:
+                if timeout is not None:
+                    conn.execute(f"SET lock_timeout = {max(1, math.ceil(timeout * 1000))}")
+                try:
+                    conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", key)
+                except pg_errors.LockNotAvailable as exc:
+                    raise TimeoutError(
+                        f"the lock of {name!r} was not free within {timeout} s"
+                    ) from exc
+                finally:
+                    if timeout is not None:
+                        conn.execute("RESET lock_timeout")
+            try:
+                yield
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", key)
 
     def close(self) -> None:
         """Close every pool whose event loop can still run it. Idempotent."""
