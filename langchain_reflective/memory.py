@@ -44,13 +44,13 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_reflective._background import PendingDrainer, ReflectionWorkers, describe_error
 from langchain_reflective.errors import PendingConflictError, StorageError
+from langchain_reflective.memory_config import MemoryConfig, ReflectionFailure
 from langchain_reflective.records import REFLECTION, MemoryRecord
 from langchain_reflective.stream import MemoryStream, RetrievalFilter, ScoredMemory
 from langchain_reflective.working_context import (
@@ -77,60 +77,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryConfig:
-    """Behaviour of :class:`ReflectiveMemory` (defaults follow the paper and seed 000)."""
-
-    reflect_threshold: float = 15.0
-    """Reflect when the importance (0-1 units) summed since the last reflection reaches this
-    (the paper's 150 on the 1-10 scale). ``0`` disables the importance trigger."""
-    reflect_every: int = 0
-    """Also reflect after every N adds (seed 000 ``ReflectEvery``); 0 disables it."""
-    recent_capacity: int = 20
-    """Most recent observations considered for the working context."""
-    insight_capacity: int = 10
-    """Most important reflections shown in the working context."""
-    eviction_threshold: float = 0.3
-    """Recent observations below this importance are left out of the working context (they
-    stay in the stream and can still be retrieved)."""
-    retrieve_k: int = 5
-    """Memories retrieved for the current input in the working context."""
-    token_budget: int = 1500
-    """Approximate token budget of the memory block (4 characters per token)."""
-    background: bool = True
-    """Reflect, and complete pending memories, in background threads (``add`` and ``enqueue``
-    never wait for them); ``False`` does both inline, before the call returns."""
-    shutdown_timeout: float = 30.0
-    """At interpreter exit, wait this long for running reflections before leaving."""
-    drain_batch: int = 64
-    """Pending memories (see :meth:`ReflectiveMemory.enqueue`) completed per batch: one
-    embedding call and one importance batch each."""
-
-    def __post_init__(self) -> None:
-        if isinstance(self.drain_batch, bool) or not isinstance(self.drain_batch, int):
-            raise ValueError(f"drain_batch must be an integer >= 1, got {self.drain_batch!r}")
-        if self.drain_batch < 1:
-            raise ValueError(f"drain_batch must be an integer >= 1, got {self.drain_batch!r}")
-        for name in ("reflect_every", "recent_capacity", "insight_capacity", "retrieve_k"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-        if self.reflect_threshold < 0 or self.token_budget < 1:
-            raise ValueError("reflect_threshold must be >= 0 and token_budget >= 1")
-
-
-@dataclass(frozen=True, slots=True)
-class ReflectionFailure:
-    """A background job that failed: a reflection (nothing was written) or the completion of a
-    batch of pending memories (they stay queued and are retried)."""
-
-    namespace: str
-    error: BaseException
-    at: datetime
-    stage: Literal["reflection", "pending"] = "reflection"
-    """What failed: a ``"reflection"``, or completing ``"pending"`` memories."""
 
 
 _LIVE: weakref.WeakSet[ReflectiveMemory] = weakref.WeakSet()
