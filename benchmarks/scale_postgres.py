@@ -351,6 +351,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--agreement-queries", type=int, default=100)
     parser.add_argument("--url", help="admin URL of a Postgres server (default: embedded)")
     parser.add_argument("--no-peer", action="store_true", help="skip LangGraph's PostgresStore")
+    parser.add_argument(
+        "--only", choices=["ours", "peer"], help="run one system (e.g. each 1M run on its own)"
+    )
     parser.add_argument("--workers", type=int, default=4, help="concurrent processes (0: skip)")
     parser.add_argument("--concurrent-adds", type=int, default=2500, help="memories per process")
     parser.add_argument("--concurrent-batch", type=int, default=100)
@@ -366,17 +369,18 @@ def main(argv: list[str] | None = None) -> None:
     concurrent: list[dict[str, Any]] = []
     with server(args.url, args.shared_buffers or None) as admin:
         for n in sizes:
-            url = fresh_database(admin, f"bench_ours_{n}")
-            results.append(run_ours(url, n, args.queries, args.agreement_queries))
-            print(table(results[-1:]), flush=True)
-            if args.workers > 0:
+            if args.only != "peer":
+                url = fresh_database(admin, f"bench_ours_{n}")
+                results.append(run_ours(url, n, args.queries, args.agreement_queries))
+                print(table(results[-1:]), flush=True)
+            if args.workers > 0 and args.only != "peer":
                 concurrent.append(
                     run_concurrent(
                         url, n, args.workers, args.concurrent_adds, args.concurrent_batch
                     )
                 )
                 print(concurrent_table(concurrent[-1]), flush=True)
-            if not args.no_peer:
+            if not args.no_peer and args.only != "ours":
                 url = fresh_database(admin, f"bench_peer_{n}")
                 results.append(run_peer(url, n, args.queries))
                 print(table(results[-1:]), flush=True)
