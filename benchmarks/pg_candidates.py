@@ -26,15 +26,20 @@ from typing import Any
 
 import numpy as np
 from scale import AGREEMENT_SEED, BATCH, K, created_times, iter_chunks, make_queries
-from scale_postgres import _analyze, _fake_embeddings, fresh_database, machine, server
+from scale_postgres import (
+    _analyze,
+    _fake_embeddings,
+    exact_top_ids,
+    fresh_database,
+    machine,
+    server,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "pg_candidates.json"
 
 
 def main(argv: list[str] | None = None) -> None:
     from langchain_reflective import MemoryStream, PostgresBackend
-    from langchain_reflective.backends.base import RetrievalFilter
-    from langchain_reflective.scoring import score_candidates, top_k
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=100_000)
@@ -64,13 +69,7 @@ def main(argv: list[str] | None = None) -> None:
             qs = make_queries(args.n, args.queries, seed=AGREEMENT_SEED)
             exact_ids = []
             for _, vec, text in qs:
-                exact = backend.candidates(
-                    stream.namespace, text, vec.astype(np.float32), k=K,
-                    filter=RetrievalFilter(), config=stream.scoring, exact=True,
-                )  # fmt: skip
-                comps, _ = score_candidates(stream.scoring, exact, end.timestamp())
-                keys = exact.keys[top_k(comps.score, K)].tolist()
-                exact_ids.append({r.id for r in backend.fetch(stream.namespace, keys).values()})
+                exact_ids.append(exact_top_ids(stream, backend, vec, text, end))
         for cfg in configs:
             with MemoryStream(emb, backend=PostgresBackend.from_conn_string(url, **cfg)) as s:
                 agree, lat = [], []

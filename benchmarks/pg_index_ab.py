@@ -46,15 +46,13 @@ from scale import (
     machine,
     make_queries,
 )
-from scale_postgres import _analyze, fresh_database, server
+from scale_postgres import _analyze, exact_top_ids, fresh_database, server
 
 RESULTS = Path(__file__).resolve().parent / "results" / "pg_index_ab.json"
 
 
 def measure(stream: Any, backend: Any, n: int, args: argparse.Namespace) -> dict[str, Any]:
     """p50/p90 and agreement of ``stream`` as its index stands."""
-    from langchain_reflective.backends.base import RetrievalFilter
-    from langchain_reflective.scoring import score_candidates, top_k
 
     emb = stream.embeddings
     end = datetime.now(UTC)
@@ -69,14 +67,7 @@ def measure(stream: Any, backend: Any, n: int, args: argparse.Namespace) -> dict
     for _, vec, text in qs[: args.agreement_queries]:
         emb.query = vec
         got = [h.record.id for h in stream.retrieve(text, k=K, now=end, touch=False)]
-        unit = (vec / np.linalg.norm(vec)).astype(np.float32)
-        exact = backend.candidates(
-            stream.namespace, text, unit, k=K, filter=RetrievalFilter(), config=stream.scoring,
-            exact=True,
-        )  # fmt: skip
-        comps, _ = score_candidates(stream.scoring, exact, end.timestamp())
-        keys = exact.keys[top_k(comps.score, K)].tolist()
-        ids = [r.id for r in backend.fetch(stream.namespace, keys).values()]
+        ids = exact_top_ids(stream, backend, vec, text, end)
         agree.append(len(set(ids) & set(got)) / K)
     return {"retrieve": _pcts(lat), "agreement_at_10": float(np.mean(agree))}
 

@@ -126,10 +126,23 @@ def _analyze(url: str, table: str) -> None:
         conn.execute(f"VACUUM ANALYZE {table}")
 
 
-def run_ours(url: str, n: int, queries: int, agreement_queries: int) -> dict[str, Any]:
-    from langchain_reflective import MemoryStream, PostgresBackend
+def exact_top_ids(stream: Any, backend: Any, vec: np.ndarray, text: str, now: datetime) -> set[str]:
+    """Ids of the exact top ``K`` under the stream's scoring (every memory scored)."""
     from langchain_reflective.backends.base import RetrievalFilter
     from langchain_reflective.scoring import score_candidates, top_k
+
+    unit = (vec / np.linalg.norm(vec)).astype(np.float32)
+    exact = backend.candidates(
+        stream.namespace, text, unit, k=K, filter=RetrievalFilter(), config=stream.scoring,
+        exact=True,
+    )  # fmt: skip
+    comps, _ = score_candidates(stream.scoring, exact, now.timestamp())
+    keys = exact.keys[top_k(comps.score, K)].tolist()
+    return {r.id for r in backend.fetch(stream.namespace, keys).values()}
+
+
+def run_ours(url: str, n: int, queries: int, agreement_queries: int) -> dict[str, Any]:
+    from langchain_reflective import MemoryStream, PostgresBackend
 
     emb = _fake_embeddings()
     end = datetime.now(UTC)
@@ -158,19 +171,11 @@ def run_ours(url: str, n: int, queries: int, agreement_queries: int) -> dict[str
             lat.append(time.perf_counter() - t0)
         out["retrieve"] = _pcts(lat)
         agree = []
-        config = stream.scoring
         # queries the latency run did not touch (see scale.AGREEMENT_SEED)
         for _, vec, text in make_queries(n, agreement_queries, seed=AGREEMENT_SEED):
             emb.query = vec
             got = [h.record.id for h in stream.retrieve(text, k=K, now=end, touch=False)]
-            unit = (vec / np.linalg.norm(vec)).astype(np.float32)
-            exact = backend.candidates(
-                stream.namespace, text, unit, k=K, filter=RetrievalFilter(), config=config,
-                exact=True,
-            )  # fmt: skip
-            comps, _ = score_candidates(config, exact, end.timestamp())
-            keys = exact.keys[top_k(comps.score, K)].tolist()
-            ids = [r.id for r in backend.fetch(stream.namespace, keys).values()]
+            ids = exact_top_ids(stream, backend, vec, text, end)
             agree.append(len(set(ids) & set(got)) / K)
         out["agreement_at_10"] = float(np.mean(agree)) if agree else None
     return out
