@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
                         texts[b : b + BATCH], importances=imps[b : b + BATCH], now=next(times)
                     )
             backend.wait_for_index()
-            _analyze(url, "reflective_memories")
+            _analyze(url, "reflective_memories, reflective_terms, reflective_access")
             qs = make_queries(args.n, args.queries, seed=AGREEMENT_SEED)
             exact_ids = []
             for _, vec, text in qs:

@@ -91,7 +91,7 @@ def run(url: str, n: int, args: argparse.Namespace) -> list[dict[str, Any]]:
             t0 = time.perf_counter()
             backend.reindex(kind=kind)
             build = time.perf_counter() - t0
-            _analyze(url, "reflective_memories")
+            _analyze(url, "reflective_memories, reflective_terms, reflective_access")
             row: dict[str, Any] = {"index": kind, "n": n, "build_s": build}
             row.update(measure(stream, backend, n, args))
             row["state"] = str(backend.index_state())

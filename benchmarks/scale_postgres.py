@@ -161,7 +161,7 @@ def run_ours(url: str, n: int, queries: int, agreement_queries: int) -> dict[str
                 add += time.perf_counter() - t0
         out["add_s"] = add
         out["adds_per_s"] = n / add
-        _analyze(url, "reflective_memories")
+        _analyze(url, "reflective_memories, reflective_terms, reflective_access")
         qs = make_queries(n, queries)
         lat = []
         for _, vec, text in qs:

@@ -72,6 +72,15 @@ def test_ivfflat_is_built_once_big_enough_and_retrained_as_the_table_grows(
     first = small_ivf.index_state()
     assert first.kind == "ivfflat" and first.rows == 250 and first.lists == 16
     assert _vector_indexes(postgres_url) == [(first.name, "ivfflat", True)]
+    with psycopg.connect(postgres_url) as conn:  # the planner has statistics of the new size
+        stats = conn.execute(
+            "SELECT relname, n_live_tup > 0 AND last_analyze IS NOT NULL FROM pg_stat_user_tables "
+            "WHERE relname IN ('reflective_memories', 'reflective_terms', 'reflective_access') "
+            "ORDER BY relname"
+        ).fetchall()
+    assert stats == [
+        (t, True) for t in ("reflective_access", "reflective_memories", "reflective_terms")
+    ]
 
     _fill(small_ivf, 200, seed=3)  # 450 < 2 x 250: not yet
     small_ivf.wait_for_index()
@@ -274,7 +283,7 @@ def test_a_version_1_database_upgrades_keeps_hnsw_and_can_switch(postgres_url: s
     with PostgresBackend.from_conn_string(postgres_url, ivf_min_rows=10) as b:
         b.setup()
         b.setup()  # idempotent
-        assert b.schema_version() == SCHEMA_VERSION == 3
+        assert b.schema_version() == SCHEMA_VERSION == 4
         records, _ = _fill(b, 40)
         b.wait_for_index()
         assert b.index_state().kind == "hnsw"  # kept: no IVFFlat built past min_rows

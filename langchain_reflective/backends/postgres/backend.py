@@ -349,8 +349,9 @@ class PostgresBackend(BaseMemoryBackend):
         with self._pools.conn() as conn, conn.transaction():
             lock_counter(conn, namespace)
             gone = conn.execute(
-                "SELECT m.seq, m.lex_len, m.ctx_len, a.prev_obs, a.next_obs "
-                f"FROM {RECORDS} WHERE m.namespace = %s AND m.id = ANY(%s)",
+                "SELECT m.seq, t.lex_len, t.ctx_len, a.prev_obs, a.next_obs "
+                f"FROM {RECORDS} JOIN reflective_terms t ON t.seq = m.seq "
+                "WHERE m.namespace = %s AND m.id = ANY(%s)",
                 (namespace, list(ids)),
             ).fetchall()
             if not gone:

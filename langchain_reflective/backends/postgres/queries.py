@@ -49,14 +49,14 @@ BM25_B = 0.75
 def _lexical_ctes(p: str, where: str) -> list[str]:
     """The BM25 CTEs over the ``{p}_*`` term columns (``lex`` or ``ctx``).
 
-    ``hits`` is one row per (query term, memory of the namespace holding it), found through
-    the GIN index in one pass: the term's count in the memory (by position), the memory's
-    length, whether it is an observation and whether it passes the filter. The document
-    frequencies are counted from it (no second index scan), and ``lexall`` sums each matching
-    memory's BM25 (unfiltered, so its best score is the namespace's best: ``lexical_max``). A
-    memory matching no query term scores 0. The constants are ``float8``: as ``numeric``
-    literals each row paid a ``numeric`` product and its conversion (the values are the same:
-    ``0.75 * len`` is exact either way).
+    ``hits`` is one row per (query term, memory of the namespace holding it), found through the GIN
+    index of ``reflective_terms`` (narrow rows, no vectors) in one pass: the term's count in the
+    memory (by position), the memory's length, whether it is an observation and whether it passes
+    the filter. The document frequencies are counted from it (no second index scan), and ``lexall``
+    sums each matching memory's BM25 (unfiltered, so its best score is the namespace's best:
+    ``lexical_max``). A memory matching no query term scores 0. The constants are ``float8``: as
+    ``numeric`` literals each row paid a ``numeric`` product and its conversion (the values are the
+    same: ``0.75 * len`` is exact either way).
     """
     return [
         "stats AS MATERIALIZED (SELECT coalesce(max(c.lex_docs), 0)::float8 AS n, "
@@ -67,7 +67,7 @@ def _lexical_ctes(p: str, where: str) -> list[str]:
         f"m.{p}_tfs[array_position(m.{p}_terms, t.term)] AS tf, m.{p}_len AS len, "
         f"(true{where}) AS ok "
         "FROM unnest(%(qterms)s::text[], %(qtfs)s::int[]) AS t(term, qtf) "
-        f"JOIN reflective_memories m ON m.{p}_terms @> ARRAY[t.term] "
+        f"JOIN reflective_terms m ON m.{p}_terms @> ARRAY[t.term] "
         "WHERE m.namespace = %(ns)s)",
         "qt AS MATERIALIZED (SELECT d.term, d.qtf * ln(1 + (s.n - d.c + 0.5) / (d.c + 0.5)) AS w "
         "FROM (SELECT term, min(qtf) AS qtf, count(*)::float8 AS c FROM hits GROUP BY term) d "

@@ -1,14 +1,14 @@
 """How ``PostgresBackend.put`` writes a batch of memories: keys, terms, links, binary ``COPY``.
 
 A batch costs a fixed handful of statements whatever its size. The keys (``seq``) come from the
-identity's sequence in one statement, after the caller has locked the namespaces' counter rows,
-so writers of a namespace still take their keys in the order they commit. The memory rows and
-their access rows are each one binary ``COPY``: vectors travel in pgvector's binary format and
-term arrays in Postgres' binary array format, so nothing formats floats as text or parses them
-back. Each observation's links to the previous and next observation of its namespace are
-worked out here from the batch's order and the namespace's newest stored observation (read
-once per namespace, with its terms for the lexical context), instead of one index search per
-row; the stored observation that was newest gets its ``next_obs`` in one ``UPDATE``.
+identity's sequence in one statement, after the caller has locked the namespaces' counter rows, so
+writers of a namespace still take their keys in the order they commit. The memory rows, their term
+rows and their access rows are each one binary ``COPY``: vectors travel in pgvector's binary format
+and term arrays in Postgres' binary array format, so nothing formats floats as text or parses them
+back. Each observation's links to the previous and next observation of its namespace are worked out
+here from the batch's order and the namespace's newest stored observation (read once per namespace,
+with its terms for the lexical context), instead of one index search per row; the stored observation
+that was newest gets its ``next_obs`` in one ``UPDATE``.
 
 What is stored is exactly what row-by-row inserts stored: the same terms (the SQLite backend's
 tokenizer), the same float32 vector values, the same links.
@@ -47,7 +47,10 @@ TOKENIZER = BM25Index()
 
 _MEMORY_COLUMNS = (
     "seq, id, namespace, text, kind, created_at, importance, importance_source, evidence, "
-    "depth, metadata, embedding, lex_terms, lex_tfs, lex_len, ctx_terms, ctx_tfs, ctx_len"
+    "depth, metadata, embedding"
+)
+_TERM_COLUMNS = (
+    "seq, namespace, kind, created_at, lex_terms, lex_tfs, lex_len, ctx_terms, ctx_tfs, ctx_len"
 )
 _ACCESS_COLUMNS = "seq, namespace, last_accessed_at, prev_obs, next_obs"
 _KEYS = (
@@ -55,8 +58,9 @@ _KEYS = (
     "::regclass AS s) AS q CROSS JOIN generate_series(1, %s)"
 )
 _NEWEST_OBSERVATION = (
-    "SELECT seq, lex_terms, lex_tfs FROM reflective_memories WHERE namespace = %s "
-    "AND kind = 'observation' ORDER BY seq DESC LIMIT 1"
+    "SELECT t.seq, t.lex_terms, t.lex_tfs FROM reflective_terms t WHERE t.seq = "
+    "(SELECT seq FROM reflective_memories WHERE namespace = %s AND kind = 'observation' "
+    "ORDER BY seq DESC LIMIT 1)"
 )
 
 
@@ -178,16 +182,9 @@ def write_memories(
                 "int4",
                 "jsonb",
                 vector_oid,
-                TEXT_ARRAY_OID,
-                INT4_ARRAY_OID,
-                "int4",
-                TEXT_ARRAY_OID,
-                INT4_ARRAY_OID,
-                "int4",
             ]
         )
         for i, r in enumerate(records):
-            own, context = terms[i]
             cp.write_row(
                 (
                     keys[i],
@@ -202,6 +199,31 @@ def write_memories(
                     int(r.depth),
                     Jsonb(dict(r.metadata)),
                     encoded_vectors[i],
+                )
+            )
+    with cur.copy(f"COPY reflective_terms ({_TERM_COLUMNS}) FROM STDIN (FORMAT BINARY)") as cp:
+        cp.set_types(
+            [
+                "int8",
+                "text",
+                "text",
+                "timestamptz",
+                TEXT_ARRAY_OID,
+                INT4_ARRAY_OID,
+                "int4",
+                TEXT_ARRAY_OID,
+                INT4_ARRAY_OID,
+                "int4",
+            ]
+        )
+        for i, r in enumerate(records):
+            own, context = terms[i]
+            cp.write_row(
+                (
+                    keys[i],
+                    r.namespace,
+                    r.kind,
+                    r.created_at,
                     text_array_binary(own),
                     int_array_binary(list(own.values())),
                     own.total(),

@@ -1,0 +1,118 @@
+"""Schema migrations against a real server: a database written by an older schema upgrades in
+``setup()`` and then answers exactly as one written by the current schema."""
+
+from __future__ import annotations
+
+import numpy as np
+import psycopg
+import pytest
+
+from langchain_reflective.backends.base import RetrievalFilter
+from langchain_reflective.backends.postgres import PostgresBackend
+from langchain_reflective.backends.postgres.schema import MIGRATIONS, SCHEMA_VERSION
+from langchain_reflective.scoring import ScoringConfig
+from tests.postgres.conftest import create_database
+from tests.postgres.test_postgres_backend import DIM, _fill
+
+pytestmark = [pytest.mark.postgres, pytest.mark.integration]
+
+_TERMS = "lex_terms, lex_tfs, lex_len, ctx_terms, ctx_tfs, ctx_len"
+_MEMORY = (
+    "seq, id, namespace, text, kind, created_at, importance, importance_source, evidence, "
+    "depth, metadata, embedding"
+)
+
+
+def _columns(conn: psycopg.Connection[tuple[object, ...]], table: str) -> set[str]:
+    rows = conn.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = %s", (table,)
+    ).fetchall()
+    return {str(r[0]) for r in rows}
+
+
+def _version_3_copy(source: str, target: str) -> None:
+    """``target`` becomes the database schema version 3 would have written for ``source``'s
+    memories: the term columns inside ``reflective_memories`` (copied from ``source``'s
+    ``reflective_terms``), the same access rows, counters and metadata."""
+    with psycopg.connect(target, autocommit=True) as conn, conn.transaction():
+        conn.execute(
+            "CREATE TABLE reflective_schema_version (version integer PRIMARY KEY, "
+            "applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for version, ddl in enumerate(MIGRATIONS[:3], start=1):
+            conn.execute(ddl)
+            conn.execute("INSERT INTO reflective_schema_version (version) VALUES (%s)", (version,))
+        conn.execute(f"ALTER TABLE reflective_memories ALTER COLUMN embedding TYPE vector({DIM})")
+    with psycopg.connect(source) as src, psycopg.connect(target) as dst, dst.transaction():
+        memories = src.execute(
+            f"SELECT {', '.join('m.' + c.strip() for c in _MEMORY.split(','))}, "
+            f"{', '.join('t.' + c.strip() for c in _TERMS.split(','))} "
+            "FROM reflective_memories m JOIN reflective_terms t ON t.seq = m.seq ORDER BY m.seq"
+        ).fetchall()
+        dst.cursor().executemany(
+            f"INSERT INTO reflective_memories ({_MEMORY}, {_TERMS}) OVERRIDING SYSTEM VALUE "
+            f"VALUES ({', '.join(['%s'] * 18)})",
+            [(*r[:10], psycopg.types.json.Jsonb(r[10]), *r[11:]) for r in memories],
+        )
+        for table in ("reflective_access", "reflective_counters", "reflective_meta"):
+            rows = src.execute(f"SELECT * FROM {table}").fetchall()
+            if rows:
+                dst.cursor().executemany(
+                    f"INSERT INTO {table} VALUES ({', '.join(['%s'] * len(rows[0]))}) "
+                    "ON CONFLICT DO NOTHING",
+                    rows,
+                )
+        dst.execute(
+            "SELECT setval(pg_get_serial_sequence('reflective_memories', 'seq'), "
+            "(SELECT max(seq) FROM reflective_memories))"
+        )
+        assert "ctx_terms" in _columns(dst, "reflective_memories")
+
+
+def _candidates(backend: PostgresBackend, query: str, vector: np.ndarray) -> list[np.ndarray]:
+    got = backend.candidates(
+        "default", query, vector, k=5, filter=RetrievalFilter(), config=ScoringConfig.hybrid(),
+        exact=True,
+    )  # fmt: skip
+    assert got.lexical is not None and got.previous is not None and got.next is not None
+    return [got.keys, got.relevance, got.lexical, np.array([got.lexical_max]), got.previous]
+
+
+def test_a_version_3_database_moves_its_terms_and_ranks_as_a_new_one(
+    postgres_url: str, postgres_server: str
+) -> None:
+    old_url = create_database(postgres_server)
+    with PostgresBackend.from_conn_string(postgres_url) as new:
+        new.setup()
+        records, vectors = _fill(new, 60, seed=3)
+    _version_3_copy(postgres_url, old_url)
+
+    with (
+        PostgresBackend.from_conn_string(postgres_url) as new,
+        PostgresBackend.from_conn_string(old_url) as old,
+    ):
+        old.setup()
+        old.setup()  # idempotent
+        assert old.schema_version() == SCHEMA_VERSION == 4
+        with psycopg.connect(old_url) as conn:
+            assert not {"lex_terms", "ctx_terms"} & _columns(conn, "reflective_memories")
+        with psycopg.connect(old_url) as a, psycopg.connect(postgres_url) as b:
+            moved = a.execute("SELECT * FROM reflective_terms ORDER BY seq").fetchall()
+            written = b.execute("SELECT * FROM reflective_terms ORDER BY seq").fetchall()
+        assert len(moved) == 60 and moved == written
+        for i in (0, 7, 31):
+            query = records[i].text
+            for mine, theirs in zip(
+                _candidates(old, query, vectors[i]),
+                _candidates(new, query, vectors[i]),
+                strict=True,
+            ):
+                np.testing.assert_array_equal(mine, theirs)
+        # and the upgraded database keeps working: writes, lexical hits, deletes
+        more, more_vectors = _fill(old, 5, seed=4)
+        got = _candidates(old, more[2].text, more_vectors[2])
+        assert got[2].max() > 0
+        assert old.delete("default", [more[2].id, records[0].id]) == 2
+        assert old.count("default") == 63
+        with psycopg.connect(old_url) as conn:
+            assert conn.execute("SELECT count(*) FROM reflective_terms").fetchone() == (63,)
