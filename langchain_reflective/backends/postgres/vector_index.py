@@ -258,7 +258,7 @@ def build_index(
             write_state(conn, new)
         for name_old in old:
             conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name_old}"')
-        # the tables grew (4x) since the planner last had statistics, perhaps from nothing:
+        # the tables grew (ivf_growth) since the planner last had statistics, perhaps from none:
         # without them it joined the lexical half's term rows by a plan ~1.6x slower (100k)
         conn.execute("ANALYZE reflective_memories, reflective_terms, reflective_access")
         return new
