@@ -321,6 +321,40 @@ def test_an_interrupted_builds_invalid_index_is_dropped(
     assert _vector_indexes(postgres_url) == [(state.name, "ivfflat", True)]
 
 
+def test_close_cancels_a_background_build_instead_of_waiting_for_it(
+    small_ivf: PostgresBackend, postgres_url: str
+) -> None:
+    """A process shutting down mid-build does not hang on it: ``close()`` cancels the
+    concurrent build (its invalid leftover is dropped by the next build, above)."""
+    _fill(small_ivf, 150, seed=1)
+    with psycopg.connect(postgres_url) as blocker:
+        # an open writer: CREATE INDEX CONCURRENTLY waits for it before it can finish
+        blocker.execute("LOCK TABLE reflective_memories IN ROW EXCLUSIVE MODE")
+        _fill(small_ivf, 100, seed=2)  # 250 rows: a background build starts, and waits
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            with psycopg.connect(postgres_url) as conn:
+                waiting = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND query LIKE 'CREATE INDEX CONCURRENTLY%%'"
+                ).fetchone()
+            if waiting and waiting[0]:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the background build never started")
+        closer = threading.Thread(target=small_ivf.close)
+        closer.start()
+        closer.join(10)
+        cancelled = not closer.is_alive()  # while the writer is still open
+        blocker.rollback()
+        closer.join()
+    assert cancelled, "close() waited for the build instead of cancelling it"
+    with PostgresBackend.from_conn_string(postgres_url) as fresh:
+        assert fresh.index_state().name is None  # nothing recorded
+    assert all(not valid for _, _, valid in _vector_indexes(postgres_url))
+
+
 async def test_async_candidates_search_the_ivfflat_index_like_sync(
     small_ivf: PostgresBackend,
 ) -> None:
