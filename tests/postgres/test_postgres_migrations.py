@@ -10,6 +10,7 @@ import pytest
 from langchain_reflective.backends.base import RetrievalFilter
 from langchain_reflective.backends.postgres import PostgresBackend
 from langchain_reflective.backends.postgres.schema import MIGRATIONS, SCHEMA_VERSION
+from langchain_reflective.errors import StorageError
 from langchain_reflective.scoring import ScoringConfig
 from tests.postgres.conftest import create_database
 from tests.postgres.test_postgres_backend import DIM, _fill
@@ -116,3 +117,26 @@ def test_a_version_3_database_moves_its_terms_and_ranks_as_a_new_one(
         assert old.count("default") == 63
         with psycopg.connect(old_url) as conn:
             assert conn.execute("SELECT count(*) FROM reflective_terms").fetchone() == (63,)
+
+
+def test_an_unmigrated_database_says_to_call_setup(postgres_url: str, postgres_server: str) -> None:
+    """Code of this version against tables of an older schema (no ``setup()`` yet), and
+    against no tables at all: a typed error that says what to do, not a raw psycopg one."""
+    old_url = create_database(postgres_server)
+    with PostgresBackend.from_conn_string(postgres_url) as new:
+        new.setup()
+        records, vectors = _fill(new, 5)
+    _version_3_copy(postgres_url, old_url)
+    empty_url = create_database(postgres_server)
+    for url in (old_url, empty_url):
+        with (
+            PostgresBackend.from_conn_string(url) as backend,
+            pytest.raises(StorageError, match=r"not at this package's schema version.*setup\(\)"),
+        ):
+            backend.candidates(
+                "default", "tea", vectors[0], k=3, filter=RetrievalFilter(),
+                config=ScoringConfig.hybrid(),
+            )  # fmt: skip
+    with PostgresBackend.from_conn_string(old_url) as backend:
+        backend.setup()
+        assert backend.get("default", [records[0].id])[0].text == records[0].text

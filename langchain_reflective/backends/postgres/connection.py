@@ -26,10 +26,14 @@ def storage_error(exc: BaseException) -> Exception:
         return InvalidMemoryError(f"text cannot be encoded as UTF-8: {exc}")
     if isinstance(exc, pg_errors.IntegrityError):
         return StorageError(f"could not store memories (duplicate id?): {exc}")
-    if isinstance(exc, pg_errors.UndefinedTable):
+    if isinstance(exc, (pg_errors.UndefinedTable, pg_errors.UndefinedColumn)):
+        # no tables yet, or tables of another schema version than this code's
+        detail = exc.diag.message_primary or str(exc)  # (without the statement's excerpt)
         return StorageError(
-            f"the database has no langchain-reflective tables ({exc}); call "
-            "PostgresBackend.setup() once (it is idempotent)"
+            f"the database's langchain-reflective tables are missing or not at this package's "
+            f"schema version ({detail}); call PostgresBackend.setup(), which creates or upgrades "
+            "them (idempotent). If another process set the database up with a newer version "
+            "of langchain-reflective, upgrade this one."
         )
     if isinstance(exc, psycopg.OperationalError):
         return StorageError(f"the Postgres server could not be reached: {exc}")
