@@ -202,9 +202,10 @@ class MemoryStream(StreamBase):
         namespace: str | None,
         now: datetime | None,
         reset_reflection_counter: bool,
+        replacing: Sequence[str] | None = None,
     ) -> AddPlan:
         self._check_open()
-        return plan_add(
+        plan = plan_add(
             texts,
             importances=importances,
             kinds=kinds,
@@ -215,6 +216,11 @@ class MemoryStream(StreamBase):
             now=now,
             reset_reflection_counter=reset_reflection_counter,
         )
+        if replacing:
+            if isinstance(replacing, str) or not all(isinstance(i, str) for i in replacing):
+                raise InvalidMemoryError("replacing must be a sequence of memory ids (str)")
+            plan.replacing = tuple(dict.fromkeys(replacing))
+        return plan
 
     def _add_flow(self, plans: Sequence[AddPlan]) -> _Flow:
         """Embed and rate every plan's memories in one call each, then store each plan's in one
@@ -257,12 +263,18 @@ class MemoryStream(StreamBase):
                 adds=n,
                 reset_at=plan.now if plan.reset_counter else None,
             )
-            yield (
-                self._backend,
-                "put",
-                (records, vectors if n == len(texts) else vectors[row : row + n]),
-                {"counter": counter, "pending": plan.ids if plan.pending else ()},
-            )
+            mine = vectors if n == len(texts) else vectors[row : row + n]
+            if plan.replacing:  # delete and store in one transaction
+                replace = (plan.namespace, plan.replacing, records, mine)
+                yield (self._backend, "replace", replace, {"counter": counter})
+            else:
+                pending = plan.ids if plan.pending else ()
+                yield (
+                    self._backend,
+                    "put",
+                    (records, mine),
+                    {"counter": counter, "pending": pending},
+                )
             if len(plans) == 1:
                 return records
             out.extend(records)
@@ -282,6 +294,7 @@ class MemoryStream(StreamBase):
         namespace: str | None = None,
         now: datetime | None = None,
         reset_reflection_counter: bool = False,
+        replacing: Sequence[str] | None = None,
     ) -> list[MemoryRecord]:
         """Add memories: one embedding call and at most one importance batch per call.
 
@@ -298,6 +311,10 @@ class MemoryStream(StreamBase):
             now: creation time (timezone-aware; default: the current time).
             reset_reflection_counter: reset the namespace's reflection counter in the same
                 transaction (used to store reflections atomically).
+            replacing: ids of the namespace's memories to delete in the same transaction (an
+                update in place: pass a memory's id here and in ``ids`` to replace it under the
+                same id). A failure stores nothing and deletes nothing (with the built-in
+                backends; see ``BaseMemoryBackend.replace``).
 
         Returns:
             The stored records, in order.
@@ -317,6 +334,7 @@ class MemoryStream(StreamBase):
             namespace=namespace,
             now=now,
             reset_reflection_counter=reset_reflection_counter,
+            replacing=replacing,
         )
         result: list[MemoryRecord] = _run(self._add_flow([plan]))
         return result
@@ -333,6 +351,7 @@ class MemoryStream(StreamBase):
         namespace: str | None = None,
         now: datetime | None = None,
         reset_reflection_counter: bool = False,
+        replacing: Sequence[str] | None = None,
     ) -> list[MemoryRecord]:
         """Async twin of :meth:`add`."""
         plan = self._plan(
@@ -345,6 +364,7 @@ class MemoryStream(StreamBase):
             namespace=namespace,
             now=now,
             reset_reflection_counter=reset_reflection_counter,
+            replacing=replacing,
         )
         result: list[MemoryRecord] = await _arun(self._add_flow([plan]))
         return result

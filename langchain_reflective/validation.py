@@ -130,6 +130,8 @@ class AddPlan:
     """Per-memory creation times (pending memories); ``None``: every memory was made ``now``."""
     pending: bool = False
     """The memories complete queued ones (same ids): the insert dequeues them."""
+    replacing: tuple[str, ...] = ()
+    """Ids of the namespace's memories deleted in the same write (``backend.replace``)."""
 
 
 def _broadcast(value: Any, n: int, name: str, *, scalar_types: tuple[type, ...]) -> list[Any]:

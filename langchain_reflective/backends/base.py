@@ -150,6 +150,31 @@ class BaseMemoryBackend(ABC):
         counting deleted memories (it counts adds).
         """
 
+    def replace(
+        self,
+        namespace: str,
+        ids: Sequence[str],
+        records: Sequence[MemoryRecord],
+        vectors: F32,
+        *,
+        counter: CounterUpdate | None = None,
+    ) -> int:
+        """Delete memories of ``namespace`` by id and store ``records`` (which may reuse those
+        ids) as one write; return how many were deleted.
+
+        This is how a memory is updated in place (``MemoryStream.add(..., replacing=ids)``,
+        ``ReflectiveStore`` puts): the built-in backends do it in one transaction, so a failure
+        or a crash leaves either the old memories or the new ones, never neither. This default
+        is :meth:`delete` then :meth:`put` (not atomic); override it when the storage has
+        transactions.
+
+        Raises:
+            StorageError: as :meth:`put`; the built-in backends then deleted nothing.
+        """
+        deleted = self.delete(namespace, ids)
+        self.put(records, vectors, counter=counter)
+        return deleted
+
     @abstractmethod
     def purge(self, namespace: str) -> int:
         """Delete every memory, queued memory and the reflection counter of ``namespace``;
@@ -358,6 +383,20 @@ class BaseMemoryBackend(ABC):
     async def adelete(self, namespace: str, ids: Sequence[str]) -> int:
         """Async twin of :meth:`delete`."""
         return await asyncio.to_thread(self.delete, namespace, ids)
+
+    async def areplace(
+        self,
+        namespace: str,
+        ids: Sequence[str],
+        records: Sequence[MemoryRecord],
+        vectors: F32,
+        *,
+        counter: CounterUpdate | None = None,
+    ) -> int:
+        """Async twin of :meth:`replace`."""
+        return await asyncio.to_thread(
+            self.replace, namespace, ids, records, vectors, counter=counter
+        )
 
     async def apurge(self, namespace: str) -> int:
         """Async twin of :meth:`purge`."""

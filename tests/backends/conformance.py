@@ -439,6 +439,52 @@ class BackendConformance:
         assert [p.id for p in backend.pending()] == ["p2"]
         assert backend.reflection_state("alice").adds_since == 0
 
+    def test_replace_updates_in_one_write_and_a_failed_one_changes_nothing(
+        self, backend: BaseMemoryBackend
+    ) -> None:
+        records = corpus(12)
+        self.fill(backend, records)
+        old = records[4]
+        new = MemoryRecord(
+            id=old.id,
+            text="tea garden replaced",
+            kind=OBSERVATION,
+            created_at=old.created_at,
+            importance=0.9,
+            namespace="alice",
+        )
+        counter = CounterUpdate("alice", importance=0.9, adds=1)
+        before = backend.reflection_state("alice").adds_since
+        assert (
+            backend.replace("alice", [old.id, "missing"], [new], vectors_of([new]), counter=counter)
+            == 1
+        )
+        assert backend.get("alice", [old.id]) == [new]
+        assert backend.count("alice") == 12
+        assert backend.reflection_state("alice").adds_since == before + 1
+        assert exact_top(backend, "alice", "tea garden replaced", ScoringConfig.dense(), k=1) == [
+            old.id
+        ]
+        # a write that fails (an id already stored: records[7]) deletes nothing either
+        again = MemoryRecord(
+            id=old.id, text="never stored", kind=OBSERVATION, created_at=NOW, namespace="alice"
+        )
+        clash = MemoryRecord(
+            id=records[7].id, text="clash", kind=OBSERVATION, created_at=NOW, namespace="alice"
+        )
+        with pytest.raises(StorageError):
+            backend.replace("alice", [old.id], [again, clash], vectors_of([again, clash]))
+        assert backend.get("alice", [old.id, records[7].id]) == [new, records[7]]
+        assert backend.count("alice") == 12
+        assert backend.reflection_state("alice").adds_since == before + 1
+        # and the stream updates in place through it
+        with MemoryStream(WordEmbeddings(32), backend=backend, namespace="alice") as stream:
+            stream.add("coffee train", ids=[old.id], replacing=[old.id], importances=0.5)
+            assert [r.text for r in backend.get("alice", [old.id])] == ["coffee train"]
+            assert stream.count() == 12
+            with pytest.raises(InvalidMemoryError):
+                stream.add("x", replacing="not-a-list")  # type: ignore[arg-type]
+
     # -- the reflection counter ------------------------------------------------------------
 
     def test_reflection_counter(self, backend: BaseMemoryBackend) -> None:

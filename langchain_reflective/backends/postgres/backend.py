@@ -49,7 +49,6 @@ from langchain_reflective.backends.postgres.queries import (
     BM25_K1,
     RECORD_COLUMNS,
     RECORDS,
-    RELINK,
     TOUCH,
     CandidateQuery,
     candidates_sql,
@@ -74,12 +73,11 @@ from langchain_reflective.backends.postgres.vector_index import (
     VectorIndexSettings,
 )
 from langchain_reflective.backends.postgres.writes import (
-    add_lexical_stats,
     apply_counter,
-    dequeue,
+    delete_memories,
     enqueue,
-    lock_counter,
-    write_memories,
+    lock_counters,
+    write_batch,
 )
 from langchain_reflective.backends.sqlite.lexical import BM25Index
 from langchain_reflective.backends.types import F32
@@ -315,25 +313,29 @@ class PostgresBackend(BaseMemoryBackend):
         if len(records) != len(vectors):
             raise StorageError(f"{len(records)} records but {len(vectors)} vectors")
         with self._pools.conn() as conn, conn.transaction():
-            # the namespaces' counter rows first: writers of a namespace take their keys (seq)
-            # in the order they commit, so "after the last reset" is exact and the neighbour
-            # links below see every earlier memory
-            spaces = {r.namespace for r in records}
-            if counter is not None:
-                spaces.add(counter.namespace)
-            for ns in sorted(spaces):
-                lock_counter(conn, ns)
-            if pending:
-                dequeue(conn, pending)
-            newest = 0
-            if records:
-                totals, newest = write_memories(
-                    conn, records, vectors, vector_oid=self._vector_oid(conn)
-                )
-                for ns, t in totals.items():
-                    add_lexical_stats(conn, ns, t.docs, t.total, t.ctx_total)
-            if counter is not None:
-                apply_counter(conn, counter)
+            newest = write_batch(conn, records, vectors, counter, pending, self._vector_oid(conn))
+        self._after_write(newest)
+
+    def replace(
+        self,
+        namespace: str,
+        ids: Sequence[str],
+        records: Sequence[MemoryRecord],
+        vectors: F32,
+        *,
+        counter: CounterUpdate | None = None,
+    ) -> int:
+        """Delete and store in one transaction (see :meth:`BaseMemoryBackend.replace`)."""
+        if len(records) != len(vectors):
+            raise StorageError(f"{len(records)} records but {len(vectors)} vectors")
+        with self._pools.conn() as conn, conn.transaction():
+            lock_counters(conn, records, counter, also=namespace)
+            deleted = delete_memories(conn, namespace, ids)
+            newest = write_batch(conn, records, vectors, counter, (), self._vector_oid(conn))
+        self._after_write(newest)
+        return deleted
+
+    def _after_write(self, newest: int) -> None:
         if newest:
             # keys are never reused: the newest is the rows ever written (an upper bound)
             self._index.after_put(newest)
@@ -350,29 +352,7 @@ class PostgresBackend(BaseMemoryBackend):
         if not ids:
             return 0
         with self._pools.conn() as conn, conn.transaction():
-            lock_counter(conn, namespace)
-            gone = conn.execute(
-                "SELECT m.seq, t.lex_len, t.ctx_len, a.prev_obs, a.next_obs "
-                f"FROM {RECORDS} JOIN reflective_terms t ON t.seq = m.seq "
-                "WHERE m.namespace = %s AND m.id = ANY(%s)",
-                (namespace, list(ids)),
-            ).fetchall()
-            if not gone:
-                return 0
-            seqs = {r[0] for r in gone}
-            conn.execute("DELETE FROM reflective_memories WHERE seq = ANY(%s)", (sorted(seqs),))
-            # the observations next to deleted ones link to their new neighbours
-            near = {s for r in gone for s in r[3:] if s is not None} - seqs
-            if near:
-                conn.execute(RELINK, (namespace, sorted(near)))
-            add_lexical_stats(
-                conn,
-                namespace,
-                -len(gone),
-                -sum(r[1] for r in gone),
-                -sum(r[2] for r in gone),
-            )
-            return len(gone)
+            return delete_memories(conn, namespace, ids)
 
     def purge(self, namespace: str) -> int:
         with self._pools.conn() as conn, conn.transaction():

@@ -27,7 +27,7 @@ from psycopg.abc import Buffer
 from psycopg.adapt import Dumper
 from psycopg.types.json import Jsonb
 
-from langchain_reflective.backends.postgres.queries import ADD, RESET
+from langchain_reflective.backends.postgres.queries import ADD, RECORDS, RELINK, RESET
 from langchain_reflective.backends.postgres.rows import (
     INT4_ARRAY_OID,
     TEXT_ARRAY_OID,
@@ -40,7 +40,14 @@ from langchain_reflective.backends.types import F32, CounterUpdate, PendingMemor
 from langchain_reflective.errors import PendingConflictError, StorageError
 from langchain_reflective.records import OBSERVATION, MemoryRecord
 
-__all__ = ["TOKENIZER", "LexicalTotals", "write_memories"]
+__all__ = [
+    "TOKENIZER",
+    "LexicalTotals",
+    "delete_memories",
+    "lock_counters",
+    "write_batch",
+    "write_memories",
+]
 
 TOKENIZER = BM25Index()
 """Only its tokenizer is used: the SQLite backend's terms, so BM25 agrees across backends."""
@@ -317,3 +324,75 @@ def enqueue(conn: psycopg.Connection[Any], items: Sequence[PendingMemory]) -> No
             for p in items
         ],
     )
+
+
+# -- a whole write or delete in the caller's transaction (put, delete, replace) ---------------
+
+
+def lock_counters(
+    conn: psycopg.Connection[Any],
+    records: Sequence[MemoryRecord],
+    counter: CounterUpdate | None,
+    also: str | None = None,
+) -> None:
+    """Lock the counter rows of every namespace a write touches, in one order.
+
+    Writers of a namespace take their keys (seq) in the order they commit, so "after the last
+    reset" is exact and the neighbour links see every earlier memory."""
+    spaces = {r.namespace for r in records}
+    if counter is not None:
+        spaces.add(counter.namespace)
+    if also is not None:
+        spaces.add(also)
+    for ns in sorted(spaces):
+        lock_counter(conn, ns)
+
+
+def write_batch(
+    conn: psycopg.Connection[Any],
+    records: Sequence[MemoryRecord],
+    vectors: F32,
+    counter: CounterUpdate | None,
+    pending: Sequence[str],
+    vector_oid: int,
+) -> int:
+    """Everything ``PostgresBackend.put`` writes, in ``conn``'s transaction: the counter rows
+    locked, the queue entries removed, the memories and their BM25 statistics, the counter
+    change. Returns the newest key (0 without records)."""
+    lock_counters(conn, records, counter)
+    if pending:
+        dequeue(conn, pending)
+    newest = 0
+    if records:
+        totals, newest = write_memories(conn, records, vectors, vector_oid=vector_oid)
+        for ns, t in totals.items():
+            add_lexical_stats(conn, ns, t.docs, t.total, t.ctx_total)
+    if counter is not None:
+        apply_counter(conn, counter)
+    return newest
+
+
+def delete_memories(conn: psycopg.Connection[Any], namespace: str, ids: Sequence[str]) -> int:
+    """Delete memories of ``namespace`` by id in ``conn``'s transaction, relinking their
+    neighbours and updating the BM25 statistics; returns how many were deleted."""
+    if not ids:
+        return 0
+    lock_counter(conn, namespace)
+    gone = conn.execute(
+        "SELECT m.seq, t.lex_len, t.ctx_len, a.prev_obs, a.next_obs "
+        f"FROM {RECORDS} JOIN reflective_terms t ON t.seq = m.seq "
+        "WHERE m.namespace = %s AND m.id = ANY(%s)",
+        (namespace, list(ids)),
+    ).fetchall()
+    if not gone:
+        return 0
+    seqs = {r[0] for r in gone}
+    conn.execute("DELETE FROM reflective_memories WHERE seq = ANY(%s)", (sorted(seqs),))
+    # the observations next to deleted ones link to their new neighbours
+    near = {s for r in gone for s in r[3:] if s is not None} - seqs
+    if near:
+        conn.execute(RELINK, (namespace, sorted(near)))
+    add_lexical_stats(
+        conn, namespace, -len(gone), -sum(r[1] for r in gone), -sum(r[2] for r in gone)
+    )
+    return len(gone)

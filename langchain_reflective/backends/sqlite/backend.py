@@ -281,6 +281,49 @@ class SQLiteBackend(BaseMemoryBackend):
                     del self._partitions[namespace]  # compact: rebuilt from the file on next use
             return len(seqs)
 
+    def replace(
+        self,
+        namespace: str,
+        ids: Sequence[str],
+        records: Sequence[MemoryRecord],
+        vectors: F32,
+        *,
+        counter: CounterUpdate | None = None,
+    ) -> int:
+        """Delete and insert in one SQLite transaction (see
+        :meth:`BaseMemoryBackend.replace`); the partition then drops the deleted rows and takes
+        the new ones, as :meth:`delete` and :meth:`put` would."""
+        if not ids:
+            self.put(records, vectors, counter=counter)
+            return 0
+        with self._lock:
+            self._check_open()
+            part = self._partitions.get(namespace)
+            seqs, gone = self.store.replace(namespace, ids, records, vectors, counter=counter)
+            if self.store.consume_write_conflict():
+                self._partitions.clear()  # another process wrote: reload from the file
+                part = None
+            if part is not None and gone:
+                part.flush_queue()
+                part.delete_rows(part.rows_of(gone))
+                part.generation = self.store.last_generation
+                part.dirty = True
+                if part.index.n_deleted * 2 > len(part) and len(part) > 1024:
+                    del self._partitions[namespace]  # compact: rebuilt from the file on next use
+                    part = None
+            groups: dict[str, list[int]] = {}
+            for i, r in enumerate(records):
+                groups.setdefault(r.namespace, []).append(i)
+            for ns, at in groups.items():
+                self._after_put(
+                    ns,
+                    part if ns == namespace else self._partitions.get(ns),
+                    [records[i] for i in at],
+                    vectors[at],
+                    [seqs[i] for i in at],
+                )
+            return len(gone)
+
     def purge(self, namespace: str) -> int:
         with self._lock:
             self._check_open()

@@ -128,6 +128,21 @@ class BaseRecordStore(ABC):
     def delete(self, ids: Sequence[str], *, namespace: str) -> list[int]:
         """Delete records of ``namespace``; return the sequence numbers actually deleted."""
 
+    def replace(
+        self,
+        namespace: str,
+        ids: Sequence[str],
+        records: Sequence[MemoryRecord],
+        vectors: npt.NDArray[np.float32],
+        *,
+        counter: CounterUpdate | None = None,
+    ) -> tuple[list[int], list[int]]:
+        """Delete ``ids`` of ``namespace`` and insert ``records``; return the new sequence
+        numbers and the deleted ones. ``SQLiteRecordStore`` does both in one transaction; this
+        default is :meth:`delete` then :meth:`insert` (not atomic)."""
+        deleted = self.delete(ids, namespace=namespace)
+        return self.insert(records, vectors, counter=counter), deleted
+
     @abstractmethod
     def purge(self, namespace: str) -> int:
         """Delete every record, queued memory and the counter of ``namespace``; return how many

@@ -141,6 +141,43 @@ class SQLiteRecordStore(CounterTable, PendingQueue, BaseRecordStore):
             accessed_us = created_us if r.accessed_at == r.created_at else to_us(r.accessed_at)
             row = insert_row(r, created_us, accessed_us, vectors.tobytes())
             return [self._insert_one(row, r.namespace)]
+        rows = self._rows(records, vectors)
+        if not pending and len(rows) == 1 and counts_itself(records[0], counter):
+            return [self._insert_one(rows[0], records[0].namespace)]
+        try:
+            with self._transaction() as c:
+                return self._insert_in(c, records, rows, counter, pending)
+        except sqlite3.IntegrityError as exc:
+            raise StorageError(f"could not store memories (duplicate id?): {exc}") from exc
+        except sqlite3.DatabaseError as exc:
+            raise StorageError(f"could not store memories: {exc}") from exc
+
+    def replace(
+        self,
+        namespace: str,
+        ids: Sequence[str],
+        records: Sequence[MemoryRecord],
+        vectors: npt.NDArray[np.float32],
+        *,
+        counter: CounterUpdate | None = None,
+    ) -> tuple[list[int], list[int]]:
+        """Delete ``ids`` of ``namespace`` and insert ``records`` in one transaction; returns
+        the new seqs and the deleted ones."""
+        rows = self._rows(records, vectors)
+        try:
+            with self._transaction() as c:
+                deleted = self._delete_in(c, ids, namespace)
+                return self._insert_in(c, records, rows, counter, ()), deleted
+        except sqlite3.IntegrityError as exc:
+            raise StorageError(f"could not store memories (duplicate id?): {exc}") from exc
+        except sqlite3.DatabaseError as exc:
+            raise StorageError(f"could not store memories: {exc}") from exc
+
+    @staticmethod
+    def _rows(
+        records: Sequence[MemoryRecord], vectors: npt.NDArray[np.float32]
+    ) -> list[tuple[Any, ...]]:
+        """The insert rows of ``records`` (one vector each)."""
         vecs = np.ascontiguousarray(vectors, dtype="<f4")
         if len(records) != vecs.shape[0]:
             raise StorageError(f"{len(records)} records but {vecs.shape[0]} vectors")
@@ -156,62 +193,61 @@ class SQLiteRecordStore(CounterTable, PendingQueue, BaseRecordStore):
             if accessed is None:
                 accessed = stamps[r.accessed_at] = to_us(r.accessed_at)
             rows.append(insert_row(r, created, accessed, blob[i * width : (i + 1) * width]))
-        if not pending and len(rows) == 1 and counts_itself(records[0], counter):
-            return [self._insert_one(rows[0], records[0].namespace)]
-        try:
-            with self._transaction() as c:
-                if pending:
-                    self._dequeue(c, pending)
-                seqs: list[int]
-                if len(rows) == 1:
-                    cur = c.execute(INSERT, rows[0])
-                    assert cur.lastrowid is not None
-                    seqs = [cur.lastrowid]
-                elif rows:
-                    # one prepared statement for the batch; each row takes the next seq, so
-                    # with the write lock held the new sequence numbers are consecutive
-                    c.executemany(INSERT, rows)
-                    self._writes += len(rows) - 1  # a big batch wakes the checkpointer sooner
-                    last = int(c.execute("SELECT last_insert_rowid()").fetchone()[0])
-                    seqs = list(range(last - len(rows) + 1, last + 1))
-                else:
-                    seqs = []
-                # per namespace: importance that counts, rows, first and last new seq
-                spans: dict[str, list[Any]] = {}
-                for r, seq in zip(records, seqs, strict=True):
-                    span = spans.get(r.namespace)
-                    if span is None:
-                        span = spans[r.namespace] = [0, 0, seq, seq]
-                    if r.kind != REFLECTION:
-                        span[0] += r.importance
-                    span[1] += 1
-                    span[3] = seq
-                for ns, (importance, n, first, last) in spans.items():
-                    mine = counter if counter is not None and counter.namespace == ns else None
-                    if mine is not None and mine.reset_at is not None:
-                        continue  # the reset below leaves these rows out of the counter
-                    if mine is not None and (mine.importance, mine.adds) == (importance, n):
-                        # the counter is what the rows say: they count themselves
-                        if self._fold_due(last, self._counter_row(c, ns)[1]):
-                            self._fold(c, ns, last)
-                    else:
-                        # no counter for these rows (an import: they do not count, as before),
-                        # or one that differs from them: fold the older rows, add the counter's
-                        extra = (mine.importance, mine.adds) if mine is not None else (0.0, 0)
-                        self._fold(c, ns, last, below=first, extra=extra)
-                if counter is not None and (
-                    counter.reset_at is not None or counter.namespace not in spans
-                ):
-                    self._apply_counter(c, counter)
-                for ns, span in spans.items():
-                    self.last_generation = (
-                        self._counter_row(c, ns)[0] * _GENERATION_STRIDE + span[3]
-                    )
-                return seqs
-        except sqlite3.IntegrityError as exc:
-            raise StorageError(f"could not store memories (duplicate id?): {exc}") from exc
-        except sqlite3.DatabaseError as exc:
-            raise StorageError(f"could not store memories: {exc}") from exc
+        return rows
+
+    def _insert_in(
+        self,
+        c: Any,
+        records: Sequence[MemoryRecord],
+        rows: list[tuple[Any, ...]],
+        counter: CounterUpdate | None,
+        pending: Sequence[str],
+    ) -> list[int]:
+        """The statements of :meth:`insert` in the open transaction ``c``."""
+        if pending:
+            self._dequeue(c, pending)
+        seqs: list[int]
+        if len(rows) == 1:
+            cur = c.execute(INSERT, rows[0])
+            assert cur.lastrowid is not None
+            seqs = [cur.lastrowid]
+        elif rows:
+            # one prepared statement for the batch; each row takes the next seq, so
+            # with the write lock held the new sequence numbers are consecutive
+            c.executemany(INSERT, rows)
+            self._writes += len(rows) - 1  # a big batch wakes the checkpointer sooner
+            last = int(c.execute("SELECT last_insert_rowid()").fetchone()[0])
+            seqs = list(range(last - len(rows) + 1, last + 1))
+        else:
+            seqs = []
+        # per namespace: importance that counts, rows, first and last new seq
+        spans: dict[str, list[Any]] = {}
+        for r, seq in zip(records, seqs, strict=True):
+            span = spans.get(r.namespace)
+            if span is None:
+                span = spans[r.namespace] = [0, 0, seq, seq]
+            if r.kind != REFLECTION:
+                span[0] += r.importance
+            span[1] += 1
+            span[3] = seq
+        for ns, (importance, n, first, last) in spans.items():
+            mine = counter if counter is not None and counter.namespace == ns else None
+            if mine is not None and mine.reset_at is not None:
+                continue  # the reset below leaves these rows out of the counter
+            if mine is not None and (mine.importance, mine.adds) == (importance, n):
+                # the counter is what the rows say: they count themselves
+                if self._fold_due(last, self._counter_row(c, ns)[1]):
+                    self._fold(c, ns, last)
+            else:
+                # no counter for these rows (an import: they do not count, as before),
+                # or one that differs from them: fold the older rows, add the counter's
+                extra = (mine.importance, mine.adds) if mine is not None else (0.0, 0)
+                self._fold(c, ns, last, below=first, extra=extra)
+        if counter is not None and (counter.reset_at is not None or counter.namespace not in spans):
+            self._apply_counter(c, counter)
+        for ns, span in spans.items():
+            self.last_generation = self._counter_row(c, ns)[0] * _GENERATION_STRIDE + span[3]
+        return seqs
 
     def _insert_one(self, row: tuple[Any, ...], namespace: str) -> int:
         """Insert one memory that counts itself: a single autocommit statement.
@@ -262,27 +298,31 @@ class SQLiteRecordStore(CounterTable, PendingQueue, BaseRecordStore):
         leave the counter too; folded ones stay counted (version 1 kept every deleted memory
         counted).
         """
-        deleted: list[int] = []
         with self._transaction() as c:
-            for chunk in chunks(list(ids)):
-                marks = ",".join("?" * len(chunk))
-                found = c.execute(
-                    f"SELECT seq FROM memories WHERE namespace=? AND id IN ({marks})",
-                    (namespace, *chunk),
-                ).fetchall()
-                seqs = [int(r[0]) for r in found]
-                if seqs and not deleted:
-                    c.execute(RAISE_SEQ_FLOOR)
-                for part in chunks(seqs):
-                    c.execute(
-                        f"DELETE FROM memories WHERE seq IN ({','.join('?' * len(part))})",
-                        tuple(part),
-                    )
-                deleted.extend(seqs)
-            if deleted:
-                bumps = self._bump(c, namespace)
-                newest = self._newest_seq(c, namespace)
-                self.last_generation = bumps * _GENERATION_STRIDE + newest
+            return self._delete_in(c, ids, namespace)
+
+    def _delete_in(self, c: Any, ids: Sequence[str], namespace: str) -> list[int]:
+        """The statements of :meth:`delete` in the open transaction ``c``."""
+        deleted: list[int] = []
+        for chunk in chunks(list(ids)):
+            marks = ",".join("?" * len(chunk))
+            found = c.execute(
+                f"SELECT seq FROM memories WHERE namespace=? AND id IN ({marks})",
+                (namespace, *chunk),
+            ).fetchall()
+            seqs = [int(r[0]) for r in found]
+            if seqs and not deleted:
+                c.execute(RAISE_SEQ_FLOOR)
+            for part in chunks(seqs):
+                c.execute(
+                    f"DELETE FROM memories WHERE seq IN ({','.join('?' * len(part))})",
+                    tuple(part),
+                )
+            deleted.extend(seqs)
+        if deleted:
+            bumps = self._bump(c, namespace)
+            newest = self._newest_seq(c, namespace)
+            self.last_generation = bumps * _GENERATION_STRIDE + newest
         return deleted
 
     def purge(self, namespace: str) -> int:
