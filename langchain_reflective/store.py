@@ -19,8 +19,9 @@ with ``.`` and the root label ``"langgraph"``, as for every LangGraph store.
 ``index=[...]``; by default a value whose only field is a string is that string, any other value
 is one ``field: value`` line per top-level field) and the value itself travels in the memory's
 metadata, so ``get`` returns it exactly (as JSON). The memory's id is derived from the namespace
-and the key, so a put with an existing key replaces that memory under the same id (delete, then
-add; if the add fails the old memory is written back) and ``put(value=None)`` deletes it.
+and the key, so a put with an existing key replaces that memory under the same id (the old memory is
+deleted in the add's own transaction, ``MemoryStream.add(..., replacing=...)``: a failed or
+interrupted put leaves the old memory in place) and ``put(value=None)`` deletes it.
 Memories written to the stream directly (observations, reflections) appear as items too: their
 key is the memory id and their value ``{"text", "kind", "importance", "evidence", "depth",
 "metadata"}``; a put or delete with that key replaces (keeping the id, so reflections citing it
@@ -46,8 +47,8 @@ batch's puts, and of several puts to one key the last wins. A batch is validated
 before anything is written; it is not one transaction (the puts of each namespace are one
 stream ``add``). Within a process, batches that write to the same namespace take turns (sync
 and async callers alike), so concurrent puts to one key never collide; two *processes* putting
-the same key at the same moment can make one of them fail with a ``StorageError`` (the stream's
-public API has no atomic replace).
+the same key at the same moment can make one of them fail with a ``StorageError`` (both read the
+old memory; the second insert of its id fails, and its transaction deletes nothing).
 """
 
 from __future__ import annotations
@@ -563,9 +564,10 @@ class ReflectiveStore(BaseStore):
                     created[put.key] = self._view(current).created_at
                     ids_of[put.key] = current.id
             adds = [put for put in group if put.value is not None]
-            if old:
-                yield _Call("delete", ([r.id for r in old],), {"namespace": name})
+            old_ids = [r.id for r in old]
             if not adds:
+                if old_ids:
+                    yield _Call("delete", (old_ids,), {"namespace": name})
                 continue
             metadatas = [
                 {
@@ -588,10 +590,14 @@ class ReflectiveStore(BaseStore):
                         "kinds": self.kind,
                         "namespace": name,
                         "now": now,
+                        "replacing": old_ids,  # deleted in the add's own transaction
                     },
                 )
             except Exception as exc:
-                yield from self._restore(name, old, exc)
+                if old_ids:  # a backend whose replace is not atomic may have deleted them
+                    still = yield _Call("get", (old_ids,), {"namespace": name})
+                    kept = {r.id for r in still}
+                    yield from self._restore(name, [r for r in old if r.id not in kept], exc)
                 raise
 
     def _restore(

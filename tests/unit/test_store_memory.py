@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sqlite3
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,7 +19,8 @@ import pytest
 from langgraph.store.base import PutOp
 
 from langchain_reflective import MemoryStream, ReflectiveStore
-from langchain_reflective.errors import EmbeddingError, InvalidMemoryError
+from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
+from langchain_reflective.errors import EmbeddingError, InvalidMemoryError, StorageError
 from langchain_reflective.store import ITEM_METADATA_KEY, StoreNamespaceError
 from langchain_reflective.store_codec import decode_namespace, encode_namespace, render_value
 from tests.fakes import WordEmbeddings
@@ -258,6 +260,38 @@ def test_a_failed_update_keeps_the_old_memory(
     assert stream.count(namespace="u") == 2
     hit = store.search(("u",), query="original value", limit=1)[0]
     assert hit.key == "k"
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_update_failing_in_storage_never_deleted_the_old_memory(
+    store: ReflectiveStore, stream: MemoryStream, tmp_path: Path, mode: str, monkeypatch: Any
+) -> None:
+    """The delete of the old memory and the insert of the new one are one transaction: when the
+    insert fails after the delete ran, the old row is still there (the same row, not a copy
+    written back afterwards, which a crash at that moment could not have done)."""
+    store.put(("u",), "k", {"text": "the original value"})
+    original = store.get(("u",), "k")
+
+    def seq_of_k() -> list[tuple[int]]:
+        with sqlite3.connect(tmp_path / "m.db") as conn:
+            rows = conn.execute("SELECT seq FROM memories WHERE text = 'the original value'")
+            return rows.fetchall()
+
+    before = seq_of_k()
+
+    def failing_insert(*args: Any, **kwargs: Any) -> list[int]:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(SQLiteRecordStore, "_insert_in", failing_insert)
+    with pytest.raises(StorageError):
+        if mode == "sync":
+            store.put(("u",), "k", {"text": "the new value"})
+        else:
+            asyncio.run(store.aput(("u",), "k", {"text": "the new value"}))
+    monkeypatch.undo()
+    assert store.get(("u",), "k").value == original.value
+    assert seq_of_k() == before and len(before) == 1
+    assert stream.count(namespace="u") == 1
 
 
 def test_a_new_item_failing_writes_nothing(store: ReflectiveStore, stream: MemoryStream) -> None:
