@@ -46,9 +46,10 @@ and by searches without a query, never by a query search.
 batch's puts, and of several puts to one key the last wins. A batch is validated completely
 before anything is written; it is not one transaction (the puts of each namespace are one
 stream ``add``). Within a process, batches that write to the same namespace take turns (sync
-and async callers alike), so concurrent puts to one key never collide; two *processes* putting
-the same key at the same moment can make one of them fail with a ``StorageError`` (both read the
-old memory; the second insert of its id fails, and its transaction deletes nothing).
+and async callers alike), so concurrent puts to one key never collide. Two *processes* putting
+the same key at the same moment: for a key that exists, the last to commit wins (each put deletes
+whatever memory holds the key's id in its own transaction); for a new key, the second insert of
+its id fails with a ``StorageError`` and writes nothing.
 """
 
 from __future__ import annotations
