@@ -199,26 +199,30 @@ class SQLiteBackend(BaseMemoryBackend):
             return
         with self._lock:
             self._check_open()
-            first_ns = records[0].namespace
-            part = self._partitions.get(first_ns)
             seqs = self.store.insert(records, vectors, counter=counter, pending=pending)
             if self.store.consume_write_conflict():
                 self._partitions.clear()  # another process wrote: reload from the file
-                part = None
-            if len(records) == 1 or all(r.namespace == first_ns for r in records):
-                self._after_put(first_ns, part, records, vectors, seqs)
-                return
-            groups: dict[str, list[int]] = {}
-            for i, r in enumerate(records):
-                groups.setdefault(r.namespace, []).append(i)
-            for ns, at in groups.items():
-                self._after_put(
-                    ns,
-                    self._partitions.get(ns),
-                    [records[i] for i in at],
-                    vectors[at],
-                    [seqs[i] for i in at],
-                )
+            self._after_put_all(records, vectors, seqs)
+
+    def _after_put_all(
+        self, records: Sequence[MemoryRecord], vectors: F32, seqs: Sequence[int]
+    ) -> None:
+        """:meth:`_after_put` for each namespace of ``records`` (rows just stored)."""
+        first_ns = records[0].namespace
+        if len(records) == 1 or all(r.namespace == first_ns for r in records):
+            self._after_put(first_ns, self._partitions.get(first_ns), records, vectors, seqs)
+            return
+        groups: dict[str, list[int]] = {}
+        for i, r in enumerate(records):
+            groups.setdefault(r.namespace, []).append(i)
+        for ns, at in groups.items():
+            self._after_put(
+                ns,
+                self._partitions.get(ns),
+                [records[i] for i in at],
+                vectors[at],
+                [seqs[i] for i in at],
+            )
 
     def _after_put(
         self,
@@ -310,18 +314,8 @@ class SQLiteBackend(BaseMemoryBackend):
                 part.dirty = True
                 if part.index.n_deleted * 2 > len(part) and len(part) > 1024:
                     del self._partitions[namespace]  # compact: rebuilt from the file on next use
-                    part = None
-            groups: dict[str, list[int]] = {}
-            for i, r in enumerate(records):
-                groups.setdefault(r.namespace, []).append(i)
-            for ns, at in groups.items():
-                self._after_put(
-                    ns,
-                    part if ns == namespace else self._partitions.get(ns),
-                    [records[i] for i in at],
-                    vectors[at],
-                    [seqs[i] for i in at],
-                )
+            if records:
+                self._after_put_all(records, vectors, seqs)
             return len(gone)
 
     def purge(self, namespace: str) -> int:
