@@ -284,8 +284,8 @@ class ReflectiveStore(BaseStore):
     def _write_locks(self, ops: Sequence[Op]) -> list[threading.Lock]:
         """The locks of the namespaces ``ops`` write, in a fixed order (no deadlock).
 
-        A put reads the key's memory, deletes it and adds the new one: two puts to one key at
-        once in this process would race, so writes to a namespace take turns.
+        A put reads the key's memory, then replaces it: two puts to one key at once in this
+        process would race, so writes to a namespace take turns.
         """
         names = set()
         for op in ops:
@@ -596,7 +596,10 @@ class ReflectiveStore(BaseStore):
                 )
             except Exception as exc:
                 if old_ids:  # a backend whose replace is not atomic may have deleted them
-                    still = yield _Call("get", (old_ids,), {"namespace": name})
+                    try:
+                        still = yield _Call("get", (old_ids,), {"namespace": name})
+                    except Exception:
+                        raise exc from None  # (the storage is unreachable: report the put's error)
                     kept = {r.id for r in still}
                     yield from self._restore(name, [r for r in old if r.id not in kept], exc)
                 raise

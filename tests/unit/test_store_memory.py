@@ -294,6 +294,34 @@ def test_an_update_failing_in_storage_never_deleted_the_old_memory(
     assert stream.count(namespace="u") == 1
 
 
+def test_a_failed_update_reports_its_own_error_when_storage_is_gone(
+    store: ReflectiveStore, stream: MemoryStream, monkeypatch: Any
+) -> None:
+    """When the storage fails the put and then also the check of what is left, the caller sees
+    the put's error (not the check's), and nothing is written back blindly."""
+    store.put(("u",), "k", {"text": "the original value"})
+    reads = {"n": 0}
+    real_get = MemoryStream.get
+
+    def get_then_fail(self: MemoryStream, *args: Any, **kwargs: Any) -> Any:
+        reads["n"] += 1
+        if reads["n"] > 1:
+            raise StorageError("the check failed too")
+        return real_get(self, *args, **kwargs)
+
+    def failing_insert(*args: Any, **kwargs: Any) -> list[int]:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(MemoryStream, "get", get_then_fail)
+    monkeypatch.setattr(SQLiteRecordStore, "_insert_in", failing_insert)
+    with pytest.raises(StorageError, match="disk I/O error"):
+        store.put(("u",), "k", {"text": "the new value"})
+    monkeypatch.undo()
+    assert reads["n"] == 2
+    assert store.get(("u",), "k").value == {"text": "the original value"}
+    assert stream.count(namespace="u") == 1
+
+
 def test_a_new_item_failing_writes_nothing(store: ReflectiveStore, stream: MemoryStream) -> None:
     with pytest.raises(EmbeddingError):
         store.put(("u",), "k", {"text": "EXPLODE now"})
