@@ -205,7 +205,7 @@ class MemoryStream(StreamBase):
         replacing: Sequence[str] | None = None,
     ) -> AddPlan:
         self._check_open()
-        plan = plan_add(
+        return plan_add(
             texts,
             importances=importances,
             kinds=kinds,
@@ -215,12 +215,8 @@ class MemoryStream(StreamBase):
             namespace=self._ns(namespace),
             now=now,
             reset_reflection_counter=reset_reflection_counter,
+            replacing=replacing,
         )
-        if replacing:
-            if isinstance(replacing, str) or not all(isinstance(i, str) for i in replacing):
-                raise InvalidMemoryError("replacing must be a sequence of memory ids (str)")
-            plan.replacing = tuple(dict.fromkeys(replacing))
-        return plan
 
     def _add_flow(self, plans: Sequence[AddPlan]) -> _Flow:
         """Embed and rate every plan's memories in one call each, then store each plan's in one

@@ -156,11 +156,12 @@ def plan_add(
     namespace: str,
     now: datetime | None,
     reset_reflection_counter: bool,
+    replacing: Sequence[str] | None = None,
 ) -> AddPlan:
     """Validate the arguments of ``MemoryStream.add`` (``namespace`` already resolved).
 
     Raises:
-        InvalidMemoryError: bad text, kind, importance, metadata, evidence or ids.
+        InvalidMemoryError: bad text, kind, importance, metadata, evidence, ids or replacing.
     """
     one = texts if type(texts) is str else None
     if one is None and type(texts) is list and len(texts) == 1:
@@ -171,6 +172,7 @@ def plan_add(
         and metadatas is None
         and evidence is None
         and ids is None
+        and not replacing
     ):  # one memory with defaults: the common per-turn add, planned without the loops
         imp = importances
         if type(imp) is list and len(imp) == 1:
@@ -232,12 +234,9 @@ def plan_add(
     if ids is None:
         id_list = new_memory_ids(n)
     else:
-        id_list = [str(i) for i in ids]
-        if len(id_list) != n or len(set(id_list)) != n or not all(id_list):
+        id_list = _id_list(ids, "id")
+        if len(id_list) != n or len(set(id_list)) != n:
             raise InvalidMemoryError("ids must be unique non-empty strings, one per text")
-        for i in id_list:
-            if not i.isascii():
-                check_encodable(i, "id")
     when = utc(now) if now is not None else datetime.now(UTC)
     return AddPlan(
         texts=text_list,
@@ -250,7 +249,21 @@ def plan_add(
         now=when,
         reset_counter=reset_reflection_counter,
         to_rate=[i for i, v in enumerate(imp_list) if v is None],
+        replacing=tuple(dict.fromkeys(_id_list(replacing, "replacing id"))) if replacing else (),
     )
+
+
+def _id_list(values: Sequence[str], what: str) -> list[str]:
+    """``values`` as memory ids: non-empty strings that UTF-8 can encode."""
+    if isinstance(values, str):
+        raise InvalidMemoryError(f"{what}s must be a sequence of strings, not one string")
+    out = [str(i) for i in values]
+    if not all(out):
+        raise InvalidMemoryError(f"{what}s must be non-empty strings")
+    for i in out:
+        if not i.isascii():
+            check_encodable(i, what)
+    return out
 
 
 def plan_pending(items: Sequence[PendingMemory]) -> list[AddPlan]:

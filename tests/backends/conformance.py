@@ -482,8 +482,10 @@ class BackendConformance:
             stream.add("coffee train", ids=[old.id], replacing=[old.id], importances=0.5)
             assert [r.text for r in backend.get("alice", [old.id])] == ["coffee train"]
             assert stream.count() == 12
-            with pytest.raises(InvalidMemoryError):
-                stream.add("x", replacing="not-a-list")  # type: ignore[arg-type]
+            for bad in ("not-a-list", [""], ["\ud800"]):  # one string, empty, unencodable
+                with pytest.raises(InvalidMemoryError):
+                    stream.add("x", replacing=bad)
+            assert stream.count() == 12
 
     # -- the reflection counter ------------------------------------------------------------
 
