@@ -329,9 +329,10 @@ class PostgresBackend(BaseMemoryBackend):
         if len(records) != len(vectors):
             raise StorageError(f"{len(records)} records but {len(vectors)} vectors")
         with self._pools.conn() as conn, conn.transaction():
-            lock_counters(conn, records, counter, also=namespace)
-            deleted = delete_memories(conn, namespace, ids)
-            newest = write_batch(conn, records, vectors, counter, (), self._vector_oid(conn))
+            lock_counters(conn, records, counter, also=namespace)  # each row once, in order
+            deleted = delete_memories(conn, namespace, ids, locked=True)
+            oid = self._vector_oid(conn)
+            newest = write_batch(conn, records, vectors, counter, (), oid, locked=True)
         self._after_write(newest)
         return deleted
 

@@ -355,11 +355,14 @@ def write_batch(
     counter: CounterUpdate | None,
     pending: Sequence[str],
     vector_oid: int,
+    *,
+    locked: bool = False,
 ) -> int:
     """Everything ``PostgresBackend.put`` writes, in ``conn``'s transaction: the counter rows
-    locked, the queue entries removed, the memories and their BM25 statistics, the counter
-    change. Returns the newest key (0 without records)."""
-    lock_counters(conn, records, counter)
+    locked (unless the caller holds them: ``locked``), the queue entries removed, the memories
+    and their BM25 statistics, the counter change. Returns the newest key (0 without records)."""
+    if not locked:
+        lock_counters(conn, records, counter)
     if pending:
         dequeue(conn, pending)
     newest = 0
@@ -372,12 +375,16 @@ def write_batch(
     return newest
 
 
-def delete_memories(conn: psycopg.Connection[Any], namespace: str, ids: Sequence[str]) -> int:
+def delete_memories(
+    conn: psycopg.Connection[Any], namespace: str, ids: Sequence[str], *, locked: bool = False
+) -> int:
     """Delete memories of ``namespace`` by id in ``conn``'s transaction, relinking their
-    neighbours and updating the BM25 statistics; returns how many were deleted."""
+    neighbours and updating the BM25 statistics; returns how many were deleted. Locks the
+    namespace's counter row first unless the caller holds it (``locked``)."""
     if not ids:
         return 0
-    lock_counter(conn, namespace)
+    if not locked:
+        lock_counter(conn, namespace)
     gone = conn.execute(
         "SELECT m.seq, t.lex_len, t.ctx_len, a.prev_obs, a.next_obs "
         f"FROM {RECORDS} JOIN reflective_terms t ON t.seq = m.seq "
