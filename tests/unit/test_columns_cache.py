@@ -53,6 +53,13 @@ def _drop_caches(db: Path) -> None:
         file.unlink()
 
 
+def _columns_from_file(db: Path) -> dict[str, Any]:
+    """The columns read row by row out of the SQLite file (every cache file dropped first)."""
+    _drop_caches(db)
+    with MemoryStream(WordEmbeddings(32), path=db, exact_limit=300) as s:
+        return _columns(s)
+
+
 class _RowSpy:
     """Counts rows read out of the SQLite file by partition loads."""
 
@@ -133,9 +140,7 @@ def test_appends_after_the_snapshot_are_read_on_top(
     with MemoryStream(emb, path=db, exact_limit=300) as s:
         got = _columns(s)
         assert spy.rows <= 3 * 25  # only the rows stored since: columns, vectors, texts
-    _drop_caches(db)
-    with MemoryStream(emb, path=db, exact_limit=300) as s:
-        assert _columns(s) == got
+    assert _columns_from_file(db) == got
 
 
 def test_a_delete_after_the_snapshot_makes_it_unusable(
@@ -150,10 +155,8 @@ def test_a_delete_after_the_snapshot_makes_it_unusable(
     crashed.backend.store.close()
     with MemoryStream(emb, path=db, exact_limit=300) as s:
         got = _columns(s)
-    _drop_caches(db)
-    with MemoryStream(emb, path=db, exact_limit=300) as s:
-        assert _columns(s) == got
         assert s.get([victim]) == []
+    assert _columns_from_file(db) == got
     assert len(got["seqs"]) == 1200
 
 
@@ -170,9 +173,7 @@ def test_a_tampered_snapshot_is_rebuilt_from_the_file(
     with caplog.at_level(logging.WARNING), MemoryStream(emb, path=db, exact_limit=300) as s:
         got = _columns(s)
     assert "column snapshot" in caplog.text
-    _drop_caches(db)
-    with MemoryStream(emb, path=db, exact_limit=300) as s:
-        assert _columns(s) == got
+    assert _columns_from_file(db) == got
 
 
 def test_the_snapshot_entry_is_not_written_over_another_process_write(tmp_path: Path) -> None:
