@@ -31,7 +31,7 @@ from langchain_reflective._llm import (
     run_async,
     run_sync,
 )
-from langchain_reflective.errors import InvalidMemoryError
+from langchain_reflective.errors import InvalidMemoryError, StorageError
 from langchain_reflective.records import MAX_TEXT_CHARS
 from langchain_reflective.thinking.config import ThinkingConfig
 from langchain_reflective.thinking.context import ContextMemory, count_text_tokens, summary_text
@@ -77,6 +77,9 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Update = dict[str, Any]
+
+_TURN_ATTEMPTS = 8
+"""Turn numbers tried when others of the same namespace are being recorded at once."""
 
 
 class TurnSummary(BaseModel):
@@ -203,6 +206,7 @@ class _Thinker:
         return {
             "namespace": ns,
             "turn": turn,
+            "turn_assigned": state.get("turn") is None,
             "past_summaries": [s.to_dict() for s in past if s.turn < turn],
             "thoughts": [],
             "recalled": [],
@@ -435,26 +439,58 @@ class _Thinker:
         }
 
     def store(self, state: ThinkingGraphState, config: RunnableConfig) -> Flow[Update]:
-        """Store the snapshot and the summary (when recording); assemble the output."""
+        """Store the snapshot and the summary (when recording); assemble the output.
+
+        When the turn number was assigned (``turn_assigned``) and another writer of the
+        namespace stored that number meanwhile (two turns of one user recorded at once), the
+        turn takes the next free number; the number is only a label in the summary prompt, so
+        the summary stays valid. A number the caller gave is never moved: that raises.
+        """
         mem = self.memory
         draft = state.get("summary")
         summaries = list(state.get("past_summaries") or [])
         update: Update = {}
         if state.get("record", True) and draft is not None:
-            _, stored = yield Op(
-                mem.record_turn,
-                mem.arecord_turn,
-                (state["turn"], state["context"], draft["summary"], draft["insights"]),
-                {
-                    "tool_calls": list(state.get("tool_calls") or []),
-                    "fallback": draft["fallback"],
-                    "namespace": state.get("namespace"),
-                    "now": state.get("now"),
-                },
-            )
+            ns = mem.namespace(state.get("namespace"))
+            turn = int(state.get("turn") or 0)
+            for attempt in range(_TURN_ATTEMPTS):
+                result = yield guarded(
+                    Op(
+                        mem.record_turn,
+                        mem.arecord_turn,
+                        (turn, state["context"], draft["summary"], draft["insights"]),
+                        {
+                            "tool_calls": list(state.get("tool_calls") or []),
+                            "fallback": draft["fallback"],
+                            "namespace": ns,
+                            "now": state.get("now"),
+                        },
+                    )
+                )
+                if not isinstance(result, Failure):
+                    break
+                error = result.error
+                moves = (
+                    state.get("turn_assigned", False)
+                    and attempt + 1 < _TURN_ATTEMPTS
+                    and isinstance(error, InvalidMemoryError | StorageError)
+                )
+                if moves:  # only when that number is now really stored (by the other writer)
+                    taken = yield Op(
+                        mem.context_by_turn,
+                        _threaded(mem.context_by_turn),
+                        (turn,),
+                        {"namespace": ns},
+                    )
+                    moves = taken is not None
+                if not moves:
+                    raise error
+                turn = yield Op(mem.next_turn, _threaded(mem.next_turn), (), {"namespace": ns})
+            assert not isinstance(result, Failure)  # the loop broke on success or raised
+            _, stored = result
             current = SummaryDict(**stored.to_dict())  # type: ignore[typeddict-item]
             summaries = fit_summaries([*summaries, current], self.config.summary_token_budget)
-            update = {"summary": current, "context_id": stored.context_id}
+            update = {"turn": turn, "summary": current, "context_id": stored.context_id}
         return {**update, **self.output(state, summaries)}
 
     def output(self, state: Mapping[str, Any], summaries: list[SummaryDict]) -> Update:

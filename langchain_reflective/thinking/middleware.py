@@ -20,7 +20,6 @@ Whose memory is used comes from the run, as for
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 
@@ -35,15 +34,21 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         'ThinkingMiddleware needs LangChain 1.x agents: pip install "langchain-reflective[agents]"'
     ) from exc
 
-from langchain_reflective._llm import RetryConfig, resolve_chat_model, run_async, run_sync
-from langchain_reflective.errors import InvalidMemoryError, StorageError
+from langchain_reflective._llm import (
+    Flow,
+    Op,
+    RetryConfig,
+    resolve_chat_model,
+    run_async,
+    run_sync,
+)
 from langchain_reflective.integrations.middleware import extend_system_message
 from langchain_reflective.integrations.tools import namespace_from_run
 from langchain_reflective.records import MAX_TEXT_CHARS
 from langchain_reflective.strategies.budget import trim_to_budget
 from langchain_reflective.thinking.config import ThinkingConfig
 from langchain_reflective.thinking.context import ContextMemory
-from langchain_reflective.thinking.graph import _Thinker, build_graph
+from langchain_reflective.thinking.graph import _Thinker, _threaded, build_graph
 from langchain_reflective.thinking.prompts import ThinkingPrompts
 from langchain_reflective.thinking.state import ThinkingInput
 
@@ -52,9 +57,6 @@ if TYPE_CHECKING:
     from langgraph.runtime import Runtime
 
     from langchain_reflective.stream import MemoryStream
-
-_TURN_ATTEMPTS = 8
-"""Turn numbers tried when others of the same namespace are being recorded at once."""
 
 __all__ = ["ThinkingMiddleware", "ThinkingState"]
 
@@ -302,7 +304,8 @@ class ThinkingMiddleware(AgentMiddleware[ThinkingState, Any]):
             "context": context,
             "tool_calls": tools,
             "namespace": ns,
-            "turn": 0,  # set by the caller: the namespace's next turn at recording time
+            "turn": 0,  # set by _record: the namespace's next turn at recording time
+            "turn_assigned": True,  # so a number another writer takes meanwhile moves on
             "thoughts": kept.get("thoughts") or [],
             "recalled": kept.get("recalled") or [],
             "fallbacks": kept.get("fallbacks") or [],
@@ -324,32 +327,22 @@ class ThinkingMiddleware(AgentMiddleware[ThinkingState, Any]):
         )
         return {THINKING_KEY: kept}
 
+    def _record(self, st: dict[str, Any]) -> Flow[dict[str, Any]]:
+        """Number, summarise and store the turn (the thinking graph's own steps): one flow for
+        :meth:`after_agent` and :meth:`aafter_agent`."""
+        mem, ns = self.memory, st["namespace"]
+        st["turn"] = yield Op(mem.next_turn, _threaded(mem.next_turn), (), {"namespace": ns})
+        config = ensure_config()
+        st.update((yield from self._thinker.summarize(st, config)))  # type: ignore[arg-type]
+        st.update((yield from self._thinker.store(st, config)))  # type: ignore[arg-type]
+        return st
+
     def after_agent(self, state: ThinkingState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Store the turn's snapshot and its summary."""
         st = self._record_state(state)
         if st is None:
             return None
-        ns = st["namespace"]
-        st["turn"] = self.memory.next_turn(namespace=ns)
-        config = ensure_config()
-        st.update(run_sync(self._thinker.summarize(st, config)))  # type: ignore[arg-type]
-        for attempt in range(_TURN_ATTEMPTS):
-            try:
-                st.update(run_sync(self._thinker.store(st, config)))  # type: ignore[arg-type]
-                break
-            except (InvalidMemoryError, StorageError):
-                if not self._lost_turn(st["turn"], ns, attempt):
-                    raise
-                st["turn"] = self.memory.next_turn(namespace=ns)
-        return self._recorded(state, st)
-
-    def _lost_turn(self, turn: int, namespace: str, attempt: int) -> bool:
-        """Whether storing ``turn`` failed because another writer stored that number first
-        (two turns of one user recorded at once): then the turn takes the next free number.
-        The number is only a label in the summary prompt, so the summary stays valid."""
-        return attempt + 1 < _TURN_ATTEMPTS and (
-            self.memory.context_by_turn(turn, namespace=namespace) is not None
-        )
+        return self._recorded(state, run_sync(self._record(st)))
 
     async def aafter_agent(
         self, state: ThinkingState, runtime: Runtime[Any]
@@ -358,17 +351,4 @@ class ThinkingMiddleware(AgentMiddleware[ThinkingState, Any]):
         st = self._record_state(state)
         if st is None:
             return None
-        ns = st["namespace"]
-        st["turn"] = await asyncio.to_thread(self.memory.next_turn, namespace=ns)
-        config = ensure_config()
-        st.update(await run_async(self._thinker.summarize(st, config)))  # type: ignore[arg-type]
-        for attempt in range(_TURN_ATTEMPTS):
-            try:
-                st.update(await run_async(self._thinker.store(st, config)))  # type: ignore[arg-type]
-                break
-            except (InvalidMemoryError, StorageError):
-                lost = await asyncio.to_thread(self._lost_turn, st["turn"], ns, attempt)
-                if not lost:
-                    raise
-                st["turn"] = await asyncio.to_thread(self.memory.next_turn, namespace=ns)
-        return self._recorded(state, st)
+        return self._recorded(state, await run_async(self._record(st)))

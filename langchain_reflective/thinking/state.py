@@ -108,7 +108,9 @@ class ThinkingInput(TypedDict, total=False):
     namespace: str | None
     """Whose memory (default: the stream's namespace)."""
     turn: int | None
-    """The turn number (default: the namespace's next turn)."""
+    """The turn number (default: the namespace's next turn, or the next free one if another
+    writer stores that first). A given number that is already stored raises
+    ``InvalidMemoryError``."""
     record: bool
     """Summarise and store the turn after thinking (default ``True``; the agent middleware
     thinks first and records once the turn is over)."""
@@ -159,3 +161,6 @@ class ThinkingGraphState(ThinkingInput, ThinkingOutput, total=False):
     """Rounds done."""
     wants_more: bool
     """The last round asked for another."""
+    turn_assigned: bool
+    """The turn number was chosen here (the namespace's next), not given: if another writer
+    stores that number first, the turn takes the next free one."""

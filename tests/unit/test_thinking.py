@@ -25,6 +25,7 @@ from tests.thinking_fakes import (
     SEED_SUMMARIES,
     Rounds,
     decide,
+    is_summary_call,
     recall,
     round_,
     seed_script,
@@ -386,6 +387,52 @@ def test_stored_turn_cannot_be_overwritten(stream: MemoryStream) -> None:
     with pytest.raises(InvalidMemoryError, match="already stored"):
         graph.invoke({"context": "c", "turn": 1})
     assert ContextMemory(stream).context_by_turn(1).context == "first"  # type: ignore[union-attr]
+
+
+class OtherWriterMeanwhile(FakeChat):
+    """Plays ``script``; during the summary call, another writer records the turn number this
+    turn was given (two turns of one user recorded at once)."""
+
+    other: Any = None
+
+    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+        if is_summary_call(messages) and self.other is not None:
+            self.other()
+            self.other = None
+        return super()._generate(messages, *args, **kwargs)
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+async def test_an_assigned_turn_taken_meanwhile_moves_to_the_next_number(
+    stream: MemoryStream, use_async: bool
+) -> None:
+    memory = ContextMemory(stream)
+    memory.record_turn(1, "turn one", "first summary")
+    model = OtherWriterMeanwhile(
+        script=[round_("t", decide(False, "ok", "a")), summary("mine", ["i"])]
+    )
+    model.other = lambda: ContextMemory(stream).record_turn(2, "other turn", "other summary")
+    graph = create_thinking_graph(model, stream, retry=NO_RETRY)
+    request = {"context": "my turn"}
+    out = await graph.ainvoke(request) if use_async else graph.invoke(request)
+    assert out["turn"] == 3 and out["summary"]["turn"] == 3
+    assert out["context_id"] == memory.context_id(3)
+    assert memory.context_by_turn(2).context == "other turn"  # type: ignore[union-attr]
+    assert memory.context_by_turn(3).context == "my turn"  # type: ignore[union-attr]
+    assert memory.summary_by_turn(3).summary == "mine"  # type: ignore[union-attr]
+    assert memory.next_turn() == 4
+
+
+def test_a_given_turn_taken_meanwhile_is_an_error(stream: MemoryStream) -> None:
+    model = OtherWriterMeanwhile(
+        script=[round_("t", decide(False, "ok", "a")), summary("mine", [])]
+    )
+    model.other = lambda: ContextMemory(stream).record_turn(1, "other turn", "other summary")
+    graph = create_thinking_graph(model, stream, retry=NO_RETRY)
+    with pytest.raises(InvalidMemoryError, match="already stored"):
+        graph.invoke({"context": "my turn", "turn": 1})
+    assert ContextMemory(stream).context_by_turn(1).context == "other turn"  # type: ignore[union-attr]
+    assert stream.count() == 2
 
 
 class Parent(TypedDict, total=False):
