@@ -43,7 +43,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         'MemoryMiddleware needs LangChain 1.x agents: pip install "langchain-reflective[agents]"'
     ) from exc
 
-from langchain_reflective.integrations.tools import create_memory_tools, namespace_from_run
+from langchain_reflective.integrations.tools import agent_run_namespace, create_memory_tools
 from langchain_reflective.memory import ReflectiveMemory
 from langchain_reflective.strategies.base import BaseMemoryStrategy, Observation, check_budget
 from langchain_reflective.strategies.reflective import ReflectiveMemoryStrategy
@@ -210,17 +210,12 @@ class MemoryMiddleware(AgentMiddleware[MemoryState, Any]):
         Raises:
             ValueError: ``require_namespace`` is set and the run names no owner.
         """
-        context = runtime.context if runtime is not None else None
-        ns = namespace_from_run(self.namespace_key, context=context, config=ensure_config())
-        if ns is None:
-            if self.require_namespace:
-                raise ValueError(
-                    f"no memory owner for this run: invoke the agent with "
-                    f"context={{{self.namespace_key!r}: ...}} or "
-                    f"config={{'configurable': {{{self.namespace_key!r}: ...}}}}"
-                )
-            ns = self.strategy.default_namespace
-        return ns
+        return agent_run_namespace(
+            self.namespace_key,
+            runtime,
+            required=self.require_namespace,
+            default=self.strategy.default_namespace,
+        )
 
     # -- context injection ---------------------------------------------------------------------
 

@@ -13,7 +13,8 @@ Whose memories a tool reads and writes (its *namespace*) is, in order:
 3. the run's config: ``config["configurable"][namespace_key]``;
 4. the memory stream's default namespace (or an error with ``require_namespace=True``).
 
-:func:`namespace_from_run` implements steps 2-3 and is shared with the agent middleware.
+:func:`namespace_from_run` implements steps 2-3 and is shared with the agent middleware
+(:func:`agent_run_namespace`).
 """
 
 from __future__ import annotations
@@ -110,6 +111,25 @@ def namespace_from_run(
         if found is not None:
             return found
     return _namespace_value(configurable.get(key))
+
+
+def agent_run_namespace(key: str, runtime: Any, *, required: bool, default: str) -> str:
+    """The namespace of an agent middleware's current run: :func:`namespace_from_run` over
+    ``runtime.context`` and the run's config, else ``default``.
+
+    Raises:
+        ValueError: ``required`` is set and the run names no owner.
+    """
+    context = runtime.context if runtime is not None else None
+    ns = namespace_from_run(key, context=context, config=ensure_config())
+    if ns is not None:
+        return ns
+    if required:
+        raise ValueError(
+            f"no memory owner for this run: invoke the agent with "
+            f"context={{{key!r}: ...}} or config={{'configurable': {{{key!r}: ...}}}}"
+        )
+    return default
 
 
 class RecallMemoriesInput(BaseModel):

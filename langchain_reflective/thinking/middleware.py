@@ -43,7 +43,7 @@ from langchain_reflective._llm import (
     run_sync,
 )
 from langchain_reflective.integrations.middleware import extend_system_message
-from langchain_reflective.integrations.tools import namespace_from_run
+from langchain_reflective.integrations.tools import agent_run_namespace
 from langchain_reflective.records import MAX_TEXT_CHARS
 from langchain_reflective.strategies.budget import trim_to_budget
 from langchain_reflective.thinking.config import ThinkingConfig
@@ -185,17 +185,12 @@ class ThinkingMiddleware(AgentMiddleware[ThinkingState, Any]):
         Raises:
             ValueError: ``require_namespace`` is set and the run names no owner.
         """
-        context = runtime.context if runtime is not None else None
-        ns = namespace_from_run(self.namespace_key, context=context, config=ensure_config())
-        if ns is None:
-            if self.require_namespace:
-                raise ValueError(
-                    f"no memory owner for this run: invoke the agent with "
-                    f"context={{{self.namespace_key!r}: ...}} or "
-                    f"config={{'configurable': {{{self.namespace_key!r}: ...}}}}"
-                )
-            ns = self.memory.stream.namespace
-        return ns
+        return agent_run_namespace(
+            self.namespace_key,
+            runtime,
+            required=self.require_namespace,
+            default=self.memory.stream.namespace,
+        )
 
     # -- thinking before the first model call of a turn ----------------------------------------
 
