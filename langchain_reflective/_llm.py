@@ -8,6 +8,7 @@ driver that lets one flow run with sync or async model calls (:func:`run_sync`,
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import re
@@ -309,6 +310,16 @@ class Op(Generic[T]):
 
 
 Flow = Generator[Op[Any], Any, T]
+
+
+def threaded(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
+    """The async twin of a blocking function (a stream method) for an :class:`Op`: it runs
+    ``fn`` in a worker thread."""
+
+    async def call(*args: Any, **kwargs: Any) -> T:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    return call
 
 
 def run_sync(flow: Flow[T]) -> T:

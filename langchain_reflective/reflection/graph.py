@@ -8,8 +8,7 @@ drive the generator (:func:`~langchain_reflective.importance.run_sync` /
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -29,6 +28,7 @@ from langchain_reflective._llm import (
     resolve_chat_model,
     run_async,
     run_sync,
+    threaded,
 )
 from langchain_reflective.completion import (
     CompletionCall,
@@ -89,15 +89,6 @@ class InsightList(BaseModel):
     """Structured answer of the insight and condense steps."""
 
     insights: list[CitedInsight] = Field(description="One entry per insight.")
-
-
-def _threaded(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
-    """An async twin of a sync stream method that runs it in a worker thread."""
-
-    async def call(*args: Any, **kwargs: Any) -> T:
-        return await asyncio.to_thread(fn, *args, **kwargs)
-
-    return call
 
 
 class _Reflection:
@@ -187,7 +178,7 @@ class _Reflection:
         raw_now = state.get("now")
         now = utc(raw_now) if raw_now is not None else datetime.now(UTC)
         st = self.stream
-        counter = yield Op(st.reflection_state, _threaded(st.reflection_state), (ns,))
+        counter = yield Op(st.reflection_state, threaded(st.reflection_state), (ns,))
         total = float(counter.importance_sum)
         update: Update = {
             "namespace": ns,
@@ -204,7 +195,7 @@ class _Reflection:
         if not state.get("force") and total < self.config.threshold:
             return {**update, "skipped": "below_threshold"}
         recent = yield Op(
-            st.recent, _threaded(st.recent), (self.config.recent_window,), {"namespace": ns}
+            st.recent, threaded(st.recent), (self.config.recent_window,), {"namespace": ns}
         )
         if not recent:
             return {**update, "skipped": "no_memories"}
@@ -319,7 +310,7 @@ class _Reflection:
             if self.config.reset_on_empty:
                 yield Op(
                     st.mark_reflected,
-                    _threaded(st.mark_reflected),
+                    threaded(st.mark_reflected),
                     (),
                     {"namespace": ns, "now": now},
                 )

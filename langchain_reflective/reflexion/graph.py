@@ -6,9 +6,8 @@ one body serves ``invoke`` and ``ainvoke`` (see :mod:`langchain_reflective.refle
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
@@ -19,7 +18,15 @@ from langchain_core.runnables.config import merge_configs
 from langgraph.graph import END, START, StateGraph
 from langgraph.pregel import Pregel
 
-from langchain_reflective._llm import Flow, ModelCall, Op, resolve_chat_model, run_async, run_sync
+from langchain_reflective._llm import (
+    Flow,
+    ModelCall,
+    Op,
+    resolve_chat_model,
+    run_async,
+    run_sync,
+    threaded,
+)
 from langchain_reflective.reflexion.actor import attempt_of, error_evaluation
 from langchain_reflective.reflexion.config import (
     STRATEGIES,
@@ -66,13 +73,6 @@ ActorInput = dict[str, Any]
 """What a plain Runnable actor receives: ``task``, ``iteration``, ``context`` (the fenced
 notes as one string), ``reflections`` (the window's structured reflections), ``last_attempt``,
 ``lessons`` and ``messages`` (the same as a chat model would get)."""
-
-
-def _threaded(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
-    async def call(*args: Any, **kwargs: Any) -> T:
-        return await asyncio.to_thread(fn, *args, **kwargs)
-
-    return call
 
 
 class _Reflexion:
@@ -206,7 +206,7 @@ class _Reflexion:
         loop_id = state.get("loop_id") or uuid.uuid4().hex
         st = self.stream
         episodes: list[Episode] = yield Op(
-            load_loop, _threaded(load_loop), (st, loop_id), {"namespace": ns}
+            load_loop, threaded(load_loop), (st, loop_id), {"namespace": ns}
         )
         status = loop_status(episodes)
         update: Update = {
@@ -235,7 +235,7 @@ class _Reflexion:
         if not episodes and self.config.prior_lessons > 0:
             hits = yield Op(
                 search_reflections,
-                _threaded(search_reflections),
+                threaded(search_reflections),
                 (st, task),
                 {
                     "limit": self.config.prior_lessons,

@@ -8,10 +8,9 @@ node bodies only drive it (:func:`~langchain_reflective._llm.run_sync` /
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_core.messages import AIMessage
@@ -30,6 +29,7 @@ from langchain_reflective._llm import (
     resolve_chat_model,
     run_async,
     run_sync,
+    threaded,
 )
 from langchain_reflective.errors import InvalidMemoryError, StorageError
 from langchain_reflective.records import MAX_TEXT_CHARS
@@ -87,13 +87,6 @@ class TurnSummary(BaseModel):
 
     summary: str = Field(description="One or two sentences: what was done, found or decided.")
     insights: list[str] = Field(default_factory=list, description="Short key facts (at most 5).")
-
-
-def _threaded(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
-    async def call(*args: Any, **kwargs: Any) -> T:
-        return await asyncio.to_thread(fn, *args, **kwargs)
-
-    return call
 
 
 def _usage_tokens(result: Any) -> int | None:
@@ -190,12 +183,12 @@ class _Thinker:
         ns = mem.namespace(state.get("namespace"))
         turn = state.get("turn")
         if turn is None:
-            turn = yield Op(mem.next_turn, _threaded(mem.next_turn), (), {"namespace": ns})
+            turn = yield Op(mem.next_turn, threaded(mem.next_turn), (), {"namespace": ns})
         elif isinstance(turn, bool) or not isinstance(turn, int) or turn < 1:
             raise InvalidMemoryError(f"turn must be a positive integer, got {turn!r}")
         past = yield Op(
             mem.accumulated_summaries,
-            _threaded(mem.accumulated_summaries),
+            threaded(mem.accumulated_summaries),
             (),
             {
                 "budget": self.config.summary_token_budget,
@@ -478,14 +471,14 @@ class _Thinker:
                 if moves:  # only when that number is now really stored (by the other writer)
                     taken = yield Op(
                         mem.context_by_turn,
-                        _threaded(mem.context_by_turn),
+                        threaded(mem.context_by_turn),
                         (turn,),
                         {"namespace": ns},
                     )
                     moves = taken is not None
                 if not moves:
                     raise error
-                turn = yield Op(mem.next_turn, _threaded(mem.next_turn), (), {"namespace": ns})
+                turn = yield Op(mem.next_turn, threaded(mem.next_turn), (), {"namespace": ns})
             assert not isinstance(result, Failure)  # the loop broke on success or raised
             _, stored = result
             current = SummaryDict(**stored.to_dict())  # type: ignore[typeddict-item]
