@@ -94,7 +94,7 @@ def test_a_version_3_database_moves_its_terms_and_ranks_as_a_new_one(
     ):
         old.setup()
         old.setup()  # idempotent
-        assert old.schema_version() == SCHEMA_VERSION == 4
+        assert old.schema_version() == SCHEMA_VERSION == 5
         with psycopg.connect(old_url) as conn:
             assert not {"lex_terms", "ctx_terms"} & _columns(conn, "reflective_memories")
         with psycopg.connect(old_url) as a, psycopg.connect(postgres_url) as b:
@@ -140,3 +140,46 @@ def test_an_unmigrated_database_says_to_call_setup(postgres_url: str, postgres_s
     with PostgresBackend.from_conn_string(old_url) as backend:
         backend.setup()
         assert backend.get("default", [records[0].id])[0].text == records[0].text
+
+
+_TERM_INDEXES = ("reflective_terms_lex", "reflective_terms_ctx")
+
+
+def _pending_pages(url: str) -> list[int]:
+    """Pages of each term index's GIN pending list (what every lexical search reads through)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+        found = [
+            conn.execute("SELECT pending_pages FROM pgstatginindex(%s)", (ix,)).fetchone()
+            for ix in _TERM_INDEXES
+        ]
+    return [int(row[0]) for row in found if row is not None]
+
+
+def test_a_burst_of_writes_leaves_lexical_searches_a_short_pending_list(postgres_url: str) -> None:
+    """Version 5: the term indexes merge new entries once 256 kB (32 pages) are pending, not
+    4 MB, so a search right after many writes does not scan thousands of unsorted entries; a
+    database at version 4 gets the limit, and its pending entries merged, in ``setup()``."""
+    with PostgresBackend.from_conn_string(postgres_url) as backend:
+        backend.setup()
+        for seed in range(6):  # ~130 pages of entries under Postgres' default limit
+            _fill(backend, 500, seed=10 + seed)
+    assert max(_pending_pages(postgres_url)) <= 32
+
+    # a version-4 database (no limit) with a long pending list, upgraded by setup()
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        for ix in _TERM_INDEXES:
+            conn.execute(f"ALTER INDEX {ix} RESET (gin_pending_list_limit)")
+        conn.execute("DELETE FROM reflective_schema_version WHERE version = 5")
+    with PostgresBackend.from_conn_string(postgres_url) as backend:
+        _fill(backend, 3000, seed=20)
+        assert min(_pending_pages(postgres_url)) > 32  # what a version-4 database holds
+        backend.setup()
+        assert backend.schema_version() == 5
+    with psycopg.connect(postgres_url) as conn:
+        options = conn.execute(
+            "SELECT c.reloptions FROM pg_class c WHERE c.relname = ANY(%s)",
+            (list(_TERM_INDEXES),),
+        ).fetchall()
+    assert options == [(["gin_pending_list_limit=256"],)] * 2
+    assert _pending_pages(postgres_url) == [0, 0]  # merged by the migration

@@ -185,7 +185,23 @@ columns' space in ``reflective_memories`` is reused as rows are rewritten (``VAC
 reclaims it at once). The migration holds ``reflective_memories``' table lock while it copies:
 writes and retrievals wait for it (23 s at 1M memories here)."""
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
+_V5 = """
+ALTER INDEX reflective_terms_lex SET (gin_pending_list_limit = 256);
+ALTER INDEX reflective_terms_ctx SET (gin_pending_list_limit = 256);
+SELECT gin_clean_pending_list('reflective_terms_lex'),
+       gin_clean_pending_list('reflective_terms_ctx');
+"""
+"""Version 5: the GIN indexes of ``reflective_terms`` keep at most 256 kB of new entries in
+their *pending list* (Postgres' default is 4 MB), and the migration moves what is pending into
+the index proper. A GIN index takes new rows into an unsorted pending list, merged into the index
+only when the list outgrows its limit or (auto)vacuum runs; every lexical search reads the
+whole list for each query term. With 4 MB, the last ~10k memories written sat there, and a
+retrieval right after a burst of writes took 27.5 ms instead of 13.0 at 10k memories (37.3
+instead of 24.0 at 100k); 256 kB bounds the list to under ~1k entries for ~11% fewer batched
+adds per second (``fastupdate = off``, no list at all, cost 25-30%;
+``benchmarks/pg_gin_pending.py``, ``docs/benchmarks.md``)."""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
 """Forward-only migrations; ``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1``."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
