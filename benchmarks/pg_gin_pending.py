@@ -29,7 +29,6 @@ the machine that runs it (the 2 cores here are shared); compare rows of one run.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from datetime import UTC, datetime
@@ -44,10 +43,9 @@ from scale import (
     _pcts,
     created_times,
     iter_chunks,
-    machine,
     make_queries,
 )
-from scale_postgres import fresh_database, server
+from scale_postgres import fresh_database, server, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "pg_gin_pending.json"
 SETTINGS = {
@@ -155,19 +153,10 @@ def main(argv: list[str] | None = None) -> None:
                 rows.append(run(fresh_database(admin, name), n, setting, args.queries))
                 print(table(rows[-1:]), flush=True)
     print(table(rows))
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(
-        json.dumps(
-            {
-                "machine": machine(),
-                "settings": {"shared_buffers": args.shared_buffers or "default"},
-                "results": rows,
-            },
-            indent=2,
-        ),
-        encoding="utf-8",
+    write_results(
+        args.output,
+        {"settings": {"shared_buffers": args.shared_buffers or "default"}, "results": rows},
     )
-    print(f"wrote {args.output}")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ the machine that runs it (the 2 cores here are shared); compare rows of one run.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from datetime import UTC, datetime
@@ -43,10 +42,9 @@ from scale import (
     chunk_data,
     created_times,
     iter_chunks,
-    machine,
     make_queries,
 )
-from scale_postgres import _analyze, exact_top_ids, fresh_database, server
+from scale_postgres import _analyze, exact_top_ids, fresh_database, server, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "pg_index_ab.json"
 
@@ -148,19 +146,10 @@ def main(argv: list[str] | None = None) -> None:
         for n in (int(s) for s in args.sizes.split(",")):
             rows.extend(run(fresh_database(admin, f"bench_index_ab_{n}"), n, args))
     print(table(rows))
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(
-        json.dumps(
-            {
-                "machine": machine(),
-                "settings": {"shared_buffers": args.shared_buffers or "default"},
-                "results": rows,
-            },
-            indent=2,
-        ),
-        encoding="utf-8",
+    write_results(
+        args.output,
+        {"settings": {"shared_buffers": args.shared_buffers or "default"}, "results": rows},
     )
-    print(f"wrote {args.output}")
 
 
 if __name__ == "__main__":

@@ -126,6 +126,14 @@ def _analyze(url: str, table: str) -> None:
         conn.execute(f"VACUUM ANALYZE {table}")
 
 
+def write_results(path: Path, payload: dict[str, Any]) -> None:
+    """Write a Postgres benchmark's results (``payload`` after this machine's description) as
+    JSON to ``path`` and say so."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"machine": machine(), **payload}, indent=2), encoding="utf-8")
+    print(f"wrote {path}")
+
+
 def exact_top_ids(stream: Any, backend: Any, vec: np.ndarray, text: str, now: datetime) -> set[str]:
     """Ids of the exact top ``K`` under the stream's scoring (every memory scored)."""
     from langchain_reflective.backends.base import RetrievalFilter
@@ -392,21 +400,11 @@ def main(argv: list[str] | None = None) -> None:
     print(table(results))
     for r in concurrent:
         print(concurrent_table(r))
-    args.output.parent.mkdir(parents=True, exist_ok=True)
     settings = {"shared_buffers": args.shared_buffers or "default"} if args.url is None else {}
-    args.output.write_text(
-        json.dumps(
-            {
-                "machine": machine(),
-                "server_settings": settings,
-                "results": results,
-                "concurrent": concurrent,
-            },
-            indent=2,
-        ),
-        encoding="utf-8",
+    write_results(
+        args.output,
+        {"server_settings": settings, "results": results, "concurrent": concurrent},
     )
-    print(f"wrote {args.output}")
 
 
 if __name__ == "__main__":
