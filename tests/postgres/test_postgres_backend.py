@@ -516,3 +516,39 @@ def test_a_database_without_setup_is_a_clear_error(postgres_url: str) -> None:
 def test_a_pool_too_small_for_the_reflection_lock_is_refused(postgres_url: str) -> None:
     with pytest.raises(ValueError, match="max_size"):
         PostgresBackend.from_conn_string(postgres_url, max_size=1)
+
+
+def test_a_small_analysed_table_still_finds_query_terms_through_the_gin_index(
+    postgres_url: str,
+) -> None:
+    """With Postgres' default ``random_page_cost`` (4), a freshly analysed table of ~1k
+    memories got a plan that read every row of ``reflective_terms`` and tested it against each
+    query term; the backend's connections plan the GIN index lookup instead (the text
+    terms here: the backend was not configured for `lexical_context`)."""
+    rng = np.random.default_rng(7)
+    vocabulary = [f"term{i}" for i in range(5000)]
+    records = [
+        MemoryRecord(
+            id=new_memory_id(),
+            text=" ".join(rng.choice(vocabulary, size=16)),
+            kind="observation",
+            created_at=T0 + timedelta(minutes=i),
+            importance=0.5,
+            namespace="default",
+        )
+        for i in range(1000)
+    ]
+    vectors = _unit(rng, len(records))
+    with PostgresBackend.from_conn_string(postgres_url) as backend:
+        backend.setup()
+        backend.put(records, vectors)
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute("ANALYZE")
+        sql, params = backend._candidate_query(
+            "default", records[3].text[:40], vectors[3], 10, RetrievalFilter(),
+            ScoringConfig.hybrid(), False,
+        )  # fmt: skip
+        with backend._pools.conn() as conn:
+            plan = "\n".join(str(r[0]) for r in conn.execute("EXPLAIN " + sql, params))
+    assert "Bitmap Index Scan on reflective_terms_lex" in plan
+    assert "Seq Scan on reflective_terms" not in plan
