@@ -134,19 +134,29 @@ def write_results(path: Path, payload: dict[str, Any]) -> None:
     print(f"wrote {path}")
 
 
-def exact_top_ids(stream: Any, backend: Any, vec: np.ndarray, text: str, now: datetime) -> set[str]:
-    """Ids of the exact top ``K`` under the stream's scoring (every memory scored)."""
+def exact_top_ids(
+    stream: Any,
+    backend: Any,
+    vec: np.ndarray,
+    text: str,
+    now: datetime,
+    namespace: str | None = None,
+) -> set[str]:
+    """Ids of the exact top ``K`` under the stream's scoring (every memory of ``namespace``,
+    the stream's by default, scored)."""
     from langchain_reflective.backends.base import RetrievalFilter
     from langchain_reflective.scoring import score_candidates, top_k
 
+    namespace = namespace or stream.namespace
+
     unit = (vec / np.linalg.norm(vec)).astype(np.float32)
     exact = backend.candidates(
-        stream.namespace, text, unit, k=K, filter=RetrievalFilter(), config=stream.scoring,
+        namespace, text, unit, k=K, filter=RetrievalFilter(), config=stream.scoring,
         exact=True,
     )  # fmt: skip
     comps, _ = score_candidates(stream.scoring, exact, now.timestamp())
     keys = exact.keys[top_k(comps.score, K)].tolist()
-    return {r.id for r in backend.fetch(stream.namespace, keys).values()}
+    return {r.id for r in backend.fetch(namespace, keys).values()}
 
 
 def run_ours(url: str, n: int, queries: int, agreement_queries: int) -> dict[str, Any]:
