@@ -557,11 +557,12 @@ def test_a_small_analysed_table_still_finds_query_terms_through_the_gin_index(
 async def test_sync_and_async_connections_carry_the_same_settings(postgres_url: str) -> None:
     names = ("TimeZone", "jit", "random_page_cost", "hnsw.ef_search", "ivfflat.iterative_scan")
     expected = ["UTC", "off", "1.1", "200", "relaxed_order"]
-    with PostgresBackend.from_conn_string(postgres_url) as backend:
-        backend.setup()
-        with backend._pools.conn() as conn:
-            sync = [str(conn.execute(f'SHOW "{n}"').fetchone()[0]) for n in names]  # type: ignore[index]
-        async with backend._pools.aconn() as aconn:
-            found = [await (await aconn.execute(f'SHOW "{n}"')).fetchone() for n in names]
+    backend = PostgresBackend.from_conn_string(postgres_url)
+    backend.setup()
+    with backend._pools.conn() as conn:
+        sync = [str(conn.execute(f'SHOW "{n}"').fetchone()[0]) for n in names]  # type: ignore[index]
+    async with backend._pools.aconn() as aconn:
+        found = [await (await aconn.execute(f'SHOW "{n}"')).fetchone() for n in names]
+    await backend.aclose()  # (a sync close inside the loop would leave the async pool open)
     assert sync == expected
     assert [str(row[0]) for row in found if row is not None] == expected

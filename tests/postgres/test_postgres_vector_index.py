@@ -3,6 +3,7 @@ grows (also while others add and retrieve), HNSW on request, and version-1 datab
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -395,3 +396,43 @@ def test_an_ivfflat_build_gets_the_memory_it_needs_and_gives_it_back(postgres_ur
                 assert row is not None and row[0] == "1MB"
     finally:
         b.close()
+
+
+def _dense_from_index(backend: PostgresBackend, namespace: str, vector: np.ndarray) -> bool:
+    """Whether a retrieval in ``namespace`` took its dense candidates from the vector-index
+    branch of the statement (``ORDER BY`` distance: the index, or a scan the planner prefers
+    on a table this small) rather than from sorting the namespace's rows: which of the two
+    branches' scans ran."""
+    sql, params = backend._candidate_query(
+        namespace, "tea", vector, 10, RetrievalFilter(), ScoringConfig.hybrid(), False
+    )
+    with backend._pools.conn() as conn:
+        backend._index.prepare(conn)
+        plan = [str(r[0]) for r in conn.execute("EXPLAIN (ANALYZE, COSTS OFF) " + sql, params)]
+    start = plan.index("  CTE dense")
+    end = next(i for i in range(start + 1, len(plan)) if plan[i].startswith("  CTE "))
+    scans = [line for line in plan[start:end] if re.search(r"on reflective_memories m_\d+", line)]
+    assert len(scans) == 2, plan[start:end]  # the sort branch's, then the index branch's
+    ran = ["never executed" not in line for line in scans]
+    assert sum(ran) == 1, scans
+    return ran[1]
+
+
+def test_a_small_namespace_among_many_sorts_its_own_rows_for_dense_candidates(
+    small_ivf: PostgresBackend, postgres_url: str
+) -> None:
+    """A namespace of ``r`` rows in a table of ``R``: sorted by cosine when ``r ** 2 <= dense *
+    R`` (a filtered index search would read ~``dense * R / r`` rows to find ``dense`` of its
+    own), from the vector index otherwise; the sorted candidates are the exact nearest."""
+    rng = np.random.default_rng(5)
+    small_ivf.put(_records(3000, "big", seed=1), _unit(rng, 3000))
+    for u in range(10):
+        small_ivf.put(_records(60, f"user{u}", seed=10 + u), _unit(rng, 60))
+    small_ivf.wait_for_index()
+    assert small_ivf.index_state().kind == "ivfflat"
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("ANALYZE")
+    query = _unit(rng, 1)[0]
+    # 60 ** 2 <= 320 * 3600, 3000 ** 2 > 320 * 3600
+    assert not _dense_from_index(small_ivf, "user3", query)
+    assert _dense_from_index(small_ivf, "big", query)
