@@ -51,12 +51,34 @@ class StreamBase:
     ) -> None:
         self.close()
 
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
     def close(self) -> None:
-        """Close the backend (the SQLite backend writes its vector-index caches). Idempotent."""
+        """Close the backend (the SQLite backend writes its vector-index caches). Idempotent.
+
+        In async code use :meth:`aclose` (or ``async with``): a backend's async connections
+        belong to the event loop that opened them, and only a coroutine running in that loop
+        can close them."""
         if self._closed:
             return
         self._closed = True
         self._backend.close()
+
+    async def aclose(self) -> None:
+        """Async twin of :meth:`close`. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._backend.aclose()
 
     @property
     def backend(self) -> BaseMemoryBackend:

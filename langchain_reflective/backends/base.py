@@ -363,6 +363,12 @@ class BaseMemoryBackend(ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    async def __aenter__(self) -> BaseMemoryBackend:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
     # -- async twins (worker thread by default) ------------------------------------------------
 
     async def abind_embeddings(self, model: str, dimension: int) -> None:

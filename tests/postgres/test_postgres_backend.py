@@ -566,3 +566,41 @@ async def test_sync_and_async_connections_carry_the_same_settings(postgres_url: 
     await backend.aclose()  # (a sync close inside the loop would leave the async pool open)
     assert sync == expected
     assert [str(row[0]) for row in found if row is not None] == expected
+
+
+async def test_async_with_closes_the_loops_connections(postgres_url: str) -> None:
+    from langchain_reflective import MemoryStream
+    from tests.fakes import WordEmbeddings
+
+    backend = PostgresBackend.from_conn_string(postgres_url)
+    backend.setup()
+    async with MemoryStream(WordEmbeddings(), backend=backend) as stream:
+        await stream.aadd(["tea in Lisbon", "rain in Porto"])
+        assert [h.record.text for h in await stream.aretrieve("tea", k=1)] == ["tea in Lisbon"]
+        (_, pool), *_ = backend._pools._apools.values()
+    assert pool.closed and backend._pools._apools == {}
+    await stream.aclose()  # idempotent
+    async with PostgresBackend.from_conn_string(postgres_url) as other:
+        assert await other.acount("default") == 2
+        hits = await other.acandidates(
+            "default", "tea", np.asarray(WordEmbeddings().embed_query("tea"), np.float32), k=1,
+            filter=RetrievalFilter(), config=ScoringConfig.hybrid(),
+        )  # fmt: skip
+        assert hits.size == 2
+        (_, pool), *_ = other._pools._apools.values()
+    assert pool.closed
+
+
+async def test_a_sync_close_inside_the_loop_warns_and_leaves_aclose_able_to_finish(
+    postgres_url: str,
+) -> None:
+    backend = PostgresBackend.from_conn_string(postgres_url)
+    backend.setup()
+    async with backend._pools.aconn() as conn:  # opens this loop's async pool
+        await conn.execute("SELECT 1")
+    (_, pool), *_ = backend._pools._apools.values()
+    with pytest.warns(RuntimeWarning, match=r"await backend\.aclose\(\)"):
+        backend.close()
+    assert not pool.closed
+    await backend.aclose()
+    assert pool.closed

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -193,7 +194,8 @@ class Pools:
             return
         self.closed = True
         self.pool.close()
-        for loop, pool in list(self._apools.values()):
+        left: dict[int, tuple[asyncio.AbstractEventLoop, AsyncConnectionPool[Any]]] = {}
+        for key, (loop, pool) in list(self._apools.items()):
             if loop.is_closed():
                 continue
             try:
@@ -202,7 +204,17 @@ class Pools:
                 running = None
             if running is None and not loop.is_running():
                 loop.run_until_complete(pool.close())
-        self._apools.clear()
+            elif running is loop:
+                warnings.warn(
+                    "PostgresBackend.close() ran inside the event loop whose async connections "
+                    "it opened, and synchronous code cannot close them: they stay open (and "
+                    "can hang the loop's shutdown). In async code use `await backend.aclose()`, "
+                    "`await stream.aclose()` or `async with`.",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
+                left[key] = (loop, pool)  # for a later aclose() in that loop
+        self._apools = left
 
     async def aclose(self) -> None:
         """Async twin of :meth:`close` (closes the running loop's pool in that loop)."""
