@@ -45,7 +45,7 @@ from scale import (
     iter_chunks,
     make_queries,
 )
-from scale_postgres import fresh_database, server, write_results
+from scale_postgres import finish, fresh_database, server, server_options
 
 RESULTS = Path(__file__).resolve().parent / "results" / "pg_gin_pending.json"
 SETTINGS = {
@@ -141,9 +141,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--settings", default=",".join(SETTINGS))
     parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--url", help="admin URL of a Postgres server (default: embedded)")
-    parser.add_argument("--shared-buffers", default="1GB")
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    server_options(parser, RESULTS)
     args = parser.parse_args(argv)
     rows: list[dict[str, Any]] = []
     with server(args.url, args.shared_buffers or None) as admin:
@@ -152,11 +150,7 @@ def main(argv: list[str] | None = None) -> None:
                 name = f"bench_gin_{n}_{list(SETTINGS).index(setting)}"
                 rows.append(run(fresh_database(admin, name), n, setting, args.queries))
                 print(table(rows[-1:]), flush=True)
-    print(table(rows))
-    write_results(
-        args.output,
-        {"settings": {"shared_buffers": args.shared_buffers or "default"}, "results": rows},
-    )
+    finish(args, rows, table)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from scale import (
     iter_chunks,
     make_queries,
 )
-from scale_postgres import _analyze, exact_top_ids, fresh_database, server, write_results
+from scale_postgres import _analyze, exact_top_ids, finish, fresh_database, server, server_options
 
 RESULTS = Path(__file__).resolve().parent / "results" / "pg_index_ab.json"
 
@@ -133,23 +133,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--agreement-queries", type=int, default=100)
     parser.add_argument("--extra", type=int, default=5000, help="memories added per index")
-    parser.add_argument("--url", help="admin URL of a Postgres server (default: embedded)")
-    parser.add_argument(
-        "--shared-buffers",
-        default="1GB",
-        help="the embedded server's shared_buffers ('' keeps Postgres' default, 128MB)",
-    )
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    server_options(parser, RESULTS)
     args = parser.parse_args(argv)
     rows: list[dict[str, Any]] = []
     with server(args.url, args.shared_buffers or None) as admin:
         for n in (int(s) for s in args.sizes.split(",")):
             rows.extend(run(fresh_database(admin, f"bench_index_ab_{n}"), n, args))
-    print(table(rows))
-    write_results(
-        args.output,
-        {"settings": {"shared_buffers": args.shared_buffers or "default"}, "results": rows},
-    )
+    finish(args, rows, table)
 
 
 if __name__ == "__main__":

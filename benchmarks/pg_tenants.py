@@ -33,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale import CHUNK, K, _fake_embeddings, _pcts, iter_chunks, make_queries
-from scale_postgres import _analyze, exact_top_ids, fresh_database, server, write_results
+from scale_postgres import _analyze, exact_top_ids, finish, fresh_database, server, server_options
 
 RESULTS = Path(__file__).resolve().parent / "results" / "pg_tenants.json"
 
@@ -107,9 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shapes", default="200x500,1000x100,2000x50")
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--agreement-queries", type=int, default=100)
-    parser.add_argument("--url", help="admin URL of a Postgres server (default: embedded)")
-    parser.add_argument("--shared-buffers", default="1GB")
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    server_options(parser, RESULTS)
     args = parser.parse_args(argv)
     rows: list[dict[str, Any]] = []
     with server(args.url, args.shared_buffers or None) as admin:
@@ -118,11 +116,7 @@ def main(argv: list[str] | None = None) -> None:
             url = fresh_database(admin, f"bench_tenants_{users}_{each}")
             rows.append(run(url, users, each, args))
             print(table(rows[-1:]), flush=True)
-    print(table(rows))
-    write_results(
-        args.output,
-        {"settings": {"shared_buffers": args.shared_buffers or "default"}, "results": rows},
-    )
+    finish(args, rows, table)
 
 
 if __name__ == "__main__":

@@ -134,6 +134,27 @@ def write_results(path: Path, payload: dict[str, Any]) -> None:
     print(f"wrote {path}")
 
 
+def server_options(parser: argparse.ArgumentParser, output: Path) -> None:
+    """The options of every Postgres benchmark script: ``--url``, ``--shared-buffers`` and
+    ``--output``."""
+    parser.add_argument("--url", help="admin URL of a Postgres server (default: embedded)")
+    parser.add_argument(
+        "--shared-buffers",
+        default="1GB",
+        help="the embedded server's shared_buffers ('' keeps Postgres' default, 128MB)",
+    )
+    parser.add_argument("--output", type=Path, default=output)
+
+
+def finish(args: argparse.Namespace, rows: list[dict[str, Any]], table: Any) -> None:
+    """Print the whole table of ``rows`` and write them with the server settings."""
+    print(table(rows))
+    write_results(
+        args.output,
+        {"settings": {"shared_buffers": args.shared_buffers or "default"}, "results": rows},
+    )
+
+
 def exact_top_ids(
     stream: Any,
     backend: Any,
