@@ -278,12 +278,16 @@ class SQLiteBackend(BaseMemoryBackend):
             part = self._partition(namespace)
             seqs = self.store.delete(list(ids), namespace=namespace)
             if part is not None and seqs:
-                part.delete_rows(part.rows_of(seqs))
-                part.generation = self.store.last_generation
-                part.dirty = True
-                if part.index.n_deleted * 2 > len(part) and len(part) > 1024:
-                    del self._partitions[namespace]  # compact: rebuilt from the file on next use
+                self._drop_rows(namespace, part, seqs)
             return len(seqs)
+
+    def _drop_rows(self, namespace: str, part: Partition, seqs: Sequence[int]) -> None:
+        """Take rows just deleted from the file out of the loaded partition."""
+        part.delete_rows(part.rows_of(seqs))
+        part.generation = self.store.last_generation
+        part.dirty = True
+        if part.index.n_deleted * 2 > len(part) and len(part) > 1024:
+            del self._partitions[namespace]  # compact: rebuilt from the file on next use
 
     def replace(
         self,
@@ -309,11 +313,7 @@ class SQLiteBackend(BaseMemoryBackend):
                 part = None
             if part is not None and gone:
                 part.flush_queue()
-                part.delete_rows(part.rows_of(gone))
-                part.generation = self.store.last_generation
-                part.dirty = True
-                if part.index.n_deleted * 2 > len(part) and len(part) > 1024:
-                    del self._partitions[namespace]  # compact: rebuilt from the file on next use
+                self._drop_rows(namespace, part, gone)
             if records:
                 self._after_put_all(records, vectors, seqs)
             return len(gone)

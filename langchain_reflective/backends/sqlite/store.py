@@ -10,6 +10,7 @@ schema, the reflection counters and the pending queue are in
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 from collections.abc import Iterator, Sequence
@@ -144,13 +145,8 @@ class SQLiteRecordStore(CounterTable, PendingQueue, BaseRecordStore):
         rows = self._rows(records, vectors)
         if not pending and len(rows) == 1 and counts_itself(records[0], counter):
             return [self._insert_one(rows[0], records[0].namespace)]
-        try:
-            with self._transaction() as c:
-                return self._insert_in(c, records, rows, counter, pending)
-        except sqlite3.IntegrityError as exc:
-            raise StorageError(f"could not store memories (duplicate id?): {exc}") from exc
-        except sqlite3.DatabaseError as exc:
-            raise StorageError(f"could not store memories: {exc}") from exc
+        with self._storing() as c:
+            return self._insert_in(c, records, rows, counter, pending)
 
     def replace(
         self,
@@ -164,10 +160,16 @@ class SQLiteRecordStore(CounterTable, PendingQueue, BaseRecordStore):
         """Delete ``ids`` of ``namespace`` and insert ``records`` in one transaction; returns
         the new seqs and the deleted ones."""
         rows = self._rows(records, vectors)
+        with self._storing() as c:
+            deleted = self._delete_in(c, ids, namespace)
+            return self._insert_in(c, records, rows, counter, ()), deleted
+
+    @contextlib.contextmanager
+    def _storing(self) -> Iterator[Any]:
+        """A write transaction of new memories whose SQLite errors become StorageError."""
         try:
             with self._transaction() as c:
-                deleted = self._delete_in(c, ids, namespace)
-                return self._insert_in(c, records, rows, counter, ()), deleted
+                yield c
         except sqlite3.IntegrityError as exc:
             raise StorageError(f"could not store memories (duplicate id?): {exc}") from exc
         except sqlite3.DatabaseError as exc:
