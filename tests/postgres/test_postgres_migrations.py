@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import psycopg
 import pytest
@@ -10,7 +12,7 @@ import pytest
 from langchain_reflective.backends.base import RetrievalFilter
 from langchain_reflective.backends.postgres import PostgresBackend
 from langchain_reflective.backends.postgres.schema import MIGRATIONS, SCHEMA_VERSION
-from langchain_reflective.errors import StorageError
+from langchain_reflective.errors import SchemaVersionError, StorageError
 from langchain_reflective.scoring import ScoringConfig
 from tests.postgres.conftest import create_database
 from tests.postgres.test_postgres_backend import DIM, _fill
@@ -119,27 +121,81 @@ def test_a_version_3_database_moves_its_terms_and_ranks_as_a_new_one(
             assert conn.execute("SELECT count(*) FROM reflective_terms").fetchone() == (63,)
 
 
+def _retrieve(backend: PostgresBackend, vector: np.ndarray) -> None:
+    backend.candidates(
+        "default", "tea", vector, k=3, filter=RetrievalFilter(), config=ScoringConfig.hybrid()
+    )
+
+
+async def _aretrieve(backend: PostgresBackend, vector: np.ndarray) -> None:
+    try:
+        await backend.acandidates(
+            "default", "tea", vector, k=3, filter=RetrievalFilter(), config=ScoringConfig.hybrid()
+        )
+    finally:
+        await backend.aclose()
+
+
 def test_an_unmigrated_database_says_to_call_setup(postgres_url: str, postgres_server: str) -> None:
     """Code of this version against tables of an older schema (no ``setup()`` yet), and
-    against no tables at all: a typed error that says what to do, not a raw psycopg one."""
+    against no tables at all: a typed error that says what to do, not a raw psycopg one, and
+    (sync and async) names the version it found."""
     old_url = create_database(postgres_server)
     with PostgresBackend.from_conn_string(postgres_url) as new:
         new.setup()
         records, vectors = _fill(new, 5)
     _version_3_copy(postgres_url, old_url)
     empty_url = create_database(postgres_server)
-    for url in (old_url, empty_url):
+    cases = [
+        (old_url, rf"at schema version 3, this package needs {SCHEMA_VERSION} .*setup\(\)"),
+        (empty_url, r"has no langchain-reflective tables .*setup\(\)"),
+    ]
+    for url, message in cases:
         with (
             PostgresBackend.from_conn_string(url) as backend,
-            pytest.raises(StorageError, match=r"not at this package's schema version.*setup\(\)"),
+            pytest.raises(StorageError, match=message) as raised,
         ):
-            backend.candidates(
-                "default", "tea", vectors[0], k=3, filter=RetrievalFilter(),
-                config=ScoringConfig.hybrid(),
-            )  # fmt: skip
+            _retrieve(backend, vectors[0])
+        assert not isinstance(raised.value, SchemaVersionError)
+        with pytest.raises(StorageError, match=message):
+            asyncio.run(_aretrieve(PostgresBackend.from_conn_string(url), vectors[0]))
     with PostgresBackend.from_conn_string(old_url) as backend:
         backend.setup()
         assert backend.get("default", [records[0].id])[0].text == records[0].text
+
+
+def test_a_missing_column_at_the_current_or_a_newer_version_is_not_blamed_on_setup(
+    postgres_url: str,
+) -> None:
+    """A table or column missing from a database at this package's schema version is no
+    migration problem: the error says so instead of asking for ``setup()`` (which would change
+    nothing); from a newer version's database it is a ``SchemaVersionError`` asking for an
+    upgrade of the package."""
+    with PostgresBackend.from_conn_string(postgres_url) as backend:
+        backend.setup()
+        _, vectors = _fill(backend, 3)
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE reflective_access DROP COLUMN prev_obs")
+    with PostgresBackend.from_conn_string(postgres_url) as backend:
+        with pytest.raises(StorageError, match=r"prev_obs.*no migration is missing") as raised:
+            _retrieve(backend, vectors[0])
+        assert "setup()" not in str(raised.value)
+        assert not isinstance(raised.value, SchemaVersionError)
+        backend.setup()  # idempotent: it cannot bring the column back
+        with pytest.raises(StorageError, match="no migration is missing"):
+            _retrieve(backend, vectors[0])
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO reflective_schema_version (version) VALUES (%s)", (SCHEMA_VERSION + 1,)
+        )
+    newer = rf"schema version {SCHEMA_VERSION + 1}, set up by a newer version.*Upgrade"
+    with (
+        PostgresBackend.from_conn_string(postgres_url) as backend,
+        pytest.raises(SchemaVersionError, match=newer),
+    ):
+        _retrieve(backend, vectors[0])
+    with pytest.raises(SchemaVersionError, match=newer):
+        asyncio.run(_aretrieve(PostgresBackend.from_conn_string(postgres_url), vectors[0]))
 
 
 _TERM_INDEXES = ("reflective_terms_lex", "reflective_terms_ctx")

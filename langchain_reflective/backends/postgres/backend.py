@@ -41,6 +41,8 @@ from langchain_reflective.backends.base import (
     RetrievalFilter,
 )
 from langchain_reflective.backends.postgres.connection import (
+    VERSION,
+    VERSION_TABLE,
     Pools,
     configure_connection,
 )
@@ -238,13 +240,9 @@ class PostgresBackend(BaseMemoryBackend):
 
     def schema_version(self) -> int:
         """The database's schema version (0 before :meth:`setup`)."""
-        row = self._pools.rows(
-            "SELECT CASE WHEN to_regclass('reflective_schema_version') IS NULL THEN 0 END"
-        )
-        if row[0][0] == 0:
+        if not self._pools.rows(VERSION_TABLE)[0][0]:
             return 0
-        found = self._pools.rows("SELECT coalesce(max(version), 0) FROM reflective_schema_version")
-        return int(found[0][0])
+        return int(self._pools.rows(VERSION)[0][0])
 
     # -- identity of the vectors ---------------------------------------------------------------
 

@@ -13,32 +13,102 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from langchain_reflective.errors import InvalidMemoryError, StorageError
+from langchain_reflective.errors import InvalidMemoryError, SchemaVersionError, StorageError
 
 if TYPE_CHECKING:
     from psycopg.rows import TupleRow
 
-__all__ = ["Pools", "aconfigure_connection", "configure_connection", "storage_error"]
+__all__ = [
+    "VERSION",
+    "VERSION_TABLE",
+    "Pools",
+    "aconfigure_connection",
+    "configure_connection",
+    "storage_error",
+]
 
 
-def storage_error(exc: BaseException) -> Exception:
-    """The package's typed error for a database error."""
+_MISSING = (pg_errors.UndefinedTable, pg_errors.UndefinedColumn)
+"""The errors of a statement that names a table or column the database does not have."""
+VERSION_TABLE = "SELECT to_regclass('reflective_schema_version') IS NOT NULL"
+VERSION = "SELECT coalesce(max(version), 0) FROM reflective_schema_version"
+"""The database's schema version: :data:`VERSION`, once :data:`VERSION_TABLE` says the table
+exists (0 before ``setup()``)."""
+
+
+def storage_error(exc: BaseException, version: int | None = None) -> Exception:
+    """The package's typed error for a database error.
+
+    Args:
+        exc: the error.
+        version: for a missing table or column, the database's schema version, read after the
+            failure (``None``: unknown); it decides what the error tells the user to do.
+    """
     if isinstance(exc, UnicodeEncodeError):
         return InvalidMemoryError(f"text cannot be encoded as UTF-8: {exc}")
     if isinstance(exc, pg_errors.IntegrityError):
         return StorageError(f"could not store memories (duplicate id?): {exc}")
-    if isinstance(exc, (pg_errors.UndefinedTable, pg_errors.UndefinedColumn)):
-        # no tables yet, or tables of another schema version than this code's
-        detail = exc.diag.message_primary or str(exc)  # (without the statement's excerpt)
-        return StorageError(
-            f"the database's langchain-reflective tables are missing or not at this package's "
-            f"schema version ({detail}); call PostgresBackend.setup(), which creates or upgrades "
-            "them (idempotent). If another process set the database up with a newer version "
-            "of langchain-reflective, upgrade this one."
-        )
+    if isinstance(exc, _MISSING):
+        return _missing_error(exc, version)
     if isinstance(exc, psycopg.OperationalError):
         return StorageError(f"the Postgres server could not be reached: {exc}")
     return StorageError(f"the Postgres backend failed: {exc}")
+
+
+def _missing_error(exc: psycopg.Error, version: int | None) -> StorageError:
+    """What a missing table or column means at the database's schema ``version``."""
+    from langchain_reflective.backends.postgres.schema import SCHEMA_VERSION
+
+    detail = exc.diag.message_primary or str(exc)  # (without the statement's excerpt)
+    setup = "call PostgresBackend.setup(), which creates or upgrades them (idempotent)"
+    if version is None:  # the version could not be read
+        return StorageError(
+            f"the database's langchain-reflective tables are missing or not at this package's "
+            f"schema version ({detail}); {setup}. If another process set the database up with "
+            "a newer version of langchain-reflective, upgrade this one."
+        )
+    if version == 0:
+        return StorageError(f"the database has no langchain-reflective tables ({detail}); {setup}.")
+    if version < SCHEMA_VERSION:
+        return StorageError(
+            f"the database's langchain-reflective tables are at schema version {version}, "
+            f"this package needs {SCHEMA_VERSION} ({detail}); {setup}."
+        )
+    if version > SCHEMA_VERSION:
+        return SchemaVersionError(
+            f"the database is at schema version {version}, set up by a newer version of "
+            f"langchain-reflective (this one knows up to {SCHEMA_VERSION}): {detail}. Upgrade "
+            "the package."
+        )
+    return StorageError(
+        f"the Postgres backend failed: {detail}. The database is at this package's schema "
+        f"version ({version}), so no migration is missing: a table or column was dropped by "
+        "hand, or this is a bug in langchain-reflective (please report it with this message)."
+    )
+
+
+def _version(conn: psycopg.Connection[Any]) -> int | None:
+    """The schema version read on ``conn`` after a failure (``None`` if it cannot be read)."""
+    try:
+        found = conn.execute(VERSION_TABLE).fetchone()
+        if not found or not found[0]:
+            return 0
+        row = conn.execute(VERSION).fetchone()
+    except psycopg.Error:
+        return None
+    return int(row[0]) if row else None
+
+
+async def _aversion(conn: psycopg.AsyncConnection[Any]) -> int | None:
+    """Async twin of :func:`_version`."""
+    try:
+        found = await (await conn.execute(VERSION_TABLE)).fetchone()
+        if not found or not found[0]:
+            return 0
+        row = await (await conn.execute(VERSION)).fetchone()
+    except psycopg.Error:
+        return None
+    return int(row[0]) if row else None
 
 
 _SETTINGS = (
@@ -115,7 +185,10 @@ class Pools:
             raise StorageError("the Postgres backend is closed")
         try:
             with self.pool.connection() as conn:
-                yield conn
+                try:
+                    yield conn
+                except _MISSING as exc:  # what to do depends on the version: read it
+                    raise storage_error(exc, _version(conn)) from exc
         except (psycopg.Error, UnicodeEncodeError) as exc:
             raise storage_error(exc) from exc
 
@@ -153,7 +226,10 @@ class Pools:
         pool = await self._apool()
         try:
             async with pool.connection() as conn:
-                yield conn
+                try:
+                    yield conn
+                except _MISSING as exc:
+                    raise storage_error(exc, await _aversion(conn)) from exc
         except (psycopg.Error, UnicodeEncodeError) as exc:
             raise storage_error(exc) from exc
 
