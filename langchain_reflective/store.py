@@ -30,8 +30,8 @@ still resolve) or deletes that memory.
 **Search.** With a ``query``, each selected namespace is ranked by
 :meth:`MemoryStream.retrieve` (recency + importance + relevance, the stream's
 :class:`~langchain_reflective.scoring.ScoringConfig`) and every ``SearchItem`` carries that score;
-results from several namespaces are merged by score. The stream's public API ranks one namespace
-per call, so a query search embeds the query once per selected namespace. Without a query, items
+results from several namespaces are merged by score. A query search embeds its query once, however
+many namespaces it ranks (``retrieve(..., query_embedding=...)``). Without a query, items
 come newest first (by their last put) with ``score=None``. ``filter`` matches value fields as
 LangGraph documents: exact values (nested dicts and lists compare structurally, dotted keys reach
 nested fields) and the operators ``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``. A prefix
@@ -113,11 +113,13 @@ _FIRST_FETCH = 32  # memories a filtered search reads per namespace before readi
 
 @dataclass(frozen=True, slots=True)
 class _Call:
-    """One call of the stream's public API that the batch flow needs made."""
+    """One call of the stream's public API (or, with ``embeddings``, of the stream's embedding
+    model) that the batch flow needs made."""
 
     method: str
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
+    embeddings: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +251,7 @@ class ReflectiveStore(BaseStore):
                 call = next(flow)
                 while True:
                     try:
-                        result = getattr(self.stream, call.method)(*call.args, **call.kwargs)
+                        result = getattr(self._target(call), call.method)(*call.args, **call.kwargs)
                     except Exception as exc:
                         call = flow.throw(exc)
                     else:
@@ -295,9 +297,12 @@ class ReflectiveStore(BaseStore):
         with self._locks_guard:
             return [self._locks.setdefault(name, threading.Lock()) for name in sorted(names)]
 
+    def _target(self, call: _Call) -> Any:
+        return self.stream.embeddings if call.embeddings else self.stream
+
     async def _acall(self, call: _Call) -> Any:
-        if call.method in ("add", "retrieve"):  # the stream's async twins await the models
-            return await getattr(self.stream, "a" + call.method)(*call.args, **call.kwargs)
+        if call.embeddings or call.method in ("add", "retrieve"):  # async twins await models
+            return await getattr(self._target(call), "a" + call.method)(*call.args, **call.kwargs)
         return await asyncio.to_thread(getattr(self.stream, call.method), *call.args, **call.kwargs)
 
     # -- validation ----------------------------------------------------------------------------
@@ -488,11 +493,13 @@ class ReflectiveStore(BaseStore):
         if search.limit == 0:
             return []
         prefix = search.prefix
+        selected = sorted((ns, name) for name, ns in known.items() if ns[: len(prefix)] == prefix)
+        vector = None  # the query's embedding: one call for every namespace and re-read
+        if search.query is not None and selected:
+            vector = yield _Call("embed_query", (search.query,), embeddings=True)
         found: list[tuple[float, SearchItem]] = []
-        for name, ns in sorted(known.items(), key=lambda kv: kv[1]):
-            if ns[: len(prefix)] != prefix:
-                continue
-            views = yield from self._read(name, search, need)
+        for ns, name in selected:
+            views = yield from self._read(name, search, need, vector)
             for view, score in views:
                 item = SearchItem(
                     namespace=ns,
@@ -507,9 +514,10 @@ class ReflectiveStore(BaseStore):
         return [item for _, item in found[search.offset : need]]
 
     def _read(
-        self, name: str, search: _Search, need: int
+        self, name: str, search: _Search, need: int, vector: Any = None
     ) -> Generator[_Call, Any, list[tuple[_View, float | None]]]:
-        """Up to ``need`` visible items of one namespace, best (or newest) first.
+        """Up to ``need`` visible items of one namespace, best (or newest) first (``vector``:
+        the query's embedding).
 
         Reads ``need`` memories (more when a filter is set), and everything only when hidden
         or filtered-out memories left fewer than ``need``.
@@ -519,7 +527,9 @@ class ReflectiveStore(BaseStore):
             out: list[tuple[_View, float | None]] = []
             if search.query is not None:
                 hits = yield _Call(
-                    "retrieve", (search.query,), {"k": n, "namespace": name, "touch": False}
+                    "retrieve",
+                    (search.query,),
+                    {"k": n, "namespace": name, "touch": False, "query_embedding": vector},
                 )
                 got = len(hits)
                 for hit in hits:

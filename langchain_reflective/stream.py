@@ -476,12 +476,16 @@ class MemoryStream(StreamBase):
         touch: bool,
         namespace: str | None,
         scoring: ScoringConfig | None,
+        query_embedding: Sequence[float] | None = None,
     ) -> _Flow:
         query = self._check_query(query, k)
         flt = RetrievalFilter.coerce(filter)
         ns = self._ns(flt.namespace or namespace)
         config = scoring or self.scoring
-        raw = yield (self.embeddings, "embed_query", (query,), None)
+        if query_embedding is None:
+            raw = yield (self.embeddings, "embed_query", (query,), None)
+        else:  # checked below exactly as the model's answer would be
+            raw = query_embedding
         # a numpy vector as a (1, dim) view: converting a list holding it costs more
         one = raw[None] if type(raw) is np.ndarray and raw.ndim == 1 else [raw]
         vector = as_unit_vectors(one, 1, type(self.embeddings).__name__)[0]
@@ -528,6 +532,7 @@ class MemoryStream(StreamBase):
         touch: bool = True,
         namespace: str | None = None,
         scoring: ScoringConfig | None = None,
+        query_embedding: Sequence[float] | None = None,
     ) -> list[ScoredMemory]:
         """The ``k`` best memories for ``query``, best first.
 
@@ -539,11 +544,16 @@ class MemoryStream(StreamBase):
             touch: update ``last_accessed_at`` of the returned memories (durably).
             namespace: read this namespace instead of the stream's default.
             scoring: override the stream's scoring for this call.
+            query_embedding: ``query``'s embedding by this stream's ``embeddings``, when you
+                already have it (e.g. to search several namespaces for one query): the
+                embedding call is skipped; ``query`` still drives the lexical half. It is
+                checked and normalised as the model's answer would be.
 
         Raises:
             InvalidMemoryError: empty query or bad ``k``.
             InvalidFilterError: unknown filter keys or bad values.
             EmbeddingError: the query embedding is unusable.
+            DimensionMismatchError: the embedding's dimension differs from the stored ones.
         """
         flow = self._retrieve_flow(
             query,
@@ -553,6 +563,7 @@ class MemoryStream(StreamBase):
             touch=touch,
             namespace=namespace,
             scoring=scoring,
+            query_embedding=query_embedding,
         )
         result: list[ScoredMemory] = _run(flow)
         return result
@@ -567,6 +578,7 @@ class MemoryStream(StreamBase):
         touch: bool = True,
         namespace: str | None = None,
         scoring: ScoringConfig | None = None,
+        query_embedding: Sequence[float] | None = None,
     ) -> list[ScoredMemory]:
         """Async twin of :meth:`retrieve`."""
         flow = self._retrieve_flow(
@@ -577,6 +589,7 @@ class MemoryStream(StreamBase):
             touch=touch,
             namespace=namespace,
             scoring=scoring,
+            query_embedding=query_embedding,
         )
         result: list[ScoredMemory] = await _arun(flow)
         return result

@@ -398,6 +398,41 @@ class BackendConformance:
         assert all(h.record.last_accessed_at == later for h in quiet)
         stream.close()
 
+    def test_a_given_query_embedding_ranks_as_the_embedded_query(
+        self, backends: Callable[[], BaseMemoryBackend]
+    ) -> None:
+        """``retrieve(..., query_embedding=...)`` skips the embedding call and ranks exactly as
+        the embedded query (normalised alike); unusable vectors are the usual typed errors."""
+        embeddings = WordEmbeddings(32)
+        stream = MemoryStream(embeddings, backend=backends(), embedding_model=MODEL)
+        stream.add([r.text for r in corpus(30)], importances=0.5, now=NOW)
+
+        def ranked(hits: list[Any]) -> list[tuple[str, float]]:
+            return [(h.record.id, h.score) for h in hits]
+
+        query = "tea paris w3"
+        expected = ranked(stream.retrieve(query, k=6, now=NOW, touch=False))
+        vector = [3.0 * x for x in embeddings.embed_query(query)]  # not unit length
+        calls = embeddings.query_calls
+        got = ranked(stream.retrieve(query, k=6, now=NOW, touch=False, query_embedding=vector))
+        assert [i for i, _ in got] == [i for i, _ in expected]
+        assert [s for _, s in got] == pytest.approx([s for _, s in expected], abs=1e-6)
+        assert embeddings.query_calls == calls
+        with pytest.raises(DimensionMismatchError):
+            stream.retrieve(query, k=3, query_embedding=vector[:31])
+        with pytest.raises(EmbeddingError):
+            stream.retrieve(query, k=3, query_embedding=[float("nan")] * 32)
+
+        async def run() -> list[tuple[str, float]]:
+            async with stream:
+                hits = await stream.aretrieve(
+                    query, k=6, now=NOW, touch=False, query_embedding=vector
+                )
+            return ranked(hits)
+
+        assert [i for i, _ in asyncio.run(run())] == [i for i, _ in expected]
+        assert embeddings.query_calls == calls
+
     # -- delete and purge ------------------------------------------------------------------
 
     def test_delete_and_purge(self, backend: BaseMemoryBackend) -> None:

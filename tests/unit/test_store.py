@@ -450,6 +450,33 @@ def test_query_search_ranks_with_the_stream_and_follows_updates(store: Any) -> N
     assert store.get(("test",), "doc4").value == {"text": "new text about dogs"}
 
 
+def test_a_query_search_embeds_its_query_once_across_namespaces_and_rereads(store: Any) -> None:
+    """A prefix over several namespaces ranks each with the stream, but the query is embedded
+    once (not once per namespace, nor again when a filter makes a namespace be read twice),
+    and the scores are those of each namespace's own retrieval."""
+    for user in ("ana", "bo", "cy"):
+        store.batch(
+            [
+                PutOp(("users", user), f"k{i}", {"text": f"{user} note {i} about tea", "n": i})
+                for i in range(60)
+            ]
+        )
+    embeddings = store.stream.embeddings
+    calls = embeddings.query_calls
+    # 5 of each namespace's 60 match: its first read (48) finds too few, so it is read whole
+    hits = store.search(("users",), query="tea note", limit=12, filter={"n": {"$gte": 55}})
+    assert embeddings.query_calls == calls + 1
+    assert len(hits) == 12
+    assert {h.namespace for h in hits} == {("users", u) for u in ("ana", "bo", "cy")}
+    assert all(h.value["n"] >= 55 for h in hits)
+    own = {
+        (("users", u), h.record.metadata["langgraph_item"]["key"]): h.score
+        for u in ("ana", "bo", "cy")
+        for h in store.stream.retrieve("tea note", k=60, namespace=f"users/{u}", touch=False)
+    }
+    assert [h.score for h in hits] == pytest.approx([own[(h.namespace, h.key)] for h in hits])
+
+
 def test_query_search_with_filters(store: Any) -> None:
     for key, value in [
         ("doc1", {"text": "red apple", "color": "red", "score": 4.5}),
