@@ -160,6 +160,26 @@ class ReflectiveMemory:
         self.stream.close()
         _LIVE.discard(self)
 
+    async def __aenter__(self) -> ReflectiveMemory:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Async twin of :meth:`close`, for async code (an async agent, a LangGraph server):
+        the stream's backend may hold async connections of this event loop (the Postgres
+        backend does), which only a coroutine running in it can close; a plain :meth:`close`
+        there leaves them open and warns."""
+        await self.aflush(timeout=self.config.shutdown_timeout)
+        await self.stream.aclose()
+        _LIVE.discard(self)
+
     # -- reflection ----------------------------------------------------------------------------
 
     @property

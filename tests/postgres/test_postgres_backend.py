@@ -604,3 +604,37 @@ async def test_a_sync_close_inside_the_loop_warns_and_leaves_aclose_able_to_fini
     assert not pool.closed
     await backend.aclose()
     assert pool.closed
+
+
+async def test_a_reflective_memory_closes_the_loops_connections_with_async_with(
+    postgres_url: str,
+) -> None:
+    """``async with ReflectiveMemory(...)`` (``aclose``) completes the queued memories, then
+    closes the async connections of this loop, without the warning of a sync close."""
+    import time
+    import warnings
+
+    from langchain_reflective import MemoryStream, ReflectiveMemory
+    from tests.fakes import WordEmbeddings
+
+    class SlowToDrain(WordEmbeddings):
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            if "tea in Lisbon" in texts:  # the queued batch: still embedding at the close
+                time.sleep(0.5)
+            return super().embed_documents(texts)
+
+    backend = PostgresBackend.from_conn_string(postgres_url)
+    backend.setup()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        async with ReflectiveMemory(None, MemoryStream(SlowToDrain(), backend=backend)) as mem:
+            await mem.aenqueue(["tea in Lisbon", "rain in Porto"], importances=0.5)
+            await mem.aadd(["coffee in Braga"], importances=0.5)
+            assert [h.record.text for h in await mem.stream.aretrieve("coffee", k=1)] == [
+                "coffee in Braga"
+            ]
+            (_, pool), *_ = backend._pools._apools.values()
+    assert pool.closed and backend._pools.closed
+    with PostgresBackend.from_conn_string(postgres_url) as other:
+        assert other.count("default") == 3
+        assert other.count_pending() == 0

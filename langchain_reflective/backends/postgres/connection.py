@@ -285,7 +285,7 @@ class Pools:
                     "PostgresBackend.close() ran inside the event loop whose async connections "
                     "it opened, and synchronous code cannot close them: they stay open (and "
                     "can hang the loop's shutdown). In async code use `await backend.aclose()`, "
-                    "`await stream.aclose()` or `async with`.",
+                    "`await stream.aclose()`, `await memory.aclose()` or `async with`.",
                     RuntimeWarning,
                     stacklevel=4,
                 )
