@@ -638,3 +638,20 @@ async def test_a_reflective_memory_closes_the_loops_connections_with_async_with(
     with PostgresBackend.from_conn_string(postgres_url) as other:
         assert other.count("default") == 3
         assert other.count_pending() == 0
+
+
+def test_a_wrong_connection_string_fails_at_once_with_the_servers_reason(
+    postgres_server: str,
+) -> None:
+    """``from_conn_string`` checks the connection once: a missing database, a closed port or
+    a malformed URL raise there, saying why (not at the first use, after the pool's 30 s
+    wait, as "couldn't get a connection"); a malformed URL's password is not echoed."""
+    head, sep, query = postgres_server.partition("?")
+    missing = f"{head.rsplit('/', 1)[0]}/no_such_database{sep}{query}"
+    with pytest.raises(StorageError, match='database "no_such_database" does not exist'):
+        PostgresBackend.from_conn_string(missing)
+    with pytest.raises(StorageError, match="refused"):
+        PostgresBackend.from_conn_string("postgresql://ana@127.0.0.1:1/memories")
+    with pytest.raises(StorageError, match="not a valid Postgres connection string") as bad:
+        PostgresBackend.from_conn_string("postgresql://ana:s3cret@[db/memories")
+    assert "s3cret" not in str(bad.value) and bad.value.__cause__ is None

@@ -44,6 +44,7 @@ from langchain_reflective.backends.postgres.connection import (
     VERSION,
     VERSION_TABLE,
     Pools,
+    check_connection,
     configure_connection,
 )
 from langchain_reflective.backends.postgres.queries import (
@@ -191,12 +192,16 @@ class PostgresBackend(BaseMemoryBackend):
 
         Raises:
             ValueError: ``max_size`` below 2 or below ``min_size``.
+            StorageError: the server cannot be reached or refuses the connection (checked
+                once, here, with the server's reason: a wrong URL fails at once rather than
+                at the first use, after the pool's 30 s wait).
         """
         if max_size < 2 or max_size < min_size:
             raise ValueError(
                 f"max_size must be at least 2 and at least min_size, got {max_size} "
                 "(a reflection holds one connection for its lock while it reads and writes)"
             )
+        check_connection(conninfo)
         pool: ConnectionPool[Any] = ConnectionPool(
             conninfo,
             min_size=min_size,

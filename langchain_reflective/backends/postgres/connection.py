@@ -23,6 +23,7 @@ __all__ = [
     "VERSION_TABLE",
     "Pools",
     "aconfigure_connection",
+    "check_connection",
     "configure_connection",
     "storage_error",
 ]
@@ -51,7 +52,7 @@ def storage_error(exc: BaseException, version: int | None = None) -> Exception:
     if isinstance(exc, _MISSING):
         return _missing_error(exc, version)
     if isinstance(exc, psycopg.OperationalError):
-        return StorageError(f"the Postgres server could not be reached: {exc}")
+        return StorageError(f"the Postgres server could not be reached or refused us: {exc}")
     return StorageError(f"the Postgres backend failed: {exc}")
 
 
@@ -109,6 +110,32 @@ async def _aversion(conn: psycopg.AsyncConnection[Any]) -> int | None:
     except psycopg.Error:
         return None
     return int(row[0]) if row else None
+
+
+CONNECT_TIMEOUT = 10
+"""Seconds :func:`check_connection` waits for the server (unless ``conninfo`` sets
+``connect_timeout``)."""
+
+
+def check_connection(conninfo: str) -> None:
+    """Connect once, so a wrong URL, a missing database, bad credentials or a server that is
+    down fail at once with the server's own reason (a pool keeps retrying in the background,
+    and its callers wait 30 s for a "couldn't get a connection" that does not say why).
+
+    Raises:
+        StorageError: the connection failed (the message says why).
+    """
+    try:
+        if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(conninfo):
+            conninfo = psycopg.conninfo.make_conninfo(conninfo, connect_timeout=CONNECT_TIMEOUT)
+    except psycopg.ProgrammingError as exc:  # (libpq's reason, without its echo of the URI)
+        reason = str(exc).partition(' in URI: "')[0]
+        raise StorageError(f"not a valid Postgres connection string: {reason}") from None
+    try:
+        with psycopg.connect(conninfo):
+            pass
+    except psycopg.Error as exc:
+        raise storage_error(exc) from exc
 
 
 _SETTINGS = (
