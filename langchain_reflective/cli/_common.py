@@ -9,7 +9,7 @@ import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, TypeAlias
 
 from langchain_core.embeddings import Embeddings
 
@@ -22,6 +22,7 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess test
     _MISSING = _exc
 
 if TYPE_CHECKING:
+    from langchain_reflective.backends.base import BaseMemoryBackend
     from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
     from langchain_reflective.stream import MemoryStream
 
@@ -112,6 +113,55 @@ class _NoEmbeddings(Embeddings):
         raise CLIError("this command needs the embedding model, but none was loaded")
 
 
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+"""Where a memory argument names a Postgres database instead of a file."""
+MemoryPlace: TypeAlias = Path | str
+"""A memory file (``Path``) or a Postgres connection URL (``str``)."""
+
+
+def _memory_place(value: str) -> MemoryPlace:
+    """The command-line argument as a memory file or a Postgres URL."""
+    return value if value.startswith(POSTGRES_SCHEMES) else Path(value)
+
+
+def _shown(place: MemoryPlace) -> str:
+    """``place`` for messages: a URL without its password."""
+    if isinstance(place, Path):
+        return str(place)
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(place)
+    netloc = parts.netloc
+    if parts.password:
+        user, _, host = netloc.rpartition("@")
+        netloc = f"{user.partition(':')[0]}:***@{host}"
+    query = "&".join(
+        "password=***" if item.startswith("password=") else item
+        for item in parts.query.split("&")
+        if item
+    )
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def _postgres_backend(url: str, *, setup: bool) -> BaseMemoryBackend:
+    """The Postgres backend at ``url``: with ``setup``, its tables created or upgraded (an
+    import); otherwise they must exist already (inspect, export read and change nothing)."""
+    try:
+        from langchain_reflective.backends.postgres import PostgresBackend
+    except ImportError:
+        _fail('a Postgres URL needs the extra: pip install "langchain-reflective[postgres]"')
+    backend = PostgresBackend.from_conn_string(url)
+    try:
+        if setup:
+            backend.setup()
+        elif backend.schema_version() == 0:
+            _fail(f"{_shown(url)} holds no langchain-reflective memories (no tables yet)")
+    except BaseException:
+        backend.close()
+        raise
+    return backend
+
+
 def _check_memory_path(path: Path) -> None:
     """Refuse paths that cannot be an existing memory file, before SQLite touches them."""
     if not path.exists():
@@ -128,12 +178,17 @@ def _open_store(path: Path) -> SQLiteRecordStore:
     return SQLiteRecordStore(path)
 
 
-def _open_readonly_stream(path: Path) -> MemoryStream:
-    """Open an existing memory file without loading any embedding model."""
+def _open_readonly_stream(place: MemoryPlace) -> MemoryStream:
+    """Open an existing memory file or Postgres database without loading any embedding
+    model."""
     from langchain_reflective.stream import MemoryStream
 
-    _check_memory_path(path)
-    store = _open_store(path)
+    if isinstance(place, str):
+        backend = _postgres_backend(place, setup=False)
+        identity = backend.embedding_model or "unknown"
+        return MemoryStream(_NoEmbeddings(identity), backend=backend, embedding_model=identity)
+    _check_memory_path(place)
+    store = _open_store(place)
     identity = store.embedding_model or "unknown"
     return MemoryStream(_NoEmbeddings(identity), store=store, embedding_model=identity)
 

@@ -18,17 +18,21 @@ from rich.table import Table
 from langchain_reflective.cli._common import (
     EXPORT_FORMAT,
     INSTALL_HINT,
+    MemoryPlace,
     Prefer,
     _check_memory_path,
     _console,
     _fail,
     _load_embeddings,
+    _memory_place,
     _NoEmbeddings,
     _open_readonly_stream,
     _open_store,
     _pick_namespace,
     _plot_target,
+    _postgres_backend,
     _short,
+    _shown,
     _stamp,
 )
 from langchain_reflective.cli.scores import _score_table
@@ -36,6 +40,8 @@ from langchain_reflective.cli.scores import _score_table
 if TYPE_CHECKING:
     from langchain_reflective.records import MemoryRecord
     from langchain_reflective.stream import MemoryStream
+
+MEMORY_HELP = "The memory file (SQLite), or a Postgres URL (postgresql://...)."
 
 # -- inspect ---------------------------------------------------------------------------------------
 
@@ -54,22 +60,26 @@ def _parse_as_of(value: str | None, records: Sequence[MemoryRecord]) -> datetime
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
-def _overview(stream: MemoryStream, path: Path) -> None:
+def _overview(stream: MemoryStream, place: MemoryPlace) -> None:
     console = _console()
-    store = stream.store
+    backend = stream.backend
     names = stream.namespaces()
     info = Table.grid(padding=(0, 2))
     info.add_column(style="bold")
     info.add_column()
-    info.add_row("file", escape(str(path)))
-    info.add_row("size", f"{path.stat().st_size:,} bytes")
-    info.add_row("embedding model", escape(str(store.embedding_model or "(none yet)")))
-    info.add_row("dimension", str(store.dimension or "-"))
+    if isinstance(place, Path):
+        info.add_row("file", escape(str(place)))
+        info.add_row("size", f"{place.stat().st_size:,} bytes")
+    else:
+        info.add_row("database", escape(_shown(place)))
+    info.add_row("embedding model", escape(str(backend.embedding_model or "(none yet)")))
+    info.add_row("dimension", str(backend.dimension or "-"))
     info.add_row("namespaces", escape(", ".join(names)) if names else "(none)")
-    console.print(Panel(info, title="Memory file", title_align="left", border_style="cyan"))
+    title = "Memory file" if isinstance(place, Path) else "Memory database (Postgres)"
+    console.print(Panel(info, title=title, title_align="left", border_style="cyan"))
 
     if not names:
-        console.print("The file holds no memories yet.")
+        console.print("It holds no memories yet.")
         return
     per_ns = Table(title="Memories per namespace", title_justify="left")
     for column in ("namespace", "total", "by kind", "importance by", "since last reflection"):
@@ -216,7 +226,7 @@ def _plot(stream: MemoryStream, ns: str, out: Path, *, query: str | None, now: d
 
 
 def inspect(
-    file: Annotated[Path, typer.Argument(help="The memory file (SQLite).", show_default=False)],
+    file: Annotated[str, typer.Argument(help=MEMORY_HELP, show_default=False)],
     limit: Annotated[
         int,
         typer.Option("--limit", "-n", min=0, help="Newest memories to list (0: none)."),
@@ -264,15 +274,17 @@ def inspect(
     console = _console()
     if query is not None and not query.strip():
         _fail("--query must not be empty", code=2)
-    _check_memory_path(file)
+    place = _memory_place(file)
+    if isinstance(place, Path):
+        _check_memory_path(place)
     if plot is not None:
         plot = _plot_target(plot)
-    stream = _open_readonly_stream(file)
+    stream = _open_readonly_stream(place)
     with stream:
-        _overview(stream, file)
+        _overview(stream, place)
         if not stream.namespaces():
             if plot is not None:
-                _fail(f"{file} holds no memories; there is nothing to plot")
+                _fail(f"{_shown(place)} holds no memories; there is nothing to plot")
             return
         ns = _pick_namespace(stream, namespace)
         records = stream.recent(None, namespace=ns)
@@ -283,9 +295,12 @@ def inspect(
         from langchain_reflective.stream import MemoryStream
 
         embeddings = _load_embeddings(prefer)
-        stream = MemoryStream(embeddings, path=file)
+        if isinstance(place, Path):
+            stream = MemoryStream(embeddings, path=place)
+        else:
+            stream = MemoryStream(embeddings, backend=_postgres_backend(place, setup=False))
     else:
-        stream = _open_readonly_stream(file)
+        stream = _open_readonly_stream(place)
     with stream:
         if query is not None:
             hits = stream.retrieve(query, k=top, namespace=ns, now=now, touch=False)
@@ -299,7 +314,7 @@ def inspect(
 
 
 def export(
-    file: Annotated[Path, typer.Argument(help="The memory file (SQLite).", show_default=False)],
+    file: Annotated[str, typer.Argument(help=MEMORY_HELP, show_default=False)],
     out: Annotated[Path, typer.Argument(help="The JSON-lines file to write.", show_default=False)],
     namespace: Annotated[
         str | None,
@@ -319,9 +334,11 @@ def export(
     ] = True,
 ) -> None:
     """Write a memory file's memories as JSON lines (a header line, then one memory per line)."""
-    _check_memory_path(file)
-    if out.exists() and out.resolve() == file.resolve():
-        _fail("the output file is the memory file itself; choose another output path", code=2)
+    place = _memory_place(file)
+    if isinstance(place, Path):
+        _check_memory_path(place)
+        if out.exists() and out.resolve() == place.resolve():
+            _fail("the output file is the memory file itself; choose another output path", code=2)
     if out.is_dir():
         _fail(f"{out} is a directory; give a file path for the export")
     if not out.parent.is_dir():
@@ -330,7 +347,7 @@ def export(
         with out.open("rb") as fh:
             if fh.read(16).startswith(b"SQLite format 3"):
                 _fail(f"{out} is an SQLite database; refusing to overwrite it with an export")
-    with _open_readonly_stream(file) as stream:
+    with _open_readonly_stream(place) as stream:
         selected: Literal["all"] | list[str]
         if all_namespaces:
             if namespace is not None:
@@ -393,8 +410,12 @@ def import_(
         Path, typer.Argument(help="JSON lines written by 'reflective export'.", show_default=False)
     ],
     file: Annotated[
-        Path,
-        typer.Argument(help="The memory file to create or append to.", show_default=False),
+        str,
+        typer.Argument(
+            help="The memory file to create or append to, or a Postgres URL "
+            "(postgresql://...; its tables are created if missing).",
+            show_default=False,
+        ),
     ],
     namespace: Annotated[
         str | None,
@@ -412,21 +433,29 @@ def import_(
     """Import an export into a memory file (created if missing; existing ids are skipped).
 
     The export's vectors are reused when present and from the file's embedding model;
-    otherwise the texts are embedded again with the default embedding model.
+    otherwise the texts are embedded again with the default embedding model. Into Postgres
+    (moving a memory file to a server): the memories are written in batches, so an import that
+    fails halfway leaves the batches before the failure; run it again to finish (the ids
+    already there are skipped).
     """
     from langchain_reflective.stream import MemoryStream
 
+    place = _memory_place(file)
     header, usable = _read_export_header(source)
-    created = not file.exists()
-    if not created:
+    created = False
+    if isinstance(place, str):
+        with _postgres_backend(place, setup=True) as backend:  # creates or upgrades the tables
+            target_model = backend.embedding_model
+    elif place.exists():
         # the same rule as inspect and export: an existing memory file is a non-empty one
-        _check_memory_path(file)
-        store = _open_store(file)  # refuses foreign files before anything is loaded
+        _check_memory_path(place)
+        store = _open_store(place)  # refuses foreign files before anything is loaded
         target_model = store.embedding_model
         store.close()
     else:
-        if not file.parent.is_dir():
-            _fail(f"cannot create {file}: the directory {file.parent} does not exist")
+        if not place.parent.is_dir():
+            _fail(f"cannot create {place}: the directory {place.parent} does not exist")
+        created = True
         target_model = None
     exported_model = header.get("embedding_model")
     reuse = usable and (target_model is None or target_model == exported_model)
@@ -441,14 +470,19 @@ def import_(
         identity = None
         how = "embedding the texts again"
     try:
-        with MemoryStream(embeddings, path=file, embedding_model=identity) as stream:
+        if isinstance(place, str):
+            backend = _postgres_backend(place, setup=False)
+            stream = MemoryStream(embeddings, backend=backend, embedding_model=identity)
+        else:
+            stream = MemoryStream(embeddings, path=place, embedding_model=identity)
+        with stream:
             before = sum(stream.count(namespace=ns) for ns in stream.namespaces())
             imported = stream.import_jsonl(source, namespace=namespace)
     except BaseException:
         if created:  # a failed import into a new file leaves nothing behind
-            _remove_memory_file(file)
+            _remove_memory_file(Path(place))
         raise
     skipped = f"; {before} were already there" if before else ""
     _console().print(
-        f"Imported {imported} memories into {escape(str(file))} ({how}{escape(skipped)})."
+        f"Imported {imported} memories into {escape(_shown(place))} ({how}{escape(skipped)})."
     )

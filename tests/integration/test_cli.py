@@ -94,9 +94,12 @@ def stored_records(path: Path, namespace: str = "default") -> list[tuple[str, st
 
 @pytest.fixture
 def memory_file(tmp_path: Path) -> Path:
+    return write_memory_file(tmp_path / "memory.db")
+
+
+def write_memory_file(path: Path) -> Path:
     """A real memory file: observations over three days, a reflection citing two of them, and
     a second namespace."""
-    path = tmp_path / "memory.db"
     with MemoryStream(DeterministicFakeEmbedding(size=32), path=path) as stream:
         first = stream.add(
             ["Ana adopted a greyhound called Biscuit", "Ana had toast for breakfast"],
