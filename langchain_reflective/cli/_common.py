@@ -178,19 +178,30 @@ def _open_store(path: Path) -> SQLiteRecordStore:
     return SQLiteRecordStore(path)
 
 
-def _open_readonly_stream(place: MemoryPlace) -> MemoryStream:
-    """Open an existing memory file or Postgres database without loading any embedding
-    model."""
+def _open_stream(
+    place: MemoryPlace, embeddings: Embeddings | None = None, identity: str | None = None
+) -> MemoryStream:
+    """A stream over a memory file or a Postgres database whose tables exist (created for a
+    new file). Without ``embeddings``, none is loaded: the stored vectors' identity stands in
+    (for commands that only read)."""
     from langchain_reflective.stream import MemoryStream
 
-    if isinstance(place, str):
-        backend = _postgres_backend(place, setup=False)
-        identity = backend.embedding_model or "unknown"
-        return MemoryStream(_NoEmbeddings(identity), backend=backend, embedding_model=identity)
-    _check_memory_path(place)
-    store = _open_store(place)
-    identity = store.embedding_model or "unknown"
-    return MemoryStream(_NoEmbeddings(identity), store=store, embedding_model=identity)
+    if isinstance(place, Path):
+        if embeddings is not None:
+            return MemoryStream(embeddings, path=place, embedding_model=identity)
+        _check_memory_path(place)
+        store = _open_store(place)
+        identity = store.embedding_model or "unknown"
+        return MemoryStream(_NoEmbeddings(identity), store=store, embedding_model=identity)
+    backend = _postgres_backend(place, setup=False)
+    try:
+        if embeddings is None:
+            identity = backend.embedding_model or "unknown"
+            embeddings = _NoEmbeddings(identity)
+        return MemoryStream(embeddings, backend=backend, embedding_model=identity)
+    except BaseException:
+        backend.close()
+        raise
 
 
 def _pick_namespace(stream: MemoryStream, namespace: str | None) -> str:

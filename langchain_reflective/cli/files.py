@@ -26,8 +26,8 @@ from langchain_reflective.cli._common import (
     _load_embeddings,
     _memory_place,
     _NoEmbeddings,
-    _open_readonly_stream,
     _open_store,
+    _open_stream,
     _pick_namespace,
     _plot_target,
     _postgres_backend,
@@ -279,7 +279,7 @@ def inspect(
         _check_memory_path(place)
     if plot is not None:
         plot = _plot_target(plot)
-    stream = _open_readonly_stream(place)
+    stream = _open_stream(place)
     with stream:
         _overview(stream, place)
         if not stream.namespaces():
@@ -292,15 +292,9 @@ def inspect(
         if limit:
             console.print(_memory_table(records, ns, limit, now))
     if query is not None:
-        from langchain_reflective.stream import MemoryStream
-
-        embeddings = _load_embeddings(prefer)
-        if isinstance(place, Path):
-            stream = MemoryStream(embeddings, path=place)
-        else:
-            stream = MemoryStream(embeddings, backend=_postgres_backend(place, setup=False))
+        stream = _open_stream(place, _load_embeddings(prefer))
     else:
-        stream = _open_readonly_stream(place)
+        stream = _open_stream(place)
     with stream:
         if query is not None:
             hits = stream.retrieve(query, k=top, namespace=ns, now=now, touch=False)
@@ -347,7 +341,7 @@ def export(
         with out.open("rb") as fh:
             if fh.read(16).startswith(b"SQLite format 3"):
                 _fail(f"{out} is an SQLite database; refusing to overwrite it with an export")
-    with _open_readonly_stream(place) as stream:
+    with _open_stream(place) as stream:
         selected: Literal["all"] | list[str]
         if all_namespaces:
             if namespace is not None:
@@ -438,8 +432,6 @@ def import_(
     fails halfway leaves the batches before the failure; run it again to finish (the ids
     already there are skipped).
     """
-    from langchain_reflective.stream import MemoryStream
-
     place = _memory_place(file)
     header, usable = _read_export_header(source)
     created = False
@@ -470,12 +462,7 @@ def import_(
         identity = None
         how = "embedding the texts again"
     try:
-        if isinstance(place, str):
-            backend = _postgres_backend(place, setup=False)
-            stream = MemoryStream(embeddings, backend=backend, embedding_model=identity)
-        else:
-            stream = MemoryStream(embeddings, path=place, embedding_model=identity)
-        with stream:
+        with _open_stream(place, embeddings, identity) as stream:
             before = sum(stream.count(namespace=ns) for ns in stream.namespaces())
             imported = stream.import_jsonl(source, namespace=namespace)
     except BaseException:

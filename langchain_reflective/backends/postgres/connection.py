@@ -52,7 +52,7 @@ def storage_error(exc: BaseException, version: int | None = None) -> Exception:
     if isinstance(exc, _MISSING):
         return _missing_error(exc, version)
     if isinstance(exc, psycopg.OperationalError):
-        return StorageError(f"the Postgres server could not be reached or refused us: {exc}")
+        return StorageError(f"the connection to Postgres failed: {exc}")
     return StorageError(f"the Postgres backend failed: {exc}")
 
 
