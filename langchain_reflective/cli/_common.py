@@ -208,13 +208,15 @@ def _pick_namespace(stream: MemoryStream, namespace: str | None) -> str:
     names = stream.namespaces()
     if namespace is not None:
         if names and namespace not in names:
-            _fail(f"namespace {namespace!r} not found; the file holds: {', '.join(names)}")
+            _fail(f"namespace {namespace!r} not found; the namespaces are: {', '.join(names)}")
         return namespace
     if not names or stream.namespace in names:
         return stream.namespace
     if len(names) == 1:
         return names[0]
-    _fail(f"the file holds several namespaces ({', '.join(names)}); choose one with --namespace")
+    _fail(
+        f"the memories are in several namespaces ({', '.join(names)}); choose one with --namespace"
+    )
 
 
 def _plot_target(path: Path) -> Path:
