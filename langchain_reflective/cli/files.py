@@ -38,6 +38,7 @@ from langchain_reflective.cli._common import (
 from langchain_reflective.cli.scores import _score_table
 
 if TYPE_CHECKING:
+    from langchain_reflective.backends.postgres.vector_index import IndexState
     from langchain_reflective.records import MemoryRecord
     from langchain_reflective.stream import MemoryStream
 
@@ -60,6 +61,15 @@ def _parse_as_of(value: str | None, records: Sequence[MemoryRecord]) -> datetime
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
+def _index_text(state: IndexState) -> str:
+    """A Postgres backend's vector index in words."""
+    if state.name is None:
+        return f"{state.kind}, none built yet (exact scans)"
+    if state.kind == "hnsw":
+        return "hnsw"
+    return f"ivfflat, {state.lists:,} lists trained on {state.rows:,} rows"
+
+
 def _overview(stream: MemoryStream, place: MemoryPlace) -> None:
     console = _console()
     backend = stream.backend
@@ -71,7 +81,12 @@ def _overview(stream: MemoryStream, place: MemoryPlace) -> None:
         info.add_row("file", escape(str(place)))
         info.add_row("size", f"{place.stat().st_size:,} bytes")
     else:
+        from langchain_reflective.backends.postgres import PostgresBackend
+
         info.add_row("database", escape(_shown(place)))
+        if isinstance(backend, PostgresBackend):
+            info.add_row("schema version", str(backend.schema_version()))
+            info.add_row("vector index", _index_text(backend.index_state()))
     info.add_row("embedding model", escape(str(backend.embedding_model or "(none yet)")))
     info.add_row("dimension", str(backend.dimension or "-"))
     info.add_row("namespaces", escape(", ".join(names)) if names else "(none)")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from langchain_reflective.backends.postgres import PostgresBackend
+from langchain_reflective.backends.postgres.schema import SCHEMA_VERSION
 from tests.integration.test_cli import (
     assert_one_line_error,
     flat,
@@ -41,6 +42,8 @@ def test_a_memory_file_moves_to_postgres_and_back(
     code, out, err = run_cli(capsys, "inspect", postgres_url)
     assert code == 0, err
     assert "Memory database (Postgres)" in out and "namespaces ben, default" in flat(out)
+    assert f"schema version {SCHEMA_VERSION}" in flat(out)
+    assert "none built yet (exact scans)" in flat(out)
     assert "Ana got a job in Lisbon" in out
 
     back = tmp_path / "back.jsonl"
