@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -655,3 +656,68 @@ def test_a_wrong_connection_string_fails_at_once_with_the_servers_reason(
     with pytest.raises(StorageError, match="not a valid Postgres connection string") as bad:
         PostgresBackend.from_conn_string("postgresql://ana:s3cret@[db/memories")
     assert "s3cret" not in str(bad.value) and bad.value.__cause__ is None
+
+
+def _drop_connections(url: str) -> int:
+    """What a server restart, a failover or a proxy's idle timeout does to a pool: every other
+    connection to the database is closed by the server (waiting until each is gone)."""
+    with psycopg.connect(url, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_connections_the_server_dropped_while_idle_are_replaced_unseen(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pooled connection idle for a while is checked before use: after the server dropped
+    them all, the next calls (sync and async) succeed on new connections."""
+    from langchain_reflective.backends.postgres import connection
+
+    with PostgresBackend.from_conn_string(postgres_url, min_size=3) as backend:
+        backend.setup()
+        _, vectors = _fill(backend, 3)
+        for _ in range(4):
+            assert backend.count("default") == 3
+        monkeypatch.setattr(connection, "IDLE_CHECK_SECONDS", 0.0)  # every connection is idle
+        assert _drop_connections(postgres_url) >= 3
+        assert backend.count("default") == 3  # no StorageError
+        assert backend.count("default") == 3
+
+    async def candidates(backend: PostgresBackend) -> int:  # (through the async pool)
+        found = await backend.acandidates(
+            "default", "tea", vectors[0], k=3, filter=RetrievalFilter(),
+            config=ScoringConfig.hybrid(),
+        )  # fmt: skip
+        return found.size
+
+    async def run() -> None:
+        async with PostgresBackend.from_conn_string(postgres_url) as other:
+            assert await candidates(other) == 3
+            assert _drop_connections(postgres_url) >= 2
+            assert await candidates(other) == 3
+
+    asyncio.run(run())
+
+
+def test_a_connection_dropped_in_use_fails_one_call_and_clears_the_others(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Connections in steady use are not checked: when the server drops them, the call on one
+    of them fails (a StorageError), and the pool then discards the other dead ones, so the next
+    call works instead of failing once per pooled connection."""
+    from langchain_reflective.backends.postgres import connection
+
+    monkeypatch.setattr(connection, "IDLE_CHECK_SECONDS", 3600.0)
+    with PostgresBackend.from_conn_string(postgres_url, min_size=3) as backend:
+        backend.setup()
+        _fill(backend, 3)
+        for _ in range(4):
+            assert backend.count("default") == 3
+        assert _drop_connections(postgres_url) >= 3
+        with pytest.raises(StorageError, match="connection to Postgres failed"):
+            backend.count("default")
+        assert backend.count("default") == 3
+        assert backend.count("default") == 3

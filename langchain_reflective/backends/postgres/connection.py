@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import time
 import warnings
+import weakref
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -138,6 +140,20 @@ def check_connection(conninfo: str) -> None:
         raise storage_error(exc) from exc
 
 
+IDLE_CHECK_SECONDS = 5.0
+"""A pooled connection idle for longer is checked (one empty query) before it is handed out,
+so one the server closed meanwhile (a restart, a failover, a proxy's idle timeout) is replaced
+instead of failing the caller's statement. Connections in steady use skip the check."""
+_LAST_USED: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+"""When each pooled connection was opened or last given back (absent: a connection of a pool
+the backend did not open, not used yet: checked once)."""
+
+
+def _idle(conn: Any) -> bool:
+    used = _LAST_USED.get(conn)
+    return used is None or time.monotonic() - used > IDLE_CHECK_SECONDS
+
+
 _SETTINGS = (
     "SET TIME ZONE 'UTC'",
     "SET jit = off",
@@ -170,6 +186,7 @@ def configure_connection(conn: psycopg.Connection[Any]) -> None:
     for statement in _IF_SUPPORTED:
         with contextlib.suppress(psycopg.Error):
             conn.execute(statement)
+    _LAST_USED[conn] = time.monotonic()  # (just opened: no check before its first use)
 
 
 async def aconfigure_connection(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -179,6 +196,7 @@ async def aconfigure_connection(conn: psycopg.AsyncConnection[Any]) -> None:
     for statement in _IF_SUPPORTED:
         with contextlib.suppress(psycopg.Error):
             await conn.execute(statement)
+    _LAST_USED[conn] = time.monotonic()
 
 
 class Pools:
@@ -210,12 +228,28 @@ class Pools:
         """A pooled connection; database errors leave as the package's typed errors."""
         if self.closed:
             raise StorageError("the Postgres backend is closed")
+        pool = self.pool
         try:
-            with self.pool.connection() as conn:
+            conn = pool.getconn()
+            if _idle(conn):
                 try:
-                    yield conn
-                except _MISSING as exc:  # what to do depends on the version: read it
-                    raise storage_error(exc, _version(conn)) from exc
+                    conn.execute("")
+                except psycopg.OperationalError:  # dropped by the server while idle
+                    pool.putconn(conn)  # (the pool discards it)
+                    pool.check()  # and any other dead one, opening new ones
+                    conn = pool.getconn()
+            try:
+                with conn:  # (as pool.connection(): a pooled connection stays open)
+                    try:
+                        yield conn
+                    except _MISSING as exc:  # what to do depends on the version: read it
+                        raise storage_error(exc, _version(conn)) from exc
+            finally:
+                broken = conn.broken
+                _LAST_USED[conn] = time.monotonic()
+                pool.putconn(conn)
+                if broken:  # the server dropped it in use: drop the pool's other dead ones
+                    pool.check()
         except (psycopg.Error, UnicodeEncodeError) as exc:
             raise storage_error(exc) from exc
 
@@ -252,11 +286,26 @@ class Pools:
             raise StorageError("the Postgres backend is closed")
         pool = await self._apool()
         try:
-            async with pool.connection() as conn:
+            conn = await pool.getconn()
+            if _idle(conn):
                 try:
-                    yield conn
-                except _MISSING as exc:
-                    raise storage_error(exc, await _aversion(conn)) from exc
+                    await conn.execute("")
+                except psycopg.OperationalError:
+                    await pool.putconn(conn)
+                    await pool.check()
+                    conn = await pool.getconn()
+            try:
+                async with conn:
+                    try:
+                        yield conn
+                    except _MISSING as exc:
+                        raise storage_error(exc, await _aversion(conn)) from exc
+            finally:
+                broken = conn.broken
+                _LAST_USED[conn] = time.monotonic()
+                await pool.putconn(conn)
+                if broken:
+                    await pool.check()
         except (psycopg.Error, UnicodeEncodeError) as exc:
             raise storage_error(exc) from exc
 
