@@ -1,4 +1,5 @@
-"""Connections of the Postgres backend: the pools, per-connection settings and typed errors."""
+"""Connections of the Postgres backend: the pools, per-connection settings, health checks and typed
+errors."""
 
 from __future__ import annotations
 
