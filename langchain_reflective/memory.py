@@ -45,10 +45,10 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_reflective._background import PendingDrainer, ReflectionWorkers, describe_error
+from langchain_reflective._closing import Closing
 from langchain_reflective.errors import PendingConflictError, StorageError
 from langchain_reflective.memory_config import MemoryConfig, ReflectionFailure
 from langchain_reflective.records import REFLECTION, MemoryRecord
@@ -88,7 +88,7 @@ def _drain_at_exit() -> None:  # pragma: no cover - runs at interpreter exit
         memory.flush(timeout=memory.config.shutdown_timeout)
 
 
-class ReflectiveMemory:
+class ReflectiveMemory(Closing):
     """A memory stream that reflects in the background and renders a working context.
 
     Args:
@@ -141,17 +141,6 @@ class ReflectiveMemory:
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def __enter__(self) -> ReflectiveMemory:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
     def close(self) -> None:
         """Complete pending memories and wait for background reflections (together up to
         ``shutdown_timeout``), then close the stream. Memories still pending stay in the file
@@ -159,17 +148,6 @@ class ReflectiveMemory:
         self.flush(timeout=self.config.shutdown_timeout)
         self.stream.close()
         _LIVE.discard(self)
-
-    async def __aenter__(self) -> ReflectiveMemory:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Async twin of :meth:`close`, for async code (an async agent, a LangGraph server):

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING
 
 from langchain_core.embeddings import Embeddings
 
+from langchain_reflective._closing import Closing
 from langchain_reflective.backends.base import BaseMemoryBackend, ReflectionState
 from langchain_reflective.errors import InvalidMemoryError, StorageError
 from langchain_reflective.records import MemoryRecord, check_encodable, utc
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["StreamBase"]
 
 
-class StreamBase:
+class StreamBase(Closing):
     """What :class:`~langchain_reflective.stream.MemoryStream` does besides its two flows."""
 
     embeddings: Embeddings
@@ -39,28 +39,6 @@ class StreamBase:
     _closed: bool
 
     # -- lifecycle -----------------------------------------------------------------------------
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def close(self) -> None:
         """Close the backend (the SQLite backend writes its vector-index caches). Idempotent.

@@ -37,6 +37,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import datetime
 
+from langchain_reflective._closing import Closing
 from langchain_reflective.backends.types import (
     F32,
     CandidateSet,
@@ -68,7 +69,7 @@ __all__ = [
 # -- the seam ----------------------------------------------------------------------------------
 
 
-class BaseMemoryBackend(ABC):
+class BaseMemoryBackend(Closing, ABC):
     """Durable memories plus candidate generation for a :class:`MemoryStream`.
 
     Subclasses implement the abstract sync methods; the async twins run them on a worker
@@ -103,7 +104,7 @@ class BaseMemoryBackend(ABC):
                 (``model`` differs from :attr:`embedding_model`).
         """
 
-    def configure(self, scoring: ScoringConfig) -> None:  # noqa: B027 - optional hook
+    def configure(self, scoring: ScoringConfig) -> None:
         """Learn the stream's default scoring before its first call (optional hook).
 
         A backend whose indexes depend on the scoring -- e.g. a lexical index that holds each
@@ -356,18 +357,6 @@ class BaseMemoryBackend(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release connections, threads and caches (after writing caches). Idempotent."""
-
-    def __enter__(self) -> BaseMemoryBackend:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> BaseMemoryBackend:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     # -- async twins (worker thread by default) ------------------------------------------------
 
