@@ -702,22 +702,48 @@ def test_connections_the_server_dropped_while_idle_are_replaced_unseen(
     asyncio.run(run())
 
 
-def test_a_connection_dropped_in_use_fails_one_call_and_clears_the_others(
+def test_a_connection_dropped_in_use_is_retried_for_reads_never_for_writes(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Connections in steady use are not checked: when the server drops them, the call on one
-    of them fails (a StorageError), and the pool then discards the other dead ones, so the next
-    call works instead of failing once per pooled connection."""
+    """Connections in steady use are not checked. When the server drops them, a read (or a
+    touch, which only sets values) runs again on a new connection; a write fails with a
+    StorageError rather than run twice; then the pool has discarded the other dead ones."""
     from langchain_reflective.backends.postgres import connection
 
     monkeypatch.setattr(connection, "IDLE_CHECK_SECONDS", 3600.0)
     with PostgresBackend.from_conn_string(postgres_url, min_size=3) as backend:
         backend.setup()
-        _fill(backend, 3)
+        records, vectors = _fill(backend, 3)
+
+        def candidates() -> int:
+            found = backend.candidates(
+                "default", "tea", vectors[0], k=3, filter=RetrievalFilter(),
+                config=ScoringConfig.hybrid(),
+            )  # fmt: skip
+            return found.size
+
         for _ in range(4):
             assert backend.count("default") == 3
         assert _drop_connections(postgres_url) >= 3
-        with pytest.raises(StorageError, match="connection to Postgres failed"):
-            backend.count("default")
-        assert backend.count("default") == 3
-        assert backend.count("default") == 3
+        assert backend.count("default") == 3  # a read: run again
+        assert _drop_connections(postgres_url) >= 3
+        assert candidates() == 3
+        assert _drop_connections(postgres_url) >= 3
+        with pytest.raises(connection.ConnectionLostError, match="connection to Postgres failed"):
+            backend.delete("default", [records[0].id])  # a write: not run twice
+        assert backend.count("default") == 3 and candidates() == 3
+
+        async def run() -> None:
+            try:
+                found = await backend.acandidates(
+                    "default", "tea", vectors[0], k=3, filter=RetrievalFilter(),
+                    config=ScoringConfig.hybrid(),
+                )  # fmt: skip
+                assert found.size == 3
+                assert _drop_connections(postgres_url) >= 1
+                keys = found.keys[:1].tolist()
+                assert len(await backend.atouch("default", keys, datetime.now(UTC))) == 1
+            finally:
+                await backend.aclose()  # (this loop's pool, closed in it)
+
+        asyncio.run(run())

@@ -385,9 +385,12 @@ class PostgresBackend(BaseMemoryBackend):
     ) -> dict[int, MemoryRecord]:
         if not keys:
             return {}
-        async with self._pools.aconn() as conn:
-            cur = await conn.execute(TOUCH, (when, namespace, [int(k) for k in keys]))
-            return dict(record_of(r) for r in await cur.fetchall())
+        params = (when, namespace, [int(k) for k in keys])
+
+        async def run(conn: psycopg.AsyncConnection[Any]) -> list[Any]:
+            return await (await conn.execute(TOUCH, params)).fetchall()
+
+        return dict(record_of(r) for r in await self._pools.aretrying(run))
 
     # -- the pending queue ---------------------------------------------------------------------
 
@@ -629,10 +632,12 @@ class PostgresBackend(BaseMemoryBackend):
     ) -> CandidateSet:
         """One statement, one round trip (see the module docstring)."""
         sql, params = self._candidate_query(namespace, query, vector, k, filter, config, exact)
-        with self._pools.conn() as conn:
+
+        def run(conn: psycopg.Connection[Any]) -> Any:
             self._index.prepare(conn)
-            row = conn.execute(sql, params, binary=True).fetchone()
-        return candidate_set(row, config, exact)
+            return conn.execute(sql, params, binary=True).fetchone()
+
+        return candidate_set(self._pools.retrying(run), config, exact)
 
     async def acandidates(
         self,
@@ -646,11 +651,12 @@ class PostgresBackend(BaseMemoryBackend):
         exact: bool = False,
     ) -> CandidateSet:
         sql, params = self._candidate_query(namespace, query, vector, k, filter, config, exact)
-        async with self._pools.aconn() as conn:
+
+        async def run(conn: psycopg.AsyncConnection[Any]) -> Any:
             await self._index.aprepare(conn)
-            cur = await conn.execute(sql, params, binary=True)
-            row = await cur.fetchone()
-        return candidate_set(row, config, exact)
+            return await (await conn.execute(sql, params, binary=True)).fetchone()
+
+        return candidate_set(await self._pools.aretrying(run), config, exact)
 
     # -- lifecycle -----------------------------------------------------------------------------
 

@@ -9,8 +9,8 @@ import math
 import time
 import warnings
 import weakref
-from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -21,9 +21,12 @@ from langchain_reflective.errors import InvalidMemoryError, SchemaVersionError, 
 if TYPE_CHECKING:
     from psycopg.rows import TupleRow
 
+T = TypeVar("T")
+
 __all__ = [
     "VERSION",
     "VERSION_TABLE",
+    "ConnectionLostError",
     "Pools",
     "aconfigure_connection",
     "check_connection",
@@ -57,6 +60,19 @@ def storage_error(exc: BaseException, version: int | None = None) -> Exception:
     if isinstance(exc, psycopg.OperationalError):
         return StorageError(f"the connection to Postgres failed: {exc}")
     return StorageError(f"the Postgres backend failed: {exc}")
+
+
+class ConnectionLostError(StorageError):
+    """The server dropped the connection a statement ran on (a restart, a failover): a
+    :class:`StorageError` that :meth:`Pools.retrying` runs again once."""
+
+
+def _typed(exc: BaseException, lost: bool) -> Exception:
+    """:func:`storage_error`, as a :class:`ConnectionLostError` when the connection was lost."""
+    error = storage_error(exc)
+    if lost and type(error) is StorageError:
+        return ConnectionLostError(str(error))
+    return error
 
 
 def _missing_error(exc: psycopg.Error, version: int | None) -> StorageError:
@@ -230,6 +246,7 @@ class Pools:
         if self.closed:
             raise StorageError("the Postgres backend is closed")
         pool = self.pool
+        lost = False
         try:
             conn = pool.getconn()
             if _idle(conn):
@@ -246,18 +263,28 @@ class Pools:
                     except _MISSING as exc:  # what to do depends on the version: read it
                         raise storage_error(exc, _version(conn)) from exc
             finally:
-                broken = conn.broken
+                lost = conn.broken
                 _LAST_USED[conn] = time.monotonic()
                 pool.putconn(conn)
-                if broken:  # the server dropped it in use: drop the pool's other dead ones
+                if lost:  # the server dropped it in use: drop the pool's other dead ones
                     pool.check()
         except (psycopg.Error, UnicodeEncodeError) as exc:
-            raise storage_error(exc) from exc
+            raise _typed(exc, lost) from exc
+
+    def retrying(self, run: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """``run(conn)`` on a pooled connection, and once more on another if the server dropped
+        the first while it ran: only for work that may run twice (reads, and updates that set
+        values)."""
+        try:
+            with self.conn() as conn:
+                return run(conn)
+        except ConnectionLostError:
+            with self.conn() as conn:
+                return run(conn)
 
     def rows(self, sql: str, params: Any = None) -> list[TupleRow]:
-        """All rows of one statement."""
-        with self.conn() as conn:
-            return conn.execute(sql, params).fetchall()
+        """All rows of one statement that may run twice (see :meth:`retrying`)."""
+        return self.retrying(lambda conn: conn.execute(sql, params).fetchall())
 
     async def _apool(self) -> AsyncConnectionPool[Any]:
         """This event loop's async pool (opened on first use; one per loop)."""
@@ -286,6 +313,7 @@ class Pools:
         if self.closed:
             raise StorageError("the Postgres backend is closed")
         pool = await self._apool()
+        lost = False
         try:
             conn = await pool.getconn()
             if _idle(conn):
@@ -302,13 +330,22 @@ class Pools:
                     except _MISSING as exc:
                         raise storage_error(exc, await _aversion(conn)) from exc
             finally:
-                broken = conn.broken
+                lost = conn.broken
                 _LAST_USED[conn] = time.monotonic()
                 await pool.putconn(conn)
-                if broken:
+                if lost:
                     await pool.check()
         except (psycopg.Error, UnicodeEncodeError) as exc:
-            raise storage_error(exc) from exc
+            raise _typed(exc, lost) from exc
+
+    async def aretrying(self, run: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
+        """Async twin of :meth:`retrying` (this event loop's pool)."""
+        try:
+            async with self.aconn() as conn:
+                return await run(conn)
+        except ConnectionLostError:
+            async with self.aconn() as conn:
+                return await run(conn)
 
     @contextlib.contextmanager
     def advisory_lock(self, app: int, name: str, *, timeout: float | None = None) -> Iterator[None]:
