@@ -252,7 +252,7 @@ class Pools:
             if _idle(conn):
                 try:
                     conn.execute("")
-                except psycopg.OperationalError:  # dropped by the server while idle
+                except psycopg.Error:  # dropped by the server while idle
                     pool.putconn(conn)  # (the pool discards it)
                     pool.check()  # and any other dead one, opening new ones
                     conn = pool.getconn()
@@ -319,7 +319,7 @@ class Pools:
             if _idle(conn):
                 try:
                     await conn.execute("")
-                except psycopg.OperationalError:
+                except psycopg.Error:
                     await pool.putconn(conn)
                     await pool.check()
                     conn = await pool.getconn()
