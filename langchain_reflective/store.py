@@ -82,7 +82,12 @@ from langchain_reflective.errors import (
     InvalidMemoryError,
     StorageError,
 )
-from langchain_reflective.records import MemoryRecord, validate_metadata, validate_text
+from langchain_reflective.records import (
+    MemoryRecord,
+    check_encodable,
+    validate_metadata,
+    validate_text,
+)
 from langchain_reflective.store_codec import (
     StoreNamespaceError,
     check_filter,
@@ -319,6 +324,8 @@ class ReflectiveStore(BaseStore):
                 query = op.query
                 if query is not None and not isinstance(query, str):
                     raise InvalidFilterError(f"query must be a string, got {type(query).__name__}")
+                if query and not query.isascii():  # before the (one) embedding call
+                    check_encodable(query, "query")
                 search = _Search(
                     prefix=check_namespace(op.namespace_prefix, allow_empty=True),
                     query=query if query and query.strip() else None,

@@ -28,6 +28,7 @@ from langgraph.store.base import (
 )
 
 from langchain_reflective import MemoryStream, ReflectiveStore
+from langchain_reflective.errors import InvalidMemoryError
 from tests.fakes import WordEmbeddings
 
 
@@ -475,6 +476,15 @@ def test_a_query_search_embeds_its_query_once_across_namespaces_and_rereads(stor
         for h in store.stream.retrieve("tea note", k=60, namespace=f"users/{u}", touch=False)
     }
     assert [h.score for h in hits] == pytest.approx([own[(h.namespace, h.key)] for h in hits])
+
+
+def test_a_query_that_cannot_be_encoded_is_refused_before_any_embedding_call(store: Any) -> None:
+    store.put(("test",), "doc1", {"text": "test document"})
+    embeddings = store.stream.embeddings
+    calls = embeddings.query_calls
+    with pytest.raises(InvalidMemoryError, match="query"):
+        store.search(("test",), query="lone \ud800 surrogate")
+    assert embeddings.query_calls == calls
 
 
 def test_query_search_with_filters(store: Any) -> None:
