@@ -323,12 +323,17 @@ def threaded(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
 
 
 def run_sync(flow: Flow[T]) -> T:
-    """Drive ``flow``, calling each op's sync function; errors propagate to the caller."""
+    """Drive ``flow``, calling each op's sync function. An op's error is raised inside the
+    flow at its ``yield`` (so the flow may handle it) and otherwise reaches the caller."""
     value: Any = None
+    error: Exception | None = None
     try:
         while True:
-            op = flow.send(value)
-            value = op.sync(*op.args, **op.kwargs)
+            op = flow.send(value) if error is None else flow.throw(error)
+            try:
+                value, error = op.sync(*op.args, **op.kwargs), None
+            except Exception as exc:
+                value, error = None, exc
     except StopIteration as stop:
         result: T = stop.value
         return result
@@ -337,15 +342,21 @@ def run_sync(flow: Flow[T]) -> T:
 
 
 async def run_async(flow: Flow[T]) -> T:
-    """Drive ``flow``, awaiting each op's async twin (or calling the sync one if it has none)."""
+    """Drive ``flow``, awaiting each op's async twin (or calling the sync one if it has none);
+    errors as in :func:`run_sync`."""
     value: Any = None
+    error: Exception | None = None
     try:
         while True:
-            op = flow.send(value)
-            if op.async_ is not None:
-                value = await op.async_(*op.args, **op.kwargs)
-            else:
-                value = op.sync(*op.args, **op.kwargs)
+            op = flow.send(value) if error is None else flow.throw(error)
+            try:
+                if op.async_ is not None:
+                    value = await op.async_(*op.args, **op.kwargs)
+                else:
+                    value = op.sync(*op.args, **op.kwargs)
+                error = None
+            except Exception as exc:
+                value, error = None, exc
     except StopIteration as stop:
         result: T = stop.value
         return result

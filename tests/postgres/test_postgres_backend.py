@@ -673,18 +673,21 @@ def test_connections_the_server_dropped_while_idle_are_replaced_unseen(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A pooled connection idle for a while is checked before use: after the server dropped
-    them all, the next calls (sync and async) succeed on new connections."""
+    them all, the next calls succeed on new connections, a write included (writes are never
+    retried, so only the check saves it). The async pool's calls are reads, which the retry
+    would also save: that part checks the two together."""
     from langchain_reflective.backends.postgres import connection
 
     with PostgresBackend.from_conn_string(postgres_url, min_size=3) as backend:
         backend.setup()
-        _, vectors = _fill(backend, 3)
+        records, vectors = _fill(backend, 3)
         for _ in range(4):
             assert backend.count("default") == 3
         monkeypatch.setattr(connection, "IDLE_CHECK_SECONDS", 0.0)  # every connection is idle
         assert _drop_connections(postgres_url) >= 3
-        assert backend.count("default") == 3  # no StorageError
-        assert backend.count("default") == 3
+        assert backend.delete("default", [records[0].id]) == 1  # no StorageError
+        assert backend.count("default") == 2
+        backend.put([records[0]], vectors[:1])
 
     async def candidates(backend: PostgresBackend) -> int:  # (through the async pool)
         found = await backend.acandidates(

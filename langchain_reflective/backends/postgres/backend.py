@@ -31,6 +31,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from langchain_reflective._llm import run_sync
 from langchain_reflective.backends.base import (
     BaseMemoryBackend,
     CandidateSet,
@@ -41,11 +42,10 @@ from langchain_reflective.backends.base import (
     RetrievalFilter,
 )
 from langchain_reflective.backends.postgres.connection import (
-    VERSION,
-    VERSION_TABLE,
     Pools,
     check_connection,
     configure_connection,
+    read_version,
 )
 from langchain_reflective.backends.postgres.queries import (
     BM25_B,
@@ -245,9 +245,7 @@ class PostgresBackend(BaseMemoryBackend):
 
     def schema_version(self) -> int:
         """The database's schema version (0 before :meth:`setup`)."""
-        if not self._pools.rows(VERSION_TABLE)[0][0]:
-            return 0
-        return int(self._pools.rows(VERSION)[0][0])
+        return self._pools.retrying(lambda conn: run_sync(read_version(conn)))
 
     # -- identity of the vectors ---------------------------------------------------------------
 

@@ -16,6 +16,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from langchain_reflective._llm import Flow, Op, run_async, run_sync
 from langchain_reflective.errors import InvalidMemoryError, SchemaVersionError, StorageError
 
 if TYPE_CHECKING:
@@ -24,23 +25,18 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 __all__ = [
-    "VERSION",
-    "VERSION_TABLE",
     "ConnectionLostError",
     "Pools",
     "aconfigure_connection",
     "check_connection",
     "configure_connection",
+    "read_version",
     "storage_error",
 ]
 
 
 _MISSING = (pg_errors.UndefinedTable, pg_errors.UndefinedColumn)
 """The errors of a statement that names a table or column the database does not have."""
-VERSION_TABLE = "SELECT to_regclass('reflective_schema_version') IS NOT NULL"
-VERSION = "SELECT coalesce(max(version), 0) FROM reflective_schema_version"
-"""The database's schema version: :data:`VERSION`, once :data:`VERSION_TABLE` says the table
-exists (0 before ``setup()``)."""
 
 
 def storage_error(exc: BaseException, version: int | None = None) -> Exception:
@@ -107,28 +103,33 @@ def _missing_error(exc: psycopg.Error, version: int | None) -> StorageError:
     )
 
 
-def _version(conn: psycopg.Connection[Any]) -> int | None:
-    """The schema version read on ``conn`` after a failure (``None`` if it cannot be read)."""
-    try:
-        found = conn.execute(VERSION_TABLE).fetchone()
-        if not found or not found[0]:
-            return 0
-        row = conn.execute(VERSION).fetchone()
-    except psycopg.Error:
-        return None
-    return int(row[0]) if row else None
+def _call(target: Any, name: str, *args: Any) -> Op[Any]:
+    """``target.name(*args)`` as a flow's op. psycopg's async connections, cursors and pools
+    have the sync ones' method names, so one bound method serves :func:`run_sync` and
+    :func:`run_async` (which awaits it)."""
+    method = getattr(target, name)
+    return Op(method, method, args)
 
 
-async def _aversion(conn: psycopg.AsyncConnection[Any]) -> int | None:
-    """Async twin of :func:`_version`."""
+def read_version(conn: Any) -> Flow[int]:
+    """The database's schema version (0 before ``setup()``), read on ``conn``."""
+    cur = yield _call(
+        conn, "execute", "SELECT to_regclass('reflective_schema_version') IS NOT NULL"
+    )
+    found = yield _call(cur, "fetchone")
+    if not found or not found[0]:
+        return 0
+    cur = yield _call(conn, "execute", "SELECT max(version) FROM reflective_schema_version")
+    row = yield _call(cur, "fetchone")
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def _version_after(conn: Any) -> Flow[int | None]:
+    """:func:`read_version` after a failure (``None`` if it cannot be read)."""
     try:
-        found = await (await conn.execute(VERSION_TABLE)).fetchone()
-        if not found or not found[0]:
-            return 0
-        row = await (await conn.execute(VERSION)).fetchone()
+        return (yield from read_version(conn))
     except psycopg.Error:
         return None
-    return int(row[0]) if row else None
 
 
 CONNECT_TIMEOUT = 10
@@ -198,22 +199,46 @@ def configure_connection(conn: psycopg.Connection[Any]) -> None:
     index (7 ms instead of 0.1 at 2k memories, a retrieval 15.7 ms instead of 8.5); 1.1, the
     usual setting for SSDs and cached tables, keeps the index. Measured neutral at 3k-100k.
     """
-    for statement in _SETTINGS:
-        conn.execute(statement)
-    for statement in _IF_SUPPORTED:
-        with contextlib.suppress(psycopg.Error):
-            conn.execute(statement)
-    _LAST_USED[conn] = time.monotonic()  # (just opened: no check before its first use)
+    run_sync(_configure(conn))
 
 
 async def aconfigure_connection(conn: psycopg.AsyncConnection[Any]) -> None:
     """Async twin of :func:`configure_connection`."""
+    await run_async(_configure(conn))
+
+
+def _configure(conn: Any) -> Flow[None]:
     for statement in _SETTINGS:
-        await conn.execute(statement)
+        yield _call(conn, "execute", statement)
     for statement in _IF_SUPPORTED:
         with contextlib.suppress(psycopg.Error):
-            await conn.execute(statement)
+            yield _call(conn, "execute", statement)
+    _LAST_USED[conn] = time.monotonic()  # (just opened: no check before its first use)
+
+
+def _checkout(pool: Any) -> Flow[Any]:
+    """A connection of ``pool``; one idle for a while must answer an empty query first, and
+    if it does not (the server dropped it), the pool's other idle ones are checked too."""
+    conn = yield _call(pool, "getconn")
+    if _idle(conn):
+        try:
+            yield _call(conn, "execute", "")
+        except psycopg.Error:
+            yield _call(pool, "putconn", conn)  # (the pool discards it)
+            yield _call(pool, "check")  # and any other dead one, opening new ones
+            conn = yield _call(pool, "getconn")
+    return conn
+
+
+def _release(pool: Any, conn: Any) -> Flow[bool]:
+    """Give ``conn`` back; whether the server dropped it in use (then the pool's other dead
+    ones are dropped too)."""
+    lost = bool(conn.broken)
     _LAST_USED[conn] = time.monotonic()
+    yield _call(pool, "putconn", conn)
+    if lost:
+        yield _call(pool, "check")
+    return lost
 
 
 class Pools:
@@ -245,29 +270,17 @@ class Pools:
         """A pooled connection; database errors leave as the package's typed errors."""
         if self.closed:
             raise StorageError("the Postgres backend is closed")
-        pool = self.pool
         lost = False
         try:
-            conn = pool.getconn()
-            if _idle(conn):
-                try:
-                    conn.execute("")
-                except psycopg.Error:  # dropped by the server while idle
-                    pool.putconn(conn)  # (the pool discards it)
-                    pool.check()  # and any other dead one, opening new ones
-                    conn = pool.getconn()
+            conn = run_sync(_checkout(self.pool))
             try:
                 with conn:  # (as pool.connection(): a pooled connection stays open)
                     try:
                         yield conn
                     except _MISSING as exc:  # what to do depends on the version: read it
-                        raise storage_error(exc, _version(conn)) from exc
+                        raise storage_error(exc, run_sync(_version_after(conn))) from exc
             finally:
-                lost = conn.broken
-                _LAST_USED[conn] = time.monotonic()
-                pool.putconn(conn)
-                if lost:  # the server dropped it in use: drop the pool's other dead ones
-                    pool.check()
+                lost = run_sync(_release(self.pool, conn))
         except (psycopg.Error, UnicodeEncodeError) as exc:
             raise _typed(exc, lost) from exc
 
@@ -315,26 +328,15 @@ class Pools:
         pool = await self._apool()
         lost = False
         try:
-            conn = await pool.getconn()
-            if _idle(conn):
-                try:
-                    await conn.execute("")
-                except psycopg.Error:
-                    await pool.putconn(conn)
-                    await pool.check()
-                    conn = await pool.getconn()
+            conn = await run_async(_checkout(pool))
             try:
                 async with conn:
                     try:
                         yield conn
                     except _MISSING as exc:
-                        raise storage_error(exc, await _aversion(conn)) from exc
+                        raise storage_error(exc, await run_async(_version_after(conn))) from exc
             finally:
-                lost = conn.broken
-                _LAST_USED[conn] = time.monotonic()
-                await pool.putconn(conn)
-                if lost:
-                    await pool.check()
+                lost = await run_async(_release(pool, conn))
         except (psycopg.Error, UnicodeEncodeError) as exc:
             raise _typed(exc, lost) from exc
 
