@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import threading
 from collections import defaultdict
 from collections.abc import Generator, Iterable, Mapping, Sequence
@@ -89,11 +88,14 @@ from langchain_reflective.records import (
     validate_text,
 )
 from langchain_reflective.store_codec import (
+    ITEM_METADATA_KEY,
     StoreNamespaceError,
     check_filter,
     check_namespace,
     decode_namespace,
     encode_namespace,
+    item_key,
+    item_memory_id,
     matches_condition,
     matches_filter,
     render_value,
@@ -108,8 +110,6 @@ __all__ = [
     "render_value",
 ]
 
-ITEM_METADATA_KEY = "langgraph_item"
-"""The metadata key under which a memory carries its store item (key, value, created_at)."""
 _FIRST_FETCH = 32  # memories a filtered search reads per namespace before reading them all
 
 
@@ -427,8 +427,7 @@ class ReflectiveStore(BaseStore):
     @staticmethod
     def memory_id(stream_namespace: str, key: str) -> str:
         """The id of the memory holding ``key`` in a stream namespace (stable, 34 chars)."""
-        digest = hashlib.sha256(f"{len(stream_namespace)}:{stream_namespace}/{key}".encode())
-        return "kv" + digest.hexdigest()[:32]
+        return item_memory_id(stream_namespace, key)
 
     def _find(self, name: str, key: str, by_id: Mapping[str, MemoryRecord]) -> MemoryRecord | None:
         """The memory of ``key``: the store's item, else a stream memory whose id is ``key``."""
@@ -440,14 +439,9 @@ class ReflectiveStore(BaseStore):
             return raw
         return raw if raw.metadata[ITEM_METADATA_KEY]["key"] == key else None  # put over it
 
-    def _is_item(self, record: MemoryRecord) -> bool:
-        meta = record.metadata.get(ITEM_METADATA_KEY)
-        return (
-            isinstance(meta, Mapping)
-            and isinstance(meta.get("key"), str)
-            and isinstance(meta.get("value"), dict)
-            and record.id in (self.memory_id(record.namespace, meta["key"]), meta["key"])
-        )
+    @staticmethod
+    def _is_item(record: MemoryRecord) -> bool:
+        return item_key(record) is not None
 
     def _view(self, record: MemoryRecord) -> _View:
         if self._is_item(record):

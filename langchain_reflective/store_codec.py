@@ -1,8 +1,9 @@
-"""How ReflectiveStore maps LangGraph store items onto memories: namespace encoding, value
-rendering and value filters (pure functions, no I/O)."""
+"""How ReflectiveStore maps LangGraph store items onto memories: item ids, namespace encoding,
+value rendering and value filters (pure functions, no I/O)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -12,13 +13,17 @@ from typing import Any
 from langgraph.store.base import InvalidNamespaceError, MatchCondition, get_text_at_path
 
 from langchain_reflective.errors import InvalidFilterError, InvalidMemoryError
+from langchain_reflective.records import MemoryRecord
 
 __all__ = [
+    "ITEM_METADATA_KEY",
     "StoreNamespaceError",
     "check_filter",
     "check_namespace",
     "decode_namespace",
     "encode_namespace",
+    "item_key",
+    "item_memory_id",
     "matches_condition",
     "matches_filter",
     "render_value",
@@ -34,6 +39,33 @@ class StoreNamespaceError(InvalidMemoryError, InvalidNamespaceError):
     It is both langgraph's ``InvalidNamespaceError`` and this package's
     :class:`~langchain_reflective.errors.InvalidMemoryError`.
     """
+
+
+# -- items ----------------------------------------------------------------------------------------
+
+ITEM_METADATA_KEY = "langgraph_item"
+"""The metadata key under which a memory carries its store item (key, value, created_at)."""
+
+
+def item_memory_id(stream_namespace: str, key: str) -> str:
+    """The id of the memory holding ``key`` in a stream namespace (stable, 34 chars)."""
+    digest = hashlib.sha256(f"{len(stream_namespace)}:{stream_namespace}/{key}".encode())
+    return "kv" + digest.hexdigest()[:32]
+
+
+def item_key(record: MemoryRecord) -> str | None:
+    """The store key ``record`` holds as a store item, or ``None`` for a plain memory.
+
+    An item carries its key and value in its metadata and has the key's id in its namespace
+    (or the key itself as id: a put over a stream memory whose id was the key keeps that id).
+    """
+    meta = record.metadata.get(ITEM_METADATA_KEY)
+    if not isinstance(meta, Mapping):
+        return None
+    key = meta.get("key")
+    if not isinstance(key, str) or not isinstance(meta.get("value"), dict):
+        return None
+    return key if record.id in (item_memory_id(record.namespace, key), key) else None
 
 
 # -- namespaces ---------------------------------------------------------------------------------

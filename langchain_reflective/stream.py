@@ -649,6 +649,13 @@ class MemoryStream(StreamBase):
         dimension; otherwise the texts are embedded again. Imported memories do not count
         towards the reflection counter.
 
+        Ids are unique across namespaces, so memories that ``namespace`` moves out of their
+        own namespace get new ids, ``<id>@<tag of the namespace>`` (the same on every run,
+        so importing again skips them), and the evidence they cite follows; LangGraph store
+        items get their key's id in the new namespace, so :class:`ReflectiveStore` finds
+        them by key (when several namespaces holding one key are merged, the first item in
+        the file is kept).
+
         Args:
             path: the JSONL file.
             namespace: put every record into this namespace (default: keep each record's).

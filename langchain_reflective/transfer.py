@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -14,6 +16,7 @@ import numpy as np
 from langchain_reflective.errors import InvalidMemoryError
 from langchain_reflective.records import MemoryRecord, utc
 from langchain_reflective.scoring import recency
+from langchain_reflective.store_codec import ITEM_METADATA_KEY, item_key, item_memory_id
 from langchain_reflective.validation import as_unit_vectors
 
 if TYPE_CHECKING:
@@ -137,30 +140,21 @@ def import_jsonl(
 ) -> int:
     """See :meth:`MemoryStream.import_jsonl`."""
     source = Path(path)
-    try:
-        fh = source.open(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidMemoryError(f"cannot read {source}: {exc}") from exc
+    items = _moved_items(source, namespace) if namespace else {}
     imported = 0
-    with fh:
-        try:
-            header = json.loads(fh.readline() or "null")
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise InvalidMemoryError(f"{source} is not a langchain-reflective export") from exc
-        if not isinstance(header, dict) or header.get("format") != JSONL_FORMAT:
-            raise InvalidMemoryError(f"{source} is not a langchain-reflective export")
-        reuse = header.get("embedding_model") == stream.embedding_model
+    with _open_export(source) as fh:
+        reuse = _header(fh, source).get("embedding_model") == stream.embedding_model
         batch: list[tuple[MemoryRecord, list[float] | None]] = []
         for lineno, line in enumerate(fh, start=2):
             if not line.strip():
                 continue
             try:
                 data = json.loads(line)
-                record = MemoryRecord.from_dict(
-                    {**data, **({"namespace": namespace} if namespace else {})}
-                )
+                record = MemoryRecord.from_dict(data)
             except (json.JSONDecodeError, InvalidMemoryError, TypeError) as exc:
                 raise InvalidMemoryError(f"{source}:{lineno}: {exc}") from exc
+            if namespace and record.namespace != namespace:
+                record = _moved(record, namespace, items)
             vec = data.get("vector") if reuse else None
             batch.append((record, vec))
             if len(batch) >= batch_size:
@@ -169,6 +163,63 @@ def import_jsonl(
         if batch:
             imported += _import_batch(stream, batch)
     return imported
+
+
+def _open_export(source: Path) -> Any:
+    try:
+        return source.open(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidMemoryError(f"cannot read {source}: {exc}") from exc
+
+
+def _header(fh: Any, source: Path) -> dict[str, Any]:
+    """The export's header line, read from ``fh``; refuses anything else."""
+    try:
+        header = json.loads(fh.readline() or "null")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidMemoryError(f"{source} is not a langchain-reflective export") from exc
+    if not isinstance(header, dict) or header.get("format") != JSONL_FORMAT:
+        raise InvalidMemoryError(f"{source} is not a langchain-reflective export")
+    return header
+
+
+def _moved_id(memory_id: str, namespace: str) -> str:
+    """The id a memory gets when an import moves it into ``namespace`` from another one:
+    its id tagged with the namespace, so the copy never collides with the original (ids are
+    unique across namespaces) and importing the same file again finds it."""
+    return f"{memory_id}@{hashlib.sha256(namespace.encode('utf-8')).hexdigest()[:12]}"
+
+
+def _moved(record: MemoryRecord, namespace: str, items: Mapping[str, str]) -> MemoryRecord:
+    """``record`` moved into ``namespace``: new id, and its evidence cites the moved ids."""
+    return dataclasses.replace(
+        record,
+        id=items.get(record.id) or _moved_id(record.id, namespace),
+        namespace=namespace,
+        evidence=tuple(items.get(e) or _moved_id(e, namespace) for e in record.evidence),
+    )
+
+
+def _moved_items(source: Path, namespace: str) -> dict[str, str]:
+    """Old id -> id in ``namespace`` of the LangGraph store items an import moves there: an
+    item's id comes from its key and namespace (so the store finds it by key), and evidence
+    citing it must follow. A cheap first pass: only lines naming the item metadata key are
+    parsed; malformed lines are left to the import's own pass, which reports them."""
+    items: dict[str, str] = {}
+    marker = json.dumps(ITEM_METADATA_KEY)
+    with _open_export(source) as fh:
+        _header(fh, source)
+        for line in fh:
+            if marker not in line:
+                continue
+            try:
+                record = MemoryRecord.from_dict(json.loads(line))
+            except (json.JSONDecodeError, InvalidMemoryError, TypeError):
+                continue
+            key = item_key(record)
+            if key is not None and record.namespace != namespace:
+                items[record.id] = item_memory_id(namespace, key)
+    return items
 
 
 def _import_batch(
@@ -180,8 +231,12 @@ def _import_batch(
         by_ns.setdefault(item[0].namespace, []).append(item)
     total = 0
     for ns, items in by_ns.items():
-        existing = {r.id for r in backend.get(ns, [r.id for r, _ in items])}
-        fresh = [(r, v) for r, v in items if r.id not in existing]
+        seen = {r.id for r in backend.get(ns, [r.id for r, _ in items])}
+        fresh = []
+        for r, v in items:  # skip what is stored, and a second record with one id (moved items)
+            if r.id not in seen:
+                seen.add(r.id)
+                fresh.append((r, v))
         if not fresh:
             continue
         need = [i for i, (_, v) in enumerate(fresh) if v is None]

@@ -428,7 +428,11 @@ def import_(
     ],
     namespace: Annotated[
         str | None,
-        typer.Option("--namespace", help="Put every memory into this namespace."),
+        typer.Option(
+            "--namespace",
+            help="Put every memory into this namespace (memories from another namespace get "
+            "new ids, so the copy lives beside the original).",
+        ),
     ] = None,
     prefer: Annotated[
         Prefer,

@@ -134,7 +134,9 @@ class ContextSummary:
         meta = record.metadata
         return cls(
             id=record.id,
-            context_id=str(meta.get("context_id") or (record.evidence or ("",))[0]),
+            # the evidence first: an import into another namespace gives the snapshot a new id
+            # and rewrites the evidence, not the metadata
+            context_id=str((record.evidence or (meta.get("context_id") or "",))[0]),
             turn=int(meta.get("turn", 0)),
             summary=str(meta.get("summary", record.text)),
             insights=tuple(str(i) for i in meta.get("insights") or ()),

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from langchain_reflective import MemoryStream
+from langchain_reflective import MemoryStream, ReflectiveStore
 from langchain_reflective.backends.base import (
     BaseMemoryBackend,
     CounterUpdate,
@@ -651,6 +651,42 @@ class BackendConformance:
                 got = exact_top(target.backend, "default", query, config)
                 assert got == exact_top(reference, "default", query, config)
         back.close()
+
+    def test_import_into_another_namespace_copies_under_new_ids(
+        self, backend: BaseMemoryBackend, tmp_path: Path
+    ) -> None:
+        """Ids are unique across namespaces: a copy moved into another namespace gets ids of
+        its own (evidence following them, store items keyed in the new namespace), so it
+        lives beside the original and a second import finds it."""
+        stream = MemoryStream(WordEmbeddings(32), backend=backend, embedding_model=MODEL)
+        store = ReflectiveStore(stream)
+        store.put(("users", "alice"), "drink", {"text": "alice drinks tea"})
+        facts = stream.add(["alice w1 w2", "alice w3"], namespace="users/alice", now=NOW)
+        stream.add(
+            "insight w1",
+            kinds=REFLECTION,
+            evidence=[[facts[0].id, store.memory_id("users/alice", "drink")]],
+            namespace="users/alice",
+            now=NOW,
+        )
+        export = tmp_path / "alice.jsonl"
+        assert stream.export_jsonl(export, namespaces=["users/alice"]) == 4
+        carol = "users/carol"
+        assert stream.import_jsonl(export, namespace=carol) == 4
+        assert stream.import_jsonl(export, namespace=carol) == 0  # found again
+        assert stream.import_jsonl(export) == 0  # the originals are untouched
+        assert stream.count(namespace="users/alice") == 4
+        copies = stream.recent(None, namespace=carol)
+        assert len(copies) == 4
+        assert not {r.id for r in copies} & {
+            r.id for r in stream.recent(None, namespace="users/alice")
+        }
+        (insight,) = [r for r in copies if r.kind == REFLECTION]
+        cited = stream.get(list(insight.evidence), namespace=carol)
+        assert sorted(r.text for r in cited) == ["alice drinks tea", "alice w1 w2"]
+        item = store.get(("users", "carol"), "drink")
+        assert item is not None and item.value == {"text": "alice drinks tea"}
+        assert [i.key for i in store.search(("users", "carol"))].count("drink") == 1
 
     # -- async twins -------------------------------------------------------------------------
 

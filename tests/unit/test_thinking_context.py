@@ -146,6 +146,11 @@ def test_export_import_reproduces_the_summaries(
         assert moved.context_by_turn(2, namespace="carol").context.endswith("benchmark.ts]")  # type: ignore[union-attr]
         assert moved.summary_by_turn(3, namespace="carol").summary.startswith("Implemented")  # type: ignore[union-attr]
         assert moved.next_turn(namespace="carol") == 4
+        # a summary's id still leads to its snapshot (both were given ids of the namespace)
+        summary = moved.summary_by_turn(3, namespace="carol")
+        assert summary is not None and summary.id != memory.summary_id(3)
+        (snapshot,) = moved.contexts_by_id([summary.id], namespace="carol")
+        assert snapshot.turn == 3 and snapshot.id == summary.context_id
 
 
 def test_import_refuses_other_records(stream: MemoryStream, tmp_path: Path) -> None:
