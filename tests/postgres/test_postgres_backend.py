@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -673,8 +676,8 @@ def test_connections_the_server_dropped_while_idle_are_replaced_unseen(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A pooled connection idle for a while is checked before use: after the server dropped
-    them all, the next calls succeed on new connections, a write included (writes are never
-    retried, so only the check saves it). The async pool's calls are reads, which the retry
+    them all, the next calls succeed on new connections, a delete included (a delete is never
+    run again, so only the check saves it). The async pool's calls are reads, which the retry
     would also save: that part checks the two together."""
     from langchain_reflective.backends.postgres import connection
 
@@ -709,7 +712,7 @@ def test_a_connection_dropped_in_use_is_retried_for_reads_never_for_writes(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Connections in steady use are not checked. When the server drops them, a read (or a
-    touch, which only sets values) runs again on a new connection; a write fails with a
+    touch, which only sets values) runs again on a new connection; a delete fails with a
     StorageError rather than run twice; then the pool has discarded the other dead ones."""
     from langchain_reflective.backends.postgres import connection
 
@@ -750,3 +753,123 @@ def test_a_connection_dropped_in_use_is_retried_for_reads_never_for_writes(
                 await backend.aclose()  # (this loop's pool, closed in it)
 
         asyncio.run(run())
+
+
+@contextlib.contextmanager
+def _commits_wait_for_a_standby(url: str) -> Iterator[None]:
+    """Every commit waits for a synchronous standby that never comes: the transaction is
+    committed on the server, but its client has no reply until the wait ends. Terminating
+    such a connection is a commit whose reply was lost (a failover or a network cut at the
+    wrong moment)."""
+
+    def reconfigure(names: str | None) -> None:
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute("SET synchronous_commit = local")  # (its own commits do not wait)
+            if names is None:
+                admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
+            else:
+                admin.execute(f"ALTER SYSTEM SET synchronous_standby_names = '{names}'")
+            admin.execute("SELECT pg_reload_conf()")
+
+    reconfigure("no_such_standby")
+    try:
+        yield
+    finally:
+        reconfigure(None)
+
+
+@contextlib.contextmanager
+def _terminated_while_waiting_for_the_standby(url: str) -> Iterator[None]:
+    """Around a write: a thread terminates the first connection it finds waiting for the
+    standby; fails if none waited."""
+    done: list[bool] = []
+
+    def run() -> None:
+        with psycopg.connect(url, autocommit=True) as admin:
+            for _ in range(600):
+                row = admin.execute(
+                    "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND wait_event = 'SyncRep'"
+                ).fetchone()
+                if row:
+                    done.append(bool(row[0]))
+                    return
+                time.sleep(0.05)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
+    assert done == [True], "no commit waited for the standby"
+
+
+def test_a_write_whose_connection_was_lost_is_stored_exactly_once(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server drops the connection of a put or an enqueue: in the middle of its
+    transaction (nothing committed: the write runs again), or while its commit waits for a
+    reply (committed: it is not run again). Either way the call succeeds, and the memories,
+    the queue and the reflection counter hold each write once."""
+    from langchain_reflective.backends.postgres import connection, writes
+
+    monkeypatch.setattr(connection, "IDLE_CHECK_SECONDS", 3600.0)
+    durable = postgres_url + "&options=-c%20synchronous_commit%3Don"  # (the server's is off)
+    with PostgresBackend.from_conn_string(durable, min_size=2) as backend:
+        backend.setup()
+        rng = np.random.default_rng(5)
+        first = _records(2, "default", seed=1)
+        add_stats = writes.add_lexical_stats
+        drops: list[int] = []
+
+        def dropped_midway(*args: Any) -> None:
+            if not drops:
+                drops.append(_drop_connections(postgres_url))
+            add_stats(*args)
+
+        monkeypatch.setattr(writes, "add_lexical_stats", dropped_midway)
+        backend.put(first, _unit(rng, 2), counter=CounterUpdate("default", 0.5, 2))
+        assert drops and drops[0] >= 1  # (the put's own connection among them)
+        monkeypatch.setattr(writes, "add_lexical_stats", add_stats)
+
+        second = _records(3, "default", seed=2)
+        items = [PendingMemory(new_memory_id(), "default", "queued", "observation", T0, None, {})]
+        with _commits_wait_for_a_standby(postgres_url):
+            with _terminated_while_waiting_for_the_standby(postgres_url):
+                backend.put(second, _unit(rng, 3), counter=CounterUpdate("default", 0.25, 3))
+            with _terminated_while_waiting_for_the_standby(postgres_url):
+                backend.enqueue(items)
+        assert backend.count("default") == 5
+        assert {r.id for r in backend.recent("default")} == {r.id for r in first + second}
+        state = backend.reflection_state("default")
+        assert state.adds_since == 5 and state.importance_sum == pytest.approx(0.75)
+        assert backend.pending() == items
+
+
+def test_a_lost_write_stored_in_part_is_reported_not_repeated(postgres_url: str) -> None:
+    """What a write's outcome check reads: all of it stored (the newest key), none (run it
+    again), or a part, which only another writer with the same ids can cause: a StorageError
+    that says so, rather than a second write failing on duplicates."""
+    from langchain_reflective.backends.postgres.writes import queued_outcome, stored_outcome
+
+    with PostgresBackend.from_conn_string(postgres_url) as backend:
+        backend.setup()
+        stored, _ = _fill(backend, 2)
+        other = _records(1, seed=9)
+        queued = [PendingMemory(new_memory_id(), "default", "q", "observation", T0, None, {})]
+        backend.enqueue(queued)
+        with psycopg.connect(postgres_url) as conn:
+            newest = conn.execute("SELECT max(seq) FROM reflective_memories").fetchone()
+            assert stored_outcome(conn, stored) == newest[0]  # type: ignore[index]
+            assert stored_outcome(conn, other) is None
+            assert stored_outcome(conn, [r.with_access(T0) for r in stored[:1]]) is not None
+            moved = [MemoryRecord(id=stored[0].id, text="x", namespace="elsewhere")]
+            assert stored_outcome(conn, moved) is None  # (that id is another namespace's)
+            with pytest.raises(StorageError, match="1 of 2 are stored now"):
+                stored_outcome(conn, [stored[0], *other])
+            assert queued_outcome(conn, queued) is True
+            fresh = [PendingMemory(new_memory_id(), "default", "n", "observation", T0, None, {})]
+            assert queued_outcome(conn, fresh) is None
+            with pytest.raises(StorageError, match="1 of 2 are stored now"):
+                queued_outcome(conn, queued + fresh)

@@ -80,6 +80,8 @@ from langchain_reflective.backends.postgres.writes import (
     delete_memories,
     enqueue,
     lock_counters,
+    queued_outcome,
+    stored_outcome,
     write_batch,
 )
 from langchain_reflective.backends.sqlite.lexical import BM25Index
@@ -313,8 +315,15 @@ class PostgresBackend(BaseMemoryBackend):
         counter change."""
         if len(records) != len(vectors):
             raise StorageError(f"{len(records)} records but {len(vectors)} vectors")
-        with self._pools.conn() as conn, conn.transaction():
-            newest = write_batch(conn, records, vectors, counter, pending, self._vector_oid(conn))
+
+        def write(conn: psycopg.Connection[Any]) -> int:
+            return write_batch(conn, records, vectors, counter, pending, self._vector_oid(conn))
+
+        if records:  # a lost connection: the records tell whether the transaction committed
+            newest = self._pools.writing(write, lambda conn: stored_outcome(conn, records))
+        else:  # (a counter change alone cannot tell: it fails)
+            with self._pools.conn() as conn, conn.transaction():
+                newest = write(conn)
         self._after_write(newest)
 
     def replace(
@@ -395,8 +404,12 @@ class PostgresBackend(BaseMemoryBackend):
     def enqueue(self, items: Sequence[PendingMemory]) -> None:
         if not items:
             return
-        with self._pools.conn() as conn, conn.transaction():
+
+        def write(conn: psycopg.Connection[Any]) -> bool:
             enqueue(conn, items)
+            return True
+
+        self._pools.writing(write, lambda conn: queued_outcome(conn, items))
 
     def pending(
         self, *, namespace: str | None = None, limit: int | None = None, newest: bool = False

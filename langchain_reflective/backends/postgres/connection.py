@@ -60,7 +60,8 @@ def storage_error(exc: BaseException, version: int | None = None) -> Exception:
 
 class ConnectionLostError(StorageError):
     """The server dropped the connection a statement ran on (a restart, a failover): a
-    :class:`StorageError` that :meth:`Pools.retrying` runs again once."""
+    :class:`StorageError` that :meth:`Pools.retrying` runs again once, and after which
+    :meth:`Pools.writing` finds out whether its write committed."""
 
 
 def _typed(exc: BaseException, lost: bool) -> Exception:
@@ -294,6 +295,26 @@ class Pools:
         except ConnectionLostError:
             with self.conn() as conn:
                 return run(conn)
+
+    def writing(
+        self,
+        write: Callable[[psycopg.Connection[Any]], T],
+        outcome: Callable[[psycopg.Connection[Any]], T | None],
+    ) -> T:
+        """``write(conn)`` in one transaction, exactly once even if the server drops the
+        connection meanwhile: then whether it committed is unknown (the connection may have gone
+        after the commit, before its reply), so ``outcome(conn)`` reads it on a new connection:
+        what the write returned if it is stored, ``None`` if nothing of it is. Only then does
+        the write run again, once. ``outcome`` raises if the write is stored only in part."""
+        try:
+            with self.conn() as conn, conn.transaction():
+                return write(conn)
+        except ConnectionLostError:
+            done = self.retrying(outcome)
+            if done is not None:
+                return done
+            with self.conn() as conn, conn.transaction():
+                return write(conn)
 
     def rows(self, sql: str, params: Any = None) -> list[TupleRow]:
         """All rows of one statement that may run twice (see :meth:`retrying`)."""

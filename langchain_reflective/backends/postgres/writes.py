@@ -326,6 +326,43 @@ def enqueue(conn: psycopg.Connection[Any], items: Sequence[PendingMemory]) -> No
     )
 
 
+def queued_outcome(conn: psycopg.Connection[Any], items: Sequence[PendingMemory]) -> bool | None:
+    """Whether an :func:`enqueue` of ``items`` committed (for ``Pools.writing``): ``True`` if
+    every one is queued or already stored (another process may have completed it since),
+    ``None`` if none is."""
+    ids = [p.id for p in items]
+    found = conn.execute(
+        "SELECT id FROM reflective_pending WHERE id = ANY(%s) "
+        "UNION SELECT id FROM reflective_memories WHERE id = ANY(%s)",
+        (ids, ids),
+    ).fetchall()
+    return _all_or_none(len(found), len(set(ids)), "queueing memories")
+
+
+def stored_outcome(conn: psycopg.Connection[Any], records: Sequence[MemoryRecord]) -> int | None:
+    """Whether a :func:`write_batch` of ``records`` committed (for ``Pools.writing``): its
+    newest key if every record is stored in its namespace, ``None`` if none is."""
+    found = conn.execute(
+        "SELECT id, namespace, seq FROM reflective_memories WHERE id = ANY(%s)",
+        ([r.id for r in records],),
+    ).fetchall()
+    wanted = {(r.id, r.namespace) for r in records}
+    mine = [seq for i, ns, seq in found if (i, ns) in wanted]
+    return max(mine) if _all_or_none(len(mine), len(wanted), "storing memories") else None
+
+
+def _all_or_none(found: int, wanted: int, what: str) -> bool | None:
+    if found == 0:
+        return None
+    if found == wanted:
+        return True
+    raise StorageError(
+        f"the connection to Postgres was lost while {what}, and {found} of {wanted} are "
+        "stored now: another writer used the same ids at the same time. Nothing was written "
+        "twice; check those ids before writing again"
+    )
+
+
 # -- a whole write or delete in the caller's transaction (put, delete, replace) ---------------
 
 
