@@ -3,14 +3,20 @@
 One server per run, started lazily by the first test that asks for it, in a temporary directory
 and listening only on a private Unix socket inside it (never a shared server). Each test gets a
 fresh database cloned from a template that already has the ``vector`` extension, so tests never
-see each other's rows and creating one costs a file copy, not a server start.
+see each other's rows and creating one costs a file copy, not a server start. A run stopped by
+SIGTERM (a CI timeout, ``kill``) stops its server too: the signal is turned into the
+interruption pytest tears its fixtures down after, where by default the process would just end
+and leave the server running.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import signal
 import tempfile
+import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,10 +41,27 @@ def _start_server(root: Path) -> tuple[object, str]:
     return server, server.get_uri()
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """While the server runs, SIGTERM interrupts the run (so fixtures are torn down)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[str]:
     """The URI of the session's Postgres server (admin database ``postgres``)."""
-    with tempfile.TemporaryDirectory(prefix="reflective-pg-") as tmp:
+    with _sigterm_interrupts(), tempfile.TemporaryDirectory(prefix="reflective-pg-") as tmp:
         root = Path(tmp)
         os.chmod(root, 0o755)  # the server runs as an unprivileged user when tests run as root
         server, uri = _start_server(root)
