@@ -482,13 +482,15 @@ def import_(
         how = "embedding the texts again"
     try:
         with _open_stream(place, embeddings, identity) as stream:
-            before = sum(stream.count(namespace=ns) for ns in stream.namespaces())
             imported = stream.import_jsonl(source, namespace=namespace)
     except BaseException:
         if created:  # a failed import into a new file leaves nothing behind
             _remove_memory_file(Path(place))
         raise
-    skipped = f"; {before} were already there" if before else ""
+    with source.open(encoding="utf-8") as fh:
+        records = sum(1 for line in fh if line.strip()) - 1  # (the header)
+    there = records - imported
+    skipped = f"; {there} of its {records} were stored already" if there else ""
     _console().print(
         f"Imported {imported} memories into {escape(_shown(place))} ({how}{escape(skipped)})."
     )

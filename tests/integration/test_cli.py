@@ -332,14 +332,22 @@ def test_export_import_round_trip(
     copy = tmp_path / "copy.db"
     code, out, err = run_cli(capsys, "import", out_jsonl, copy)
     assert code == 0, err
-    assert "Imported 6 memories" in out
+    assert "Imported 6 memories" in out and "stored already" not in out
     assert "reusing the exported vectors" in flat(out)
     assert stored_records(copy) == stored_records(memory_file)  # same ids, kinds, texts
 
     code, out, err = run_cli(capsys, "import", out_jsonl, copy)  # appending again: no duplicates
     assert code == 0, err
-    assert "Imported 0 memories" in out
+    assert "Imported 0 memories" in out and "6 of its 6 were stored already" in flat(out)
     assert len(stored_records(copy)) == 6
+
+    # a copy in another namespace of the same file: ids of its own, beside the original
+    code, out, err = run_cli(capsys, "import", out_jsonl, copy, "--namespace", "copy")
+    assert code == 0, err
+    assert "Imported 6 memories" in out and "stored already" not in out
+    moved = stored_records(copy, "copy")
+    assert [r[1:] for r in moved] == [r[1:] for r in stored_records(copy)]
+    assert not {r[0] for r in moved} & {r[0] for r in stored_records(copy)}
 
 
 def test_export_all_namespaces(

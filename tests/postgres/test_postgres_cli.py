@@ -55,7 +55,7 @@ def test_a_memory_file_moves_to_postgres_and_back(
 
     code, out, err = run_cli(capsys, "import", exported, postgres_url)  # again: nothing twice
     assert code == 0, err
-    assert "Imported 0 memories" in out and "7 were already there" in out
+    assert "Imported 0 memories" in out and "7 of its 7 were stored already" in out
 
 
 def test_reading_a_database_without_memories_is_one_line_and_creates_nothing(
