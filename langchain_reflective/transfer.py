@@ -6,10 +6,10 @@ import dataclasses
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 import numpy as np
 
@@ -145,9 +145,7 @@ def import_jsonl(
     with _open_export(source) as fh:
         reuse = _header(fh, source).get("embedding_model") == stream.embedding_model
         batch: list[tuple[MemoryRecord, list[float] | None]] = []
-        for lineno, line in enumerate(fh, start=2):
-            if not line.strip():
-                continue
+        for lineno, line in _lines(fh, source):
             try:
                 data = json.loads(line)
                 record = MemoryRecord.from_dict(data)
@@ -165,14 +163,14 @@ def import_jsonl(
     return imported
 
 
-def _open_export(source: Path) -> Any:
+def _open_export(source: Path) -> TextIO:
     try:
         return source.open(encoding="utf-8")
     except OSError as exc:
         raise InvalidMemoryError(f"cannot read {source}: {exc}") from exc
 
 
-def _header(fh: Any, source: Path) -> dict[str, Any]:
+def _header(fh: TextIO, source: Path) -> dict[str, Any]:
     """The export's header line, read from ``fh``; refuses anything else."""
     try:
         header = json.loads(fh.readline() or "null")
@@ -181,6 +179,20 @@ def _header(fh: Any, source: Path) -> dict[str, Any]:
     if not isinstance(header, dict) or header.get("format") != JSONL_FORMAT:
         raise InvalidMemoryError(f"{source} is not a langchain-reflective export")
     return header
+
+
+def _lines(fh: TextIO, source: Path) -> Iterator[tuple[int, str]]:
+    """The non-empty lines after the header, numbered; bytes that are not UTF-8 are an
+    :class:`InvalidMemoryError` (a raw ``UnicodeDecodeError`` before)."""
+    try:
+        for lineno, line in enumerate(fh, start=2):
+            if line.strip():
+                yield lineno, line
+    except UnicodeDecodeError as exc:
+        raise InvalidMemoryError(
+            f"{source} is not a langchain-reflective export: it holds bytes that are not "
+            f"UTF-8 ({exc.reason})"
+        ) from exc
 
 
 def _moved_id(memory_id: str, namespace: str) -> str:
@@ -209,7 +221,7 @@ def _moved_items(source: Path, namespace: str) -> dict[str, str]:
     marker = json.dumps(ITEM_METADATA_KEY)
     with _open_export(source) as fh:
         _header(fh, source)
-        for line in fh:
+        for _, line in _lines(fh, source):
             if marker not in line:
                 continue
             try:

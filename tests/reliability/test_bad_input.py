@@ -363,8 +363,19 @@ def test_bad_exports_import_nothing(stream: MemoryStream, tmp_path: Path, figure
     missing = tmp_path / "missing.jsonl"
     with pytest.raises(InvalidMemoryError):
         stream.import_jsonl(missing)
+    # bytes that are not UTF-8 past the first read block (the header reads fine), also on the
+    # first pass of an import into another namespace
+    with MemoryStream(WordEmbeddings()) as other:
+        other.add([f"padding {i}" for i in range(60)], importances=0.5)
+        other.export_jsonl(good)
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(good.read_bytes() + '{"id": "é", "text": "café"}\n'.encode("latin-1"))
+    assert latin.stat().st_size > 3 * 8192
+    for namespace in (None, "elsewhere"):
+        with pytest.raises(InvalidMemoryError, match="not UTF-8"):
+            stream.import_jsonl(latin, namespace=namespace)
     assert snapshot(stream) == before
-    figures.record("bad_input", "all", tried=4, by_category={"export": 4})
+    figures.record("bad_input", "all", tried=6, by_category={"export": 6})
 
 
 # -- the FAISS index cache ---------------------------------------------------------------------
