@@ -374,8 +374,9 @@ def export(
     _console().print(f"Exported {written} memories ({escape(label)}) to {escape(str(out))}.")
 
 
-def _read_export_header(path: Path) -> tuple[dict[str, Any], bool]:
-    """The export's header, and whether every record carries a vector of the right size."""
+def _read_export_header(path: Path) -> tuple[dict[str, Any], bool, int]:
+    """The export's header, whether every record carries a vector of the right size, and how
+    many records it holds (one pass over the file)."""
     if not path.exists():
         _fail(f"no such export file: {path}")
     if path.is_dir():
@@ -393,18 +394,21 @@ def _read_export_header(path: Path) -> tuple[dict[str, Any], bool]:
                 _fail(not_export)
             dim = header.get("dimension")
             usable = bool(header.get("embedding_model")) and isinstance(dim, int)
+            records, checking = 0, usable
             for line in fh:
-                if not usable:
-                    break
-                if line.strip():
+                if not line.strip():
+                    continue
+                records += 1
+                if checking:
                     try:
                         vector = json.loads(line).get("vector")
                     except (json.JSONDecodeError, AttributeError):
-                        break  # the import reports the bad line with its number
-                    usable = isinstance(vector, list) and len(vector) == dim
+                        checking = False  # the import reports the bad line with its number
+                        continue
+                    usable = checking = isinstance(vector, list) and len(vector) == dim
     except UnicodeDecodeError:
         _fail(not_export)
-    return header, usable
+    return header, usable, records
 
 
 def _remove_memory_file(path: Path) -> None:
@@ -452,7 +456,7 @@ def import_(
     already there are skipped).
     """
     place = _memory_place(file)
-    header, usable = _read_export_header(source)
+    header, usable, records = _read_export_header(source)
     created = False
     if isinstance(place, str):
         with _postgres_backend(place, setup=True) as backend:  # creates or upgrades the tables
@@ -487,8 +491,6 @@ def import_(
         if created:  # a failed import into a new file leaves nothing behind
             _remove_memory_file(Path(place))
         raise
-    with source.open(encoding="utf-8") as fh:
-        records = sum(1 for line in fh if line.strip()) - 1  # (the header)
     there = records - imported
     skipped = f"; {there} of its {records} were stored already" if there else ""
     _console().print(

@@ -319,12 +319,10 @@ class PostgresBackend(BaseMemoryBackend):
         def write(conn: psycopg.Connection[Any]) -> int:
             return write_batch(conn, records, vectors, counter, pending, self._vector_oid(conn))
 
-        if records:  # a lost connection: the records tell whether the transaction committed
-            newest = self._pools.writing(write, lambda conn: stored_outcome(conn, records))
-        else:  # (a counter change alone cannot tell: it fails)
-            with self._pools.conn() as conn, conn.transaction():
-                newest = write(conn)
-        self._after_write(newest)
+        # a lost connection: the records tell whether it committed (a counter change alone
+        # cannot tell: it fails)
+        outcome = (lambda conn: stored_outcome(conn, records)) if records else None
+        self._after_write(self._pools.writing(write, outcome))
 
     def replace(
         self,

@@ -299,17 +299,20 @@ class Pools:
     def writing(
         self,
         write: Callable[[psycopg.Connection[Any]], T],
-        outcome: Callable[[psycopg.Connection[Any]], T | None],
+        outcome: Callable[[psycopg.Connection[Any]], T | None] | None,
     ) -> T:
         """``write(conn)`` in one transaction, exactly once even if the server drops the
         connection meanwhile: then whether it committed is unknown (the connection may have gone
         after the commit, before its reply), so ``outcome(conn)`` reads it on a new connection:
         what the write returned if it is stored, ``None`` if nothing of it is. Only then does
-        the write run again, once. ``outcome`` raises if the write is stored only in part."""
+        the write run again, once. ``outcome`` raises if the write is stored only in part;
+        without one (a write that leaves nothing to read back) the loss is raised."""
         try:
             with self.conn() as conn, conn.transaction():
                 return write(conn)
         except ConnectionLostError:
+            if outcome is None:
+                raise
             done = self.retrying(outcome)
             if done is not None:
                 return done
