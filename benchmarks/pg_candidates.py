@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scale import AGREEMENT_SEED, BATCH, K, created_times, iter_chunks, make_queries
+from scale import AGREEMENT_SEED, K, make_queries
 from scale_postgres import (
     _analyze,
     _fake_embeddings,
+    add_scale_data,
     exact_top_ids,
     fresh_database,
     machine,
@@ -57,13 +58,7 @@ def main(argv: list[str] | None = None) -> None:
         backend = PostgresBackend.from_conn_string(url)
         backend.setup()
         with MemoryStream(emb, backend=backend) as stream:
-            times = created_times(args.n, end)
-            for _, vectors, texts, imps in iter_chunks(args.n):
-                for b in range(0, len(texts), BATCH):
-                    emb.pending = vectors[b : b + BATCH]
-                    stream.add(
-                        texts[b : b + BATCH], importances=imps[b : b + BATCH], now=next(times)
-                    )
+            add_scale_data(stream, args.n, end)
             backend.wait_for_index()
             _analyze(url, "reflective_memories, reflective_terms, reflective_access")
             qs = make_queries(args.n, args.queries, seed=AGREEMENT_SEED)

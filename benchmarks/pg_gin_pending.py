@@ -36,16 +36,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scale import (
-    BATCH,
-    K,
-    _fake_embeddings,
-    _pcts,
-    created_times,
-    iter_chunks,
-    make_queries,
-)
-from scale_postgres import finish, fresh_database, server, server_options
+from scale import K, _fake_embeddings, _pcts, make_queries
+from scale_postgres import add_scale_data, finish, fresh_database, server, server_options
 
 RESULTS = Path(__file__).resolve().parent / "results" / "pg_gin_pending.json"
 SETTINGS = {
@@ -102,15 +94,7 @@ def run(url: str, n: int, setting: str, queries: int) -> dict[str, Any]:
     )
     row: dict[str, Any] = {"setting": setting, "n": n}
     with MemoryStream(emb, backend=backend) as stream:
-        times = created_times(n, end)
-        spent = 0.0
-        for _, vectors, texts, imps in iter_chunks(n):
-            for b in range(0, len(texts), BATCH):
-                emb.pending = vectors[b : b + BATCH]
-                t0 = time.perf_counter()
-                stream.add(texts[b : b + BATCH], importances=imps[b : b + BATCH], now=next(times))
-                spent += time.perf_counter() - t0
-        row["adds_per_s"] = n / spent
+        row["adds_per_s"] = n / add_scale_data(stream, n, end)
         backend.wait_for_index()
         _sql(url, "ANALYZE")  # statistics only: a manual ANALYZE leaves the pending list alone
         row["pending_pages"] = _pending_pages(url)

@@ -40,11 +40,17 @@ from scale import (
     _fake_embeddings,
     _pcts,
     chunk_data,
-    created_times,
-    iter_chunks,
     make_queries,
 )
-from scale_postgres import _analyze, exact_top_ids, finish, fresh_database, server, server_options
+from scale_postgres import (
+    _analyze,
+    add_scale_data,
+    exact_top_ids,
+    finish,
+    fresh_database,
+    server,
+    server_options,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "pg_index_ab.json"
 
@@ -79,11 +85,7 @@ def run(url: str, n: int, args: argparse.Namespace) -> list[dict[str, Any]]:
     backend.setup()
     out = []
     with MemoryStream(emb, backend=backend) as stream:
-        times = created_times(n, end)
-        for _, vectors, texts, imps in iter_chunks(n):
-            for b in range(0, len(texts), BATCH):
-                emb.pending = vectors[b : b + BATCH]
-                stream.add(texts[b : b + BATCH], importances=imps[b : b + BATCH], now=next(times))
+        add_scale_data(stream, n, end)
         extra_vectors, extra_texts, extra_imps = chunk_data(900, args.extra, _centers())
         for kind in ("ivfflat", "hnsw"):
             t0 = time.perf_counter()

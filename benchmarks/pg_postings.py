@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scale import BATCH, _fake_embeddings, created_times, iter_chunks, make_queries
-from scale_postgres import finish, fresh_database, server, server_options
+from scale import _fake_embeddings, make_queries
+from scale_postgres import add_scale_data, finish, fresh_database, server, server_options
 
 RESULTS = Path(__file__).resolve().parent / "results" / "pg_postings.json"
 LAYOUTS = ("gin", "postings")
@@ -86,15 +86,8 @@ def fill(url: str, n: int, layout: str) -> float:
     if layout == "postings":
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(POSTINGS)
-    spent = 0.0
     with MemoryStream(emb, backend=backend) as stream:
-        times = created_times(n, datetime.now(UTC))
-        for _, vectors, texts, imps in iter_chunks(n):
-            for b in range(0, len(texts), BATCH):
-                emb.pending = vectors[b : b + BATCH]
-                t0 = time.perf_counter()
-                stream.add(texts[b : b + BATCH], importances=imps[b : b + BATCH], now=next(times))
-                spent += time.perf_counter() - t0
+        spent = add_scale_data(stream, n, datetime.now(UTC))
         backend.wait_for_index()
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")

@@ -180,6 +180,23 @@ def exact_top_ids(
     return {r.id for r in backend.fetch(namespace, keys).values()}
 
 
+def add_scale_data(stream: Any, n: int, end: datetime) -> float:
+    """Add the scale benchmark's ``n`` memories to ``stream`` (whose embeddings are
+    ``_fake_embeddings()``) in batches of ``BATCH``, created up to ``end``; the seconds spent
+    in ``add``."""
+    emb = stream.embeddings
+    times = created_times(n, end)
+    spent = 0.0
+    for _, vectors, texts, imps in iter_chunks(n):
+        for b in range(0, len(texts), BATCH):
+            emb.pending = vectors[b : b + BATCH]
+            when = next(times)
+            t0 = time.perf_counter()
+            stream.add(texts[b : b + BATCH], importances=imps[b : b + BATCH], now=when)
+            spent += time.perf_counter() - t0
+    return spent
+
+
 def run_ours(url: str, n: int, queries: int, agreement_queries: int) -> dict[str, Any]:
     from langchain_reflective import MemoryStream, PostgresBackend
 
@@ -189,15 +206,7 @@ def run_ours(url: str, n: int, queries: int, agreement_queries: int) -> dict[str
     backend = PostgresBackend.from_conn_string(url)
     backend.setup()
     with MemoryStream(emb, backend=backend) as stream:
-        times = created_times(n, end)
-        add = 0.0
-        for _, vectors, texts, imps in iter_chunks(n):
-            for b in range(0, len(texts), BATCH):
-                emb.pending = vectors[b : b + BATCH]
-                when = next(times)
-                t0 = time.perf_counter()
-                stream.add(texts[b : b + BATCH], importances=imps[b : b + BATCH], now=when)
-                add += time.perf_counter() - t0
+        add = add_scale_data(stream, n, end)
         out["add_s"] = add
         out["adds_per_s"] = n / add
         _analyze(url, "reflective_memories, reflective_terms, reflective_access")
