@@ -19,8 +19,9 @@ Whose memories a tool reads and writes (its *namespace*) is, in order:
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.documents import Document
@@ -28,7 +29,7 @@ from langchain_core.runnables import ensure_config
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from pydantic import BaseModel, Field
 
-from langchain_reflective.errors import ReflectiveError
+from langchain_reflective.errors import InvalidMemoryError, ReflectiveError
 from langchain_reflective.importance import fence_block
 from langchain_reflective.memory import MEMORY_FENCE_OPEN, MEMORY_PREAMBLE
 
@@ -47,6 +48,7 @@ __all__ = [
 
 _FENCE_TAG = MEMORY_FENCE_OPEN.strip("<>")
 _MAX_RECALL_K = 50
+_NOT_BLANK = r"\S"  # (a search: some character that is not whitespace)
 
 
 def _current_run_context() -> Any:
@@ -137,6 +139,7 @@ class RecallMemoriesInput(BaseModel):
 
     query: str = Field(
         min_length=1,
+        pattern=_NOT_BLANK,
         description="What to look for in long-term memory, e.g. a topic, a person or a question.",
     )
     k: int | None = Field(
@@ -152,6 +155,7 @@ class SaveMemoryInput(BaseModel):
 
     text: str = Field(
         min_length=1,
+        pattern=_NOT_BLANK,
         description="The fact to remember, as one self-contained sentence "
         "(e.g. 'The user is allergic to peanuts').",
     )
@@ -184,6 +188,17 @@ def _format_insights(records: Sequence[MemoryRecord]) -> str:
         return "Reflection found no new insights."
     items = [r.text for r in records]
     return f"New insights:\n{MEMORY_PREAMBLE}\n{fence_block(items, _FENCE_TAG)}"
+
+
+@contextlib.contextmanager
+def _told_to_model() -> Iterator[None]:
+    """A text the memory refuses (a NUL character, too long) becomes the tool's answer, so the
+    model can correct its call instead of the agent run failing (blank arguments are refused
+    by the tools' schemas already); storage and model failures still raise."""
+    try:
+        yield
+    except InvalidMemoryError as exc:
+        raise ToolException(f"invalid argument: {exc}") from exc
 
 
 class _MemoryToolkit:
@@ -234,15 +249,17 @@ class _MemoryToolkit:
         )
 
     def save(self, text: str, importance: float | None = None) -> str:
-        ids = self.memory.enqueue(
-            text, namespace=self.resolve(), importances=importance, metadatas={"source": "tool"}
-        )
+        with _told_to_model():
+            ids = self.memory.enqueue(
+                text, namespace=self.resolve(), importances=importance, metadatas={"source": "tool"}
+            )
         return self._saved(ids)
 
     async def asave(self, text: str, importance: float | None = None) -> str:
-        ids = await self.memory.aenqueue(
-            text, namespace=self.resolve(), importances=importance, metadatas={"source": "tool"}
-        )
+        with _told_to_model():
+            ids = await self.memory.aenqueue(
+                text, namespace=self.resolve(), importances=importance, metadatas={"source": "tool"}
+            )
         return self._saved(ids)
 
     # reflect ---------------------------------------------------------------------------------
@@ -285,7 +302,8 @@ def create_memory_tools(
       included when ``memory`` has a chat model.
 
     Every tool has a sync and an async implementation. Errors the model can act on (no owner,
-    a failed reflection) come back as the tool's answer (``handle_tool_error=True``).
+    an argument the memory refuses, a failed reflection) come back as the tool's answer
+    (``handle_tool_error=True``); storage failures raise.
 
     Args:
         memory: the memory the tools use.

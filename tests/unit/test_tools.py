@@ -21,6 +21,7 @@ from langchain_reflective.integrations.tools import (
     namespace_from_run,
 )
 from langchain_reflective.memory import MEMORY_FENCE_CLOSE, MEMORY_PREAMBLE, ReflectiveMemory
+from langchain_reflective.records import MAX_TEXT_CHARS
 from tests.fakes import WordEmbeddings
 from tests.unit.test_middleware import FakeChat, fenced, tool_call
 
@@ -108,6 +109,35 @@ def test_recall_nothing_and_bad_arguments(memory: ReflectiveMemory) -> None:
         recall.invoke({"query": ""})
     with pytest.raises(ValueError):
         recall.invoke({"query": "x", "k": 0})
+
+
+REFUSED_ARGUMENTS = [
+    ("save_memory", {"text": "   "}, "should match pattern"),  # blank: refused by the schema
+    ("recall_memories", {"query": " \n\t"}, "should match pattern"),
+    ("save_memory", {"text": "a\x00b"}, "NUL"),  # refused by the memory: InvalidMemoryError
+    ("save_memory", {"text": "x" * (MAX_TEXT_CHARS + 1)}, "Split long documents"),
+]
+
+
+@pytest.mark.parametrize(("name", "args", "said"), REFUSED_ARGUMENTS)
+async def test_refused_arguments_come_back_to_the_agent(
+    memory: ReflectiveMemory, name: str, args: dict[str, Any], said: str
+) -> None:
+    """An argument the memory refuses is the tool's answer (the model can call again), not an
+    exception out of the agent run, and nothing is stored; sync and async agents alike."""
+    for run in ("sync", "async"):
+        agent = create_agent(
+            FakeChat(script=[tool_call(name, args), "done"]), tools=create_memory_tools(memory)
+        )
+        request = {"messages": [HumanMessage("hi")]}
+        if run == "sync":
+            out = agent.invoke(request, context={"user_id": "a"})
+        else:
+            out = await agent.ainvoke(request, context={"user_id": "a"})
+        (answer,) = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+        assert answer.status == "error" and said in answer.text, (run, answer.text)
+        assert out["messages"][-1].text == "done"
+    assert not memory.stream.pending() and not memory.stream.count(namespace="a")
 
 
 def test_forged_fence_is_neutralised(memory: ReflectiveMemory) -> None:
