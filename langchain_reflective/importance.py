@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from langgraph.constants import TAG_NOSTREAM
 from pydantic import BaseModel, Field
 
 from langchain_reflective._llm import (
@@ -315,7 +316,14 @@ class LLMImportanceScorer(BaseImportanceScorer):
         config: RunnableConfig = {
             "max_concurrency": self.config.max_concurrency,
             "run_name": "importance",
-            "tags": ["langchain-reflective", "importance", f"prompt_style.{self.prompt_style}"],
+            # nostream: a rating made inside a graph node or tool is not the agent's output
+            # (LangGraph's stream_mode="messages" would show it in a chat UI); traces keep it
+            "tags": [
+                "langchain-reflective",
+                "importance",
+                f"prompt_style.{self.prompt_style}",
+                TAG_NOSTREAM,
+            ],
         }
         outputs: list[Any] = yield Op(
             self._call.runnable.batch,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.runnables.config import merge_configs
+from langgraph.constants import TAG_NOSTREAM
 from langgraph.errors import GraphBubbleUp
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
@@ -133,7 +134,9 @@ class _Reflection:
         cfg = merge_configs(
             config,
             {
-                "tags": ["langchain-reflective", f"reflection.{stage}"],
+                # nostream: questions and insights are the memory's own structured calls,
+                # not a parent graph's chat output (stream_mode="messages")
+                "tags": ["langchain-reflective", f"reflection.{stage}", TAG_NOSTREAM],
                 "metadata": {
                     "namespace": namespace,
                     "reflection_stage": stage,

@@ -17,6 +17,7 @@ from langchain_core.messages import AIMessage
 from langchain_core.messages.utils import count_tokens_approximately
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.runnables.config import merge_configs
+from langgraph.constants import TAG_NOSTREAM
 from langgraph.graph import END, START, StateGraph
 from pydantic import BaseModel, Field, ValidationError
 
@@ -157,12 +158,18 @@ class _Thinker:
         return FallbackDict(kind=kind, detail=detail, round=round_number)
 
     @staticmethod
-    def _cfg(config: RunnableConfig, run_name: str, state: Mapping[str, Any]) -> RunnableConfig:
+    def _cfg(
+        config: RunnableConfig, run_name: str, state: Mapping[str, Any], *, streamed: bool = True
+    ) -> RunnableConfig:
+        """The config of one model call; ``streamed=False`` (nostream) keeps a call that only
+        writes memory (the turn summary) out of LangGraph's ``stream_mode="messages"``, where
+        a chat UI would show it as the agent's answer; the thinking rounds stay visible."""
+        tags = ["langchain-reflective", run_name] + ([] if streamed else [TAG_NOSTREAM])
         return merge_configs(
             config,
             {
                 "run_name": run_name,
-                "tags": ["langchain-reflective", run_name],
+                "tags": tags,
                 "metadata": {"namespace": state.get("namespace"), "turn": state.get("turn")},
             },
         )
@@ -385,7 +392,7 @@ class _Thinker:
                 self.summary_call.runnable.invoke,
                 self.summary_call.runnable.ainvoke,
                 (messages,),
-                {"config": self._cfg(config, "thinking.summary", state)},
+                {"config": self._cfg(config, "thinking.summary", state, streamed=False)},
             )
         )
         if isinstance(result, Failure):

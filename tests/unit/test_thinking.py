@@ -461,3 +461,18 @@ def test_runs_inside_a_parent_graph_with_readable_node_names(stream: MemoryStrea
         name for chunk in app.stream({"context": CONTEXTS[0]}, subgraphs=True) for name in chunk[1]
     ]
     assert nodes == ["prepare", "think", "think", "summarize", "store", "thinking", "act"]
+
+
+def test_streamed_messages_show_the_rounds_not_the_summary(stream: MemoryStream) -> None:
+    """The thinking rounds are the agent's reasoning and stream; the turn summary only writes
+    memory, so it is tagged ``nostream`` and stays out of ``stream_mode="messages"``."""
+    model = FakeChat(script=seed_script()[:3])
+    graph = create_thinking_graph(model, stream, retry=NO_RETRY)
+    streamed = [m.text for m, _ in graph.stream({"context": CONTEXTS[0]}, stream_mode="messages")]
+    assert [t for t in streamed if t] == [
+        "Analyzing codebase structure...",
+        "Found 3 main modules...",
+    ]
+    assert is_summary_call(model.calls[-1])  # the summary was asked for, and is stored
+    stored = ContextMemory(stream).summary_by_turn(1)
+    assert stored is not None and stored.summary == SEED_SUMMARIES[0][0]

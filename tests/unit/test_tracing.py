@@ -20,8 +20,11 @@ from langchain_core.messages import HumanMessage
 from langchain_core.tracers.base import BaseTracer
 from langchain_core.tracers.context import register_configure_hook
 from langchain_core.tracers.schemas import Run
+from langgraph.config import get_store
+from langgraph.graph import START, MessagesState, StateGraph
 
-from langchain_reflective import MemoryStream, ReflectiveRetriever
+from langchain_reflective import MemoryStream, ReflectiveRetriever, ReflectiveStore
+from langchain_reflective.importance import LLMImportanceScorer
 from langchain_reflective.integrations.middleware import ReflectiveMemoryMiddleware
 from langchain_reflective.memory import MemoryConfig, ReflectiveMemory
 from tests.fakes import WordEmbeddings
@@ -162,3 +165,45 @@ def test_agent_memory_context_run(memory: ReflectiveMemory) -> None:
     assert "Erin is learning Japanese" in context_run.outputs["output"]  # type: ignore[index]
     node_names = {r.name for r in root.child_runs}
     assert {"model", "ReflectiveMemoryMiddleware.after_agent"} <= node_names
+
+
+async def test_memory_calls_stay_out_of_a_streamed_chat(tmp_path: Path) -> None:
+    """Model calls that only write memory (importance ratings, reflection) are tagged
+    ``nostream``: a node that stores and reflects streams its own answer and nothing else in
+    ``stream_mode="messages"`` (what a chat UI shows), subgraphs included, while the calls
+    still happen."""
+    rater = FakeChat(default="7")
+    stream = MemoryStream(WordEmbeddings(), importance_scorer=LLMImportanceScorer(rater))
+    memory = ReflectiveMemory(FakeChat(), stream, config=MemoryConfig(background=False))
+    answer = FakeChat(default="Noted: you adopted a cat.")
+
+    def node(state: MessagesState) -> dict[str, Any]:
+        key = f"cat-{len(state['messages'])}"
+        get_store().put(("u",), key, {"text": "The user adopted a cat named Miso"})
+        assert memory.reflect(namespace="u", force=True)
+        return {"messages": [answer.invoke(state["messages"])]}
+
+    graph = (
+        StateGraph(MessagesState)
+        .add_node("save", node)
+        .add_edge(START, "save")
+        .compile(store=ReflectiveStore(stream))
+    )
+    with memory:
+        # subgraphs=True: the reflection graph runs nested in the node
+        sync = [
+            m
+            for _, (m, _) in graph.stream(
+                {"messages": [("user", "hi")]}, stream_mode="messages", subgraphs=True
+            )
+        ]
+        request = {"messages": [("user", "hi"), ("ai", "hello"), ("user", "again")]}
+        chunks = [
+            m async for _, (m, _) in graph.astream(request, stream_mode="messages", subgraphs=True)
+        ]
+        for streamed in (sync, chunks):
+            assert [m.text for m in streamed if m.type in ("ai", "AIMessageChunk")] == [
+                "Noted: you adopted a cat."
+            ]
+        assert len(rater.calls) >= 2  # the puts were rated by the model, not streamed
+        assert len(stream.recent(None, namespace="u", kinds=["reflection"])) >= 2
