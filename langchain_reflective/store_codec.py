@@ -187,15 +187,25 @@ def check_filter(flt: object) -> dict[str, Any] | None:
         raise InvalidFilterError("a store filter must be a dict with string keys")
 
     def walk(cond: Any) -> None:
-        if isinstance(cond, Mapping):
-            for key, sub in cond.items():
-                if isinstance(key, str) and key.startswith("$") and key not in _OPERATORS:
-                    raise InvalidFilterError(
-                        f"unsupported filter operator {key!r}; supported: {sorted(_OPERATORS)}"
-                    )
+        """A field's condition: a value, a dict of operators (their operands are values), or
+        a dict of nested fields' conditions; never operators and fields mixed."""
+        if not isinstance(cond, Mapping):
+            return
+        operators = [k for k in cond if isinstance(k, str) and k.startswith("$")]
+        if not operators:
+            for sub in cond.values():
                 walk(sub)
+            return
+        for key in cond:
+            if key not in _OPERATORS:
+                raise InvalidFilterError(
+                    f"unsupported filter operator {key!r} in {dict(cond)!r}: a condition is "
+                    f"either operators ({', '.join(sorted(_OPERATORS))}) or field values, "
+                    "not both"
+                )
 
-    walk(flt)
+    for sub in flt.values():
+        walk(sub)
     return dict(flt)
 
 

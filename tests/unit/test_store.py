@@ -28,7 +28,7 @@ from langgraph.store.base import (
 )
 
 from langchain_reflective import MemoryStream, ReflectiveStore
-from langchain_reflective.errors import InvalidMemoryError
+from langchain_reflective.errors import InvalidFilterError, InvalidMemoryError
 from tests.fakes import WordEmbeddings
 
 
@@ -236,6 +236,21 @@ def test_filter_operators(store: Any) -> None:
     assert keys({"name": {"$gt": 1}}) == []  # a string is not comparable to a number
     assert keys({"missing": {"$gt": 1}}) == []
     assert keys({"price": "10"}) == []  # exact values are typed
+
+
+def test_filter_mixing_operators_and_fields_is_refused(store: Any) -> None:
+    """As LangGraph's InMemoryStore: a condition is operators or field values, never both (a
+    plain key among operators was compared as ``$lte``, silently); an operator's operand is a
+    value even when it is a dict whose keys start with ``$``."""
+    store.put(("f",), "a", {"n": 5, "meta": {"$ref": 1}})
+    store.put(("f",), "b", {"n": 500, "meta": {"owner": "bob"}})
+    for flt in ({"n": {"$gt": 0, "owner": "zzz"}}, {"meta": {"owner": "bob", "$ne": 1}}):
+        with pytest.raises(InvalidFilterError, match="either operators"):
+            store.search(("f",), filter=flt)
+    with pytest.raises(InvalidFilterError, match=r"unsupported filter operator '\$in'"):
+        store.search(("f",), filter={"n": {"$in": [5]}})
+    assert [i.key for i in store.search(("f",), filter={"meta": {"$eq": {"$ref": 1}}})] == ["a"]
+    assert [i.key for i in store.search(("f",), filter={"meta": {"owner": "bob"}})] == ["b"]
 
 
 def test_filter_booleans_nested_values_and_dotted_keys(store: Any) -> None:
