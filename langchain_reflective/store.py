@@ -29,7 +29,10 @@ still resolve) or deletes that memory.
 
 **Search.** With a ``query``, each selected namespace is ranked by
 :meth:`MemoryStream.retrieve` (recency + importance + relevance, the stream's
-:class:`~langchain_reflective.scoring.ScoringConfig`) and every ``SearchItem`` carries that score;
+:class:`~langchain_reflective.scoring.ScoringConfig`) and every ``SearchItem`` carries that score.
+Items are memories of kind ``"item"``, each ranked on its own: the neighbour context that the
+default scoring gives observations (a conversation's turns) does not link them, so the order
+of puts never moves an unrelated item up.
 results from several namespaces are merged by score. A query search embeds its query once, however
 many namespaces it ranks (``retrieve(..., query_embedding=...)``). Without a query, items
 come newest first (by their last put) with ``score=None``. ``filter`` matches value fields as
@@ -109,6 +112,9 @@ __all__ = [
     "encode_namespace",
     "render_value",
 ]
+
+ITEM_KIND = "item"
+"""The memory kind of store items by default: independent facts, no neighbour context."""
 
 _FIRST_FETCH = 32  # memories a filtered search reads per namespace before reading them all
 
@@ -204,7 +210,11 @@ class ReflectiveStore(BaseStore):
         fields: LangGraph field paths whose text becomes a memory's text (like
             ``index={"fields": [...]}`` of LangGraph's stores); ``None`` renders the whole value
             (see :func:`render_value`). A put's ``index=[...]`` overrides it for that item.
-        kind: the memory kind of stored items.
+        kind: the memory kind of stored items. The default, ``"item"``, ranks each item on
+            its own. Pass ``"observation"`` only for items that form a stream of related
+            events: observations are linked to the previous and next observation, and
+            retrieval adds half of a neighbour's relevance (``ScoringConfig.hybrid``), so an
+            unrelated item put right after a relevant one would be pulled up.
 
     Example:
         .. code-block:: python
@@ -226,7 +236,7 @@ class ReflectiveStore(BaseStore):
         stream: MemoryStream,
         *,
         fields: Sequence[str] | None = None,
-        kind: str = "observation",
+        kind: str = ITEM_KIND,
     ) -> None:
         if not isinstance(stream, MemoryStream):
             raise TypeError(f"stream must be a MemoryStream, got {type(stream).__name__}")

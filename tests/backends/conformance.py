@@ -688,6 +688,28 @@ class BackendConformance:
         assert item is not None and item.value == {"text": "alice drinks tea"}
         assert [i.key for i in store.search(("users", "carol"))].count("drink") == 1
 
+    @pytest.mark.parametrize("kind", ["item", OBSERVATION])
+    def test_store_items_rank_on_their_own(self, backend: BaseMemoryBackend, kind: str) -> None:
+        """Store items (kind ``"item"``) are independent facts: an unrelated item put right
+        after a relevant one scores as it does alone. Items stored as observations are a
+        stream of related events, and the default scoring's neighbour context pulls it up."""
+        stream = MemoryStream(WordEmbeddings(32), backend=backend, embedding_model=MODEL)
+        store = ReflectiveStore(stream) if kind == "item" else ReflectiveStore(stream, kind=kind)
+        store.put(("a",), "pet", {"text": "alice has a cat named miso"})
+        store.put(("a",), "colour", {"text": "bob likes blue"})
+        store.put(("b",), "colour", {"text": "bob likes blue"})
+
+        def scores(ns: tuple[str, ...]) -> dict[str, float]:
+            hits = store.search(ns, query="cat named miso", limit=5)
+            return {h.key: float(h.score or 0.0) for h in hits}
+
+        after, alone = scores(("a",)), scores(("b",))
+        assert after["pet"] > after["colour"]
+        if kind == "item":
+            assert after["colour"] == pytest.approx(alone["colour"], abs=1e-4)
+        else:
+            assert after["colour"] > alone["colour"] + 0.2
+
     # -- async twins -------------------------------------------------------------------------
 
     def test_async_twins_match_the_sync_methods(self, backend: BaseMemoryBackend) -> None:

@@ -105,7 +105,7 @@ def test_same_key_is_the_same_memory(store: ReflectiveStore, stream: MemoryStrea
     store.put(ns, "drink", {"text": "Alice drinks green tea"})
     memory_id = ReflectiveStore.memory_id("users/alice", "drink")
     (record,) = stream.get(memory_id, namespace="users/alice")
-    assert record.text == "Alice drinks green tea" and record.kind == "observation"
+    assert record.text == "Alice drinks green tea" and record.kind == "item"
     assert record.metadata[ITEM_METADATA_KEY]["key"] == "drink"
 
     store.put(ns, "drink", {"text": "Alice switched to black coffee"})
