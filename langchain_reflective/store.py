@@ -46,13 +46,15 @@ and by searches without a query, never by a query search.
 ``NotImplementedError``; ``refresh_ttl`` on reads is ignored, as LangGraph specifies.
 
 **Batches.** Like LangGraph's own stores, the reads of a batch see the store as it was before the
-batch's puts, and of several puts to one key the last wins. A batch is validated completely
-before anything is written; it is not one transaction (the puts of each namespace are one
-stream ``add``). Within a process, batches that write to the same namespace take turns (sync
-and async callers alike), so concurrent puts to one key never collide. Two *processes* putting
-the same key at the same moment: for a key that exists, the last to commit wins (each put deletes
-whatever memory holds the key's id in its own transaction); for a new key, the second insert of
-its id fails with a ``StorageError`` and writes nothing.
+batch's puts, and of several puts to one key the last wins. A batch is validated completely before
+anything is written; it is not one transaction (the puts of each namespace are one stream ``add``).
+Within a process, batches that write to the same namespace take turns (sync and async callers
+alike), so concurrent puts to one key never collide; a sync call made inside the event loop while
+an async call of that loop writes the namespace raises ``asyncio.InvalidStateError`` (use the
+``a``-method) rather than wait forever for it. Two *processes* putting the same key at the same
+moment: for a key that exists, the last to commit wins (each put deletes whatever memory holds the
+key's id in its own transaction); for a new key, the second insert of its id fails with a
+``StorageError`` and writes nothing.
 """
 
 from __future__ import annotations
@@ -179,6 +181,33 @@ def _count(value: object, name: str, *, minimum: int) -> int:
     return value
 
 
+@dataclass(slots=True)
+class _NamespaceLock:
+    """The lock that puts to one namespace take in turn (:meth:`ReflectiveStore._write_locks`)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    loop: asyncio.AbstractEventLoop | None = None
+    """The event loop of the async batch holding it (``None``: free, or held by a sync one)."""
+
+    def hold(self, method: str) -> None:
+        """Take the lock for a sync batch, waiting for its holder, unless the holder is an
+        async batch of the event loop this thread runs: that one cannot resume while this
+        thread waits, so waiting would be forever."""
+        if self.lock.acquire(blocking=False):
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not None and self.loop is running:
+            raise asyncio.InvalidStateError(
+                f"ReflectiveStore.{method}(...) was called synchronously inside the event loop "
+                f"while an async call in the same loop writes that namespace: it would wait "
+                f"forever. Use `await store.a{method}(...)` in async code."
+            )
+        self.lock.acquire()
+
+
 async def _acquire(lock: threading.Lock) -> None:
     """Acquire ``lock`` without blocking the event loop or a worker thread.
 
@@ -190,6 +219,13 @@ async def _acquire(lock: threading.Lock) -> None:
     while not lock.acquire(blocking=False):
         await asyncio.sleep(delay)
         delay = min(delay * 2, 0.02)
+
+
+def _caller_method(ops: Sequence[Op]) -> str:
+    """The ``BaseStore`` method a batch most likely came from, for an error message."""
+    if len(ops) == 1 and isinstance(ops[0], PutOp):
+        return "put" if ops[0].value is not None else "delete"
+    return "batch"
 
 
 def _key(key: object) -> str:
@@ -249,7 +285,7 @@ class ReflectiveStore(BaseStore):
         self.stream = stream
         self.fields = None if fields is None else list(fields)
         self.kind = kind
-        self._locks: dict[str, threading.Lock] = {}
+        self._locks: dict[str, _NamespaceLock] = {}
         self._locks_guard = threading.Lock()
 
     # -- the two abstract methods: one flow, driven sync or async ---------------------------
@@ -257,10 +293,10 @@ class ReflectiveStore(BaseStore):
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops`` (Get, Put, Search, ListNamespaces); results in the order of ``ops``."""
         ops = list(ops)
-        locks = self._write_locks(ops)
         with contextlib.ExitStack() as held:
-            for lock in locks:
-                held.enter_context(lock)
+            for entry in self._write_locks(ops):
+                entry.hold(_caller_method(ops))
+                held.callback(entry.lock.release)
             flow = self._flow(ops)
             try:
                 call = next(flow)
@@ -277,11 +313,12 @@ class ReflectiveStore(BaseStore):
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """Async twin of :meth:`batch` (embedding and rating calls are awaited)."""
         ops = list(ops)
-        held: list[threading.Lock] = []
+        held: list[_NamespaceLock] = []
         try:
-            for lock in self._write_locks(ops):
-                await _acquire(lock)
-                held.append(lock)
+            for entry in self._write_locks(ops):
+                await _acquire(entry.lock)
+                entry.loop = asyncio.get_running_loop()  # (no await since the acquire)
+                held.append(entry)
             flow = self._flow(ops)
             try:
                 call = next(flow)
@@ -295,10 +332,11 @@ class ReflectiveStore(BaseStore):
             except StopIteration as done:
                 return done.value  # type: ignore[no-any-return]
         finally:
-            for lock in reversed(held):
-                lock.release()
+            for entry in reversed(held):
+                entry.loop = None
+                entry.lock.release()
 
-    def _write_locks(self, ops: Sequence[Op]) -> list[threading.Lock]:
+    def _write_locks(self, ops: Sequence[Op]) -> list[_NamespaceLock]:
         """The locks of the namespaces ``ops`` write, in a fixed order (no deadlock).
 
         A put reads the key's memory, then replaces it: two puts to one key at once in this
@@ -310,7 +348,7 @@ class ReflectiveStore(BaseStore):
                 with contextlib.suppress(StoreNamespaceError):  # the flow reports it
                     names.add(encode_namespace(op.namespace))
         with self._locks_guard:
-            return [self._locks.setdefault(name, threading.Lock()) for name in sorted(names)]
+            return [self._locks.setdefault(name, _NamespaceLock()) for name in sorted(names)]
 
     def _target(self, call: _Call) -> Any:
         return self.stream.embeddings if call.embeddings else self.stream

@@ -398,6 +398,53 @@ def test_a_cancelled_async_put_releases_its_namespace(store: ReflectiveStore) ->
     assert store.get(("e",), "k").value == {"v": 3}
 
 
+class SlowAsyncEmbeddings(WordEmbeddings):
+    """Async embedding takes a moment (a model API call), so an ``aput`` holds its namespace."""
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        await asyncio.sleep(0.3)
+        return self.embed_documents(texts)
+
+
+def test_a_sync_put_in_the_loop_of_an_async_put_fails_instead_of_hanging(tmp_path: Path) -> None:
+    """A sync put inside an async node while an ``aput`` of the same event loop writes that
+    namespace could never get its turn (the waiting thread is the loop the ``aput`` needs):
+    it raises at once, naming the async method. Other namespaces, and sync puts from other
+    threads, still wait their turn and succeed."""
+    import threading
+
+    with MemoryStream(SlowAsyncEmbeddings(), path=tmp_path / "loop.db") as stream:
+        store = ReflectiveStore(stream)
+
+        async def scenario() -> None:
+            slow = asyncio.ensure_future(store.aput(("u",), "a", {"text": "from a"}))
+            await asyncio.sleep(0.05)  # the aput holds ("u",) while it embeds
+            with pytest.raises(asyncio.InvalidStateError, match=r"await store\.aput"):
+                store.put(("u",), "b", {"text": "from b"})
+            store.put(("v",), "b", {"text": "another namespace"})
+            other = threading.Thread(target=store.put, args=(("u",), "c", {"text": "from c"}))
+            other.start()
+            await slow
+            await asyncio.to_thread(other.join, 30)
+            store.put(("u",), "b", {"text": "from b"})  # the namespace is free again
+
+        failed: list[BaseException] = []
+
+        def run() -> None:  # in a thread: a loop blocked for good cannot time itself out
+            try:
+                asyncio.run(scenario())
+            except BaseException as exc:  # pragma: no cover - the failure being tested for
+                failed.append(exc)
+
+        runner = threading.Thread(target=run, daemon=True)
+        runner.start()
+        runner.join(60)
+        assert not runner.is_alive(), "the sync put waited forever for the loop's aput"
+        assert failed == []
+        assert sorted(i.key for i in store.search(("u",))) == ["a", "b", "c"]
+        assert store.get(("v",), "b") is not None
+
+
 def test_the_docstring_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     import textwrap
 
