@@ -159,14 +159,22 @@ def resolve_chat_model(model: str | BaseChatModel) -> BaseChatModel:
     )
 
 
-_FENCE_TAG = re.compile(r"<\s*/?\s*([A-Za-z_][\w-]*)\s*>")
+# characters that render as nothing (soft hyphen, zero-width and direction marks, BOM): a tag
+# spelled with them between its characters still reads as a tag
+_INVISIBLE = "\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff"
+_FENCE_TAG = re.compile(
+    rf"<[\s{_INVISIBLE}]*/[^<>]*>?"  # anything that starts like a closing tag, to its end
+    rf"|<[{_INVISIBLE}]*[A-Za-z_][^<>]*>"  # an opening tag, attributes and all
+    rf"|<[\s{_INVISIBLE}]+[A-Za-z_][\w-]*[\s{_INVISIBLE}]*>"  # "< memory >", not "a < b > c"
+)
 
 
 def fence_block(items: Iterable[str], tag: str, *, max_chars: int | None = None) -> str:
     """Number ``items`` (1-based) inside a ``<tag>...</tag>`` block, as data for a prompt.
 
     Each item is put on a single line (newlines become spaces, so an item cannot forge a numbered
-    line), anything that looks like an XML-ish tag (e.g. a forged ``</tag>``) has its angle
+    line), anything that looks like an XML-ish tag (a forged ``</tag>``, also with attributes,
+    spaces, slashes or invisible characters inside, and any ``</`` at all) has its angle
     brackets replaced by ``‹ ›``, and items longer than ``max_chars`` are cut with ``…``.
     """
     lines = [f"<{tag}>"]
@@ -182,7 +190,12 @@ def fence_block(items: Iterable[str], tag: str, *, max_chars: int | None = None)
 def neutralise(text: str) -> str:
     """One line of prompt data: whitespace collapsed, tag-like fence markers defused."""
     text = " ".join(text.split())
-    return _FENCE_TAG.sub(lambda m: "‹" + m.group(0)[1:-1] + "›", text)
+    return _FENCE_TAG.sub(_defuse, text)
+
+
+def _defuse(match: re.Match[str]) -> str:
+    tag = match.group(0)
+    return "‹" + (tag[1:-1] + "›" if tag.endswith(">") else tag[1:])
 
 
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.IGNORECASE | re.DOTALL)
