@@ -213,8 +213,14 @@ def clean_model_text(text: str) -> str:
     return text.strip()
 
 
+MAX_JSON_DEPTH = 32
+"""Nesting deeper than this in a model's JSON answer is not an answer (and the parsers that
+walk it recursively must not hit Python's recursion limit)."""
+
+
 def load_json(text: str) -> Any:
-    """The JSON value in ``text`` (whole text, or its first ``[...]``/``{...}``), else ``None``."""
+    """The JSON value in ``text`` (whole text, or its first ``[...]``/``{...}``), else ``None``
+    (also for values nested deeper than :data:`MAX_JSON_DEPTH`)."""
     text = clean_model_text(text)
     candidates = [text]
     for open_, close in (("[", "]"), ("{", "}")):
@@ -225,10 +231,25 @@ def load_json(text: str) -> Any:
         if candidate[:1] not in "[{":
             continue
         try:
-            return json.loads(candidate)
-        except ValueError:
+            value = json.loads(candidate)
+        except (ValueError, RecursionError):  # (the decoder recurses per nesting level)
             continue
+        return None if _deeper_than(value, MAX_JSON_DEPTH) else value
     return None
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether containers nest more than ``limit`` deep (iterative: no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            if depth > limit:
+                return True
+            stack.extend(
+                (child, depth + 1) for child in (node.values() if isinstance(node, dict) else node)
+            )
+    return False
 
 
 def message_text(result: Any) -> str:

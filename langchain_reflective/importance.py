@@ -416,13 +416,14 @@ _INDEXED = re.compile(
 )
 _LABELLED = re.compile(r"^(?:memory|item|statement)\s*#?\s*(\d{1,4})\b\s*(.*)$", re.IGNORECASE)
 _KEYWORD_RATING = re.compile(
-    r"(?:rating|rate|score|importance|poignancy)\w*\s*(?:is|of|as|:|=|-)?\s*(?:a\s+)?("
+    r"(?:rating|rate|score|importance|poignancy)\w{0,4}\s*(?:is|of|as|:|=|-)?\s*(?:a\s+)?("
     + _NUMBER
     + r")",
     re.IGNORECASE,
 )
 _OUT_OF_TEN = re.compile(r"(" + _NUMBER + r")\s*(?:/|out\s+of)\s*10\b", re.IGNORECASE)
 _ANY_NUMBER = re.compile(_NUMBER)
+_BLANKS = re.compile(r"[^\S\n]+")
 _LEADING_NUMBER = re.compile(r"^[^\w+-]*(" + _NUMBER + r")")
 _LABEL_SPLIT = re.compile(r"[,;]?[ \t]+(?=(?:memory|item)\s*#?\s*\d)", re.IGNORECASE)
 _ONLY_NUMBER = re.compile(r"^[^\w+-]*(" + _NUMBER + r")\W*$")
@@ -562,7 +563,7 @@ def parse_ratings(text: str, count: int) -> list[float | None]:
     out: list[float | None] = [None] * count
     if count <= 0 or not isinstance(text, str):
         return out
-    text = clean_model_text(text)
+    text = _BLANKS.sub(" ", clean_model_text(text))  # (runs of blanks made some searches slow)
     if not text:
         return out
     data = load_json(text)

@@ -67,12 +67,18 @@ _CITE_WORDS = (
     r"refs?|references?|index(?:es)?|indices)"
 )
 _TRAILING_BRACKETS = re.compile(r"((?:\s*\[[^\[\]]*\])+)\s*[.;,]?\s*$")
+# Each cited number is an atomic group ("(?>...)"): whitespace between numbers could otherwise
+# be split among three quantifiers in exponentially many ways before a failed match gives up
+# (a 58-character "(1   1   1 ... x" took 53 s, holding the GIL).
 _TRAILING_PARENS = re.compile(
     r"\s*\(\s*(?:" + _CITE_WORDS + r"\s*:?\s*)*"
-    r"((?:[\[`#\s]*\d+[\]`\s]*)(?:(?:,|;|&|/|-|–|\band\b|\s)+[\[`#\s]*(?:statements?\s*)?\d+[\]`\s]*)*)"
+    r"((?>[\[`#\s]*\d+[\]`\s]*)(?>(?:,|;|&|/|-|–|\band\b|\s)*[\[`#\s]*(?:statements?\s*)?\d+[\]`\s]*)*)"
     r"\)\s*[.;,]?\s*$",
     re.IGNORECASE,
 )
+_TAIL = 400
+"""Trailing citations are looked for in a line's last characters only (a search from every
+position of a long line is quadratic)."""
 _INLINE_NUMERIC_BRACKETS = re.compile(r"\s*\[\s*\d+(?:\s*[,;]\s*\d+)*\s*\]")
 _LEFTOVER_CITE_WORD = re.compile(r"[\s(]*" + _CITE_WORDS + r"\s*:?\s*\)?\s*$", re.IGNORECASE)
 _LABEL = re.compile(r"^(?:insight|reflection)\s*\d*\s*[:.-]\s*", re.IGNORECASE)
@@ -124,7 +130,7 @@ def _dedupe(numbers: Iterable[int]) -> list[int]:
 
 def _split_line(line: str) -> tuple[str, list[int], bool, bool] | None:
     """``(text, citations, has_marker, has_citation)`` of one answer line, or ``None``."""
-    line = line.replace("**", "").replace("__", "").strip()
+    line = " ".join(line.replace("**", "").replace("__", "").split())  # (linear; no runs left)
     if not line:
         return None
     m = _MARKER.match(line)
@@ -132,13 +138,13 @@ def _split_line(line: str) -> tuple[str, list[int], bool, bool] | None:
     body = line[m.end() :] if m else line
     citations: list[int] = []
     has_citation = False
-    tail = _TRAILING_BRACKETS.search(body)
+    tail = _TRAILING_BRACKETS.search(body, max(0, len(body) - _TAIL))
     if tail:
         has_citation = True
         citations = _citation_numbers(tail.group(1))
         body = body[: tail.start()]
     else:
-        paren = _TRAILING_PARENS.search(body)
+        paren = _TRAILING_PARENS.search(body, max(0, len(body) - _TAIL))
         if paren:
             has_citation = True
             citations = _citation_numbers(paren.group(1))

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 
 from langchain_reflective.reflection import (
@@ -224,3 +228,48 @@ def test_json_debris_and_bare_numbers_are_not_insights(debris: str) -> None:
     """A base model that breaks off its JSON leaves fragments; they must never be stored."""
     assert parse_insights(debris) == []
     assert parse_insights(f"1. Klaus works hard [1]\n2. {debris}") == [("Klaus works hard", [1])]
+
+
+HOSTILE_ANSWERS = [
+    "1. Alice likes tea (" + "1   " * 30 + "x",  # exponential before (58 chars: 53 s)
+    "1. Alice likes tea (" + "1 " * 60 + "x",
+    "Alice " + " [1]" * 50_000 + " x",  # quadratic before (32k chars: 10 s)
+    "1. Bob (" + "statements 1, " * 5_000 + "x",
+]
+
+
+HOSTILE_RATINGS = [
+    "rating" * 20_000,  # quadratic before (60k chars: 53 s)
+    "[" * 100_000 + "]" * 100_000,  # deeper than the stack: RecursionError escaped
+    "[" * 40 + "7" + "]" * 40,  # deeper than any answer: not an answer
+]
+
+
+def test_hostile_answers_parse_without_catastrophic_backtracking() -> None:
+    """A model's answer (which may echo a memory's text) must not freeze the process (the
+    regular expressions ran with the GIL held, so one reflection or rating stalled every
+    thread) nor escape the parsers' "never raises" as a RecursionError.
+
+    Parsed in a child process with a hang guard far above the milliseconds these answers take
+    now (before: minutes to hours). A thread cannot guard it: the stuck regex holds the GIL."""
+    script = (
+        "import json, sys\n"
+        "from langchain_reflective.importance import parse_ratings\n"
+        "from langchain_reflective.reflection import parse_insights\n"
+        "insights, ratings = json.load(sys.stdin)\n"
+        "for answer in insights:\n"
+        "    assert isinstance(parse_insights(answer, n_statements=5), list)\n"
+        "for answer in ratings:\n"
+        "    assert parse_ratings(answer, 2) == [None, None], answer[:40]\n"
+    )
+    subprocess.run(
+        [sys.executable, "-c", script],
+        input=json.dumps([HOSTILE_ANSWERS, HOSTILE_RATINGS]),
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    # an ordinary citation at the end of a very long line is still found
+    assert parse_insights("1. " + "word " * 20_000 + "[2, 3]") == [
+        (" ".join(["word"] * 20_000), [2, 3])
+    ]
