@@ -649,6 +649,11 @@ class MemoryStream(StreamBase):
         dimension; otherwise the texts are embedded again. Imported memories do not count
         towards the reflection counter.
 
+        Each line is checked as :meth:`add` checks its arguments: a non-empty id, strings
+        that UTF-8 can encode (id, namespace, kind, evidence, metadata), a known
+        ``importance_source``, a depth in ``[0, 2**31 - 1]``. Evidence is not looked up (a
+        memory the export cites may have been deleted before it was written).
+
         Ids are unique across namespaces, so memories that ``namespace`` moves out of their
         own namespace get new ids, ``<id>@<tag of the namespace>`` (the same on every run,
         so importing again skips them), and the evidence they cite follows; LangGraph store

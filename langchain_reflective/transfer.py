@@ -149,7 +149,7 @@ def import_jsonl(
             try:
                 data = json.loads(line)
                 record = MemoryRecord.from_dict(data)
-            except (json.JSONDecodeError, InvalidMemoryError, TypeError) as exc:
+            except (json.JSONDecodeError, InvalidMemoryError, TypeError, RecursionError) as exc:
                 raise InvalidMemoryError(f"{source}:{lineno}: {exc}") from exc
             if namespace and record.namespace != namespace:
                 record = _moved(record, namespace, items)
@@ -226,7 +226,7 @@ def _moved_items(source: Path, namespace: str) -> dict[str, str]:
                 continue
             try:
                 record = MemoryRecord.from_dict(json.loads(line))
-            except (json.JSONDecodeError, InvalidMemoryError, TypeError):
+            except (json.JSONDecodeError, InvalidMemoryError, TypeError, RecursionError):
                 continue
             key = item_key(record)
             if key is not None and record.namespace != namespace:

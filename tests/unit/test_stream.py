@@ -434,6 +434,96 @@ def test_import_rejects_foreign_and_malformed(tmp_path: Path, stream) -> None:
     assert len(stream) == 0
 
 
+class NamedEmbeddings(WordEmbeddings):
+    """One model name at any dimension (as ``OpenAIEmbeddings(dimensions=...)``); counts the
+    texts it embeds."""
+
+    def __init__(self, size: int, *, declare: bool = False) -> None:
+        super().__init__(size)
+        self.model = "text-embedding-3-small"
+        if declare:
+            self.dimensions = size
+        self.texts = 0
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.texts += len(texts)
+        return super().embed_documents(texts)
+
+
+def _export(tmp_path: Path, size: int, texts: list[str] = FACTS) -> Path:
+    out = tmp_path / f"export-{size}.jsonl"
+    with MemoryStream(NamedEmbeddings(size), path=tmp_path / f"source-{size}.db") as source:
+        source.add(texts, importances=0.5)
+        source.export_jsonl(out)
+    return out
+
+
+def _tampered(export: Path, lineno: int, **changes: object) -> Path:
+    """``export`` with line ``lineno`` (1 is the header) changed, written as JSON does (a lone
+    surrogate as the escape ``\\ud800``)."""
+    lines = export.read_text(encoding="utf-8").splitlines()
+    line = json.loads(lines[lineno - 1])
+    line.update(changes)
+    lines[lineno - 1] = json.dumps(line)
+    out = export.with_name(f"tampered-{lineno}.jsonl")
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("id", "\ud800x", "id cannot be encoded as UTF-8"),
+        ("id", "", "id must be a non-empty string"),
+        ("id", None, "id must be a non-empty string"),
+        ("id", 7, "id must be a non-empty string"),
+        ("namespace", "\udc00", "namespace cannot be encoded"),
+        ("namespace", "", "namespace must be a non-empty string"),
+        ("kind", "obs\ud800", "kind cannot be encoded"),
+        ("kind", ["observation"], "kind must be a non-empty string"),
+        ("evidence", ["\ud800"], "evidence id cannot be encoded"),
+        ("evidence", [""], "evidence ids must be non-empty"),
+        ("evidence", "abc", "evidence must be a list of ids"),
+        ("evidence", [1], "evidence must be a list of ids"),
+        ("importance_source", "\ud800", "importance_source must be one of"),
+        ("importance_source", {"a": 1}, "importance_source must be one of"),
+        ("importance_source", "made-up", "importance_source must be one of"),
+        ("depth", 10**30, "depth must be an integer in"),
+        ("depth", -5, "depth must be an integer in"),
+        ("depth", 1.5, "depth must be an integer in"),
+        ("depth", "3", "depth must be an integer in"),
+        ("importance", True, "importance must be a number"),
+        ("importance", 10**400, "malformed memory record"),
+        ("metadata", {"k": "\ud800"}, "metadata cannot be encoded"),
+    ],
+)
+def test_import_checks_every_field_as_add_does(
+    tmp_path: Path, field: str, value: object, message: str
+) -> None:
+    """A lone surrogate in the id, namespace, kind or importance source escaped as a raw
+    UnicodeEncodeError, a huge depth as OverflowError; one in the evidence was stored and
+    broke every later export. Each is now an InvalidMemoryError naming the line, and the
+    batch holding it writes nothing."""
+    export = _tampered(_export(tmp_path, 8), 3, **{field: value})
+    with MemoryStream(NamedEmbeddings(8), path=tmp_path / "target.db") as stream:
+        stream.add("Dave likes coffee", importances=0.5)
+        with pytest.raises(InvalidMemoryError, match=f"jsonl:3: .*{message}"):
+            stream.import_jsonl(export)
+        assert len(stream) == 1
+        stream.export_jsonl(tmp_path / "again.jsonl")
+
+
+def test_import_refuses_a_deeply_nested_line(tmp_path: Path, stream: MemoryStream) -> None:
+    """JSON nested deeper than the parser's recursion limit was a raw RecursionError."""
+    export = _export(tmp_path, 8)
+    deep = export.with_name("deep.jsonl")
+    deep.write_text(export.read_text(encoding="utf-8") + "[" * 100_000 + "]" * 100_000 + "\n")
+    for namespace in (None, "elsewhere"):  # also on the first pass of a move
+        with pytest.raises(InvalidMemoryError, match=f"deep.jsonl:{len(FACTS) + 2}: "):
+            stream.import_jsonl(deep, namespace=namespace)
+    assert len(stream) == 0
+
+
 async def test_async_twins(stream: MemoryStream, embeddings, now) -> None:
     records = await stream.aadd(FACTS, importances=0.5, now=now)
     assert len(records) == 5 and embeddings.document_calls == 1
