@@ -111,24 +111,41 @@ def export_jsonl(
     tmp = target.with_name(target.name + ".tmp")
     count = 0
     fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        header = {
-            "format": JSONL_FORMAT,
-            "version": 1,
-            "embedding_model": backend.embedding_model,
-            "dimension": backend.dimension,
-        }
-        fh.write(json.dumps(header) + "\n")
-        for ns in ns_list:
-            for batch in backend.iter_records(ns, with_vectors=include_vectors):
-                for i, r in enumerate(batch.records):
-                    line = r.to_dict()
-                    if batch.vectors is not None:
-                        line["vector"] = [float(x) for x in batch.vectors[i]]
-                    fh.write(json.dumps(line, ensure_ascii=False) + "\n")
-                    count += 1
-    os.replace(tmp, target)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            header = {
+                "format": JSONL_FORMAT,
+                "version": 1,
+                "embedding_model": backend.embedding_model,
+                "dimension": backend.dimension,
+            }
+            fh.write(json.dumps(header) + "\n")
+            for ns in ns_list:
+                for batch in backend.iter_records(ns, with_vectors=include_vectors):
+                    for i, r in enumerate(batch.records):
+                        line = r.to_dict()
+                        if batch.vectors is not None:
+                            line["vector"] = [float(x) for x in batch.vectors[i]]
+                        fh.write(_json_line(line) + "\n")
+                        count += 1
+        os.replace(tmp, target)
+    except BaseException:  # a failed export leaves no partial file behind
+        tmp.unlink(missing_ok=True)
+        raise
     return count
+
+
+def _json_line(line: dict[str, Any]) -> str:
+    """``line`` as JSON, UTF-8 text kept as is. A lone surrogate (stored by an import before
+    imports checked for them) is written escaped, so the file stays UTF-8 and the export of
+    everything else succeeds; importing that line is refused with its line number."""
+    text = json.dumps(line, ensure_ascii=False)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return json.dumps(line)
+    return text
 
 
 def import_jsonl(

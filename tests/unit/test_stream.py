@@ -524,6 +524,43 @@ def test_import_refuses_a_deeply_nested_line(tmp_path: Path, stream: MemoryStrea
     assert len(stream) == 0
 
 
+def test_export_escapes_a_stored_lone_surrogate_and_leaves_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lone surrogate stored by an import before imports checked evidence made every export
+    of its namespace fail with UnicodeEncodeError, leaving ``<path>.tmp`` behind. It is now
+    written escaped (the export succeeds; importing that line is refused, naming it), and a
+    failed export removes its temporary file."""
+    from langchain_reflective.backends.types import trusted_record
+
+    with MemoryStream(NamedEmbeddings(8), path=tmp_path / "old.db") as stream:
+        (fact,) = stream.add("Alice likes tea", importances=0.5)
+        poisoned = trusted_record(
+            "x1", "insight", "reflection", fact.created_at, fact.created_at, 0.5, "given",
+            ("\ud800",), 1, "default", {},
+        )  # fmt: skip
+        stream.backend.put([poisoned], np.ones((1, 8), dtype=np.float32) / np.sqrt(8))
+        out = tmp_path / "out.jsonl"
+        assert stream.export_jsonl(out) == 2
+        assert out.read_bytes().decode("utf-8").count("\\ud800") == 1
+        assert not out.with_name("out.jsonl.tmp").exists()
+        with (
+            MemoryStream(NamedEmbeddings(8), path=tmp_path / "copy.db") as copy,
+            pytest.raises(InvalidMemoryError, match="jsonl:3: evidence id cannot"),
+        ):
+            copy.import_jsonl(out)
+
+        def broken(*args: object, **kwargs: object) -> object:
+            raise StorageError("disk went away")
+
+        before = out.read_bytes()
+        monkeypatch.setattr(stream.backend, "iter_records", broken)
+        with pytest.raises(StorageError):
+            stream.export_jsonl(out)
+        assert not out.with_name("out.jsonl.tmp").exists()
+        assert out.read_bytes() == before
+
+
 async def test_async_twins(stream: MemoryStream, embeddings, now) -> None:
     records = await stream.aadd(FACTS, importances=0.5, now=now)
     assert len(records) == 5 and embeddings.document_calls == 1
