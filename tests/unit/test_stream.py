@@ -414,7 +414,8 @@ def test_export_import_round_trip(tmp_path: Path, embeddings, now) -> None:
     calls = embeddings.document_calls
     with MemoryStream(embeddings, path=tmp_path / "b.db") as b:
         assert b.import_jsonl(tmp_path / "all.jsonl") == 7
-        assert embeddings.document_calls == calls  # vectors were reused
+        # vectors were reused: one call, of one text, to learn the new file's dimension
+        assert embeddings.document_calls == calls + 1
         assert b.import_jsonl(tmp_path / "all.jsonl") == 0  # idempotent
         got = [(h.record, h.score) for h in b.retrieve("Paris", k=3, now=now, touch=False)]
         assert got == want
@@ -458,6 +459,36 @@ def _export(tmp_path: Path, size: int, texts: list[str] = FACTS) -> Path:
     return out
 
 
+def test_import_reuses_vectors_only_of_the_stream_dimension(tmp_path: Path) -> None:
+    """Same model name, another dimension: the export's 4-d vectors bound a new 8-d file to 4
+    dimensions, and every later add or retrieve raised DimensionMismatchError. Now the texts
+    are embedded again, as for another model; vectors of the right dimension are reused."""
+    export = _export(tmp_path, 4)
+    emb = NamedEmbeddings(8)
+    with MemoryStream(emb, path=tmp_path / "new.db") as stream:
+        assert stream.import_jsonl(export) == len(FACTS)
+        assert stream.backend.dimension == 8
+        assert emb.texts == 1 + len(FACTS)  # the probe, then every text
+        stream.add("Dave likes coffee", importances=0.5)
+        assert stream.retrieve("Bob Paris", k=1)[0].record.text in {FACTS[1], FACTS[3]}
+    emb = NamedEmbeddings(8)
+    with MemoryStream(emb, path=tmp_path / "bound.db") as stream:  # bound already: no probe
+        stream.add("Dave likes coffee", importances=0.5)
+        assert stream.import_jsonl(export) == len(FACTS)
+        assert emb.texts == 1 + len(FACTS) and stream.backend.dimension == 8
+    emb = NamedEmbeddings(8, declare=True)  # a declared dimension: no probe either
+    with MemoryStream(emb, path=tmp_path / "declared.db") as stream:
+        assert stream.import_jsonl(export) == len(FACTS)
+        assert emb.texts == len(FACTS) and stream.backend.dimension == 8
+    same = _export(tmp_path, 8)
+    for declare, probes in ((False, 1), (True, 0)):
+        emb = NamedEmbeddings(8, declare=declare)
+        with MemoryStream(emb, path=tmp_path / f"same-{declare}.db") as stream:
+            assert stream.import_jsonl(same) == len(FACTS)
+            assert emb.texts == probes  # the export's vectors were reused
+            assert stream.retrieve("Bob Paris", k=1)[0].record.text in {FACTS[1], FACTS[3]}
+
+
 def _tampered(export: Path, lineno: int, **changes: object) -> Path:
     """``export`` with line ``lineno`` (1 is the header) changed, written as JSON does (a lone
     surrogate as the escape ``\\ud800``)."""
@@ -468,6 +499,29 @@ def _tampered(export: Path, lineno: int, **changes: object) -> Path:
     out = export.with_name(f"tampered-{lineno}.jsonl")
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return out
+
+
+@pytest.mark.parametrize(
+    ("lineno", "vector", "message"),
+    [
+        (3, [0.5] * 7, "has 7 values; the export's vectors have 8"),
+        (2, [0.5] * 4, "has 4 values; the export's vectors have 8"),  # the header's dimension
+        (3, [float("nan")] * 8, "NaN"),
+        (3, [0.0] * 8, "only zeros"),
+        (3, ["a"] * 8, "list of numbers"),
+        (3, [True] * 8, "list of numbers"),
+        (3, 0.5, "non-empty list"),
+    ],
+)
+def test_import_refuses_a_bad_vector_naming_its_line(
+    tmp_path: Path, lineno: int, vector: object, message: str
+) -> None:
+    export = _tampered(_export(tmp_path, 8), lineno, vector=vector)
+    emb = NamedEmbeddings(8)
+    with MemoryStream(emb, path=tmp_path / "target.db") as stream:
+        with pytest.raises(InvalidMemoryError, match=f"jsonl:{lineno}: .*{message}"):
+            stream.import_jsonl(export)
+        assert len(stream) == 0 and stream.backend.dimension is None  # nothing written
 
 
 @pytest.mark.parametrize(
