@@ -38,6 +38,12 @@ PLAN = "plan"
 MAX_TEXT_CHARS = 200_000
 """Largest accepted memory text (characters). Larger texts should be chunked by the caller."""
 
+MAX_DEPTH = 2**31 - 1
+"""Largest reflection depth a record may carry (what every backend's depth column holds)."""
+
+IMPORTANCE_SOURCES = ("given", "llm", "heuristic")
+"""The values of :data:`ImportanceSource`."""
+
 
 def new_memory_id() -> str:
     """Return a new stable, unique memory id: a UUIDv7 (RFC 9562) as 32 hex digits.
@@ -213,11 +219,28 @@ class MemoryRecord:
         if not math.isfinite(imp) or not 0.0 <= imp <= 1.0:
             raise InvalidMemoryError(f"importance must be in [0, 1], got {self.importance!r}")
         object.__setattr__(self, "importance", imp)
-        if not isinstance(self.namespace, str) or not self.namespace:
-            raise InvalidMemoryError("namespace must be a non-empty string")
-        if not isinstance(self.kind, str) or not self.kind:
-            raise InvalidMemoryError("kind must be a non-empty string")
-        object.__setattr__(self, "evidence", tuple(str(e) for e in self.evidence))
+        for what, value in (("id", self.id), ("namespace", self.namespace), ("kind", self.kind)):
+            if not isinstance(value, str) or not value:
+                raise InvalidMemoryError(f"{what} must be a non-empty string, got {value!r:.80}")
+            if not value.isascii():
+                check_encodable(value, what)
+        if self.importance_source not in IMPORTANCE_SOURCES:
+            raise InvalidMemoryError(
+                f"importance_source must be one of {IMPORTANCE_SOURCES}, "
+                f"got {self.importance_source!r:.80}"
+            )
+        evidence = tuple(str(e) for e in self.evidence)
+        for e in evidence:
+            if not e:
+                raise InvalidMemoryError("evidence ids must be non-empty strings")
+            if not e.isascii():
+                check_encodable(e, "evidence id")
+        object.__setattr__(self, "evidence", evidence)
+        depth = self.depth
+        if isinstance(depth, bool) or not isinstance(depth, int) or not 0 <= depth <= MAX_DEPTH:
+            raise InvalidMemoryError(
+                f"depth must be an integer in [0, {MAX_DEPTH}], got {depth!r:.80}"
+            )
         object.__setattr__(self, "metadata", validate_metadata(self.metadata))
 
     @property
@@ -248,28 +271,41 @@ class MemoryRecord:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MemoryRecord:
-        """Inverse of :meth:`to_dict`.
+        """Inverse of :meth:`to_dict`, for data from outside (an export line): every field is
+        checked as :meth:`MemoryStream.add` checks it (strings that UTF-8 can encode, a
+        non-empty id, a depth the backends can store), and no field is coerced from another
+        type (an id ``null`` is refused, not stored as ``"None"``).
 
         Raises:
             InvalidMemoryError: on missing or malformed fields.
         """
+        if not isinstance(data, Mapping):
+            raise InvalidMemoryError(f"a memory record is a JSON object, not {type(data).__name__}")
         try:
+            evidence = data.get("evidence", ())
+            if not isinstance(evidence, list | tuple) or not all(
+                isinstance(e, str) for e in evidence
+            ):
+                raise InvalidMemoryError(f"evidence must be a list of ids, got {evidence!r:.80}")
+            importance = data.get("importance", 0.5)
+            if isinstance(importance, bool) or not isinstance(importance, int | float):
+                raise InvalidMemoryError(f"importance must be a number, got {importance!r:.80}")
             return cls(
-                id=str(data["id"]),
+                id=data["id"],
                 text=data["text"],
-                kind=str(data.get("kind", OBSERVATION)),
+                kind=data.get("kind", OBSERVATION),
                 created_at=datetime.fromisoformat(data["created_at"]),
                 last_accessed_at=datetime.fromisoformat(
                     data.get("last_accessed_at") or data["created_at"]
                 ),
-                importance=float(data.get("importance", 0.5)),
+                importance=importance,
                 importance_source=data.get("importance_source", "given"),
-                evidence=tuple(data.get("evidence", ())),
-                depth=int(data.get("depth", 0)),
-                namespace=str(data.get("namespace", "default")),
+                evidence=tuple(evidence),
+                depth=data.get("depth", 0),
+                namespace=data.get("namespace", "default"),
                 metadata=data.get("metadata") or {},
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             if isinstance(exc, InvalidMemoryError):
                 raise
             raise InvalidMemoryError(f"malformed memory record: {exc!r}") from exc

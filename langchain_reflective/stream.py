@@ -626,10 +626,15 @@ class MemoryStream(StreamBase):
         Args:
             path: the output file.
             namespaces: which namespaces (default: the stream's; ``"all"`` for every one).
-            include_vectors: include embeddings so import needs no embedding calls.
+            include_vectors: include embeddings so import needs no embedding calls (but one,
+                to learn the dimension, into a store without vectors: see
+                :meth:`import_jsonl`).
 
         Returns:
             The number of records written.
+
+        The file is written as ``<path>.tmp`` and renamed when complete; a failed export
+        removes it and leaves any earlier ``path`` untouched.
         """
         from langchain_reflective.transfer import export_jsonl
 
@@ -645,9 +650,19 @@ class MemoryStream(StreamBase):
     ) -> int:
         """Import a file written by :meth:`export_jsonl`; existing ids are skipped.
 
-        Vectors in the file are used when they come from the same embedding model and
-        dimension; otherwise the texts are embedded again. Imported memories do not count
-        towards the reflection counter.
+        Vectors in the file are used when they come from the same embedding model (the
+        header's ``embedding_model`` equals :attr:`embedding_model`) and have the dimension of
+        the stream's vectors; otherwise every text is embedded again, as for another model.
+        The stream's dimension is the one its memories are bound to; for a store without
+        vectors yet, the embeddings' ``dimensions`` attribute when it is an int (e.g.
+        ``OpenAIEmbeddings(dimensions=256)``), else the length of one embedding (one call).
+        Every vector of the file must have the file's dimension (its header's, else its first
+        vector's). Imported memories do not count towards the reflection counter.
+
+        Each line is checked as :meth:`add` checks its arguments: a non-empty id, strings
+        that UTF-8 can encode (id, namespace, kind, evidence, metadata), a known
+        ``importance_source``, a depth in ``[0, 2**31 - 1]``. Evidence is not looked up (a
+        memory the export cites may have been deleted before it was written).
 
         Ids are unique across namespaces, so memories that ``namespace`` moves out of their
         own namespace get new ids, ``<id>@<tag of the namespace>`` (the same on every run,
@@ -666,7 +681,9 @@ class MemoryStream(StreamBase):
 
         Raises:
             InvalidMemoryError: the file is not a langchain-reflective export or a line is
-                malformed (nothing from the failing batch is written).
+                malformed, or a vector has not the file's dimension, or holds NaN, infinite
+                values or only zeros (the message names the line; nothing from the failing
+                batch is written, and the batches before it are).
         """
         from langchain_reflective.transfer import import_jsonl
 

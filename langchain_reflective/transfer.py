@@ -111,24 +111,41 @@ def export_jsonl(
     tmp = target.with_name(target.name + ".tmp")
     count = 0
     fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        header = {
-            "format": JSONL_FORMAT,
-            "version": 1,
-            "embedding_model": backend.embedding_model,
-            "dimension": backend.dimension,
-        }
-        fh.write(json.dumps(header) + "\n")
-        for ns in ns_list:
-            for batch in backend.iter_records(ns, with_vectors=include_vectors):
-                for i, r in enumerate(batch.records):
-                    line = r.to_dict()
-                    if batch.vectors is not None:
-                        line["vector"] = [float(x) for x in batch.vectors[i]]
-                    fh.write(json.dumps(line, ensure_ascii=False) + "\n")
-                    count += 1
-    os.replace(tmp, target)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            header = {
+                "format": JSONL_FORMAT,
+                "version": 1,
+                "embedding_model": backend.embedding_model,
+                "dimension": backend.dimension,
+            }
+            fh.write(json.dumps(header) + "\n")
+            for ns in ns_list:
+                for batch in backend.iter_records(ns, with_vectors=include_vectors):
+                    for i, r in enumerate(batch.records):
+                        line = r.to_dict()
+                        if batch.vectors is not None:
+                            line["vector"] = [float(x) for x in batch.vectors[i]]
+                        fh.write(_json_line(line) + "\n")
+                        count += 1
+        os.replace(tmp, target)
+    except BaseException:  # a failed export leaves no partial file behind
+        tmp.unlink(missing_ok=True)
+        raise
     return count
+
+
+def _json_line(line: dict[str, Any]) -> str:
+    """``line`` as JSON, UTF-8 text kept as is. A lone surrogate (stored by an import before
+    imports checked for them) is written escaped, so the file stays UTF-8 and the export of
+    everything else succeeds; importing that line is refused with its line number."""
+    text = json.dumps(line, ensure_ascii=False)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return json.dumps(line)
+    return text
 
 
 def import_jsonl(
@@ -143,24 +160,73 @@ def import_jsonl(
     items = _moved_items(source, namespace) if namespace else {}
     imported = 0
     with _open_export(source) as fh:
-        reuse = _header(fh, source).get("embedding_model") == stream.embedding_model
+        header = _header(fh, source)
+        same_model = header.get("embedding_model") == stream.embedding_model
+        dim = header.get("dimension")
+        # the export's dimension: its header's, else its first vector's; every vector has it
+        export_dim = dim if type(dim) is int and dim > 0 else None
+        reuse: bool | None = None  # decided at the first vector, before anything is written
         batch: list[tuple[MemoryRecord, list[float] | None]] = []
         for lineno, line in _lines(fh, source):
             try:
                 data = json.loads(line)
                 record = MemoryRecord.from_dict(data)
-            except (json.JSONDecodeError, InvalidMemoryError, TypeError) as exc:
+                vec = _vector(data, export_dim)
+            except (json.JSONDecodeError, InvalidMemoryError, TypeError, RecursionError) as exc:
                 raise InvalidMemoryError(f"{source}:{lineno}: {exc}") from exc
+            if vec is not None:
+                if export_dim is None:
+                    export_dim = len(vec)
+                if reuse is None:  # one probe at most; a model of another dimension re-embeds
+                    reuse = same_model and export_dim == _target_dimension(stream, record.text)
             if namespace and record.namespace != namespace:
                 record = _moved(record, namespace, items)
-            vec = data.get("vector") if reuse else None
-            batch.append((record, vec))
+            batch.append((record, vec if reuse else None))
             if len(batch) >= batch_size:
                 imported += _import_batch(stream, batch)
                 batch = []
         if batch:
             imported += _import_batch(stream, batch)
     return imported
+
+
+def _vector(data: Mapping[str, Any], dimension: int | None) -> list[float] | None:
+    """The line's vector (``None`` without one), checked: finite numbers, not all zero, and
+    ``dimension`` of them when the export's dimension is known.
+
+    Raises:
+        InvalidMemoryError: anything else.
+    """
+    vec = data.get("vector")
+    if vec is None:
+        return None
+    if not isinstance(vec, list) or not vec:
+        raise InvalidMemoryError(f"vector must be a non-empty list of numbers, got {vec!r:.80}")
+    if dimension is not None and len(vec) != dimension:
+        raise InvalidMemoryError(
+            f"the vector has {len(vec)} values; the export's vectors have {dimension}"
+        )
+    if not all(type(x) is float or type(x) is int for x in vec):
+        raise InvalidMemoryError("vector must be a list of numbers")
+    with np.errstate(over="ignore", invalid="ignore"):
+        arr = np.asarray(vec, dtype=np.float64)
+        if not np.isfinite(arr).all() or not arr.any():
+            raise InvalidMemoryError("vector holds NaN or infinite values, or only zeros")
+    return vec
+
+
+def _target_dimension(stream: MemoryStream, text: str) -> int:
+    """The dimension of the vectors the stream stores: the one its memories are bound to,
+    else its embeddings' ``dimensions`` when they declare it, else the length of one
+    embedding of ``text`` (a probe, made once per import into a store without vectors)."""
+    bound = stream.backend.dimension
+    if bound is not None:
+        return bound
+    declared = getattr(stream.embeddings, "dimensions", None)
+    if type(declared) is int and declared > 0:
+        return declared
+    raw = stream.embeddings.embed_documents([text])
+    return int(as_unit_vectors(raw, 1, type(stream.embeddings).__name__).shape[1])
 
 
 def _open_export(source: Path) -> TextIO:
@@ -226,7 +292,7 @@ def _moved_items(source: Path, namespace: str) -> dict[str, str]:
                 continue
             try:
                 record = MemoryRecord.from_dict(json.loads(line))
-            except (json.JSONDecodeError, InvalidMemoryError, TypeError):
+            except (json.JSONDecodeError, InvalidMemoryError, TypeError, RecursionError):
                 continue
             key = item_key(record)
             if key is not None and record.namespace != namespace:
@@ -260,8 +326,9 @@ def _import_batch(
         unit = as_unit_vectors(vectors, len(fresh), type(stream.embeddings).__name__)
         given = [i for i, (_, v) in enumerate(fresh) if v is not None]
         if given:  # exported unit vectors come back bit for bit (renormalising may move a bit)
-            raw = np.asarray([vectors[i] for i in given], dtype=np.float32)
-            norms = np.linalg.norm(raw.astype(np.float64), axis=1)
+            with np.errstate(over="ignore", invalid="ignore"):  # huge values: not unit anyway
+                raw = np.asarray([vectors[i] for i in given], dtype=np.float32)
+                norms = np.linalg.norm(raw.astype(np.float64), axis=1)
             same = np.abs(norms - 1.0) < 1e-5
             unit[np.asarray(given)[same]] = raw[same]
         backend.bind_embeddings(stream.embedding_model, unit.shape[1])

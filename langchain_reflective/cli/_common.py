@@ -101,10 +101,15 @@ def _seconds(value: float) -> str:
 
 
 class _NoEmbeddings(Embeddings):
-    """Stands in for the real model when a command only reads stored vectors."""
+    """Stands in for the real model when a command only reads stored vectors.
 
-    def __init__(self, identity: str) -> None:
+    ``dimensions``: the model's dimension when the command knows it (an import reusing an
+    export's vectors: the import reads it instead of embedding a probe text).
+    """
+
+    def __init__(self, identity: str, dimensions: int | None = None) -> None:
         self.model_name = identity
+        self.dimensions = dimensions
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         raise CLIError("this command needs the embedding model, but none was loaded")

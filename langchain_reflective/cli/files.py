@@ -477,7 +477,7 @@ def import_(
     embeddings: Embeddings
     if reuse:
         identity = str(exported_model)
-        embeddings = _NoEmbeddings(identity)
+        embeddings = _NoEmbeddings(identity, header["dimension"])
         how = "reusing the exported vectors"
     else:
         with _console().status("Loading the embedding model…"):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -687,6 +688,32 @@ class BackendConformance:
         item = store.get(("users", "carol"), "drink")
         assert item is not None and item.value == {"text": "alice drinks tea"}
         assert [i.key for i in store.search(("users", "carol"))].count("drink") == 1
+
+    def test_import_binds_the_stream_dimension_and_a_refused_export_writes_nothing(
+        self, backend: BaseMemoryBackend, tmp_path: Path
+    ) -> None:
+        """An export of the same model name at another dimension is embedded again: the
+        empty backend is bound to the stream's dimension, not the export's (which made every
+        later add and retrieve a DimensionMismatchError). An export refused for a bad line
+        (a vector of another length, a lone surrogate in the evidence) leaves the backend
+        empty and unbound."""
+        export = tmp_path / "sixteen.jsonl"
+        with MemoryStream(WordEmbeddings(16), embedding_model=MODEL) as source:
+            source.add(["alice w1 w2", "bob w3 tea"], importances=0.5, now=NOW)
+            source.export_jsonl(export)
+        lines = export.read_text(encoding="utf-8").splitlines()
+        for change in ({"vector": [0.25] * 15}, {"evidence": ["\ud800"], "depth": 1}):
+            bad = tmp_path / "bad.jsonl"
+            bad.write_text("\n".join([*lines[:2], json.dumps({**json.loads(lines[2]), **change})]))
+            stream = MemoryStream(WordEmbeddings(32), backend=backend, embedding_model=MODEL)
+            with pytest.raises(InvalidMemoryError, match=r"bad\.jsonl:3: "):
+                stream.import_jsonl(bad)
+            assert backend.namespaces() == [] and backend.dimension is None
+        stream = MemoryStream(WordEmbeddings(32), backend=backend, embedding_model=MODEL)
+        assert stream.import_jsonl(export) == 2
+        assert backend.dimension == 32
+        stream.add("carol w4", importances=0.5, now=NOW)
+        assert stream.retrieve("bob tea", k=1, now=NOW)[0].record.text == "bob w3 tea"
 
     @pytest.mark.parametrize("kind", ["item", OBSERVATION])
     def test_store_items_rank_on_their_own(self, backend: BaseMemoryBackend, kind: str) -> None:

@@ -12,6 +12,7 @@ methods: every call either succeeds or raises a ``ReflectiveError``.
 from __future__ import annotations
 
 import hashlib
+import json
 import pickle
 import random
 import shutil
@@ -356,6 +357,17 @@ def test_bad_exports_import_nothing(stream: MemoryStream, tmp_path: Path, figure
     bad.write_text("\n".join([*lines, '{"id": "z", "text": ""}']) + "\n")
     with pytest.raises(InvalidMemoryError):
         stream.import_jsonl(bad)
+    # lines that add would refuse, and a vector of another length (each named by its line)
+    line = json.loads(lines[1])
+    for change in (
+        {"evidence": ["\ud800"]},  # was stored, then broke every export of the namespace
+        {"id": ""},  # was stored
+        {"depth": 10**30},  # was a raw OverflowError
+        {"vector": line["vector"][:-1]},  # bound a new file to the wrong dimension
+    ):
+        bad.write_text("\n".join([*lines, json.dumps({**line, "id": "z", **change})]) + "\n")
+        with pytest.raises(InvalidMemoryError, match=r"bad\.jsonl:4: "):
+            stream.import_jsonl(bad)
     truncated = tmp_path / "truncated.jsonl"
     truncated.write_text("\n".join(lines)[:-20])
     with pytest.raises(InvalidMemoryError):
@@ -375,7 +387,7 @@ def test_bad_exports_import_nothing(stream: MemoryStream, tmp_path: Path, figure
         with pytest.raises(InvalidMemoryError, match="not UTF-8"):
             stream.import_jsonl(latin, namespace=namespace)
     assert snapshot(stream) == before
-    figures.record("bad_input", "all", tried=6, by_category={"export": 6})
+    figures.record("bad_input", "all", tried=10, by_category={"export": 10})
 
 
 # -- the FAISS index cache ---------------------------------------------------------------------
