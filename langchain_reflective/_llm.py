@@ -213,7 +213,7 @@ def load_json(text: str) -> Any:
             continue
         try:
             return json.loads(candidate)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nesting deeper than the stack
             continue
     return None
 
