@@ -42,7 +42,12 @@ from langchain_reflective.importance import (
 )
 from langchain_reflective.integrations.retriever import ReflectiveRetriever
 from langchain_reflective.integrations.tools import create_memory_tools
-from langchain_reflective.memory import MemoryConfig, ReflectionFailure, ReflectiveMemory
+from langchain_reflective.memory import (
+    MemoryConfig,
+    QuarantinedMemory,
+    ReflectionFailure,
+    ReflectiveMemory,
+)
 from langchain_reflective.records import MemoryRecord
 from langchain_reflective.reflection import (
     ReflectionConfig,
@@ -126,6 +131,7 @@ __all__ = [
     "PendingConflictError",
     "PendingMemory",
     "PostgresBackend",
+    "QuarantinedMemory",
     "ReflectionConfig",
     "ReflectionError",
     "ReflectionFailure",

@@ -1,5 +1,6 @@
-"""The settings of :class:`~langchain_reflective.memory.ReflectiveMemory` and the record of a
-background job that failed (both importable from ``langchain_reflective.memory``)."""
+"""The settings of :class:`~langchain_reflective.memory.ReflectiveMemory`, the record of a
+background job that failed and of a pending memory set aside (all importable from
+``langchain_reflective.memory``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-__all__ = ["MemoryConfig", "ReflectionFailure"]
+from langchain_reflective.backends.types import PendingMemory
+
+__all__ = ["MemoryConfig", "QuarantinedMemory", "ReflectionFailure"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,12 +41,24 @@ class MemoryConfig:
     drain_batch: int = 64
     """Pending memories (see :meth:`ReflectiveMemory.enqueue`) completed per batch: one
     embedding call and one importance batch each."""
+    drain_max_attempts: int = 3
+    """A pending memory that fails on its own this many times (in as many drains) while other
+    memories are completed -- one the embedding model always refuses (too long for its
+    context), one a strict rater cannot rate -- is quarantined: it stays pending, later drains
+    of this process skip it, a warning names it, and :attr:`ReflectiveMemory.quarantined` lists
+    it for :meth:`~ReflectiveMemory.retry_quarantined` or
+    :meth:`~ReflectiveMemory.discard_quarantined`. Failures while nothing can be completed (the
+    model is down for everyone) do not count. The count is kept in memory: a new process tries
+    such a memory again."""
 
     def __post_init__(self) -> None:
         if isinstance(self.drain_batch, bool) or not isinstance(self.drain_batch, int):
             raise ValueError(f"drain_batch must be an integer >= 1, got {self.drain_batch!r}")
         if self.drain_batch < 1:
             raise ValueError(f"drain_batch must be an integer >= 1, got {self.drain_batch!r}")
+        attempts = self.drain_max_attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise ValueError(f"drain_max_attempts must be an integer >= 1, got {attempts!r}")
         for name in ("reflect_every", "recent_capacity", "insight_capacity", "retrieve_k"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -62,3 +77,18 @@ class ReflectionFailure:
     at: datetime
     stage: Literal["reflection", "pending"] = "reflection"
     """What failed: a ``"reflection"``, or completing ``"pending"`` memories."""
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantinedMemory:
+    """A pending memory the drain set aside: it failed on its own ``attempts`` times while other
+    memories were completed (see :attr:`MemoryConfig.drain_max_attempts`). It is still pending
+    (in the file, in the working context's recent observations), not retrievable, and skipped by
+    this process's drains until :meth:`ReflectiveMemory.retry_quarantined`."""
+
+    item: PendingMemory
+    error: BaseException
+    """The last failure."""
+    attempts: int
+    at: datetime
+    """When it was quarantined."""

@@ -430,6 +430,16 @@ class MemoryStream(StreamBase):
             return self._backend.pending(limit=n)
         return self._backend.pending(namespace=self._ns(namespace), limit=n, newest=n is not None)
 
+    def discard_pending(self, ids: str | Sequence[str], *, namespace: str | None = None) -> int:
+        """Remove queued memories by id without storing them; return how many were removed.
+
+        For a memory that can never be completed (e.g. one the embedding model always refuses;
+        see ``ReflectiveMemory.quarantined``). Ids of other namespaces and ids no longer
+        queued are ignored.
+        """
+        self._check_open()
+        return self._backend.discard_pending(self._ns(namespace), self._ids(ids))
+
     def complete_pending(self, items: Sequence[PendingMemory]) -> list[MemoryRecord]:
         """Embed and rate queued memories and store them under their ids.
 

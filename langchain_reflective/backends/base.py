@@ -221,6 +221,16 @@ class BaseMemoryBackend(Closing, ABC):
     def count_pending(self, namespace: str | None = None) -> int:
         """Number of queued memories (in ``namespace``, or in all namespaces)."""
 
+    def discard_pending(self, namespace: str, ids: Sequence[str]) -> int:
+        """Remove queued memories of ``namespace`` by id without storing them; return how many
+        were removed (unknown ids, stored ones and other namespaces' are ignored).
+
+        For an operator dropping a memory that can never be completed (see
+        ``ReflectiveMemory.quarantined``). The built-in backends implement it; the default
+        raises ``NotImplementedError``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot discard pending memories")
+
     # -- reads ---------------------------------------------------------------------------------
 
     @abstractmethod
@@ -418,6 +428,10 @@ class BaseMemoryBackend(Closing, ABC):
     async def acount_pending(self, namespace: str | None = None) -> int:
         """Async twin of :meth:`count_pending`."""
         return await asyncio.to_thread(self.count_pending, namespace)
+
+    async def adiscard_pending(self, namespace: str, ids: Sequence[str]) -> int:
+        """Async twin of :meth:`discard_pending`."""
+        return await asyncio.to_thread(self.discard_pending, namespace, ids)
 
     async def aget(self, namespace: str, ids: Sequence[str]) -> list[MemoryRecord]:
         """Async twin of :meth:`get`."""

@@ -591,6 +591,17 @@ class BackendConformance:
         with pytest.raises(StorageError):
             backend.enqueue([_pending("q3", "alice")])  # already queued
 
+    def test_discard_pending(self, backend: BaseMemoryBackend) -> None:
+        backend.enqueue([_pending("d0", "alice"), _pending("d1", "alice"), _pending("d2", "bob")])
+        assert backend.discard_pending("alice", []) == 0
+        # another namespace's id, an unknown one and a repeat are ignored
+        assert backend.discard_pending("alice", ["d0", "d2", "nope", "d0"]) == 1
+        assert [p.id for p in backend.pending()] == ["d1", "d2"]
+        self.fill(backend, [_fresh("done", id="d1")], pending=["d1"])
+        assert backend.discard_pending("alice", ["d1"]) == 0  # stored: not a pending memory
+        assert backend.get("alice", ["d1"])[0].id == "d1"
+        assert backend.count_pending() == 1 and backend.count_pending("bob") == 1
+
     # -- the reflection lock ---------------------------------------------------------------
 
     def test_reflection_lock_excludes_others_per_namespace(

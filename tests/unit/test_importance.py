@@ -202,6 +202,21 @@ def test_strict_mode_raises_on_unparseable_output() -> None:
         scorer(model, strict=True).score(["x"])
 
 
+def test_an_answer_the_parser_cannot_survive_falls_back(now: datetime) -> None:
+    # JSON nested deeper than the stack (a model echoing a hostile memory) raised
+    # RecursionError out of the scorer, so even non-strict adds failed
+    hostile = "[" * 100_000 + "]" * 100_000
+    model = ScriptedChatModel(overrides={"importance": hostile})
+    (result,) = scorer(model).score(["My grandmother died"])
+    assert result.source == "heuristic" and "unparseable" in str(result.error)
+    assert result.value == heuristic_rating("My grandmother died") / 10
+    stream = MemoryStream(WordEmbeddings(), importance_scorer=scorer(model))
+    (record,) = stream.add(["My grandmother died"], now=now)
+    assert record.importance_source == "heuristic"
+    with pytest.raises(ImportanceError, match="unparseable"):
+        scorer(model, strict=True).score(["x"])
+
+
 def test_one_failed_batch_only_affects_its_memories() -> None:
     model = ScriptedChatModel(overrides={"importance": ["1: 9\n2: 9", "garbage"]})
     out = scorer(model, batch_size=2, max_concurrency=1).score(["a", "b", "c", "d"])

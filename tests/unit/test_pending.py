@@ -8,6 +8,7 @@ for the rating model.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -22,7 +23,7 @@ from pydantic import BaseModel
 from langchain_reflective import MemoryStream
 from langchain_reflective.backends.sqlite import store as sqlite_store
 from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
-from langchain_reflective.errors import InvalidMemoryError, PendingConflictError
+from langchain_reflective.errors import InvalidMemoryError, PendingConflictError, StorageError
 from langchain_reflective.importance import BaseImportanceScorer, ImportanceResult
 from langchain_reflective.integrations.middleware import ReflectiveMemoryMiddleware
 from langchain_reflective.memory import MemoryConfig, ReflectiveMemory
@@ -155,6 +156,180 @@ def test_a_failed_batch_stays_queued_and_is_retried(tmp_path: Path, now) -> None
         embeddings.down = False
         assert memory.flush(timeout=30)  # flush retries the queue
         assert [r.id for r in memory.stream.recent(None, namespace="bob")] == [memory_id]
+
+
+class RefusingEmbeddings(FailingEmbeddings):
+    """A context-limited model: refuses (HTTP 400 for the whole call) any batch holding a text
+    with ``POISON`` in it, while ``down`` is unset; fails everything while ``down``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+        self.refuse = True
+        self.calls: list[list[str]] = []
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.calls.append(list(texts))
+        if self.refuse and any("POISON" in t for t in texts):
+            raise ValueError("400: maximum context length is 8192 tokens")
+        return super().embed_documents(texts)
+
+
+class StrictRater(CountingScorer):
+    """A rater that raises on any batch holding ``HOSTILE`` (what a strict LLM rater does)."""
+
+    def score(self, texts: Sequence[str]) -> list[ImportanceResult]:
+        if any("HOSTILE" in t for t in texts):
+            raise RuntimeError("could not rate")
+        return super().score(texts)
+
+
+def open_inline(
+    path: Path, embeddings: WordEmbeddings, scorer: BaseImportanceScorer | None = None, **config
+) -> ReflectiveMemory:
+    """Drains run inside ``enqueue``/``flush``: one pass per call, so attempts are exact."""
+    stream = MemoryStream(embeddings, path=path, importance_scorer=scorer)
+    return ReflectiveMemory(None, stream, config=MemoryConfig(background=False, **config))
+
+
+def test_a_memory_the_model_always_refuses_does_not_block_other_users(
+    tmp_path: Path, now, caplog
+) -> None:
+    caplog.set_level(logging.WARNING, logger="langchain_reflective.memory")
+    embeddings = RefusingEmbeddings()
+    with open_inline(tmp_path / "m.db", embeddings, drain_max_attempts=2) as memory:
+        (poison,) = memory.enqueue("pasted log POISON", namespace="mallory", now=now)
+        ids = []
+        for i in range(4):
+            ids += memory.enqueue(f"bob's turn {i} about tea", namespace="bob", now=now)
+            assert [r.id for r in memory.stream.recent(None, namespace="bob")] == ids
+            if i == 0:  # one attempt per drain, not retried until quarantined within one
+                assert memory.quarantined == [] and len(memory.errors) == 2
+        assert memory.stream.pending(namespace="bob") == []
+        # failed alone in two drains while others were stored: set aside, still pending
+        (quarantined,) = memory.quarantined
+        assert (quarantined.item.id, quarantined.attempts) == (poison, 2)
+        assert isinstance(quarantined.error, ValueError)
+        assert [p.id for p in memory.stream.pending(namespace="mallory")] == [poison]
+        assert {e.namespace for e in memory.errors} == {"mallory"}  # bob's drains succeeded
+        (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+        assert poison in warning.getMessage() and "maximum context length" in warning.getMessage()
+        # later drains no longer try it: one embedding call per turn
+        before = len(embeddings.calls)
+        memory.enqueue("bob again", namespace="bob", now=now)
+        assert embeddings.calls[before:] == [["bob again"]]
+        assert not memory.flush(timeout=30)  # something is still pending: the quarantined one
+
+
+def test_a_refused_memory_in_a_mixed_batch_costs_the_others_nothing(tmp_path: Path, now) -> None:
+    path = tmp_path / "m.db"
+    with MemoryStream(WordEmbeddings(), path=path) as stream:  # queued, no drain yet
+        stream.enqueue(["a one", "a two"], namespace="a", now=now)
+        stream.enqueue(["huge POISON", "m fine"], namespace="mallory", now=now)
+        stream.enqueue([f"b turn {i}" for i in range(28)], namespace="b", now=now)
+    embeddings = RefusingEmbeddings()
+    with open_inline(path, embeddings, drain_batch=32) as memory:
+        assert memory.stream.count(namespace="a") == 2 and memory.stream.count(namespace="b") == 28
+        assert [r.text for r in memory.stream.recent(None, namespace="mallory")] == ["m fine"]
+        assert [p.text for p in memory.stream.pending(None, all_namespaces=True)] == ["huge POISON"]
+        # the batch, a probe, then halving: about 2 log2(32) calls, not one per memory
+        assert len(embeddings.calls) <= 14  # one by one would be 33
+
+
+def test_a_memory_the_rater_cannot_rate_does_not_block_other_users(tmp_path: Path, now) -> None:
+    with open_inline(
+        tmp_path / "m.db", WordEmbeddings(), StrictRater(), drain_max_attempts=1
+    ) as memory:
+        (hostile,) = memory.enqueue("HOSTILE turn", namespace="mallory", now=now)
+        memory.enqueue(["bob likes tea", "bob likes chess"], namespace="bob", now=now)
+        assert memory.stream.count(namespace="bob") == 2
+        assert [q.item.id for q in memory.quarantined] == [hostile]
+        # a memory with a given importance is not rated: the same text completes
+        memory.enqueue("HOSTILE but rated", namespace="mallory", importances=0.5, now=now)
+        assert memory.stream.count(namespace="mallory") == 1
+
+
+def test_an_outage_for_everyone_is_retried_later_not_quarantined(tmp_path: Path, now) -> None:
+    embeddings = RefusingEmbeddings()
+    embeddings.down = True
+    with open_inline(tmp_path / "m.db", embeddings, drain_max_attempts=1) as memory:
+        ids = []
+        for i in range(5):
+            ids += memory.enqueue([f"turn {i} of alice"], namespace="alice", now=now)
+            ids += memory.enqueue([f"turn {i} of bob"], namespace="bob", now=now)
+            assert not memory.flush(timeout=30)
+        assert memory.quarantined == []  # nothing completed: no memory is to blame
+        assert memory.stream.backend.count_pending() == 10
+        assert all(isinstance(e.error, ConnectionError) for e in memory.errors)
+        # a pass during the outage tries the batch and one memory alone, no more
+        before = len(embeddings.calls)
+        memory.flush(timeout=30)
+        assert len(embeddings.calls) - before == 2
+        embeddings.down = False
+        assert memory.flush(timeout=30)
+        stored = memory.stream.get(ids[0::2], namespace="alice")
+        assert len(stored) == 5 and memory.stream.count(namespace="bob") == 5
+
+
+def test_a_failing_store_is_not_blamed_on_the_memories(
+    tmp_path: Path, now, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with open_inline(tmp_path / "m.db", RefusingEmbeddings(), drain_max_attempts=1) as memory:
+        backend = memory.stream.backend
+        real_put = backend.put
+        writes = []
+
+        def put(*args, **kwargs):  # the probe's write succeeds, then the disk is full
+            writes.append(args)
+            if len(writes) > 1:
+                raise StorageError("database or disk is full")
+            return real_put(*args, **kwargs)
+
+        (poison,) = memory.enqueue("POISON", namespace="a", now=now)
+        monkeypatch.setattr(backend, "put", put)
+        one, _ = memory.enqueue(["b one", "b two"], namespace="b", now=now)
+        # the poison failed alone after the probe ("b two") was stored; "b one" then failed to
+        # be written: the store's failure, not the memory's
+        assert [q.item.id for q in memory.quarantined] == [poison]
+        assert [p.id for p in memory.stream.pending(namespace="b")] == [one]
+        assert isinstance(memory.errors[-1].error, StorageError)
+        monkeypatch.setattr(backend, "put", real_put)
+        memory.flush(timeout=30)
+        assert memory.stream.count(namespace="b") == 2
+
+
+def test_quarantined_memories_can_be_retried_or_discarded(tmp_path: Path, now) -> None:
+    embeddings = RefusingEmbeddings()
+    with open_inline(tmp_path / "m.db", embeddings, drain_max_attempts=1) as memory:
+        first = memory.enqueue("POISON one", namespace="mallory", now=now)
+        second = memory.enqueue("POISON two", namespace="mallory", now=now)
+        memory.enqueue("bob's turn", namespace="bob", now=now)
+        assert sorted(q.item.id for q in memory.quarantined) == sorted(first + second)
+        assert memory.retry_quarantined("unknown") == 0
+
+        # the operator fixes the model (a larger context) and retries one of them
+        embeddings.refuse = False
+        assert memory.retry_quarantined(first) == 1
+        assert memory.flush(timeout=30) is False  # the other one is still set aside
+        assert memory.stream.get(first, namespace="mallory")[0].text == "POISON one"
+        assert [q.item.id for q in memory.quarantined] == second
+
+        assert memory.discard_quarantined() == 1
+        assert memory.quarantined == [] and memory.stream.backend.count_pending() == 0
+        assert memory.stream.get(second, namespace="mallory") == []
+        assert memory.flush(timeout=30)
+
+
+def test_a_poisoned_queue_drains_in_the_background(tmp_path: Path, now) -> None:
+    """The reviewer's reproduction: background drains, one flush per turn."""
+    stream = MemoryStream(RefusingEmbeddings(), path=tmp_path / "m.db")
+    with ReflectiveMemory(None, stream) as memory:
+        memory.enqueue("pasted log POISON", namespace="mallory", now=now)
+        for i in range(5):
+            memory.enqueue(f"ordinary turn {i} about tea", namespace="bob", now=now)
+            memory.flush(timeout=30)
+        assert stream.count(namespace="bob") == 5 and stream.pending(namespace="bob") == []
+        assert stream.backend.count_pending() == 1
 
 
 def test_bad_input_is_rejected_before_anything_is_queued(stream: MemoryStream) -> None:

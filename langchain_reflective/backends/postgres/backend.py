@@ -449,6 +449,16 @@ class PostgresBackend(BaseMemoryBackend):
             )[0][0]
         )
 
+    def discard_pending(self, namespace: str, ids: Sequence[str]) -> int:
+        if not ids:
+            return 0
+        with self._pools.conn() as conn, conn.transaction():
+            cur = conn.execute(
+                "DELETE FROM reflective_pending WHERE namespace = %s AND id = ANY(%s)",
+                (namespace, list(dict.fromkeys(ids))),
+            )
+            return cur.rowcount
+
     # -- reads ---------------------------------------------------------------------------------
 
     def get(self, namespace: str, ids: Sequence[str]) -> list[MemoryRecord]:

@@ -355,6 +355,12 @@ class SQLiteBackend(BaseMemoryBackend):
         self._check_open()
         return self.store.count_pending(namespace)
 
+    def discard_pending(self, namespace: str, ids: Sequence[str]) -> int:
+        self._check_open()
+        if not ids:
+            return 0
+        return self.store.discard_pending(list(ids), namespace=namespace)
+
     # -- reads ---------------------------------------------------------------------------------
 
     def get(self, namespace: str, ids: Sequence[str]) -> list[MemoryRecord]:

@@ -105,3 +105,18 @@ class PendingQueue(SQLiteConnection):
         return int(
             self._query("SELECT COUNT(*) FROM pending WHERE namespace=?", (namespace,))[0][0]
         )
+
+    def discard_pending(self, ids: Sequence[str], *, namespace: str) -> int:
+        """Delete queued memories of ``namespace`` by id, in one transaction; return how many."""
+        gone = 0
+        try:
+            with self._transaction() as c:
+                for chunk in chunks(list(dict.fromkeys(ids))):
+                    marks = ",".join("?" * len(chunk))
+                    gone += c.execute(
+                        f"DELETE FROM pending WHERE namespace=? AND id IN ({marks})",
+                        (namespace, *chunk),
+                    ).rowcount
+        except sqlite3.DatabaseError as exc:
+            raise StorageError(f"could not discard pending memories: {exc}") from exc
+        return gone

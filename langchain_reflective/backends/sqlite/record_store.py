@@ -116,6 +116,10 @@ class BaseRecordStore(ABC):
     def count_pending(self, namespace: str | None = None) -> int:
         """Number of queued memories (in ``namespace``, or in all namespaces)."""
 
+    def discard_pending(self, ids: Sequence[str], *, namespace: str) -> int:
+        """Remove queued memories of ``namespace`` without storing them; return how many."""
+        raise NotImplementedError(f"{type(self).__name__} cannot discard pending memories")
+
     @abstractmethod
     def get(self, ids: Sequence[str], *, namespace: str) -> list[MemoryRecord]:
         """Records of ``namespace`` with these ids, in the order given; unknown ids are skipped."""
