@@ -231,7 +231,7 @@ def _caller_method(ops: Sequence[Op]) -> str:
 def _key(key: object) -> str:
     if not isinstance(key, str):
         raise InvalidMemoryError(f"an item key must be a string, got {type(key).__name__}")
-    return key
+    return key if key.isascii() else check_encodable(key, "an item key")
 
 
 class ReflectiveStore(BaseStore):

@@ -127,9 +127,9 @@ class StreamBase(Closing):
             InvalidMemoryError: anything else (numbers, ``None``, mappings, ...).
         """
         if isinstance(ids, str):
-            return [ids]
+            ids = [ids]
         if isinstance(ids, Sequence | set | frozenset) and all(isinstance(i, str) for i in ids):
-            return list(ids)
+            return [i if i.isascii() else check_encodable(i, "id") for i in ids]
         raise InvalidMemoryError(
             f"ids must be a string or a sequence of strings, got {type(ids).__name__}"
         )
@@ -145,7 +145,7 @@ class StreamBase(Closing):
         kinds = [kinds] if isinstance(kinds, str) else list(kinds)
         if not all(isinstance(k, str) and k for k in kinds):
             raise InvalidMemoryError("kinds must be non-empty strings")
-        return kinds
+        return [k if k.isascii() else check_encodable(k, "kind") for k in kinds]
 
     def recent(
         self,

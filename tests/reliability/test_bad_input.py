@@ -554,6 +554,13 @@ def test_read_apis_reject_bad_arguments_with_typed_errors(stream: MemoryStream) 
         lambda: stream.recent("x"),
         lambda: stream.recent(float("nan")),
         lambda: stream.recent(-1),
+        # a lone surrogate (a bad decode upstream) escaped as a raw UnicodeEncodeError
+        lambda: stream.get("x\ud800"),
+        lambda: stream.get(["ok", "x\udfff"]),
+        lambda: stream.delete(["x\ud800"]),
+        lambda: stream.recent(5, kinds=["x\ud800"]),
+        lambda: stream.most_important(5, kinds="x\ud800"),
     ):
         with pytest.raises(InvalidMemoryError):
             call()
+    assert stream.count() == len(TEXTS)

@@ -77,6 +77,19 @@ def test_empty_or_bad_namespaces_give_a_clear_typed_error() -> None:
         encode_namespace(())
 
 
+def test_a_key_that_is_not_unicode_is_a_typed_error(store: ReflectiveStore) -> None:
+    """A lone surrogate in a key (a bad decode upstream) escaped from the key's id hash as a
+    raw UnicodeEncodeError; puts, gets and deletes refuse it and write nothing."""
+    for call in (
+        lambda: store.put(("a",), "k\ud800", {"text": "hi"}),
+        lambda: store.get(("a",), "k\ud800"),
+        lambda: store.delete(("a",), "k\udfff"),
+    ):
+        with pytest.raises(InvalidMemoryError, match="lone surrogate"):
+            call()
+    assert store.search(("a",)) == []
+
+
 def test_prefix_search_never_reads_another_namespace(store: ReflectiveStore) -> None:
     users = ["a", "ab", "a/b", "a%", "b"]
     for user in users:
