@@ -349,7 +349,13 @@ class MemoryStream(StreamBase):
         reset_reflection_counter: bool = False,
         replacing: Sequence[str] | None = None,
     ) -> list[MemoryRecord]:
-        """Async twin of :meth:`add`."""
+        """Async twin of :meth:`add`.
+
+        Cancelling it (``asyncio.wait_for`` timing out) while the write is under way does not
+        stop the write, which runs in a worker thread: the memories may still be stored, whole.
+        To retry safely, pass your own ``ids``: a retry of ids already stored fails with a
+        ``StorageError`` (duplicate id) instead of storing the memories twice.
+        """
         plan = self._plan(
             texts,
             importances=importances,
