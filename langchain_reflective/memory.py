@@ -56,8 +56,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_reflective._background import PendingDrainer, ReflectionWorkers, describe_error
 from langchain_reflective._closing import Closing
-from langchain_reflective.errors import PendingConflictError, StorageError
+from langchain_reflective.errors import StorageError
 from langchain_reflective.memory_config import MemoryConfig, QuarantinedMemory, ReflectionFailure
+from langchain_reflective.pending_drain import PendingDrain
 from langchain_reflective.records import REFLECTION, MemoryRecord
 from langchain_reflective.stream import MemoryStream, RetrievalFilter, ScoredMemory
 from langchain_reflective.working_context import (
@@ -72,7 +73,6 @@ if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
     from langgraph.graph.state import CompiledStateGraph
 
-    from langchain_reflective.backends.types import PendingMemory
     from langchain_reflective.reflection.config import ReflectionConfig
 
 __all__ = [
@@ -89,10 +89,6 @@ logger = logging.getLogger(__name__)
 
 
 _LIVE: weakref.WeakSet[ReflectiveMemory] = weakref.WeakSet()
-
-
-def _id_list(ids: str | Sequence[str]) -> list[str]:
-    return [ids] if isinstance(ids, str) else list(ids)
 
 
 @atexit.register
@@ -148,10 +144,9 @@ class ReflectiveMemory(Closing):
         self.errors: list[ReflectionFailure] = []
         """Background failures (reflections, pending batches), oldest first (each also logged
         as one line)."""
-        self._attempts: dict[str, int] = {}
-        """Pending id -> drains in which it failed on its own while others were completed."""
-        self._quarantine: dict[str, QuarantinedMemory] = {}
-        """Pending memories the drain skips (see ``MemoryConfig.drain_max_attempts``)."""
+        self._queue = PendingDrain(
+            stream, self.config, stored=self._after_add, failed=self._drain_failed
+        )
         _LIVE.add(self)
         if self._pending_count():  # left by a process that stopped first
             self._start_drain()
@@ -357,145 +352,12 @@ class ReflectiveMemory(Closing):
             self._drain()
 
     def _drain(self) -> None:
-        """Complete every pending memory, ``drain_batch`` at a time (oldest first).
+        """One pass over the pending queue (:class:`~langchain_reflective.pending_drain.
+        PendingDrain`); runs on the drain thread, or inline with ``background=False``."""
+        self._queue.run()
 
-        A batch that fails is not retried as a whole: the drain first checks that the models
-        work at all by completing one other memory alone (the newest pending one, of another
-        namespace when there is one). If that fails too, the models are down for everyone: the
-        pass stops, nothing is counted against any memory, and the queue is retried at the next
-        enqueue, flush or open. If it succeeds, the batch is halved until each memory that
-        fails is alone, so every other memory of the batch is stored; each memory that failed
-        alone counts one attempt, is skipped for the rest of the pass and, after
-        ``drain_max_attempts``, is quarantined (see :attr:`quarantined`).
-        Runs on the drain thread, or inline with ``background=False``.
-        """
-        conflicts = 0
-        failed: set[str] = set()  # failed alone in this pass: not tried again in it
-        while True:
-            skip = failed | self._quarantined_ids()
-            try:
-                limit = self.config.drain_batch + len(skip)
-                queued = self.stream.pending(limit, all_namespaces=True)
-            except Exception as exc:  # the stream was closed under us, or the file failed
-                self._record_failure(self.stream.namespace, exc, "pending")
-                return
-            batch = [p for p in queued if p.id not in skip][: self.config.drain_batch]
-            if not batch:
-                return
-            try:
-                try:
-                    self._complete(batch)
-                    continue
-                except StorageError:  # the store's failure, not the memories': see _drain
-                    raise
-                except Exception as exc:
-                    first = exc
-                probe = self._probe(batch, skip)
-                if probe is None:  # nothing else completes either: an outage, not this batch
-                    self._record_failure(batch[0].namespace, first, "pending")
-                    return
-                if any(p.id == probe.id for p in batch):  # the rest has not failed without it
-                    self._isolate([p for p in batch if p.id != probe.id], failed, None)
-                else:
-                    self._isolate(batch, failed, first)
-            except PendingConflictError:
-                conflicts += 1  # another process completed some of them: read the queue again
-                if conflicts <= 3:
-                    continue
-                return
-            except StorageError as exc:  # the file or database, not these memories: retry later
-                self._record_failure(batch[0].namespace, exc, "pending")
-                return
-
-    def _complete(self, items: Sequence[PendingMemory]) -> None:
-        """Complete ``items`` in one call (raises as ``complete_pending``), then maybe reflect."""
-        records = self.stream.complete_pending(items)
-        with self._errors_lock:
-            for item in items:
-                self._attempts.pop(item.id, None)
-        for namespace in dict.fromkeys(r.namespace for r in records):
-            self._after_add(namespace)
-
-    def _probe(self, batch: Sequence[PendingMemory], skip: set[str]) -> PendingMemory | None:
-        """Complete one memory alone to learn whether the models work; return it, or ``None``
-        when it failed too (or there is no other memory to try).
-
-        The newest pending memory, of another namespace than the failed batch's oldest when
-        there is one: a memory that always fails sits at the head of the queue, and whoever
-        enqueued it may have enqueued more after it.
-        """
-        window = self.stream.backend.pending(limit=len(skip) + len(batch) + 1, newest=True)
-        candidates = [p for p in reversed(window) if p.id not in skip]
-        if len(batch) == 1 and [p.id for p in candidates] == [batch[0].id]:
-            return None
-        head = batch[0].namespace
-        probe = next((p for p in candidates if p.namespace != head), None)
-        if probe is None:
-            probe = next((p for p in candidates if p.id != batch[0].id), None)
-        if probe is None:
-            return None
-        try:
-            self._complete([probe])
-        except StorageError:
-            raise
-        except Exception:
-            return None
-        return probe
-
-    def _isolate(
-        self, items: list[PendingMemory], failed: set[str], error: Exception | None
-    ) -> None:
-        """Complete ``items``, halving a group that fails until each failing memory is alone
-        (only once the models are known to work: see :meth:`_drain`). ``error``: how
-        ``items`` already failed as one call (``None``: not tried yet)."""
-        if not items:
-            return
-        if error is None:
-            try:
-                self._complete(items)
-                return
-            except StorageError:
-                raise
-            except Exception as exc:
-                error = exc
-        if len(items) == 1:
-            failed.add(items[0].id)
-            self._failed_alone(items[0], error)
-            return
-        middle = len(items) // 2
-        self._isolate(items[:middle], failed, None)
-        self._isolate(items[middle:], failed, None)
-
-    def _failed_alone(self, item: PendingMemory, exc: Exception) -> None:
-        """Count a failure of ``item`` on its own; quarantine it at ``drain_max_attempts``."""
-        limit = self.config.drain_max_attempts
-        with self._errors_lock:
-            attempts = self._attempts.get(item.id, 0) + 1
-            self._attempts[item.id] = attempts
-            if attempts >= limit:
-                del self._attempts[item.id]
-                self._quarantine[item.id] = QuarantinedMemory(
-                    item, exc, attempts, datetime.now(UTC)
-                )
-        where = f"pending memory {item.id!r} of namespace {item.namespace!r}"
-        if attempts < limit:
-            what = (
-                f"completing {where} failed while other memories were completed (attempt "
-                f"{attempts} of {limit}); it stays queued and is retried at the next drain"
-            )
-            self._record_failure(item.namespace, exc, "pending", what)
-            return
-        what = (
-            f"{where} failed on its own in {attempts} drain(s) while other memories were "
-            "completed; "
-            "quarantined: it stays pending but this process's drains skip it (see "
-            "ReflectiveMemory.quarantined, retry_quarantined, discard_quarantined)"
-        )
-        self._record_failure(item.namespace, exc, "pending", what, logging.WARNING)
-
-    def _quarantined_ids(self) -> set[str]:
-        with self._errors_lock:
-            return set(self._quarantine)
+    def _drain_failed(self, namespace: str, exc: Exception, what: str | None, level: int) -> None:
+        self._record_failure(namespace, exc, "pending", what, level)
 
     @property
     def quarantined(self) -> list[QuarantinedMemory]:
@@ -506,33 +368,20 @@ class ReflectiveMemory(Closing):
         ``False`` while they are there). Try them again with :meth:`retry_quarantined` (e.g.
         after fixing the embedding model) or drop them with :meth:`discard_quarantined`.
         """
-        with self._errors_lock:
-            return list(self._quarantine.values())
+        return self._queue.quarantined()
 
     def retry_quarantined(self, ids: str | Sequence[str] | None = None) -> int:
         """Release quarantined memories (all, or these ids) with a fresh attempt count and start
         a drain; return how many were released."""
-        with self._errors_lock:
-            wanted = list(self._quarantine) if ids is None else _id_list(ids)
-            released = [i for i in wanted if self._quarantine.pop(i, None) is not None]
+        released = self._queue.release(ids)
         if released and self._pending_count():
             self._start_drain()
-        return len(released)
+        return released
 
     def discard_quarantined(self, ids: str | Sequence[str] | None = None) -> int:
         """Remove quarantined memories (all, or these ids) from the pending queue for good,
         without storing them; return how many were removed."""
-        with self._errors_lock:
-            wanted = list(self._quarantine) if ids is None else _id_list(ids)
-            chosen = [self._quarantine[i] for i in wanted if i in self._quarantine]
-        removed = 0
-        for namespace in dict.fromkeys(q.item.namespace for q in chosen):
-            mine = [q.item.id for q in chosen if q.item.namespace == namespace]
-            removed += self.stream.discard_pending(mine, namespace=namespace)
-            with self._errors_lock:
-                for i in mine:
-                    self._quarantine.pop(i, None)
-        return removed
+        return self._queue.discard(ids)
 
     def enqueue(
         self,

@@ -1,0 +1,223 @@
+"""``PendingDrain``: one process's passes over the pending queue, and the memories it set aside.
+
+A pass completes pending memories ``drain_batch`` at a time, oldest first
+(:meth:`MemoryStream.complete_pending`: embed, rate, store under the same ids). A batch that
+fails is not retried as a whole: the pass first checks that the models work at all by
+completing one other memory alone (the newest pending one, of another namespace when there is
+one). If that fails too, the models are down for everyone: the pass stops, nothing is counted
+against any memory, and the queue is retried at the next pass. If it succeeds, the batch is
+halved until each memory that fails is alone, so every other memory of the batch is stored;
+each memory that failed alone counts one attempt, is skipped for the rest of the pass and,
+after ``MemoryConfig.drain_max_attempts``, is quarantined: still pending (nothing is lost),
+skipped by this process's passes until released or discarded. A store failure
+(``StorageError``) is never counted against a memory. Attempt counts and the quarantine live in
+this process only (no schema change): another process, or a restart, tries such a memory
+again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from langchain_reflective.errors import PendingConflictError, StorageError
+from langchain_reflective.memory_config import MemoryConfig, QuarantinedMemory
+
+if TYPE_CHECKING:
+    from langchain_reflective.backends.types import PendingMemory
+    from langchain_reflective.stream import MemoryStream
+
+__all__ = ["PendingDrain"]
+
+Stored = Callable[[str], None]
+"""Called with each namespace a completed batch stored memories in (to maybe reflect)."""
+Failed = Callable[[str, Exception, "str | None", int], None]
+"""Called with ``(namespace, error, what failed or None for the standard text, log level)``."""
+
+
+def id_list(ids: str | Sequence[str]) -> list[str]:
+    return [ids] if isinstance(ids, str) else list(ids)
+
+
+class PendingDrain:
+    """Drain passes over ``stream``'s pending queue (see the module documentation).
+
+    Args:
+        stream: the stream whose queue is completed (all its namespaces).
+        config: ``drain_batch`` and ``drain_max_attempts``.
+        stored: called after each completed batch, once per namespace it stored memories in.
+        failed: records a failure (log line and ``ReflectiveMemory.errors``).
+    """
+
+    def __init__(
+        self, stream: MemoryStream, config: MemoryConfig, *, stored: Stored, failed: Failed
+    ) -> None:
+        self.stream = stream
+        self.config = config
+        self._stored = stored
+        self._failed = failed
+        self._lock = threading.Lock()
+        self._attempts: dict[str, int] = {}
+        """Pending id -> passes in which it failed on its own while others were completed."""
+        self._quarantine: dict[str, QuarantinedMemory] = {}
+
+    def run(self) -> None:
+        """One pass: complete every pending memory that is not set aside."""
+        conflicts = 0
+        failed: set[str] = set()  # failed alone in this pass: not tried again in it
+        while True:
+            skip = failed | self._quarantined_ids()
+            try:
+                limit = self.config.drain_batch + len(skip)
+                queued = self.stream.pending(limit, all_namespaces=True)
+            except Exception as exc:  # the stream was closed under us, or the file failed
+                self._failed(self.stream.namespace, exc, None, logging.ERROR)
+                return
+            batch = [p for p in queued if p.id not in skip][: self.config.drain_batch]
+            if not batch:
+                return
+            try:
+                try:
+                    self._complete(batch)
+                    continue
+                except StorageError:  # the store's failure, not the memories': see below
+                    raise
+                except Exception as exc:
+                    first = exc
+                probe = self._probe(batch, skip)
+                if probe is None:  # nothing else completes either: an outage, not this batch
+                    self._failed(batch[0].namespace, first, None, logging.ERROR)
+                    return
+                if any(p.id == probe.id for p in batch):  # the rest has not failed without it
+                    self._isolate([p for p in batch if p.id != probe.id], failed, None)
+                else:
+                    self._isolate(batch, failed, first)
+            except PendingConflictError:
+                conflicts += 1  # another process completed some of them: read the queue again
+                if conflicts <= 3:
+                    continue
+                return
+            except StorageError as exc:  # the file or database, not these memories: retry later
+                self._failed(batch[0].namespace, exc, None, logging.ERROR)
+                return
+
+    def _complete(self, items: Sequence[PendingMemory]) -> None:
+        """Complete ``items`` in one call (raises as ``complete_pending``), then report them."""
+        records = self.stream.complete_pending(items)
+        with self._lock:
+            for item in items:
+                self._attempts.pop(item.id, None)
+        for namespace in dict.fromkeys(r.namespace for r in records):
+            self._stored(namespace)
+
+    def _probe(self, batch: Sequence[PendingMemory], skip: set[str]) -> PendingMemory | None:
+        """Complete one memory alone to learn whether the models work; return it, or ``None``
+        when it failed too (or there is no other memory to try).
+
+        The newest pending memory, of another namespace than the failed batch's oldest when
+        there is one: a memory that always fails sits at the head of the queue, and whoever
+        enqueued it may have enqueued more after it.
+        """
+        window = self.stream.backend.pending(limit=len(skip) + len(batch) + 1, newest=True)
+        candidates = [p for p in reversed(window) if p.id not in skip]
+        if len(batch) == 1 and [p.id for p in candidates] == [batch[0].id]:
+            return None
+        head = batch[0].namespace
+        probe = next((p for p in candidates if p.namespace != head), None)
+        if probe is None:
+            probe = next((p for p in candidates if p.id != batch[0].id), None)
+        if probe is None:
+            return None
+        try:
+            self._complete([probe])
+        except StorageError:
+            raise
+        except Exception:
+            return None
+        return probe
+
+    def _isolate(
+        self, items: list[PendingMemory], failed: set[str], error: Exception | None
+    ) -> None:
+        """Complete ``items``, halving a group that fails until each failing memory is alone
+        (only once the models are known to work: see :meth:`run`). ``error``: how ``items``
+        already failed as one call (``None``: not tried yet)."""
+        if not items:
+            return
+        if error is None:
+            try:
+                self._complete(items)
+                return
+            except StorageError:
+                raise
+            except Exception as exc:
+                error = exc
+        if len(items) == 1:
+            failed.add(items[0].id)
+            self._failed_alone(items[0], error)
+            return
+        middle = len(items) // 2
+        self._isolate(items[:middle], failed, None)
+        self._isolate(items[middle:], failed, None)
+
+    def _failed_alone(self, item: PendingMemory, exc: Exception) -> None:
+        """Count a failure of ``item`` on its own; quarantine it at ``drain_max_attempts``."""
+        limit = self.config.drain_max_attempts
+        with self._lock:
+            attempts = self._attempts.get(item.id, 0) + 1
+            self._attempts[item.id] = attempts
+            if attempts >= limit:
+                del self._attempts[item.id]
+                self._quarantine[item.id] = QuarantinedMemory(
+                    item, exc, attempts, datetime.now(UTC)
+                )
+        where = f"pending memory {item.id!r} of namespace {item.namespace!r}"
+        if attempts < limit:
+            what = (
+                f"completing {where} failed while other memories were completed (attempt "
+                f"{attempts} of {limit}); it stays queued and is retried at the next drain"
+            )
+            self._failed(item.namespace, exc, what, logging.ERROR)
+            return
+        what = (
+            f"{where} failed on its own in {attempts} drain(s) while other memories were "
+            "completed; "
+            "quarantined: it stays pending but this process's drains skip it (see "
+            "ReflectiveMemory.quarantined, retry_quarantined, discard_quarantined)"
+        )
+        self._failed(item.namespace, exc, what, logging.WARNING)
+
+    # -- the quarantine ------------------------------------------------------------------------
+
+    def _quarantined_ids(self) -> set[str]:
+        with self._lock:
+            return set(self._quarantine)
+
+    def quarantined(self) -> list[QuarantinedMemory]:
+        """The memories set aside, oldest quarantine first."""
+        with self._lock:
+            return list(self._quarantine.values())
+
+    def release(self, ids: str | Sequence[str] | None) -> int:
+        """Give quarantined memories (all, or these ids) a fresh attempt count; how many."""
+        with self._lock:
+            wanted = list(self._quarantine) if ids is None else id_list(ids)
+            return sum(self._quarantine.pop(i, None) is not None for i in wanted)
+
+    def discard(self, ids: str | Sequence[str] | None) -> int:
+        """Remove quarantined memories (all, or these ids) from the pending queue without
+        storing them; how many were removed."""
+        with self._lock:
+            wanted = list(self._quarantine) if ids is None else id_list(ids)
+            chosen = [self._quarantine[i] for i in wanted if i in self._quarantine]
+        removed = 0
+        for namespace in dict.fromkeys(q.item.namespace for q in chosen):
+            mine = [q.item.id for q in chosen if q.item.namespace == namespace]
+            removed += self.stream.discard_pending(mine, namespace=namespace)
+            with self._lock:
+                for i in mine:
+                    self._quarantine.pop(i, None)
+        return removed
