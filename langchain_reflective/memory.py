@@ -31,13 +31,13 @@ The pending guarantee (``enqueue``):
   leftovers in the background; a batch that fails (e.g. the embedding service is down) stays
   queued, is recorded in :attr:`ReflectiveMemory.errors` and is retried at the next ``enqueue``,
   ``flush`` or open;
-* one memory that always fails (one the embedding model refuses, one a strict rater cannot
-  rate) does not hold up the others, whoever's they are: once one other memory completes alone
-  (the models work), a failing batch is halved until the failing memory is alone and the rest
-  are stored; after ``MemoryConfig.drain_max_attempts`` drains in which it failed alone it is
-  quarantined -- still pending, skipped by this process's drains, listed in
-  :attr:`ReflectiveMemory.quarantined` (see ``retry_quarantined``, ``discard_quarantined``).
-  When nothing completes (an outage), no memory is blamed;
+* one memory that always fails (one the embedding model refuses, one a strict rater cannot rate)
+  does not hold up the others, whoever's they are: once the models are seen to work on one other
+  memory (embedded and rated, not stored), a failing batch is halved until the failing memory is
+  alone and the rest are stored; after ``MemoryConfig.drain_max_attempts`` drains in which it
+  failed alone it is quarantined -- still pending, skipped by this process's drains, listed in
+  :attr:`ReflectiveMemory.quarantined` (see ``retry_quarantined``, ``discard_quarantined``). When
+  nothing completes (an outage), no memory is blamed;
 * ``flush()`` waits until nothing is pending and no reflection runs; ``close()`` flushes (up to
   ``shutdown_timeout``) and leaves whatever is still pending in the file for the next open.
 """

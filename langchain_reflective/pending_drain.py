@@ -2,10 +2,11 @@
 
 A pass completes pending memories ``drain_batch`` at a time, oldest first
 (:meth:`MemoryStream.complete_pending`: embed, rate, store under the same ids). A batch that
-fails is not retried as a whole: the pass first checks that the models work at all by
-completing one other memory alone (the newest pending one, of another namespace when there is
-one). If that fails too, the models are down for everyone: the pass stops, nothing is counted
-against any memory, and the queue is retried at the next pass. If it succeeds, the batch is
+fails is not retried as a whole: the pass first checks that the models work at all on one
+other memory (the newest pending one, of another namespace when there is one: embedded and
+rated as a completion would, not stored, so every memory is still stored in queue order). If
+that fails too, the models are down for everyone: the pass stops, nothing is counted against
+any memory, and the queue is retried at the next pass. If it succeeds, the batch is
 halved until each memory that fails is alone, so every other memory of the batch is stored;
 each memory that failed alone counts one attempt, is skipped for the rest of the pass and,
 after ``MemoryConfig.drain_max_attempts``, is quarantined: still pending (nothing is lost),
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from langchain_reflective.errors import PendingConflictError, StorageError
 from langchain_reflective.memory_config import MemoryConfig, QuarantinedMemory
+from langchain_reflective.validation import as_unit_vectors
 
 if TYPE_CHECKING:
     from langchain_reflective.backends.types import PendingMemory
@@ -87,14 +89,10 @@ class PendingDrain:
                     raise
                 except Exception as exc:
                     first = exc
-                probe = self._probe(batch, skip)
-                if probe is None:  # nothing else completes either: an outage, not this batch
+                if not self._models_work(batch, skip):  # an outage, not this batch
                     self._failed(batch[0].namespace, first, None, logging.ERROR)
                     return
-                if any(p.id == probe.id for p in batch):  # the rest has not failed without it
-                    self._isolate([p for p in batch if p.id != probe.id], failed, None)
-                else:
-                    self._isolate(batch, failed, first)
+                self._isolate(batch, failed, first)
             except PendingConflictError:
                 conflicts += 1  # another process completed some of them: read the queue again
                 if conflicts <= 3:
@@ -113,31 +111,33 @@ class PendingDrain:
         for namespace in dict.fromkeys(r.namespace for r in records):
             self._stored(namespace)
 
-    def _probe(self, batch: Sequence[PendingMemory], skip: set[str]) -> PendingMemory | None:
-        """Complete one memory alone to learn whether the models work; return it, or ``None``
-        when it failed too (or there is no other memory to try).
+    def _models_work(self, batch: Sequence[PendingMemory], skip: set[str]) -> bool:
+        """Whether the models complete one other memory: embedded (and rated, when it has no
+        importance) as a completion would, with a vector of the store's dimension, but not
+        stored, so every memory is still stored in queue order (observations are linked to
+        their neighbours in the order they are stored). ``False`` also when there is no other
+        memory to try.
 
         The newest pending memory, of another namespace than the failed batch's oldest when
         there is one: a memory that always fails sits at the head of the queue, and whoever
         enqueued it may have enqueued more after it.
         """
         window = self.stream.backend.pending(limit=len(skip) + len(batch) + 1, newest=True)
-        candidates = [p for p in reversed(window) if p.id not in skip]
-        if len(batch) == 1 and [p.id for p in candidates] == [batch[0].id]:
-            return None
-        head = batch[0].namespace
-        probe = next((p for p in candidates if p.namespace != head), None)
+        candidates = [p for p in reversed(window) if p.id not in skip and p.id != batch[0].id]
+        probe = next((p for p in candidates if p.namespace != batch[0].namespace), None)
+        probe = probe or next(iter(candidates), None)
         if probe is None:
-            probe = next((p for p in candidates if p.id != batch[0].id), None)
-        if probe is None:
-            return None
+            return False
+        stream = self.stream
         try:
-            self._complete([probe])
-        except StorageError:
-            raise
+            raw = stream.embeddings.embed_documents([probe.text])
+            vectors = as_unit_vectors(raw, 1, type(stream.embeddings).__name__)
+            if probe.importance is None:
+                stream.importance_scorer.score([probe.text])
         except Exception:
-            return None
-        return probe
+            return False
+        bound = stream.backend.dimension
+        return bound is None or vectors.shape[1] == bound  # else: every memory would fail
 
     def _isolate(
         self, items: list[PendingMemory], failed: set[str], error: Exception | None

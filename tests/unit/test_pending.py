@@ -277,21 +277,17 @@ def test_a_failing_store_is_not_blamed_on_the_memories(
     with open_inline(tmp_path / "m.db", RefusingEmbeddings(), drain_max_attempts=1) as memory:
         backend = memory.stream.backend
         real_put = backend.put
-        writes = []
 
-        def put(*args, **kwargs):  # the probe's write succeeds, then the disk is full
-            writes.append(args)
-            if len(writes) > 1:
-                raise StorageError("database or disk is full")
-            return real_put(*args, **kwargs)
+        def put(*args, **kwargs):  # the disk is full
+            raise StorageError("database or disk is full")
 
         (poison,) = memory.enqueue("POISON", namespace="a", now=now)
         monkeypatch.setattr(backend, "put", put)
-        one, _ = memory.enqueue(["b one", "b two"], namespace="b", now=now)
-        # the poison failed alone after the probe ("b two") was stored; "b one" then failed to
-        # be written: the store's failure, not the memory's
+        ids = memory.enqueue(["b one", "b two"], namespace="b", now=now)
+        # the poison failed alone (the models work: the check stores nothing); b's memories
+        # then failed to be written: the store's failure, not theirs
         assert [q.item.id for q in memory.quarantined] == [poison]
-        assert [p.id for p in memory.stream.pending(namespace="b")] == [one]
+        assert [p.id for p in memory.stream.pending(namespace="b")] == ids
         assert isinstance(memory.errors[-1].error, StorageError)
         monkeypatch.setattr(backend, "put", real_put)
         memory.flush(timeout=30)
@@ -438,3 +434,22 @@ def test_flush_after_the_stream_was_closed_directly(tmp_path: Path) -> None:
     memory.stream.close()
     assert memory.flush(timeout=5)
     memory.close()
+
+
+def test_isolating_a_refused_memory_keeps_each_namespace_in_queue_order(
+    tmp_path: Path, now
+) -> None:
+    """The memories completed around a refused one are stored in the order they were queued:
+    observations are linked to their neighbours in storage order (the neighbour context of the
+    default scoring), so completing a later turn first would link the turns wrongly."""
+    path = tmp_path / "m.db"
+    with MemoryStream(WordEmbeddings(), path=path) as stream:  # queued, no drain yet
+        stream.enqueue("a POISON paste", namespace="a", now=now)
+        stream.enqueue([f"a turn {i}" for i in range(1, 5)], namespace="a", now=now)
+        stream.enqueue("b POISON paste", namespace="b", now=now)
+        stream.enqueue([f"b turn {i}" for i in range(1, 5)], namespace="b", now=now)
+    with open_inline(path, RefusingEmbeddings(), drain_batch=4) as memory:
+        for ns in ("a", "b"):
+            stored = [r.text for r in memory.stream.recent(None, namespace=ns)]
+            assert stored == [f"{ns} turn {i}" for i in range(1, 5)]
+        assert len(memory.stream.pending(None, all_namespaces=True)) == 2
