@@ -12,6 +12,7 @@ import asyncio
 import functools
 import json
 import re
+import unicodedata
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -159,14 +160,19 @@ def resolve_chat_model(model: str | BaseChatModel) -> BaseChatModel:
     )
 
 
-# characters that render as nothing (soft hyphen, zero-width and direction marks, BOM): a tag
-# spelled with them between its characters still reads as a tag
-_INVISIBLE = "\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff"
-_FENCE_TAG = re.compile(
-    rf"<[\s{_INVISIBLE}]*/[^<>]*>?"  # anything that starts like a closing tag, to its end
-    rf"|<[{_INVISIBLE}]*[A-Za-z_][^<>]*>"  # an opening tag, attributes and all
-    rf"|<[\s{_INVISIBLE}]+[A-Za-z_][\w-]*[\s{_INVISIBLE}]*>"  # "< memory >", not "a < b > c"
-)
+# A tag candidate runs from a "<" to the next ">" (or to the next "<" / the end of the text):
+# one pass, each character in one candidate at most.
+_TAG_CANDIDATE = re.compile(r"<[^<>]*>?")
+_TAG_NAME = re.compile(r"[\w-]+")
+_IGNORABLE_CATEGORIES = frozenset({"Mn", "Me", "Cf", "Cc", "Zs", "Zl", "Zp"})
+_FILLERS = frozenset("\u115f\u1160\u3164\uffa0")  # Hangul fillers: letters that show nothing
+
+
+def _ignorable(ch: str) -> bool:
+    """Whether ``ch`` shows as nothing (or as a space) between ``<`` and a tag name: spaces,
+    format characters (zero-width, direction marks, tag characters), combining marks and
+    variation selectors, Hangul fillers."""
+    return ch.isspace() or ch in _FILLERS or unicodedata.category(ch) in _IGNORABLE_CATEGORIES
 
 
 def fence_block(items: Iterable[str], tag: str, *, max_chars: int | None = None) -> str:
@@ -174,8 +180,9 @@ def fence_block(items: Iterable[str], tag: str, *, max_chars: int | None = None)
 
     Each item is put on a single line (newlines become spaces, so an item cannot forge a numbered
     line), anything that looks like an XML-ish tag (a forged ``</tag>``, also with attributes,
-    spaces, slashes or invisible characters inside, and any ``</`` at all) has its angle
-    brackets replaced by ``‹ ›``, and items longer than ``max_chars`` are cut with ``…``.
+    spaces, slashes, or characters that show as nothing -- zero-width and format characters,
+    combining marks, variation selectors, fillers -- inside, and any ``</`` at all) has its
+    angle brackets replaced by ``‹ ›``, and items longer than ``max_chars`` are cut with ``…``.
     """
     lines = [f"<{tag}>"]
     for i, item in enumerate(items, 1):
@@ -190,12 +197,38 @@ def fence_block(items: Iterable[str], tag: str, *, max_chars: int | None = None)
 def neutralise(text: str) -> str:
     """One line of prompt data: whitespace collapsed, tag-like fence markers defused."""
     text = " ".join(text.split())
-    return _FENCE_TAG.sub(_defuse, text)
+    return _TAG_CANDIDATE.sub(_defuse, text) if "<" in text else text
 
 
 def _defuse(match: re.Match[str]) -> str:
-    tag = match.group(0)
-    return "‹" + (tag[1:-1] + "›" if tag.endswith(">") else tag[1:])
+    """``‹...›`` for a candidate that reads as a tag, else the candidate unchanged.
+
+    A tag: ``<`` then (past characters that show as nothing) ``/`` -- anything that starts like
+    a closing tag, closed or not --, or a name right after the ``<`` (attributes allowed), or
+    after spaces a name alone (``< memory >``, but not ``a < b && c > d``)."""
+    candidate = match.group(0)
+    closed = len(candidate) > 1 and candidate.endswith(">")
+    inner = candidate[1:-1] if closed else candidate[1:]
+    start = 0
+    while start < len(inner) and _ignorable(inner[start]):
+        start += 1
+    if start == len(inner):
+        return candidate
+    first = inner[start]
+    if first == "/":
+        tag = True
+    elif closed and (first.isalpha() or first == "_"):
+        spaced = any(ch.isspace() for ch in inner[:start])
+        rest = inner[start:]
+        end = len(rest)
+        while end and _ignorable(rest[end - 1]):
+            end -= 1
+        tag = not spaced or _TAG_NAME.fullmatch(rest[:end]) is not None
+    else:
+        tag = False
+    if not tag:
+        return candidate
+    return "‹" + inner + ("›" if closed else "")
 
 
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.IGNORECASE | re.DOTALL)

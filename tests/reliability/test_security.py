@@ -330,6 +330,14 @@ def test_memory_text_reaches_the_model_only_inside_the_fence(
         ("< memory >", "‹ memory ›"),
         ("<\u2060/memory>", "‹\u2060/memory›"),
         ("</memory", "‹/memory"),  # no closing bracket: still the start of a closing tag
+        # characters that show as nothing between "<" and "/": combining grapheme joiner,
+        # Arabic letter mark, variation selector, isolate, tag space, Hangul filler, Mongolian
+        # variation selector
+        *[
+            (f"<{ch}/attempt>", f"‹{ch}/attempt›")
+            for ch in "\u034f\u061c\ufe0f\u2066\U000e0020\u3164\u180b"
+        ],
+        ("< b && c >", "< b && c >"),
         ("a < b && c > d", "a < b && c > d"),  # comparisons are not tags
         ("x<3 and y>2", "x<3 and y>2"),
     ],
