@@ -166,6 +166,7 @@ _TAG_CANDIDATE = re.compile(r"<[^<>]*>?")
 _TAG_NAME = re.compile(r"[\w-]+")
 _IGNORABLE_CATEGORIES = frozenset({"Mn", "Me", "Cf", "Cc", "Zs", "Zl", "Zp"})
 _FILLERS = frozenset("\u115f\u1160\u3164\uffa0")  # Hangul fillers: letters that show nothing
+_SLASHES = frozenset("/\u2044\u2215\u29f8\uff0f")  # and the slashes that look like one
 
 
 def _ignorable(ch: str) -> bool:
@@ -215,7 +216,7 @@ def _defuse(match: re.Match[str]) -> str:
     if start == len(inner):
         return candidate
     first = inner[start]
-    if first == "/":
+    if first in _SLASHES:
         tag = True
     elif closed and (first.isalpha() or first == "_"):
         spaced = any(ch.isspace() for ch in inner[:start])

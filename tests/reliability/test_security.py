@@ -338,6 +338,7 @@ def test_memory_text_reaches_the_model_only_inside_the_fence(
             for ch in "\u034f\u061c\ufe0f\u2066\U000e0020\u3164\u180b"
         ],
         ("< b && c >", "< b && c >"),
+        ("<\u2215memory>", "‹\u2215memory›"),  # a slash that looks like one
         ("a < b && c > d", "a < b && c > d"),  # comparisons are not tags
         ("x<3 and y>2", "x<3 and y>2"),
     ],
