@@ -45,6 +45,18 @@ IMPORTANCE_SOURCES = ("given", "llm", "heuristic")
 """The values of :data:`ImportanceSource`."""
 
 
+CUT_MARKER = " [… cut: longer than a memory holds]"
+
+
+def clip_text(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    """``text``, or its first characters and :data:`CUT_MARKER` when it is longer than
+    ``limit`` (for texts an integration composes, e.g. a turn's query and reply, which may
+    each be valid and still too long together)."""
+    if len(text) <= limit:
+        return text
+    return text[: limit - len(CUT_MARKER)] + CUT_MARKER
+
+
 def new_memory_id() -> str:
     """Return a new stable, unique memory id: a UUIDv7 (RFC 9562) as 32 hex digits.
 

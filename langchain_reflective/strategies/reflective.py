@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 from langchain_core.messages import BaseMessage, SystemMessage
 
 from langchain_reflective.memory import ReflectiveMemory
-from langchain_reflective.records import MemoryRecord
+from langchain_reflective.records import MemoryRecord, clip_text
 from langchain_reflective.strategies.base import (
     BaseMemoryStrategy,
     Observation,
@@ -85,7 +85,7 @@ class ReflectiveMemoryStrategy(BaseMemoryStrategy):
         ):
             if not text.strip():
                 continue
-            texts.append(f"{prefix}{text.strip()}")
+            texts.append(clip_text(f"{prefix}{text.strip()}"))  # a prefix on a full text
             meta: dict[str, Any] = {"role": role, **shared, "observation_id": obs.id}
             message_id = obs.metadata.get(_MESSAGE_ID_KEYS[role])
             if message_id:

@@ -8,7 +8,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMessage
 
-from langchain_reflective.records import MemoryRecord
+from langchain_reflective.records import MemoryRecord, clip_text
 from langchain_reflective.strategies.base import (
     BaseMemoryStrategy,
     Observation,
@@ -78,7 +78,7 @@ class SemanticMemory(BaseMemoryStrategy):
     def _add_args(self, observation: Observation) -> dict[str, Any]:
         obs = self.check_observation(observation)
         return {
-            "texts": [obs.text],
+            "texts": [clip_text(obs.text)],  # query + reply may be too long together
             "importances": obs.importance,
             "metadatas": {
                 **obs.metadata,

@@ -26,6 +26,7 @@ from langchain_reflective import (
     WindowMemory,
 )
 from langchain_reflective.memory import MEMORY_FENCE_CLOSE, MEMORY_FENCE_OPEN, MEMORY_PREAMBLE
+from langchain_reflective.records import CUT_MARKER, MAX_TEXT_CHARS
 from langchain_reflective.strategies import (
     count_tokens,
     fit_observations,
@@ -285,6 +286,26 @@ def test_reflective_strategy_stores_turns_like_the_middleware(tmp_path: Path) ->
         assert strategy.context([], budget=5, namespace="ana") == []  # not even the fence fits
         strategy.purge(namespace="ana")
         assert stream.count(namespace="ana") == 0
+
+
+def test_the_longest_valid_turn_is_stored_cut_not_refused(tmp_path: Path) -> None:
+    """An observation's query and reply may each hold MAX_TEXT_CHARS: the stream-backed
+    strategies stored them joined (or behind a speaker prefix), over the stream's limit, so a
+    valid turn raised out of the agent run after the answer. The stored text is cut with a
+    marker; SemanticMemory still shows the whole turn (it keeps query and reply as metadata)."""
+    query, reply = "q" * MAX_TEXT_CHARS, "r" * MAX_TEXT_CHARS
+    with MemoryStream(WordEmbeddings()) as stream:
+        semantic = SemanticMemory(stream, k=1)
+        semantic.commit(Observation(query, reply, namespace="s"))
+        (record,) = stream.recent(None, namespace="s")
+        assert len(record.text) == MAX_TEXT_CHARS and record.text.endswith(CUT_MARKER)
+        assert texts(semantic.context([], namespace="s")) == [query, reply]
+        with ReflectiveMemory(None, stream) as memory:
+            ReflectiveMemoryStrategy(memory).commit(Observation(query, reply, namespace="r"))
+            assert memory.flush(timeout=30)
+            stored = [r.text for r in stream.recent(None, namespace="r")]
+            assert [len(t) for t in stored] == [MAX_TEXT_CHARS, MAX_TEXT_CHARS]
+            assert stored[0].startswith("User: qqq") and stored[1].startswith("Assistant: rrr")
 
 
 def test_every_builtin_subclasses_the_base() -> None:
