@@ -33,7 +33,7 @@ from langchain_core.messages import HumanMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
 from langchain_reflective.errors import InvalidMemoryError
-from langchain_reflective.records import MemoryRecord
+from langchain_reflective.records import MemoryRecord, validate_text
 from langchain_reflective.stream import RetrievalFilter
 
 if TYPE_CHECKING:
@@ -297,11 +297,18 @@ class ContextMemory:
     def _checked(
         self, turn: int, context: str, summary: str, insights: Sequence[str]
     ) -> tuple[int, list[str]]:
+        """The turn and its clean insights, once both texts are known to be storable (so a
+        turn is refused before anything is written, not between its two adds)."""
         _positive_turn(turn)
         for name, value in (("context", context), ("summary", summary)):
             if not isinstance(value, str) or not value.strip():
                 raise InvalidMemoryError(f"a turn's {name} must be a non-empty string")
         clean = [str(i).strip() for i in insights if str(i).strip()]
+        for name, text in (("context", context), ("summary", summary_text(summary, clean))):
+            try:
+                validate_text(text)
+            except InvalidMemoryError as exc:
+                raise InvalidMemoryError(f"a turn's {name} cannot be stored: {exc}") from exc
         return turn, clean
 
     def record_turn(

@@ -33,7 +33,7 @@ from langchain_reflective._llm import (
     threaded,
 )
 from langchain_reflective.errors import InvalidMemoryError, StorageError
-from langchain_reflective.records import MAX_TEXT_CHARS
+from langchain_reflective.records import MAX_TEXT_CHARS, validate_text
 from langchain_reflective.thinking.config import ThinkingConfig
 from langchain_reflective.thinking.context import ContextMemory, count_text_tokens, summary_text
 from langchain_reflective.thinking.fallbacks import (
@@ -377,7 +377,8 @@ class _Thinker:
 
     def summarize(self, state: ThinkingGraphState, config: RunnableConfig) -> Flow[Update]:
         """One model call for the turn's summary and insights; the extractive fallback when it
-        fails or its answer is unusable."""
+        fails or its answer is unusable (no summary, a template placeholder, or a text the
+        stream would refuse, e.g. longer than ``MAX_TEXT_CHARS`` with its insights)."""
         fallbacks = list(state.get("fallbacks") or [])
         thoughts = state.get("thoughts") or []
         context = state["context"]
@@ -414,7 +415,12 @@ class _Thinker:
             summary = " ".join(parsed.summary.split())
             insights = [" ".join(i.split()) for i in parsed.insights if i.strip()][:5]
             fallback = False
-        else:
+            try:  # an answer the stream would refuse (too long, a NUL) is malformed too
+                validate_text(summary_text(summary, insights))
+            except InvalidMemoryError as exc:
+                parsed = None
+                problem = ("summary_malformed", f"the summary cannot be stored ({exc})")
+        if parsed is None:
             assert problem is not None
             fallbacks.append(
                 self._fallback(
@@ -579,9 +585,10 @@ def create_thinking_graph(
     4. ``store``: the snapshot, then the summary citing it, go into the stream.
 
     Fallbacks, each logged and counted in ``fallbacks``/``fallback_counts``: a failed or
-    malformed summary becomes an extractive summary marked ``fallback``; a failed recall is
-    skipped; an exhausted round or token budget, or a failed thinking call, forces the action
-    phase. Errors of the stream (e.g. storage) are raised.
+    malformed summary (one the stream would refuse, e.g. longer than ``MAX_TEXT_CHARS`` with
+    its insights, is malformed) becomes an extractive summary marked ``fallback``; a failed
+    recall is skipped; an exhausted round or token budget, or a failed thinking call, forces the
+    action phase. Errors of the stream (e.g. storage) are raised.
 
     Example:
         .. code-block:: python

@@ -270,6 +270,32 @@ def test_malformed_summary_becomes_an_extractive_summary(stream: MemoryStream, a
     assert out["summary"]["fallback"] and out["summary"]["summary"].startswith("Files: a.ts")
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [
+        summary("did x " * 50_000, ["a"]),  # 300,000 characters: more than a memory holds
+        summary("did x", ["long insight " * 20_000]),
+        summary("did \x00 x", []),  # a NUL the stream refuses
+    ],
+    ids=["long-summary", "long-insights", "nul"],
+)
+def test_an_unstorable_summary_becomes_an_extractive_summary(
+    stream: MemoryStream, answer: AIMessage
+) -> None:
+    """A summary the stream would refuse is malformed: the turn stores the extractive fallback
+    once, under its own number (it used to raise and leave snapshots of turns 1..8 behind)."""
+    long_reason = "reason " * 50_000
+    model = FakeChat(script=[round_("t", decide(False, long_reason, "a")), answer])
+    out = create_thinking_graph(model, stream, retry=NO_RETRY).invoke({"context": "Files: a.ts"})
+    assert out["turn"] == 1 and out["fallback_counts"] == {"summary_malformed": 1}
+    assert "cannot be stored" in out["fallbacks"][-1]["detail"]
+    memory = ContextMemory(stream)
+    stored = memory.summary_by_turn(1)
+    assert stored is not None and stored.fallback and stored.summary.startswith("Files: a.ts")
+    assert [len(i) for i in stored.insights] == [300]  # the thought's reason, cut
+    assert stream.count() == 2 and memory.next_turn() == 2
+
+
 def test_failed_recall_continues_without_it(
     stream: MemoryStream, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -112,6 +112,11 @@ def test_bad_turns_are_typed_errors_and_write_nothing(memory: ContextMemory) -> 
         lambda: memory.record_turn(4, " ", "s"),
         lambda: memory.record_turn(4, "c", ""),
         lambda: memory.record_turn(2, "c", "s"),  # already stored
+        # texts the stream refuses: refused before the snapshot is written, not after it
+        lambda: memory.record_turn(4, "c", "s" * 200_001),
+        lambda: memory.record_turn(4, "c", "s", ["i" * 200_000]),
+        lambda: memory.record_turn(4, "c" * 200_001, "s"),
+        lambda: memory.record_turn(4, "c", "s\x00"),
     ]:
         with pytest.raises(InvalidMemoryError):
             bad()

@@ -207,3 +207,21 @@ async def test_a_turn_number_taken_meanwhile_moves_to_the_next_one(
     snap = memory.context_by_turn(2, namespace="alice")
     assert snap is not None and snap.context.startswith("User: Why is it slow?")
     assert memory.next_turn(namespace="alice") == 3
+
+
+def test_an_unstorable_summary_is_recorded_as_the_extractive_fallback(
+    stream: MemoryStream,
+) -> None:
+    """A 300,000-character summary used to raise out of the agent run after the answer and
+    leave snapshots of turns 1..8 with no summary."""
+    thinker = Rounds(
+        script=[round_("t", decide(False, "ready"))], summaries=[summary("word " * 60_000, [])]
+    )
+    middleware = ThinkingMiddleware(thinker, stream, retry=RetryConfig(attempts=1))
+    agent = create_agent(FakeChat(script=["The answer."]), middleware=[middleware])
+    out = agent.invoke({"messages": [HumanMessage("hi")]}, context={"user_id": "ana"})  # type: ignore[arg-type]
+    assert out["messages"][-1].text == "The answer."
+    memory = ContextMemory(stream)
+    stored = memory.summary_by_turn(1, namespace="ana")
+    assert stored is not None and stored.fallback and stored.summary.startswith("User: hi")
+    assert stream.count(namespace="ana") == 2 and memory.next_turn(namespace="ana") == 2
