@@ -32,10 +32,15 @@ from langchain_reflective._llm import (
     run_sync,
     threaded,
 )
-from langchain_reflective.errors import InvalidMemoryError, StorageError
+from langchain_reflective.errors import InvalidMemoryError
 from langchain_reflective.records import MAX_TEXT_CHARS, validate_text
 from langchain_reflective.thinking.config import ThinkingConfig
-from langchain_reflective.thinking.context import ContextMemory, count_text_tokens, summary_text
+from langchain_reflective.thinking.context import (
+    ContextMemory,
+    TurnTakenError,
+    count_text_tokens,
+    summary_text,
+)
 from langchain_reflective.thinking.fallbacks import (
     PLACEHOLDER,
     Failure,
@@ -447,6 +452,9 @@ class _Thinker:
     def store(self, state: ThinkingGraphState, config: RunnableConfig) -> Flow[Update]:
         """Store the snapshot and the summary (when recording); assemble the output.
 
+        A turn is stored whole or not at all (:meth:`ContextMemory.record_turn`); an error of
+        the stream is raised with nothing of the turn left behind.
+
         When the turn number was assigned (``turn_assigned``) and another writer of the
         namespace stored that number meanwhile (two turns of one user recorded at once), the
         turn takes the next free number; the number is only a label in the summary prompt, so
@@ -475,22 +483,16 @@ class _Thinker:
                 )
                 if not isinstance(result, Failure):
                     break
-                error = result.error
+                # "taken" means another writer's records of that number exist (TurnTakenError:
+                # raised only then, with nothing of this turn written); a failed write of this
+                # turn's own is undone by record_turn and raised here, never a reason to move
                 moves = (
                     state.get("turn_assigned", False)
                     and attempt + 1 < _TURN_ATTEMPTS
-                    and isinstance(error, InvalidMemoryError | StorageError)
+                    and isinstance(result.error, TurnTakenError)
                 )
-                if moves:  # only when that number is now really stored (by the other writer)
-                    taken = yield Op(
-                        mem.context_by_turn,
-                        threaded(mem.context_by_turn),
-                        (turn,),
-                        {"namespace": ns},
-                    )
-                    moves = taken is not None
                 if not moves:
-                    raise error
+                    raise result.error
                 turn = yield Op(mem.next_turn, threaded(mem.next_turn), (), {"namespace": ns})
             assert not isinstance(result, Failure)  # the loop broke on success or raised
             _, stored = result
@@ -582,7 +584,8 @@ def create_thinking_graph(
        stops when the model says it is ready (or calls no tool), after ``max_rounds``, or when
        ``thinking_token_budget`` is spent (usage metadata, else estimated).
     3. ``summarize``: one call for the turn's summary and insights (JSON).
-    4. ``store``: the snapshot, then the summary citing it, go into the stream.
+    4. ``store``: the snapshot, then the summary citing it, go into the stream (whole or not
+       at all: a failed summary add deletes the snapshot).
 
     Fallbacks, each logged and counted in ``fallbacks``/``fallback_counts``: a failed or
     malformed summary (one the stream would refuse, e.g. longer than ``MAX_TEXT_CHARS`` with

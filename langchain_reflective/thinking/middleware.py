@@ -11,6 +11,11 @@ Needs the ``agents`` extra (``pip install "langchain-reflective[agents]"``).
   and recalled contexts are added to the system message, fenced as data.
 * **After the turn**, its snapshot (the user's message, tool calls and results, the answer) and
   an LLM summary citing it are stored (:class:`~langchain_reflective.thinking.ContextMemory`).
+  A failed or malformed summary (also one too long to store) is stored as the extractive
+  fallback, logged and counted, as in the thinking graph. An error of the stream while storing
+  (the store or the embedding service failing) is raised, as the graph raises it: the agent run
+  fails after its answer (which a checkpointer has kept), and nothing of the turn is stored,
+  never a snapshot without its summary.
 
 Whose memory is used comes from the run, as for
 :class:`~langchain_reflective.integrations.middleware.MemoryMiddleware`: ``context.<key>``, else

@@ -17,12 +17,14 @@ from langchain_reflective import (
     InvalidMemoryError,
     MemoryStream,
     RetryConfig,
+    StorageError,
     create_thinking_graph,
 )
 from langchain_reflective.thinking import SUMMARY_KIND
 from tests.fakes import WordEmbeddings
 from tests.thinking_fakes import (
     SEED_SUMMARIES,
+    FlakyEmbeddings,
     Rounds,
     decide,
     is_summary_call,
@@ -459,6 +461,48 @@ def test_a_given_turn_taken_meanwhile_is_an_error(stream: MemoryStream) -> None:
         graph.invoke({"context": "my turn", "turn": 1})
     assert ContextMemory(stream).context_by_turn(1).context == "other turn"  # type: ignore[union-attr]
     assert stream.count() == 2
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+async def test_a_failed_store_raises_and_leaves_nothing(tmp_path: Path, use_async: bool) -> None:
+    """An outage while the summary is stored is an error of the stream (raised, as documented)
+    and leaves nothing of the turn: the number is not moved on, and the same turn can be
+    recorded once the outage is over."""
+    embeddings = FlakyEmbeddings(fail_on="summary of the turn")
+    with MemoryStream(embeddings, path=tmp_path / "flaky.db") as s:
+        model = FakeChat(
+            script=[round_("t", decide(False, "ok", "a")), summary("summary of the turn", [])] * 2
+        )
+        graph = create_thinking_graph(model, s, retry=NO_RETRY)
+        request = {"context": "Files: main.ts"}
+        with pytest.raises(RuntimeError, match="embedding service down"):
+            await graph.ainvoke(request) if use_async else graph.invoke(request)
+        assert s.count() == 0 and embeddings.document_calls == 2  # one attempt, undone
+        embeddings.fail_on = ""
+        out = graph.invoke({**request, "turn": 1})
+        assert out["turn"] == 1 and out["context_id"] == ContextMemory(s).context_id(1)
+        assert s.count() == 2
+
+
+def test_a_turn_is_moved_on_only_when_another_writer_took_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The turn's own failed write is never "taken by another writer", even when its snapshot
+    could not be deleted: one attempt, raised (the number used to move on 8 times, each
+    leaving a snapshot)."""
+    with MemoryStream(FlakyEmbeddings("summary of the turn"), path=tmp_path / "f.db") as s:
+
+        def broken_delete(*args: Any, **kwargs: Any) -> int:
+            raise StorageError("disk full")
+
+        monkeypatch.setattr(s, "delete", broken_delete)
+        model = FakeChat(
+            script=[round_("t", decide(False, "ok", "a")), summary("summary of the turn", [])]
+        )
+        graph = create_thinking_graph(model, s, retry=NO_RETRY)
+        with pytest.raises(RuntimeError, match="embedding service down"):
+            graph.invoke({"context": "Files: main.ts"})
+        assert [r.metadata["turn"] for r in s.recent(None)] == [1]  # the one snapshot reported
 
 
 class Parent(TypedDict, total=False):

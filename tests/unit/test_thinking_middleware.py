@@ -18,7 +18,7 @@ from langchain_reflective import ContextMemory, MemoryStream, RetryConfig
 from langchain_reflective.memory import MEMORY_PREAMBLE
 from langchain_reflective.thinking.middleware import ThinkingMiddleware, turn_context
 from tests.fakes import WordEmbeddings
-from tests.thinking_fakes import Rounds, decide, recall, round_, summary
+from tests.thinking_fakes import FlakyEmbeddings, Rounds, decide, recall, round_, summary
 from tests.unit.test_middleware import FakeChat, fenced, system_text, tool_call
 
 
@@ -225,3 +225,28 @@ def test_an_unstorable_summary_is_recorded_as_the_extractive_fallback(
     stored = memory.summary_by_turn(1, namespace="ana")
     assert stored is not None and stored.fallback and stored.summary.startswith("User: hi")
     assert stream.count(namespace="ana") == 2 and memory.next_turn(namespace="ana") == 2
+
+
+def test_a_storage_failure_while_recording_raises_and_stores_nothing(tmp_path: Path) -> None:
+    """Errors of the stream are raised (the graph's documented behaviour, which the middleware
+    follows): the run fails after the answer, and nothing of the turn is stored, so the
+    user's next turn is recorded as turn 1."""
+    embeddings = FlakyEmbeddings(fail_on="summary of the turn")
+    with MemoryStream(embeddings, path=tmp_path / "flaky.db") as s:
+        thinker = Rounds(
+            script=[round_("t", decide(False, "ready"))] * 2,
+            summaries=[summary("summary of the turn", []), summary("the next turn", [])],
+        )
+        actor = FakeChat(script=["The answer.", "Another answer."])
+        agent = create_agent(
+            actor, middleware=[ThinkingMiddleware(thinker, s, retry=RetryConfig(attempts=1))]
+        )
+        with pytest.raises(RuntimeError, match="embedding service down"):
+            agent.invoke({"messages": [HumanMessage("hi")]}, context={"user_id": "ana"})  # type: ignore[arg-type]
+        assert len(actor.calls) == 1  # answered before the failed recording
+        assert s.count(namespace="ana") == 0
+        agent.invoke({"messages": [HumanMessage("again")]}, context={"user_id": "ana"})  # type: ignore[arg-type]
+        memory = ContextMemory(s)
+        stored = memory.summary_by_turn(1, namespace="ana")
+        assert stored is not None and stored.summary == "the next turn"
+        assert s.count(namespace="ana") == 2
