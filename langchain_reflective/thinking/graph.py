@@ -182,11 +182,14 @@ class _Thinker:
     # -- steps -----------------------------------------------------------------------------
 
     def prepare(self, state: ThinkingGraphState, config: RunnableConfig) -> Flow[Update]:
-        """Check the input; find the turn number and the summaries of earlier turns."""
+        """Check the input (a recorded context must fit a snapshot); find the turn number and
+        the summaries of earlier turns."""
         context = state.get("context")
         if not isinstance(context, str) or not context.strip():
             raise InvalidMemoryError("the thinking graph needs a non-empty 'context' string")
-        if len(context) > MAX_TEXT_CHARS:
+        if state.get("record", True) and len(context) > MAX_TEXT_CHARS:
+            # the limit of the snapshot; a turn only thought about (the middleware's user
+            # message, recorded later as a cut snapshot) stores nothing
             raise InvalidMemoryError(
                 f"the context has {len(context):,} characters; a snapshot holds at most "
                 f"{MAX_TEXT_CHARS:,}. Pass a shorter context (e.g. the turn's working set)."

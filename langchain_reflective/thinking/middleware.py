@@ -3,7 +3,8 @@
 Needs the ``agents`` extra (``pip install "langchain-reflective[agents]"``).
 
 * **Before the first model call of a turn** (a new user message), the thinking graph runs its
-  rounds (``record=False``) on the user's message, with the earlier conversation, the
+  rounds (``record=False``) on the user's message (whatever its length: only the snapshot
+  recorded after the turn is cut to what a memory holds), with the earlier conversation, the
   accumulated summaries of earlier turns and ``recall_context``. Its result is kept in a private
   state key, so the later model calls of the same turn (after tool calls) reuse it.
 * **Before every model call of the turn**, the accumulated summaries (within

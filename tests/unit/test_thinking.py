@@ -408,6 +408,18 @@ def test_record_false_thinks_without_storing(stream: MemoryStream) -> None:
     assert len(model.calls) == 1 and out["thoughts"][0]["thought"] == "t"
 
 
+def test_record_false_thinks_about_a_context_longer_than_a_snapshot(stream: MemoryStream) -> None:
+    """The snapshot's size limit applies to recorded turns only (the middleware thinks about
+    a long user message before recording it cut)."""
+    model = FakeChat(script=[round_("t", decide(False, "ok", "a"))])
+    long_context = "Why does this log fail?\n" + "log line\n" * 26_000  # 234,024 characters
+    out = create_thinking_graph(model, stream, retry=NO_RETRY, thinking_token_budget=10**9).invoke(
+        {"context": long_context, "record": False}
+    )
+    assert out["stop_reason"] == "model" and out["thoughts"][0]["thought"] == "t"
+    assert "Why does this log fail?" in human_text(model.calls[0]) and stream.count() == 0
+
+
 def test_stored_turn_cannot_be_overwritten(stream: MemoryStream) -> None:
     ContextMemory(stream).record_turn(1, "first", "first summary")
     model = FakeChat(script=[round_("t", decide(False, "ok", "a")), summary("s", [])])

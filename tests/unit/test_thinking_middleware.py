@@ -250,3 +250,27 @@ def test_a_storage_failure_while_recording_raises_and_stores_nothing(tmp_path: P
         stored = memory.summary_by_turn(1, namespace="ana")
         assert stored is not None and stored.summary == "the next turn"
         assert s.count(namespace="ana") == 2
+
+
+def test_a_user_message_longer_than_a_snapshot_is_thought_about_and_answered(
+    stream: MemoryStream,
+) -> None:
+    """A 234,000-character message (~58k tokens) used to fail the run before any model call
+    (the graph's snapshot-size check, though thinking records nothing)."""
+    message = "Why does this log fail?\n" + "log line\n" * 26_000
+    thinker = Rounds(
+        script=[round_("a long log", decide(False, "ready"))],
+        summaries=[summary("The user pasted a log", [])],
+    )
+    actor = FakeChat(script=["The answer."])
+    middleware = ThinkingMiddleware(
+        thinker, stream, retry=RetryConfig(attempts=1), thinking_token_budget=10**9
+    )
+    agent = create_agent(actor, middleware=[middleware])
+    out = agent.invoke({"messages": [HumanMessage(message)]}, context={"user_id": "ana"})  # type: ignore[arg-type]
+    assert out["messages"][-1].text == "The answer." and len(actor.calls) == 1
+    assert len(thinker.thinking_calls) == 1
+    assert "a long log" in fenced(system_text(actor.calls[0]))
+    snap = ContextMemory(stream).context_by_turn(1, namespace="ana")
+    assert snap is not None and len(snap.context) == 200_000  # recorded, cut to a snapshot
+    assert snap.context.endswith("[... cut: the turn was longer than a snapshot holds]")
