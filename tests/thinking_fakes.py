@@ -9,6 +9,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field
 
+from tests.fakes import WordEmbeddings
 from tests.unit.test_middleware import FakeChat
 
 
@@ -101,3 +102,18 @@ class Rounds(FakeChat):
     def thinking_calls(self) -> list[list[BaseMessage]]:
         """Calls that were thinking rounds."""
         return [c for c in self.calls if not is_summary_call(c)]
+
+
+class FlakyEmbeddings(WordEmbeddings):
+    """Word embeddings whose document calls fail while a text contains ``fail_on`` (an outage
+    that hits one of a turn's two adds)."""
+
+    def __init__(self, fail_on: str = "") -> None:
+        super().__init__()
+        self.fail_on = fail_on
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if self.fail_on and any(self.fail_on in t for t in texts):
+            self.document_calls += 1
+            raise RuntimeError("embedding service down")
+        return super().embed_documents(texts)

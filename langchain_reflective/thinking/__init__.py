@@ -15,6 +15,7 @@ from langchain_reflective.thinking.context import (
     ContextSnapshot,
     ContextSummary,
     RecallResult,
+    TurnTakenError,
 )
 from langchain_reflective.thinking.fallbacks import extractive_summary
 from langchain_reflective.thinking.graph import create_thinking_graph
@@ -52,6 +53,7 @@ __all__ = [
     "ThinkingOutput",
     "ThinkingPrompts",
     "ThoughtDict",
+    "TurnTakenError",
     "create_thinking_graph",
     "create_thinking_tools",
     "extractive_summary",

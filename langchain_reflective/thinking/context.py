@@ -9,6 +9,11 @@ Every thinking turn stores two records in the stream's namespace of the run:
   insights as text (so hybrid retrieval matches either), with ``turn``, ``context_id``,
   ``summary``, ``insights``, ``token_count`` and ``fallback`` in metadata.
 
+A turn is recorded whole or not at all: both texts are checked before the first write, and when
+the summary's add fails (e.g. the embedding service is down) the snapshot just written is
+deleted before the error is raised, so no snapshot is left without its summary and the turn can
+be recorded again under the same number.
+
 Both live in the stream, so they are durable (the stream's file), searchable with its hybrid
 retrieval (dense + BM25, ranked) and namespaced: a namespace never reads another's contexts, even
 by id. Export writes only these two kinds; import, or simply reopening the file, resumes with the
@@ -20,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import os
 import re
 import tempfile
@@ -32,8 +38,8 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import HumanMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
-from langchain_reflective.errors import InvalidMemoryError
-from langchain_reflective.records import MemoryRecord
+from langchain_reflective.errors import InvalidMemoryError, StorageError
+from langchain_reflective.records import MemoryRecord, validate_text
 from langchain_reflective.stream import RetrievalFilter
 
 if TYPE_CHECKING:
@@ -46,14 +52,22 @@ __all__ = [
     "ContextSnapshot",
     "ContextSummary",
     "RecallResult",
+    "TurnTakenError",
     "count_text_tokens",
 ]
+
+logger = logging.getLogger(__name__)
 
 SNAPSHOT_KIND = "context_snapshot"
 """Kind of the records holding a turn's full context."""
 SUMMARY_KIND = "context_summary"
 """Kind of the records holding a turn's summary and insights."""
 _KINDS = frozenset({SNAPSHOT_KIND, SUMMARY_KIND})
+
+
+class TurnTakenError(InvalidMemoryError):
+    """The turn number is already stored in the namespace (by an earlier call or another writer
+    recording at the same moment); nothing of the refused turn was written."""
 
 
 def count_text_tokens(text: str) -> int:
@@ -297,11 +311,18 @@ class ContextMemory:
     def _checked(
         self, turn: int, context: str, summary: str, insights: Sequence[str]
     ) -> tuple[int, list[str]]:
+        """The turn and its clean insights, once both texts are known to be storable (so a
+        turn is refused before anything is written, not between its two adds)."""
         _positive_turn(turn)
         for name, value in (("context", context), ("summary", summary)):
             if not isinstance(value, str) or not value.strip():
                 raise InvalidMemoryError(f"a turn's {name} must be a non-empty string")
         clean = [str(i).strip() for i in insights if str(i).strip()]
+        for name, text in (("context", context), ("summary", summary_text(summary, clean))):
+            try:
+                validate_text(text)
+            except InvalidMemoryError as exc:
+                raise InvalidMemoryError(f"a turn's {name} cannot be stored: {exc}") from exc
         return turn, clean
 
     def record_turn(
@@ -316,17 +337,30 @@ class ContextMemory:
         namespace: str | None = None,
         now: datetime | None = None,
     ) -> tuple[ContextSnapshot, ContextSummary]:
-        """Store a turn's snapshot, then its summary citing it (two adds, no model call).
+        """Store a turn's snapshot, then its summary citing it (two adds, no model call), whole
+        or not at all: if the summary's add fails, the snapshot is deleted and the error raised.
 
         Raises:
-            InvalidMemoryError: bad turn number, empty context/summary, or the turn is already
-                stored in the namespace (its ids exist).
+            TurnTakenError: the turn is already stored in the namespace (its ids exist, e.g.
+                another writer stored it meanwhile); nothing was written.
+            InvalidMemoryError: bad turn number, or an empty or unstorable context/summary
+                (checked before anything is written).
+            StorageError, EmbeddingError, ...: the stream's error when an add fails; the
+                turn's snapshot is not left behind.
         """
         ns = self.namespace(namespace)
         turn, insights = self._checked(turn, context, summary, insights)
         self._check_new(turn, ns)
-        snap = self.stream.add(**self._snapshot_args(turn, context, tool_calls, ns, now))
-        summ = self.stream.add(**self._summary_args(turn, summary, insights, fallback, ns, now))
+        try:
+            snap = self.stream.add(**self._snapshot_args(turn, context, tool_calls, ns, now))
+        except StorageError as exc:
+            self._taken_meanwhile(turn, ns, exc)
+            raise
+        try:
+            summ = self.stream.add(**self._summary_args(turn, summary, insights, fallback, ns, now))
+        except Exception as exc:
+            self._undo_snapshot(turn, ns, exc)
+            raise
         return ContextSnapshot.from_record(snap[0]), ContextSummary.from_record(summ[0])
 
     async def arecord_turn(
@@ -341,14 +375,23 @@ class ContextMemory:
         namespace: str | None = None,
         now: datetime | None = None,
     ) -> tuple[ContextSnapshot, ContextSummary]:
-        """Async twin of :meth:`record_turn`."""
+        """Async twin of :meth:`record_turn`. A cancelled call is not undone: the stream's
+        write under way may still complete (see ``MemoryStream.aadd``)."""
         ns = self.namespace(namespace)
         turn, insights = self._checked(turn, context, summary, insights)
         await asyncio.to_thread(self._check_new, turn, ns)
-        snap = await self.stream.aadd(**self._snapshot_args(turn, context, tool_calls, ns, now))
-        summ = await self.stream.aadd(
-            **self._summary_args(turn, summary, insights, fallback, ns, now)
-        )
+        try:
+            snap = await self.stream.aadd(**self._snapshot_args(turn, context, tool_calls, ns, now))
+        except StorageError as exc:
+            await asyncio.to_thread(self._taken_meanwhile, turn, ns, exc)
+            raise
+        try:
+            summ = await self.stream.aadd(
+                **self._summary_args(turn, summary, insights, fallback, ns, now)
+            )
+        except Exception as exc:
+            await asyncio.to_thread(self._undo_snapshot, turn, ns, exc)
+            raise
         return ContextSnapshot.from_record(snap[0]), ContextSummary.from_record(summ[0])
 
     def _check_new(self, turn: int, namespace: str) -> None:
@@ -357,9 +400,40 @@ class ContextMemory:
             self.summary_id(turn, namespace=namespace),
         ]
         if self.stream.get(ids, namespace=namespace):
-            raise InvalidMemoryError(
+            raise TurnTakenError(
                 f"turn {turn} is already stored in namespace {namespace!r}; "
                 f"the next turn is {self.next_turn(namespace=namespace)}"
+            )
+
+    def _taken_meanwhile(self, turn: int, namespace: str, error: StorageError) -> None:
+        """After a failed snapshot add (which stored nothing): raise :class:`TurnTakenError`
+        when the turn's ids exist now, i.e. another writer stored it since the check (the add
+        failed on a duplicate id); otherwise return, so the add's own error is raised."""
+        try:
+            self._check_new(turn, namespace)
+        except TurnTakenError as taken:
+            raise taken from error
+        except Exception:  # the store cannot be read either: report the add's error
+            return
+
+    def _undo_snapshot(self, turn: int, namespace: str, error: Exception) -> None:
+        """Delete the snapshot of a turn whose summary could not be stored."""
+        cid = self.context_id(turn, namespace=namespace)
+        try:
+            self.stream.delete(cid, namespace=namespace)
+        except Exception as exc:
+            logger.error(
+                "turn %s of namespace %r: its summary failed (%s) and its snapshot %s could not "
+                "be deleted: %r",
+                turn,
+                namespace,
+                error,
+                cid,
+                exc,
+            )
+            error.add_note(
+                f"the turn's snapshot {cid} could not be deleted ({exc!r}); delete it "
+                "(MemoryStream.delete) before recording this turn number again"
             )
 
     # -- reads -----------------------------------------------------------------------------

@@ -65,7 +65,7 @@ def extractive_summary(
 
     Sentences are scored by the mean corpus frequency of their words (a classic extractive
     summary); the best ones, in their original order, up to ``max_chars``, form the summary, and
-    the thoughts' last reasons become the insights.
+    the thoughts' last reasons become the insights (each cut to ``max_chars``).
     """
     texts = [context, *(str(t.get("thought") or "") for t in thoughts)]
     sentences = [s.strip() for text in texts for s in _SENTENCE.split(text) if s.strip()]
@@ -88,5 +88,6 @@ def extractive_summary(
         if length >= max_chars:
             break
     summary = " ".join(sentences[i] for i in sorted(chosen))[:max_chars].strip()
-    insights = [str(t["reason"]) for t in thoughts if t.get("reason")][-3:]
+    reasons = (str(t.get("reason") or "")[:max_chars].strip() for t in thoughts)
+    insights = [r for r in reasons if r][-3:]
     return summary, insights

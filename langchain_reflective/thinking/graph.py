@@ -32,10 +32,15 @@ from langchain_reflective._llm import (
     run_sync,
     threaded,
 )
-from langchain_reflective.errors import InvalidMemoryError, StorageError
-from langchain_reflective.records import MAX_TEXT_CHARS
+from langchain_reflective.errors import InvalidMemoryError
+from langchain_reflective.records import MAX_TEXT_CHARS, validate_text
 from langchain_reflective.thinking.config import ThinkingConfig
-from langchain_reflective.thinking.context import ContextMemory, count_text_tokens, summary_text
+from langchain_reflective.thinking.context import (
+    ContextMemory,
+    TurnTakenError,
+    count_text_tokens,
+    summary_text,
+)
 from langchain_reflective.thinking.fallbacks import (
     PLACEHOLDER,
     Failure,
@@ -177,11 +182,14 @@ class _Thinker:
     # -- steps -----------------------------------------------------------------------------
 
     def prepare(self, state: ThinkingGraphState, config: RunnableConfig) -> Flow[Update]:
-        """Check the input; find the turn number and the summaries of earlier turns."""
+        """Check the input (a recorded context must fit a snapshot); find the turn number and
+        the summaries of earlier turns."""
         context = state.get("context")
         if not isinstance(context, str) or not context.strip():
             raise InvalidMemoryError("the thinking graph needs a non-empty 'context' string")
-        if len(context) > MAX_TEXT_CHARS:
+        if state.get("record", True) and len(context) > MAX_TEXT_CHARS:
+            # the limit of the snapshot; a turn only thought about (the middleware's user
+            # message, recorded later as a cut snapshot) stores nothing
             raise InvalidMemoryError(
                 f"the context has {len(context):,} characters; a snapshot holds at most "
                 f"{MAX_TEXT_CHARS:,}. Pass a shorter context (e.g. the turn's working set)."
@@ -377,7 +385,8 @@ class _Thinker:
 
     def summarize(self, state: ThinkingGraphState, config: RunnableConfig) -> Flow[Update]:
         """One model call for the turn's summary and insights; the extractive fallback when it
-        fails or its answer is unusable."""
+        fails or its answer is unusable (no summary, a template placeholder, or a text the
+        stream would refuse, e.g. longer than ``MAX_TEXT_CHARS`` with its insights)."""
         fallbacks = list(state.get("fallbacks") or [])
         thoughts = state.get("thoughts") or []
         context = state["context"]
@@ -414,7 +423,12 @@ class _Thinker:
             summary = " ".join(parsed.summary.split())
             insights = [" ".join(i.split()) for i in parsed.insights if i.strip()][:5]
             fallback = False
-        else:
+            try:  # an answer the stream would refuse (too long, a NUL) is malformed too
+                validate_text(summary_text(summary, insights))
+            except InvalidMemoryError as exc:
+                parsed = None
+                problem = ("summary_malformed", f"the summary cannot be stored ({exc})")
+        if parsed is None:
             assert problem is not None
             fallbacks.append(
                 self._fallback(
@@ -440,6 +454,9 @@ class _Thinker:
 
     def store(self, state: ThinkingGraphState, config: RunnableConfig) -> Flow[Update]:
         """Store the snapshot and the summary (when recording); assemble the output.
+
+        A turn is stored whole or not at all (:meth:`ContextMemory.record_turn`); an error of
+        the stream is raised with nothing of the turn left behind.
 
         When the turn number was assigned (``turn_assigned``) and another writer of the
         namespace stored that number meanwhile (two turns of one user recorded at once), the
@@ -469,22 +486,16 @@ class _Thinker:
                 )
                 if not isinstance(result, Failure):
                     break
-                error = result.error
+                # "taken" means another writer's records of that number exist (TurnTakenError:
+                # raised only then, with nothing of this turn written); a failed write of this
+                # turn's own is undone by record_turn and raised here, never a reason to move
                 moves = (
                     state.get("turn_assigned", False)
                     and attempt + 1 < _TURN_ATTEMPTS
-                    and isinstance(error, InvalidMemoryError | StorageError)
+                    and isinstance(result.error, TurnTakenError)
                 )
-                if moves:  # only when that number is now really stored (by the other writer)
-                    taken = yield Op(
-                        mem.context_by_turn,
-                        threaded(mem.context_by_turn),
-                        (turn,),
-                        {"namespace": ns},
-                    )
-                    moves = taken is not None
                 if not moves:
-                    raise error
+                    raise result.error
                 turn = yield Op(mem.next_turn, threaded(mem.next_turn), (), {"namespace": ns})
             assert not isinstance(result, Failure)  # the loop broke on success or raised
             _, stored = result
@@ -576,12 +587,14 @@ def create_thinking_graph(
        stops when the model says it is ready (or calls no tool), after ``max_rounds``, or when
        ``thinking_token_budget`` is spent (usage metadata, else estimated).
     3. ``summarize``: one call for the turn's summary and insights (JSON).
-    4. ``store``: the snapshot, then the summary citing it, go into the stream.
+    4. ``store``: the snapshot, then the summary citing it, go into the stream (whole or not
+       at all: a failed summary add deletes the snapshot).
 
     Fallbacks, each logged and counted in ``fallbacks``/``fallback_counts``: a failed or
-    malformed summary becomes an extractive summary marked ``fallback``; a failed recall is
-    skipped; an exhausted round or token budget, or a failed thinking call, forces the action
-    phase. Errors of the stream (e.g. storage) are raised.
+    malformed summary (one the stream would refuse, e.g. longer than ``MAX_TEXT_CHARS`` with
+    its insights, is malformed) becomes an extractive summary marked ``fallback``; a failed
+    recall is skipped; an exhausted round or token budget, or a failed thinking call, forces the
+    action phase. Errors of the stream (e.g. storage) are raised.
 
     Example:
         .. code-block:: python

@@ -3,7 +3,8 @@
 Needs the ``agents`` extra (``pip install "langchain-reflective[agents]"``).
 
 * **Before the first model call of a turn** (a new user message), the thinking graph runs its
-  rounds (``record=False``) on the user's message, with the earlier conversation, the
+  rounds (``record=False``) on the user's message (whatever its length: only the snapshot
+  recorded after the turn is cut to what a memory holds), with the earlier conversation, the
   accumulated summaries of earlier turns and ``recall_context``. Its result is kept in a private
   state key, so the later model calls of the same turn (after tool calls) reuse it.
 * **Before every model call of the turn**, the accumulated summaries (within
@@ -11,6 +12,11 @@ Needs the ``agents`` extra (``pip install "langchain-reflective[agents]"``).
   and recalled contexts are added to the system message, fenced as data.
 * **After the turn**, its snapshot (the user's message, tool calls and results, the answer) and
   an LLM summary citing it are stored (:class:`~langchain_reflective.thinking.ContextMemory`).
+  A failed or malformed summary (also one too long to store) is stored as the extractive
+  fallback, logged and counted, as in the thinking graph. An error of the stream while storing
+  (the store or the embedding service failing) is raised, as the graph raises it: the agent run
+  fails after its answer (which a checkpointer has kept), and nothing of the turn is stored,
+  never a snapshot without its summary.
 
 Whose memory is used comes from the run, as for
 :class:`~langchain_reflective.integrations.middleware.MemoryMiddleware`: ``context.<key>``, else

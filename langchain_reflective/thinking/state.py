@@ -100,7 +100,10 @@ class ThinkingInput(TypedDict, total=False):
     """Input of the thinking graph (``context`` is required)."""
 
     context: str
-    """The current context of the turn (workspace state, the user's request, ...)."""
+    """The current context of the turn (workspace state, the user's request, ...). When the
+    turn is recorded it becomes the snapshot, so it may hold at most ``MAX_TEXT_CHARS``
+    characters (longer raises ``InvalidMemoryError``); with ``record=False`` any length is
+    thought about (each prompt line is cut, and the token budget applies)."""
     messages: list[AnyMessage]
     """The conversation so far (shown to the model as data)."""
     tool_calls: list[str]

@@ -17,12 +17,14 @@ from langchain_reflective import (
     InvalidMemoryError,
     MemoryStream,
     RetryConfig,
+    StorageError,
     create_thinking_graph,
 )
 from langchain_reflective.thinking import SUMMARY_KIND
 from tests.fakes import WordEmbeddings
 from tests.thinking_fakes import (
     SEED_SUMMARIES,
+    FlakyEmbeddings,
     Rounds,
     decide,
     is_summary_call,
@@ -270,6 +272,32 @@ def test_malformed_summary_becomes_an_extractive_summary(stream: MemoryStream, a
     assert out["summary"]["fallback"] and out["summary"]["summary"].startswith("Files: a.ts")
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [
+        summary("did x " * 50_000, ["a"]),  # 300,000 characters: more than a memory holds
+        summary("did x", ["long insight " * 20_000]),
+        summary("did \x00 x", []),  # a NUL the stream refuses
+    ],
+    ids=["long-summary", "long-insights", "nul"],
+)
+def test_an_unstorable_summary_becomes_an_extractive_summary(
+    stream: MemoryStream, answer: AIMessage
+) -> None:
+    """A summary the stream would refuse is malformed: the turn stores the extractive fallback
+    once, under its own number (it used to raise and leave snapshots of turns 1..8 behind)."""
+    long_reason = "reason " * 50_000
+    model = FakeChat(script=[round_("t", decide(False, long_reason, "a")), answer])
+    out = create_thinking_graph(model, stream, retry=NO_RETRY).invoke({"context": "Files: a.ts"})
+    assert out["turn"] == 1 and out["fallback_counts"] == {"summary_malformed": 1}
+    assert "cannot be stored" in out["fallbacks"][-1]["detail"]
+    memory = ContextMemory(stream)
+    stored = memory.summary_by_turn(1)
+    assert stored is not None and stored.fallback and stored.summary.startswith("Files: a.ts")
+    assert [len(i) for i in stored.insights] == [300]  # the thought's reason, cut
+    assert stream.count() == 2 and memory.next_turn() == 2
+
+
 def test_failed_recall_continues_without_it(
     stream: MemoryStream, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -380,6 +408,18 @@ def test_record_false_thinks_without_storing(stream: MemoryStream) -> None:
     assert len(model.calls) == 1 and out["thoughts"][0]["thought"] == "t"
 
 
+def test_record_false_thinks_about_a_context_longer_than_a_snapshot(stream: MemoryStream) -> None:
+    """The snapshot's size limit applies to recorded turns only (the middleware thinks about
+    a long user message before recording it cut)."""
+    model = FakeChat(script=[round_("t", decide(False, "ok", "a"))])
+    long_context = "Why does this log fail?\n" + "log line\n" * 26_000  # 234,024 characters
+    out = create_thinking_graph(model, stream, retry=NO_RETRY, thinking_token_budget=10**9).invoke(
+        {"context": long_context, "record": False}
+    )
+    assert out["stop_reason"] == "model" and out["thoughts"][0]["thought"] == "t"
+    assert "Why does this log fail?" in human_text(model.calls[0]) and stream.count() == 0
+
+
 def test_stored_turn_cannot_be_overwritten(stream: MemoryStream) -> None:
     ContextMemory(stream).record_turn(1, "first", "first summary")
     model = FakeChat(script=[round_("t", decide(False, "ok", "a")), summary("s", [])])
@@ -433,6 +473,48 @@ def test_a_given_turn_taken_meanwhile_is_an_error(stream: MemoryStream) -> None:
         graph.invoke({"context": "my turn", "turn": 1})
     assert ContextMemory(stream).context_by_turn(1).context == "other turn"  # type: ignore[union-attr]
     assert stream.count() == 2
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+async def test_a_failed_store_raises_and_leaves_nothing(tmp_path: Path, use_async: bool) -> None:
+    """An outage while the summary is stored is an error of the stream (raised, as documented)
+    and leaves nothing of the turn: the number is not moved on, and the same turn can be
+    recorded once the outage is over."""
+    embeddings = FlakyEmbeddings(fail_on="summary of the turn")
+    with MemoryStream(embeddings, path=tmp_path / "flaky.db") as s:
+        model = FakeChat(
+            script=[round_("t", decide(False, "ok", "a")), summary("summary of the turn", [])] * 2
+        )
+        graph = create_thinking_graph(model, s, retry=NO_RETRY)
+        request = {"context": "Files: main.ts"}
+        with pytest.raises(RuntimeError, match="embedding service down"):
+            await graph.ainvoke(request) if use_async else graph.invoke(request)
+        assert s.count() == 0 and embeddings.document_calls == 2  # one attempt, undone
+        embeddings.fail_on = ""
+        out = graph.invoke({**request, "turn": 1})
+        assert out["turn"] == 1 and out["context_id"] == ContextMemory(s).context_id(1)
+        assert s.count() == 2
+
+
+def test_a_turn_is_moved_on_only_when_another_writer_took_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The turn's own failed write is never "taken by another writer", even when its snapshot
+    could not be deleted: one attempt, raised (the number used to move on 8 times, each
+    leaving a snapshot)."""
+    with MemoryStream(FlakyEmbeddings("summary of the turn"), path=tmp_path / "f.db") as s:
+
+        def broken_delete(*args: Any, **kwargs: Any) -> int:
+            raise StorageError("disk full")
+
+        monkeypatch.setattr(s, "delete", broken_delete)
+        model = FakeChat(
+            script=[round_("t", decide(False, "ok", "a")), summary("summary of the turn", [])]
+        )
+        graph = create_thinking_graph(model, s, retry=NO_RETRY)
+        with pytest.raises(RuntimeError, match="embedding service down"):
+            graph.invoke({"context": "Files: main.ts"})
+        assert [r.metadata["turn"] for r in s.recent(None)] == [1]  # the one snapshot reported
 
 
 class Parent(TypedDict, total=False):

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from langchain_reflective import ContextMemory, InvalidMemoryError, MemoryStream
-from langchain_reflective.thinking import SNAPSHOT_KIND, SUMMARY_KIND, create_thinking_tools
+from langchain_reflective import ContextMemory, InvalidMemoryError, MemoryStream, StorageError
+from langchain_reflective.thinking import (
+    SNAPSHOT_KIND,
+    SUMMARY_KIND,
+    TurnTakenError,
+    create_thinking_tools,
+)
 from tests.fakes import WordEmbeddings
+from tests.thinking_fakes import FlakyEmbeddings
 
 
 @pytest.fixture
@@ -112,10 +120,73 @@ def test_bad_turns_are_typed_errors_and_write_nothing(memory: ContextMemory) -> 
         lambda: memory.record_turn(4, " ", "s"),
         lambda: memory.record_turn(4, "c", ""),
         lambda: memory.record_turn(2, "c", "s"),  # already stored
+        # texts the stream refuses: refused before the snapshot is written, not after it
+        lambda: memory.record_turn(4, "c", "s" * 200_001),
+        lambda: memory.record_turn(4, "c", "s", ["i" * 200_000]),
+        lambda: memory.record_turn(4, "c" * 200_001, "s"),
+        lambda: memory.record_turn(4, "c", "s\x00"),
     ]:
         with pytest.raises(InvalidMemoryError):
             bad()
     assert memory.stream.count() == before
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+async def test_a_failed_summary_add_leaves_no_snapshot(tmp_path: Path, use_async: bool) -> None:
+    """A turn is recorded whole or not at all: the snapshot written before a summary add that
+    fails is deleted, so the same number can be recorded once the outage is over (an orphan
+    snapshot used to be left, and the retry refused as "already stored")."""
+    embeddings = FlakyEmbeddings(fail_on="failing summary")
+    with MemoryStream(embeddings, path=tmp_path / "flaky.db") as s:
+        memory = ContextMemory(s)
+        turn = (1, "Files: main.ts", "failing summary", ["an insight"])
+        with pytest.raises(RuntimeError, match="embedding service down"):
+            if use_async:
+                await memory.arecord_turn(*turn)
+            else:
+                memory.record_turn(*turn)
+        assert embeddings.document_calls == 2  # the snapshot was stored, then the summary failed
+        assert s.count() == 0 and memory.next_turn() == 1
+        embeddings.fail_on = ""
+        snap, summ = memory.record_turn(*turn)
+        assert snap.turn == summ.turn == 1 and summ.context_id == snap.id and s.count() == 2
+
+
+def test_a_snapshot_that_cannot_be_deleted_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    with MemoryStream(FlakyEmbeddings("failing summary"), path=tmp_path / "f.db") as s:
+
+        def broken_delete(*args: Any, **kwargs: Any) -> int:
+            raise StorageError("disk full")
+
+        monkeypatch.setattr(s, "delete", broken_delete)
+        with (
+            caplog.at_level(logging.ERROR),
+            pytest.raises(RuntimeError, match="embedding service down") as info,
+        ):
+            ContextMemory(s).record_turn(1, "Files: main.ts", "failing summary")
+        assert "could not be deleted" in " ".join(info.value.__notes__)
+        assert "could not be deleted" in caplog.text and "disk full" in caplog.text
+
+
+def test_a_turn_stored_between_the_check_and_the_write_is_taken(
+    stream: MemoryStream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer stores the number after the check: the duplicate id the stream refuses is
+    reported as the turn being taken (what lets the graph move to the next number)."""
+    add = stream.add
+
+    def racing_add(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(stream, "add", add)
+        ContextMemory(stream).record_turn(1, "other context", "other summary")
+        return add(*args, **kwargs)
+
+    monkeypatch.setattr(stream, "add", racing_add)
+    with pytest.raises(TurnTakenError, match="already stored") as info:
+        ContextMemory(stream).record_turn(1, "my context", "my summary")
+    assert isinstance(info.value.__cause__, StorageError)
+    assert [r.text for r in stream.recent(None)] == ["other context", "other summary"]
 
 
 def test_accumulated_summaries_keep_the_newest_within_budget(memory: ContextMemory) -> None:

@@ -18,7 +18,7 @@ from langchain_reflective import ContextMemory, MemoryStream, RetryConfig
 from langchain_reflective.memory import MEMORY_PREAMBLE
 from langchain_reflective.thinking.middleware import ThinkingMiddleware, turn_context
 from tests.fakes import WordEmbeddings
-from tests.thinking_fakes import Rounds, decide, recall, round_, summary
+from tests.thinking_fakes import FlakyEmbeddings, Rounds, decide, recall, round_, summary
 from tests.unit.test_middleware import FakeChat, fenced, system_text, tool_call
 
 
@@ -207,3 +207,70 @@ async def test_a_turn_number_taken_meanwhile_moves_to_the_next_one(
     snap = memory.context_by_turn(2, namespace="alice")
     assert snap is not None and snap.context.startswith("User: Why is it slow?")
     assert memory.next_turn(namespace="alice") == 3
+
+
+def test_an_unstorable_summary_is_recorded_as_the_extractive_fallback(
+    stream: MemoryStream,
+) -> None:
+    """A 300,000-character summary used to raise out of the agent run after the answer and
+    leave snapshots of turns 1..8 with no summary."""
+    thinker = Rounds(
+        script=[round_("t", decide(False, "ready"))], summaries=[summary("word " * 60_000, [])]
+    )
+    middleware = ThinkingMiddleware(thinker, stream, retry=RetryConfig(attempts=1))
+    agent = create_agent(FakeChat(script=["The answer."]), middleware=[middleware])
+    out = agent.invoke({"messages": [HumanMessage("hi")]}, context={"user_id": "ana"})  # type: ignore[arg-type]
+    assert out["messages"][-1].text == "The answer."
+    memory = ContextMemory(stream)
+    stored = memory.summary_by_turn(1, namespace="ana")
+    assert stored is not None and stored.fallback and stored.summary.startswith("User: hi")
+    assert stream.count(namespace="ana") == 2 and memory.next_turn(namespace="ana") == 2
+
+
+def test_a_storage_failure_while_recording_raises_and_stores_nothing(tmp_path: Path) -> None:
+    """Errors of the stream are raised (the graph's documented behaviour, which the middleware
+    follows): the run fails after the answer, and nothing of the turn is stored, so the
+    user's next turn is recorded as turn 1."""
+    embeddings = FlakyEmbeddings(fail_on="summary of the turn")
+    with MemoryStream(embeddings, path=tmp_path / "flaky.db") as s:
+        thinker = Rounds(
+            script=[round_("t", decide(False, "ready"))] * 2,
+            summaries=[summary("summary of the turn", []), summary("the next turn", [])],
+        )
+        actor = FakeChat(script=["The answer.", "Another answer."])
+        agent = create_agent(
+            actor, middleware=[ThinkingMiddleware(thinker, s, retry=RetryConfig(attempts=1))]
+        )
+        with pytest.raises(RuntimeError, match="embedding service down"):
+            agent.invoke({"messages": [HumanMessage("hi")]}, context={"user_id": "ana"})  # type: ignore[arg-type]
+        assert len(actor.calls) == 1  # answered before the failed recording
+        assert s.count(namespace="ana") == 0
+        agent.invoke({"messages": [HumanMessage("again")]}, context={"user_id": "ana"})  # type: ignore[arg-type]
+        memory = ContextMemory(s)
+        stored = memory.summary_by_turn(1, namespace="ana")
+        assert stored is not None and stored.summary == "the next turn"
+        assert s.count(namespace="ana") == 2
+
+
+def test_a_user_message_longer_than_a_snapshot_is_thought_about_and_answered(
+    stream: MemoryStream,
+) -> None:
+    """A 234,000-character message (~58k tokens) used to fail the run before any model call
+    (the graph's snapshot-size check, though thinking records nothing)."""
+    message = "Why does this log fail?\n" + "log line\n" * 26_000
+    thinker = Rounds(
+        script=[round_("a long log", decide(False, "ready"))],
+        summaries=[summary("The user pasted a log", [])],
+    )
+    actor = FakeChat(script=["The answer."])
+    middleware = ThinkingMiddleware(
+        thinker, stream, retry=RetryConfig(attempts=1), thinking_token_budget=10**9
+    )
+    agent = create_agent(actor, middleware=[middleware])
+    out = agent.invoke({"messages": [HumanMessage(message)]}, context={"user_id": "ana"})  # type: ignore[arg-type]
+    assert out["messages"][-1].text == "The answer." and len(actor.calls) == 1
+    assert len(thinker.thinking_calls) == 1
+    assert "a long log" in fenced(system_text(actor.calls[0]))
+    snap = ContextMemory(stream).context_by_turn(1, namespace="ana")
+    assert snap is not None and len(snap.context) == 200_000  # recorded, cut to a snapshot
+    assert snap.context.endswith("[... cut: the turn was longer than a snapshot holds]")
