@@ -8,15 +8,7 @@
 """
 
 from langchain_reflective.thinking.config import ThinkingConfig
-from langchain_reflective.thinking.context import (
-    SNAPSHOT_KIND,
-    SUMMARY_KIND,
-    ContextMemory,
-    ContextSnapshot,
-    ContextSummary,
-    RecallResult,
-    TurnTakenError,
-)
+from langchain_reflective.thinking.context import ContextMemory
 from langchain_reflective.thinking.fallbacks import extractive_summary
 from langchain_reflective.thinking.graph import create_thinking_graph
 from langchain_reflective.thinking.prompts import (
@@ -35,6 +27,14 @@ from langchain_reflective.thinking.tools import (
     ContinueThinkingArgs,
     RecallContextArgs,
     create_thinking_tools,
+)
+from langchain_reflective.thinking.turns import (
+    SNAPSHOT_KIND,
+    SUMMARY_KIND,
+    ContextSnapshot,
+    ContextSummary,
+    RecallResult,
+    TurnTakenError,
 )
 
 __all__ = [

@@ -35,12 +35,7 @@ from langchain_reflective._llm import (
 from langchain_reflective.errors import InvalidMemoryError
 from langchain_reflective.records import MAX_TEXT_CHARS, validate_text
 from langchain_reflective.thinking.config import ThinkingConfig
-from langchain_reflective.thinking.context import (
-    ContextMemory,
-    TurnTakenError,
-    count_text_tokens,
-    summary_text,
-)
+from langchain_reflective.thinking.context import ContextMemory
 from langchain_reflective.thinking.fallbacks import (
     PLACEHOLDER,
     Failure,
@@ -69,6 +64,7 @@ from langchain_reflective.thinking.tools import (
     RecallContextArgs,
     create_thinking_tools,
 )
+from langchain_reflective.thinking.turns import TurnTakenError, count_text_tokens, summary_text
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel

@@ -15,7 +15,8 @@ from pydantic import BaseModel, Field
 from langchain_reflective._llm import neutralise
 
 if TYPE_CHECKING:
-    from langchain_reflective.thinking.context import ContextMemory, RecallResult
+    from langchain_reflective.thinking.context import ContextMemory
+    from langchain_reflective.thinking.turns import RecallResult
 
 __all__ = [
     "CONTINUE_THINKING",
