@@ -38,8 +38,6 @@ from langchain_reflective.reflexion.config import (
 )
 from langchain_reflective.reflexion.episodic import (
     REFLEXION_KIND,
-    SCHEMA_VERSION,
-    TRIAL_KIND,
     Episode,
     episode,
     fit_to_budget,
@@ -58,6 +56,7 @@ from langchain_reflective.reflexion.reflection import (
     reflect_flow,
 )
 from langchain_reflective.reflexion.schema import EvaluatorOutput, SelfReflection
+from langchain_reflective.reflexion.trials import trial_record
 
 if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
@@ -425,59 +424,20 @@ class _Reflexion:
             }
         }
 
-    def _record(
-        self, state: ReflexionState, trial: Mapping[str, Any], episodes: list[Episode]
-    ) -> tuple[str, dict[str, Any], str, float]:
-        """``(text, metadata, kind, importance)`` of one trial's memory record."""
-        cfg = self.config
-        evaluation = trial.get("evaluation") or {}
-        iteration, outcome = int(trial["iteration"]), str(trial["outcome"])
-        meta: dict[str, Any] = {
-            "schema_version": SCHEMA_VERSION,
-            "loop_id": state["loop_id"],
-            "task": state["task"],
-            "iteration": iteration,
-            "reward": float(evaluation.get("reward", 0.0)),
-            "passed": bool(evaluation.get("passed")) and outcome == "passed",
-            "outcome": outcome,
-            "strategy": self.strategy,
-            "omega": self.omega,
-            "evaluator_output": evaluation,
-            "attempt": str(trial.get("attempt", ""))[: cfg.max_stored_attempt_chars],
-            "actions": list(trial.get("actions") or [])[:50],
-            "error": trial.get("error"),
-        }
-        if iteration == 0 and state.get("lessons_reused"):
-            meta["lessons_reused"] = list(state.get("lessons_reused") or [])
-        reflection = trial.get("reflection")
-        if reflection is None:
-            verdict = "passed" if meta["passed"] else "failed"
-            text = (
-                f"Trial {iteration} {verdict} with reward {meta['reward']:.2f} on task: "
-                f"{' '.join(state['task'].split())[:300]}"
-            )
-            return text, meta, TRIAL_KIND, cfg.trial_importance
-        sr = reflection["self_reflection"]
-        previous = reflection_window(episodes, self.omega - 1) if self.omega > 1 else []
-        in_context = [e["iteration"] for e in previous] + [iteration] if self.omega else []
-        meta.update(reflection)
-        meta["memory_metadata"] = {
-            "omega_capacity": self.omega,
-            "current_memory_size": len(in_context),
-            "reflections_in_context": in_context,
-            "total_reflections_generated": 1 + sum(e["kind"] == REFLEXION_KIND for e in episodes),
-        }
-        meta.setdefault("lessons_reused", [])
-        text = sr["reflection_text"]
-        if sr.get("lessons_learned"):
-            text += "\nLessons learned: " + "; ".join(sr["lessons_learned"])
-        return text, meta, REFLEXION_KIND, cfg.reflection_importance
-
     def _write(
         self, state: ReflexionState, trial: Mapping[str, Any], episodes: list[Episode]
     ) -> Flow[list[Episode]]:
         """Store one trial; the loop's episodes with it appended."""
-        text, meta, kind, importance = self._record(state, trial, episodes)
+        text, meta, kind, importance = trial_record(
+            trial,
+            episodes,
+            loop_id=state["loop_id"],
+            task=state["task"],
+            lessons_reused=state.get("lessons_reused") or [],
+            strategy=self.strategy,
+            omega=self.omega,
+            config=self.config,
+        )
         st = self.stream
         records = yield Op(
             st.add,

@@ -1,0 +1,77 @@
+"""What one trial of a Reflexion loop stores: the record's text, metadata, kind and importance.
+
+The graph (:mod:`langchain_reflective.reflexion.graph`) runs the trial; this module turns it,
+with the loop's stored episodes, into the memory record that :mod:`.episodic` reads back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langchain_reflective.reflexion.config import ReflexionConfig, Strategy
+from langchain_reflective.reflexion.episodic import (
+    REFLEXION_KIND,
+    SCHEMA_VERSION,
+    TRIAL_KIND,
+    Episode,
+    reflection_window,
+)
+
+__all__ = ["trial_record"]
+
+
+def trial_record(
+    trial: Mapping[str, Any],
+    episodes: Sequence[Episode],
+    *,
+    loop_id: str,
+    task: str,
+    lessons_reused: Sequence[str],
+    strategy: Strategy,
+    omega: int,
+    config: ReflexionConfig,
+) -> tuple[str, dict[str, Any], str, float]:
+    """``(text, metadata, kind, importance)`` of one trial's memory record."""
+    evaluation = trial.get("evaluation") or {}
+    iteration, outcome = int(trial["iteration"]), str(trial["outcome"])
+    meta: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "loop_id": loop_id,
+        "task": task,
+        "iteration": iteration,
+        "reward": float(evaluation.get("reward", 0.0)),
+        "passed": bool(evaluation.get("passed")) and outcome == "passed",
+        "outcome": outcome,
+        "strategy": strategy,
+        "omega": omega,
+        "evaluator_output": evaluation,
+        "attempt": str(trial.get("attempt", ""))[: config.max_stored_attempt_chars],
+        "actions": list(trial.get("actions") or [])[:50],
+        "error": trial.get("error"),
+    }
+    if iteration == 0 and lessons_reused:
+        meta["lessons_reused"] = list(lessons_reused)
+    reflection = trial.get("reflection")
+    if reflection is None:
+        verdict = "passed" if meta["passed"] else "failed"
+        text = (
+            f"Trial {iteration} {verdict} with reward {meta['reward']:.2f} on task: "
+            f"{' '.join(task.split())[:300]}"
+        )
+        return text, meta, TRIAL_KIND, config.trial_importance
+    sr = reflection["self_reflection"]
+    previous = reflection_window(episodes, omega - 1) if omega > 1 else []
+    in_context = [e["iteration"] for e in previous] + [iteration] if omega else []
+    meta.update(reflection)
+    meta["memory_metadata"] = {
+        "omega_capacity": omega,
+        "current_memory_size": len(in_context),
+        "reflections_in_context": in_context,
+        "total_reflections_generated": 1 + sum(e["kind"] == REFLEXION_KIND for e in episodes),
+    }
+    meta.setdefault("lessons_reused", [])
+    text = sr["reflection_text"]
+    if sr.get("lessons_learned"):
+        text += "\nLessons learned: " + "; ".join(sr["lessons_learned"])
+    return text, meta, REFLEXION_KIND, config.reflection_importance
