@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
@@ -27,6 +27,7 @@ from langchain_reflective._llm import (
     run_sync,
     threaded,
 )
+from langchain_reflective.errors import StorageError
 from langchain_reflective.reflexion.actor import attempt_of, error_evaluation
 from langchain_reflective.reflexion.config import (
     STRATEGIES,
@@ -56,7 +57,7 @@ from langchain_reflective.reflexion.reflection import (
     reflect_flow,
 )
 from langchain_reflective.reflexion.schema import EvaluatorOutput, SelfReflection
-from langchain_reflective.reflexion.trials import trial_record
+from langchain_reflective.reflexion.trials import trial_record, trial_record_id
 
 if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
@@ -331,7 +332,13 @@ class _Reflexion:
                 "reflection_source": source,
             },
         }
-        episodes = yield from self._write(state, trial, episodes)
+        episodes, fresh = yield from self._write(state, trial, episodes)
+        if not fresh:  # another run stored this trial: redo the attempt from what is stored
+            resync = self._resync(episodes)
+            if resync["done"]:
+                return resync
+            again = cast("ReflexionState", {**state, **resync})
+            return {**resync, **(yield from self.act(again, config))}
         return {
             **self._progress(episodes),
             "pending": None,
@@ -426,8 +433,14 @@ class _Reflexion:
 
     def _write(
         self, state: ReflexionState, trial: Mapping[str, Any], episodes: list[Episode]
-    ) -> Flow[list[Episode]]:
-        """Store one trial; the loop's episodes with it appended."""
+    ) -> Flow[tuple[list[Episode], bool]]:
+        """Store one trial: ``(the loop's episodes with it appended, True)``.
+
+        The record's id is derived from (namespace, loop, iteration), so when another run of
+        the same loop stored this iteration first, the write fails with a duplicate id and
+        nothing is stored twice: then ``(the loop's stored episodes, False)``, to continue from
+        what is stored. Any other storage error is raised.
+        """
         text, meta, kind, importance = trial_record(
             trial,
             episodes,
@@ -438,19 +451,47 @@ class _Reflexion:
             omega=self.omega,
             config=self.config,
         )
-        st = self.stream
+        st, ns = self.stream, self._ns(state)
+        record_id = trial_record_id(ns, state["loop_id"], int(trial["iteration"]))
         records = yield Op(
-            st.add,
-            st.aadd,
+            _guarded(st.add),
+            _aguarded(st.aadd),
             ([text],),
             {
                 "kinds": kind,
                 "metadatas": [meta],
                 "importances": [importance],
-                "namespace": self._ns(state),
+                "ids": [record_id],
+                "namespace": ns,
             },
         )
-        return [*episodes, episode(records[0])]
+        if not isinstance(records, Exception):
+            return [*episodes, episode(records[0])], True
+        if isinstance(records, StorageError):  # a duplicate only if that record is stored now
+            stored: list[Episode] = yield Op(
+                load_loop, threaded(load_loop), (st, state["loop_id"]), {"namespace": ns}
+            )
+            if any(e["id"] == record_id for e in stored):
+                return stored, False
+        raise records
+
+    def _resync(self, stored: list[Episode]) -> Update:
+        """Continue from the loop as stored by another run (after a duplicate iteration)."""
+        status = loop_status(stored)
+        done = status != "running" or len(stored) >= self.max_trials
+        last = stored[-1]
+        return {
+            **self._progress(stored),
+            "status": (status if status != "running" else "failed") if done else "running",
+            "done": done,
+            "passed": bool(last.get("passed")),
+            "iteration": len(stored),
+            "output": str(last.get("attempt", "")),
+            "evaluation": last.get("evaluator_output"),
+            "error": last.get("error"),
+            "reflection": None,
+            "pending": None,
+        }
 
     def _progress(self, episodes: list[Episode]) -> Update:
         window = reflection_window(episodes, self.omega) if self.reflects else []
@@ -491,7 +532,9 @@ class _Reflexion:
         }
         if self.inline and outcome == "failed" and trial["reflection"] is None:
             return {**common, "pending": trial}
-        episodes = yield from self._write(state, trial, list(state.get("episodes") or []))
+        episodes, fresh = yield from self._write(state, trial, list(state.get("episodes") or []))
+        if not fresh:
+            return self._resync(episodes)
         return {**common, **self._progress(episodes)}
 
     def finish(self, state: ReflexionState) -> Update:
@@ -506,6 +549,9 @@ class _Reflexion:
 
     def after_load(self, state: ReflexionState) -> str:
         return "finish" if state.get("done") else "actor"
+
+    def after_act(self, state: ReflexionState) -> str:
+        return END if state.get("done") else "evaluate"
 
     def after_evaluate(self, state: ReflexionState) -> str:
         if state.get("error"):
@@ -561,7 +607,10 @@ def create_reflexion_graph(
     ``ReflexionConfig(inline_reflection=True)`` a chat model actor writes the reflection on a
     failure in the same call as its next attempt (one call per failed trial). A critical error
     of the actor or the evaluator (an exception) gets an error reflection and stops the loop
-    with status ``error``; nothing is raised for it. Storage errors are raised.
+    with status ``error``; nothing is raised for it. Storage errors are raised. Two runs of one
+    ``loop_id`` at once store each trial once: a trial's record id is derived from (namespace,
+    loop, iteration), and the run that finds its trial already stored by the other continues
+    from the stored loop (or returns it, when finished) instead of storing it twice.
 
     What the actor receives: a chat model gets a system message with the fenced notes and the
     task as a human message; a compiled graph (e.g. a ``create_agent`` agent) gets
@@ -643,7 +692,7 @@ def create_reflexion_graph(
     builder.add_node("finish", RunnableLambda(steps.finish, name="reflexion.finish"))
     builder.add_edge(START, "load")
     builder.add_conditional_edges("load", steps.after_load, ["actor", "finish"])
-    builder.add_edge("actor", "evaluate")
+    builder.add_conditional_edges("actor", steps.after_act, ["evaluate", END])
     builder.add_conditional_edges("evaluate", steps.after_evaluate, ["self_reflect", "store"])
     builder.add_edge("self_reflect", "store")
     builder.add_conditional_edges("store", steps.after_store, ["actor", END])

@@ -6,6 +6,7 @@ with the loop's stored episodes, into the memory record that :mod:`.episodic` re
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,7 +19,18 @@ from langchain_reflective.reflexion.episodic import (
     reflection_window,
 )
 
-__all__ = ["trial_record"]
+__all__ = ["trial_record", "trial_record_id"]
+
+
+def trial_record_id(namespace: str, loop_id: str, iteration: int) -> str:
+    """The id of the record of trial ``iteration`` of a loop in a namespace (stable, 34 chars).
+
+    Two runs of one loop at once derive the same id for the same trial, so the second write
+    fails (duplicate id) instead of storing the trial twice. Records stored before these ids
+    (random UUIDs) stay valid: loops are read by their metadata, never by id.
+    """
+    key = f"{len(namespace)}:{namespace}/{len(loop_id)}:{loop_id}/{int(iteration)}"
+    return "rx" + hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 def trial_record(

@@ -27,7 +27,9 @@ from tests.fakes import WordEmbeddings
 from tests.unit.reflexion_fakes import (
     TESTS,
     CodingActor,
+    InterruptedActor,
     ScriptedReflexionModel,
+    good_reflection,
     system_text,
 )
 
@@ -211,6 +213,89 @@ async def test_ainvoke_runs_the_same_loop(stream: MemoryStream) -> None:
     out = await graph.ainvoke({"task": TASK})
     assert out["status"] == "passed" and out["rewards"] == [0.0, 0.0, 1.0]
     assert [reflections_in(c) for c in model.actor_calls] == [[], [0], [0, 1]]
+
+
+# -- two runs of one loop at once -------------------------------------------------------------
+
+
+def iterations(stream: MemoryStream, loop_id: str) -> list[int]:
+    return sorted(
+        r.metadata["iteration"] for r in stream.recent(None) if r.metadata["loop_id"] == loop_id
+    )
+
+
+async def test_two_concurrent_runs_of_one_loop_store_each_trial_once(
+    stream: MemoryStream,
+) -> None:
+    import asyncio
+
+    from langchain_reflective.reflexion import analyze_loops, export_loops
+
+    model = ScriptedReflexionModel(actor_script=["Sydney"])
+    graph = create_reflexion_graph(
+        model, match_evaluator("Canberra"), stream=stream, config=FAST, max_trials=3
+    )
+    outs = await asyncio.gather(*[graph.ainvoke({"task": TASK, "loop_id": "L"}) for _ in "ab"])
+    assert iterations(stream, "L") == [0, 1, 2]  # was [0, 0, 1, 1, 2, 2]
+    assert all(o["status"] == "failed" and o["trials"] == 3 for o in outs)
+    [loop] = export_loops(stream)["loops"]
+    assert [t["iteration"] for t in loop["trials"]] == [0, 1, 2]
+    [analysis], _, _ = analyze_loops(stream)
+    assert analysis.trials == 3
+
+
+def test_a_run_whose_loop_was_finished_meanwhile_returns_it_as_stored(
+    stream: MemoryStream,
+) -> None:
+    other = create_reflexion_graph(
+        ScriptedReflexionModel(actor_script=["Canberra"]),
+        match_evaluator("Canberra"),
+        stream=stream,
+        config=FAST,
+    )
+    model = InterruptedActor(
+        actor_script=["Sydney"],
+        before_first=lambda: other.invoke({"task": TASK, "loop_id": "L"}),
+    )
+    graph = create_reflexion_graph(
+        model, match_evaluator("Canberra"), stream=stream, config=FAST, max_trials=3
+    )
+    out = graph.invoke({"task": TASK, "loop_id": "L"})
+    # its own failed trial 0 collided with the other run's passed trial 0: nothing stored twice
+    assert out["status"] == "passed" and out["output"] == "Canberra" and out["rewards"] == [1.0]
+    assert iterations(stream, "L") == [0] and len(model.actor_calls) == 1
+    assert stored(stream, REFLEXION_KIND) == []
+
+
+def test_an_inline_run_continues_from_the_trial_another_run_stored(
+    stream: MemoryStream,
+) -> None:
+    class Crash(BaseException):
+        """Stops the other run after its first trial is stored."""
+
+    def other_run() -> None:
+        other = create_reflexion_graph(
+            ScriptedReflexionModel(
+                actor_script=["Perth", Crash("stop")],
+                reflection_script=[good_reflection(1, about="other run")],
+            ),
+            match_evaluator("Canberra"),
+            stream=stream,
+            config=FAST,
+        )
+        with pytest.raises(Crash):
+            other.invoke({"task": TASK, "loop_id": "L"})
+
+    model = InterruptedActor(actor_script=["Sydney", "Hobart", "Canberra"], before_first=other_run)
+    graph = create_reflexion_graph(
+        model, match_evaluator("Canberra"), stream=stream, config=INLINE, max_trials=3
+    )
+    out = graph.invoke({"task": TASK, "loop_id": "L"})
+    # its inline reflection on trial 0 collided: it redid trial 1 with the stored reflection
+    assert out["status"] == "passed" and out["rewards"] == [0.0, 1.0]
+    assert iterations(stream, "L") == [0, 1]
+    assert [r["attempt"] for r in out["reflections"]] == ["Perth"]
+    assert "other run" in system_text(model.calls[-1])
 
 
 def test_works_as_a_node_of_a_parent_graph(stream: MemoryStream) -> None:
