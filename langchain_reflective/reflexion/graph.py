@@ -11,7 +11,6 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.runnables.base import coerce_to_runnable
 from langchain_core.runnables.config import merge_configs
@@ -28,7 +27,7 @@ from langchain_reflective._llm import (
     threaded,
 )
 from langchain_reflective.errors import StorageError
-from langchain_reflective.reflexion.actor import attempt_of, error_evaluation
+from langchain_reflective.reflexion.actor import actor_input, attempt_of, error_evaluation
 from langchain_reflective.reflexion.config import (
     STRATEGIES,
     ReflexionConfig,
@@ -45,7 +44,6 @@ from langchain_reflective.reflexion.episodic import (
     load_loop,
     loop_status,
     reflection_window,
-    render_window,
     search_reflections,
 )
 from langchain_reflective.reflexion.evaluators import Attempt, BaseEvaluator
@@ -151,49 +149,16 @@ class _Reflexion:
     def _ns(self, state: ReflexionState) -> str:
         return self.stream.resolve_namespace(state.get("namespace"))
 
-    def _context(self, state: ReflexionState) -> str:
-        episodes = state.get("episodes") or []
-        window: list[Episode] = []
-        if self.reflects:
-            window = fit_to_budget(
-                reflection_window(episodes, self.omega), self.config.max_reflection_tokens
-            )
-        last = episodes[-1] if episodes and self.strategy.startswith("last_attempt") else None
-        sections = render_window(
-            window,
-            last_attempt=last,
-            lessons=state.get("lessons") or [],
-            max_chars=self.config.max_chars,
-        )
-        if not sections:
-            return ""
-        return self.prompts.actor_context.format(
-            task_intro=f"This is attempt {state.get('iteration', 0) + 1} at the task.",
-            sections="\n\n".join(sections),
-        )
-
     def _actor_input(self, state: ReflexionState) -> tuple[Any, int]:
-        task, context = state["task"], self._context(state)
-        messages: list[BaseMessage] = [SystemMessage(context)] if context else []
-        messages.append(HumanMessage(task))
-        if self.actor_kind == "chat":
-            return messages, len(messages)
-        if self.actor_kind == "graph":
-            text = f"{context}\n\nTask:\n{task}" if context else task
-            return {"messages": [HumanMessage(text)]}, 1
-        window = reflection_window(state.get("episodes") or [], self.omega) if self.reflects else []
-        episodes = state.get("episodes") or []
-        return {
-            "task": task,
-            "iteration": state.get("iteration", 0),
-            "context": context,
-            "reflections": [e["self_reflection"] for e in window],
-            "last_attempt": episodes[-1]
-            if episodes and self.strategy.startswith("last_attempt")
-            else None,
-            "lessons": list(state.get("lessons") or []),
-            "messages": messages,
-        }, len(messages)
+        return actor_input(
+            state,
+            kind=self.actor_kind,
+            strategy=self.strategy,
+            omega=self.omega if self.reflects else 0,
+            max_reflection_tokens=self.config.max_reflection_tokens,
+            max_chars=self.config.max_chars,
+            context_prompt=self.prompts.actor_context,
+        )
 
     # -- steps -----------------------------------------------------------------------------
 
