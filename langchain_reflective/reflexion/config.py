@@ -45,7 +45,9 @@ class ReflexionConfig:
     prior_min_confidence: float | None = 0.5
     """Only past reflections at least this confident (and not low quality) become lessons."""
     max_chars: int = 4000
-    """Longest piece of attempt, task or feedback text put in a prompt (longer ones are cut)."""
+    """Longest piece of attempt, task or feedback text put in a prompt (longer ones are cut);
+    also the longest reflection text, causal reasoning and root cause stored with a trial, and
+    the most characters of its actionable insights and of its lessons learned (each list)."""
     max_stored_attempt_chars: int = 4000
     """Longest attempt output stored with a trial (for the ``last_attempt`` strategies)."""
     reflection_importance: float = 0.7

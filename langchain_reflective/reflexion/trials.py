@@ -19,7 +19,7 @@ from langchain_reflective.reflexion.episodic import (
     reflection_window,
 )
 
-__all__ = ["trial_record", "trial_record_id"]
+__all__ = ["bounded_reflection", "trial_record", "trial_record_id"]
 
 
 def trial_record_id(namespace: str, loop_id: str, iteration: int) -> str:
@@ -33,6 +33,40 @@ def trial_record_id(namespace: str, loop_id: str, iteration: int) -> str:
     return "rx" + hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
+def _cut_items(items: Sequence[Any], max_chars: int) -> list[str]:
+    """The items, in order, cut to ``max_chars`` characters in all."""
+    kept: list[str] = []
+    left = max_chars
+    for item in items:
+        if left <= 0:
+            break
+        kept.append(str(item)[:left])
+        left -= len(kept[-1])
+    return kept
+
+
+def bounded_reflection(reflection: Mapping[str, Any], max_chars: int) -> dict[str, Any]:
+    """A self-reflection (as JSON) with its texts cut to ``max_chars`` characters each.
+
+    The reflection text, the causal reasoning and the root cause are cut to ``max_chars``;
+    the actionable insights and the lessons learned to ``max_chars`` in all (each list). A
+    model's over-long reflection is thus kept, cut, like an over-long attempt, instead of
+    exceeding the memory text limit and losing the trial.
+    """
+    out = dict(reflection)
+    out["reflection_text"] = str(reflection.get("reflection_text", ""))[:max_chars]
+    out["causal_reasoning"] = str(reflection.get("causal_reasoning", ""))[:max_chars]
+    for key in ("actionable_insights", "lessons_learned"):
+        out[key] = _cut_items(list(reflection.get(key) or []), max_chars)
+    credit = reflection.get("credit_assignment")
+    if isinstance(credit, Mapping):
+        out["credit_assignment"] = {
+            **credit,
+            "root_cause": str(credit.get("root_cause", ""))[:max_chars],
+        }
+    return out
+
+
 def trial_record(
     trial: Mapping[str, Any],
     episodes: Sequence[Episode],
@@ -44,7 +78,11 @@ def trial_record(
     omega: int,
     config: ReflexionConfig,
 ) -> tuple[str, dict[str, Any], str, float]:
-    """``(text, metadata, kind, importance)`` of one trial's memory record."""
+    """``(text, metadata, kind, importance)`` of one trial's memory record.
+
+    The attempt is cut to ``config.max_stored_attempt_chars`` and the reflection's texts to
+    ``config.max_chars`` (:func:`bounded_reflection`).
+    """
     evaluation = trial.get("evaluation") or {}
     iteration, outcome = int(trial["iteration"]), str(trial["outcome"])
     meta: dict[str, Any] = {
@@ -72,10 +110,10 @@ def trial_record(
             f"{' '.join(task.split())[:300]}"
         )
         return text, meta, TRIAL_KIND, config.trial_importance
-    sr = reflection["self_reflection"]
+    sr = bounded_reflection(reflection["self_reflection"], config.max_chars)
     previous = reflection_window(episodes, omega - 1) if omega > 1 else []
     in_context = [e["iteration"] for e in previous] + [iteration] if omega else []
-    meta.update(reflection)
+    meta.update(reflection, self_reflection=sr)
     meta["memory_metadata"] = {
         "omega_capacity": omega,
         "current_memory_size": len(in_context),

@@ -215,6 +215,31 @@ async def test_ainvoke_runs_the_same_loop(stream: MemoryStream) -> None:
     assert [reflections_in(c) for c in model.actor_calls] == [[], [0], [0, 1]]
 
 
+def test_an_over_long_reflection_is_stored_cut_and_the_loop_goes_on(
+    stream: MemoryStream,
+) -> None:
+    import json
+
+    huge = json.loads(good_reflection(1))
+    huge["reflection_text"] = "I failed because " + "x" * 250_000  # over the memory text limit
+    huge["actionable_insights"] = ["Check the input first. " * 50] * 100
+    huge["lessons_learned"] = ["Read the task. " * 100] * 100
+    model = ScriptedReflexionModel(
+        actor_script=["Sydney", "Canberra"], reflection_script=[json.dumps(huge)]
+    )
+    config = ReflexionConfig(retry=RetryConfig(attempts=1), max_chars=1000)
+    graph = create_reflexion_graph(model, match_evaluator("Canberra"), stream=stream, config=config)
+    out = graph.invoke({"task": TASK, "loop_id": "L"})
+    assert out["status"] == "passed" and out["rewards"] == [0.0, 1.0]  # was InvalidMemoryError
+    [record] = stored(stream, REFLEXION_KIND)
+    sr = record.metadata["self_reflection"]
+    assert sr["reflection_text"] == huge["reflection_text"][:1000]
+    assert sum(map(len, sr["actionable_insights"])) == 1000
+    assert sum(map(len, sr["lessons_learned"])) == 1000
+    assert len(record.text) < 2100  # the text plus its lessons
+    assert out["reflections"][0]["self_reflection"] == sr
+
+
 # -- two runs of one loop at once -------------------------------------------------------------
 
 
