@@ -64,7 +64,8 @@ def actor_input(
 
     ``kind``: ``chat`` (messages), ``graph`` (``{"messages": [...]}``) or ``runnable`` (an
     ``ActorInput`` dict); ``omega``: the window of reflections shown (0 when the strategy does
-    not reflect).
+    not reflect), pruned to ``max_reflection_tokens`` in the notes and in the dict's
+    ``reflections`` alike.
     """
     task = state["task"]
     context = _context(
@@ -83,7 +84,7 @@ def actor_input(
         text = f"{context}\n\nTask:\n{task}" if context else task
         return {"messages": [HumanMessage(text)]}, 1
     episodes = state.get("episodes") or []
-    window = reflection_window(episodes, omega) if omega else []
+    window = fit_to_budget(reflection_window(episodes, omega), max_reflection_tokens)
     return {
         "task": task,
         "iteration": state.get("iteration", 0),

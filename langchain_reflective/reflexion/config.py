@@ -115,7 +115,9 @@ class ReflexionOutput(TypedDict, total=False):
     reflections: list[dict[str, Any]]
     """Every stored reflection of the loop (episodes: metadata plus id, kind, created_at)."""
     window: list[int]
-    """Iterations of the reflections in the actor's context now (the Ω window)."""
+    """Iterations of the reflections in the actor's context now: the Ω window pruned to
+    ``max_reflection_tokens``, as the next attempt (or a resumed loop) sees it. Each stored
+    reflection's ``memory_metadata.reflections_in_context`` is the same, after it was stored."""
     error: str | None
     """The critical error that stopped the loop, if any."""
     resumed: bool

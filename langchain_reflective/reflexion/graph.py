@@ -290,6 +290,7 @@ class _Reflexion:
             source = "model"
         trial = {
             **pending,
+            "in_context": [e["iteration"] for e in shown] + [pending["iteration"]],
             "reflection": {
                 "self_reflection": reflection.model_dump(mode="json"),
                 "low_quality": bool(issues) or source == "fallback",
@@ -459,7 +460,13 @@ class _Reflexion:
         }
 
     def _progress(self, episodes: list[Episode]) -> Update:
-        window = reflection_window(episodes, self.omega) if self.reflects else []
+        window = (
+            fit_to_budget(
+                reflection_window(episodes, self.omega), self.config.max_reflection_tokens
+            )
+            if self.reflects
+            else []
+        )
         return {
             "episodes": episodes,
             "reflections": [e for e in episodes if e["kind"] == REFLEXION_KIND],

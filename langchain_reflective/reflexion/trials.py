@@ -16,6 +16,7 @@ from langchain_reflective.reflexion.episodic import (
     SCHEMA_VERSION,
     TRIAL_KIND,
     Episode,
+    fit_to_budget,
     reflection_window,
 )
 
@@ -111,8 +112,12 @@ def trial_record(
         )
         return text, meta, TRIAL_KIND, config.trial_importance
     sr = bounded_reflection(reflection["self_reflection"], config.max_chars)
-    previous = reflection_window(episodes, omega - 1) if omega > 1 else []
-    in_context = [e["iteration"] for e in previous] + [iteration] if omega else []
+    in_context = trial.get("in_context")  # an inline reflection: what that call showed
+    if in_context is None:  # the window the next attempt sees, pruned to the token budget
+        new = {"kind": REFLEXION_KIND, "iteration": iteration, "reward": meta["reward"]}
+        window = reflection_window([*episodes, {**new, "self_reflection": sr}], omega)
+        in_context = [e["iteration"] for e in fit_to_budget(window, config.max_reflection_tokens)]
+    in_context = list(in_context) if omega else []
     meta.update(reflection, self_reflection=sr)
     meta["memory_metadata"] = {
         "omega_capacity": omega,

@@ -122,6 +122,42 @@ def test_seed_omega_table_for_iterations_0_to_4(stream: MemoryStream) -> None:
     assert out["window"] == [2, 3, 4]
 
 
+@pytest.mark.parametrize("actor_kind", ["chat", "runnable"])
+def test_window_and_metadata_are_what_the_actor_saw_under_the_token_budget(
+    stream: MemoryStream, actor_kind: str
+) -> None:
+    """max_reflection_tokens=120 holds one reflection: Ω=3 would show three."""
+    model = ScriptedReflexionModel(actor_script=["Sydney"])
+    seen: list[dict[str, Any]] = []
+
+    def runnable(payload: dict[str, Any]) -> str:
+        seen.append(payload)
+        return model.invoke(payload["messages"]).text
+
+    config = ReflexionConfig(retry=RetryConfig(attempts=1), max_reflection_tokens=120)
+    graph = create_reflexion_graph(
+        model if actor_kind == "chat" else RunnableLambda(runnable),
+        match_evaluator("Canberra"),
+        stream=stream,
+        reflection_model=model,
+        config=config,
+        omega=3,
+        max_trials=4,
+    )
+    out = graph.invoke({"task": TASK})
+    shown = [reflections_in(c) for c in model.actor_calls]
+    assert shown == [[], [0], [1], [2]]  # the budget keeps the newest reflection only
+    in_context = [r["memory_metadata"]["reflections_in_context"] for r in out["reflections"]]
+    assert in_context[:-1] == shown[1:]  # was [0], [0, 1], [0, 1, 2]
+    assert [r["memory_metadata"]["current_memory_size"] for r in out["reflections"]] == [1] * 4
+    assert out["window"] == [3]  # was [1, 2, 3]
+    if actor_kind == "runnable":  # the structured reflections are the ones in the notes
+        assert [[r["reflection_text"][:60] for r in p["reflections"]] for p in seen] == [
+            [r["self_reflection"]["reflection_text"][:60] for r in out["reflections"][i - 1 : i]]
+            for i in range(4)
+        ]
+
+
 def test_a_restart_resumes_the_loop_with_the_same_window(tmp_path: Path) -> None:
     class Crash(BaseException):
         """Stands for the process dying (not an Exception: the loop must not catch it)."""
