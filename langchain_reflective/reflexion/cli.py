@@ -52,8 +52,8 @@ def _loops_table(analyses: list[LoopAnalysis]) -> Table:
         table.add_row(
             escape(a.loop_id[:12]),
             escape(_short(a.task, 40)),
-            a.strategy,
-            a.status,
+            escape(str(a.strategy)),
+            escape(str(a.status)),
             str(a.trials),
             str(a.trials_to_success) if a.trials_to_success is not None else "-",
             _curve(a.rewards),
@@ -80,7 +80,7 @@ def _summary_table(overall: LoopsSummary, by_strategy: dict[str, LoopsSummary]) 
     table.add_column("mean learning rate", justify="right")
     for name, s in rows:
         table.add_row(
-            name,
+            escape(str(name)),
             str(s.loops),
             f"{s.success_rate:.2f}",
             *[f"{s.success_at.get(k, s.success_rate):.2f}" for k in ks],

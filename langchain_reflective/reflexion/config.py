@@ -45,7 +45,9 @@ class ReflexionConfig:
     prior_min_confidence: float | None = 0.5
     """Only past reflections at least this confident (and not low quality) become lessons."""
     max_chars: int = 4000
-    """Longest piece of attempt, task or feedback text put in a prompt (longer ones are cut)."""
+    """Longest piece of attempt, task or feedback text put in a prompt (longer ones are cut);
+    also the longest reflection text, causal reasoning and root cause stored with a trial, and
+    the most characters of its actionable insights and of its lessons learned (each list)."""
     max_stored_attempt_chars: int = 4000
     """Longest attempt output stored with a trial (for the ``last_attempt`` strategies)."""
     reflection_importance: float = 0.7
@@ -113,7 +115,9 @@ class ReflexionOutput(TypedDict, total=False):
     reflections: list[dict[str, Any]]
     """Every stored reflection of the loop (episodes: metadata plus id, kind, created_at)."""
     window: list[int]
-    """Iterations of the reflections in the actor's context now (the Ω window)."""
+    """Iterations of the reflections in the actor's context now: the Ω window pruned to
+    ``max_reflection_tokens``, as the next attempt (or a resumed loop) sees it. Each stored
+    reflection's ``memory_metadata.reflections_in_context`` is the same, after it was stored."""
     error: str | None
     """The critical error that stopped the loop, if any."""
     resumed: bool

@@ -131,7 +131,8 @@ def load_export(data: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
     """Read an export (JSON text or an already-parsed document) and check its format.
 
     Raises:
-        InvalidMemoryError: not JSON, or not a langchain-reflective Reflexion export.
+        InvalidMemoryError: not JSON, not a langchain-reflective Reflexion export, or a loop
+            that is not a JSON object.
     """
     if isinstance(data, str | bytes):
         try:
@@ -146,6 +147,11 @@ def load_export(data: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
         raise InvalidMemoryError(f"unsupported Reflexion export version {doc.get('version')!r}")
     if not isinstance(doc.get("loops"), list):
         raise InvalidMemoryError("a Reflexion export needs a 'loops' list")
+    for i, loop in enumerate(doc["loops"]):
+        if not isinstance(loop, dict):
+            raise InvalidMemoryError(
+                f"malformed loops: loop {i} is a {type(loop).__name__}, not a JSON object"
+            )
     return doc
 
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.runnables.base import coerce_to_runnable
 from langchain_core.runnables.config import merge_configs
@@ -27,7 +26,8 @@ from langchain_reflective._llm import (
     run_sync,
     threaded,
 )
-from langchain_reflective.reflexion.actor import attempt_of, error_evaluation
+from langchain_reflective.errors import StorageError
+from langchain_reflective.reflexion.actor import actor_input, attempt_of, error_evaluation
 from langchain_reflective.reflexion.config import (
     STRATEGIES,
     ReflexionConfig,
@@ -38,15 +38,12 @@ from langchain_reflective.reflexion.config import (
 )
 from langchain_reflective.reflexion.episodic import (
     REFLEXION_KIND,
-    SCHEMA_VERSION,
-    TRIAL_KIND,
     Episode,
     episode,
     fit_to_budget,
     load_loop,
     loop_status,
     reflection_window,
-    render_window,
     search_reflections,
 )
 from langchain_reflective.reflexion.evaluators import Attempt, BaseEvaluator
@@ -58,6 +55,7 @@ from langchain_reflective.reflexion.reflection import (
     reflect_flow,
 )
 from langchain_reflective.reflexion.schema import EvaluatorOutput, SelfReflection
+from langchain_reflective.reflexion.trials import trial_record, trial_record_id
 
 if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
@@ -151,49 +149,16 @@ class _Reflexion:
     def _ns(self, state: ReflexionState) -> str:
         return self.stream.resolve_namespace(state.get("namespace"))
 
-    def _context(self, state: ReflexionState) -> str:
-        episodes = state.get("episodes") or []
-        window: list[Episode] = []
-        if self.reflects:
-            window = fit_to_budget(
-                reflection_window(episodes, self.omega), self.config.max_reflection_tokens
-            )
-        last = episodes[-1] if episodes and self.strategy.startswith("last_attempt") else None
-        sections = render_window(
-            window,
-            last_attempt=last,
-            lessons=state.get("lessons") or [],
-            max_chars=self.config.max_chars,
-        )
-        if not sections:
-            return ""
-        return self.prompts.actor_context.format(
-            task_intro=f"This is attempt {state.get('iteration', 0) + 1} at the task.",
-            sections="\n\n".join(sections),
-        )
-
     def _actor_input(self, state: ReflexionState) -> tuple[Any, int]:
-        task, context = state["task"], self._context(state)
-        messages: list[BaseMessage] = [SystemMessage(context)] if context else []
-        messages.append(HumanMessage(task))
-        if self.actor_kind == "chat":
-            return messages, len(messages)
-        if self.actor_kind == "graph":
-            text = f"{context}\n\nTask:\n{task}" if context else task
-            return {"messages": [HumanMessage(text)]}, 1
-        window = reflection_window(state.get("episodes") or [], self.omega) if self.reflects else []
-        episodes = state.get("episodes") or []
-        return {
-            "task": task,
-            "iteration": state.get("iteration", 0),
-            "context": context,
-            "reflections": [e["self_reflection"] for e in window],
-            "last_attempt": episodes[-1]
-            if episodes and self.strategy.startswith("last_attempt")
-            else None,
-            "lessons": list(state.get("lessons") or []),
-            "messages": messages,
-        }, len(messages)
+        return actor_input(
+            state,
+            kind=self.actor_kind,
+            strategy=self.strategy,
+            omega=self.omega if self.reflects else 0,
+            max_reflection_tokens=self.config.max_reflection_tokens,
+            max_chars=self.config.max_chars,
+            context_prompt=self.prompts.actor_context,
+        )
 
     # -- steps -----------------------------------------------------------------------------
 
@@ -325,6 +290,7 @@ class _Reflexion:
             source = "model"
         trial = {
             **pending,
+            "in_context": [e["iteration"] for e in shown] + [pending["iteration"]],
             "reflection": {
                 "self_reflection": reflection.model_dump(mode="json"),
                 "low_quality": bool(issues) or source == "fallback",
@@ -332,7 +298,13 @@ class _Reflexion:
                 "reflection_source": source,
             },
         }
-        episodes = yield from self._write(state, trial, episodes)
+        episodes, fresh = yield from self._write(state, trial, episodes)
+        if not fresh:  # another run stored this trial: redo the attempt from what is stored
+            resync = self._resync(episodes)
+            if resync["done"]:
+                return resync
+            again = cast("ReflexionState", {**state, **resync})
+            return {**resync, **(yield from self.act(again, config))}
         return {
             **self._progress(episodes),
             "pending": None,
@@ -425,75 +397,76 @@ class _Reflexion:
             }
         }
 
-    def _record(
-        self, state: ReflexionState, trial: Mapping[str, Any], episodes: list[Episode]
-    ) -> tuple[str, dict[str, Any], str, float]:
-        """``(text, metadata, kind, importance)`` of one trial's memory record."""
-        cfg = self.config
-        evaluation = trial.get("evaluation") or {}
-        iteration, outcome = int(trial["iteration"]), str(trial["outcome"])
-        meta: dict[str, Any] = {
-            "schema_version": SCHEMA_VERSION,
-            "loop_id": state["loop_id"],
-            "task": state["task"],
-            "iteration": iteration,
-            "reward": float(evaluation.get("reward", 0.0)),
-            "passed": bool(evaluation.get("passed")) and outcome == "passed",
-            "outcome": outcome,
-            "strategy": self.strategy,
-            "omega": self.omega,
-            "evaluator_output": evaluation,
-            "attempt": str(trial.get("attempt", ""))[: cfg.max_stored_attempt_chars],
-            "actions": list(trial.get("actions") or [])[:50],
-            "error": trial.get("error"),
-        }
-        if iteration == 0 and state.get("lessons_reused"):
-            meta["lessons_reused"] = list(state.get("lessons_reused") or [])
-        reflection = trial.get("reflection")
-        if reflection is None:
-            verdict = "passed" if meta["passed"] else "failed"
-            text = (
-                f"Trial {iteration} {verdict} with reward {meta['reward']:.2f} on task: "
-                f"{' '.join(state['task'].split())[:300]}"
-            )
-            return text, meta, TRIAL_KIND, cfg.trial_importance
-        sr = reflection["self_reflection"]
-        previous = reflection_window(episodes, self.omega - 1) if self.omega > 1 else []
-        in_context = [e["iteration"] for e in previous] + [iteration] if self.omega else []
-        meta.update(reflection)
-        meta["memory_metadata"] = {
-            "omega_capacity": self.omega,
-            "current_memory_size": len(in_context),
-            "reflections_in_context": in_context,
-            "total_reflections_generated": 1 + sum(e["kind"] == REFLEXION_KIND for e in episodes),
-        }
-        meta.setdefault("lessons_reused", [])
-        text = sr["reflection_text"]
-        if sr.get("lessons_learned"):
-            text += "\nLessons learned: " + "; ".join(sr["lessons_learned"])
-        return text, meta, REFLEXION_KIND, cfg.reflection_importance
-
     def _write(
         self, state: ReflexionState, trial: Mapping[str, Any], episodes: list[Episode]
-    ) -> Flow[list[Episode]]:
-        """Store one trial; the loop's episodes with it appended."""
-        text, meta, kind, importance = self._record(state, trial, episodes)
-        st = self.stream
+    ) -> Flow[tuple[list[Episode], bool]]:
+        """Store one trial: ``(the loop's episodes with it appended, True)``.
+
+        The record's id is derived from (namespace, loop, iteration), so when another run of
+        the same loop stored this iteration first, the write fails with a duplicate id and
+        nothing is stored twice: then ``(the loop's stored episodes, False)``, to continue from
+        what is stored. Any other storage error is raised.
+        """
+        text, meta, kind, importance = trial_record(
+            trial,
+            episodes,
+            loop_id=state["loop_id"],
+            task=state["task"],
+            lessons_reused=state.get("lessons_reused") or [],
+            strategy=self.strategy,
+            omega=self.omega,
+            config=self.config,
+        )
+        st, ns = self.stream, self._ns(state)
+        record_id = trial_record_id(ns, state["loop_id"], int(trial["iteration"]))
         records = yield Op(
-            st.add,
-            st.aadd,
+            _guarded(st.add),
+            _aguarded(st.aadd),
             ([text],),
             {
                 "kinds": kind,
                 "metadatas": [meta],
                 "importances": [importance],
-                "namespace": self._ns(state),
+                "ids": [record_id],
+                "namespace": ns,
             },
         )
-        return [*episodes, episode(records[0])]
+        if not isinstance(records, Exception):
+            return [*episodes, episode(records[0])], True
+        if isinstance(records, StorageError):  # a duplicate only if that record is stored now
+            stored: list[Episode] = yield Op(
+                load_loop, threaded(load_loop), (st, state["loop_id"]), {"namespace": ns}
+            )
+            if any(e["id"] == record_id for e in stored):
+                return stored, False
+        raise records
+
+    def _resync(self, stored: list[Episode]) -> Update:
+        """Continue from the loop as stored by another run (after a duplicate iteration)."""
+        status = loop_status(stored)
+        done = status != "running" or len(stored) >= self.max_trials
+        last = stored[-1]
+        return {
+            **self._progress(stored),
+            "status": (status if status != "running" else "failed") if done else "running",
+            "done": done,
+            "passed": bool(last.get("passed")),
+            "iteration": len(stored),
+            "output": str(last.get("attempt", "")),
+            "evaluation": last.get("evaluator_output"),
+            "error": last.get("error"),
+            "reflection": None,
+            "pending": None,
+        }
 
     def _progress(self, episodes: list[Episode]) -> Update:
-        window = reflection_window(episodes, self.omega) if self.reflects else []
+        window = (
+            fit_to_budget(
+                reflection_window(episodes, self.omega), self.config.max_reflection_tokens
+            )
+            if self.reflects
+            else []
+        )
         return {
             "episodes": episodes,
             "reflections": [e for e in episodes if e["kind"] == REFLEXION_KIND],
@@ -531,7 +504,9 @@ class _Reflexion:
         }
         if self.inline and outcome == "failed" and trial["reflection"] is None:
             return {**common, "pending": trial}
-        episodes = yield from self._write(state, trial, list(state.get("episodes") or []))
+        episodes, fresh = yield from self._write(state, trial, list(state.get("episodes") or []))
+        if not fresh:
+            return self._resync(episodes)
         return {**common, **self._progress(episodes)}
 
     def finish(self, state: ReflexionState) -> Update:
@@ -546,6 +521,9 @@ class _Reflexion:
 
     def after_load(self, state: ReflexionState) -> str:
         return "finish" if state.get("done") else "actor"
+
+    def after_act(self, state: ReflexionState) -> str:
+        return END if state.get("done") else "evaluate"
 
     def after_evaluate(self, state: ReflexionState) -> str:
         if state.get("error"):
@@ -601,7 +579,10 @@ def create_reflexion_graph(
     ``ReflexionConfig(inline_reflection=True)`` a chat model actor writes the reflection on a
     failure in the same call as its next attempt (one call per failed trial). A critical error
     of the actor or the evaluator (an exception) gets an error reflection and stops the loop
-    with status ``error``; nothing is raised for it. Storage errors are raised.
+    with status ``error``; nothing is raised for it. Storage errors are raised. Two runs of one
+    ``loop_id`` at once store each trial once: a trial's record id is derived from (namespace,
+    loop, iteration), and the run that finds its trial already stored by the other continues
+    from the stored loop (or returns it, when finished) instead of storing it twice.
 
     What the actor receives: a chat model gets a system message with the fenced notes and the
     task as a human message; a compiled graph (e.g. a ``create_agent`` agent) gets
@@ -683,7 +664,7 @@ def create_reflexion_graph(
     builder.add_node("finish", RunnableLambda(steps.finish, name="reflexion.finish"))
     builder.add_edge(START, "load")
     builder.add_conditional_edges("load", steps.after_load, ["actor", "finish"])
-    builder.add_edge("actor", "evaluate")
+    builder.add_conditional_edges("actor", steps.after_act, ["evaluate", END])
     builder.add_conditional_edges("evaluate", steps.after_evaluate, ["self_reflect", "store"])
     builder.add_edge("self_reflect", "store")
     builder.add_conditional_edges("store", steps.after_store, ["actor", END])

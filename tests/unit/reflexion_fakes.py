@@ -133,6 +133,19 @@ class CodingActor(ScriptedReflexionModel):
         return BUGGY_CODE
 
 
+class InterruptedActor(ScriptedReflexionModel):
+    """A scripted actor that runs ``before_first`` (e.g. another run of the same loop, to
+    completion) before its first answer: two runs of one loop, interleaved deterministically."""
+
+    before_first: Any = None
+
+    def act(self, messages: list[BaseMessage]) -> Any:
+        if self.before_first is not None:
+            run, self.before_first = self.before_first, None
+            run()
+        return super().act(messages)
+
+
 def system_text(call: list[BaseMessage]) -> str:
     return "\n".join(m.text for m in call if isinstance(m, SystemMessage))
 

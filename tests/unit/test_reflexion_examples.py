@@ -75,6 +75,29 @@ def test_report_and_plot_run_on_the_examples_output(
     assert str(written) in flat
 
 
+@pytest.mark.parametrize("field", ["strategy", "status"])
+def test_report_shows_markup_in_an_export_as_text(
+    coding_export: tuple[dict[str, Any], Path, CodingActor],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    field: str,
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    doc = json.loads(coding_export[1].read_text())
+    doc["loops"][0][field] = "[/bogus]"  # was: unexpected MarkupError
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps(doc))
+    cli_common._console.cache_clear()
+    try:
+        code = cli.run(["reflexion", "report", str(path)])
+    finally:
+        cli_common._console.cache_clear()
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "[/bogus]" in out
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [
@@ -82,6 +105,10 @@ def test_report_and_plot_run_on_the_examples_output(
         ("not json", "not a JSON document"),
         ('{"format": "langchain-reflective/jsonl"}', "not a Reflexion export"),
         ('{"format": "langchain-reflective/reflexion", "version": 1, "loops": [{}]}', "malformed"),
+        (
+            '{"format": "langchain-reflective/reflexion", "version": 1, "loops": ["a loop"]}',
+            "loop 0 is a str, not a JSON object",  # was: unexpected AttributeError
+        ),
     ],
 )
 def test_report_errors_are_one_line(

@@ -27,7 +27,9 @@ from tests.fakes import WordEmbeddings
 from tests.unit.reflexion_fakes import (
     TESTS,
     CodingActor,
+    InterruptedActor,
     ScriptedReflexionModel,
+    good_reflection,
     system_text,
 )
 
@@ -118,6 +120,42 @@ def test_seed_omega_table_for_iterations_0_to_4(stream: MemoryStream) -> None:
     ]
     assert records[-1].metadata["outcome"] == "max_trials"  # the final reflection
     assert out["window"] == [2, 3, 4]
+
+
+@pytest.mark.parametrize("actor_kind", ["chat", "runnable"])
+def test_window_and_metadata_are_what_the_actor_saw_under_the_token_budget(
+    stream: MemoryStream, actor_kind: str
+) -> None:
+    """max_reflection_tokens=120 holds one reflection: Ω=3 would show three."""
+    model = ScriptedReflexionModel(actor_script=["Sydney"])
+    seen: list[dict[str, Any]] = []
+
+    def runnable(payload: dict[str, Any]) -> str:
+        seen.append(payload)
+        return model.invoke(payload["messages"]).text
+
+    config = ReflexionConfig(retry=RetryConfig(attempts=1), max_reflection_tokens=120)
+    graph = create_reflexion_graph(
+        model if actor_kind == "chat" else RunnableLambda(runnable),
+        match_evaluator("Canberra"),
+        stream=stream,
+        reflection_model=model,
+        config=config,
+        omega=3,
+        max_trials=4,
+    )
+    out = graph.invoke({"task": TASK})
+    shown = [reflections_in(c) for c in model.actor_calls]
+    assert shown == [[], [0], [1], [2]]  # the budget keeps the newest reflection only
+    in_context = [r["memory_metadata"]["reflections_in_context"] for r in out["reflections"]]
+    assert in_context[:-1] == shown[1:]  # was [0], [0, 1], [0, 1, 2]
+    assert [r["memory_metadata"]["current_memory_size"] for r in out["reflections"]] == [1] * 4
+    assert out["window"] == [3]  # was [1, 2, 3]
+    if actor_kind == "runnable":  # the structured reflections are the ones in the notes
+        assert [[r["reflection_text"][:60] for r in p["reflections"]] for p in seen] == [
+            [r["self_reflection"]["reflection_text"][:60] for r in out["reflections"][i - 1 : i]]
+            for i in range(4)
+        ]
 
 
 def test_a_restart_resumes_the_loop_with_the_same_window(tmp_path: Path) -> None:
@@ -211,6 +249,114 @@ async def test_ainvoke_runs_the_same_loop(stream: MemoryStream) -> None:
     out = await graph.ainvoke({"task": TASK})
     assert out["status"] == "passed" and out["rewards"] == [0.0, 0.0, 1.0]
     assert [reflections_in(c) for c in model.actor_calls] == [[], [0], [0, 1]]
+
+
+def test_an_over_long_reflection_is_stored_cut_and_the_loop_goes_on(
+    stream: MemoryStream,
+) -> None:
+    import json
+
+    huge = json.loads(good_reflection(1))
+    huge["reflection_text"] = "I failed because " + "x" * 250_000  # over the memory text limit
+    huge["actionable_insights"] = ["Check the input first. " * 50] * 100
+    huge["lessons_learned"] = ["Read the task. " * 100] * 100
+    model = ScriptedReflexionModel(
+        actor_script=["Sydney", "Canberra"], reflection_script=[json.dumps(huge)]
+    )
+    config = ReflexionConfig(retry=RetryConfig(attempts=1), max_chars=1000)
+    graph = create_reflexion_graph(model, match_evaluator("Canberra"), stream=stream, config=config)
+    out = graph.invoke({"task": TASK, "loop_id": "L"})
+    assert out["status"] == "passed" and out["rewards"] == [0.0, 1.0]  # was InvalidMemoryError
+    [record] = stored(stream, REFLEXION_KIND)
+    sr = record.metadata["self_reflection"]
+    assert sr["reflection_text"] == huge["reflection_text"][:1000]
+    assert sum(map(len, sr["actionable_insights"])) == 1000
+    assert sum(map(len, sr["lessons_learned"])) == 1000
+    assert len(record.text) < 2100  # the text plus its lessons
+    assert out["reflections"][0]["self_reflection"] == sr
+
+
+# -- two runs of one loop at once -------------------------------------------------------------
+
+
+def iterations(stream: MemoryStream, loop_id: str) -> list[int]:
+    return sorted(
+        r.metadata["iteration"] for r in stream.recent(None) if r.metadata["loop_id"] == loop_id
+    )
+
+
+async def test_two_concurrent_runs_of_one_loop_store_each_trial_once(
+    stream: MemoryStream,
+) -> None:
+    import asyncio
+
+    from langchain_reflective.reflexion import analyze_loops, export_loops
+
+    model = ScriptedReflexionModel(actor_script=["Sydney"])
+    graph = create_reflexion_graph(
+        model, match_evaluator("Canberra"), stream=stream, config=FAST, max_trials=3
+    )
+    outs = await asyncio.gather(*[graph.ainvoke({"task": TASK, "loop_id": "L"}) for _ in "ab"])
+    assert iterations(stream, "L") == [0, 1, 2]  # was [0, 0, 1, 1, 2, 2]
+    assert all(o["status"] == "failed" and o["trials"] == 3 for o in outs)
+    [loop] = export_loops(stream)["loops"]
+    assert [t["iteration"] for t in loop["trials"]] == [0, 1, 2]
+    [analysis], _, _ = analyze_loops(stream)
+    assert analysis.trials == 3
+
+
+def test_a_run_whose_loop_was_finished_meanwhile_returns_it_as_stored(
+    stream: MemoryStream,
+) -> None:
+    other = create_reflexion_graph(
+        ScriptedReflexionModel(actor_script=["Canberra"]),
+        match_evaluator("Canberra"),
+        stream=stream,
+        config=FAST,
+    )
+    model = InterruptedActor(
+        actor_script=["Sydney"],
+        before_first=lambda: other.invoke({"task": TASK, "loop_id": "L"}),
+    )
+    graph = create_reflexion_graph(
+        model, match_evaluator("Canberra"), stream=stream, config=FAST, max_trials=3
+    )
+    out = graph.invoke({"task": TASK, "loop_id": "L"})
+    # its own failed trial 0 collided with the other run's passed trial 0: nothing stored twice
+    assert out["status"] == "passed" and out["output"] == "Canberra" and out["rewards"] == [1.0]
+    assert iterations(stream, "L") == [0] and len(model.actor_calls) == 1
+    assert stored(stream, REFLEXION_KIND) == []
+
+
+def test_an_inline_run_continues_from_the_trial_another_run_stored(
+    stream: MemoryStream,
+) -> None:
+    class Crash(BaseException):
+        """Stops the other run after its first trial is stored."""
+
+    def other_run() -> None:
+        other = create_reflexion_graph(
+            ScriptedReflexionModel(
+                actor_script=["Perth", Crash("stop")],
+                reflection_script=[good_reflection(1, about="other run")],
+            ),
+            match_evaluator("Canberra"),
+            stream=stream,
+            config=FAST,
+        )
+        with pytest.raises(Crash):
+            other.invoke({"task": TASK, "loop_id": "L"})
+
+    model = InterruptedActor(actor_script=["Sydney", "Hobart", "Canberra"], before_first=other_run)
+    graph = create_reflexion_graph(
+        model, match_evaluator("Canberra"), stream=stream, config=INLINE, max_trials=3
+    )
+    out = graph.invoke({"task": TASK, "loop_id": "L"})
+    # its inline reflection on trial 0 collided: it redid trial 1 with the stored reflection
+    assert out["status"] == "passed" and out["rewards"] == [0.0, 1.0]
+    assert iterations(stream, "L") == [0, 1]
+    assert [r["attempt"] for r in out["reflections"]] == ["Perth"]
+    assert "other run" in system_text(model.calls[-1])
 
 
 def test_works_as_a_node_of_a_parent_graph(stream: MemoryStream) -> None:
