@@ -661,6 +661,27 @@ def test_a_wrong_connection_string_fails_at_once_with_the_servers_reason(
     assert "s3cret" not in str(bad.value) and bad.value.__cause__ is None
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        # an unencoded "/" ends libpq's host:port early: it quotes the password's head as "port"
+        "postgresql://ana:Sup3rS3cret/x@/memories?host=/nonexistent",
+        # an unencoded "%": libpq quotes the token, in the userinfo or as a parameter
+        "postgresql://ana:Sup3rS3cretPW%zz@/memories?host=/nonexistent",
+        "postgresql:///memories?host=/nonexistent&user=ana&password=Sup3rS3cretPW%zz",
+        "host=/nonexistent port=x5 password='Sup3rS3cretPW' dbname=memories",
+    ],
+)
+def test_a_malformed_connection_string_never_shows_its_password(url: str) -> None:
+    """libpq quotes the parts of a connection string it cannot parse, and with a password
+    holding an unencoded / or % those parts are the password: the error (and its chain, which
+    ``--debug`` prints) shows ``***`` instead. No server is contacted."""
+    with pytest.raises(StorageError) as bad:
+        PostgresBackend.from_conn_string(url)
+    assert "S3cret" not in str(bad.value) and bad.value.__cause__ is None
+    assert "***" in str(bad.value) or "port" in str(bad.value)
+
+
 def _drop_connections(url: str) -> int:
     """What a server restart, a failover or a proxy's idle timeout does to a pool: every other
     connection to the database is closed by the server (waiting until each is gone)."""
