@@ -159,8 +159,17 @@ def _postgres_backend(url: str, *, setup: bool) -> BaseMemoryBackend:
     try:
         if setup:
             backend.setup()
-        elif backend.schema_version() == 0:
-            _fail(f"{_shown(url)} holds no langchain-reflective memories (no tables yet)")
+        else:
+            from langchain_reflective.backends.postgres.schema import SCHEMA_VERSION
+
+            version = backend.schema_version()
+            if version == 0:
+                _fail(f"{_shown(url)} holds no langchain-reflective memories (no tables yet)")
+            if version > SCHEMA_VERSION:
+                _fail(
+                    f"{_shown(url)} was set up by a newer langchain-reflective (schema version "
+                    f"{version}; this one knows up to {SCHEMA_VERSION}): upgrade the package"
+                )
     except BaseException:
         backend.close()
         raise

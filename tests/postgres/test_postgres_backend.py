@@ -26,6 +26,8 @@ from langchain_reflective.errors import (
 )
 from langchain_reflective.records import MemoryRecord, new_memory_id
 from langchain_reflective.scoring import ScoringConfig, score_candidates, top_k
+from langchain_reflective.stream import MemoryStream
+from tests.fakes import WordEmbeddings
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 
@@ -117,10 +119,28 @@ def test_setup_is_idempotent_concurrent_and_versioned(postgres_url: str) -> None
 
 
 def test_a_newer_schema_is_refused(backend: PostgresBackend, postgres_url: str) -> None:
+    """By setup() and, without it, by the first use: a stream over the database (whose add
+    stored rows silently before); the reflective command: test_postgres_cli.py."""
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute("INSERT INTO reflective_schema_version (version) VALUES (%s)", (99,))
     with pytest.raises(SchemaVersionError, match="99"):
         backend.setup()
+    with PostgresBackend.from_conn_string(postgres_url) as fresh:
+        with pytest.raises(SchemaVersionError, match="99"):
+            MemoryStream(WordEmbeddings(8), backend=fresh)
+        assert fresh.count("default") == 0
+
+
+def test_a_foreign_version_table_is_a_typed_error(postgres_url: str) -> None:
+    """Tables named like ours but holding something else: a StorageError saying so, not a raw
+    ValueError from reading the version."""
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE reflective_schema_version (version text PRIMARY KEY)")
+        conn.execute("INSERT INTO reflective_schema_version VALUES ('v2.1')")
+    with PostgresBackend.from_conn_string(postgres_url) as foreign:
+        for call in (foreign.setup, foreign.schema_version):
+            with pytest.raises(StorageError, match="another application"):
+                call()
 
 
 def test_embedding_identity_is_stored_and_checked(postgres_url: str) -> None:

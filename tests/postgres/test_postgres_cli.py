@@ -82,3 +82,20 @@ def test_a_url_is_shown_without_its_password() -> None:
     assert shown == "postgresql://ana:***@db.example:5432/mem?password=***&sslmode=require"
     plain = "postgresql://postgres:@/postgres?host=/tmp/sock"
     assert cli_common._shown(plain) == plain
+
+
+def test_a_database_of_a_newer_version_is_refused(
+    capsys: pytest.CaptureFixture[str], postgres_url: str
+) -> None:
+    """inspect and export refused it only when it had no tables; they showed a newer
+    version's data as if it were this one's."""
+    with PostgresBackend.from_conn_string(postgres_url) as backend:
+        backend.setup()
+    import psycopg
+
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO reflective_schema_version (version) VALUES (%s)", (SCHEMA_VERSION + 1,)
+        )
+    code, out, err = run_cli(capsys, "inspect", postgres_url)
+    assert_one_line_error(code, out, err, expect="newer langchain-reflective")

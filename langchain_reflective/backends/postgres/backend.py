@@ -46,6 +46,7 @@ from langchain_reflective.backends.postgres.connection import (
     check_connection,
     configure_connection,
     read_version,
+    version_of,
 )
 from langchain_reflective.backends.postgres.queries import (
     BM25_B,
@@ -173,6 +174,7 @@ class PostgresBackend(BaseMemoryBackend):
         self._model: str | None = None
         self._lexical_context = False
         self._vector_type: int | None = None
+        self._version_checked = False
 
     @classmethod
     def from_conn_string(
@@ -233,7 +235,7 @@ class PostgresBackend(BaseMemoryBackend):
                 "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
             )
             row = conn.execute("SELECT max(version) FROM reflective_schema_version").fetchone()
-            current = int(row[0]) if row and row[0] is not None else 0
+            current = version_of(row)
             if current > SCHEMA_VERSION:
                 raise SchemaVersionError(
                     f"the database is at schema version {current}; this version of "
@@ -251,9 +253,24 @@ class PostgresBackend(BaseMemoryBackend):
 
     # -- identity of the vectors ---------------------------------------------------------------
 
+    def _check_version(self) -> None:
+        """Refuse, once, a database set up by a newer version of this package (before any
+        read or write: its tables may no longer mean what this version expects)."""
+        if self._version_checked:
+            return
+        version = self.schema_version()
+        if version > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"the database is at schema version {version}, set up by a newer version of "
+                f"langchain-reflective (this one knows up to {SCHEMA_VERSION}). Upgrade the "
+                "package."
+            )
+        self._version_checked = True
+
     def _load_meta(self) -> None:
         if self._dimension is not None:
             return
+        self._check_version()
         rows: dict[str, str] = dict(self._pools.rows("SELECT key, value FROM reflective_meta"))
         if "dimension" in rows:
             self._dimension = int(rows["dimension"])

@@ -34,6 +34,7 @@ __all__ = [
     "configure_connection",
     "read_version",
     "storage_error",
+    "version_of",
 ]
 
 
@@ -124,7 +125,25 @@ def read_version(conn: Any) -> Flow[int]:
         return 0
     cur = yield _call(conn, "execute", "SELECT max(version) FROM reflective_schema_version")
     row = yield _call(cur, "fetchone")
-    return int(row[0]) if row and row[0] is not None else 0
+    return version_of(row)
+
+
+def version_of(row: Any) -> int:
+    """The schema version in ``row`` (``max(version)``; 0 when empty).
+
+    Raises:
+        StorageError: it is not an integer: the table belongs to another application.
+    """
+    value = row[0] if row else None
+    if value is None:
+        return 0
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise StorageError(
+        f"the table reflective_schema_version holds {value!r}, not a langchain-reflective "
+        "schema version: the database's reflective_* tables belong to another application. "
+        "Use another database (or schema) for langchain-reflective."
+    )
 
 
 def _version_after(conn: Any) -> Flow[int | None]:
