@@ -151,6 +151,24 @@ def validate_text(text: object) -> str:
     return text
 
 
+NUL_REFUSED = (
+    "{what} contains a NUL character, which Postgres cannot store (and SQLite stored): refused "
+    "by every backend, so memories move between them"
+)
+
+
+def check_identifier(value: str, what: str) -> str:
+    """``value`` (an id, namespace, kind or evidence id) if every backend can store it: UTF-8
+    (no lone surrogate) and no NUL character.
+
+    Raises:
+        InvalidMemoryError: it cannot be stored.
+    """
+    if "\x00" in value:
+        raise InvalidMemoryError(NUL_REFUSED.format(what=what))
+    return value if value.isascii() else check_encodable(value, what)
+
+
 def check_encodable(value: str, what: str) -> str:
     """Return ``value`` if it encodes as UTF-8 (no lone surrogates such as ``"\\ud800"``).
 
@@ -187,6 +205,8 @@ def validate_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
         raise InvalidMemoryError(f"metadata is not JSON-serialisable: {exc}") from exc
     if "\\ud" in dumped or "\\uD" in dumped:  # escaped surrogates: lone ones cannot be stored
         check_encodable(json.dumps(out, ensure_ascii=False), "metadata")
+    if "\\u0000" in dumped:
+        raise InvalidMemoryError(NUL_REFUSED.format(what="metadata"))
     return out
 
 
@@ -234,8 +254,7 @@ class MemoryRecord:
         for what, value in (("id", self.id), ("namespace", self.namespace), ("kind", self.kind)):
             if not isinstance(value, str) or not value:
                 raise InvalidMemoryError(f"{what} must be a non-empty string, got {value!r:.80}")
-            if not value.isascii():
-                check_encodable(value, what)
+            check_identifier(value, what)
         if self.importance_source not in IMPORTANCE_SOURCES:
             raise InvalidMemoryError(
                 f"importance_source must be one of {IMPORTANCE_SOURCES}, "
@@ -245,8 +264,7 @@ class MemoryRecord:
         for e in evidence:
             if not e:
                 raise InvalidMemoryError("evidence ids must be non-empty strings")
-            if not e.isascii():
-                check_encodable(e, "evidence id")
+            check_identifier(e, "evidence id")
         object.__setattr__(self, "evidence", evidence)
         depth = self.depth
         if isinstance(depth, bool) or not isinstance(depth, int) or not 0 <= depth <= MAX_DEPTH:

@@ -18,7 +18,8 @@ with ``.`` and the root label ``"langgraph"``, as for every LangGraph store.
 ``fields`` you configure, LangGraph's ``index={"fields": [...]}``, or per put
 ``index=[...]``; by default a value whose only field is a string is that string, any other value
 is one ``field: value`` line per top-level field) and the value itself travels in the memory's
-metadata, so ``get`` returns it exactly (as JSON). The memory's id is derived from the namespace
+metadata, so ``get`` returns it exactly (as JSON; a NUL character in it is refused, as Postgres
+cannot store one). The memory's id is derived from the namespace
 and the key, so a put with an existing key replaces that memory under the same id (the old memory is
 deleted in the add's own transaction, ``MemoryStream.add(..., replacing=...)``: a failed or
 interrupted put leaves the old memory in place) and ``put(value=None)`` deletes it.

@@ -13,7 +13,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_reflective._closing import Closing
 from langchain_reflective.backends.base import BaseMemoryBackend, ReflectionState
 from langchain_reflective.errors import InvalidMemoryError, StorageError
-from langchain_reflective.records import MemoryRecord, check_encodable, utc
+from langchain_reflective.records import MemoryRecord, check_identifier, utc
 from langchain_reflective.scoring import ScoringConfig
 
 if TYPE_CHECKING:
@@ -113,9 +113,7 @@ class StreamBase(Closing):
         ns = self.namespace if namespace is None else namespace
         if not isinstance(ns, str) or not ns:
             raise InvalidMemoryError("namespace must be a non-empty string")
-        if not ns.isascii():
-            check_encodable(ns, "namespace")
-        return ns
+        return check_identifier(ns, "namespace")
 
     # -- reads and deletes ---------------------------------------------------------------------
 
@@ -129,7 +127,7 @@ class StreamBase(Closing):
         if isinstance(ids, str):
             ids = [ids]
         if isinstance(ids, Sequence | set | frozenset) and all(isinstance(i, str) for i in ids):
-            return [i if i.isascii() else check_encodable(i, "id") for i in ids]
+            return [check_identifier(i, "id") for i in ids]
         raise InvalidMemoryError(
             f"ids must be a string or a sequence of strings, got {type(ids).__name__}"
         )
@@ -145,7 +143,7 @@ class StreamBase(Closing):
         kinds = [kinds] if isinstance(kinds, str) else list(kinds)
         if not all(isinstance(k, str) and k for k in kinds):
             raise InvalidMemoryError("kinds must be non-empty strings")
-        return [k if k.isascii() else check_encodable(k, "kind") for k in kinds]
+        return [check_identifier(k, "kind") for k in kinds]
 
     def recent(
         self,

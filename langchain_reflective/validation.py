@@ -18,7 +18,7 @@ from langchain_reflective.backends.base import PendingMemory, trusted_record
 from langchain_reflective.errors import EmbeddingError, InvalidMemoryError
 from langchain_reflective.records import (
     MemoryRecord,
-    check_encodable,
+    check_identifier,
     new_memory_ids,
     utc,
     validate_metadata,
@@ -47,9 +47,7 @@ def valid_name(value: object, what: str) -> str:
     """
     if not isinstance(value, str) or not value:
         raise InvalidMemoryError(f"{what} must be a non-empty string, got {value!r}")
-    if not value.isascii():
-        check_encodable(value, what)
-    return value
+    return check_identifier(value, what)
 
 
 def embedding_identity(embeddings: Embeddings) -> str:
@@ -179,7 +177,7 @@ def plan_add(
             imp = imp[0]
         if (
             kinds
-            and (kinds.isascii() or valid_name(kinds, "kind"))
+            and ((kinds.isascii() and "\x00" not in kinds) or valid_name(kinds, "kind"))
             and (imp is None or (type(imp) is float and 0.0 <= imp <= 1.0))
         ):
             return AddPlan(
@@ -229,8 +227,7 @@ def plan_add(
         ev_list = [tuple(str(e) for e in (ev or ())) for ev in ev_raw]
         for ev in ev_list:
             for e in ev:
-                if not e.isascii():
-                    check_encodable(e, "evidence id")
+                check_identifier(e, "evidence id")
     if ids is None:
         id_list = new_memory_ids(n)
     else:
@@ -261,8 +258,7 @@ def _id_list(values: Sequence[str], what: str) -> list[str]:
     if not all(out):
         raise InvalidMemoryError(f"{what}s must be non-empty strings")
     for i in out:
-        if not i.isascii():
-            check_encodable(i, what)
+        check_identifier(i, what)
     return out
 
 

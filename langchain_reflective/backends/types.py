@@ -290,6 +290,8 @@ class RetrievalFilter:
             kinds = [self.kinds] if isinstance(self.kinds, str) else list(self.kinds)
             if not kinds or not all(isinstance(k, str) and k for k in kinds):
                 raise InvalidFilterError("filter 'kinds' must be a non-empty list of strings")
+            if any("\x00" in k for k in kinds):  # (no backend stores one: nothing to find)
+                raise InvalidFilterError("filter 'kinds' holds a NUL character")
             object.__setattr__(self, "kinds", frozenset(kinds))
         for name in ("created_after", "created_before"):
             value = getattr(self, name)

@@ -286,6 +286,13 @@ class BackendConformance:
             {"texts": ""},
             {"texts": "ok", "importances": 2.0},
             {"texts": "ok", "evidence": [["missing-id"]]},
+            # NUL: Postgres cannot store it and SQLite did, so exports could not move
+            {"texts": "ok", "ids": ["id\x00"]},
+            {"texts": "ok", "kinds": "kind\x00"},
+            {"texts": "ok", "namespace": "ns\x00"},
+            {"texts": "ok", "metadatas": {"k": "v\x00"}},
+            {"texts": "ok", "metadatas": {"k\x00": 1}},
+            {"texts": "ok", "evidence": [["id\x00"]]},
         ]
         for kwargs in bad_adds:
             texts = kwargs.pop("texts")
@@ -297,6 +304,10 @@ class BackendConformance:
             stream.enqueue("pending \ud800")
         with pytest.raises(InvalidFilterError):
             stream.retrieve("tea", filter={"nope": 1})
+        with pytest.raises(InvalidFilterError):
+            stream.retrieve("tea", filter={"kinds": ["observation\x00"]})
+        with pytest.raises(InvalidMemoryError):
+            stream.get(["id\x00"])
         with pytest.raises(StorageError):  # ids are unique across the backend
             stream.add("again", ids=[stream.recent(1)[0].id], now=NOW)
         with pytest.raises(DimensionMismatchError):
