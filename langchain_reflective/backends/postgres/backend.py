@@ -206,16 +206,21 @@ class PostgresBackend(BaseMemoryBackend):
                 "(a reflection holds one connection for its lock while it reads and writes)"
             )
         check_connection(conninfo)
-        pool: ConnectionPool[Any] = ConnectionPool(
-            conninfo,
-            min_size=min_size,
-            max_size=max_size,
-            kwargs={"autocommit": True},
-            configure=configure_connection,
-            open=True,
-            name="langchain-reflective",
-        )
-        return cls(pool, conninfo=conninfo, **kwargs)
+
+        def new_pool() -> ConnectionPool[Any]:
+            return ConnectionPool(
+                conninfo,
+                min_size=min_size,
+                max_size=max_size,
+                kwargs={"autocommit": True},
+                configure=configure_connection,
+                open=True,
+                name="langchain-reflective",
+            )
+
+        backend = cls(new_pool(), conninfo=conninfo, **kwargs)
+        backend._pools.new_pool = new_pool  # (replaced by a fresh one after an outage)
+        return backend
 
     # -- schema --------------------------------------------------------------------------------
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import re
+import threading
 import time
 import urllib.parse
 import warnings
@@ -16,9 +18,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed, PoolTimeout
 
-from langchain_reflective._llm import Flow, Op, run_async, run_sync
+from langchain_reflective._llm import Flow, Op, run_async, run_sync, threaded
 from langchain_reflective.errors import InvalidMemoryError, SchemaVersionError, StorageError
 
 if TYPE_CHECKING:
@@ -272,20 +274,54 @@ def _configure(conn: Any) -> Flow[None]:
         with contextlib.suppress(psycopg.Error):
             yield _call(conn, "execute", statement)
     _LAST_USED[conn] = time.monotonic()  # (just opened: no check before its first use)
+    _QUIET.reported = False  # (a connection opened: a later outage warns again)
 
 
-def _checkout(pool: Any) -> Flow[Any]:
-    """A connection of ``pool``; one idle for a while must answer an empty query first, and
-    if it does not (the server dropped it), the pool's other idle ones are checked too."""
-    conn = yield _call(pool, "getconn")
+def _checkout(pool: Any, timeout: float | None = None) -> Flow[Any]:
+    """A connection of ``pool`` (waiting at most ``timeout`` seconds for each, ``None``: the
+    pool's own timeout); one idle for a while must answer an empty query first, and if it does
+    not (the server dropped it), the pool's other idle ones are checked too."""
+    conn = yield _call(pool, "getconn", timeout)
     if _idle(conn):
         try:
             yield _call(conn, "execute", "")
         except psycopg.Error:
             yield _call(pool, "putconn", conn)  # (the pool discards it)
             yield _call(pool, "check")  # and any other dead one, opening new ones
-            conn = yield _call(pool, "getconn")
+            conn = yield _call(pool, "getconn", timeout)
     return conn
+
+
+PROBE_AFTER = 3.0
+"""Seconds a caller waits for a pooled connection before :class:`Pools` asks the server itself
+(:func:`check_connection`) why none comes: down (the caller gets the server's reason at once,
+not the pool's "couldn't get a connection after 30.00 sec"), or up while the pool still waits
+out its reconnection backoff (the pool is replaced: the caller runs on a new connection)."""
+
+
+class _QuietReconnects(logging.Filter):
+    """Lets one of psycopg_pool's "error connecting in 'langchain-reflective...'" warnings
+    through per outage (it repeats one per attempt, with a growing backoff, for as long as the
+    server is down); the next connection the backend opens ends the outage."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reported = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if record.msg != "error connecting in %r: %s" or not args:
+            return True
+        if not str(args[0]).startswith("langchain-reflective"):
+            return True  # (another application's pool)
+        if self.reported:
+            return False
+        self.reported = True
+        return True
+
+
+_QUIET = _QuietReconnects()
+logging.getLogger("psycopg.pool").addFilter(_QUIET)
 
 
 def _release(pool: Any, conn: Any) -> Flow[bool]:
@@ -302,16 +338,38 @@ def _release(pool: Any, conn: Any) -> Flow[bool]:
 class Pools:
     """The backend's connections: one sync pool, one async pool per event loop, typed errors.
 
+    When the server is down a pool keeps reconnecting in the background, with a backoff that
+    grows while the outage lasts, and its callers would wait its whole timeout (30 s) for a
+    "couldn't get a connection" that does not say why, even after the server is back. So a
+    caller given no connection within :data:`PROBE_AFTER` seconds while the pool has
+    connections not at work here asks the server directly (:func:`check_connection`): if it is
+    down the caller gets a :class:`StorageError` with the server's reason at once (nothing ran:
+    not a :class:`ConnectionLostError`); if it answers, a pool this object opened (the async
+    ones, and the sync one of ``from_conn_string``) is replaced by a fresh one, so the caller
+    and the next ones run on new connections at once. A pool whose connections are all at
+    work here is waited for as usual (its own timeout).
+
     Args:
         pool: the sync ``psycopg_pool.ConnectionPool`` (autocommit connections).
         conninfo: the connection string, for the async pool opened on first async use in
-            each event loop (``None``: async use raises :class:`StorageError`).
+            each event loop (``None``: async use raises :class:`StorageError`), and for the
+            direct check of the server.
+        new_pool: opens a pool like ``pool``, to replace it once the server is back (``None``:
+            the pool is not replaced, a caller waits for its reconnection).
     """
 
-    def __init__(self, pool: ConnectionPool[Any], conninfo: str | None) -> None:
+    def __init__(
+        self,
+        pool: ConnectionPool[Any],
+        conninfo: str | None,
+        new_pool: Callable[[], ConnectionPool[Any]] | None = None,
+    ) -> None:
         self.pool = pool
         self._conninfo = conninfo
+        self.new_pool = new_pool
         self._apools: dict[int, tuple[asyncio.AbstractEventLoop, AsyncConnectionPool[Any]]] = {}
+        self._busy: dict[int, int] = {}  # id(pool): its connections at work here
+        self._lock = threading.Lock()
         self.closed = False
 
     @property
@@ -323,14 +381,79 @@ class Pools:
     def name(self) -> str:
         return str(self.pool.name)
 
+    def _count(self, pool: Any, delta: int) -> int:
+        """Add ``delta`` to ``pool``'s connections at work here; how many are."""
+        with self._lock:
+            busy = self._busy.get(id(pool), 0) + delta
+            if busy > 0:
+                self._busy[id(pool)] = busy
+            else:
+                self._busy.pop(id(pool), None)
+            return busy
+
+    def _acquire(self, current: Callable[[], Any]) -> Flow[tuple[Any, Any]]:
+        """A connection and the pool it came from (``current()``: the pool to ask now; see the
+        class docstring for what happens when none comes within :data:`PROBE_AFTER` s)."""
+        pool = current()
+        while True:
+            start = time.monotonic()
+            try:
+                try:
+                    conn = yield from _checkout(pool, min(PROBE_AFTER, pool.timeout))
+                except PoolTimeout:
+                    conninfo = self._conninfo or pool.conninfo
+                    if self._count(pool, 0) < pool.max_size and isinstance(conninfo, str):
+                        yield Op(check_connection, threaded(check_connection), (conninfo,))
+                        pool = yield Op(self._renew, self._arenew, (pool,))
+                        start = time.monotonic()  # (a fresh pool: its whole timeout)
+                    wait = pool.timeout - (time.monotonic() - start)
+                    conn = yield from _checkout(pool, max(wait, 0.1))
+            except PoolClosed:  # replaced by another caller meanwhile: ask the new one
+                if self.closed or current() is pool:
+                    raise
+                pool = current()
+                continue
+            self._count(pool, 1)
+            return pool, conn
+
+    def _renew(self, old: ConnectionPool[Any]) -> ConnectionPool[Any]:
+        """A fresh sync pool in place of ``old``, whose reconnection waits out its backoff
+        while the server answers (``old`` itself if this object did not open it)."""
+        with self._lock:
+            if self.pool is not old or self.new_pool is None or self.closed:
+                return self.pool
+            self.pool = self.new_pool()
+        old.close(timeout=1.0)  # (its connections at work are closed when given back)
+        return self.pool
+
+    async def _arenew(self, old: AsyncConnectionPool[Any]) -> AsyncConnectionPool[Any]:
+        """Async twin of :meth:`_renew` (this event loop's pool)."""
+        loop = asyncio.get_running_loop()
+        entry = self._apools.get(id(loop))
+        if self.closed or entry is None or entry[1] is not old:
+            return await self._apool()
+        pool = await self._open_apool()
+        entry = self._apools.get(id(loop))
+        if entry is None or entry[1] is not old:  # another task replaced it meanwhile
+            await pool.close()
+            return await self._apool()
+        self._apools[id(loop)] = (loop, pool)
+        await old.close(timeout=1.0)
+        return pool
+
     @contextlib.contextmanager
     def conn(self) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection; database errors leave as the package's typed errors."""
+        """A pooled connection; database errors leave as the package's typed errors.
+
+        Raises:
+            StorageError: the server is down (its reason, within seconds: see the class
+                docstring), or a database error.
+        """
         if self.closed:
             raise StorageError("the Postgres backend is closed")
         lost = False
         try:
-            conn = run_sync(_checkout(self.pool))
+            pool, conn = run_sync(self._acquire(lambda: self.pool))
             try:
                 with conn:  # (as pool.connection(): a pooled connection stays open)
                     try:
@@ -338,7 +461,8 @@ class Pools:
                     except _MISSING as exc:  # what to do depends on the version: read it
                         raise storage_error(exc, run_sync(_version_after(conn))) from exc
             finally:
-                lost = run_sync(_release(self.pool, conn))
+                self._count(pool, -1)
+                lost = run_sync(_release(pool, conn))
         except (psycopg.Error, UnicodeEncodeError) as exc:
             raise _typed(exc, lost) from exc
 
@@ -386,6 +510,16 @@ class Pools:
         entry = self._apools.get(id(loop))
         if entry is not None and entry[0] is loop:
             return entry[1]
+        pool = await self._open_apool()
+        entry = self._apools.get(id(loop))
+        if entry is not None and entry[0] is loop:  # another task opened one meanwhile
+            await pool.close()
+            return entry[1]
+        self._apools[id(loop)] = (loop, pool)
+        return pool
+
+    async def _open_apool(self) -> AsyncConnectionPool[Any]:
+        """A new async pool, open."""
         if self._conninfo is None:
             raise StorageError("no connection string for the async pool (use from_conn_string)")
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
@@ -398,7 +532,6 @@ class Pools:
             name="langchain-reflective-async",
         )
         await pool.open()
-        self._apools[id(loop)] = (loop, pool)
         return pool
 
     @contextlib.asynccontextmanager
@@ -406,10 +539,16 @@ class Pools:
         """Async twin of :meth:`conn` (this event loop's pool)."""
         if self.closed:
             raise StorageError("the Postgres backend is closed")
-        pool = await self._apool()
+        first = await self._apool()
+        loop = asyncio.get_running_loop()
+
+        def current() -> AsyncConnectionPool[Any]:
+            entry = self._apools.get(id(loop))
+            return entry[1] if entry is not None else first
+
         lost = False
         try:
-            conn = await run_async(_checkout(pool))
+            pool, conn = await run_async(self._acquire(current))
             try:
                 async with conn:
                     try:
@@ -417,6 +556,7 @@ class Pools:
                     except _MISSING as exc:
                         raise storage_error(exc, await run_async(_version_after(conn))) from exc
             finally:
+                self._count(pool, -1)
                 lost = await run_async(_release(pool, conn))
         except (psycopg.Error, UnicodeEncodeError) as exc:
             raise _typed(exc, lost) from exc
@@ -463,9 +603,10 @@ class Pools:
 
     def close(self) -> None:
         """Close every pool whose event loop can still run it. Idempotent."""
-        if self.closed:
-            return
-        self.closed = True
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
         self.pool.close()
         left: dict[int, tuple[asyncio.AbstractEventLoop, AsyncConnectionPool[Any]]] = {}
         for key, (loop, pool) in list(self._apools.items()):
