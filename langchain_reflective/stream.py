@@ -436,16 +436,6 @@ class MemoryStream(StreamBase):
             return self._backend.pending(limit=n)
         return self._backend.pending(namespace=self._ns(namespace), limit=n, newest=n is not None)
 
-    def discard_pending(self, ids: str | Sequence[str], *, namespace: str | None = None) -> int:
-        """Remove queued memories by id without storing them; return how many were removed.
-
-        For a memory that can never be completed (e.g. one the embedding model always refuses;
-        see ``ReflectiveMemory.quarantined``). Ids of other namespaces and ids no longer
-        queued are ignored.
-        """
-        self._check_open()
-        return self._backend.discard_pending(self._ns(namespace), self._ids(ids))
-
     def complete_pending(self, items: Sequence[PendingMemory]) -> list[MemoryRecord]:
         """Embed and rate queued memories and store them under their ids.
 
@@ -666,26 +656,11 @@ class MemoryStream(StreamBase):
     ) -> int:
         """Import a file written by :meth:`export_jsonl`; existing ids are skipped.
 
-        Vectors in the file are used when they come from the same embedding model (the
-        header's ``embedding_model`` equals :attr:`embedding_model`) and have the dimension of
-        the stream's vectors; otherwise every text is embedded again, as for another model.
-        The stream's dimension is the one its memories are bound to; for a store without
-        vectors yet, the embeddings' ``dimensions`` attribute when it is an int (e.g.
-        ``OpenAIEmbeddings(dimensions=256)``), else the length of one embedding (one call).
-        Every vector of the file must have the file's dimension (its header's, else its first
-        vector's). Imported memories do not count towards the reflection counter.
-
-        Each line is checked as :meth:`add` checks its arguments: a non-empty id, strings
-        that UTF-8 can encode (id, namespace, kind, evidence, metadata), a known
-        ``importance_source``, a depth in ``[0, 2**31 - 1]``. Evidence is not looked up (a
-        memory the export cites may have been deleted before it was written).
-
-        Ids are unique across namespaces, so memories that ``namespace`` moves out of their
-        own namespace get new ids, ``<id>@<tag of the namespace>`` (the same on every run,
-        so importing again skips them), and the evidence they cite follows; LangGraph store
-        items get their key's id in the new namespace, so :class:`ReflectiveStore` finds
-        them by key (when several namespaces holding one key are merged, the first item in
-        the file is kept).
+        The file's vectors are reused when they come from this embedding model at the
+        stream's dimension (else the texts are embedded again); each line is checked as
+        :meth:`add` checks its arguments; a namespace given moves the memories under new,
+        stable ids. The rules in full: :func:`langchain_reflective.transfer.import_jsonl`.
+        Imported memories do not count towards the reflection counter.
 
         Args:
             path: the JSONL file.

@@ -193,6 +193,16 @@ class StreamBase(Closing):
         self._check_open()
         return self._backend.delete(self._ns(namespace), self._ids(ids))
 
+    def discard_pending(self, ids: str | Sequence[str], *, namespace: str | None = None) -> int:
+        """Remove queued memories by id without storing them; return how many were removed.
+
+        For a memory that can never be completed (e.g. one the embedding model always refuses;
+        see ``ReflectiveMemory.quarantined``). Ids of other namespaces and ids no longer
+        queued are ignored.
+        """
+        self._check_open()
+        return self._backend.discard_pending(self._ns(namespace), self._ids(ids))
+
     def purge(self, *, namespace: str | None = None) -> int:
         """Delete every memory of a namespace and reset its reflection counter."""
         self._check_open()

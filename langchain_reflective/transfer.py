@@ -155,7 +155,27 @@ def import_jsonl(
     namespace: str | None,
     batch_size: int,
 ) -> int:
-    """See :meth:`MemoryStream.import_jsonl`."""
+    """:meth:`MemoryStream.import_jsonl`.
+
+    Vectors in the file are used when they come from the same embedding model (the header's
+    ``embedding_model`` equals the stream's) and have the dimension of the stream's vectors;
+    otherwise every text is embedded again, as for another model. The stream's dimension is
+    the one its memories are bound to; for a store without vectors yet, the embeddings'
+    ``dimensions`` attribute when it is an int (e.g. ``OpenAIEmbeddings(dimensions=256)``),
+    else the length of one embedding (one call). Every vector of the file must have the
+    file's dimension (its header's, else its first vector's).
+
+    Each line is checked as ``add`` checks its arguments: a non-empty id, strings that UTF-8
+    can encode and without NUL (id, namespace, kind, evidence, metadata), a known
+    ``importance_source``, a depth in ``[0, 2**31 - 1]``. Evidence is not looked up (a memory
+    the export cites may have been deleted before it was written).
+
+    Ids are unique across namespaces, so memories that ``namespace`` moves out of their own
+    namespace get new ids, ``<id>@<tag of the namespace>`` (the same on every run, so
+    importing again skips them), and the evidence they cite follows; LangGraph store items get
+    their key's id in the new namespace, so ``ReflectiveStore`` finds them by key (when
+    several namespaces holding one key are merged, the first item in the file is kept).
+    """
     source = Path(path)
     items = _moved_items(source, namespace) if namespace else {}
     imported = 0

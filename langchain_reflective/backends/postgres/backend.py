@@ -46,7 +46,6 @@ from langchain_reflective.backends.postgres.connection import (
     check_connection,
     configure_connection,
     read_version,
-    version_of,
 )
 from langchain_reflective.backends.postgres.queries import (
     BM25_B,
@@ -65,10 +64,11 @@ from langchain_reflective.backends.postgres.rows import (
 )
 from langchain_reflective.backends.postgres.schema import (
     APP_LOCK,
-    MIGRATIONS,
     SCHEMA_VERSION,
     SETUP_LOCK,
     bind_sql,
+    migrate,
+    newer_schema_error,
 )
 from langchain_reflective.backends.postgres.vector_index import (
     IndexKind,
@@ -90,7 +90,6 @@ from langchain_reflective.backends.types import F32
 from langchain_reflective.errors import (
     DimensionMismatchError,
     EmbeddingError,
-    SchemaVersionError,
     StorageError,
 )
 from langchain_reflective.records import MemoryRecord
@@ -234,23 +233,7 @@ class PostgresBackend(BaseMemoryBackend):
             SchemaVersionError: the database was set up by a newer version of this package.
         """
         with self._pools.conn() as conn, conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", SETUP_LOCK)
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS reflective_schema_version ("
-                "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
-            )
-            row = conn.execute("SELECT max(version) FROM reflective_schema_version").fetchone()
-            current = version_of(row)
-            if current > SCHEMA_VERSION:
-                raise SchemaVersionError(
-                    f"the database is at schema version {current}; this version of "
-                    f"langchain-reflective knows up to {SCHEMA_VERSION}. Upgrade the package."
-                )
-            for version in range(current + 1, SCHEMA_VERSION + 1):
-                conn.execute(MIGRATIONS[version - 1])
-                conn.execute(
-                    "INSERT INTO reflective_schema_version (version) VALUES (%s)", (version,)
-                )
+            migrate(conn)
 
     def schema_version(self) -> int:
         """The database's schema version (0 before :meth:`setup`)."""
@@ -265,11 +248,7 @@ class PostgresBackend(BaseMemoryBackend):
             return
         version = self.schema_version()
         if version > SCHEMA_VERSION:
-            raise SchemaVersionError(
-                f"the database is at schema version {version}, set up by a newer version of "
-                f"langchain-reflective (this one knows up to {SCHEMA_VERSION}). Upgrade the "
-                "package."
-            )
+            raise newer_schema_error(version)
         self._version_checked = True
 
     def _load_meta(self) -> None:

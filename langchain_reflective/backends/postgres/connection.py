@@ -21,7 +21,7 @@ from psycopg import errors as pg_errors
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed, PoolTimeout
 
 from langchain_reflective._llm import Flow, Op, run_async, run_sync, threaded
-from langchain_reflective.errors import InvalidMemoryError, SchemaVersionError, StorageError
+from langchain_reflective.errors import InvalidMemoryError, StorageError
 
 if TYPE_CHECKING:
     from psycopg.rows import TupleRow
@@ -79,7 +79,7 @@ def _typed(exc: BaseException, lost: bool) -> Exception:
 
 def _missing_error(exc: psycopg.Error, version: int | None) -> StorageError:
     """What a missing table or column means at the database's schema ``version``."""
-    from langchain_reflective.backends.postgres.schema import SCHEMA_VERSION
+    from langchain_reflective.backends.postgres.schema import SCHEMA_VERSION, newer_schema_error
 
     detail = exc.diag.message_primary or str(exc)  # (without the statement's excerpt)
     setup = "call PostgresBackend.setup(), which creates or upgrades them (idempotent)"
@@ -97,11 +97,7 @@ def _missing_error(exc: psycopg.Error, version: int | None) -> StorageError:
             f"this package needs {SCHEMA_VERSION} ({detail}); {setup}."
         )
     if version > SCHEMA_VERSION:
-        return SchemaVersionError(
-            f"the database is at schema version {version}, set up by a newer version of "
-            f"langchain-reflective (this one knows up to {SCHEMA_VERSION}): {detail}. Upgrade "
-            "the package."
-        )
+        return newer_schema_error(version, detail)
     return StorageError(
         f"the Postgres backend failed: {detail}. The database is at this package's schema "
         f"version ({version}), so no migration is missing: a table or column was dropped by "

@@ -14,7 +14,23 @@ builds the index; an IVFFlat one is built once there are rows to train it on: se
 
 from __future__ import annotations
 
-__all__ = ["APP_LOCK", "INDEX_LOCK", "MIGRATIONS", "SCHEMA_VERSION", "SETUP_LOCK", "bind_sql"]
+from typing import TYPE_CHECKING, Any
+
+from langchain_reflective.errors import SchemaVersionError
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = [
+    "APP_LOCK",
+    "INDEX_LOCK",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "SETUP_LOCK",
+    "bind_sql",
+    "migrate",
+    "newer_schema_error",
+]
 
 APP_LOCK = 0x52464C54
 """First key of every advisory lock this package takes ("RFLT"); the second key says which:
@@ -212,3 +228,35 @@ def bind_sql(dimension: int) -> str:
     """DDL that gives the vector column its dimension (the index: ``vector_index.py``)."""
     d = int(dimension)
     return f"ALTER TABLE reflective_memories ALTER COLUMN embedding TYPE vector({d});"
+
+
+def newer_schema_error(version: int, detail: str = "") -> SchemaVersionError:
+    """The error for a database at ``version``, set up by a newer version of this package."""
+    return SchemaVersionError(
+        f"the database is at schema version {version}, set up by a newer version of "
+        f"langchain-reflective (this one knows up to {SCHEMA_VERSION})"
+        f"{': ' + detail if detail else ''}. Upgrade the package."
+    )
+
+
+def migrate(conn: psycopg.Connection[Any]) -> None:
+    """Bring the database to :data:`SCHEMA_VERSION` in the caller's transaction: under the
+    setup lock, each missing migration once, in order.
+
+    Raises:
+        SchemaVersionError: the database is at a newer version.
+    """
+    from langchain_reflective.backends.postgres.connection import version_of
+
+    conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", SETUP_LOCK)
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS reflective_schema_version ("
+        "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+    )
+    row = conn.execute("SELECT max(version) FROM reflective_schema_version").fetchone()
+    current = version_of(row)
+    if current > SCHEMA_VERSION:
+        raise newer_schema_error(current)
+    for version in range(current + 1, SCHEMA_VERSION + 1):
+        conn.execute(MIGRATIONS[version - 1])
+        conn.execute("INSERT INTO reflective_schema_version (version) VALUES (%s)", (version,))
