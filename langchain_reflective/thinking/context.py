@@ -52,16 +52,7 @@ from langchain_reflective.thinking.turns import (
 if TYPE_CHECKING:
     from langchain_reflective.stream import MemoryStream
 
-__all__ = [
-    "SNAPSHOT_KIND",
-    "SUMMARY_KIND",
-    "ContextMemory",
-    "ContextSnapshot",
-    "ContextSummary",
-    "RecallResult",
-    "TurnTakenError",
-    "count_text_tokens",
-]
+__all__ = ["ContextMemory"]  # (the values it stores: thinking/turns.py)
 
 logger = logging.getLogger(__name__)
 
