@@ -117,3 +117,28 @@ def test_a_snapshot_of_other_lexical_documents_is_not_used(tmp_path: Path) -> No
         file.unlink()
     with MemoryStream(emb, path=db, scoring=facts) as s:
         assert _ranked(s) == got
+
+
+def test_a_vector_file_of_another_memory_file_is_not_used(tmp_path: Path) -> None:
+    """The mapped vector file of a large namespace matched by size, dimension and generation
+    alone, so another memory file's (same rows and dimension) was used silently: relevance
+    off by up to 0.48 and wrong rankings. Sampled rows are now compared with the memory file,
+    and a mismatch reads the vectors from the file."""
+    emb = WordEmbeddings(32)
+    paths = [tmp_path / "a.db", tmp_path / "b.db"]
+    for path, start in zip(paths, (0, 5_000), strict=True):
+        with MemoryStream(emb, path=path, exact_limit=300) as s:
+            s.add(_texts(600, start), importances=0.5, now=NOW - timedelta(days=1))
+            _ranked(s)  # (the caches are written)
+    reference = tmp_path / "reference.db"  # (a copy without caches: a's stay as written)
+    reference.write_bytes(paths[0].read_bytes())
+    with MemoryStream(emb, path=reference, exact_limit=None) as s:
+        expected = _ranked(s)
+    (vector_file,) = (paths[0].parent / "a.db.index").glob("*.f32")
+    (other,) = (paths[1].parent / "b.db.index").glob("*.f32")
+    assert vector_file.name == other.name and vector_file.stat().st_size == other.stat().st_size
+    vector_file.write_bytes(other.read_bytes())
+    with MemoryStream(emb, path=paths[0], exact_limit=300) as s:
+        s.retrieve("tea", k=1, now=NOW, touch=False)  # loads the partition (and its vectors)
+        s.exact_limit = None  # compare exact rankings
+        assert _ranked(s) == expected

@@ -41,6 +41,7 @@ logger = logging.getLogger(__name__)
 _FLAT_CACHE_MAX = 200_000  # larger exact partitions reload their vectors from the file
 _LOAD_CHUNK = 16_384  # rows per read when loading vectors from the file
 _COLUMNS_MIN = 50_000  # partitions at least this large keep a snapshot of their per-row columns
+_SAMPLED_ROWS = 16  # rows of a mapped vector file compared with the memory file on load
 
 
 class PartitionFiles:
@@ -237,6 +238,13 @@ class PartitionFiles:
         matrix, rows, newest = mapped
         if len(part) < rows or int(part.seqs.view[rows - 1]) != newest:
             return None
+        if not self._matches_the_file(part, matrix, rows):
+            logger.warning(
+                "vector cache of namespace %r does not hold this file's vectors (copied from "
+                "another memory file, or tampered); reading them from the file",
+                part.namespace,
+            )
+            return None
         index = FaissFlatIndex.from_matrix(matrix)
         if len(part) > rows:
             tail = [
@@ -252,6 +260,26 @@ class PartitionFiles:
                 assert chunk.vectors is not None
                 index.add(chunk.vectors)
         return index
+
+    def _matches_the_file(
+        self, part: Partition, matrix: npt.NDArray[np.float32], rows: int
+    ) -> bool:
+        """Whether sampled rows of a mapped vector file (the first, the last and evenly spaced
+        ones: :data:`_SAMPLED_ROWS`) hold the vectors the memory file stores for those keys.
+
+        Its size, dimension and generation can match another memory file's cache of as many
+        rows, and hashing the whole file would cost the instant reopen it exists for (1.5 GB at
+        1M memories); a cache copied from another file differs in every row.
+        """
+        if not isinstance(self.store, SQLiteRecordStore):
+            return True
+        picks = sorted({0, rows - 1, *np.linspace(0, rows - 1, _SAMPLED_ROWS, dtype=int).tolist()})
+        seqs = [int(part.seqs.view[i]) for i in picks]
+        stored = self.store.vectors_by_seq(seqs)
+        return all(
+            stored.get(seq) == np.ascontiguousarray(matrix[i], dtype="<f4").tobytes()
+            for i, seq in zip(picks, seqs, strict=True)
+        )
 
     def _unmap(self, index: FaissFlatIndex, mapped: npt.NDArray[np.float32]) -> None:
         """Copy a mapped vector file into ordinary memory, then swap it in (worker thread).

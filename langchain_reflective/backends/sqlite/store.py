@@ -413,6 +413,12 @@ class SQLiteRecordStore(CounterTable, PendingQueue, BaseRecordStore):
                 found[row[1]] = row_to_record(row)
         return [found[i] for i in ids if i in found]
 
+    def vectors_by_seq(self, seqs: Sequence[int]) -> dict[int, bytes]:
+        """The stored vectors (raw little-endian float32 blobs) of these keys."""
+        marks = ",".join("?" * len(seqs))
+        rows = self._query(f"SELECT seq, vector FROM memories WHERE seq IN ({marks})", tuple(seqs))
+        return {int(seq): bytes(blob) for seq, blob in rows}
+
     def get_by_seq(self, seqs: Sequence[int]) -> dict[int, MemoryRecord]:
         out: dict[int, MemoryRecord] = {}
         for chunk in chunks([int(s) for s in seqs]):
