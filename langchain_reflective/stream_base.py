@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Self
 
 from langchain_core.embeddings import Embeddings
 
@@ -39,6 +39,19 @@ class StreamBase(Closing):
     _closed: bool
 
     # -- lifecycle -----------------------------------------------------------------------------
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Self:
+        """The stream itself: it is a handle on its storage (an open file or a connection
+        pool), so a deep copy of what holds it (``retriever.model_copy(deep=True)``,
+        ``copy.deepcopy``) shares it, as a copy of a database connection would."""
+        return self
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            f"a {type(self).__name__} holds an open file or database connection and cannot be "
+            "pickled; pass the file path or connection string and open a stream where it is "
+            "needed"
+        )
 
     def close(self) -> None:
         """Close the backend (the SQLite backend writes its vector-index caches). Idempotent.

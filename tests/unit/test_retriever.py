@@ -50,3 +50,19 @@ def test_unknown_argument_is_an_error(stream) -> None:
 def test_langsmith_params_name_the_retriever(stream) -> None:
     params = ReflectiveRetriever(memory_stream=stream)._get_ls_params()
     assert params["ls_retriever_name"] == "reflective"
+
+
+def test_copies_share_the_stream_and_pickling_says_why_not(stream, now) -> None:
+    """A deep copy of a retriever (copy.deepcopy, model_copy(deep=True)) raised a bare
+    TypeError from the stream's lock; a stream is a handle on its storage, so copies share it.
+    Pickling cannot carry an open file or connection: a TypeError that says so."""
+    import copy
+    import pickle
+
+    stream.add(["alice likes tea", "bob moved to paris"], importances=0.5, now=now)
+    retriever = ReflectiveRetriever(memory_stream=stream, k=1)
+    for clone in (copy.deepcopy(retriever), retriever.model_copy(deep=True)):
+        assert clone.memory_stream is stream and clone is not retriever
+        assert [d.page_content for d in clone.invoke("tea")] == ["alice likes tea"]
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        pickle.dumps(retriever)
