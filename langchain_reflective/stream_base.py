@@ -49,7 +49,7 @@ class StreamBase(Closing):
     def __reduce__(self) -> Any:
         raise TypeError(
             f"a {type(self).__name__} holds an open file or database connection and cannot be "
-            "pickled; pass the file path or connection string and open a stream where it is "
+            "serialized; pass the file path or connection string and open a stream where it is "
             "needed"
         )
 

@@ -55,7 +55,7 @@ def test_langsmith_params_name_the_retriever(stream) -> None:
 def test_copies_share_the_stream_and_pickling_says_why_not(stream, now) -> None:
     """A deep copy of a retriever (copy.deepcopy, model_copy(deep=True)) raised a bare
     TypeError from the stream's lock; a stream is a handle on its storage, so copies share it.
-    Pickling cannot carry an open file or connection: a TypeError that says so."""
+    Serializing cannot carry an open file or connection: a TypeError that says so."""
     import copy
     import pickle
 
@@ -64,5 +64,5 @@ def test_copies_share_the_stream_and_pickling_says_why_not(stream, now) -> None:
     for clone in (copy.deepcopy(retriever), retriever.model_copy(deep=True)):
         assert clone.memory_stream is stream and clone is not retriever
         assert [d.page_content for d in clone.invoke("tea")] == ["alice likes tea"]
-    with pytest.raises(TypeError, match="cannot be pickled"):
+    with pytest.raises(TypeError, match="cannot be serialized"):
         pickle.dumps(retriever)
