@@ -34,6 +34,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from langchain_reflective._llm import Flow, Op, run_async, run_sync, threaded
 from langchain_reflective.errors import InvalidMemoryError, StorageError
 from langchain_reflective.records import validate_text
 from langchain_reflective.stream import RetrievalFilter
@@ -210,20 +211,11 @@ class ContextMemory:
             StorageError, EmbeddingError, ...: the stream's error when an add fails; the
                 turn's snapshot is not left behind.
         """
-        ns = self.namespace(namespace)
-        turn, insights = self._checked(turn, context, summary, insights)
-        self._check_new(turn, ns)
-        try:
-            snap = self.stream.add(**self._snapshot_args(turn, context, tool_calls, ns, now))
-        except StorageError as exc:
-            self._taken_meanwhile(turn, ns, exc)
-            raise
-        try:
-            summ = self.stream.add(**self._summary_args(turn, summary, insights, fallback, ns, now))
-        except Exception as exc:
-            self._undo_snapshot(turn, ns, exc)
-            raise
-        return ContextSnapshot.from_record(snap[0]), ContextSummary.from_record(summ[0])
+        return run_sync(
+            self._record_flow(
+                turn, context, summary, insights, tool_calls, fallback, namespace, now
+            )
+        )
 
     async def arecord_turn(
         self,
@@ -239,20 +231,40 @@ class ContextMemory:
     ) -> tuple[ContextSnapshot, ContextSummary]:
         """Async twin of :meth:`record_turn`. A cancelled call is not undone: the stream's
         write under way may still complete (see ``MemoryStream.aadd``)."""
+        return await run_async(
+            self._record_flow(
+                turn, context, summary, insights, tool_calls, fallback, namespace, now
+            )
+        )
+
+    def _record_flow(
+        self,
+        turn: int,
+        context: str,
+        summary: str,
+        insights: Sequence[str],
+        tool_calls: Sequence[str],
+        fallback: bool,
+        namespace: str | None,
+        now: datetime | None,
+    ) -> Flow[tuple[ContextSnapshot, ContextSummary]]:
+        """:meth:`record_turn`, written once for sync and async."""
         ns = self.namespace(namespace)
         turn, insights = self._checked(turn, context, summary, insights)
-        await asyncio.to_thread(self._check_new, turn, ns)
+        st = self.stream
+        yield Op(self._check_new, threaded(self._check_new), (turn, ns))
+        snapshot = self._snapshot_args(turn, context, tool_calls, ns, now)
         try:
-            snap = await self.stream.aadd(**self._snapshot_args(turn, context, tool_calls, ns, now))
+            snap = yield Op(st.add, st.aadd, (), snapshot)
         except StorageError as exc:
-            await asyncio.to_thread(self._taken_meanwhile, turn, ns, exc)
+            yield Op(self._taken_meanwhile, threaded(self._taken_meanwhile), (turn, ns, exc))
             raise
         try:
-            summ = await self.stream.aadd(
-                **self._summary_args(turn, summary, insights, fallback, ns, now)
+            summ = yield Op(
+                st.add, st.aadd, (), self._summary_args(turn, summary, insights, fallback, ns, now)
             )
         except Exception as exc:
-            await asyncio.to_thread(self._undo_snapshot, turn, ns, exc)
+            yield Op(self._undo_snapshot, threaded(self._undo_snapshot), (turn, ns, exc))
             raise
         return ContextSnapshot.from_record(snap[0]), ContextSummary.from_record(summ[0])
 
