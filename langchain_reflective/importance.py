@@ -361,19 +361,14 @@ class LLMImportanceScorer(BaseImportanceScorer):
         if isinstance(output, BaseException):
             reason = f"model error: {type(output).__name__}: {output}"
             return [ImportanceResult(placeholder, "heuristic", reason) for _ in chunk]
-        parsed, raw = None, ""
+        parsed, raw = self._call.unpack(output)
         ratings: list[float | None]
-        try:
-            parsed, raw = self._call.unpack(output)
-            if parsed is not None:
-                ratings = ratings_from_structured(parsed, len(chunk))
-                if all(r is None for r in ratings) and raw:
-                    ratings = parse_ratings(raw, len(chunk))
-            else:
+        if parsed is not None:
+            ratings = ratings_from_structured(parsed, len(chunk))
+            if all(r is None for r in ratings) and raw:
                 ratings = parse_ratings(raw, len(chunk))
-        except Exception as exc:  # an answer the parser cannot survive is an unparseable one
-            reason = f"unparseable output ({type(exc).__name__}): {raw[:80]!r}"
-            return [ImportanceResult(placeholder, "heuristic", reason) for _ in chunk]
+        else:
+            ratings = parse_ratings(raw, len(chunk))  # never raises (load_json caps the depth)
         out: list[ImportanceResult] = []
         unparseable = all(r is None for r in ratings)
         for i, rating in enumerate(ratings, 1):
