@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import importlib
 import json
 import logging
@@ -188,6 +189,35 @@ def _http_get(url: str, timeout: float) -> tuple[int, bytes]:
         return exc.code, exc.read()
 
 
+_EXIT_WAIT = 300.0
+"""Seconds the interpreter's exit waits for a local server's running requests to end."""
+
+_ABANDONED: list[tuple[Any, str]] = []
+
+
+def _abandon(server: Any, address: str) -> None:
+    """Keep a server that :meth:`LocalChatServer.stop` gave up on until the process exits.
+
+    Its destructor would block for as long as a request is running on it, and tearing the
+    process down under a running request crashes llama.cpp; so at exit the server is stopped
+    once its requests have ended (see :func:`_stop_abandoned`).
+    """
+    if not _ABANDONED:
+        atexit.register(_stop_abandoned)
+    _ABANDONED.append((server, address))
+
+
+def _stop_abandoned() -> None:
+    """At exit: stop each abandoned server once it is idle (waiting up to ``_EXIT_WAIT``)."""
+    while _ABANDONED:
+        server, address = _ABANDONED.pop()
+        if not LocalChatServer._wait_idle(address, time.perf_counter() + _EXIT_WAIT):
+            # Never run the destructor under a running request: it would hang the exit.
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(server))
+            logger.warning("The local llama.cpp server at %s was still generating.", address)
+        del server
+
+
 class LocalChatServer:
     """A llama.cpp server, in this process, serving the embedded Gemma 3 270M base model.
 
@@ -322,7 +352,8 @@ class LocalChatServer:
         """Load the model and start the HTTP server; return once ``/health`` reports ready.
 
         Starting a running server does nothing. A stop is registered with :mod:`atexit` so
-        the server never outlives the interpreter.
+        the server never outlives the interpreter (at exit, it waits for running requests
+        to end: see :meth:`stop`).
 
         Returns:
             This server, for chaining.
@@ -375,7 +406,7 @@ class LocalChatServer:
             self._server = server
             self._address = address
             self._blank_token_ids = _EMBEDDED_BLANK_TOKEN_IDS if known_vocabulary else ()
-            atexit.register(self.stop)
+            atexit.register(self._stop_at_exit)
         logger.info(
             "Started local llama.cpp server for %s at %s in %.1f s",
             self._model_name,
@@ -384,18 +415,44 @@ class LocalChatServer:
         )
         return self
 
-    def stop(self) -> None:
-        """Stop the server and close its port. Stopping a stopped server does nothing."""
+    def stop(self, timeout: float = 120.0) -> None:
+        """Stop the server and close its port. Stopping a stopped server does nothing.
+
+        Requests still being generated are waited for first, up to ``timeout`` seconds:
+        llama.cpp cannot be torn down under a running request (its destructor would wait
+        for that request's result forever, hanging the caller). Generation is bounded by
+        ``max_predict`` tokens, so the default wait covers it on a busy machine. If a request
+        is still running when ``timeout`` has passed, this returns with a warning and the
+        server is stopped at interpreter exit, once its requests have ended; until then its
+        port stays open.
+
+        Args:
+            timeout: Seconds to wait for running requests to finish.
+        """
         with self._lock:
             server, self._server = self._server, None
             address, self._address = self._address, None
-            if server is None:
+            if server is None or address is None:
                 return
-            atexit.unregister(self.stop)
+            atexit.unregister(self._stop_at_exit)
+            if not self._wait_idle(address, time.perf_counter() + max(timeout, 0.0)):
+                _abandon(server, address)
+                logger.warning(
+                    "The local llama.cpp server at %s was still generating after %g s; it "
+                    "is stopped at interpreter exit, once its requests end (llama.cpp "
+                    "cannot stop under a running request).",
+                    address,
+                    timeout,
+                )
+                return
             # The xllamacpp.Server destructor terminates the main loop, joins its threads
             # and closes the listening socket; this is the only reference to it.
             del server
         logger.info("Stopped local llama.cpp server at %s", address)
+
+    def _stop_at_exit(self) -> None:
+        """Stop at interpreter exit, once running requests have ended."""
+        self.stop(timeout=_EXIT_WAIT)
 
     def __enter__(self) -> Self:
         """Start the server (see :meth:`start`)."""
@@ -409,6 +466,39 @@ class LocalChatServer:
     ) -> None:
         """Stop the server (see :meth:`stop`)."""
         self.stop()
+
+    @staticmethod
+    def _wait_idle(address: str, deadline: float) -> bool:
+        """Wait until no slot of the server is generating, or ``deadline`` passes.
+
+        Idle means two answers of ``/slots`` in a row with no slot processing, so a request
+        queued behind a finishing one is seen (one answer, once the deadline has passed). A
+        server that does not answer ``/slots`` is taken as idle (there is nothing better to
+        go on).
+
+        Args:
+            address: Root address of the server.
+            deadline: ``time.perf_counter()`` value after which to give up.
+
+        Returns:
+            Whether the server was seen idle before the deadline.
+        """
+        idle_answers = 0
+        while True:
+            try:
+                status, body = _http_get(f"{address}/slots", timeout=2.0)
+                slots = json.loads(body) if status == 200 else None
+            except (OSError, ValueError):
+                slots = None
+            if not isinstance(slots, list):
+                return True
+            busy = any(isinstance(slot, dict) and slot.get("is_processing") for slot in slots)
+            idle_answers = 0 if busy else idle_answers + 1
+            if time.perf_counter() >= deadline:
+                return not busy
+            if idle_answers >= 2:
+                return True
+            time.sleep(0.05)
 
     @staticmethod
     def _wait_healthy(address: str, deadline: float) -> None:

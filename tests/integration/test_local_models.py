@@ -206,6 +206,44 @@ def test_server_stop_is_idempotent_and_closes_port() -> None:
         _ = server.base_url
 
 
+def _stop_child(mode: str) -> list[str]:
+    """Run tests/integration/stop_child.py in ``mode``; a stop that hangs fails the test."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.integration.stop_child", mode],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"stopping the server hung ({mode}): {exc.stdout!r}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.split("\n")
+
+
+@pytest.mark.local_llm
+def test_stop_waits_for_a_running_request() -> None:
+    # llama.cpp's server cannot be torn down under a running request: its destructor waited
+    # for that request's result forever. stop() now lets the request finish first.
+    lines = _stop_child("wait")
+    assert {"STOPPED", "CALL 64", "PORT False"} <= set(lines)
+
+
+@pytest.mark.local_llm
+def test_stop_that_gives_up_leaves_the_server_to_the_exit() -> None:
+    lines = _stop_child("timeout")
+    assert "STOPPED running=False" in lines
+    assert "BUSY True" in lines  # not torn down under the request
+    assert "CALL 64" in lines  # the exit waited for it, then stopped the server cleanly
+
+
+@pytest.mark.local_llm
+def test_exit_waits_for_a_running_request() -> None:
+    lines = _stop_child("exit")
+    assert "EXITING" in lines
+    assert "CALL 64" in lines
+
+
 @pytest.mark.local_llm
 def test_default_chat_model_picks_local_without_api(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in _API_ENV:
