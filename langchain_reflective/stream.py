@@ -99,8 +99,8 @@ class MemoryStream(StreamBase):
 
     Args:
         embeddings: the embedding model (any LangChain ``Embeddings``).
-        path: the memory file of the embedded SQLite backend. ``None`` (and no ``backend``)
-            keeps everything in memory.
+        path: the memory file of the embedded SQLite backend. ``None`` or ``":memory:"`` (and
+            no ``backend``) keeps everything in memory.
         backend: where memories live (a :class:`BaseMemoryBackend`, e.g.
             ``PostgresBackend.from_conn_string(url)``); overrides ``path``. The stream closes
             it on :meth:`close`.
@@ -175,7 +175,7 @@ class MemoryStream(StreamBase):
                 ann_nprobe=ann_nprobe,
             )
         self._backend = backend
-        self.path = Path(path) if path is not None and store is None else None
+        self.path: Path | None = getattr(backend, "path", None) if path is not None else None
         stored_model = backend.embedding_model
         if stored_model and embedding_model is None and stored_model != self.embedding_model:
             backend.close()

@@ -630,11 +630,15 @@ def test_closed_stream_raises(embeddings, db_path) -> None:
         s.add(["x"])
 
 
-def test_in_memory_stream_writes_no_file(tmp_path: Path, embeddings, monkeypatch) -> None:
+@pytest.mark.parametrize("path", [None, ":memory:", Path(":memory:")])
+def test_in_memory_stream_writes_no_file(tmp_path: Path, embeddings, monkeypatch, path) -> None:
+    # ":memory:" is SQLite's (and LangGraph's SQLite savers') name for an in-memory
+    # database; it used to create a file of that name and fail ("could not enable WAL").
     monkeypatch.chdir(tmp_path)
-    with MemoryStream(embeddings) as s:
+    with MemoryStream(embeddings, path=path) as s:
         s.add(FACTS, importances=0.5)
         assert len(s.retrieve("Bob", k=2)) == 2
+        assert s.path is None
     assert list(tmp_path.iterdir()) == []
 
 

@@ -19,7 +19,6 @@ import os
 import threading
 from collections.abc import Iterator, Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -37,6 +36,7 @@ from langchain_reflective.backends.base import (
 from langchain_reflective.backends.sqlite import candidates as cand
 from langchain_reflective.backends.sqlite.ann import maintain_ann
 from langchain_reflective.backends.sqlite.caches import PartitionFiles
+from langchain_reflective.backends.sqlite.connection import memory_file
 from langchain_reflective.backends.sqlite.partition import Partition, rows_of_seqs
 from langchain_reflective.backends.sqlite.record_store import BaseRecordStore
 from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
@@ -64,7 +64,8 @@ class SQLiteBackend(BaseMemoryBackend):
     what another changed, and the reflection lock is a lock file next to the memory file.
 
     Args:
-        path: the memory file; ``None`` keeps everything in memory (nothing is written).
+        path: the memory file; ``None`` (or ``":memory:"``) keeps everything in memory
+            (nothing is written).
         store: a custom record layer (overrides ``path``; mostly for tests).
         exact_limit: namespaces with at most this many live memories are scored exactly;
             larger ones score exactly only a candidate set (approximate nearest neighbours
@@ -101,7 +102,7 @@ class SQLiteBackend(BaseMemoryBackend):
         self.exact_limit = exact_limit
         self.ann_candidates = int(ann_candidates)
         self.ann_nprobe = int(ann_nprobe)
-        self.path = Path(path) if path is not None and store is None else None
+        self.path = memory_file(path) if store is None else None
         self.store: BaseRecordStore = store or SQLiteRecordStore(
             path, synchronous=synchronous, timeout=timeout
         )

@@ -90,11 +90,27 @@ class _Checkpointer:
         self._thread.join()
 
 
+IN_MEMORY = ":memory:"
+"""SQLite's name for an in-memory database; as a path it means ``None`` (nothing written)."""
+
+
+def memory_file(path: str | os.PathLike[str] | None) -> Path | None:
+    """Return the memory file ``path`` names, or ``None`` for an in-memory database.
+
+    ``None`` and SQLite's ``":memory:"`` (what LangGraph's SQLite savers accept too) both
+    mean in memory; anything else is a file path.
+    """
+    if path is None or os.fspath(path) == IN_MEMORY:
+        return None
+    return Path(path)
+
+
 class SQLiteConnection:
     """The connection under :class:`~langchain_reflective.backends.sqlite.store.SQLiteRecordStore`.
 
     Args:
-        path: the database file; ``None`` keeps everything in memory (nothing is written).
+        path: the database file; ``None`` (or ``":memory:"``) keeps everything in memory
+            (nothing is written).
         synchronous: SQLite's ``synchronous`` pragma.
         timeout: seconds to wait for another writer's lock before failing.
 
@@ -110,7 +126,7 @@ class SQLiteConnection:
         synchronous: Literal["OFF", "NORMAL", "FULL"] = "NORMAL",
         timeout: float = 30.0,
     ) -> None:
-        self.path = Path(path) if path is not None else None
+        self.path = memory_file(path)
         self._lock = threading.RLock()
         self._closed = False
         self._data_version = 0
