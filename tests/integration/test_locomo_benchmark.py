@@ -146,3 +146,24 @@ def test_cached_embeddings_never_embed(bench: ModuleType, data_dir: Path) -> Non
     assert emb.embed_query(conv.questions[2].text) == queries[2].tolist()
     with pytest.raises(KeyError):
         emb.embed_query("a question nobody cached")
+
+
+def test_run_label_names_every_option_that_changes_the_figures(bench: ModuleType) -> None:
+    # --pg-ivf-min-rows used to be missing from both: such a run overwrote
+    # locomo_recall_postgres.json and recorded itself as the plain Postgres run.
+    assert bench.run_label("sqlite", "heuristic", None) == (
+        "python benchmarks/locomo_recall.py",
+        "",
+    )
+    assert bench.run_label("postgres", "heuristic", None) == (
+        "python benchmarks/locomo_recall.py --backend postgres",
+        "_postgres",
+    )
+    assert bench.run_label("postgres", "heuristic", 200) == (
+        "python benchmarks/locomo_recall.py --backend postgres --pg-ivf-min-rows 200",
+        "_postgres_ivf200",
+    )
+    assert bench.run_label("sqlite", "constant", None) == (
+        "python benchmarks/locomo_recall.py --importance constant",
+        "_constant",
+    )
