@@ -194,10 +194,33 @@ async def test_async_context_matches_sync(tmp_path, now) -> None:
     assert sync == asynchronous
 
 
-def test_purge_waits_and_clears(tmp_path, model, now) -> None:
+def test_purge_waits_for_a_running_reflection_and_clears(tmp_path, now) -> None:
+    """The reflection is held inside its first model call while purge runs: purge waits for it
+    (a purge that did not would delete the memories, and the reflection, once released,
+    would store its insights into the purged namespace)."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold(kind: str) -> None:
+        held.set()
+        if not release.wait(30):
+            release.set()
+            raise TimeoutError("the test never released the model call")
+
+    model = ScriptedChatModel(gate=hold)
+    purged: list[int] = []
     with make(tmp_path, model, reflect_threshold=1.0) as memory:
         memory.add(EVENTS, importances=0.5, now=now)
-        assert memory.purge() >= 4
+        assert held.wait(30)
+        purger = threading.Thread(target=lambda: purged.append(memory.purge()))
+        purger.start()
+        try:
+            purger.join(timeout=0.5)
+            assert purger.is_alive() and not purged  # waiting for the held reflection
+        finally:
+            release.set()
+        purger.join(timeout=60)
+        assert purged and purged[0] > len(EVENTS)  # the observations and the insights
+        assert not memory.errors
         assert memory.stream.count() == 0
 
 
