@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 from datetime import datetime
 
 import pytest
@@ -92,11 +93,18 @@ def test_empty_input_makes_no_call() -> None:
 
 
 def test_batches_run_concurrently() -> None:
-    model = ScriptedChatModel(delay=0.3)
-    scorer(model, batch_size=10, max_concurrency=4).score([f"m{i}" for i in range(40)])
-    starts = [c.start for c in model.calls]
-    ends = [c.end for c in model.calls]
-    assert max(starts) < min(ends)  # all four calls were in flight together
+    """The four batch calls wait at a barrier for each other: they only get their answers if
+    all four are in flight at once (one at a time, the first wait would time out)."""
+    barrier = threading.Barrier(4, timeout=30)
+    met: list[int] = []
+
+    def meet(kind: str) -> None:
+        met.append(barrier.wait())
+
+    model = ScriptedChatModel(gate=meet)
+    results = scorer(model, batch_size=10, max_concurrency=4).score([f"m{i}" for i in range(40)])
+    assert sorted(met) == [0, 1, 2, 3] and model.count("importance") == 4
+    assert [r.source for r in results] == ["llm"] * 40
 
 
 # -- parsing -------------------------------------------------------------------------------------

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
 import langchain_reflective
 
@@ -21,8 +23,11 @@ def test_public_names_are_documented() -> None:
             assert obj.__doc__, f"{name} has no docstring"
 
 
-def test_version_is_a_string() -> None:
-    assert isinstance(langchain_reflective.__version__, str)
+def test_version_is_the_projects() -> None:
+    """``__version__`` is the version pyproject.toml declares (not the source-tree fallback)."""
+    with (Path(__file__).parents[2] / "pyproject.toml").open("rb") as f:
+        declared = tomllib.load(f)["project"]["version"]
+    assert langchain_reflective.__version__ == declared
 
 
 def test_import_is_light_and_does_nothing() -> None:

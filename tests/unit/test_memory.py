@@ -63,18 +63,28 @@ def test_every_n_adds_trigger(tmp_path, model, now) -> None:
         assert model.count("questions") == 1
 
 
-def test_add_does_not_wait_for_a_slow_reflection(tmp_path, now) -> None:
-    slow = ScriptedChatModel(delay=1.0)
-    with make(tmp_path, slow, reflect_threshold=1.0) as memory:
-        memory.add(EVENTS, importances=0.5, now=now)  # triggers
-        deadline = time.monotonic() + 5
-        while not memory.reflecting and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert memory.reflecting
-        started = time.perf_counter()
-        memory.add("Klaus drank coffee", importances=0.1, now=now)
-        elapsed = time.perf_counter() - started
-        assert elapsed < slow.delay / 2, elapsed  # well under one model call
+def test_add_does_not_wait_for_a_running_reflection(tmp_path, now) -> None:
+    """A reflection is held inside its first model call until the test releases it; an add
+    made meanwhile returns and is stored. Had add waited for the reflection, it would only have
+    returned once the held call gave up, and that failure would be in .errors."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold(kind: str) -> None:
+        held.set()
+        if not release.wait(30):
+            release.set()  # the retries and later calls fail at once
+            raise TimeoutError("the test never released the model call")
+
+    model = ScriptedChatModel(gate=hold)
+    with make(tmp_path, model, reflect_threshold=1.0) as memory:
+        try:
+            memory.add(EVENTS, importances=0.5, now=now)  # triggers
+            assert held.wait(30)
+            (coffee,) = memory.add("Klaus drank coffee", importances=0.1, now=now)
+            assert memory.reflecting and model.count() == 0  # still inside its first call
+            assert memory.stream.get([coffee.id])
+        finally:
+            release.set()
         assert memory.flush(60)
         assert not memory.errors
         assert memory.stream.recent(kinds=["reflection"])
@@ -184,10 +194,33 @@ async def test_async_context_matches_sync(tmp_path, now) -> None:
     assert sync == asynchronous
 
 
-def test_purge_waits_and_clears(tmp_path, model, now) -> None:
+def test_purge_waits_for_a_running_reflection_and_clears(tmp_path, now) -> None:
+    """The reflection is held inside its first model call while purge runs: purge waits for it
+    (a purge that did not would delete the memories, and the reflection, once released,
+    would store its insights into the purged namespace)."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold(kind: str) -> None:
+        held.set()
+        if not release.wait(30):
+            release.set()
+            raise TimeoutError("the test never released the model call")
+
+    model = ScriptedChatModel(gate=hold)
+    purged: list[int] = []
     with make(tmp_path, model, reflect_threshold=1.0) as memory:
         memory.add(EVENTS, importances=0.5, now=now)
-        assert memory.purge() >= 4
+        assert held.wait(30)
+        purger = threading.Thread(target=lambda: purged.append(memory.purge()))
+        purger.start()
+        try:
+            purger.join(timeout=0.5)
+            assert purger.is_alive() and not purged  # waiting for the held reflection
+        finally:
+            release.set()
+        purger.join(timeout=60)
+        assert purged and purged[0] > len(EVENTS)  # the observations and the insights
+        assert not memory.errors
         assert memory.stream.count() == 0
 
 

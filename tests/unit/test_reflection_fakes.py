@@ -11,7 +11,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,6 +107,9 @@ class ScriptedChatModel(BaseChatModel):
         delay: seconds each call takes (``time.sleep`` / ``asyncio.sleep``).
         fail_on: kinds whose calls raise ``errors[kind]`` (default ``RuntimeError``).
         fail_times: how many times a failing kind fails before succeeding (``-1``: always).
+        gate: called with the prompt kind before each sync call is answered, outside the lock
+            (a test holds calls there on an event or a barrier to see what runs meanwhile).
+        agate: the async twin of ``gate``, awaited before each async call is answered.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -116,6 +119,8 @@ class ScriptedChatModel(BaseChatModel):
     delay: float = 0.0
     fail_on: dict[str, BaseException] = Field(default_factory=dict)
     fail_times: int = -1
+    gate: Callable[[str], None] | None = None
+    agate: Callable[[str], Awaitable[None]] | None = None
     calls: list[Call] = Field(default_factory=list)
     failures: list[str] = Field(default_factory=list)
     lock: Any = Field(default_factory=threading.Lock)
@@ -155,6 +160,8 @@ class ScriptedChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         start = time.perf_counter()
+        if self.gate is not None:
+            self.gate(kind_of(messages))
         if self.delay:
             time.sleep(self.delay)
         text = self._respond(messages, start)
@@ -168,6 +175,8 @@ class ScriptedChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         start = time.perf_counter()
+        if self.agate is not None:
+            await self.agate(kind_of(messages))
         if self.delay:
             await asyncio.sleep(self.delay)
         text = self._respond(messages, start)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+import threading
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -97,26 +99,39 @@ async def test_exact_llm_call_count_async(now: datetime) -> None:
 # -- parallel branches ---------------------------------------------------------------------------
 
 
-def _assert_concurrent(model: ScriptedChatModel, delay: float) -> None:
-    calls = [c for c in model.calls if c.kind == "insights"]
-    assert len(calls) == 3
-    assert max(c.start for c in calls) < min(c.end for c in calls)  # all in flight at once
-    stage = max(c.end for c in calls) - min(c.start for c in calls)
-    assert stage < 2 * delay, f"branch stage took {stage:.2f}s; one call takes {delay}s"
-
-
 def test_question_branches_run_concurrently(now: datetime) -> None:
-    model = ScriptedChatModel(delay=0.3)
+    """Each insights call waits at a barrier for the other two: the reflection completes only
+    if all three branches are in flight at once (run one after another, the first call's wait
+    would time out, break the barrier and fail the reflection)."""
+    barrier = threading.Barrier(3, timeout=30)
+    met: list[int] = []
+
+    def meet(kind: str) -> None:
+        if kind == "insights":
+            met.append(barrier.wait())
+
+    model = ScriptedChatModel(gate=meet)
     stream = make_stream(model, now)
-    make_graph(model, stream).invoke({"now": later(now)})
-    _assert_concurrent(model, 0.3)
+    out = make_graph(model, stream).invoke({"now": later(now)})
+    assert sorted(met) == [0, 1, 2] and model.count("insights") == 3
+    assert out["reflections"]
 
 
 async def test_question_branches_run_concurrently_async(now: datetime) -> None:
-    model = ScriptedChatModel(delay=0.3)
+    """The same in one event loop: the three async insights calls meet at an asyncio barrier."""
+    barrier = asyncio.Barrier(3)
+    met: list[int] = []
+
+    async def meet(kind: str) -> None:
+        if kind == "insights":
+            async with asyncio.timeout(30):
+                met.append(await barrier.wait())
+
+    model = ScriptedChatModel(agate=meet)
     stream = make_stream(model, now)
-    await make_graph(model, stream).ainvoke({"now": later(now)})
-    _assert_concurrent(model, 0.3)
+    out = await make_graph(model, stream).ainvoke({"now": later(now)})
+    assert sorted(met) == [0, 1, 2] and model.count("insights") == 3
+    assert out["reflections"]
 
 
 # -- evidence and depth --------------------------------------------------------------------------
