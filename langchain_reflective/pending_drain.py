@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 
 from langchain_reflective.errors import PendingConflictError, StorageError
 from langchain_reflective.memory_config import MemoryConfig, QuarantinedMemory
-from langchain_reflective.validation import as_unit_vectors
 
 if TYPE_CHECKING:
     from langchain_reflective.backends.types import PendingMemory
@@ -128,16 +127,7 @@ class PendingDrain:
         probe = probe or next(iter(candidates), None)
         if probe is None:
             return False
-        stream = self.stream
-        try:
-            raw = stream.embeddings.embed_documents([probe.text])
-            vectors = as_unit_vectors(raw, 1, type(stream.embeddings).__name__)
-            if probe.importance is None:
-                stream.importance_scorer.score([probe.text])
-        except Exception:
-            return False
-        bound = stream.backend.dimension
-        return bound is None or vectors.shape[1] == bound  # else: every memory would fail
+        return self.stream.models_accept(probe.text, rate=probe.importance is None)
 
     def _isolate(
         self, items: list[PendingMemory], failed: set[str], error: Exception | None

@@ -218,6 +218,27 @@ class MemoryStream(StreamBase):
             replacing=replacing,
         )
 
+    def _models_flow(self, texts: Sequence[str], to_rate: Sequence[str]) -> _Flow:
+        """Embed ``texts`` (one call) and rate ``to_rate`` (at most one batch); returns the
+        checked unit vectors and the ratings."""
+        raw = yield (self.embeddings, "embed_documents", (texts,), None)
+        rated = (yield (self.importance_scorer, "score", (to_rate,), None)) if to_rate else []
+        vectors = as_unit_vectors(raw, len(texts), type(self.embeddings).__name__)
+        if len(rated) != len(to_rate):
+            raise InvalidMemoryError("importance scorer returned the wrong number of results")
+        return vectors, rated
+
+    def models_accept(self, text: str, *, rate: bool) -> bool:
+        """Whether the models embed (and, if ``rate``, rate) ``text`` as an add would, into a
+        vector of the dimension the backend holds; nothing is stored. Any failure is
+        ``False``. The pending drain uses it to tell an outage from one bad memory."""
+        try:
+            vectors, _ = _run(self._models_flow([text], [text] if rate else []))
+        except Exception:
+            return False
+        bound = self._backend.dimension
+        return bound is None or vectors.shape[1] == bound  # else: every memory would fail
+
     def _add_flow(self, plans: Sequence[AddPlan]) -> _Flow:
         """Embed and rate every plan's memories in one call each, then store each plan's in one
         transaction (one per namespace); returns the stored records."""
@@ -229,11 +250,7 @@ class MemoryStream(StreamBase):
             to_rate = [p.texts[i] for p in plans for i in p.to_rate]
         if not texts:
             return []
-        raw = yield (self.embeddings, "embed_documents", (texts,), None)
-        rated = (yield (self.importance_scorer, "score", (to_rate,), None)) if to_rate else []
-        vectors = as_unit_vectors(raw, len(texts), type(self.embeddings).__name__)
-        if len(rated) != len(to_rate):
-            raise InvalidMemoryError("importance scorer returned the wrong number of results")
+        vectors, rated = yield from self._models_flow(texts, to_rate)
         self._check_open()
         if self._bound_dimension != vectors.shape[1]:  # checked once per dimension
             bind = (self.embedding_model, vectors.shape[1])
