@@ -507,9 +507,11 @@ class ReflectiveMemory(Closing):
             now=now,
         )
         ns = self.stream.resolve_namespace(namespace)
+        # both read the namespace's reflection counter from storage: in a worker thread, not
+        # on the event loop
         if self.config.background:
-            self._after_add(ns)
-        elif self._should_reflect(ns):
+            await asyncio.to_thread(self._after_add, ns)
+        elif await asyncio.to_thread(self._should_reflect, ns):
             try:
                 await self.areflect(namespace=ns, force=True)
             except Exception as exc:
