@@ -11,6 +11,7 @@ objects (e.g. the reflection graph compiled on the first ``areflect``) is.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypedDict
@@ -86,6 +87,43 @@ async def test_reflective_memory_add_reads_its_counter_off_the_loop(
 
     mem = await never_blocks(lambda: memory(tmp_path, background=background, reflect_every=2), run)
     assert mem.stream.recent(kinds=["reflection"]) and not mem.errors
+    mem.close()
+
+
+async def test_first_areflect_compiles_its_graph_off_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first reflection compiles the graph (0.4-0.6 s in a new process here: imports and
+    LangChain reading the nodes' source files; about 4 ms after): not on the loop."""
+    import langchain_reflective.reflection as reflection
+
+    compiled_on_loop: list[bool] = []
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        try:
+            asyncio.get_running_loop()
+            compiled_on_loop.append(True)
+        except RuntimeError:
+            compiled_on_loop.append(False)
+        return create_reflection_graph(*args, **kwargs)
+
+    create_reflection_graph = reflection.create_reflection_graph
+    monkeypatch.setattr(reflection, "create_reflection_graph", spy)
+
+    def build() -> ReflectiveMemory:
+        mem = memory(tmp_path)
+        mem.add(EVENTS, importances=0.5)
+        return mem
+
+    async def run(mem: ReflectiveMemory) -> None:
+        await mem.areflect()
+        await mem.abuild_context("paper")
+        await mem.aenqueue("Klaus went home")
+        await mem.aflush(30)
+
+    mem = await never_blocks(build, run)
+    assert compiled_on_loop == [False, False]  # once per memory
+    assert mem.stream.recent(kinds=["reflection"])
     mem.close()
 
 
