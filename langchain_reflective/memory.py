@@ -244,7 +244,11 @@ class ReflectiveMemory(Closing):
     ) -> list[MemoryRecord]:
         """Async twin of :meth:`reflect`."""
         inputs = self._graph_input(namespace, force, now)
-        graph = self.graph
+        # the first use compiles the graph, which reads the nodes' source files (LangChain
+        # inspects them): in a worker thread, like the method's other file and database access
+        graph = self._graph
+        if graph is None:
+            graph = await asyncio.to_thread(lambda: self.graph)
         async with self.stream.backend.areflection_lock(inputs["namespace"]):
             out = await graph.ainvoke(inputs, config=self._run_config(inputs["namespace"], config))
         return list(out.get("reflections", []))
@@ -507,9 +511,11 @@ class ReflectiveMemory(Closing):
             now=now,
         )
         ns = self.stream.resolve_namespace(namespace)
+        # both read the namespace's reflection counter from storage: in a worker thread, not
+        # on the event loop
         if self.config.background:
-            self._after_add(ns)
-        elif self._should_reflect(ns):
+            await asyncio.to_thread(self._after_add, ns)
+        elif await asyncio.to_thread(self._should_reflect, ns):
             try:
                 await self.areflect(namespace=ns, force=True)
             except Exception as exc:

@@ -1,0 +1,190 @@
+"""The async API does no blocking I/O on the event loop.
+
+LangGraph's API server (``langgraph dev``) runs graphs under blockbuster, which raises
+``BlockingError`` when a coroutine's thread makes a blocking call (sqlite3, file reads,
+``time.sleep``, sockets, ...); LangGraph tests its own code the same way. Each test runs a public
+async path here under ``blockbuster_ctx`` scanning this package, so a blocking call made by our
+code fails it. The objects are built outside (construction is sync), and each path runs once
+before on other objects, so one-time imports are not what is measured; a first use of *these*
+objects (e.g. the reflection graph compiled on the first ``areflect``) is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypedDict
+
+import pytest
+from blockbuster import blockbuster_ctx
+from langchain.agents import create_agent
+from langchain_core.messages import HumanMessage
+from langgraph.graph import END, START, StateGraph
+from langgraph.store.base import BaseStore
+
+from langchain_reflective import (
+    MemoryConfig,
+    MemoryStream,
+    ReflectiveMemory,
+    ReflectiveMemoryMiddleware,
+    ReflectiveRetriever,
+    ReflectiveStore,
+)
+from langchain_reflective.importance import RetryConfig
+from langchain_reflective.reflection import ReflectionConfig
+from tests.fakes import WordEmbeddings
+from tests.unit.test_middleware import FakeChat, tool_call
+from tests.unit.test_reflection_fakes import ScriptedChatModel
+
+FAST = ReflectionConfig(min_relevance=-1.0, retry=RetryConfig(initial_wait=0.0, max_wait=0.0))
+EVENTS = ["Klaus writes a paper on gentrification", "Klaus discussed the paper with Maria"]
+
+
+async def never_blocks(build: Callable[[], Any], run: Callable[[Any], Awaitable[None]]) -> Any:
+    """Run ``run(build())`` once, then on new objects under blockbuster; return those."""
+    await run(build())
+    fresh = build()
+    with blockbuster_ctx("langchain_reflective"):
+        await run(fresh)
+    return fresh
+
+
+def memory(tmp_path: Path, **config: Any) -> ReflectiveMemory:
+    stream = MemoryStream(WordEmbeddings(), path=tmp_path / f"{len(list(tmp_path.iterdir()))}.db")
+    return ReflectiveMemory(
+        ScriptedChatModel(), stream, config=MemoryConfig(**config), reflection=FAST
+    )
+
+
+async def test_stream_add_retrieve_and_complete_pending(tmp_path: Path) -> None:
+    def build() -> tuple[MemoryStream, list[Any]]:
+        stream = MemoryStream(WordEmbeddings(), path=tmp_path / f"s{len(list(tmp_path.iterdir()))}")
+        return stream, stream.enqueue(["queued for later"])
+
+    async def run(state: tuple[MemoryStream, list[Any]]) -> None:
+        stream, queued = state
+        await stream.aadd(EVENTS)  # heuristic importance
+        await stream.aretrieve("paper", k=2)
+        await stream.acomplete_pending(queued)
+        await stream.aclose()
+
+    stream, _ = await never_blocks(build, run)
+    assert stream._closed
+
+
+@pytest.mark.parametrize("background", [True, False], ids=["background", "inline"])
+async def test_reflective_memory_add_reads_its_counter_off_the_loop(
+    tmp_path: Path, background: bool
+) -> None:
+    """``aadd`` reads the reflection counter to decide whether to reflect (it did so on the
+    loop: sqlite3 there, a network round trip on Postgres), then reflects in the background or
+    inline."""
+
+    async def run(mem: ReflectiveMemory) -> None:
+        await mem.aadd(EVENTS, importances=0.5)  # reflect_every=2: due
+        await mem.aflush(30)
+
+    mem = await never_blocks(lambda: memory(tmp_path, background=background, reflect_every=2), run)
+    assert mem.stream.recent(kinds=["reflection"]) and not mem.errors
+    mem.close()
+
+
+async def test_first_areflect_compiles_its_graph_off_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first reflection compiles the graph (0.4-0.6 s in a new process here: imports and
+    LangChain reading the nodes' source files; about 4 ms after): not on the loop."""
+    import langchain_reflective.reflection as reflection
+
+    compiled_on_loop: list[bool] = []
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        try:
+            asyncio.get_running_loop()
+            compiled_on_loop.append(True)
+        except RuntimeError:
+            compiled_on_loop.append(False)
+        return create_reflection_graph(*args, **kwargs)
+
+    create_reflection_graph = reflection.create_reflection_graph
+    monkeypatch.setattr(reflection, "create_reflection_graph", spy)
+
+    def build() -> ReflectiveMemory:
+        mem = memory(tmp_path)
+        mem.add(EVENTS, importances=0.5)
+        return mem
+
+    async def run(mem: ReflectiveMemory) -> None:
+        await mem.areflect()
+        await mem.abuild_context("paper")
+        await mem.aenqueue("Klaus went home")
+        await mem.aflush(30)
+
+    mem = await never_blocks(build, run)
+    assert compiled_on_loop == [False, False]  # once per memory
+    assert mem.stream.recent(kinds=["reflection"])
+    mem.close()
+
+
+async def test_agent_with_memory_middleware_and_tools(tmp_path: Path) -> None:
+    def build() -> tuple[Any, ReflectiveMemory]:
+        mem = memory(tmp_path)
+        mem.add("Carol plays chess", namespace="carol", importances=0.5)
+        model = FakeChat(
+            script=[
+                tool_call("recall_memories", {"query": "chess"}),
+                tool_call("save_memory", {"text": "Carol likes tea"}, "c2"),
+                tool_call("reflect_now", {}, "c3"),
+                "You play chess.",
+            ]
+        )
+        agent = create_agent(
+            model, middleware=[ReflectiveMemoryMiddleware(mem, include_tools=True)]
+        )
+        return agent, mem
+
+    async def run(state: tuple[Any, ReflectiveMemory]) -> None:
+        agent, mem = state
+        cfg = {"configurable": {"user_id": "carol"}}
+        await agent.ainvoke({"messages": [HumanMessage("What do I play?")]}, cfg)
+        await mem.aflush(30)
+
+    _, mem = await never_blocks(build, run)
+    assert mem.stream.recent(namespace="carol", kinds=["reflection"])
+    mem.close()
+
+
+class _State(TypedDict, total=False):
+    found: list[str]
+
+
+async def _store_node(state: _State, *, store: BaseStore) -> _State:
+    await store.aput(("alice", "notes"), "tea", {"text": "Alice drinks green tea"})
+    await store.aput(("alice", "notes"), "city", {"text": "Alice lives in Lisbon"})
+    assert (await store.aget(("alice", "notes"), "tea")) is not None
+    hits = await store.asearch(("alice",), query="what does Alice drink?", limit=1)
+    assert ("alice", "notes") in await store.alist_namespaces()
+    await store.adelete(("alice", "notes"), "city")
+    return {"found": [h.key for h in hits]}
+
+
+async def test_store_in_a_graph_and_the_retriever(tmp_path: Path) -> None:
+    def build() -> tuple[Any, ReflectiveRetriever]:
+        stream = MemoryStream(WordEmbeddings(), path=tmp_path / f"g{len(list(tmp_path.iterdir()))}")
+        stream.add("Bob drinks green tea", importances=0.5)
+        graph = StateGraph(_State)
+        graph.add_node("remember", _store_node)
+        graph.add_edge(START, "remember")
+        graph.add_edge("remember", END)
+        return graph.compile(store=ReflectiveStore(stream)), ReflectiveRetriever(
+            memory_stream=stream, k=1
+        )
+
+    async def run(state: tuple[Any, ReflectiveRetriever]) -> None:
+        graph, retriever = state
+        assert (await graph.ainvoke({}))["found"] == ["tea"]
+        assert len(await retriever.ainvoke("green tea")) == 1
+
+    _, retriever = await never_blocks(build, run)
+    retriever.memory_stream.close()
