@@ -207,13 +207,30 @@ def _abandon(server: Any, address: str) -> None:
     _ABANDONED.append((server, address))
 
 
+def _keep_forever(server: Any) -> None:
+    """One reference count nothing releases: the destructor never runs, not even when the
+    interpreter clears module globals at exit."""
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(server))
+
+
 def _stop_abandoned() -> None:
-    """At exit: stop each abandoned server once it is idle (waiting up to ``_EXIT_WAIT``)."""
+    """At exit: stop each abandoned server once it is idle (waiting up to ``_EXIT_WAIT``).
+
+    One still generating after that, or when the wait is interrupted (Ctrl-C), is never
+    destroyed (that would hang the exit); the process then ends under it, and llama.cpp's
+    threads may crash as it does.
+    """
     while _ABANDONED:
         server, address = _ABANDONED.pop()
-        if not LocalChatServer._wait_idle(address, time.perf_counter() + _EXIT_WAIT):
-            # Never run the destructor under a running request: it would hang the exit.
-            ctypes.pythonapi.Py_IncRef(ctypes.py_object(server))
+        try:
+            idle = LocalChatServer._wait_idle(address, time.perf_counter() + _EXIT_WAIT)
+        except BaseException:
+            for left in (server, *(other for other, _ in _ABANDONED)):
+                _keep_forever(left)
+            _ABANDONED.clear()
+            raise
+        if not idle:
+            _keep_forever(server)
             logger.warning("The local llama.cpp server at %s was still generating.", address)
         del server
 
@@ -435,7 +452,12 @@ class LocalChatServer:
             if server is None or address is None:
                 return
             atexit.unregister(self._stop_at_exit)
-            if not self._wait_idle(address, time.perf_counter() + max(timeout, 0.0)):
+            try:
+                idle = self._wait_idle(address, time.perf_counter() + max(timeout, 0.0))
+            except BaseException:  # e.g. Ctrl-C: never destroy it under a running request
+                _abandon(server, address)
+                raise
+            if not idle:
                 _abandon(server, address)
                 logger.warning(
                     "The local llama.cpp server at %s was still generating after %g s; it "

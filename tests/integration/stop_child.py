@@ -8,7 +8,9 @@ until ``/slots`` shows it generating, then, by ``mode``:
   has returned and ``PORT <open>``;
 * ``timeout``: ``stop(timeout=0.0)``; prints ``STOPPED running=<is_running>`` and
   ``BUSY <whether the server is still generating>``, then exits with the call running;
-* ``exit``: prints ``EXITING`` and exits with the call running (the ``atexit`` stop).
+* ``exit``: prints ``EXITING`` and exits with the call running (the ``atexit`` stop);
+* ``interrupt``: ``stop()`` interrupted by Ctrl-C (SIGINT) while it waits; prints
+  ``INTERRUPTED running=<is_running>``, then exits with the call running.
 
 The thread prints ``CALL ...`` when its call returns. The parent runs this under a timeout:
 a stop that hangs shows as a child that never ends.
@@ -17,6 +19,8 @@ a stop that hangs shows as a child that never ends.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import sys
 import threading
@@ -66,6 +70,12 @@ def main(mode: str) -> None:
         server.stop(timeout=0.0)
         print(f"STOPPED running={server.is_running}", flush=True)
         print(f"BUSY {_busy(address)}", flush=True)
+    elif mode == "interrupt":
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+        try:
+            server.stop()
+        except KeyboardInterrupt:
+            print(f"INTERRUPTED running={server.is_running}", flush=True)
     else:
         print("EXITING", flush=True)
 

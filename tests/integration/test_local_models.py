@@ -238,6 +238,15 @@ def test_stop_that_gives_up_leaves_the_server_to_the_exit() -> None:
 
 
 @pytest.mark.local_llm
+def test_ctrl_c_while_stop_waits_leaves_the_server_to_the_exit() -> None:
+    # the interrupted wait must not drop the last reference to the server under the running
+    # request (its destructor would hang the process for good)
+    lines = _stop_child("interrupt")
+    assert "INTERRUPTED running=False" in lines
+    assert "CALL 64" in lines
+
+
+@pytest.mark.local_llm
 def test_exit_waits_for_a_running_request() -> None:
     lines = _stop_child("exit")
     assert "EXITING" in lines
