@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Self
 from langchain_core.embeddings import Embeddings
 
 from langchain_reflective._closing import Closing
-from langchain_reflective.backends.base import BaseMemoryBackend, CounterUpdate, ReflectionState
+from langchain_reflective.backends.base import BaseMemoryBackend, ReflectionState
 from langchain_reflective.errors import InvalidMemoryError, StorageError
 from langchain_reflective.records import MemoryRecord, check_identifier, utc
 from langchain_reflective.scoring import ScoringConfig
@@ -245,9 +245,7 @@ class StreamBase(Closing):
         self._check_open()
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise InvalidMemoryError(f"n must be a non-negative integer, got {n!r}")
-        # what BaseMemoryBackend.most_important asks for, so that its async twin exists too
-        kwargs = {"n": n, "kinds": self._kinds(kinds), "by_importance": True}
-        return "recent", (self._ns(namespace),), kwargs
+        return "most_important", (self._ns(namespace), n), {"kinds": self._kinds(kinds)}
 
     def most_important(
         self,
@@ -363,8 +361,7 @@ class StreamBase(Closing):
     def _plan_mark_reflected(self, namespace: str | None, now: datetime | None) -> _BackendCall:
         self._check_open()
         when = utc(now) if now is not None else datetime.now(UTC)
-        # what BaseMemoryBackend.mark_reflected writes, so that its async twin exists too
-        return "update_counter", (CounterUpdate(namespace=self._ns(namespace), reset_at=when),), {}
+        return "mark_reflected", (self._ns(namespace), when), {}
 
     def mark_reflected(self, *, namespace: str | None = None, now: datetime | None = None) -> None:
         """Reset the reflection counter of a namespace."""
