@@ -563,6 +563,10 @@ class ReflectiveMemory(Closing):
         self.flush(timeout=self.config.shutdown_timeout)
         return self.stream.purge(namespace=namespace)
 
+    async def apurge(self, *, namespace: str | None = None) -> int:
+        """Async twin of :meth:`purge` (the wait and the delete run in a worker thread)."""
+        return await asyncio.to_thread(self.purge, namespace=namespace)
+
     # -- working context -----------------------------------------------------------------------
 
     def _context_parts(

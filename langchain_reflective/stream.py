@@ -444,7 +444,7 @@ class MemoryStream(StreamBase):
         """Queued memories not yet completed, oldest first.
 
         Args:
-            n: the oldest ``n`` (all when ``None``); with a ``namespace`` the newest ``n``.
+            n: the newest ``n`` (all when ``None``); with ``all_namespaces`` the oldest ``n``.
             namespace: whose (default: the stream's); ignored with ``all_namespaces``.
             all_namespaces: every namespace's, in queue order (what a drain completes first).
         """

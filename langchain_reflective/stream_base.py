@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 
 __all__ = ["StreamBase"]
 
+_BackendCall = tuple[str, tuple[Any, ...], dict[str, Any]]
+"""A backend call planned by a stream method: ``(name, args, kwargs)`` for
+``backend.<name>(*args, **kwargs)`` (``a<name>`` in the async twin)."""
+
 
 class StreamBase(Closing):
     """What :class:`~langchain_reflective.stream.MemoryStream` does besides its two flows."""
@@ -129,6 +133,18 @@ class StreamBase(Closing):
         return check_identifier(ns, "namespace")
 
     # -- reads and deletes ---------------------------------------------------------------------
+    #
+    # Each call below is planned once (``_plan_*``: the checks, then the backend method and its
+    # arguments); the sync method performs the plan with the backend's method, its async twin
+    # awaits the backend's ``a*`` twin of the same method.
+
+    def _call(self, plan: _BackendCall) -> Any:
+        name, args, kwargs = plan
+        return getattr(self._backend, name)(*args, **kwargs)
+
+    async def _acall(self, plan: _BackendCall) -> Any:
+        name, args, kwargs = plan
+        return await getattr(self._backend, "a" + name)(*args, **kwargs)
 
     @staticmethod
     def _ids(ids: object) -> list[str]:
@@ -145,10 +161,21 @@ class StreamBase(Closing):
             f"ids must be a string or a sequence of strings, got {type(ids).__name__}"
         )
 
+    def _plan_ids(self, name: str, ids: object, namespace: str | None) -> _BackendCall:
+        self._check_open()
+        return name, (self._ns(namespace), self._ids(ids)), {}
+
     def get(self, ids: str | Sequence[str], *, namespace: str | None = None) -> list[MemoryRecord]:
         """Records with these ids in the namespace, in the order given (unknown ids skipped)."""
-        self._check_open()
-        return self._backend.get(self._ns(namespace), self._ids(ids))
+        found: list[MemoryRecord] = self._call(self._plan_ids("get", ids, namespace))
+        return found
+
+    async def aget(
+        self, ids: str | Sequence[str], *, namespace: str | None = None
+    ) -> list[MemoryRecord]:
+        """Async twin of :meth:`get`."""
+        found: list[MemoryRecord] = await self._acall(self._plan_ids("get", ids, namespace))
+        return found
 
     def _kinds(self, kinds: Sequence[str] | None) -> list[str] | None:
         if kinds is None:
@@ -157,6 +184,24 @@ class StreamBase(Closing):
         if not all(isinstance(k, str) and k for k in kinds):
             raise InvalidMemoryError("kinds must be non-empty strings")
         return [check_identifier(k, "kind") for k in kinds]
+
+    def _plan_recent(
+        self,
+        n: int | None,
+        namespace: str | None,
+        kinds: Sequence[str] | None,
+        since_last_reflection: bool,
+    ) -> _BackendCall:
+        self._check_open()
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+            raise InvalidMemoryError(f"n must be a non-negative integer or None, got {n!r}")
+        ns = self._ns(namespace)
+        kwargs = {
+            "n": n,
+            "kinds": self._kinds(kinds),
+            "since_last_reflection": since_last_reflection,
+        }
+        return "recent", (ns,), kwargs
 
     def recent(
         self,
@@ -173,16 +218,34 @@ class StreamBase(Closing):
             namespace: which namespace (default: the stream's).
             kinds: only these kinds.
             since_last_reflection: only records added after the last reflection.
+
+        Raises:
+            InvalidMemoryError: a negative or non-integer ``n``, a bad namespace or kind.
         """
+        plan = self._plan_recent(n, namespace, kinds, since_last_reflection)
+        found: list[MemoryRecord] = self._call(plan)
+        return found
+
+    async def arecent(
+        self,
+        n: int | None = None,
+        *,
+        namespace: str | None = None,
+        kinds: Sequence[str] | None = None,
+        since_last_reflection: bool = False,
+    ) -> list[MemoryRecord]:
+        """Async twin of :meth:`recent`."""
+        plan = self._plan_recent(n, namespace, kinds, since_last_reflection)
+        found: list[MemoryRecord] = await self._acall(plan)
+        return found
+
+    def _plan_most_important(
+        self, n: int, namespace: str | None, kinds: Sequence[str] | None
+    ) -> _BackendCall:
         self._check_open()
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
-            raise InvalidMemoryError(f"n must be a non-negative integer or None, got {n!r}")
-        return self._backend.recent(
-            self._ns(namespace),
-            n=n,
-            kinds=self._kinds(kinds),
-            since_last_reflection=since_last_reflection,
-        )
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise InvalidMemoryError(f"n must be a non-negative integer, got {n!r}")
+        return "most_important", (self._ns(namespace), n), {"kinds": self._kinds(kinds)}
 
     def most_important(
         self,
@@ -195,16 +258,34 @@ class StreamBase(Closing):
 
         One indexed query, however many records the namespace holds (the working context asks
         for the top insights before every model call).
+
+        Raises:
+            InvalidMemoryError: a negative or non-integer ``n``, a bad namespace or kind.
         """
-        self._check_open()
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise InvalidMemoryError(f"n must be a non-negative integer, got {n!r}")
-        return self._backend.most_important(self._ns(namespace), n, kinds=self._kinds(kinds))
+        found: list[MemoryRecord] = self._call(self._plan_most_important(n, namespace, kinds))
+        return found
+
+    async def amost_important(
+        self,
+        n: int,
+        *,
+        namespace: str | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> list[MemoryRecord]:
+        """Async twin of :meth:`most_important`."""
+        plan = self._plan_most_important(n, namespace, kinds)
+        found: list[MemoryRecord] = await self._acall(plan)
+        return found
 
     def delete(self, ids: str | Sequence[str], *, namespace: str | None = None) -> int:
         """Delete records by id; return how many were deleted."""
-        self._check_open()
-        return self._backend.delete(self._ns(namespace), self._ids(ids))
+        deleted: int = self._call(self._plan_ids("delete", ids, namespace))
+        return deleted
+
+    async def adelete(self, ids: str | Sequence[str], *, namespace: str | None = None) -> int:
+        """Async twin of :meth:`delete`."""
+        deleted: int = await self._acall(self._plan_ids("delete", ids, namespace))
+        return deleted
 
     def discard_pending(self, ids: str | Sequence[str], *, namespace: str | None = None) -> int:
         """Remove queued memories by id without storing them; return how many were removed.
@@ -213,36 +294,81 @@ class StreamBase(Closing):
         see ``ReflectiveMemory.quarantined``). Ids of other namespaces and ids no longer
         queued are ignored.
         """
+        removed: int = self._call(self._plan_ids("discard_pending", ids, namespace))
+        return removed
+
+    async def adiscard_pending(
+        self, ids: str | Sequence[str], *, namespace: str | None = None
+    ) -> int:
+        """Async twin of :meth:`discard_pending`."""
+        removed: int = await self._acall(self._plan_ids("discard_pending", ids, namespace))
+        return removed
+
+    def _plan_namespace(self, name: str, namespace: str | None) -> _BackendCall:
         self._check_open()
-        return self._backend.discard_pending(self._ns(namespace), self._ids(ids))
+        return name, (self._ns(namespace),), {}
 
     def purge(self, *, namespace: str | None = None) -> int:
         """Delete every memory of a namespace and reset its reflection counter."""
-        self._check_open()
-        return self._backend.purge(self._ns(namespace))
+        deleted: int = self._call(self._plan_namespace("purge", namespace))
+        return deleted
+
+    async def apurge(self, *, namespace: str | None = None) -> int:
+        """Async twin of :meth:`purge`."""
+        deleted: int = await self._acall(self._plan_namespace("purge", namespace))
+        return deleted
 
     def count(self, *, namespace: str | None = None) -> int:
         """Number of memories in a namespace (default: the stream's)."""
-        self._check_open()
-        return self._backend.count(self._ns(namespace))
+        counted: int = self._call(self._plan_namespace("count", namespace))
+        return counted
+
+    async def acount(self, *, namespace: str | None = None) -> int:
+        """Async twin of :meth:`count`."""
+        counted: int = await self._acall(self._plan_namespace("count", namespace))
+        return counted
 
     def __len__(self) -> int:
         return self.count()
 
+    def _plan_namespaces(self) -> _BackendCall:
+        self._check_open()
+        return "namespaces", (), {}
+
     def namespaces(self) -> list[str]:
         """Namespaces that hold memories (for administration; reads stay per namespace)."""
-        self._check_open()
-        return self._backend.namespaces()
+        names: list[str] = self._call(self._plan_namespaces())
+        return names
+
+    async def anamespaces(self) -> list[str]:
+        """Async twin of :meth:`namespaces`."""
+        names: list[str] = await self._acall(self._plan_namespaces())
+        return names
 
     # -- reflection counter --------------------------------------------------------------------
 
     def reflection_state(self, namespace: str | None = None) -> ReflectionState:
         """The persisted importance sum / add count since the last reflection."""
+        state: ReflectionState = self._call(self._plan_namespace("reflection_state", namespace))
+        return state
+
+    async def areflection_state(self, namespace: str | None = None) -> ReflectionState:
+        """Async twin of :meth:`reflection_state`."""
+        plan = self._plan_namespace("reflection_state", namespace)
+        state: ReflectionState = await self._acall(plan)
+        return state
+
+    def _plan_mark_reflected(self, namespace: str | None, now: datetime | None) -> _BackendCall:
         self._check_open()
-        return self._backend.reflection_state(self._ns(namespace))
+        when = utc(now) if now is not None else datetime.now(UTC)
+        return "mark_reflected", (self._ns(namespace), when), {}
 
     def mark_reflected(self, *, namespace: str | None = None, now: datetime | None = None) -> None:
         """Reset the reflection counter of a namespace."""
-        self._check_open()
-        when = utc(now) if now is not None else datetime.now(UTC)
-        self._backend.mark_reflected(self._ns(namespace), when)
+        self._call(self._plan_mark_reflected(namespace, now))
+
+    async def amark_reflected(
+        self, *, namespace: str | None = None, now: datetime | None = None
+    ) -> None:
+        """Async twin of :meth:`mark_reflected`."""
+        await self._acall(self._plan_mark_reflected(namespace, now))

@@ -532,6 +532,16 @@ class BaseMemoryBackend(Closing, ABC):
         equals)."""
         return self.recent(namespace, n=n, kinds=kinds, by_importance=True)
 
+    async def amost_important(
+        self, namespace: str, n: int, *, kinds: Sequence[str] | None = None
+    ) -> list[MemoryRecord]:
+        """Async twin of :meth:`most_important`."""
+        return await self.arecent(namespace, n=n, kinds=kinds, by_importance=True)
+
     def mark_reflected(self, namespace: str, when: datetime) -> None:
         """Reset the reflection counter of ``namespace`` (``last_reflection_at = when``)."""
         self.update_counter(CounterUpdate(namespace=namespace, reset_at=when))
+
+    async def amark_reflected(self, namespace: str, when: datetime) -> None:
+        """Async twin of :meth:`mark_reflected`."""
+        await self.aupdate_counter(CounterUpdate(namespace=namespace, reset_at=when))

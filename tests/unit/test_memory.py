@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import threading
 import time
@@ -222,6 +224,32 @@ def test_purge_waits_for_a_running_reflection_and_clears(tmp_path, now) -> None:
         assert purged and purged[0] > len(EVENTS)  # the observations and the insights
         assert not memory.errors
         assert memory.stream.count() == 0
+
+
+async def test_apurge_waits_for_a_running_reflection_as_purge_does(tmp_path, now) -> None:
+    """``apurge`` is ``purge`` in a worker thread: the same parameters, the same wait for a
+    held reflection (without blocking the event loop), the same count."""
+    assert inspect.signature(ReflectiveMemory.apurge).parameters.keys() == (
+        inspect.signature(ReflectiveMemory.purge).parameters.keys()
+    )
+    held, release = threading.Event(), threading.Event()
+
+    def hold(kind: str) -> None:
+        held.set()
+        release.wait(30)
+
+    model = ScriptedChatModel(gate=hold)
+    with make(tmp_path, model, reflect_threshold=1.0) as memory:
+        memory.add(EVENTS, importances=0.5, now=now)
+        memory.add(["Ann keeps her own notes"], importances=0.1, now=now, namespace="ann")
+        assert await asyncio.to_thread(held.wait, 30)
+        purge = asyncio.ensure_future(memory.apurge())
+        await asyncio.sleep(0.3)  # the loop runs on while apurge waits
+        assert not purge.done()
+        release.set()
+        assert await asyncio.wait_for(purge, 60) > len(EVENTS)
+        assert not memory.errors and memory.stream.count() == 0
+        assert await memory.apurge(namespace="ann") == 1
 
 
 def test_config_validation() -> None:
