@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnableLambda
 from langchain_core.tracers.base import BaseTracer
 from langchain_core.tracers.context import register_configure_hook
 from langchain_core.tracers.schemas import Run
@@ -24,12 +25,13 @@ from langgraph.config import get_store
 from langgraph.graph import START, MessagesState, StateGraph
 
 from langchain_reflective import MemoryStream, ReflectiveRetriever, ReflectiveStore
-from langchain_reflective.importance import LLMImportanceScorer
+from langchain_reflective.importance import ImportanceConfig, LLMImportanceScorer
 from langchain_reflective.integrations.middleware import ReflectiveMemoryMiddleware
 from langchain_reflective.memory import MemoryConfig, ReflectiveMemory
 from tests.fakes import WordEmbeddings
 from tests.unit.test_examples import EXAMPLES_DIR, load
 from tests.unit.test_middleware import FakeChat
+from tests.unit.test_reflection_fakes import ScriptedChatModel
 
 
 class CollectingTracer(BaseTracer):
@@ -207,3 +209,59 @@ async def test_memory_calls_stay_out_of_a_streamed_chat(tmp_path: Path) -> None:
             ]
         assert len(rater.calls) >= 2  # the puts were rated by the model, not streamed
         assert len(stream.recent(None, namespace="u", kinds=["reflection"])) >= 2
+
+
+def _rated_in_a_node(tmp_path: Path, rater: Any, *, texts: list[str]) -> Run:
+    scorer = LLMImportanceScorer(rater, config=ImportanceConfig(batch_size=1))
+    with MemoryStream(WordEmbeddings(), path=tmp_path / "rated.db", importance_scorer=scorer) as s:
+        node = RunnableLambda(lambda _: len(s.add(texts, namespace="u")), name="save")
+        with traced() as tracer:
+            node.invoke(None)
+    return only_root(tracer, "save")
+
+
+@pytest.mark.parametrize(
+    "rater",
+    [FakeChat(default='{"ratings": [{"index": 1, "rating": 6}]}'), ScriptedChatModel()],
+    ids=["structured", "text"],
+)
+def test_importance_run_holds_its_model_call_inside_a_parent_run(
+    tmp_path: Path, rater: Any
+) -> None:
+    """Each rating batch is one ``importance`` run with its model call inside it, under the
+    run that stored the memories (a graph node, a tool): LangChain's ``RunnableRetry.batch``
+    traced the model call beside the ``importance`` run instead."""
+    root = _rated_in_a_node(tmp_path, rater, texts=["Alice adopted a cat", "Bob moved"])
+    ratings = [c for c in root.child_runs if c.name == "importance"]
+    assert len(ratings) == 2 and [c.name for c in root.child_runs] == ["importance"] * 2
+    for run in ratings:
+        calls = [r for r in walk(run) if r.run_type == "llm"]
+        assert len(calls) == 1 and "nostream" in (calls[0].tags or [])
+
+
+def test_failed_rating_is_an_error_inside_a_successful_parent(tmp_path: Path) -> None:
+    """The model fails, the memory is stored with the heuristic rating: the trace shows the
+    error on the ``importance`` run and its model call, the storing run succeeds."""
+    rater = ScriptedChatModel(fail_on={"importance": RuntimeError("rater down")})
+    root = _rated_in_a_node(tmp_path, rater, texts=["Alice adopted a cat"])
+    assert root.error is None and root.outputs == {"output": 1}
+    (rating,) = root.child_runs
+    assert rating.name == "importance" and "rater down" in (rating.error or "")
+    (call,) = [r for r in walk(rating) if r.run_type == "llm"]
+    assert "rater down" in (call.error or "")
+
+
+async def test_async_importance_run_holds_its_model_call(tmp_path: Path) -> None:
+    rater = FakeChat(default='{"ratings": [{"index": 1, "rating": 6}]}')
+    scorer = LLMImportanceScorer(rater, config=ImportanceConfig(batch_size=1))
+    stream = MemoryStream(WordEmbeddings(), path=tmp_path / "rated.db", importance_scorer=scorer)
+
+    async def save(_: Any) -> int:
+        return len(await stream.aadd(["Alice adopted a cat", "Bob moved"], namespace="u"))
+
+    with traced() as tracer:
+        await RunnableLambda(save, name="save").ainvoke(None)
+    await stream.aclose()
+    root = only_root(tracer, "save")
+    assert [c.name for c in root.child_runs] == ["importance"] * 2
+    assert all(len([r for r in walk(c) if r.run_type == "llm"]) == 1 for c in root.child_runs)
