@@ -28,7 +28,9 @@ from langchain_reflective import MemoryStream, ReflectiveRetriever, ReflectiveSt
 from langchain_reflective.importance import ImportanceConfig, LLMImportanceScorer
 from langchain_reflective.integrations.middleware import ReflectiveMemoryMiddleware
 from langchain_reflective.memory import MemoryConfig, ReflectiveMemory
+from langchain_reflective.reflexion import create_reflexion_graph, match_evaluator
 from tests.fakes import WordEmbeddings
+from tests.unit.reflexion_fakes import ScriptedReflexionModel, good_reflection
 from tests.unit.test_examples import EXAMPLES_DIR, load
 from tests.unit.test_middleware import FakeChat
 from tests.unit.test_reflection_fakes import ScriptedChatModel
@@ -107,6 +109,11 @@ def test_reflection_run_tree(memory: ReflectiveMemory) -> None:
         stage = metadata(run)["reflection_stage"]
         assert f"reflection.{stage}" in (run.tags or [])
         assert metadata(run)["namespace"] == "alice"
+    # each stage's model call is one run named for it (not "RunnableSequence" or the model's
+    # class name, which LangChain gives the structured-output and retry wrappers)
+    stage_nodes = ("reflection.questions", "reflection.insights", "reflection.condense")
+    for node in [r for r in walk(root) if r.name in stage_nodes]:
+        assert [c.name for c in node.child_runs] == [f"{node.name}.model"]
 
 
 async def test_async_reflection_run_tree(memory: ReflectiveMemory) -> None:
@@ -265,3 +272,28 @@ async def test_async_importance_run_holds_its_model_call(tmp_path: Path) -> None
     root = only_root(tracer, "save")
     assert [c.name for c in root.child_runs] == ["importance"] * 2
     assert all(len([r for r in walk(c) if r.run_type == "llm"]) == 1 for c in root.child_runs)
+
+
+def test_reflexion_self_reflection_is_named_and_not_streamed(tmp_path: Path) -> None:
+    """The self-reflection writes memory: its call is named for its step and tagged
+    ``nostream``, so ``stream_mode="messages"`` shows the actor's attempts and nothing else."""
+    stream = MemoryStream(WordEmbeddings(), path=tmp_path / "reflexion.db")
+    model = ScriptedReflexionModel(actor_script=["Sydney", "Canberra"])
+    graph = create_reflexion_graph(model, match_evaluator("Canberra"), stream=stream)
+    with stream:
+        with traced() as tracer:
+            graph.invoke({"task": "What is the capital of Australia?"})
+        model._n_actor = 0  # replay the same two attempts, streamed
+        streamed = [
+            m.text
+            for m, _ in graph.stream({"task": "Capital of Australia?"}, stream_mode="messages")
+        ]
+    root = only_root(tracer, "reflexion")
+    (node,) = [r for r in walk(root) if r.name == "reflexion.self_reflect"]
+    (call,) = node.child_runs
+    assert call.name == "reflexion.self_reflect.model" and "nostream" in (call.tags or [])
+    assert [r.run_type for r in walk(call)].count("llm") == 1
+    actor_calls = [r for r in walk(root) if r.run_type == "llm" and r not in list(walk(call))]
+    assert actor_calls and all("nostream" not in (r.tags or []) for r in actor_calls)
+    assert streamed == ["Sydney", "Canberra"]
+    assert good_reflection(2)[:20] not in " ".join(streamed)
