@@ -32,7 +32,7 @@ from langchain_reflective.reflexion import create_reflexion_graph, match_evaluat
 from tests.fakes import WordEmbeddings
 from tests.unit.reflexion_fakes import ScriptedReflexionModel, good_reflection
 from tests.unit.test_examples import EXAMPLES_DIR, load
-from tests.unit.test_middleware import FakeChat
+from tests.unit.test_middleware import FakeChat, tool_call
 from tests.unit.test_reflection_fakes import ScriptedChatModel
 
 
@@ -42,9 +42,14 @@ class CollectingTracer(BaseTracer):
     def __init__(self) -> None:
         super().__init__()
         self.roots: list[Run] = []
+        self.finished: list[Run] = []
+        """Every finished run, also those that end after their parent (background work)."""
 
     def _persist_run(self, run: Run) -> None:
         self.roots.append(run)
+
+    def _on_run_update(self, run: Run) -> None:
+        self.finished.append(run)
 
 
 _TRACER: ContextVar[CollectingTracer | None] = ContextVar("reflective_test_tracer", default=None)
@@ -297,3 +302,101 @@ def test_reflexion_self_reflection_is_named_and_not_streamed(tmp_path: Path) -> 
     assert actor_calls and all("nostream" not in (r.tags or []) for r in actor_calls)
     assert streamed == ["Sydney", "Canberra"]
     assert good_reflection(2)[:20] not in " ".join(streamed)
+
+
+def _background_memory(tmp_path: Path) -> ReflectiveMemory:
+    rater = FakeChat(default='{"ratings": [{"index": 1, "rating": 6}]}')
+    scorer = LLMImportanceScorer(rater, config=ImportanceConfig(batch_size=1))
+    stream = MemoryStream(WordEmbeddings(), path=tmp_path / "bg.db", importance_scorer=scorer)
+    stream.add(["Erin is learning Japanese", "Erin likes sushi"], namespace="erin")
+    return ReflectiveMemory(FakeChat(), stream, config=MemoryConfig(reflect_every=1))
+
+
+def _run_agent(memory: ReflectiveMemory, model: FakeChat, *, tools: bool) -> CollectingTracer:
+    middleware = ReflectiveMemoryMiddleware(memory, include_tools=tools)
+    agent = create_agent(model, middleware=[middleware], name="memory_agent")
+    request = {"messages": [HumanMessage("Japanese?")]}
+    config: Any = {"tags": ["user-tag"], "metadata": {"session": "s1"}}
+    with traced() as tracer:
+        agent.invoke(request, context={"user_id": "erin"}, config=config)
+        assert memory.flush(timeout=30)
+    return tracer
+
+
+def _in_trace_of(run: Run, root: Run, tracer: CollectingTracer, parent_name: str) -> None:
+    """``run`` (finished after ``root``) belongs to ``root``'s trace, under ``parent_name``."""
+    parents = {r.id: r.name for r in tracer.finished}
+    assert run.trace_id == root.id and parents[run.parent_run_id] == parent_name  # type: ignore[index]
+    assert "user-tag" in (run.tags or []) and metadata(run)["session"] == "s1"
+    assert not [k for k in metadata(run) if k.startswith("langgraph_")]
+
+
+def test_background_reflection_is_traced_under_the_turn_that_started_it(tmp_path: Path) -> None:
+    """A background reflection runs on its own thread: it is part of the agent run's trace
+    (under the step that recorded the turn, through the drain pass that stored it), with the
+    run's tags and metadata and a ``background`` tag; not a separate trace (LANGSMITH_TRACING
+    set) or no trace at all (tracing switched on by a context manager, like this collector)."""
+    with _background_memory(tmp_path) as memory:
+        tracer = _run_agent(memory, FakeChat(), tools=False)
+    root = only_root(tracer, "memory_agent")
+    assert tracer.roots == [root]
+    # the turn is queued, its drain pass stores it and starts the reflection
+    (reflection,) = [r for r in tracer.finished if r.name == "reflection"]
+    _in_trace_of(reflection, root, tracer, "pending_drain")
+    (drain,) = [r for r in tracer.finished if r.id == reflection.parent_run_id]
+    _in_trace_of(drain, root, tracer, "ReflectiveMemoryMiddleware.after_agent")
+    assert "background" in (reflection.tags or []) and metadata(reflection)["namespace"] == "erin"
+    calls = [r for r in tracer.finished if r.run_type == "llm" and r.trace_id == root.id]
+    staged = [r for r in calls if "reflection_stage" in metadata(r)]
+    assert staged and all(str(reflection.id) in r.dotted_order for r in staged)  # type: ignore[operator]
+
+
+def test_pending_drain_is_traced_under_the_tool_call_that_saved(tmp_path: Path) -> None:
+    """``save_memory`` queues the memory; the drain thread rates it: the pass is one
+    ``pending_drain`` run of the agent run's trace, under the tool call, with the ratings
+    inside it (the turn recorded meanwhile is drained by the same pass)."""
+    model = FakeChat(script=[tool_call("save_memory", {"text": "Erin visits Kyoto"}), "Noted."])
+    with _background_memory(tmp_path) as memory:
+        tracer = _run_agent(memory, model, tools=True)
+    root = only_root(tracer, "memory_agent")
+    assert tracer.roots == [root]
+    drains = [r for r in tracer.finished if r.name == "pending_drain"]
+    assert drains and all(r.trace_id == root.id for r in drains)
+    _in_trace_of(drains[0], root, tracer, "save_memory")
+    assert {"background", "pending"} <= set(drains[0].tags or [])
+    ratings = [r for r in tracer.finished if r.name == "importance" and r.trace_id == root.id]
+    parents = {r.id: r.name for r in tracer.finished}
+    assert ratings and {parents[r.parent_run_id] for r in ratings} <= {  # type: ignore[index]
+        "pending_drain",
+        "reflection.store",
+    }
+
+
+def test_background_context_keeps_only_the_tracing_of_the_callers_run() -> None:
+    """Work handed to a thread keeps the tracers (under the current run) and nothing else of
+    the caller's graph run: not its checkpointer, store or configurable, not the handlers
+    that feed its ``stream_mode`` (finished by the time the work runs)."""
+    from langchain_core.runnables.config import var_child_runnable_config
+
+    from langchain_reflective._background import background_context
+
+    seen: list[Any] = []
+
+    def node(state: MessagesState) -> dict[str, Any]:
+        seen.append(background_context().get(var_child_runnable_config))
+        return {"messages": [("ai", "ok")]}
+
+    graph = StateGraph(MessagesState).add_node("n", node).add_edge(START, "n").compile()
+    request: Any = {"messages": [("user", "hi")]}
+    list(graph.stream(request, stream_mode="messages"))  # no tracer: nothing to keep
+    with traced() as tracer:
+        list(graph.stream(request, {"metadata": {"session": "s1"}}, stream_mode="messages"))
+    untraced, kept = seen
+    assert untraced["tags"] == ["background"] and "callbacks" not in untraced
+    assert set(kept) == {"callbacks"}
+    manager = kept["callbacks"]
+    assert manager.handlers == [tracer] and manager.inheritable_handlers == [tracer]
+    (node_run,) = [r for r in tracer.roots[0].child_runs if r.name == "n"]
+    assert manager.parent_run_id == node_run.id
+    assert manager.inheritable_metadata["session"] == "s1"
+    assert not [k for k in manager.inheritable_metadata if k.startswith("langgraph_")]
