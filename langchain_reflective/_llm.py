@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
-    from langchain_core.runnables import Runnable
+    from langchain_core.runnables import Runnable, RunnableConfig
 
 
 def transient_errors() -> tuple[type[BaseException], ...]:
@@ -388,6 +388,26 @@ def threaded(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
         return await asyncio.to_thread(fn, *args, **kwargs)
 
     return call
+
+
+def batch_op(runnable: Runnable[Any, Any], inputs: list[Any], config: RunnableConfig) -> Op[Any]:
+    """An op calling ``runnable`` once per input, concurrently, errors returned in place.
+
+    It uses ``Runnable``'s generic ``batch``/``abatch`` (``invoke`` per input, in LangChain's
+    thread pool or ``asyncio.gather``), not ``RunnableRetry``'s override: the override does not
+    make its run the current one while the wrapped runnable runs, so inside a parent run (a
+    graph node, a tool, an agent step) the model call of each input was traced beside its
+    retry run instead of under it (langchain-core 1.8), and a LangSmith reader saw an
+    ``importance`` run without the model call it made.
+    """
+    from langchain_core.runnables import Runnable
+
+    return Op(
+        functools.partial(Runnable.batch, runnable),
+        functools.partial(Runnable.abatch, runnable),
+        (inputs,),
+        {"config": config, "return_exceptions": True},
+    )
 
 
 def run_sync(flow: Flow[T]) -> T:

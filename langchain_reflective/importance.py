@@ -34,8 +34,8 @@ from pydantic import BaseModel, Field
 from langchain_reflective._llm import (
     Flow,
     ModelCall,
-    Op,
     RetryConfig,
+    batch_op,
     clean_model_text,
     fence_block,
     load_json,
@@ -325,12 +325,7 @@ class LLMImportanceScorer(BaseImportanceScorer):
                 TAG_NOSTREAM,
             ],
         }
-        outputs: list[Any] = yield Op(
-            self._call.runnable.batch,
-            self._call.runnable.abatch,
-            (inputs,),
-            {"config": config, "return_exceptions": True},
-        )
+        outputs: list[Any] = yield batch_op(self._call.runnable, inputs, config)
         results: list[ImportanceResult] = []
         for chunk, output in zip(chunks, outputs, strict=True):
             results += self._chunk_results(chunk, output)

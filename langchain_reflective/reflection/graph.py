@@ -134,6 +134,9 @@ class _Reflection:
         cfg = merge_configs(
             config,
             {
+                # named for the stage: otherwise LangSmith shows the retry or structured-output
+                # wrapper as "RunnableSequence" or as the model's class name
+                "run_name": f"reflection.{stage}.model",
                 # nostream: questions and insights are the memory's own structured calls,
                 # not a parent graph's chat output (stream_mode="messages")
                 "tags": ["langchain-reflective", f"reflection.{stage}", TAG_NOSTREAM],

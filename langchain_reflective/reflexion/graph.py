@@ -14,6 +14,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.runnables.base import coerce_to_runnable
 from langchain_core.runnables.config import merge_configs
+from langgraph.constants import TAG_NOSTREAM
 from langgraph.graph import END, START, StateGraph
 from langgraph.pregel import Pregel
 
@@ -134,10 +135,19 @@ class _Reflexion:
     # -- helpers ---------------------------------------------------------------------------
 
     def _cfg(self, config: RunnableConfig, step: str, state: ReflexionState) -> RunnableConfig:
+        tags = ["langchain-reflective", f"reflexion.{step}"]
+        named: RunnableConfig = {}
+        if step == "self_reflect":
+            # the memory's own call: named for its step (LangSmith showed the retry wrapper
+            # under the model's class name) and kept out of stream_mode="messages", where a
+            # chat UI would show the reflection as the agent's answer; the actor stays streamed
+            named = {"run_name": "reflexion.self_reflect.model"}
+            tags.append(TAG_NOSTREAM)
         return merge_configs(
             config,
+            named,
             {
-                "tags": ["langchain-reflective", f"reflexion.{step}"],
+                "tags": tags,
                 "metadata": {
                     "loop_id": state.get("loop_id"),
                     "iteration": state.get("iteration", 0),

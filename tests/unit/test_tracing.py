@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnableLambda
 from langchain_core.tracers.base import BaseTracer
 from langchain_core.tracers.context import register_configure_hook
 from langchain_core.tracers.schemas import Run
@@ -24,12 +25,15 @@ from langgraph.config import get_store
 from langgraph.graph import START, MessagesState, StateGraph
 
 from langchain_reflective import MemoryStream, ReflectiveRetriever, ReflectiveStore
-from langchain_reflective.importance import LLMImportanceScorer
+from langchain_reflective.importance import ImportanceConfig, LLMImportanceScorer
 from langchain_reflective.integrations.middleware import ReflectiveMemoryMiddleware
 from langchain_reflective.memory import MemoryConfig, ReflectiveMemory
+from langchain_reflective.reflexion import create_reflexion_graph, match_evaluator
 from tests.fakes import WordEmbeddings
+from tests.unit.reflexion_fakes import ScriptedReflexionModel, good_reflection
 from tests.unit.test_examples import EXAMPLES_DIR, load
-from tests.unit.test_middleware import FakeChat
+from tests.unit.test_middleware import FakeChat, tool_call
+from tests.unit.test_reflection_fakes import ScriptedChatModel
 
 
 class CollectingTracer(BaseTracer):
@@ -38,9 +42,14 @@ class CollectingTracer(BaseTracer):
     def __init__(self) -> None:
         super().__init__()
         self.roots: list[Run] = []
+        self.finished: list[Run] = []
+        """Every finished run, also those that end after their parent (background work)."""
 
     def _persist_run(self, run: Run) -> None:
         self.roots.append(run)
+
+    def _on_run_update(self, run: Run) -> None:
+        self.finished.append(run)
 
 
 _TRACER: ContextVar[CollectingTracer | None] = ContextVar("reflective_test_tracer", default=None)
@@ -105,6 +114,11 @@ def test_reflection_run_tree(memory: ReflectiveMemory) -> None:
         stage = metadata(run)["reflection_stage"]
         assert f"reflection.{stage}" in (run.tags or [])
         assert metadata(run)["namespace"] == "alice"
+    # each stage's model call is one run named for it (not "RunnableSequence" or the model's
+    # class name, which LangChain gives the structured-output and retry wrappers)
+    stage_nodes = ("reflection.questions", "reflection.insights", "reflection.condense")
+    for node in [r for r in walk(root) if r.name in stage_nodes]:
+        assert [c.name for c in node.child_runs] == [f"{node.name}.model"]
 
 
 async def test_async_reflection_run_tree(memory: ReflectiveMemory) -> None:
@@ -207,3 +221,182 @@ async def test_memory_calls_stay_out_of_a_streamed_chat(tmp_path: Path) -> None:
             ]
         assert len(rater.calls) >= 2  # the puts were rated by the model, not streamed
         assert len(stream.recent(None, namespace="u", kinds=["reflection"])) >= 2
+
+
+def _rated_in_a_node(tmp_path: Path, rater: Any, *, texts: list[str]) -> Run:
+    scorer = LLMImportanceScorer(rater, config=ImportanceConfig(batch_size=1))
+    with MemoryStream(WordEmbeddings(), path=tmp_path / "rated.db", importance_scorer=scorer) as s:
+        node = RunnableLambda(lambda _: len(s.add(texts, namespace="u")), name="save")
+        with traced() as tracer:
+            node.invoke(None)
+    return only_root(tracer, "save")
+
+
+@pytest.mark.parametrize(
+    "rater",
+    [FakeChat(default='{"ratings": [{"index": 1, "rating": 6}]}'), ScriptedChatModel()],
+    ids=["structured", "text"],
+)
+def test_importance_run_holds_its_model_call_inside_a_parent_run(
+    tmp_path: Path, rater: Any
+) -> None:
+    """Each rating batch is one ``importance`` run with its model call inside it, under the
+    run that stored the memories (a graph node, a tool): LangChain's ``RunnableRetry.batch``
+    traced the model call beside the ``importance`` run instead."""
+    root = _rated_in_a_node(tmp_path, rater, texts=["Alice adopted a cat", "Bob moved"])
+    ratings = [c for c in root.child_runs if c.name == "importance"]
+    assert len(ratings) == 2 and [c.name for c in root.child_runs] == ["importance"] * 2
+    for run in ratings:
+        calls = [r for r in walk(run) if r.run_type == "llm"]
+        assert len(calls) == 1 and "nostream" in (calls[0].tags or [])
+
+
+def test_failed_rating_is_an_error_inside_a_successful_parent(tmp_path: Path) -> None:
+    """The model fails, the memory is stored with the heuristic rating: the trace shows the
+    error on the ``importance`` run and its model call, the storing run succeeds."""
+    rater = ScriptedChatModel(fail_on={"importance": RuntimeError("rater down")})
+    root = _rated_in_a_node(tmp_path, rater, texts=["Alice adopted a cat"])
+    assert root.error is None and root.outputs == {"output": 1}
+    (rating,) = root.child_runs
+    assert rating.name == "importance" and "rater down" in (rating.error or "")
+    (call,) = [r for r in walk(rating) if r.run_type == "llm"]
+    assert "rater down" in (call.error or "")
+
+
+async def test_async_importance_run_holds_its_model_call(tmp_path: Path) -> None:
+    rater = FakeChat(default='{"ratings": [{"index": 1, "rating": 6}]}')
+    scorer = LLMImportanceScorer(rater, config=ImportanceConfig(batch_size=1))
+    stream = MemoryStream(WordEmbeddings(), path=tmp_path / "rated.db", importance_scorer=scorer)
+
+    async def save(_: Any) -> int:
+        return len(await stream.aadd(["Alice adopted a cat", "Bob moved"], namespace="u"))
+
+    with traced() as tracer:
+        await RunnableLambda(save, name="save").ainvoke(None)
+    await stream.aclose()
+    root = only_root(tracer, "save")
+    assert [c.name for c in root.child_runs] == ["importance"] * 2
+    assert all(len([r for r in walk(c) if r.run_type == "llm"]) == 1 for c in root.child_runs)
+
+
+def test_reflexion_self_reflection_is_named_and_not_streamed(tmp_path: Path) -> None:
+    """The self-reflection writes memory: its call is named for its step and tagged
+    ``nostream``, so ``stream_mode="messages"`` shows the actor's attempts and nothing else."""
+    stream = MemoryStream(WordEmbeddings(), path=tmp_path / "reflexion.db")
+    model = ScriptedReflexionModel(actor_script=["Sydney", "Canberra"])
+    graph = create_reflexion_graph(model, match_evaluator("Canberra"), stream=stream)
+    with stream:
+        with traced() as tracer:
+            graph.invoke({"task": "What is the capital of Australia?"})
+        model._n_actor = 0  # replay the same two attempts, streamed
+        streamed = [
+            m.text
+            for m, _ in graph.stream({"task": "Capital of Australia?"}, stream_mode="messages")
+        ]
+    root = only_root(tracer, "reflexion")
+    (node,) = [r for r in walk(root) if r.name == "reflexion.self_reflect"]
+    (call,) = node.child_runs
+    assert call.name == "reflexion.self_reflect.model" and "nostream" in (call.tags or [])
+    assert [r.run_type for r in walk(call)].count("llm") == 1
+    actor_calls = [r for r in walk(root) if r.run_type == "llm" and r not in list(walk(call))]
+    assert actor_calls and all("nostream" not in (r.tags or []) for r in actor_calls)
+    assert streamed == ["Sydney", "Canberra"]
+    assert good_reflection(2)[:20] not in " ".join(streamed)
+
+
+def _background_memory(tmp_path: Path) -> ReflectiveMemory:
+    rater = FakeChat(default='{"ratings": [{"index": 1, "rating": 6}]}')
+    scorer = LLMImportanceScorer(rater, config=ImportanceConfig(batch_size=1))
+    stream = MemoryStream(WordEmbeddings(), path=tmp_path / "bg.db", importance_scorer=scorer)
+    stream.add(["Erin is learning Japanese", "Erin likes sushi"], namespace="erin")
+    return ReflectiveMemory(FakeChat(), stream, config=MemoryConfig(reflect_every=1))
+
+
+def _run_agent(memory: ReflectiveMemory, model: FakeChat, *, tools: bool) -> CollectingTracer:
+    middleware = ReflectiveMemoryMiddleware(memory, include_tools=tools)
+    agent = create_agent(model, middleware=[middleware], name="memory_agent")
+    request = {"messages": [HumanMessage("Japanese?")]}
+    config: Any = {"tags": ["user-tag"], "metadata": {"session": "s1"}}
+    with traced() as tracer:
+        agent.invoke(request, context={"user_id": "erin"}, config=config)
+        assert memory.flush(timeout=30)
+    return tracer
+
+
+def _in_trace_of(run: Run, root: Run, tracer: CollectingTracer, parent_name: str) -> None:
+    """``run`` (finished after ``root``) belongs to ``root``'s trace, under ``parent_name``."""
+    parents = {r.id: r.name for r in tracer.finished}
+    assert run.trace_id == root.id and parents[run.parent_run_id] == parent_name  # type: ignore[index]
+    assert "user-tag" in (run.tags or []) and metadata(run)["session"] == "s1"
+    assert not [k for k in metadata(run) if k.startswith("langgraph_")]
+
+
+def test_background_reflection_is_traced_under_the_turn_that_started_it(tmp_path: Path) -> None:
+    """A background reflection runs on its own thread: it is part of the agent run's trace
+    (under the step that recorded the turn, through the drain pass that stored it), with the
+    run's tags and metadata and a ``background`` tag; not a separate trace (LANGSMITH_TRACING
+    set) or no trace at all (tracing switched on by a context manager, like this collector)."""
+    with _background_memory(tmp_path) as memory:
+        tracer = _run_agent(memory, FakeChat(), tools=False)
+    root = only_root(tracer, "memory_agent")
+    assert tracer.roots == [root]
+    # the turn is queued, its drain pass stores it and starts the reflection
+    (reflection,) = [r for r in tracer.finished if r.name == "reflection"]
+    _in_trace_of(reflection, root, tracer, "pending_drain")
+    (drain,) = [r for r in tracer.finished if r.id == reflection.parent_run_id]
+    _in_trace_of(drain, root, tracer, "ReflectiveMemoryMiddleware.after_agent")
+    assert "background" in (reflection.tags or []) and metadata(reflection)["namespace"] == "erin"
+    calls = [r for r in tracer.finished if r.run_type == "llm" and r.trace_id == root.id]
+    staged = [r for r in calls if "reflection_stage" in metadata(r)]
+    assert staged and all(str(reflection.id) in r.dotted_order for r in staged)  # type: ignore[operator]
+
+
+def test_pending_drain_is_traced_under_the_tool_call_that_saved(tmp_path: Path) -> None:
+    """``save_memory`` queues the memory; the drain thread rates it: the pass is one
+    ``pending_drain`` run of the agent run's trace, under the tool call, with the ratings
+    inside it (the turn recorded meanwhile is drained by the same pass)."""
+    model = FakeChat(script=[tool_call("save_memory", {"text": "Erin visits Kyoto"}), "Noted."])
+    with _background_memory(tmp_path) as memory:
+        tracer = _run_agent(memory, model, tools=True)
+    root = only_root(tracer, "memory_agent")
+    assert tracer.roots == [root]
+    drains = [r for r in tracer.finished if r.name == "pending_drain"]
+    assert drains and all(r.trace_id == root.id for r in drains)
+    _in_trace_of(drains[0], root, tracer, "save_memory")
+    assert {"background", "pending"} <= set(drains[0].tags or [])
+    ratings = [r for r in tracer.finished if r.name == "importance" and r.trace_id == root.id]
+    parents = {r.id: r.name for r in tracer.finished}
+    assert ratings and {parents[r.parent_run_id] for r in ratings} <= {  # type: ignore[index]
+        "pending_drain",
+        "reflection.store",
+    }
+
+
+def test_background_context_keeps_only_the_tracing_of_the_callers_run() -> None:
+    """Work handed to a thread keeps the tracers (under the current run) and nothing else of
+    the caller's graph run: not its checkpointer, store or configurable, not the handlers
+    that feed its ``stream_mode`` (finished by the time the work runs)."""
+    from langchain_core.runnables.config import var_child_runnable_config
+
+    from langchain_reflective._background import background_context
+
+    seen: list[Any] = []
+
+    def node(state: MessagesState) -> dict[str, Any]:
+        seen.append(background_context().get(var_child_runnable_config))
+        return {"messages": [("ai", "ok")]}
+
+    graph = StateGraph(MessagesState).add_node("n", node).add_edge(START, "n").compile()
+    request: Any = {"messages": [("user", "hi")]}
+    list(graph.stream(request, stream_mode="messages"))  # no tracer: nothing to keep
+    with traced() as tracer:
+        list(graph.stream(request, {"metadata": {"session": "s1"}}, stream_mode="messages"))
+    untraced, kept = seen
+    assert untraced["tags"] == ["background"] and "callbacks" not in untraced
+    assert set(kept) == {"callbacks"}
+    manager = kept["callbacks"]
+    assert manager.handlers == [tracer] and manager.inheritable_handlers == [tracer]
+    (node_run,) = [r for r in tracer.roots[0].child_runs if r.name == "n"]
+    assert manager.parent_run_id == node_run.id
+    assert manager.inheritable_metadata["session"] == "s1"
+    assert not [k for k in manager.inheritable_metadata if k.startswith("langgraph_")]
