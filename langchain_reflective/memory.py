@@ -356,26 +356,9 @@ class ReflectiveMemory(Closing):
             self._drain()
 
     def _drain(self) -> None:
-        """One pass over the pending queue (:class:`~langchain_reflective.pending_drain.
-        PendingDrain`); runs on the drain thread, or inline with ``background=False``.
-
-        Traced as one ``pending_drain`` run: a pass completes whatever is queued (other calls'
-        memories too), so its ratings are shown as this pass's, under the call that started it.
-        A pass with nothing queued (one asked for while another emptied the queue) is not
-        traced.
-        """
-        from langchain_core.runnables import RunnableLambda
-
-        try:
-            if not self.stream.backend.count_pending():
-                return
-        except Exception:  # the pass meets the failure again and records it
-            pass
-        tags = ["langchain-reflective", "pending"]
-        drain: RunnableLambda[None, None] = RunnableLambda(
-            lambda _: self._queue.run(), name="pending_drain"
-        )
-        drain.invoke(None, {"tags": tags})
+        """One pass over the pending queue (:meth:`~langchain_reflective.pending_drain.
+        PendingDrain.run`); runs on the drain thread, or inline with ``background=False``."""
+        self._queue.run()
 
     def _drain_failed(self, namespace: str, exc: Exception, what: str | None, level: int) -> None:
         self._record_failure(namespace, exc, "pending", what, level)

@@ -66,7 +66,26 @@ class PendingDrain:
         self._quarantine: dict[str, QuarantinedMemory] = {}
 
     def run(self) -> None:
-        """One pass: complete every pending memory that is not set aside."""
+        """One pass: complete every pending memory that is not set aside.
+
+        Traced as one ``pending_drain`` run: a pass completes whatever is queued (other calls'
+        memories too), so its ratings are shown as this pass's, under the call that started it.
+        A pass with nothing queued (one asked for while another emptied the queue) is not
+        traced.
+        """
+        from langchain_core.runnables import RunnableLambda
+
+        try:
+            if not self.stream.pending(1, all_namespaces=True):
+                return
+        except Exception:  # the pass meets the failure again and records it
+            pass
+        drain: RunnableLambda[None, None] = RunnableLambda(
+            lambda _: self._pass(), name="pending_drain"
+        )
+        drain.invoke(None, {"tags": ["langchain-reflective", "pending"]})
+
+    def _pass(self) -> None:
         conflicts = 0
         failed: set[str] = set()  # failed alone in this pass: not tried again in it
         while True:
