@@ -80,4 +80,5 @@ def test_postgres_backend_is_lazy_and_names_its_extra() -> None:
         "except ImportError as exc:\n    print(exc)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "'postgres' extra" in out.stdout, out.stdout + out.stderr
+    # the command to run, as every other missing extra says it (not a checkout-only `-e .`)
+    assert 'pip install "langchain-reflective[postgres]"' in out.stdout, out.stdout + out.stderr
