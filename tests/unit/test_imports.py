@@ -184,3 +184,15 @@ def test_declared_dependencies_are_the_imported_ones() -> None:
         if module.split(".")[0] not in allowed | sys.stdlib_module_names
     )
     assert misplaced == [], "core modules importing a package the core does not declare"
+
+
+def test_the_license_text_ships() -> None:
+    """MIT asks for its notice in every copy: pyproject names the file, so the wheel and the
+    sdist carry it, and the file is the licence pyproject declares."""
+    with (_ROOT / "pyproject.toml").open("rb") as f:
+        project = tomllib.load(f)["project"]
+    assert project["license"] == "MIT"
+    assert project["license-files"], "no license file ships"
+    for name in project["license-files"]:
+        text = (_ROOT / name).read_text(encoding="utf-8")
+        assert text.startswith("MIT License") and "Permission is hereby granted" in text, name
