@@ -31,6 +31,7 @@ from langchain_reflective._llm import (
     run_sync,
     threaded,
 )
+from langchain_reflective.backends.types import ReflectionState
 from langchain_reflective.completion import (
     CompletionCall,
     condense_document,
@@ -190,6 +191,7 @@ class _Reflection:
             "namespace": ns,
             "now": now,
             "importance_sum": total,
+            "adds_since": int(counter.adds_since),
             "questions": [],
             "reflections": [],
             "reflection_ids": [],
@@ -312,13 +314,15 @@ class _Reflection:
         now = state.get("now") or datetime.now(UTC)
         condensed = [Insight.from_dict(i) for i in state.get("condensed") or []]
         st = self.stream
+        # what the gate counted: memories stored while this reflection ran keep counting
+        seen = ReflectionState(state.get("importance_sum", 0.0), state.get("adds_since", 0))
         if not condensed:
             if self.config.reset_on_empty:
                 yield Op(
                     st.mark_reflected,
                     threaded(st.mark_reflected),
                     (),
-                    {"namespace": ns, "now": now},
+                    {"namespace": ns, "now": now, "consumed": seen},
                 )
             return {
                 "reflections": [],
@@ -336,7 +340,7 @@ class _Reflection:
                 "metadatas": [{"questions": questions} for _ in condensed],
                 "namespace": ns,
                 "now": now,
-                "reset_reflection_counter": True,
+                "reset_reflection_counter": seen,
             },
         )
         return {
