@@ -296,6 +296,21 @@ def test_memories_added_while_reflecting_keep_counting(
     assert state.last_reflection_at == later(now)
 
 
+def test_insights_citing_nothing_shown_are_dropped_with_a_warning(
+    now: datetime, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = ScriptedChatModel(
+        overrides={"insights": "1. Klaus works hard [1]\n2. Klaus invents things [42]"}
+    )
+    stream = make_stream(model, now)
+    with caplog.at_level("WARNING", logger="langchain_reflective.reflection.graph"):
+        out = make_graph(model, stream).invoke({"now": later(now)})
+    assert [r.text for r in out["reflections"]] == ["Klaus works hard"]
+    dropped = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    assert len(dropped) == 3 and all("insights step: 1 insight(s)" in m for m in dropped)
+    assert "Klaus invents things" in dropped[0]
+
+
 def test_force_skips_the_threshold(now: datetime) -> None:
     model = ScriptedChatModel()
     stream = make_stream(model, now)
