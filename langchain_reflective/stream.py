@@ -24,15 +24,14 @@ from langchain_core.embeddings import Embeddings
 
 from langchain_reflective.backends.base import (
     BaseMemoryBackend,
-    CounterUpdate,
     PendingMemory,
+    ReflectionState,
     RetrievalFilter,
     trusted_scored,
 )
 from langchain_reflective.errors import EmbeddingError, InvalidMemoryError
 from langchain_reflective.importance import BaseImportanceScorer, HeuristicImportanceScorer
 from langchain_reflective.records import (
-    REFLECTION,
     MemoryRecord,
     ScoredMemory,
     check_encodable,
@@ -46,6 +45,7 @@ from langchain_reflective.validation import (
     embedding_identity,
     evidence_depths,
     plan_add,
+    plan_counter,
     plan_pending,
     plan_records,
 )
@@ -201,7 +201,7 @@ class MemoryStream(StreamBase):
         ids: Sequence[str] | None,
         namespace: str | None,
         now: datetime | None,
-        reset_reflection_counter: bool,
+        reset_reflection_counter: bool | ReflectionState,
         replacing: Sequence[str] | None = None,
     ) -> AddPlan:
         self._check_open()
@@ -266,16 +266,7 @@ class MemoryStream(StreamBase):
                 found = yield (self._backend, "get", (plan.namespace, wanted), None)
                 depths = evidence_depths(plan, {r.id: r.depth for r in found})
             records = plan_records(plan, rated[done : done + k], depths)
-            counter = CounterUpdate(
-                namespace=plan.namespace,
-                importance=(
-                    (0.0 if records[0].kind == REFLECTION else records[0].importance)
-                    if n == 1
-                    else sum(r.importance for r in records if r.kind != REFLECTION)
-                ),
-                adds=n,
-                reset_at=plan.now if plan.reset_counter else None,
-            )
+            counter = plan_counter(plan, records)
             mine = vectors if n == len(texts) else vectors[row : row + n]
             if plan.replacing:  # delete and store in one transaction
                 replace = (plan.namespace, plan.replacing, records, mine)
@@ -306,7 +297,7 @@ class MemoryStream(StreamBase):
         ids: Sequence[str] | None = None,
         namespace: str | None = None,
         now: datetime | None = None,
-        reset_reflection_counter: bool = False,
+        reset_reflection_counter: bool | ReflectionState = False,
         replacing: Sequence[str] | None = None,
     ) -> list[MemoryRecord]:
         """Add memories: one embedding call and at most one importance batch per call.
@@ -323,7 +314,8 @@ class MemoryStream(StreamBase):
             namespace: write to this namespace instead of the stream's default.
             now: creation time (timezone-aware; default: the current time).
             reset_reflection_counter: reset the namespace's reflection counter in the same
-                transaction (used to store reflections atomically).
+                transaction (to store reflections atomically); a ``ReflectionState`` (the
+                counter as the reflection read it) takes off only that much.
             replacing: ids of the namespace's memories to delete in the same transaction (an
                 update in place: pass a memory's id here and in ``ids`` to replace it under the
                 same id). A failure stores nothing and deletes nothing (with the built-in
@@ -363,7 +355,7 @@ class MemoryStream(StreamBase):
         ids: Sequence[str] | None = None,
         namespace: str | None = None,
         now: datetime | None = None,
-        reset_reflection_counter: bool = False,
+        reset_reflection_counter: bool | ReflectionState = False,
         replacing: Sequence[str] | None = None,
     ) -> list[MemoryRecord]:
         """Async twin of :meth:`add`.

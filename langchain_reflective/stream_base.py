@@ -358,17 +358,31 @@ class StreamBase(Closing):
         state: ReflectionState = await self._acall(plan)
         return state
 
-    def _plan_mark_reflected(self, namespace: str | None, now: datetime | None) -> _BackendCall:
+    def _plan_mark_reflected(
+        self, namespace: str | None, now: datetime | None, consumed: ReflectionState | None
+    ) -> _BackendCall:
         self._check_open()
         when = utc(now) if now is not None else datetime.now(UTC)
-        return "mark_reflected", (self._ns(namespace), when), {}
+        return "mark_reflected", (self._ns(namespace), when, consumed), {}
 
-    def mark_reflected(self, *, namespace: str | None = None, now: datetime | None = None) -> None:
-        """Reset the reflection counter of a namespace."""
-        self._call(self._plan_mark_reflected(namespace, now))
+    def mark_reflected(
+        self,
+        *,
+        namespace: str | None = None,
+        now: datetime | None = None,
+        consumed: ReflectionState | None = None,
+    ) -> None:
+        """Reset the reflection counter of a namespace; with ``consumed`` (the counter as a
+        reflection read it before it began) take off only that much, so memories stored while
+        it ran keep counting."""
+        self._call(self._plan_mark_reflected(namespace, now, consumed))
 
     async def amark_reflected(
-        self, *, namespace: str | None = None, now: datetime | None = None
+        self,
+        *,
+        namespace: str | None = None,
+        now: datetime | None = None,
+        consumed: ReflectionState | None = None,
     ) -> None:
         """Async twin of :meth:`mark_reflected`."""
-        await self._acall(self._plan_mark_reflected(namespace, now))
+        await self._acall(self._plan_mark_reflected(namespace, now, consumed))

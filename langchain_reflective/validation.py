@@ -14,9 +14,15 @@ import numpy as np
 import numpy.typing as npt
 from langchain_core.embeddings import Embeddings
 
-from langchain_reflective.backends.base import PendingMemory, trusted_record
+from langchain_reflective.backends.base import (
+    CounterUpdate,
+    PendingMemory,
+    ReflectionState,
+    trusted_record,
+)
 from langchain_reflective.errors import EmbeddingError, InvalidMemoryError
 from langchain_reflective.records import (
+    REFLECTION,
     MemoryRecord,
     check_identifier,
     new_memory_ids,
@@ -31,6 +37,7 @@ __all__ = [
     "embedding_identity",
     "evidence_depths",
     "plan_add",
+    "plan_counter",
     "plan_pending",
     "plan_records",
     "valid_name",
@@ -122,7 +129,8 @@ class AddPlan:
     ids: list[str]
     namespace: str
     now: datetime
-    reset_counter: bool
+    reset_counter: bool | ReflectionState
+    """Reset the counter with the write (a ``ReflectionState``: by that much only)."""
     to_rate: list[int] = field(default_factory=list)
     times: list[datetime] | None = None
     """Per-memory creation times (pending memories); ``None``: every memory was made ``now``."""
@@ -153,7 +161,7 @@ def plan_add(
     ids: Sequence[str] | None,
     namespace: str,
     now: datetime | None,
-    reset_reflection_counter: bool,
+    reset_reflection_counter: bool | ReflectionState,
     replacing: Sequence[str] | None = None,
 ) -> AddPlan:
     """Validate the arguments of ``MemoryStream.add`` (``namespace`` already resolved).
@@ -350,3 +358,20 @@ def plan_records(plan: AddPlan, rated: Sequence[Any], depths: list[int]) -> list
         )
         for i in range(n)
     ]
+
+
+def plan_counter(plan: AddPlan, records: Sequence[MemoryRecord]) -> CounterUpdate:
+    """The counter change that goes with storing ``records`` (the memories of ``plan``):
+    their importance (reflections' excluded) and number, or the reset ``plan`` asks for."""
+    reset = plan.reset_counter
+    return CounterUpdate(
+        namespace=plan.namespace,
+        importance=(
+            (0.0 if records[0].kind == REFLECTION else records[0].importance)
+            if len(records) == 1
+            else sum(r.importance for r in records if r.kind != REFLECTION)
+        ),
+        adds=len(records),
+        reset_at=plan.now if reset is not False else None,
+        consumed=reset if isinstance(reset, ReflectionState) else None,
+    )

@@ -538,10 +538,16 @@ class BaseMemoryBackend(Closing, ABC):
         """Async twin of :meth:`most_important`."""
         return await self.arecent(namespace, n=n, kinds=kinds, by_importance=True)
 
-    def mark_reflected(self, namespace: str, when: datetime) -> None:
-        """Reset the reflection counter of ``namespace`` (``last_reflection_at = when``)."""
-        self.update_counter(CounterUpdate(namespace=namespace, reset_at=when))
+    def mark_reflected(
+        self, namespace: str, when: datetime, consumed: ReflectionState | None = None
+    ) -> None:
+        """Reset the reflection counter of ``namespace`` (``last_reflection_at = when``), by
+        ``consumed`` only when given (see :attr:`CounterUpdate.consumed`)."""
+        self.update_counter(CounterUpdate(namespace=namespace, reset_at=when, consumed=consumed))
 
-    async def amark_reflected(self, namespace: str, when: datetime) -> None:
+    async def amark_reflected(
+        self, namespace: str, when: datetime, consumed: ReflectionState | None = None
+    ) -> None:
         """Async twin of :meth:`mark_reflected`."""
-        await self.aupdate_counter(CounterUpdate(namespace=namespace, reset_at=when))
+        update = CounterUpdate(namespace=namespace, reset_at=when, consumed=consumed)
+        await self.aupdate_counter(update)

@@ -208,6 +208,10 @@ class CounterUpdate:
     """When set, the counter is reset (after adding nothing) and this becomes
     ``last_reflection_at``; memories written in the same transaction are left out of the new
     count."""
+    consumed: ReflectionState | None = None
+    """With ``reset_at``: the counter as the reflection read it before it began. Only that much
+    is taken off (down to 0), so memories stored while the reflection ran keep counting towards
+    the next one; ``None`` resets to 0."""
 
 
 @dataclass(frozen=True, slots=True)

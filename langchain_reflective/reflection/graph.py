@@ -8,6 +8,7 @@ drive the generator (:func:`~langchain_reflective.importance.run_sync` /
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -31,6 +32,7 @@ from langchain_reflective._llm import (
     run_sync,
     threaded,
 )
+from langchain_reflective.backends.types import ReflectionState
 from langchain_reflective.completion import (
     CompletionCall,
     condense_document,
@@ -69,6 +71,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CitedInsight", "InsightList", "QuestionList", "create_reflection_graph"]
 
+logger = logging.getLogger(__name__)
 T = TypeVar("T")
 Update = dict[str, Any]
 
@@ -170,6 +173,23 @@ class _Reflection:
             pairs = parse_insights(raw, n_statements=n_statements)
         return pairs, raw
 
+    def _cited(self, stage: Stage, pairs: list[tuple[str, list[int]]], ids: list[str]) -> Any:
+        """``map_citations`` of ``pairs``; insights dropped for citing no shown statement are
+        logged (one warning per step), not lost without a trace."""
+        keep = self.config.keep_insights_without_evidence
+        out = map_citations(pairs, ids, keep_without_evidence=keep)
+        dropped = [t for t, nums in pairs if not keep and not any(1 <= n <= len(ids) for n in nums)]
+        if dropped:
+            logger.warning(
+                "reflection %s step: %d insight(s) dropped, citing none of the %d statements "
+                "shown: %r",
+                stage,
+                len(dropped),
+                len(ids),
+                [t[:80] for t in dropped[:5]],
+            )
+        return out
+
     def _unusable(self, stage: Stage, raw: str) -> None:
         if self.config.strict:
             raise ReflectionError(
@@ -190,6 +210,7 @@ class _Reflection:
             "namespace": ns,
             "now": now,
             "importance_sum": total,
+            "adds_since": int(counter.adds_since),
             "questions": [],
             "reflections": [],
             "reflection_ids": [],
@@ -261,9 +282,7 @@ class _Reflection:
         )
         result = yield self._ask(call, "insights", request, config, ns)
         pairs, raw = self._insight_pairs(result, n_statements=len(records))
-        insights = map_citations(
-            pairs, [r.id for r in records], keep_without_evidence=cfg.keep_insights_without_evidence
-        )
+        insights = self._cited("insights", pairs, [r.id for r in records])
         if not insights:
             self._unusable("insights", raw)
         found["insights"] = [i.to_dict() for i in insights]
@@ -298,9 +317,7 @@ class _Reflection:
         )
         result = yield self._ask(call, "condense", request, config, ns)
         pairs, raw = self._insight_pairs(result, n_statements=len(ids))
-        condensed = map_citations(
-            pairs, ids, keep_without_evidence=cfg.keep_insights_without_evidence
-        )[: cfg.max_insights]
+        condensed = self._cited("condense", pairs, ids)[: cfg.max_insights]
         if not condensed:
             self._unusable("condense", raw)
             condensed = _round_robin(groups)[: cfg.max_insights]
@@ -312,13 +329,15 @@ class _Reflection:
         now = state.get("now") or datetime.now(UTC)
         condensed = [Insight.from_dict(i) for i in state.get("condensed") or []]
         st = self.stream
+        # what the gate counted: memories stored while this reflection ran keep counting
+        seen = ReflectionState(state.get("importance_sum", 0.0), state.get("adds_since", 0))
         if not condensed:
             if self.config.reset_on_empty:
                 yield Op(
                     st.mark_reflected,
                     threaded(st.mark_reflected),
                     (),
-                    {"namespace": ns, "now": now},
+                    {"namespace": ns, "now": now, "consumed": seen},
                 )
             return {
                 "reflections": [],
@@ -336,7 +355,7 @@ class _Reflection:
                 "metadatas": [{"questions": questions} for _ in condensed],
                 "namespace": ns,
                 "now": now,
-                "reset_reflection_counter": True,
+                "reset_reflection_counter": seen,
             },
         )
         return {

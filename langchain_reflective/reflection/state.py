@@ -105,6 +105,9 @@ def merge_branches(
 class ReflectionGraphState(ReflectionInput, ReflectionOutput, total=False):
     """Internal state: the public keys plus the intermediate results."""
 
+    adds_since: int
+    """Memories added since the last reflection, as seen by the gate (with ``importance_sum``
+    what the store step takes off the counter: memories added meanwhile keep counting)."""
     recent: list[str]
     """Texts of the recent memories the questions are asked about."""
     branches: Annotated[list[QuestionInsights], merge_branches]

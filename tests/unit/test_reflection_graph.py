@@ -254,6 +254,63 @@ def test_gate_at_threshold_reflects_then_resets(now: datetime) -> None:
     assert again["skipped"] == "below_threshold"  # reflections do not feed the counter
 
 
+@pytest.mark.parametrize("empty", [False, True], ids=["stored", "nothing_to_store"])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_memories_added_while_reflecting_keep_counting(
+    now: datetime, empty: bool, mode: str
+) -> None:
+    # the reset takes off what the gate counted, not what was stored meanwhile: a memory added
+    # while the reflection runs counts towards the next one (also when nothing is stored)
+    stream_box: list[MemoryStream] = []
+
+    def add_meanwhile() -> None:
+        worker = threading.Thread(
+            target=lambda: stream_box[0].add("Maria visits Klaus", importances=0.9, now=now)
+        )
+        worker.start()
+        worker.join()
+
+    async def aadd_meanwhile(kind: str) -> None:
+        if kind == "condense" or (empty and kind == "insights"):
+            await asyncio.to_thread(add_meanwhile)
+
+    model = ScriptedChatModel(
+        gate=lambda kind: add_meanwhile() if kind == "condense" else None,
+        agate=aadd_meanwhile,
+        overrides={"insights": "no usable insight here"} if empty else {},
+    )
+    if empty:
+        model.gate = lambda kind: add_meanwhile() if kind == "insights" else None
+    stream_box.append(make_stream(model, now))
+    graph = make_graph(model, stream_box[0])
+    if mode == "sync":
+        out = graph.invoke({"now": later(now)})
+    else:
+        out = asyncio.run(graph.ainvoke({"now": later(now)}))
+    assert out["importance_sum"] == pytest.approx(2.5)
+    assert out["skipped"] == ("no_insights" if empty else None)
+    state = stream_box[0].reflection_state()
+    added = 3 if empty else 1  # one add per insight branch, or one at the condense step
+    assert state.importance_sum == pytest.approx(0.9 * added)
+    assert state.adds_since == added
+    assert state.last_reflection_at == later(now)
+
+
+def test_insights_citing_nothing_shown_are_dropped_with_a_warning(
+    now: datetime, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = ScriptedChatModel(
+        overrides={"insights": "1. Klaus works hard [1]\n2. Klaus invents things [42]"}
+    )
+    stream = make_stream(model, now)
+    with caplog.at_level("WARNING", logger="langchain_reflective.reflection.graph"):
+        out = make_graph(model, stream).invoke({"now": later(now)})
+    assert [r.text for r in out["reflections"]] == ["Klaus works hard"]
+    dropped = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    assert len(dropped) == 3 and all("insights step: 1 insight(s)" in m for m in dropped)
+    assert "Klaus invents things" in dropped[0]
+
+
 def test_force_skips_the_threshold(now: datetime) -> None:
     model = ScriptedChatModel()
     stream = make_stream(model, now)

@@ -346,7 +346,9 @@ INSERT INTO reflective_counters AS c
     (namespace, importance_sum, adds, last_reflection_at, last_reflection_seq)
 VALUES (%(ns)s, 0, 0, %(at)s,
         (SELECT coalesce(max(seq), 0) FROM reflective_memories WHERE namespace = %(ns)s))
-ON CONFLICT (namespace) DO UPDATE SET importance_sum = 0, adds = 0,
+ON CONFLICT (namespace) DO UPDATE SET
+    importance_sum = greatest(c.importance_sum - %(imp)s, 0),
+    adds = greatest(c.adds - %(adds)s, 0),
     last_reflection_at = EXCLUDED.last_reflection_at,
     last_reflection_seq = EXCLUDED.last_reflection_seq
 """

@@ -16,6 +16,7 @@ tokenizer), the same float32 vector values, the same links.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -291,7 +292,12 @@ def lock_counter(conn: psycopg.Connection[Any], namespace: str) -> None:
 def apply_counter(conn: psycopg.Connection[Any], update: CounterUpdate) -> None:
     """Add to or reset a namespace's reflection counter."""
     if update.reset_at is not None:
-        conn.execute(RESET, {"ns": update.namespace, "at": update.reset_at})
+        # take off what the reflection consumed (everything without ``consumed``)
+        seen = update.consumed
+        imp, adds = (math.inf, 2**62) if seen is None else (seen.importance_sum, seen.adds_since)
+        conn.execute(
+            RESET, {"ns": update.namespace, "at": update.reset_at, "imp": imp, "adds": adds}
+        )
     elif update.importance or update.adds:
         conn.execute(
             ADD,

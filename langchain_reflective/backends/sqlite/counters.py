@@ -132,23 +132,47 @@ class CounterTable(SQLiteConnection):
         self._counters[namespace] = (bumps, counted)
         return bumps
 
+    def _total(self, c: sqlite3.Connection, namespace: str, upto: int) -> tuple[float, int]:
+        """The counter over the namespace's rows up to ``upto`` (inside a transaction)."""
+        row = c.execute(
+            "SELECT COALESCE(c.importance_sum, 0), COALESCE(c.adds, 0), "
+            "COALESCE(SUM(CASE WHEN m.kind <> 'reflection' THEN m.importance ELSE 0 END), 0), "
+            "COUNT(m.seq) FROM (SELECT ?1 AS ns) AS q "
+            "LEFT JOIN counters AS c ON c.namespace = q.ns "
+            "LEFT JOIN memories AS m ON m.namespace = q.ns "
+            "AND m.seq > COALESCE(c.counted_seq, 0) AND m.seq <= ?2",
+            (namespace, upto),
+        ).fetchone()
+        return float(row[0]) + float(row[2]), int(row[1]) + int(row[3])
+
     def _newest_seq(self, c: sqlite3.Connection, namespace: str) -> int:
         row = c.execute(
             "SELECT COALESCE(MAX(seq), 0) FROM memories WHERE namespace=?", (namespace,)
         ).fetchone()
         return int(row[0])
 
-    def _apply_counter(self, c: sqlite3.Connection, update: CounterUpdate) -> None:
+    def _apply_counter(
+        self, c: sqlite3.Connection, update: CounterUpdate, below: int | None = None
+    ) -> None:
+        """Apply ``update``; ``below`` is the first seq this transaction inserted, if any."""
         ns = update.namespace
         if update.reset_at is not None:
-            # everything up to the newest row (including rows inserted in this transaction,
-            # e.g. the reflection that resets the counter) is left out of the new count
+            # rows inserted in this transaction (e.g. the reflection that resets the counter)
+            # are left out of the new count; of the older ones, only what the reflection
+            # consumed (all without ``consumed``): rows stored while it ran keep counting
             newest = self._newest_seq(c, ns)
+            left = (0.0, 0)
+            if update.consumed is not None:
+                imp, n = self._total(c, ns, newest if below is None else below - 1)
+                left = (
+                    max(0.0, imp - update.consumed.importance_sum),
+                    max(0, n - update.consumed.adds_since),
+                )
             bumps = self._bump(c, ns)
             c.execute(
-                "UPDATE counters SET importance_sum=0, adds=0, last_reflection_us=?, "
+                "UPDATE counters SET importance_sum=?, adds=?, last_reflection_us=?, "
                 "last_reflection_seq=?, counted_seq=? WHERE namespace=?",
-                (to_us(update.reset_at), newest, newest, ns),
+                (*left, to_us(update.reset_at), newest, newest, ns),
             )
             self._counters[ns] = (bumps, newest)
             self.last_generation = bumps * _GENERATION_STRIDE + newest

@@ -246,7 +246,8 @@ class SQLiteRecordStore(CounterTable, PendingQueue, BaseRecordStore):
                 extra = (mine.importance, mine.adds) if mine is not None else (0.0, 0)
                 self._fold(c, ns, last, below=first, extra=extra)
         if counter is not None and (counter.reset_at is not None or counter.namespace not in spans):
-            self._apply_counter(c, counter)
+            span = spans.get(counter.namespace)
+            self._apply_counter(c, counter, below=span[2] if span else None)
         for ns, span in spans.items():
             self.last_generation = self._counter_row(c, ns)[0] * _GENERATION_STRIDE + span[3]
         return seqs
