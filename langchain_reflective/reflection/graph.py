@@ -451,7 +451,13 @@ def create_reflection_graph(
     4. ``condense``: one model call condenses all insights to at most ``max_insights``.
     5. ``store``: one ``stream.add`` stores them as ``reflection`` records with ``evidence``
        and ``depth = 1 + max(depth of evidence)``, importance rated by the stream's scorer
-       (one batched call), and resets the counter in the same transaction.
+       (one batched call), and takes what the gate counted off the counter in the same
+       transaction (memories stored meanwhile count towards the next reflection).
+
+    The graph takes no lock: two runs for one namespace at once both reflect. Run it through
+    :class:`~langchain_reflective.memory.ReflectiveMemory` (which holds the backend's
+    reflection lock, across processes too), or wrap it in
+    ``stream.backend.reflection_lock(namespace)`` yourself.
 
     All or nothing: a model error (after retries) or a storage error at any step raises
     :class:`~langchain_reflective.errors.ReflectionError` and nothing is written. Malformed
