@@ -3,7 +3,8 @@
 reflections triggered inline by the importance threshold (a scripted chat model answers).
 
 Run as ``python memory_child.py URL NAMESPACE WORKER ADDS``; prints one JSON line. Each
-reflection graph run logs its start and end (server clock) in ``reflection_log``; the
+reflection graph run logs its start and end (server clock) in ``reflection_log``, the end
+with the importance it took off the counter (``NULL`` when it did not reset it); the
 package's own ``reflect`` takes the namespace's reflection lock around it.
 """
 
@@ -33,18 +34,23 @@ class _LoggedGraph:
         self._graph = graph
         self._log = psycopg.connect(url, autocommit=True)
 
-    def _mark(self, phase: str) -> None:
+    def _mark(self, phase: str, consumed: float | None = None) -> None:
         self._log.execute(
-            "INSERT INTO reflection_log (pid, phase, at) VALUES (%s, %s, clock_timestamp())",
-            (os.getpid(), phase),
+            "INSERT INTO reflection_log (pid, phase, at, consumed) "
+            "VALUES (%s, %s, clock_timestamp(), %s)",
+            (os.getpid(), phase, consumed),
         )
 
     def invoke(self, *args: Any, **kwargs: Any) -> Any:
         self._mark("start")
+        consumed = None
         try:
-            return self._graph.invoke(*args, **kwargs)
+            out = self._graph.invoke(*args, **kwargs)
+            if out.get("skipped") in (None, "no_questions", "no_insights"):  # it reset
+                consumed = out["importance_sum"]  # what it took off the counter
+            return out
         finally:
-            self._mark("end")
+            self._mark("end", consumed)
 
 
 class LoggedMemory(ReflectiveMemory):

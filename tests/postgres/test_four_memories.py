@@ -28,7 +28,8 @@ def test_four_reflective_memories_share_one_namespace(postgres_url: str) -> None
         backend.setup()
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute(
-            "CREATE TABLE reflection_log (n bigserial, pid int, phase text, at timestamptz)"
+            "CREATE TABLE reflection_log "
+            "(n bigserial, pid int, phase text, at timestamptz, consumed float8)"
         )
     procs = [
         subprocess.Popen(
@@ -56,6 +57,7 @@ def test_four_reflective_memories_share_one_namespace(postgres_url: str) -> None
             "WHERE namespace = 'team' ORDER BY seq"
         ).fetchall()
         log = conn.execute("SELECT pid, phase FROM reflection_log ORDER BY at, n").fetchall()
+        (consumed,) = conn.execute("SELECT sum(consumed) FROM reflection_log").fetchone()
         other = conn.execute(
             "SELECT count(*) FROM reflective_memories WHERE namespace <> 'team'"
         ).fetchone()
@@ -72,12 +74,15 @@ def test_four_reflective_memories_share_one_namespace(postgres_url: str) -> None
     assert log and len(log) % 2 == 0
     for (pid_a, start), (pid_b, end) in zip(log[::2], log[1::2], strict=True):
         assert (start, end) == ("start", "end") and pid_a == pid_b, log
-    # the counter is exact: it counts precisely the observations after the last reflection
+    # the counter is exact: every observation's importance (0.5 each) was either taken off by
+    # the reflection whose gate counted it or is still counted, including observations stored
+    # while a reflection ran (they count towards the next one); none is lost or counted twice
     last = max(r[1] for r in insights)
     with PostgresBackend.from_conn_string(postgres_url) as backend:
         state = backend.reflection_state("team")
         since = backend.recent("team", since_last_reflection=True)
     after = [r for r in observations if r[1] > last]
     assert [r.id for r in since] == [r[0] for r in after]
-    assert state.adds_since == len(after)
-    assert state.importance_sum == pytest.approx(0.5 * len(after))
+    assert consumed + state.importance_sum == pytest.approx(0.5 * len(observations))
+    assert state.importance_sum == pytest.approx(0.5 * state.adds_since)
+    assert state.adds_since >= len(after)
