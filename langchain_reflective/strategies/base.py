@@ -84,7 +84,7 @@ class Observation:
     least-recently-used eviction."""
     importance: float | None = None
     """How significant the turn is, in [0, 1]; ``None``: not rated (a strategy may rate it,
-    e.g. with :func:`~langchain_reflective.importance.heuristic_rating` or an LLM)."""
+    e.g. with :func:`~langchain_reflective.strategies.heuristic_importance` or an LLM)."""
     embedding: tuple[float, ...] | None = None
     """An embedding of the turn for similarity search, if the caller has one."""
     metadata: Mapping[str, Any] = field(default_factory=dict)

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from langchain_core.messages import BaseMessage
 
 from langchain_reflective import (
     BaseMemoryStrategy,
@@ -13,12 +18,14 @@ from langchain_reflective import (
     ImportanceMemory,
     MemoryConfig,
     MemoryStream,
+    Observation,
     ReflectiveMemory,
     ReflectiveMemoryStrategy,
     SemanticMemory,
     VoidMemory,
     WindowMemory,
 )
+from langchain_reflective.strategies import fit_observations, observation_messages
 from langchain_reflective.strategies.testing import StrategyConformanceTests
 from tests.fakes import WordEmbeddings
 from tests.unit.test_examples import EXAMPLES_DIR, load
@@ -116,3 +123,56 @@ class TestPriorityMemoryExample(StrategyConformanceTests):
 
     def visible(self, committed: int) -> int:
         return min(committed, 4)
+
+
+class KeptOnlyMemory(BaseMemoryStrategy):
+    """Keeps only the turns whose metadata says ``keep`` (a filtering policy)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: dict[str, list[Observation]] = {}
+
+    def commit(self, observation: Observation) -> None:
+        observation = self.check_observation(observation)
+        if observation.metadata.get("keep") is not True:
+            return
+        with self._lock:
+            self._kept.setdefault(self.resolve_namespace(observation.namespace), []).append(
+                observation
+            )
+
+    def context(
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        budget: int | None = None,
+        namespace: str | None = None,
+    ) -> list[BaseMessage]:
+        with self._lock:
+            kept = list(self._kept.get(self.resolve_namespace(namespace), []))
+        return observation_messages(fit_observations(kept, budget))
+
+    def purge(self, *, namespace: str | None = None) -> None:
+        with self._lock:
+            self._kept.pop(self.resolve_namespace(namespace), None)
+
+
+class TestMakeObservationIsUsedEverywhere(StrategyConformanceTests):
+    """A strategy that needs its own turns overrides ``make_observation``, and every test
+    (default namespace, budget, fencing) commits those turns, not turns of its own."""
+
+    def make_strategy(self) -> BaseMemoryStrategy:
+        return KeptOnlyMemory()
+
+    def make_observation(self, group: int, index: int, *, namespace: str) -> Observation:
+        observation = super().make_observation(group, index, namespace=namespace)
+        return replace(observation, metadata={"keep": True})
+
+    def test_the_fenced_turn_is_kept(self) -> None:
+        strategy = self.make_strategy()
+        seen: list[Observation] = []
+        commit = strategy.commit
+        strategy.commit = lambda obs: (seen.append(obs), commit(obs))[1]  # type: ignore[method-assign]
+        self.make_strategy = lambda: strategy  # type: ignore[method-assign]
+        self.test_remembered_text_stays_fenced()
+        assert [o.metadata for o in seen] == [{"keep": True}]

@@ -60,6 +60,12 @@ def test_every_python_block_runs_as_written(
     assert kept == ["question 0", "question 2", "question 3"]
     priority = format_context(namespace["priority"].context([], namespace="ana"))
     assert "- Assistant: A much longer answer that this memory will keep." in priority
+    reopened = namespace["reopened"]
+    assert [m.text for m in reopened.context([], namespace="ana")] == [
+        "I live in Lisbon",
+        "Noted, Lisbon.",
+    ]
+    assert reopened.context([], namespace="bob") == []
     assert "fit in 60 tokens" in out
     assert "My cat is called Miso" in out  # the semantic memory's context was printed
 
