@@ -34,6 +34,7 @@ from langchain_reflective.backends.base import (
     RetrievalFilter,
 )
 from langchain_reflective.backends.sqlite import candidates as cand
+from langchain_reflective.backends.sqlite._errors import storage_error
 from langchain_reflective.backends.sqlite.ann import maintain_ann
 from langchain_reflective.backends.sqlite.caches import PartitionFiles
 from langchain_reflective.backends.sqlite.connection import memory_file
@@ -441,13 +442,20 @@ class SQLiteBackend(BaseMemoryBackend):
 
         digest = hashlib.sha256(namespace.encode()).hexdigest()[:24]
         folder = self.path.with_name(self.path.name + ".locks")
-        folder.mkdir(mode=0o700, exist_ok=True)
         file_lock = FileLock(str(folder / f"{digest}.lock"), thread_local=False, is_singleton=False)
         try:
+            folder.mkdir(mode=0o700, exist_ok=True)
             file_lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout))
         except Timeout as exc:
             raise TimeoutError(
                 f"the reflection lock of {namespace!r} is held by another process"
+            ) from exc
+        except OSError as exc:  # the folder is not writable, or a file holds its name
+            raise storage_error(
+                f"cannot take the reflection lock in {folder} (it must be a directory this "
+                "process can write)",
+                exc,
+                self.path,
             ) from exc
         try:
             yield

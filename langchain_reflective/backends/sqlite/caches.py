@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from langchain_reflective.backends.sqlite._files import atomic_file
 from langchain_reflective.backends.sqlite.ann import flush_ann, maintain_ann
 from langchain_reflective.backends.sqlite.counters import _GENERATION_STRIDE
 from langchain_reflective.backends.sqlite.index.faiss_flat import FaissFlatIndex
@@ -333,16 +334,10 @@ class PartitionFiles:
                 fh.flush()
                 os.fsync(fh.fileno())
         else:
-            file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            tmp = file.with_name(file.name + ".tmp")
-            fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
-            with os.fdopen(fd, "wb") as fh:
+            with atomic_file(file) as fh:
                 live = vectors[alive] if part.index.n_deleted else vectors
                 for lo in range(0, live.shape[0], _LOAD_CHUNK):
                     fh.write(np.ascontiguousarray(live[lo : lo + _LOAD_CHUNK], "<f4").tobytes())
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, file)
         info = {
             "generation": part.generation,
             "rows": int(live_seqs.shape[0]),

@@ -17,12 +17,13 @@ access times (``SQLiteRecordStore``).
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
+
+from langchain_reflective.backends.sqlite._files import atomic_file
 
 __all__ = ["Columns", "load_columns", "save_columns"]
 
@@ -64,16 +65,10 @@ def save_columns(path: Path, columns: Columns) -> str:
             raise ValueError(f"column {name} has {array.shape} rows, expected ({rows},)")
         parts.append(np.ascontiguousarray(array, dtype=dtype).tobytes())
     digest = hashlib.sha256()
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
-    with os.fdopen(fd, "wb") as fh:
+    with atomic_file(path) as fh:
         for part in parts:
             digest.update(part)
             fh.write(part)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
     return digest.hexdigest()
 
 

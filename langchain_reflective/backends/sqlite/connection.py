@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from langchain_reflective.backends.sqlite._errors import is_environment_failure, storage_error
 from langchain_reflective.backends.sqlite.schema import check_file, init_schema
 from langchain_reflective.errors import ForeignFileError, StorageError
 
@@ -134,18 +135,23 @@ class SQLiteConnection:
         self._writes = 0
         self._checkpointer: _Checkpointer | None = None
         if self.path is not None:
-            check_file(self.path)
+            try:
+                check_file(self.path)
+            except OSError as exc:  # no permission to create or read it, a full disk
+                raise storage_error("cannot open memory file", exc, self.path) from exc
         target = ":memory:" if self.path is None else str(self.path)
         try:
             self._conn = sqlite3.connect(
                 target, timeout=timeout, check_same_thread=False, isolation_level=None
             )
         except sqlite3.Error as exc:
-            raise StorageError(f"cannot open memory file {self.path}: {exc}") from exc
+            raise storage_error("cannot open memory file", exc, self.path) from exc
         try:
             init_schema(self._conn, self.path, synchronous, self._transaction)
         except sqlite3.DatabaseError as exc:
             self._conn.close()
+            if is_environment_failure(exc):  # read-only, full disk: not a damaged file
+                raise storage_error("cannot open memory file", exc, self.path) from exc
             raise ForeignFileError(
                 f"{self.path} is not a readable langchain-reflective memory file ({exc}); "
                 "it may be truncated or belong to another program"
@@ -247,7 +253,7 @@ class SQLiteConnection:
             try:
                 return self._conn.execute(sql, params).fetchall()
             except sqlite3.DatabaseError as exc:
-                raise StorageError(f"reading {self.path or 'memory store'} failed: {exc}") from exc
+                raise storage_error("reading failed", exc, self.path) from exc
 
     # -- metadata ------------------------------------------------------------------------------
 
@@ -256,16 +262,22 @@ class SQLiteConnection:
         return str(rows[0][0]) if rows else None
 
     def set_meta(self, key: str, value: str) -> None:
-        with self._transaction() as c:
-            c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+        try:
+            with self._transaction() as c:
+                c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+        except sqlite3.Error as exc:  # e.g. a full disk while close() records its caches
+            raise storage_error(f"could not write {key!r}", exc, self.path) from exc
 
     def set_meta_unless_changed(self, key: str, value: str) -> bool:
         """Write a metadata value unless another connection wrote since this one last looked
         (a value that describes the file as this process sees it); return whether written."""
-        with self._transaction() as c:
-            if self._external_change:
-                return False
-            c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+        try:
+            with self._transaction() as c:
+                if self._external_change:
+                    return False
+                c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+        except sqlite3.Error as exc:
+            raise storage_error(f"could not write {key!r}", exc, self.path) from exc
         return True
 
     def consume_write_conflict(self) -> bool:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from langchain_reflective.backends.sqlite._files import atomic_file
 from langchain_reflective.backends.sqlite.lexical import BM25Index
 
 __all__ = ["load_bm25", "save_bm25"]
@@ -135,11 +136,7 @@ def save_bm25(index: BM25Index, path: str | os.PathLike[str]) -> tuple[str, int]
     }
     head = json.dumps(header, ensure_ascii=True).encode()
     digest = hashlib.sha256()
-    target = Path(path)
-    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # the cache is private
-    tmp = target.with_name(target.name + ".tmp")
-    fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
-    with os.fdopen(fd, "wb") as fh:
+    with atomic_file(Path(path)) as fh:
         for chunk in (_MAGIC, len(head).to_bytes(8, "little"), head):
             fh.write(chunk)
             digest.update(chunk)
@@ -149,9 +146,6 @@ def save_bm25(index: BM25Index, path: str | os.PathLike[str]) -> tuple[str, int]
             for chunk in (data, pad):
                 fh.write(chunk)
                 digest.update(chunk)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, target)
     return digest.hexdigest(), int(header["rows"])  # type: ignore[call-overload]
 
 

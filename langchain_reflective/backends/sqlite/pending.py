@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from langchain_reflective.backends.base import PendingMemory
+from langchain_reflective.backends.sqlite._errors import storage_error
 from langchain_reflective.backends.sqlite.connection import SQLiteConnection
 from langchain_reflective.backends.sqlite.schema import chunks, dump_metadata, from_us, to_us
 from langchain_reflective.errors import PendingConflictError, StorageError
@@ -68,7 +69,7 @@ class PendingQueue(SQLiteConnection):
         except sqlite3.IntegrityError as exc:
             raise StorageError(f"could not queue memories (duplicate id?): {exc}") from exc
         except sqlite3.DatabaseError as exc:
-            raise StorageError(f"could not queue memories: {exc}") from exc
+            raise storage_error("could not queue memories", exc, self.path) from exc
 
     def pending(
         self, *, namespace: str | None = None, limit: int | None = None, newest: bool = False
@@ -118,5 +119,5 @@ class PendingQueue(SQLiteConnection):
                         (namespace, *chunk),
                     ).rowcount
         except sqlite3.DatabaseError as exc:
-            raise StorageError(f"could not discard pending memories: {exc}") from exc
+            raise storage_error("could not discard pending memories", exc, self.path) from exc
         return gone

@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from langchain_reflective.backends.base import CounterUpdate
+from langchain_reflective.backends.sqlite._errors import storage_error
 from langchain_reflective.backends.sqlite.counters import (
     _GENERATION_STRIDE,
     CounterTable,
@@ -173,7 +174,7 @@ class SQLiteRecordStore(CounterTable, PendingQueue, BaseRecordStore):
         except sqlite3.IntegrityError as exc:
             raise StorageError(f"could not store memories (duplicate id?): {exc}") from exc
         except sqlite3.DatabaseError as exc:
-            raise StorageError(f"could not store memories: {exc}") from exc
+            raise storage_error("could not store memories", exc, self.path) from exc
 
     @staticmethod
     def _rows(
@@ -273,7 +274,7 @@ class SQLiteRecordStore(CounterTable, PendingQueue, BaseRecordStore):
             except sqlite3.IntegrityError as exc:
                 raise StorageError(f"could not store memories (duplicate id?): {exc}") from exc
             except sqlite3.DatabaseError as exc:
-                raise StorageError(f"could not store memories: {exc}") from exc
+                raise storage_error("could not store memories", exc, self.path) from exc
             assert seq is not None
             try:
                 bumps, counted = self._counter_row(c, namespace)
@@ -379,7 +380,7 @@ class SQLiteRecordStore(CounterTable, PendingQueue, BaseRecordStore):
                     for chunk in chunks(wanted):
                         self._touch_chunk(c, us, chunk, out, namespace)
         except sqlite3.DatabaseError as exc:
-            raise StorageError(f"updating access times failed: {exc}") from exc
+            raise storage_error("updating access times failed", exc, self.path) from exc
         return out
 
     @staticmethod

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from langchain_reflective.backends.sqlite._arrays import GrowArray, GrowMatrix
+from langchain_reflective.backends.sqlite._files import atomic_file
 from langchain_reflective.backends.sqlite.index.base import F32, BaseVectorIndex
 
 __all__ = ["FaissFlatIndex"]
@@ -192,15 +193,8 @@ class FaissFlatIndex(BaseVectorIndex):
         compact.add(np.ascontiguousarray(live))
         data = faiss.serialize_index(compact).tobytes()
         del compact
-        target = Path(path)
-        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # the cache is private
-        tmp = target.with_name(target.name + ".tmp")
-        fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
-        with os.fdopen(fd, "wb") as fh:
+        with atomic_file(Path(path)) as fh:
             fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
         return hashlib.sha256(data).hexdigest()
 
     @classmethod

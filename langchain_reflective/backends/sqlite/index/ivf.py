@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from langchain_reflective.backends.sqlite._files import atomic_file
 from langchain_reflective.backends.sqlite.index.faiss_flat import one_faiss_thread
 
 __all__ = ["IVFCandidateIndex", "default_nlist"]
@@ -198,12 +199,8 @@ class IVFCandidateIndex:
     def save(self, path: str | os.PathLike[str]) -> str:
         """Write the index to ``path`` atomically (streamed); return the file's SHA-256."""
         faiss = _faiss()
-        target = Path(path)
-        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # the cache is private
-        tmp = target.with_name(target.name + ".tmp")
         digest = hashlib.sha256()
-        fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
-        with os.fdopen(fd, "wb") as fh:
+        with atomic_file(Path(path)) as fh:
 
             def write(chunk: bytes) -> int:
                 digest.update(chunk)
@@ -213,9 +210,6 @@ class IVFCandidateIndex:
             writer = faiss.PyCallbackIOWriter(write, _CHUNK)
             faiss.write_index(self._index, writer)
             del writer  # flushes the last block
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
         return digest.hexdigest()
 
     @classmethod

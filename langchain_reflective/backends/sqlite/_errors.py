@@ -1,0 +1,70 @@
+"""SQLite and file-system failures as :class:`StorageError` messages that say what to do."""
+
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+
+from langchain_reflective.errors import StorageError
+
+__all__ = ["is_environment_failure", "storage_error"]
+
+_SQLITE_PERM, _SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_FULL, _SQLITE_CANTOPEN = 3, 8, 10, 13, 14
+
+
+def _cause(exc: BaseException) -> str | None:
+    """``full``, ``readonly``, ``cantopen`` or ``ioerr`` when the failure is the disk's or the
+    permissions', not the data's; ``None`` otherwise."""
+    if isinstance(exc, OSError):
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            return "full"
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return "readonly"
+        return None
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        primary = code & 0xFF
+        if primary == _SQLITE_FULL:
+            return "full"
+        if primary in (_SQLITE_READONLY, _SQLITE_PERM):
+            return "readonly"
+        if primary == _SQLITE_CANTOPEN:
+            return "cantopen"
+        if primary == _SQLITE_IOERR:
+            return "ioerr"
+    text = str(exc).lower()  # an error raised without its code (e.g. by a wrapper)
+    for needle, cause in (
+        ("disk is full", "full"),
+        ("readonly", "readonly"),
+        ("unable to open", "cantopen"),
+        ("disk i/o error", "ioerr"),
+    ):
+        if needle in text:
+            return cause
+    return None
+
+
+def is_environment_failure(exc: sqlite3.Error | OSError) -> bool:
+    """Whether ``exc`` comes from the disk or the permissions (not from a damaged file)."""
+    return _cause(exc) is not None
+
+
+def storage_error(
+    doing: str, exc: sqlite3.Error | OSError, path: str | os.PathLike[str] | None
+) -> StorageError:
+    """``doing: exc``, followed by what to do when the disk is full or the file read-only."""
+    where = "the memory store" if path is None else os.fspath(path)
+    hints = {
+        "full": f"the disk holding {where} is full: free space (or move the file) and retry; "
+        "the failed call wrote nothing and what was stored before is intact",
+        "readonly": f"{where} cannot be written by this process: a memory file needs write "
+        "access to the file and to its directory (SQLite keeps <file>-wal and <file>-shm next "
+        "to it)",
+        "cantopen": f"{where} or a file next to it cannot be opened: check that its directory "
+        "exists and is writable",
+        "ioerr": f"writing {where} failed (the disk may be full, over a size limit or failing): "
+        "free space or check the disk, then retry; the failed call wrote nothing",
+    }
+    hint = hints.get(_cause(exc) or "")
+    return StorageError(f"{doing}: {exc}" + (f" ({hint})" if hint else ""))

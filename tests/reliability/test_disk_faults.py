@@ -1,0 +1,161 @@
+"""A full disk or a file that cannot be written: typed errors that say what to do, nothing
+acknowledged lost, no partial file left behind.
+
+The faults are injected without root or a mount (CI runs on a fresh machine): ``os.fsync``
+and the connection's statements are made to fail the way a full disk makes them fail
+(``ENOSPC``; SQLite's ``database or disk is full``). The same behaviours were checked by hand on
+a 2 MB tmpfs and as an unprivileged user (docs/reliability.md, "Disk full and permissions").
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from langchain_reflective import MemoryStream
+from langchain_reflective.backends.sqlite import connection as connection_module
+from langchain_reflective.errors import ForeignFileError, StorageError
+from tests.fakes import WordEmbeddings
+
+TEXTS = [f"memory {i} about tea and paris" for i in range(40)]
+
+
+def _enospc(*_: object) -> None:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def _populated(path: Path) -> None:
+    with MemoryStream(WordEmbeddings(), path=path) as stream:
+        stream.add(TEXTS, ids=[f"m{i}" for i in range(len(TEXTS))], importances=0.5)
+
+
+def test_close_on_a_full_disk_leaves_no_partial_cache_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "memory.db"
+    _populated(path)
+    for cache in (tmp_path / "memory.db.index").iterdir():
+        cache.unlink()  # the next close writes every cache again
+    stream = MemoryStream(WordEmbeddings(), path=path)
+    stream.add("one more about tea", ids=["late"], importances=0.5)
+    assert stream.retrieve("tea", k=3, touch=False)  # loads the index and BM25
+    with monkeypatch.context() as m:
+        m.setattr(os, "fsync", _enospc)  # every cache file fails after being written
+        stream.close()  # the caches are optional: no error
+    leftovers = [p.name for p in tmp_path.rglob("*.tmp")]
+    assert leftovers == []
+    with MemoryStream(WordEmbeddings(), path=path) as stream:
+        assert len(stream) == len(TEXTS) + 1
+        assert stream.retrieve("one more about tea", k=1, touch=False)[0].record.id == "late"
+
+
+class _FullDisk:
+    """Stands in for the store's ``sqlite3.Connection``: statements that ``fails(sql)`` picks
+    raise what SQLite raises on a full disk; everything else runs on the real connection."""
+
+    def __init__(self, conn: sqlite3.Connection, fails: Callable[[str], bool]) -> None:
+        self._conn = conn
+        self._fails = fails
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        if self._fails(sql):
+            raise sqlite3.OperationalError("database or disk is full")
+        return self._conn.execute(sql, *args)
+
+    def executemany(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        if self._fails(sql):
+            raise sqlite3.OperationalError("database or disk is full")
+        return self._conn.executemany(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+def _fill(stream: MemoryStream, fails: Callable[[str], bool]) -> sqlite3.Connection:
+    store: Any = stream.backend.store  # type: ignore[attr-defined]
+    real: sqlite3.Connection = store._conn
+    store._conn = _FullDisk(real, fails)
+    return real
+
+
+def _writes(sql: str) -> bool:
+    return sql.lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE"))
+
+
+def test_full_disk_add_says_what_to_do_and_loses_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    _populated(path)
+    stream = MemoryStream(WordEmbeddings(), path=path)
+    real = _fill(stream, _writes)
+    for call in (
+        lambda: stream.add(["new a", "new b"], ids=["a", "b"], importances=0.5),
+        lambda: stream.enqueue("queued", importances=0.5),
+    ):
+        with pytest.raises(StorageError, match="is full: free space") as info:
+            call()
+        assert isinstance(info.value.__cause__, sqlite3.OperationalError)
+    assert stream.get(["a", "b"]) == []  # all or nothing
+    assert len(stream) == len(TEXTS)  # reads still work while full
+    assert stream.retrieve("tea", k=3, touch=False)
+    stream.backend.store._conn = real  # type: ignore[attr-defined]  # space freed
+    stream.add(["new a", "new b"], ids=["a", "b"], importances=0.5)  # no reopen needed
+    stream.close()
+    with MemoryStream(WordEmbeddings(), path=path) as stream:
+        assert len(stream) == len(TEXTS) + 2
+
+
+def test_close_when_the_cache_metadata_cannot_be_written(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    _populated(path)
+    for cache in (tmp_path / "memory.db.index").iterdir():
+        cache.unlink()
+    stream = MemoryStream(WordEmbeddings(), path=path)
+    assert stream.retrieve("tea", k=3, touch=False)
+    _fill(stream, lambda sql: "INTO meta" in sql)  # cache files fit, their records do not
+    stream.close()  # before: the raw sqlite3.OperationalError escaped close()
+    with MemoryStream(WordEmbeddings(), path=path) as stream:
+        assert len(stream) == len(TEXTS)
+        assert stream.retrieve("memory 3 about tea", k=1, touch=False)
+
+
+def test_unwritable_file_is_not_called_damaged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "memory.db"
+    _populated(path)
+
+    def readonly(*_: object) -> None:
+        raise sqlite3.OperationalError("attempt to write a readonly database")
+
+    monkeypatch.setattr(connection_module, "init_schema", readonly)
+    with pytest.raises(StorageError, match="needs write access") as info:
+        MemoryStream(WordEmbeddings(), path=path)
+    assert not isinstance(info.value, ForeignFileError)  # before: "may be truncated"
+
+    def denied(p: Path) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied", str(p))
+
+    monkeypatch.setattr(connection_module, "check_file", denied)
+    with pytest.raises(StorageError, match="needs write access"):  # before: PermissionError
+        MemoryStream(WordEmbeddings(), path=tmp_path / "new.db")
+
+
+def test_reflection_lock_folder_that_cannot_be_made(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    _populated(path)
+    (tmp_path / "memory.db.locks").write_text("not a directory")
+    stream = MemoryStream(WordEmbeddings(), path=path)
+    try:
+        with (
+            pytest.raises(StorageError, match="reflection lock"),  # before: FileExistsError
+            stream.backend.reflection_lock("default", timeout=1),
+        ):
+            pass
+    finally:
+        stream.close()
