@@ -264,14 +264,22 @@ class ReflectiveMemory(Closing):
         by_count = self.config.reflect_every > 0 and state.adds_since >= self.config.reflect_every
         return by_importance or by_count
 
-    def _background_job(self, namespace: str) -> None:
-        # re-check inside the worker: a reflection that just finished may have reset the counter
-        if not self._should_reflect(namespace):
-            return
-        self._background.due_only = True  # reflect() checks again under the reflection lock
+    def _due(self, namespace: str) -> bool:
+        """:meth:`_should_reflect` after an add: the memory is stored, so a failed read of the
+        counter (the stream closed meanwhile) must not fail the add (a retry would store it
+        twice); no reflection starts, the counter keeps the namespace due for the next add."""
         try:
-            self.reflect(namespace=namespace, force=True)
-        except Exception as exc:
+            return self._should_reflect(namespace)
+        except StorageError as exc:
+            logger.warning("no reflection check for %r: %s", namespace, describe_error(exc))
+            return False
+
+    def _background_job(self, namespace: str) -> None:
+        self._background.due_only = True  # reflect() checks again under the reflection lock
+        try:  # re-check here: a reflection that just finished may have reset the counter
+            if self._should_reflect(namespace):
+                self.reflect(namespace=namespace, force=True)
+        except Exception as exc:  # (the check too: an exception would escape the thread)
             self._record_failure(namespace, exc)
         finally:
             self._background.due_only = False
@@ -304,7 +312,7 @@ class ReflectiveMemory(Closing):
             self.errors.append(ReflectionFailure(namespace, exc, datetime.now(UTC), stage))
 
     def _after_add(self, namespace: str) -> None:
-        if not self._should_reflect(namespace):
+        if not self._due(namespace):
             return
         if self.config.background:
             self._worker.submit(namespace, lambda: self._background_job(namespace))
@@ -515,7 +523,7 @@ class ReflectiveMemory(Closing):
         # on the event loop
         if self.config.background:
             await asyncio.to_thread(self._after_add, ns)
-        elif await asyncio.to_thread(self._should_reflect, ns):
+        elif await asyncio.to_thread(self._due, ns):
             try:
                 await self.areflect(namespace=ns, force=True)
             except Exception as exc:

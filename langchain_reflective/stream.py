@@ -648,8 +648,8 @@ class MemoryStream(StreamBase):
         Returns:
             The number of records written.
 
-        The file is written as ``<path>.tmp`` and renamed when complete; a failed export
-        removes it and leaves any earlier ``path`` untouched.
+        The file is written as ``<path>.<random>.tmp`` and renamed when complete; a failed
+        export removes it and leaves any earlier ``path`` untouched.
         """
         from langchain_reflective.transfer import export_jsonl
 

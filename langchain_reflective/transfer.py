@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -108,9 +109,11 @@ def export_jsonl(
     else:
         ns_list = [stream.resolve_namespace(n) for n in namespaces]
     target = Path(path)
-    tmp = target.with_name(target.name + ".tmp")
+    # a name of its own (mode 0600): two exports to one path at once must not write into the
+    # same temporary file (the later one truncated the earlier one's, which then renamed it)
+    fd, tmp_name = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
+    tmp = Path(tmp_name)
     count = 0
-    fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             header = {

@@ -11,6 +11,7 @@ acknowledged deletes plus the acknowledged reflections, each once, also after re
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import random
 import threading
@@ -342,6 +343,49 @@ with MemoryStream(WordEmbeddings(), path=path) as stream:
             stream.delete([f"{tag}-{i - 1}"])
     print(len(stream), flush=True)
 """
+
+
+def test_two_exports_to_one_path_at_once_both_succeed_whole(tmp_path: Path) -> None:
+    # both wrote <path>.tmp: the later export truncated and renamed the earlier one's file,
+    # which then kept writing into the renamed file and failed with a raw FileNotFoundError
+    out = tmp_path / "out.jsonl"
+    with MemoryStream(WordEmbeddings(), path=tmp_path / "m.db") as stream:
+        stream.add([f"alice note {i}" for i in range(5)], importances=0.5, namespace="a")
+        stream.add(["bob note"], importances=0.5, namespace="b")
+        original = stream.backend.iter_records
+        first_wrote, second_done = threading.Event(), threading.Event()
+
+        def iter_records(namespace: str, **kwargs: Any) -> Any:
+            for batch in original(namespace, **kwargs):
+                yield batch
+                if namespace == "a":  # the first export waits here, its header written
+                    first_wrote.set()
+                    assert second_done.wait(10)
+
+        stream.backend.iter_records = iter_records  # type: ignore[method-assign]
+        errors: list[BaseException] = []
+
+        def first() -> None:
+            try:
+                assert stream.export_jsonl(out, namespaces=["a"]) == 5
+            except BaseException as exc:
+                errors.append(exc)
+
+        thread = threading.Thread(target=first)
+        thread.start()
+        assert first_wrote.wait(10)
+        try:
+            assert stream.export_jsonl(out, namespaces=["b"]) == 1
+        finally:
+            second_done.set()
+            thread.join(10)
+        assert errors == []
+        lines = out.read_text(encoding="utf-8").splitlines()
+        assert [json.loads(line).get("namespace") for line in lines[1:]] == ["a"] * 5
+        assert json.loads(lines[0])["format"]
+        assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("out")) == [
+            "out.jsonl"
+        ]
 
 
 def test_two_processes_adding_one_by_one_lose_nothing(tmp_path: Path) -> None:

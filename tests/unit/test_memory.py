@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from langchain_reflective import MemoryStream
+from langchain_reflective.errors import StorageError
 from langchain_reflective.memory import (
     MEMORY_FENCE_CLOSE,
     MEMORY_FENCE_OPEN,
@@ -365,3 +366,70 @@ def test_reflection_waits_for_the_namespace_reflection_lock(tmp_path, model, now
                 pass
         worker.join(timeout=60)
         assert done and done[0] > 0 and model.count("questions") == 1
+
+
+def _close_after_commit(memory: ReflectiveMemory, name: str) -> None:
+    """Make the stream's ``name`` (``add`` or ``aadd``) close the stream right after its commit:
+    another thread's ``close()`` landing between the commit and the reflection check."""
+    stream, real = memory.stream, getattr(memory.stream, name)
+
+    def then_close(*args, **kwargs):
+        out = real(*args, **kwargs)
+        stream.close()
+        return out
+
+    async def athen_close(*args, **kwargs):
+        out = await real(*args, **kwargs)
+        stream.close()
+        return out
+
+    setattr(stream, name, athen_close if name == "aadd" else then_close)
+
+
+@pytest.mark.parametrize("background", [True, False])
+def test_add_committed_before_a_close_returns_its_records(tmp_path, model, now, background) -> None:
+    # it raised StorageError("closed") from the reflection check after the memory was stored,
+    # so a caller that retried stored it twice
+    memory = make(tmp_path, model, reflect_threshold=0.1, background=background)
+    _close_after_commit(memory, "add")
+    records = memory.add("Alice drinks tea", importances=0.5, now=now)
+    memory.close()
+    with MemoryStream(WordEmbeddings(), path=tmp_path / "m.db") as stream:
+        assert [r.id for r in stream.recent()] == [records[0].id]
+
+
+@pytest.mark.parametrize("background", [True, False])
+async def test_aadd_committed_before_a_close_returns_its_records(
+    tmp_path, model, now, background
+) -> None:
+    memory = make(tmp_path, model, reflect_threshold=0.1, background=background)
+    _close_after_commit(memory, "aadd")
+    records = await memory.aadd("Alice drinks tea", importances=0.5, now=now)
+    await memory.aclose()
+    with MemoryStream(WordEmbeddings(), path=tmp_path / "m.db") as stream:
+        assert [r.id for r in stream.recent()] == [records[0].id]
+
+
+def test_a_failed_check_in_the_reflection_thread_is_recorded_not_raised(
+    tmp_path, model, now, monkeypatch
+) -> None:
+    # the worker's re-check of the counter ran outside its try: a StorageError there (the
+    # stream closed by then) escaped the thread as an unhandled exception, not in .errors
+    escaped: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: escaped.append(args.exc_value))
+    with make(tmp_path, model, reflect_threshold=0.1) as memory:
+        real = memory.stream.reflection_state
+        calls = []
+
+        def state(namespace=None):
+            calls.append(namespace)
+            if len(calls) > 1:  # the add's own check passes; the worker's fails
+                raise StorageError("the memory stream is closed")
+            return real(namespace)
+
+        memory.stream.reflection_state = state  # type: ignore[method-assign]
+        memory.add("Alice drinks tea", importances=0.5, now=now)
+        assert memory.flush(10)
+        assert escaped == []
+        assert [type(f.error) for f in memory.errors] == [StorageError]
+        assert model.count() == 0

@@ -597,7 +597,7 @@ def test_export_escapes_a_stored_lone_surrogate_and_leaves_no_temp_file(
         out = tmp_path / "out.jsonl"
         assert stream.export_jsonl(out) == 2
         assert out.read_bytes().decode("utf-8").count("\\ud800") == 1
-        assert not out.with_name("out.jsonl.tmp").exists()
+        assert not list(tmp_path.glob("out.jsonl.*"))
         with (
             MemoryStream(NamedEmbeddings(8), path=tmp_path / "copy.db") as copy,
             pytest.raises(InvalidMemoryError, match="jsonl:3: evidence id cannot"),
@@ -611,7 +611,7 @@ def test_export_escapes_a_stored_lone_surrogate_and_leaves_no_temp_file(
         monkeypatch.setattr(stream.backend, "iter_records", broken)
         with pytest.raises(StorageError):
             stream.export_jsonl(out)
-        assert not out.with_name("out.jsonl.tmp").exists()
+        assert not list(tmp_path.glob("out.jsonl.*"))
         assert out.read_bytes() == before
 
 
