@@ -90,6 +90,7 @@ from langchain_reflective.errors import (
 from langchain_reflective.records import (
     MemoryRecord,
     check_encodable,
+    check_identifier,
     validate_metadata,
     validate_text,
 )
@@ -232,7 +233,7 @@ def _caller_method(ops: Sequence[Op]) -> str:
 def _key(key: object) -> str:
     if not isinstance(key, str):
         raise InvalidMemoryError(f"an item key must be a string, got {type(key).__name__}")
-    return key if key.isascii() else check_encodable(key, "an item key")
+    return check_identifier(key, "an item key")  # a NUL too, before any put of the batch is written
 
 
 class ReflectiveStore(BaseStore):

@@ -565,3 +565,14 @@ def test_bad_operations_are_refused_before_anything_is_written(store: Any) -> No
         with pytest.raises(ValueError):
             store.batch([PutOp(("a",), "good", {"v": 1}), op])
     assert store.stream.count(namespace="a") == 0
+
+
+def test_a_key_no_backend_can_store_is_refused_before_any_put_of_the_batch(store: Any) -> None:
+    """A NUL key (like a NUL label) is refused while the batch is validated: it used to pass,
+    fail only at its own namespace's write, and leave the batch's earlier namespaces written."""
+    for bad in ["k\x00", "\x00", "\ud800"]:
+        with pytest.raises(InvalidMemoryError, match="an item key"):
+            store.batch([PutOp(("a",), "good", {"v": 1}), PutOp(("b",), bad, {"v": 2})])
+        with pytest.raises(InvalidMemoryError, match="an item key"):
+            store.batch([GetOp(("a",), bad)])
+    assert store.stream.count() == 0
