@@ -138,20 +138,20 @@ class SQLiteConnection:
             try:
                 check_file(self.path)
             except OSError as exc:  # no permission to create or read it, a full disk
-                raise storage_error("cannot open memory file", exc, self.path) from exc
+                raise storage_error(f"cannot open memory file {self.path}", exc, self.path) from exc
         target = ":memory:" if self.path is None else str(self.path)
         try:
             self._conn = sqlite3.connect(
                 target, timeout=timeout, check_same_thread=False, isolation_level=None
             )
         except sqlite3.Error as exc:
-            raise storage_error("cannot open memory file", exc, self.path) from exc
+            raise storage_error(f"cannot open memory file {self.path}", exc, self.path) from exc
         try:
             init_schema(self._conn, self.path, synchronous, self._transaction)
         except sqlite3.DatabaseError as exc:
             self._conn.close()
             if is_environment_failure(exc):  # read-only, full disk: not a damaged file
-                raise storage_error("cannot open memory file", exc, self.path) from exc
+                raise storage_error(f"cannot open memory file {self.path}", exc, self.path) from exc
             raise ForeignFileError(
                 f"{self.path} is not a readable langchain-reflective memory file ({exc}); "
                 "it may be truncated or belong to another program"
@@ -253,7 +253,9 @@ class SQLiteConnection:
             try:
                 return self._conn.execute(sql, params).fetchall()
             except sqlite3.DatabaseError as exc:
-                raise storage_error("reading failed", exc, self.path) from exc
+                raise storage_error(
+                    f"reading {self.path or 'the memory store'} failed", exc, self.path
+                ) from exc
 
     # -- metadata ------------------------------------------------------------------------------
 
