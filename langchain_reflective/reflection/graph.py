@@ -176,9 +176,10 @@ class _Reflection:
     def _cited(self, stage: Stage, pairs: list[tuple[str, list[int]]], ids: list[str]) -> Any:
         """``map_citations`` of ``pairs``; insights dropped for citing no shown statement are
         logged (one warning per step), not lost without a trace."""
-        keep = self.config.keep_insights_without_evidence
-        out = map_citations(pairs, ids, keep_without_evidence=keep)
-        dropped = [t for t, nums in pairs if not keep and not any(1 <= n <= len(ids) for n in nums)]
+        resolved = map_citations(pairs, ids, keep_without_evidence=True)
+        if self.config.keep_insights_without_evidence:
+            return resolved
+        dropped = [i.text for i in resolved if not i.evidence]
         if dropped:
             logger.warning(
                 "reflection %s step: %d insight(s) dropped, citing none of the %d statements "
@@ -188,7 +189,7 @@ class _Reflection:
                 len(ids),
                 [t[:80] for t in dropped[:5]],
             )
-        return out
+        return [i for i in resolved if i.evidence]
 
     def _unusable(self, stage: Stage, raw: str) -> None:
         if self.config.strict:
