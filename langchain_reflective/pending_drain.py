@@ -75,50 +75,48 @@ class PendingDrain:
         """
         from langchain_core.runnables import RunnableLambda
 
-        try:
-            if not self.stream.pending(1, all_namespaces=True):
-                return
-        except Exception:  # the pass meets the failure again and records it
-            pass
+        first = self._next_batch(set())
+        if not first[0]:
+            return
         drain: RunnableLambda[None, None] = RunnableLambda(
-            lambda _: self._pass(), name="pending_drain"
+            lambda _: self._pass(*first), name="pending_drain"
         )
         drain.invoke(None, {"tags": ["langchain-reflective", "pending"]})
 
-    def _pass(self) -> None:
+    def _next_batch(self, failed: set[str]) -> tuple[list[PendingMemory], set[str]]:
+        """The next batch to complete (empty: nothing left, or the read failed and was
+        recorded) and the ids set aside: ``failed`` in this pass, and the quarantined."""
+        skip = failed | self._quarantined_ids()
+        try:
+            limit = self.config.drain_batch + len(skip)
+            queued = self.stream.pending(limit, all_namespaces=True)
+        except Exception as exc:  # the stream was closed under us, or the file failed
+            self._failed(self.stream.namespace, exc, None, logging.ERROR)
+            return [], skip
+        return [p for p in queued if p.id not in skip][: self.config.drain_batch], skip
+
+    def _pass(self, batch: list[PendingMemory], skip: set[str]) -> None:
         conflicts = 0
         failed: set[str] = set()  # failed alone in this pass: not tried again in it
-        while True:
-            skip = failed | self._quarantined_ids()
-            try:
-                limit = self.config.drain_batch + len(skip)
-                queued = self.stream.pending(limit, all_namespaces=True)
-            except Exception as exc:  # the stream was closed under us, or the file failed
-                self._failed(self.stream.namespace, exc, None, logging.ERROR)
-                return
-            batch = [p for p in queued if p.id not in skip][: self.config.drain_batch]
-            if not batch:
-                return
+        while batch:
             try:
                 try:
                     self._complete(batch)
-                    continue
                 except StorageError:  # the store's failure, not the memories': see below
                     raise
                 except Exception as exc:
-                    first = exc
-                if not self._models_work(batch, skip):  # an outage, not this batch
-                    self._failed(batch[0].namespace, first, None, logging.ERROR)
-                    return
-                self._isolate(batch, failed, first)
+                    if not self._models_work(batch, skip):  # an outage, not this batch
+                        self._failed(batch[0].namespace, exc, None, logging.ERROR)
+                        return
+                    self._isolate(batch, failed, exc)
             except PendingConflictError:
                 conflicts += 1  # another process completed some of them: read the queue again
-                if conflicts <= 3:
-                    continue
-                return
+                if conflicts > 3:
+                    return
             except StorageError as exc:  # the file or database, not these memories: retry later
                 self._failed(batch[0].namespace, exc, None, logging.ERROR)
                 return
+            batch, skip = self._next_batch(failed)
 
     def _complete(self, items: Sequence[PendingMemory]) -> None:
         """Complete ``items`` in one call (raises as ``complete_pending``), then report them."""
