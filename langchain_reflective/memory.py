@@ -54,17 +54,19 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from langchain_reflective._background import PendingDrainer, ReflectionWorkers, describe_error
+from langchain_reflective._background import PendingDrainer, describe_error
 from langchain_reflective._closing import Closing
+from langchain_reflective._trigger import ReflectionTrigger
 from langchain_reflective.errors import StorageError
 from langchain_reflective.memory_config import MemoryConfig, QuarantinedMemory, ReflectionFailure
 from langchain_reflective.pending_drain import PendingDrain
-from langchain_reflective.records import REFLECTION, MemoryRecord
+from langchain_reflective.records import MemoryRecord
 from langchain_reflective.stream import MemoryStream, RetrievalFilter, ScoredMemory
 from langchain_reflective.working_context import (
     MEMORY_FENCE_CLOSE,
     MEMORY_FENCE_OPEN,
     MEMORY_PREAMBLE,
+    context_window,
     render_working_context,
 )
 
@@ -136,16 +138,20 @@ class ReflectiveMemory(Closing):
         self._graph_kwargs = dict(graph_kwargs or {})
         self._graph: CompiledStateGraph[Any, Any, Any, Any] | None = None
         self._graph_lock = threading.Lock()
-        self._background = threading.local()
-        """``due_only`` is set on a background reflection's thread (see ``_background_job``)."""
-        self._worker = ReflectionWorkers()
+        self._trigger = ReflectionTrigger(
+            stream,
+            self.config,
+            can_reflect=lambda: self.model is not None,
+            reflect=lambda namespace: self.reflect(namespace=namespace, force=True),
+            failed=self._record_failure,
+        )
         self._drainer = PendingDrainer(self._drain)
         self._errors_lock = threading.Lock()
         self.errors: list[ReflectionFailure] = []
         """Background failures (reflections, pending batches), oldest first (each also logged
         as one line)."""
         self._queue = PendingDrain(
-            stream, self.config, stored=self._after_add, failed=self._drain_failed
+            stream, self.config, stored=self._trigger.after_write, failed=self._drain_failed
         )
         _LIVE.add(self)
         if self._pending_count():  # left by a process that stopped first
@@ -227,9 +233,7 @@ class ReflectiveMemory(Closing):
         graph = self.graph
         # at most one reflection of a namespace at a time, across threads and processes
         with self.stream.backend.reflection_lock(inputs["namespace"]):
-            if getattr(self._background, "due_only", False) and not self._should_reflect(
-                inputs["namespace"]
-            ):
+            if self._trigger.rechecks and not self._trigger.due(inputs["namespace"]):
                 return []  # a background run whose counter another reflection has just reset
             out = graph.invoke(inputs, config=self._run_config(inputs["namespace"], config))
         return list(out.get("reflections", []))
@@ -252,37 +256,6 @@ class ReflectiveMemory(Closing):
         async with self.stream.backend.areflection_lock(inputs["namespace"]):
             out = await graph.ainvoke(inputs, config=self._run_config(inputs["namespace"], config))
         return list(out.get("reflections", []))
-
-    def _should_reflect(self, namespace: str) -> bool:
-        if self.model is None:
-            return False
-        state = self.stream.reflection_state(namespace)
-        by_importance = (
-            self.config.reflect_threshold > 0
-            and state.importance_sum >= self.config.reflect_threshold
-        )
-        by_count = self.config.reflect_every > 0 and state.adds_since >= self.config.reflect_every
-        return by_importance or by_count
-
-    def _due(self, namespace: str) -> bool:
-        """:meth:`_should_reflect` after an add: the memory is stored, so a failed read of the
-        counter (the stream closed meanwhile) must not fail the add (a retry would store it
-        twice); no reflection starts, the counter keeps the namespace due for the next add."""
-        try:
-            return self._should_reflect(namespace)
-        except StorageError as exc:
-            logger.warning("no reflection check for %r: %s", namespace, describe_error(exc))
-            return False
-
-    def _background_job(self, namespace: str) -> None:
-        self._background.due_only = True  # reflect() checks again under the reflection lock
-        try:  # re-check here: a reflection that just finished may have reset the counter
-            if self._should_reflect(namespace):
-                self.reflect(namespace=namespace, force=True)
-        except Exception as exc:  # (the check too: an exception would escape the thread)
-            self._record_failure(namespace, exc)
-        finally:
-            self._background.due_only = False
 
     def _record_failure(
         self,
@@ -311,16 +284,6 @@ class ReflectiveMemory(Closing):
         with self._errors_lock:
             self.errors.append(ReflectionFailure(namespace, exc, datetime.now(UTC), stage))
 
-    def _after_add(self, namespace: str) -> None:
-        if not self._due(namespace):
-            return
-        if self.config.background:
-            self._worker.submit(namespace, lambda: self._background_job(namespace))
-        else:
-            # the memory is stored: a failed reflection must not make add() fail (a caller that
-            # retried would store it twice); it is logged and kept in .errors like a background one
-            self._background_job(namespace)
-
     def flush(self, timeout: float | None = None) -> bool:
         """Complete pending memories, then wait for background reflections.
 
@@ -341,7 +304,7 @@ class ReflectiveMemory(Closing):
         if self._pending_count():
             self._start_drain()
         drained = self._drainer.wait(left())
-        reflected = self._worker.wait(left())
+        reflected = self._trigger.wait(left())
         return drained and reflected and not self._pending_count()
 
     async def aflush(self, timeout: float | None = None) -> bool:
@@ -470,7 +433,7 @@ class ReflectiveMemory(Closing):
     @property
     def reflecting(self) -> bool:
         """Whether a background reflection is running."""
-        return self._worker.busy()
+        return self._trigger.busy()
 
     # -- writes and reads ----------------------------------------------------------------------
 
@@ -496,7 +459,7 @@ class ReflectiveMemory(Closing):
             metadatas=metadatas,
             now=now,
         )
-        self._after_add(self.stream.resolve_namespace(namespace))
+        self._trigger.after_write(self.stream.resolve_namespace(namespace))
         return records
 
     async def aadd(
@@ -522,8 +485,8 @@ class ReflectiveMemory(Closing):
         # both read the namespace's reflection counter from storage: in a worker thread, not
         # on the event loop
         if self.config.background:
-            await asyncio.to_thread(self._after_add, ns)
-        elif await asyncio.to_thread(self._due, ns):
+            await asyncio.to_thread(self._trigger.after_write, ns)
+        elif await asyncio.to_thread(self._trigger.due_after_write, ns):
             try:
                 await self.areflect(namespace=ns, force=True)
             except Exception as exc:
@@ -577,35 +540,6 @@ class ReflectiveMemory(Closing):
 
     # -- working context -----------------------------------------------------------------------
 
-    def _context_parts(
-        self, namespace: str | None
-    ) -> tuple[list[MemoryRecord], list[MemoryRecord]]:
-        ns = self.stream.resolve_namespace(namespace)
-        insights: list[MemoryRecord] = []
-        if self.config.insight_capacity:
-            insights = self.stream.most_important(
-                self.config.insight_capacity, namespace=ns, kinds=[REFLECTION]
-            )
-        recent: list[MemoryRecord] = []
-        if cap := self.config.recent_capacity:
-            # pending first: one completed between the two reads then shows twice (deduplicated
-            # below), never not at all
-            queued = self.stream.pending(cap, namespace=ns)
-            unrated = {p.id for p in queued if p.importance is None}
-            window = self.stream.recent(cap, namespace=ns)
-            if queued:
-                stored = {r.id for r in window}
-                window = [*window, *(p.to_record() for p in queued if p.id not in stored)]
-                window.sort(key=lambda r: r.created_at)  # stable: stored order among equals
-                window = window[-cap:]
-            recent = [
-                r
-                for r in window
-                if r.kind != REFLECTION
-                and (r.id in unrated or r.importance >= self.config.eviction_threshold)
-            ]
-        return insights, recent
-
     def context_parts(
         self,
         query: str | None = None,
@@ -616,7 +550,7 @@ class ReflectiveMemory(Closing):
         """What the working context is made of: top insights, recent observations (low
         importance left out) and the memories retrieved for ``query`` (touched, like any
         retrieval). :meth:`render_context` turns them into text."""
-        insights, recent = self._context_parts(namespace)
+        insights, recent = context_window(self.stream, self.config, namespace)
         relevant: list[ScoredMemory] = []
         if query and query.strip() and self.config.retrieve_k:
             relevant = self.stream.retrieve(
@@ -632,7 +566,9 @@ class ReflectiveMemory(Closing):
         now: datetime | None = None,
     ) -> tuple[list[MemoryRecord], list[MemoryRecord], list[ScoredMemory]]:
         """Async twin of :meth:`context_parts`."""
-        insights, recent = await asyncio.to_thread(self._context_parts, namespace)
+        insights, recent = await asyncio.to_thread(
+            context_window, self.stream, self.config, namespace
+        )
         relevant: list[ScoredMemory] = []
         if query and query.strip() and self.config.retrieve_k:
             relevant = await self.stream.aretrieve(
