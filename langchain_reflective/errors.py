@@ -14,6 +14,7 @@ __all__ = [
     "InvalidFilterError",
     "InvalidMemoryError",
     "PendingConflictError",
+    "ReflectionConflictError",
     "ReflectionError",
     "ReflectiveError",
     "SchemaVersionError",
@@ -47,6 +48,12 @@ class StorageError(ReflectiveError):
 
 class PendingConflictError(StorageError):
     """A pending memory to complete is no longer queued (another process completed it)."""
+
+
+class ReflectionConflictError(StorageError):
+    """A reflection's counter reset lost a race: another reflection of the namespace reset the
+    counter after this one read it (``ReflectionState.generation`` moved on); nothing was
+    written. The reflection graph reports it as ``skipped="superseded"``."""
 
 
 class ForeignFileError(StorageError):

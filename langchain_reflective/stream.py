@@ -315,7 +315,9 @@ class MemoryStream(StreamBase):
             now: creation time (timezone-aware; default: the current time).
             reset_reflection_counter: reset the namespace's reflection counter in the same
                 transaction (to store reflections atomically); a ``ReflectionState`` (the
-                counter as the reflection read it) takes off only that much.
+                counter as the reflection read it) takes off only that much, and if it came
+                from :meth:`reflection_state` (it carries a ``generation``) the whole add is
+                refused with ``ReflectionConflictError`` when another reset came since.
             replacing: ids of the namespace's memories to delete in the same transaction (an
                 update in place: pass a memory's id here and in ``ids`` to replace it under the
                 same id). A failure stores nothing and deletes nothing (with the built-in
@@ -328,6 +330,8 @@ class MemoryStream(StreamBase):
             InvalidMemoryError: bad text, kind, importance, metadata or evidence.
             EmbeddingError: the embeddings returned unusable vectors (nothing is stored).
             DimensionMismatchError: the vectors' dimension differs from the stored ones.
+            ReflectionConflictError: ``reset_reflection_counter`` is a state read before
+                another reset of the counter (nothing is stored).
         """
         plan = self._plan(
             texts,

@@ -374,7 +374,12 @@ class StreamBase(Closing):
     ) -> None:
         """Reset the reflection counter of a namespace; with ``consumed`` (the counter as a
         reflection read it before it began) take off only that much, so memories stored while
-        it ran keep counting."""
+        it ran keep counting.
+
+        Raises:
+            ReflectionConflictError: ``consumed`` carries a ``generation`` and another reset
+                came since it was read; nothing was written.
+        """
         self._call(self._plan_mark_reflected(namespace, now, consumed))
 
     async def amark_reflected(

@@ -140,6 +140,9 @@ class BaseMemoryBackend(Closing, ABC):
         Raises:
             PendingConflictError: one of ``pending`` is no longer queued (another process
                 completed or purged it); nothing was written.
+            ReflectionConflictError: ``counter`` is a reset whose ``consumed.generation`` is
+                no longer the namespace's (see :attr:`CounterUpdate.consumed`); nothing was
+                written.
             StorageError: the write failed (e.g. an id is already stored); nothing was written.
         """
 
@@ -170,7 +173,8 @@ class BaseMemoryBackend(Closing, ABC):
         transactions.
 
         Raises:
-            StorageError: as :meth:`put`; the built-in backends then deleted nothing.
+            StorageError: as :meth:`put` (``ReflectionConflictError`` included); the built-in
+                backends then deleted nothing.
         """
         deleted = self.delete(namespace, ids)
         self.put(records, vectors, counter=counter)
@@ -179,7 +183,8 @@ class BaseMemoryBackend(Closing, ABC):
     @abstractmethod
     def purge(self, namespace: str) -> int:
         """Delete every memory, queued memory and the reflection counter of ``namespace``;
-        return how many memories were deleted."""
+        return how many memories were deleted. The counter's ``generation`` is kept (it never
+        repeats, see :attr:`ReflectionState.generation`)."""
 
     @abstractmethod
     def touch(self, namespace: str, keys: Sequence[int], when: datetime) -> dict[int, MemoryRecord]:
@@ -289,12 +294,21 @@ class BaseMemoryBackend(Closing, ABC):
         """The reflection counter of ``namespace``: exact, whichever process wrote.
 
         ``importance_sum`` and ``adds_since`` cover every :meth:`put` with a counter since
-        the last reset (``CounterUpdate.reset_at``) or purge.
+        the last reset (``CounterUpdate.reset_at``) or purge; ``generation`` counts the resets
+        (an int, ``0`` before the first; a purge keeps it).
         """
 
     @abstractmethod
     def update_counter(self, update: CounterUpdate) -> None:
-        """Apply a counter change on its own (one transaction)."""
+        """Apply a counter change on its own (one transaction).
+
+        Every reset raises the namespace's ``generation`` by one, in the same transaction; a
+        reset whose ``consumed.generation`` is set is applied only if that is still the
+        namespace's generation (compare-and-set).
+
+        Raises:
+            ReflectionConflictError: the generation moved on; nothing was written.
+        """
 
     @abstractmethod
     def reflection_lock(
@@ -542,7 +556,12 @@ class BaseMemoryBackend(Closing, ABC):
         self, namespace: str, when: datetime, consumed: ReflectionState | None = None
     ) -> None:
         """Reset the reflection counter of ``namespace`` (``last_reflection_at = when``), by
-        ``consumed`` only when given (see :attr:`CounterUpdate.consumed`)."""
+        ``consumed`` only when given, and only if its ``generation`` (when set) is still the
+        namespace's (see :attr:`CounterUpdate.consumed`).
+
+        Raises:
+            ReflectionConflictError: another reset came first; nothing was written.
+        """
         self.update_counter(CounterUpdate(namespace=namespace, reset_at=when, consumed=consumed))
 
     async def amark_reflected(

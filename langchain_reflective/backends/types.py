@@ -192,6 +192,15 @@ class ReflectionState:
     """Number of memories added since the last reflection."""
     last_reflection_at: datetime | None = None
     """When the last reflection was stored, if ever."""
+    generation: int | None = None
+    """How many times the counter was reset (``CounterUpdate.reset_at``) since the namespace
+    was first written: the counter's version. A backend's :meth:`reflection_state` always sets
+    it (``0`` before the first reset); a purge keeps it, so it never repeats. ``None`` (a
+    state built by hand) says "unknown": a reset by it is not checked (see
+    :attr:`CounterUpdate.consumed`).
+
+    A version number rather than ``last_reflection_at``: runs may pass the same explicit
+    ``now`` (fixed clocks in simulations and tests), so two resets can carry one timestamp."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +220,13 @@ class CounterUpdate:
     consumed: ReflectionState | None = None
     """With ``reset_at``: the counter as the reflection read it before it began. Only that much
     is taken off (down to 0), so memories stored while the reflection ran keep counting towards
-    the next one; ``None`` resets to 0."""
+    the next one; ``None`` resets to 0.
+
+    When its ``generation`` is set, the reset is conditional (optimistic concurrency): if the
+    namespace's counter was reset since it was read (its generation moved on: another
+    reflection was stored meanwhile), the whole write is refused -- nothing of it is stored --
+    with :class:`~langchain_reflective.errors.ReflectionConflictError`. Every reset raises the
+    generation by one."""
 
 
 @dataclass(frozen=True, slots=True)

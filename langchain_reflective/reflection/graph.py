@@ -43,7 +43,7 @@ from langchain_reflective.completion import (
     resolve_prompt_style,
     subjects,
 )
-from langchain_reflective.errors import ReflectionError
+from langchain_reflective.errors import ReflectionConflictError, ReflectionError
 from langchain_reflective.records import REFLECTION, MemoryRecord, utc
 from langchain_reflective.reflection.config import ReflectionConfig
 from langchain_reflective.reflection.parsing import (
@@ -212,6 +212,7 @@ class _Reflection:
             "now": now,
             "importance_sum": total,
             "adds_since": int(counter.adds_since),
+            "reflection_generation": counter.generation,
             "questions": [],
             "reflections": [],
             "reflection_ids": [],
@@ -325,40 +326,55 @@ class _Reflection:
         return {"condensed": [i.to_dict() for i in condensed]}
 
     def store(self, state: ReflectionGraphState, config: RunnableConfig) -> Flow[Update]:
-        """Store the insights as ``reflection`` records and reset the counter, atomically."""
+        """Store the insights as ``reflection`` records and reset the counter, atomically, if
+        no other reflection reset it since the gate read it (else: ``superseded``)."""
         ns = state.get("namespace") or self.stream.namespace
         now = state.get("now") or datetime.now(UTC)
         condensed = [Insight.from_dict(i) for i in state.get("condensed") or []]
         st = self.stream
-        # what the gate counted: memories stored while this reflection ran keep counting
-        seen = ReflectionState(state.get("importance_sum", 0.0), state.get("adds_since", 0))
-        if not condensed:
-            if self.config.reset_on_empty:
-                yield Op(
-                    st.mark_reflected,
-                    threaded(st.mark_reflected),
-                    (),
-                    {"namespace": ns, "now": now, "consumed": seen},
-                )
-            return {
-                "reflections": [],
-                "reflection_ids": [],
-                "skipped": state.get("skipped") or "no_insights",
-            }
-        questions = list(state.get("questions") or [])
-        records = yield Op(
-            st.add,
-            st.aadd,
-            ([i.text for i in condensed],),
-            {
-                "kinds": REFLECTION,
-                "evidence": [list(i.evidence) for i in condensed],
-                "metadatas": [{"questions": questions} for _ in condensed],
-                "namespace": ns,
-                "now": now,
-                "reset_reflection_counter": seen,
-            },
+        # what the gate counted: memories stored while this reflection ran keep counting; its
+        # generation makes the reset (and so the whole write) conditional on no other reset
+        seen = ReflectionState(
+            state.get("importance_sum", 0.0),
+            state.get("adds_since", 0),
+            generation=state.get("reflection_generation"),
         )
+        try:
+            if not condensed:
+                if self.config.reset_on_empty:
+                    yield Op(
+                        st.mark_reflected,
+                        threaded(st.mark_reflected),
+                        (),
+                        {"namespace": ns, "now": now, "consumed": seen},
+                    )
+                return {
+                    "reflections": [],
+                    "reflection_ids": [],
+                    "skipped": state.get("skipped") or "no_insights",
+                }
+            questions = list(state.get("questions") or [])
+            records = yield Op(
+                st.add,
+                st.aadd,
+                ([i.text for i in condensed],),
+                {
+                    "kinds": REFLECTION,
+                    "evidence": [list(i.evidence) for i in condensed],
+                    "metadatas": [{"questions": questions} for _ in condensed],
+                    "namespace": ns,
+                    "now": now,
+                    "reset_reflection_counter": seen,
+                },
+            )
+        except ReflectionConflictError as exc:
+            logger.info(
+                "reflection of namespace %r superseded: %s (%d insight(s) not stored)",
+                ns,
+                exc,
+                len(condensed),
+            )
+            return {"reflections": [], "reflection_ids": [], "skipped": "superseded"}
         return {
             "reflections": list(records),
             "reflection_ids": [r.id for r in records],
@@ -455,10 +471,17 @@ def create_reflection_graph(
        (one batched call), and takes what the gate counted off the counter in the same
        transaction (memories stored meanwhile count towards the next reflection).
 
-    The graph takes no lock: two runs for one namespace at once both reflect. Run it through
-    :class:`~langchain_reflective.memory.ReflectiveMemory` (which holds the backend's
-    reflection lock, across processes too), or wrap it in
-    ``stream.backend.reflection_lock(namespace)`` yourself.
+    At most one reflection per counter, without a lock across steps: the gate reads the
+    counter's generation (``ReflectionState.generation``, raised by every reset) and the store
+    step's reset is conditional on it, in the transaction that stores the insights. Two runs for
+    one namespace at once (threads, processes, machines sharing a Postgres database) may both
+    think, but only the first to store does: the other's transaction writes nothing and it
+    ends with ``skipped="superseded"`` and no reflections (logged at INFO), leaving the counter
+    as the winner left it. A forced run (``force=True``) that loses the race is superseded too,
+    and so is a ``reset_on_empty`` reset. To keep a second run from calling the model at all,
+    run reflections through :class:`~langchain_reflective.memory.ReflectiveMemory` (which holds
+    the backend's reflection lock around the whole run, across processes too) or wrap the
+    graph in ``stream.backend.reflection_lock(namespace)`` yourself.
 
     All or nothing: a model error (after retries) or a storage error at any step raises
     :class:`~langchain_reflective.errors.ReflectionError` and nothing is written. Malformed

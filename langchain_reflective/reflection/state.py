@@ -28,10 +28,13 @@ __all__ = [
     "SkipReason",
 ]
 
-SkipReason = Literal["below_threshold", "no_memories", "no_questions", "no_insights"]
+SkipReason = Literal["below_threshold", "no_memories", "no_questions", "no_insights", "superseded"]
 """Why a reflection stored nothing: the gate said no (``below_threshold``, ``no_memories``:
 the counter is untouched), or it ran and found nothing to store (``no_questions``,
-``no_insights``: the counter is reset when ``ReflectionConfig.reset_on_empty``)."""
+``no_insights``: the counter is reset when ``ReflectionConfig.reset_on_empty``), or another
+reflection of the namespace reset the counter after this run's gate read it (``superseded``:
+that one's insights are stored, this run stores nothing and leaves the counter alone; forced
+runs too)."""
 
 
 class ReflectionInput(TypedDict, total=False):
@@ -53,7 +56,8 @@ class ReflectionOutput(TypedDict, total=False):
     questions: list[str]
     """The questions asked (empty when the gate said no)."""
     skipped: SkipReason | None
-    """Why nothing was stored, or ``None`` when reflections were stored."""
+    """Why nothing was stored, or ``None`` when reflections were stored (``"superseded"``:
+    another run reflected on the namespace meanwhile, see :data:`SkipReason`)."""
     reflection_ids: list[str]
     """Ids of the stored reflections (plain strings, handy in checkpointed parent state)."""
     importance_sum: float
@@ -108,6 +112,10 @@ class ReflectionGraphState(ReflectionInput, ReflectionOutput, total=False):
     adds_since: int
     """Memories added since the last reflection, as seen by the gate (with ``importance_sum``
     what the store step takes off the counter: memories added meanwhile keep counting)."""
+    reflection_generation: int | None
+    """The counter's generation as the gate read it (``ReflectionState.generation``): the store
+    step resets the counter only if it is unchanged, so of two runs at once only the first
+    stores (``None``, e.g. in state checkpointed by an older version: unconditional)."""
     recent: list[str]
     """Texts of the recent memories the questions are asked about."""
     branches: Annotated[list[QuestionInsights], merge_branches]

@@ -35,6 +35,7 @@ from langchain_reflective.backends.base import (
     BaseMemoryBackend,
     CounterUpdate,
     PendingMemory,
+    ReflectionState,
     RetrievalFilter,
 )
 from langchain_reflective.backends.sqlite import SQLiteBackend
@@ -44,6 +45,7 @@ from langchain_reflective.errors import (
     InvalidFilterError,
     InvalidMemoryError,
     PendingConflictError,
+    ReflectionConflictError,
     StorageError,
 )
 from langchain_reflective.records import OBSERVATION, REFLECTION, MemoryRecord
@@ -576,6 +578,57 @@ class BackendConformance:
         assert state.importance_sum == pytest.approx(0.4) and state.adds_since == 2
         assert stream.get(stream.recent(1)[0].id)[0].depth == 1
         stream.close()
+
+    def test_a_reset_after_another_reset_since_its_read_writes_nothing(
+        self, backend: BaseMemoryBackend
+    ) -> None:
+        """Optimistic concurrency of reflections: a reset carrying the generation it read is
+        refused, with everything written with it, once another reset came in between -- also
+        when both carry the same timestamp. Only resets move the generation."""
+        records = corpus(8)
+        self.fill(backend, records[:3], counter=CounterUpdate("alice", importance=1.5, adds=3))
+        seen = backend.reflection_state("alice")
+        assert seen.generation == 0 and backend.reflection_state("bob").generation == 0
+        first = CounterUpdate("alice", reset_at=NOW, consumed=seen)
+        self.fill(backend, [records[3]], counter=first)  # the reflection that stores first
+        won = backend.reflection_state("alice")
+        assert (won.importance_sum, won.adds_since, won.generation) == (0.0, 0, 1)
+        self.fill(backend, [records[4]], counter=CounterUpdate("alice", importance=0.5, adds=1))
+        late = CounterUpdate("alice", reset_at=NOW, consumed=seen)  # same read, same clock
+        with pytest.raises(ReflectionConflictError):
+            backend.put([records[5]], vectors_of([records[5]]), counter=late)
+        with pytest.raises(ReflectionConflictError):
+            backend.replace(
+                "alice", [records[0].id], [records[5]], vectors_of([records[5]]), counter=late
+            )
+        with pytest.raises(ReflectionConflictError):
+            backend.mark_reflected("alice", NOW, consumed=seen)
+        with pytest.raises(ReflectionConflictError):
+            asyncio.run(backend.aput([records[5]], vectors_of([records[5]]), counter=late))
+        with pytest.raises(ReflectionConflictError):
+            asyncio.run(backend.amark_reflected("alice", NOW, consumed=seen))
+        assert backend.get("alice", [records[0].id, records[5].id]) == [records[0]]
+        now = backend.reflection_state("alice")
+        assert (now.importance_sum, now.adds_since, now.generation) == (0.5, 1, 1)
+        # adds, deletes and purges leave the generation alone; every reset raises it
+        backend.delete("alice", [records[1].id])
+        assert backend.reflection_state("alice").generation == 1
+        backend.mark_reflected("alice", NOW, consumed=backend.reflection_state("alice"))
+        backend.mark_reflected("alice", NOW)  # unconditional
+        hand_made = ReflectionState(importance_sum=1.0, adds_since=1)  # no generation: as before
+        self.fill(backend, [records[6]], counter=CounterUpdate("alice", reset_at=NOW,
+                                                               consumed=hand_made))  # fmt: skip
+        assert backend.reflection_state("alice").generation == 4
+        backend.purge("alice")
+        state = backend.reflection_state("alice")
+        assert (state.importance_sum, state.adds_since, state.generation) == (0.0, 0, 4)
+        assert state.last_reflection_at is None
+        with pytest.raises(ReflectionConflictError):  # a read from before the purge
+            backend.mark_reflected("alice", NOW, consumed=won)
+        self.fill(backend, [records[7]], counter=CounterUpdate("alice", reset_at=NOW,
+                                                               consumed=state))  # fmt: skip
+        assert backend.reflection_state("alice").generation == 5
+        assert backend.reflection_state("bob").generation == 0
 
     # -- the pending queue -----------------------------------------------------------------
 

@@ -4,15 +4,21 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
 import numpy as np
 import psycopg
 import pytest
 
-from langchain_reflective.backends.base import RetrievalFilter
+from langchain_reflective.backends.base import CounterUpdate, RetrievalFilter
 from langchain_reflective.backends.postgres import PostgresBackend
 from langchain_reflective.backends.postgres.schema import MIGRATIONS, SCHEMA_VERSION
-from langchain_reflective.errors import SchemaVersionError, StorageError
+from langchain_reflective.errors import (
+    ReflectionConflictError,
+    SchemaVersionError,
+    StorageError,
+)
+from langchain_reflective.records import MemoryRecord
 from langchain_reflective.scoring import ScoringConfig
 from tests.postgres.conftest import create_database
 from tests.postgres.test_postgres_backend import DIM, _fill
@@ -31,6 +37,18 @@ def _columns(conn: psycopg.Connection[tuple[object, ...]], table: str) -> set[st
         "SELECT column_name FROM information_schema.columns WHERE table_name = %s", (table,)
     ).fetchall()
     return {str(r[0]) for r in rows}
+
+
+_V3_COPIED = (
+    ("reflective_access", "seq, namespace, last_accessed_at, prev_obs, next_obs"),
+    (
+        "reflective_counters",
+        "namespace, importance_sum, adds, last_reflection_at, last_reflection_seq, lex_docs, "
+        "lex_total, ctx_total",
+    ),
+    ("reflective_meta", "key, value"),
+)
+"""The tables copied as they are, with their version-3 columns."""
 
 
 def _version_3_copy(source: str, target: str) -> None:
@@ -57,11 +75,11 @@ def _version_3_copy(source: str, target: str) -> None:
             f"VALUES ({', '.join(['%s'] * 18)})",
             [(*r[:10], psycopg.types.json.Jsonb(r[10]), *r[11:]) for r in memories],
         )
-        for table in ("reflective_access", "reflective_counters", "reflective_meta"):
-            rows = src.execute(f"SELECT * FROM {table}").fetchall()
+        for table, columns in _V3_COPIED:
+            rows = src.execute(f"SELECT {columns} FROM {table}").fetchall()
             if rows:
                 dst.cursor().executemany(
-                    f"INSERT INTO {table} VALUES ({', '.join(['%s'] * len(rows[0]))}) "
+                    f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(rows[0]))}) "
                     "ON CONFLICT DO NOTHING",
                     rows,
                 )
@@ -96,7 +114,7 @@ def test_a_version_3_database_moves_its_terms_and_ranks_as_a_new_one(
     ):
         old.setup()
         old.setup()  # idempotent
-        assert old.schema_version() == SCHEMA_VERSION == 5
+        assert old.schema_version() == SCHEMA_VERSION == 6
         with psycopg.connect(old_url) as conn:
             assert not {"lex_terms", "ctx_terms"} & _columns(conn, "reflective_memories")
         with psycopg.connect(old_url) as a, psycopg.connect(postgres_url) as b:
@@ -198,6 +216,43 @@ def test_a_missing_column_at_the_current_or_a_newer_version_is_not_blamed_on_set
         asyncio.run(_aretrieve(PostgresBackend.from_conn_string(postgres_url), vectors[0]))
 
 
+def test_a_version_5_database_counts_resets_from_the_upgrade_on(postgres_url: str) -> None:
+    """Version 6: ``reflective_counters.reflection_generation``, 0 in every row (resets before
+    the upgrade were not counted). Until ``setup()`` the code says to call it; after it, every
+    reset counts and a reset conditional on a generation read before another stores nothing."""
+    at = datetime(2025, 1, 1, tzinfo=UTC)
+    with PostgresBackend.from_conn_string(postgres_url) as backend:
+        backend.setup()
+        _, vectors = _fill(backend, 4)
+        backend.update_counter(CounterUpdate("default", importance=1.5, adds=3))
+        backend.mark_reflected("default", at, consumed=backend.reflection_state("default"))
+        backend.update_counter(CounterUpdate("default", importance=0.5, adds=1))
+    with psycopg.connect(postgres_url, autocommit=True) as conn:  # what version 5 set up
+        fresh = _columns(conn, "reflective_counters")
+        conn.execute("ALTER TABLE reflective_counters DROP COLUMN reflection_generation")
+        conn.execute("DELETE FROM reflective_schema_version WHERE version = 6")
+    with PostgresBackend.from_conn_string(postgres_url) as backend:
+        with pytest.raises(StorageError, match=r"at schema version 5, .* needs 6 .*setup\(\)"):
+            backend.reflection_state("default")
+        backend.setup()
+        assert backend.schema_version() == SCHEMA_VERSION == 6
+        with psycopg.connect(postgres_url) as conn:
+            assert _columns(conn, "reflective_counters") == fresh
+        seen = backend.reflection_state("default")
+        assert (seen.importance_sum, seen.adds_since, seen.generation) == (0.5, 1, 0)
+        assert seen.last_reflection_at == at
+        insight = MemoryRecord(
+            id="insight", text="an insight", kind="reflection", created_at=at, namespace="default"
+        )
+        backend.put([insight], vectors[:1], counter=CounterUpdate("default", reset_at=at,
+                                                                  consumed=seen))  # fmt: skip
+        with pytest.raises(ReflectionConflictError):
+            backend.mark_reflected("default", at, consumed=seen)
+        state = backend.reflection_state("default")
+        assert (state.importance_sum, state.adds_since, state.generation) == (0.0, 0, 1)
+        assert backend.count("default") == 5
+
+
 _TERM_INDEXES = ("reflective_terms_lex", "reflective_terms_ctx")
 
 
@@ -226,12 +281,12 @@ def test_a_burst_of_writes_leaves_lexical_searches_a_short_pending_list(postgres
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         for ix in _TERM_INDEXES:
             conn.execute(f"ALTER INDEX {ix} RESET (gin_pending_list_limit)")
-        conn.execute("DELETE FROM reflective_schema_version WHERE version = 5")
+        conn.execute("DELETE FROM reflective_schema_version WHERE version >= 5")
     with PostgresBackend.from_conn_string(postgres_url) as backend:
         _fill(backend, 3000, seed=20)
         assert min(_pending_pages(postgres_url)) > 32  # what a version-4 database holds
         backend.setup()
-        assert backend.schema_version() == 5
+        assert backend.schema_version() == SCHEMA_VERSION
     with psycopg.connect(postgres_url) as conn:
         options = conn.execute(
             "SELECT c.reloptions FROM pg_class c WHERE c.relname = ANY(%s)",

@@ -1,4 +1,4 @@
-"""The SQLite store's derived reflection counter, generation and seqs (schema version 3).
+"""The SQLite store's derived reflection counter, generations and seqs (schema version 5).
 
 A single add writes only its row: the counter is the counters row (folded up to
 ``counted_seq``) plus the rows after it, and the generation is ``bumps * 2**40 + newest seq``.
@@ -19,6 +19,7 @@ from langchain_reflective.backends.base import CounterUpdate, ReflectionState
 from langchain_reflective.backends.sqlite import counters as sqlite_counters
 from langchain_reflective.backends.sqlite import schema as sqlite_schema
 from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
+from langchain_reflective.errors import ReflectionConflictError
 from langchain_reflective.records import MemoryRecord
 from tests.fakes import WordEmbeddings
 
@@ -106,7 +107,7 @@ def test_batch_adds_count(store: SQLiteRecordStore) -> None:
     _add(store, _records(2, start=3, imp=0.25) + _records(1, kind="reflection", imp=1.0))
     state = store.reflection_state("default")
     assert (state.importance_sum, state.adds_since) == (pytest.approx(2.0), 6)
-    assert store.reflection_state("other") == ReflectionState()
+    assert store.reflection_state("other") == ReflectionState(generation=0)
 
 
 def test_a_counter_other_than_the_rows_is_applied(store: SQLiteRecordStore) -> None:
@@ -482,7 +483,7 @@ def test_version_1_files_are_migrated(tmp_path: Path) -> None:
     _v1_file(path)
     store = SQLiteRecordStore(path)
     try:
-        assert store.get_meta("schema_version") == str(sqlite_schema.SCHEMA_VERSION) == "4"
+        assert store.get_meta("schema_version") == str(sqlite_schema.SCHEMA_VERSION) == "5"
         state = store.reflection_state("default")
         assert (state.importance_sum, state.adds_since) == (pytest.approx(0.75), 2)
         assert state.last_reflection_at == datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC)
@@ -522,7 +523,7 @@ def test_version_2_files_never_reuse_a_seq_autoincrement_handed_out(tmp_path: Pa
     conn.close()
     store = SQLiteRecordStore(path)
     try:
-        assert store.get_meta("schema_version") == "4"
+        assert store.get_meta("schema_version") == "5"
         assert _add(store, _records(1)) == [6]  # single-row path
         assert _add(store, _records(2, start=1)) == [7, 8]  # batch path
         # the upgraded table keeps AUTOINCREMENT: both rules agree from here on
@@ -540,6 +541,7 @@ def test_version_1_stream_file_keeps_working(tmp_path: Path) -> None:
         model = stream.store.embedding_model
     conn = sqlite3.connect(path)
     conn.execute("ALTER TABLE counters DROP COLUMN counted_seq")
+    conn.execute("ALTER TABLE counters DROP COLUMN reflection_generation")  # new in version 5
     # v1 wrote the counters row on every add, exact as of then
     conn.execute(
         "INSERT OR REPLACE INTO counters(namespace, importance_sum, adds, generation) "
@@ -584,9 +586,51 @@ def test_remembered_sums_follow_other_writers(tmp_path: Path) -> None:
         _add(b, _records(1, start=7, imp=0.5))
         assert a.reflection_state("default").adds_since == 1
         b.purge("default")
-        assert a.reflection_state("default") == ReflectionState()
+        assert a.reflection_state("default") == ReflectionState(generation=1)  # kept: one reset
         _add(a, _records(1, start=8, imp=0.5))
         assert a.reflection_state("default").adds_since == 1
     finally:
         a.close()
         b.close()
+
+
+def _counters_columns(path: Path) -> list[str]:
+    conn = sqlite3.connect(path)
+    try:
+        return [str(r[1]) for r in conn.execute("PRAGMA table_info(counters)")]
+    finally:
+        conn.close()
+
+
+def test_version_4_files_count_resets_from_the_upgrade_on(tmp_path: Path) -> None:
+    """Version 4 -> 5: ``counters.reflection_generation``, 0 in every row (resets before the
+    upgrade were not counted); from there every reset counts, and a reset conditional on a
+    generation read before another reset stores nothing."""
+    path = tmp_path / "m.db"
+    with MemoryStream(WordEmbeddings(), path=path) as stream:
+        stream.add(["alice likes tea", "bob likes coffee"], importances=[0.5, 0.25], now=NOW)
+        stream.add("an insight", kinds="reflection", importances=0.5, now=NOW,
+                   reset_reflection_counter=True)  # fmt: skip
+        stream.add("carol likes paris", importances=0.5, now=NOW)
+        stream.add("dave likes rome", importances=0.5, now=NOW, namespace="other")
+    fresh = _counters_columns(path)
+    conn = sqlite3.connect(path)  # what version 4 wrote: no reflection_generation
+    conn.execute("ALTER TABLE counters DROP COLUMN reflection_generation")
+    conn.execute("UPDATE meta SET value='4' WHERE key='schema_version'")
+    conn.commit()
+    conn.close()
+    with MemoryStream(WordEmbeddings(), path=path) as stream:
+        assert stream.store.get_meta("schema_version") == "5"
+        assert _counters_columns(path) == fresh
+        seen = stream.reflection_state()
+        assert (seen.importance_sum, seen.adds_since, seen.generation) == (0.5, 1, 0)
+        assert seen.last_reflection_at == NOW
+        assert stream.reflection_state("other").generation == 0
+        stream.add("a second insight", kinds="reflection", importances=0.5, now=NOW,
+                   reset_reflection_counter=seen)  # fmt: skip
+        with pytest.raises(ReflectionConflictError):
+            stream.mark_reflected(now=NOW, consumed=seen)
+        state = stream.reflection_state()
+        assert (state.importance_sum, state.adds_since, state.generation) == (0.0, 0, 1)
+    with MemoryStream(WordEmbeddings(), path=path) as stream:  # nothing migrates again
+        assert stream.reflection_state().generation == 1

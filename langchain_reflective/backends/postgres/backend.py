@@ -50,6 +50,7 @@ from langchain_reflective.backends.postgres.connection import (
 from langchain_reflective.backends.postgres.queries import (
     BM25_B,
     BM25_K1,
+    PURGE_COUNTER,
     RECORD_COLUMNS,
     RECORDS,
     TOUCH,
@@ -369,7 +370,7 @@ class PostgresBackend(BaseMemoryBackend):
             cur = conn.execute("DELETE FROM reflective_memories WHERE namespace = %s", (namespace,))
             n = cur.rowcount
             conn.execute("DELETE FROM reflective_pending WHERE namespace = %s", (namespace,))
-            conn.execute("DELETE FROM reflective_counters WHERE namespace = %s", (namespace,))
+            conn.execute(PURGE_COUNTER, (namespace,))
             return n
 
     def touch(self, namespace: str, keys: Sequence[int], when: datetime) -> dict[int, MemoryRecord]:
@@ -552,15 +553,18 @@ class PostgresBackend(BaseMemoryBackend):
 
     def reflection_state(self, namespace: str) -> ReflectionState:
         rows = self._pools.rows(
-            "SELECT importance_sum, adds, last_reflection_at FROM reflective_counters "
-            "WHERE namespace = %s",
+            "SELECT importance_sum, adds, last_reflection_at, reflection_generation "
+            "FROM reflective_counters WHERE namespace = %s",
             (namespace,),
         )
         if not rows:
-            return ReflectionState()
-        imp, adds, last = rows[0]
+            return ReflectionState(generation=0)
+        imp, adds, last, generation = rows[0]
         return ReflectionState(
-            importance_sum=float(imp), adds_since=int(adds), last_reflection_at=last
+            importance_sum=float(imp),
+            adds_since=int(adds),
+            last_reflection_at=last,
+            generation=int(generation),
         )
 
     def update_counter(self, update: CounterUpdate) -> None:

@@ -20,6 +20,7 @@ __all__ = [
     "ADD",
     "BM25_B",
     "BM25_K1",
+    "PURGE_COUNTER",
     "RECORDS",
     "RECORD_COLUMNS",
     "RELINK",
@@ -343,15 +344,29 @@ def candidates_sql(spec: CandidateQuery, flt: RetrievalFilter, params: dict[str,
 
 RESET = """
 INSERT INTO reflective_counters AS c
-    (namespace, importance_sum, adds, last_reflection_at, last_reflection_seq)
+    (namespace, importance_sum, adds, last_reflection_at, last_reflection_seq,
+     reflection_generation)
 VALUES (%(ns)s, 0, 0, %(at)s,
-        (SELECT coalesce(max(seq), 0) FROM reflective_memories WHERE namespace = %(ns)s))
+        (SELECT coalesce(max(seq), 0) FROM reflective_memories WHERE namespace = %(ns)s), 1)
 ON CONFLICT (namespace) DO UPDATE SET
     importance_sum = greatest(c.importance_sum - %(imp)s, 0),
     adds = greatest(c.adds - %(adds)s, 0),
     last_reflection_at = EXCLUDED.last_reflection_at,
-    last_reflection_seq = EXCLUDED.last_reflection_seq
+    last_reflection_seq = EXCLUDED.last_reflection_seq,
+    reflection_generation = c.reflection_generation + 1
+WHERE %(gen)s::bigint IS NULL OR c.reflection_generation = %(gen)s::bigint
+RETURNING c.reflection_generation
 """
+"""Reset a namespace's counter by what a reflection consumed; with a generation (``gen``) only
+if it is still the row's: no row back means another reset came first (the row is locked by the
+statement, or earlier by the caller's write, so nothing can come between the check and the
+update). A row created here is the first reset: generation 1."""
+PURGE_COUNTER = (
+    "UPDATE reflective_counters SET importance_sum = 0, adds = 0, last_reflection_at = NULL, "
+    "last_reflection_seq = 0, lex_docs = 0, lex_total = 0, ctx_total = 0 WHERE namespace = %s"
+)
+"""A purge zeroes the namespace's counter row instead of deleting it: its
+``reflection_generation`` must never repeat (see :data:`RESET`)."""
 ADD = """
 INSERT INTO reflective_counters AS c (namespace, importance_sum, adds)
 VALUES (%(ns)s, %(imp)s, %(adds)s)

@@ -217,7 +217,19 @@ instead of 24.0 at 100k); 256 kB bounds the list to under ~1k entries for ~11% f
 adds per second (``fastupdate = off``, no list at all, cost 25-30%;
 ``benchmarks/pg_gin_pending.py``, ``docs/benchmarks.md``)."""
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
+_V6 = """
+ALTER TABLE reflective_counters
+    ADD COLUMN IF NOT EXISTS reflection_generation bigint NOT NULL DEFAULT 0;
+"""
+"""Version 6: ``reflective_counters.reflection_generation`` counts each namespace's counter
+resets (0 in every existing row: resets before the upgrade were not counted). It is the
+counter's version: a reflection reads it with the counter and its reset is applied only if it is
+unchanged (``CounterUpdate.consumed``), so of two reflections of a namespace that ran at once
+-- in two processes or on two machines, without the reflection lock -- only the first stores
+anything. A purge keeps it, so a version never repeats. Adding a column with a constant default
+rewrites nothing (Postgres 11+), so the migration is instant."""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 """Forward-only migrations; ``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1``."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -38,7 +38,11 @@ from langchain_reflective.backends.postgres.rows import (
 )
 from langchain_reflective.backends.sqlite.lexical import BM25Index
 from langchain_reflective.backends.types import F32, CounterUpdate, PendingMemory
-from langchain_reflective.errors import PendingConflictError, StorageError
+from langchain_reflective.errors import (
+    PendingConflictError,
+    ReflectionConflictError,
+    StorageError,
+)
 from langchain_reflective.records import OBSERVATION, MemoryRecord
 
 __all__ = [
@@ -290,14 +294,28 @@ def lock_counter(conn: psycopg.Connection[Any], namespace: str) -> None:
 
 
 def apply_counter(conn: psycopg.Connection[Any], update: CounterUpdate) -> None:
-    """Add to or reset a namespace's reflection counter."""
+    """Add to or reset a namespace's reflection counter.
+
+    Raises:
+        ReflectionConflictError: a reset conditional on ``consumed.generation`` found another
+            generation (the caller's transaction must then roll back: nothing is written).
+    """
     if update.reset_at is not None:
         # take off what the reflection consumed (everything without ``consumed``)
         seen = update.consumed
         imp, adds = (math.inf, 2**62) if seen is None else (seen.importance_sum, seen.adds_since)
-        conn.execute(
-            RESET, {"ns": update.namespace, "at": update.reset_at, "imp": imp, "adds": adds}
-        )
+        gen = None if seen is None else seen.generation
+        row = conn.execute(
+            RESET,
+            {"ns": update.namespace, "at": update.reset_at, "imp": imp, "adds": adds, "gen": gen},
+        ).fetchone()
+        # (a row created by the reset is generation 1: a conflict unless 0 was read)
+        if gen is not None and (row is None or int(row[0]) != gen + 1):
+            raise ReflectionConflictError(
+                f"the reflection counter of namespace {update.namespace!r} was reset since it "
+                f"was read (generation {gen}): another reflection was stored meanwhile, so this "
+                "one stored nothing"
+            )
     elif update.importance or update.adds:
         conn.execute(
             ADD,

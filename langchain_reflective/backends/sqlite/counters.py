@@ -4,7 +4,8 @@ Per namespace the row holds the counter *folded up to* ``counted_seq``; memories
 ``seq`` count on top of it, read from the rows themselves, so adding a memory writes only its
 row (see the schema notes in :mod:`~langchain_reflective.backends.sqlite.schema`). The row also
 counts deletes, purges and resets (the "bumps") that, with the newest ``seq``, make a
-namespace's cache generation.
+namespace's cache generation, and the resets alone (``reflection_generation``: the counter's
+version, which a reflection's conditional reset compares, see ``CounterUpdate.consumed``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Literal
 from langchain_reflective.backends.base import CounterUpdate, ReflectionState
 from langchain_reflective.backends.sqlite.connection import SQLiteConnection
 from langchain_reflective.backends.sqlite.schema import from_us, to_us
+from langchain_reflective.errors import ReflectionConflictError
 from langchain_reflective.records import REFLECTION, MemoryRecord
 
 __all__ = ["CounterTable", "counts_itself"]
@@ -157,6 +159,9 @@ class CounterTable(SQLiteConnection):
         """Apply ``update``; ``below`` is the first seq this transaction inserted, if any."""
         ns = update.namespace
         if update.reset_at is not None:
+            expected = update.consumed.generation if update.consumed is not None else None
+            if expected is not None:
+                self._check_generation(c, ns, expected)
             # rows inserted in this transaction (e.g. the reflection that resets the counter)
             # are left out of the new count; of the older ones, only what the reflection
             # consumed (all without ``consumed``): rows stored while it ran keep counting
@@ -171,7 +176,8 @@ class CounterTable(SQLiteConnection):
             bumps = self._bump(c, ns)
             c.execute(
                 "UPDATE counters SET importance_sum=?, adds=?, last_reflection_us=?, "
-                "last_reflection_seq=?, counted_seq=? WHERE namespace=?",
+                "last_reflection_seq=?, counted_seq=?, "
+                "reflection_generation = reflection_generation + 1 WHERE namespace=?",
                 (*left, to_us(update.reset_at), newest, newest, ns),
             )
             self._counters[ns] = (bumps, newest)
@@ -183,6 +189,21 @@ class CounterTable(SQLiteConnection):
                 "importance_sum = importance_sum + excluded.importance_sum, "
                 "adds = adds + excluded.adds",
                 (ns, update.importance, update.adds),
+            )
+
+    @staticmethod
+    def _check_generation(c: sqlite3.Connection, namespace: str, expected: int) -> None:
+        """Refuse a conditional reset whose generation is no longer the namespace's (inside
+        the write transaction, so no other reset can come between the check and the write)."""
+        row = c.execute(
+            "SELECT reflection_generation FROM counters WHERE namespace=?", (namespace,)
+        ).fetchone()
+        current = int(row[0]) if row else 0
+        if current != expected:
+            raise ReflectionConflictError(
+                f"the reflection counter of namespace {namespace!r} was reset since it was read "
+                f"(generation {expected}, now {current}): another reflection was stored "
+                "meanwhile, so this one stored nothing"
             )
 
     def update_counter(self, update: CounterUpdate) -> None:
@@ -203,6 +224,7 @@ class CounterTable(SQLiteConnection):
             bumps, counted, upto, part_imp, part_n = cached or (-1, -1, 0, 0.0, 0)
             rows = self._query(
                 "SELECT c.importance_sum, c.adds, c.last_reflection_us, "
+                "COALESCE(c.reflection_generation, 0), "
                 "COALESCE(c.generation, 0), COALESCE(c.counted_seq, 0), "
                 "COALESCE(SUM(CASE WHEN m.kind <> 'reflection' THEN m.importance ELSE 0 END), 0), "
                 "COUNT(m.seq), MAX(m.seq) FROM (SELECT ?1 AS ns) AS q "
@@ -212,7 +234,7 @@ class CounterTable(SQLiteConnection):
                 "ELSE COALESCE(c.counted_seq, 0) END",
                 (namespace, bumps, counted, upto),
             )
-            imp, adds, last, now_bumps, now_counted, new_imp, new_n, newest = rows[0]
+            imp, adds, last, resets, now_bumps, now_counted, new_imp, new_n, newest = rows[0]
             if (now_bumps, now_counted) == (bumps, counted):
                 new_imp += part_imp
                 new_n += part_n
@@ -226,6 +248,7 @@ class CounterTable(SQLiteConnection):
             importance_sum=float(imp or 0.0) + float(new_imp),
             adds_since=int(adds or 0) + int(new_n),
             last_reflection_at=from_us(last) if last is not None else None,
+            generation=int(resets),
         )
 
     def last_reflection_seq(self, namespace: str) -> int:

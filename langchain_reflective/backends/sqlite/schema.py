@@ -1,4 +1,4 @@
-"""The memory file's layout: the schema (version 4), upgrades from versions 1-3, the checks
+"""The memory file's layout: the schema (version 5), upgrades from versions 1-4, the checks
 on opening, and how rows encode records.
 
 Nothing here executes code on load: vectors are raw little-endian float32 blobs, metadata and
@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 APPLICATION_ID = 0x52464C54  # "RFLT"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _WAL_SIZE_LIMIT = 64 << 20
 """Bytes a WAL file is truncated to after it restarts."""
@@ -77,7 +77,8 @@ CREATE TABLE IF NOT EXISTS counters (
     last_reflection_us INTEGER,
     last_reflection_seq INTEGER NOT NULL DEFAULT 0,
     generation INTEGER NOT NULL DEFAULT 0,
-    counted_seq INTEGER NOT NULL DEFAULT 0
+    counted_seq INTEGER NOT NULL DEFAULT 0,
+    reflection_generation INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS seq_floor (seq INTEGER PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS pending (
@@ -92,7 +93,7 @@ CREATE TABLE IF NOT EXISTS pending (
 );
 CREATE INDEX IF NOT EXISTS pending_namespace_pseq ON pending (namespace, pseq);
 """
-"""Schema notes (version 4).
+"""Schema notes (version 5).
 
 ``pending`` (new in version 4) is the queue of memories written by
 :meth:`SQLiteRecordStore.enqueue` and not yet embedded or rated; completing one deletes its row
@@ -112,10 +113,14 @@ read from the rows themselves (see :meth:`SQLiteRecordStore.reflection_state`). 
 memory writes only its row, not the counters row. ``generation`` counts deletes, purges and
 counter resets (the "bumps"); the cache generation of a namespace is derived from it and the
 namespace's newest ``seq`` (see :meth:`SQLiteRecordStore.generation`).
+``reflection_generation`` (new in version 5) counts the counter's resets only (not deletes or
+purges): the version a reflection's conditional reset compares with what it read
+(``ReflectionState.generation``), so a run that lost the race to another stores nothing.
 
 Version 1 files (no ``counted_seq``; the counters row was bumped on every write) are migrated on
 open: their counters were exact, so ``counted_seq`` starts at each namespace's newest ``seq``.
-Version 1-3 files get an empty ``pending`` table.
+Version 1-3 files get an empty ``pending`` table; version 1-4 files a ``reflection_generation``
+of 0 in every counters row (the first reset after the upgrade makes it 1).
 """
 
 NOT_OBSERVATION = "kind <> 'observation'"
@@ -306,6 +311,9 @@ def migrate(transaction: Callable[[], AbstractContextManager[sqlite3.Connection]
 
     Version 3 -> 4: the (empty) ``pending`` queue.
 
+    Version 4 -> 5: ``counters.reflection_generation``, 0 in every row (resets before the
+    upgrade were not counted; only later ones need telling apart).
+
     Another process may migrate at the same time: the version is read again under the
     write lock. Old versions of the package refuse the migrated file (its version is newer).
     """
@@ -329,6 +337,10 @@ def migrate(transaction: Callable[[], AbstractContextManager[sqlite3.Connection]
             for statement in _SCHEMA.split(";"):
                 if "pending" in statement:
                     c.execute(statement)
+        if version < 5:
+            c.execute(
+                "ALTER TABLE counters ADD COLUMN reflection_generation INTEGER NOT NULL DEFAULT 0"
+            )
         c.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
 
 
