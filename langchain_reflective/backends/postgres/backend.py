@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 from collections import Counter
@@ -44,9 +45,10 @@ from langchain_reflective.backends.base import (
 from langchain_reflective.backends.postgres.connection import (
     Pools,
     check_connection,
-    configure_connection,
+    open_pool,
     read_version,
 )
+from langchain_reflective.backends.postgres.pool_settings import sync_pool_settings
 from langchain_reflective.backends.postgres.queries import (
     BM25_B,
     BM25_K1,
@@ -199,24 +201,9 @@ class PostgresBackend(BaseMemoryBackend):
                 once, here, with the server's reason: a wrong URL fails at once rather than
                 at the first use, after the pool's 30 s wait).
         """
-        if max_size < 2 or max_size < min_size:
-            raise ValueError(
-                f"max_size must be at least 2 and at least min_size, got {max_size} "
-                "(a reflection holds one connection for its lock while it reads and writes)"
-            )
+        settings = sync_pool_settings(min_size=min_size, max_size=max_size)
         check_connection(conninfo)
-
-        def new_pool() -> ConnectionPool[Any]:
-            return ConnectionPool(
-                conninfo,
-                min_size=min_size,
-                max_size=max_size,
-                kwargs={"autocommit": True},
-                configure=configure_connection,
-                open=True,
-                name="langchain-reflective",
-            )
-
+        new_pool = functools.partial(open_pool, conninfo, settings)
         backend = cls(new_pool(), conninfo=conninfo, **kwargs)
         backend._pools.new_pool = new_pool  # (replaced by a fresh one after an outage)
         return backend

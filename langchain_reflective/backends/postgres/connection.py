@@ -21,6 +21,7 @@ from psycopg import errors as pg_errors
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed, PoolTimeout
 
 from langchain_reflective._llm import Flow, Op, run_async, run_sync, threaded
+from langchain_reflective.backends.postgres.pool_settings import async_pool_settings
 from langchain_reflective.errors import InvalidMemoryError, StorageError
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ __all__ = [
     "aconfigure_connection",
     "check_connection",
     "configure_connection",
+    "open_pool",
     "read_version",
     "storage_error",
     "version_of",
@@ -331,6 +333,20 @@ def _release(pool: Any, conn: Any) -> Flow[bool]:
     return lost
 
 
+def open_pool(conninfo: str, settings: dict[str, Any]) -> ConnectionPool[Any]:
+    """A new sync pool to ``conninfo``, open: autocommit connections, each configured
+    (:func:`configure_connection`); ``settings``: its size and timing
+    (``pool_settings.sync_pool_settings``)."""
+    return ConnectionPool(
+        conninfo,
+        kwargs={"autocommit": True},
+        configure=configure_connection,
+        open=True,
+        name="langchain-reflective",
+        **settings,
+    )
+
+
 class Pools:
     """The backend's connections: one sync pool, one async pool per event loop, typed errors.
 
@@ -520,12 +536,11 @@ class Pools:
             raise StorageError("no connection string for the async pool (use from_conn_string)")
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             self._conninfo,
-            min_size=1,
-            max_size=self.pool.max_size,
             kwargs={"autocommit": True},
             configure=aconfigure_connection,
             open=False,
             name="langchain-reflective-async",
+            **async_pool_settings(self.pool),
         )
         await pool.open()
         return pool
