@@ -184,24 +184,32 @@ class PostgresBackend(BaseMemoryBackend):
         *,
         min_size: int = 1,
         max_size: int = 8,
+        timeout: float = 30.0,
         **kwargs: Any,
     ) -> PostgresBackend:
         """A backend over a new connection pool to ``conninfo`` (a libpq URL or DSN).
 
         Args:
             conninfo: e.g. ``"postgresql://user:password@host:5432/dbname"``.
-            min_size: connections the pool keeps open.
-            max_size: most connections the pool opens (per process; a held reflection lock
-                uses one, so at least 2).
+            min_size: connections the pool keeps open (each event loop's async pool keeps one).
+            max_size: most connections the pool opens (per process, and per event loop for the
+                async ones; a held reflection lock uses one, so at least 2).
+            timeout: seconds a call waits for a pooled connection (psycopg_pool's ``timeout``,
+                for the sync pool and each async one), e.g. while all are at work, before it
+                fails with a :class:`StorageError`. A call given none within 3 s (at most
+                ``timeout``) asks the server directly, and fails at once with the server's
+                reason if it is down (that attempt takes up to ``connect_timeout`` from
+                ``conninfo``, or 10 s).
             **kwargs: passed to :class:`PostgresBackend`.
 
         Raises:
-            ValueError: ``max_size`` below 2 or below ``min_size``.
+            ValueError: ``max_size`` below 2 or below ``min_size``; ``timeout`` not a positive
+                number.
             StorageError: the server cannot be reached or refuses the connection (checked
                 once, here, with the server's reason: a wrong URL fails at once rather than
-                at the first use, after the pool's 30 s wait).
+                at the first use).
         """
-        settings = sync_pool_settings(min_size=min_size, max_size=max_size)
+        settings = sync_pool_settings(min_size=min_size, max_size=max_size, timeout=timeout)
         check_connection(conninfo)
         new_pool = functools.partial(open_pool, conninfo, settings)
         backend = cls(new_pool(), conninfo=conninfo, **kwargs)

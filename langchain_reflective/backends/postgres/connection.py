@@ -291,10 +291,11 @@ def _checkout(pool: Any, timeout: float | None = None) -> Flow[Any]:
 
 
 PROBE_AFTER = 3.0
-"""Seconds a caller waits for a pooled connection before :class:`Pools` asks the server itself
-(:func:`check_connection`) why none comes: down (the caller gets the server's reason at once,
-not the pool's "couldn't get a connection after 30.00 sec"), or up while the pool still waits
-out its reconnection backoff (the pool is replaced: the caller runs on a new connection)."""
+"""Seconds (at most the pool's timeout) a caller waits for a pooled connection before
+:class:`Pools` asks the server itself (:func:`check_connection`) why none comes: down (the
+caller gets the server's reason at once, not the pool's "couldn't get a connection"), or up
+while the pool still waits out its reconnection backoff (the pool is replaced: the caller runs
+on a new connection)."""
 
 
 class _QuietReconnects(logging.Filter):
@@ -351,15 +352,16 @@ class Pools:
     """The backend's connections: one sync pool, one async pool per event loop, typed errors.
 
     When the server is down a pool keeps reconnecting in the background, with a backoff that
-    grows while the outage lasts, and its callers would wait its whole timeout (30 s) for a
-    "couldn't get a connection" that does not say why, even after the server is back. So a
-    caller given no connection within :data:`PROBE_AFTER` seconds while the pool has
-    connections not at work here asks the server directly (:func:`check_connection`): if it is
-    down the caller gets a :class:`StorageError` with the server's reason at once (nothing ran:
-    not a :class:`ConnectionLostError`); if it answers, a pool this object opened (the async
-    ones, and the sync one of ``from_conn_string``) is replaced by a fresh one, so the caller
-    and the next ones run on new connections at once. A pool whose connections are all at
-    work here is waited for as usual (its own timeout).
+    grows while the outage lasts, and its callers would wait its whole timeout (30 s by
+    default) for a "couldn't get a connection" that does not say why, even after the server is
+    back. So a caller given no connection within :data:`PROBE_AFTER` seconds (at most the
+    pool's timeout) while the pool has connections not at work here asks the server directly
+    (:func:`check_connection`): if it is down the caller gets a :class:`StorageError` with the
+    server's reason at once (nothing ran: not a :class:`ConnectionLostError`); if it answers, a
+    pool this object opened (the async ones, and the sync one of ``from_conn_string``) is
+    replaced by a fresh one, so the caller and the next ones run on new connections at once
+    (the fresh pool's whole timeout). A pool whose connections are all at work here is waited
+    for as usual (its timeout).
 
     Args:
         pool: the sync ``psycopg_pool.ConnectionPool`` (autocommit connections).
@@ -414,12 +416,17 @@ class Pools:
                     conn = yield from _checkout(pool, min(PROBE_AFTER, pool.timeout))
                 except PoolTimeout:
                     conninfo = self._conninfo or pool.conninfo
-                    if self._count(pool, 0) < pool.max_size and isinstance(conninfo, str):
+                    busy = self._count(pool, 0) >= pool.max_size
+                    probed = not busy and isinstance(conninfo, str)
+                    if probed:  # (raises if the server is down, with its reason)
                         yield Op(check_connection, threaded(check_connection), (conninfo,))
                         pool = yield Op(self._renew, self._arenew, (pool,))
                         start = time.monotonic()  # (a fresh pool: its whole timeout)
                     wait = pool.timeout - (time.monotonic() - start)
-                    conn = yield from _checkout(pool, max(wait, 0.1))
+                    try:
+                        conn = yield from _checkout(pool, max(wait, 0.1))
+                    except PoolTimeout as exc:
+                        raise self._no_connection(pool, busy, probed) from exc
             except PoolClosed:  # replaced by another caller meanwhile: ask the new one
                 if self.closed or current() is pool:
                     raise
@@ -427,6 +434,19 @@ class Pools:
                 continue
             self._count(pool, 1)
             return pool, conn
+
+    def _no_connection(self, pool: Any, busy: bool, probed: bool) -> StorageError:
+        """The error of a caller the pool gave no connection within its timeout (``busy``: all
+        its connections were at work here; ``probed``: the server answered a direct connection
+        meanwhile)."""
+        waited = f"no pooled connection to Postgres came within {pool.timeout:g} s (the timeout)"
+        if busy:
+            return StorageError(
+                f"{waited}: all {pool.max_size} connections of the pool are at work. Raise "
+                "max_size or timeout (PostgresBackend.from_conn_string), or run fewer calls at "
+                "once (a reflection holds one connection for its lock)."
+            )
+        return StorageError(f"{waited}, though the server answers" if probed else waited)
 
     def _renew(self, old: ConnectionPool[Any]) -> ConnectionPool[Any]:
         """A fresh sync pool in place of ``old``, whose reconnection waits out its backoff
