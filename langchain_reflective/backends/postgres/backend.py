@@ -67,8 +67,7 @@ from langchain_reflective.backends.postgres.rows import (
 from langchain_reflective.backends.postgres.schema import (
     APP_LOCK,
     SCHEMA_VERSION,
-    SETUP_LOCK,
-    bind_sql,
+    bind_meta,
     migrate,
     newer_schema_error,
 )
@@ -270,17 +269,7 @@ class PostgresBackend(BaseMemoryBackend):
             self._load_meta()
         if self._dimension is None:
             with self._pools.conn() as conn, conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", SETUP_LOCK)
-                rows = dict(conn.execute("SELECT key, value FROM reflective_meta").fetchall())
-                if "dimension" not in rows:
-                    conn.execute(bind_sql(dimension))
-                    self._index.bind(conn)
-                    conn.execute(
-                        "INSERT INTO reflective_meta (key, value) VALUES "
-                        "('dimension', %s), ('embedding_model', %s)",
-                        (str(int(dimension)), model),
-                    )
-                    rows = {"dimension": str(int(dimension)), "embedding_model": model}
+                rows = bind_meta(conn, model, dimension, self._index.bind)
             self._dimension = int(rows["dimension"])
             self._model = rows.get("embedding_model")
         if dimension != self._dimension:
