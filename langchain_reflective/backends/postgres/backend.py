@@ -25,7 +25,7 @@ import functools
 import logging
 import threading
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -184,6 +184,7 @@ class PostgresBackend(BaseMemoryBackend):
         min_size: int = 1,
         max_size: int = 8,
         timeout: float = 30.0,
+        pool_kwargs: Mapping[str, float] | None = None,
         **kwargs: Any,
     ) -> PostgresBackend:
         """A backend over a new connection pool to ``conninfo`` (a libpq URL or DSN).
@@ -199,16 +200,23 @@ class PostgresBackend(BaseMemoryBackend):
                 ``timeout``) asks the server directly, and fails at once with the server's
                 reason if it is down (that attempt takes up to ``connect_timeout`` from
                 ``conninfo``, or 10 s).
+            pool_kwargs: more psycopg_pool settings, for the sync pool and each async one:
+                ``max_lifetime`` (seconds, 3600 by default: an older connection is replaced,
+                e.g. to spread them again over the servers behind a load balancer),
+                ``max_idle``, ``reconnect_timeout`` (seconds), ``max_waiting``, ``num_workers``.
             **kwargs: passed to :class:`PostgresBackend`.
 
         Raises:
             ValueError: ``max_size`` below 2 or below ``min_size``; ``timeout`` not a positive
-                number.
+                number; ``pool_kwargs`` sets anything else, or a value the setting does not
+                take.
             StorageError: the server cannot be reached or refuses the connection (checked
                 once, here, with the server's reason: a wrong URL fails at once rather than
                 at the first use).
         """
-        settings = sync_pool_settings(min_size=min_size, max_size=max_size, timeout=timeout)
+        settings = sync_pool_settings(
+            min_size=min_size, max_size=max_size, timeout=timeout, pool_kwargs=pool_kwargs
+        )
         check_connection(conninfo)
         new_pool = functools.partial(open_pool, conninfo, settings)
         backend = cls(new_pool(), conninfo=conninfo, **kwargs)
