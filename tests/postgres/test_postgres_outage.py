@@ -18,9 +18,11 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg_pool import ConnectionPool
 
 from langchain_reflective.backends.base import RetrievalFilter
 from langchain_reflective.backends.postgres import PostgresBackend
+from langchain_reflective.backends.postgres.connection import configure_connection
 from langchain_reflective.errors import StorageError
 from langchain_reflective.scoring import ScoringConfig
 from tests.postgres.conftest import _start_server, create_database
@@ -188,3 +190,62 @@ def test_a_pool_whose_connections_are_all_at_work_is_waited_for(
         waiter.join(10.0 + HANG_GUARD)
         assert got == [3]
         assert pools.pool is pool
+
+
+def _own_pool(url: str, **settings: Any) -> ConnectionPool[Any]:
+    """A pool built by the user, as the ``PostgresBackend`` docstring says to."""
+    return ConnectionPool(
+        url,
+        min_size=1,
+        max_size=4,
+        kwargs={"autocommit": True},
+        configure=configure_connection,
+        timeout=POOL_TIMEOUT,
+        open=True,
+        **settings,
+    )
+
+
+def test_a_pool_passed_in_is_not_replaced_and_the_error_says_what_bounds_its_reconnection(
+    server: _Server,
+) -> None:
+    """A pool the user passed in fails fast while the server is down, like the backend's own;
+    once the server is back it is not replaced (it is the user's), so while it still waits out
+    its reconnection backoff a call fails saying so and what bounds it (before: "couldn't get a
+    connection after 2.00 sec"). The call waits the pool timeout twice: before it asks the
+    server, and again once the server answered, for the pool."""
+    url = create_database(server.uri)
+    pool = _own_pool(url)  # (psycopg_pool's reconnect_timeout: 300 s)
+    with PostgresBackend(pool, conninfo=url) as backend:
+        backend.setup()
+        _fill(backend, 3)
+        server.stop()
+        _assert_down(*_timed(lambda: backend.count("default")))
+        server.start()
+        error, took = _timed(lambda: backend.count("default"))
+        assert isinstance(error, StorageError) and took < 2 * HANG_GUARD, (error, took)
+        assert "though the server answers" in str(error)
+        assert "the pool passed to PostgresBackend is not replaced" in str(error)
+        assert "reconnect_timeout" in str(error)
+        assert backend._pools.pool is pool and not pool.closed
+    assert pool.closed  # (close() closes it, as the docstring says)
+
+
+def test_a_pool_passed_in_with_a_short_reconnect_timeout_recovers_after_an_outage(
+    server: _Server,
+) -> None:
+    """What the docstring and the error advise: with a short ``reconnect_timeout`` the pool
+    gives up its slow reconnection attempts and connects again when asked, so the first call
+    after the server is back succeeds (the pool's backoff is a minute here)."""
+    url = create_database(server.uri)
+    pool = _own_pool(url, reconnect_timeout=1.0)
+    with PostgresBackend(pool, conninfo=url) as backend:
+        backend.setup()
+        _fill(backend, 3)
+        server.stop()
+        _assert_down(*_timed(lambda: backend.count("default")))
+        time.sleep(1.5)  # (past the reconnect_timeout, as after any outage longer than it)
+        server.start()
+        count, took = _timed(lambda: backend.count("default"))
+        assert count == 3 and took < HANG_GUARD, (count, took)
+        assert backend._pools.pool is pool

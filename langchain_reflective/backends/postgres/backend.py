@@ -111,9 +111,16 @@ class PostgresBackend(BaseMemoryBackend):
     idempotent and safe to call from every process at start-up).
 
     Args:
-        pool: a ``psycopg_pool.ConnectionPool`` (autocommit connections; see
-            :meth:`from_conn_string`, which configures it).
-        conninfo: the connection string, for the async pool opened on first async use.
+        pool: a ``psycopg_pool.ConnectionPool`` of your own (else use
+            :meth:`from_conn_string`), built with ``kwargs={"autocommit": True}`` and
+            ``configure=configure_connection`` (from
+            ``langchain_reflective.backends.postgres.connection``: the session settings the
+            statements rely on). It is used as it is: after an outage it is not replaced, as
+            the backend's own pools are, but reconnects by itself after a backoff that only its
+            ``reconnect_timeout`` bounds (300 s by default), so give it a short one (e.g. 10
+            s). :meth:`close` closes it. The async pools copy its size and settings.
+        conninfo: the connection string, for the async pools (one per event loop, opened on
+            first use) and to ask the server directly why no connection comes.
         dense_candidates: nearest neighbours (vector index) gathered per retrieval on the
             approximate path (at least ``4 * k``). The default, 320, is what keeps the top 10
             within 0.98 of exact hybrid scoring at 100k memories (128: 0.96, 256: 0.98 at the

@@ -446,6 +446,13 @@ class Pools:
                 "max_size or timeout (PostgresBackend.from_conn_string), or run fewer calls at "
                 "once (a reflection holds one connection for its lock)."
             )
+        if probed and self.new_pool is None and pool is self.pool:  # the user's pool
+            return StorageError(
+                f"{waited}, though the server answers: the pool passed to PostgresBackend is "
+                "not replaced after an outage, it reconnects after a backoff that only its "
+                "reconnect_timeout bounds (300 s by default: give it a short one, e.g. 10 s), "
+                "unless its connections are at work elsewhere"
+            )
         return StorageError(f"{waited}, though the server answers" if probed else waited)
 
     def _renew(self, old: ConnectionPool[Any]) -> ConnectionPool[Any]:
