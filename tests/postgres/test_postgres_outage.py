@@ -249,3 +249,42 @@ def test_a_pool_passed_in_with_a_short_reconnect_timeout_recovers_after_an_outag
         count, took = _timed(lambda: backend.count("default"))
         assert count == 3 and took < HANG_GUARD, (count, took)
         assert backend._pools.pool is pool
+
+
+def _readme_connect() -> Any:
+    """The README's start-up retry, ``connect(url, *, wait=60.0, **options)``, as written."""
+    from tests.unit.test_readme import BLOCKS
+
+    (code,) = [code for heading, code in BLOCKS if heading == "In a web service or several workers"]
+    namespace: dict[str, Any] = {"__name__": "readme_snippet"}
+    exec(compile(code, "README.md", "exec"), namespace)
+    return namespace["connect"]
+
+
+def test_the_readmes_start_up_retry_waits_for_a_server_that_is_still_starting(
+    server: _Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A service started before its database: ``from_conn_string`` fails at once (deliberately:
+    a wrong URL should), and the README's ``connect`` retries until the server answers, then
+    returns a working backend with the options given; a wrong URL is still raised, with its
+    reason, once its wait is over."""
+    connect = _readme_connect()
+    url = create_database(server.uri)
+    server.stop()
+    with pytest.raises(StorageError, match="the connection to Postgres failed"):
+        PostgresBackend.from_conn_string(url)
+    starter = threading.Timer(1.0, server.start)  # the database comes up a little later
+    starter.start()
+    try:
+        with connect(url, wait=60.0, timeout=POOL_TIMEOUT) as backend:
+            backend.setup()
+            assert backend.count("default") == 0
+            assert backend._pools.pool.timeout == POOL_TIMEOUT
+    finally:
+        starter.join()
+    retried = [r for r in caplog.records if r.getMessage().startswith("Postgres is not ready")]
+    assert retried and "the connection to Postgres failed" in retried[0].getMessage()
+    head, sep, query = server.uri.partition("?")
+    missing = f"{head.rsplit('/', 1)[0]}/no_such_database{sep}{query}"
+    with pytest.raises(StorageError, match='database "no_such_database" does not exist'):
+        connect(missing, wait=1.0)
