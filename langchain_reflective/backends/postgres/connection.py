@@ -449,7 +449,7 @@ class Pools:
         if probed and self.new_pool is None and pool is self.pool:  # the user's pool
             return StorageError(
                 f"{waited}, though the server answers: the pool passed to PostgresBackend is "
-                "not replaced after an outage, it reconnects after a backoff that only its "
+                "not replaced after an outage; it reconnects after a backoff that only its "
                 "reconnect_timeout bounds (300 s by default: give it a short one, e.g. 10 s), "
                 "unless its connections are at work elsewhere"
             )
