@@ -18,9 +18,11 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg_pool import ConnectionPool
 
 from langchain_reflective.backends.base import RetrievalFilter
 from langchain_reflective.backends.postgres import PostgresBackend
+from langchain_reflective.backends.postgres.connection import configure_connection
 from langchain_reflective.errors import StorageError
 from langchain_reflective.scoring import ScoringConfig
 from tests.postgres.conftest import _start_server, create_database
@@ -28,9 +30,15 @@ from tests.postgres.test_postgres_backend import _fill
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 
-HANG_GUARD = 20.0
-"""Seconds a call may take while the server is down or just back. Before the fix it took the
-pool's timeout, 30 s (and failed); now a few. Only a generous guard, not a benchmark."""
+POOL_TIMEOUT = 2.0
+"""The backends' pool timeout here (``from_conn_string(timeout=...)``; 30 s by default)."""
+HANG_GUARD = POOL_TIMEOUT + 4.0
+"""Seconds a call may take while the server is down or just back: it waits for a connection at
+most the pool timeout, then asks the server directly (at once here: its Unix socket is gone, or
+it answers) and fails with its reason, or runs on a fresh pool's first connection (after closing
+the old pool: up to 1 s); the rest is room for a busy machine. A hang guard tied to the timeout,
+not a benchmark: what tells the fix from the broken behaviour (which took the pool timeout too)
+is the error's message, and the call after the server is back succeeding."""
 
 
 class _Server:
@@ -107,7 +115,7 @@ def test_a_call_while_the_server_is_down_fails_fast_and_the_next_after_it_is_bac
     reconnection attempt is a minute away (before: they waited it out, or failed after 30 s).
     psycopg_pool's "error connecting" warning is shown once for the outage, not per attempt."""
     url = create_database(server.uri)
-    with PostgresBackend.from_conn_string(url) as backend:
+    with PostgresBackend.from_conn_string(url, timeout=POOL_TIMEOUT) as backend:
         backend.setup()
         records, _ = _fill(backend, 3)
         assert backend.count("default") == 3
@@ -129,7 +137,7 @@ def test_the_async_pool_fails_fast_while_the_server_is_down_and_recovers(server:
     url = create_database(server.uri)
 
     async def run() -> None:
-        async with PostgresBackend.from_conn_string(url) as backend:
+        async with PostgresBackend.from_conn_string(url, timeout=POOL_TIMEOUT) as backend:
             backend.setup()
             _, vectors = _fill(backend, 3)
 
@@ -164,7 +172,7 @@ def test_a_pool_whose_connections_are_all_at_work_is_waited_for(
 
     monkeypatch.setattr(connection, "PROBE_AFTER", 0.2)
     url = create_database(own_server.uri)
-    with PostgresBackend.from_conn_string(url, max_size=2) as backend:
+    with PostgresBackend.from_conn_string(url, max_size=2, timeout=10.0) as backend:
         backend.setup()
         _fill(backend, 3)
         pools = backend._pools
@@ -179,6 +187,104 @@ def test_a_pool_whose_connections_are_all_at_work_is_waited_for(
             waiter.start()
             time.sleep(1.0)  # five times the probe's wait
             assert not got
-        waiter.join(HANG_GUARD)
+        waiter.join(10.0 + HANG_GUARD)
         assert got == [3]
         assert pools.pool is pool
+
+
+def _own_pool(url: str, **settings: Any) -> ConnectionPool[Any]:
+    """A pool built by the user, as the ``PostgresBackend`` docstring says to."""
+    return ConnectionPool(
+        url,
+        min_size=1,
+        max_size=4,
+        kwargs={"autocommit": True},
+        configure=configure_connection,
+        timeout=POOL_TIMEOUT,
+        open=True,
+        **settings,
+    )
+
+
+def test_a_pool_passed_in_is_not_replaced_and_the_error_says_what_bounds_its_reconnection(
+    server: _Server,
+) -> None:
+    """A pool the user passed in fails fast while the server is down, like the backend's own;
+    once the server is back it is not replaced (it is the user's), so while it still waits out
+    its reconnection backoff a call fails saying so and what bounds it (before: "couldn't get a
+    connection after 2.00 sec"). The call waits the pool timeout twice: before it asks the
+    server, and again once the server answered, for the pool."""
+    url = create_database(server.uri)
+    pool = _own_pool(url)  # (psycopg_pool's reconnect_timeout: 300 s)
+    with PostgresBackend(pool, conninfo=url) as backend:
+        backend.setup()
+        _fill(backend, 3)
+        server.stop()
+        _assert_down(*_timed(lambda: backend.count("default")))
+        server.start()
+        error, took = _timed(lambda: backend.count("default"))
+        assert isinstance(error, StorageError) and took < 2 * HANG_GUARD, (error, took)
+        assert "though the server answers" in str(error)
+        assert "the pool passed to PostgresBackend is not replaced" in str(error)
+        assert "reconnect_timeout" in str(error)
+        assert backend._pools.pool is pool and not pool.closed
+    assert pool.closed  # (close() closes it, as the docstring says)
+
+
+def test_a_pool_passed_in_with_a_short_reconnect_timeout_recovers_after_an_outage(
+    server: _Server,
+) -> None:
+    """What the docstring and the error advise: with a short ``reconnect_timeout`` the pool
+    gives up its slow reconnection attempts and connects again when asked, so the first call
+    after the server is back succeeds (the pool's backoff is a minute here)."""
+    url = create_database(server.uri)
+    pool = _own_pool(url, reconnect_timeout=1.0)
+    with PostgresBackend(pool, conninfo=url) as backend:
+        backend.setup()
+        _fill(backend, 3)
+        server.stop()
+        _assert_down(*_timed(lambda: backend.count("default")))
+        time.sleep(1.5)  # (past the reconnect_timeout, as after any outage longer than it)
+        server.start()
+        count, took = _timed(lambda: backend.count("default"))
+        assert count == 3 and took < HANG_GUARD, (count, took)
+        assert backend._pools.pool is pool
+
+
+def _readme_connect() -> Any:
+    """The README's start-up retry, ``connect(url, *, wait=60.0, **options)``, as written."""
+    from tests.unit.test_readme import BLOCKS
+
+    (code,) = [code for heading, code in BLOCKS if heading == "In a web service or several workers"]
+    namespace: dict[str, Any] = {"__name__": "readme_snippet"}
+    exec(compile(code, "README.md", "exec"), namespace)
+    return namespace["connect"]
+
+
+def test_the_readmes_start_up_retry_waits_for_a_server_that_is_still_starting(
+    server: _Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A service started before its database: ``from_conn_string`` fails at once (deliberately:
+    a wrong URL should), and the README's ``connect`` retries until the server answers, then
+    returns a working backend with the options given; a wrong URL is still raised, with its
+    reason, once its wait is over."""
+    connect = _readme_connect()
+    url = create_database(server.uri)
+    server.stop()
+    with pytest.raises(StorageError, match="the connection to Postgres failed"):
+        PostgresBackend.from_conn_string(url)
+    starter = threading.Timer(1.0, server.start)  # the database comes up a little later
+    starter.start()
+    try:
+        with connect(url, wait=60.0, timeout=POOL_TIMEOUT) as backend:
+            backend.setup()
+            assert backend.count("default") == 0
+            assert backend._pools.pool.timeout == POOL_TIMEOUT
+    finally:
+        starter.join()
+    retried = [r for r in caplog.records if r.getMessage().startswith("Postgres is not ready")]
+    assert retried and "the connection to Postgres failed" in retried[0].getMessage()
+    head, sep, query = server.uri.partition("?")
+    missing = f"{head.rsplit('/', 1)[0]}/no_such_database{sep}{query}"
+    with pytest.raises(StorageError, match='database "no_such_database" does not exist'):
+        connect(missing, wait=1.0)

@@ -73,6 +73,7 @@ def test_the_readme_has_the_snippets_it_promises() -> None:
         "Reflective thinking",
         "Reflexion (learning from failed attempts)",
         "Outgrowing one machine",
+        "In a web service or several workers",
     ]
 
 
@@ -117,6 +118,8 @@ def test_every_python_snippet_runs_as_written(
         assert (tmp_path / "thinking.db").exists()
     elif heading == "Outgrowing one machine":
         assert "['Ana moved to Lisbon in May']" in out  # stored in Postgres, retrieved from it
+    # "In a web service or several workers" only defines connect(): test_postgres_outage.py
+    # runs it while its server starts
 
 
 def test_install_instructions_work_from_a_checkout() -> None:

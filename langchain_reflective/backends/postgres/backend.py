@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -44,9 +45,10 @@ from langchain_reflective.backends.base import (
 from langchain_reflective.backends.postgres.connection import (
     Pools,
     check_connection,
-    configure_connection,
+    open_pool,
     read_version,
 )
+from langchain_reflective.backends.postgres.pool_settings import sync_pool_settings
 from langchain_reflective.backends.postgres.queries import (
     BM25_B,
     BM25_K1,
@@ -66,8 +68,7 @@ from langchain_reflective.backends.postgres.rows import (
 from langchain_reflective.backends.postgres.schema import (
     APP_LOCK,
     SCHEMA_VERSION,
-    SETUP_LOCK,
-    bind_sql,
+    bind_meta,
     migrate,
     newer_schema_error,
 )
@@ -111,9 +112,16 @@ class PostgresBackend(BaseMemoryBackend):
     idempotent and safe to call from every process at start-up).
 
     Args:
-        pool: a ``psycopg_pool.ConnectionPool`` (autocommit connections; see
-            :meth:`from_conn_string`, which configures it).
-        conninfo: the connection string, for the async pool opened on first async use.
+        pool: a ``psycopg_pool.ConnectionPool`` of your own (else use
+            :meth:`from_conn_string`), built with ``kwargs={"autocommit": True}`` and
+            ``configure=configure_connection`` (from
+            ``langchain_reflective.backends.postgres.connection``: the session settings the
+            statements rely on). It is used as it is: after an outage it is not replaced, as
+            the backend's own pools are, but reconnects by itself after a backoff that only its
+            ``reconnect_timeout`` bounds (300 s by default), so give it a short one (e.g. 10
+            s). :meth:`close` closes it. The async pools copy its size and settings.
+        conninfo: the connection string, for the async pools (one per event loop, opened on
+            first use) and to ask the server directly why no connection comes.
         dense_candidates: nearest neighbours (vector index) gathered per retrieval on the
             approximate path (at least ``4 * k``). The default, 320, is what keeps the top 10
             within 0.98 of exact hybrid scoring at 100k memories (128: 0.96, 256: 0.98 at the
@@ -183,41 +191,42 @@ class PostgresBackend(BaseMemoryBackend):
         *,
         min_size: int = 1,
         max_size: int = 8,
+        timeout: float = 30.0,
+        pool_kwargs: Mapping[str, float] | None = None,
         **kwargs: Any,
     ) -> PostgresBackend:
         """A backend over a new connection pool to ``conninfo`` (a libpq URL or DSN).
 
         Args:
             conninfo: e.g. ``"postgresql://user:password@host:5432/dbname"``.
-            min_size: connections the pool keeps open.
-            max_size: most connections the pool opens (per process; a held reflection lock
-                uses one, so at least 2).
+            min_size: connections the pool keeps open (each event loop's async pool keeps one).
+            max_size: most connections the pool opens (per process, and per event loop for the
+                async ones; a held reflection lock uses one, so at least 2).
+            timeout: seconds a call waits for a pooled connection (psycopg_pool's ``timeout``,
+                for the sync pool and each async one), e.g. while all are at work, before it
+                fails with a :class:`StorageError`. A call given none within 3 s (at most
+                ``timeout``) asks the server directly, and fails at once with the server's
+                reason if it is down (that attempt takes up to ``connect_timeout`` from
+                ``conninfo``, or 10 s).
+            pool_kwargs: more psycopg_pool settings, for the sync pool and each async one:
+                ``max_lifetime`` (seconds, 3600 by default: an older connection is replaced,
+                e.g. to spread them again over the servers behind a load balancer),
+                ``max_idle``, ``reconnect_timeout`` (seconds), ``max_waiting``, ``num_workers``.
             **kwargs: passed to :class:`PostgresBackend`.
 
         Raises:
-            ValueError: ``max_size`` below 2 or below ``min_size``.
+            ValueError: ``max_size`` below 2 or below ``min_size``; ``timeout`` not a positive
+                number; ``pool_kwargs`` sets anything else, or a value the setting does not
+                take.
             StorageError: the server cannot be reached or refuses the connection (checked
                 once, here, with the server's reason: a wrong URL fails at once rather than
-                at the first use, after the pool's 30 s wait).
+                at the first use).
         """
-        if max_size < 2 or max_size < min_size:
-            raise ValueError(
-                f"max_size must be at least 2 and at least min_size, got {max_size} "
-                "(a reflection holds one connection for its lock while it reads and writes)"
-            )
+        settings = sync_pool_settings(
+            min_size=min_size, max_size=max_size, timeout=timeout, pool_kwargs=pool_kwargs
+        )
         check_connection(conninfo)
-
-        def new_pool() -> ConnectionPool[Any]:
-            return ConnectionPool(
-                conninfo,
-                min_size=min_size,
-                max_size=max_size,
-                kwargs={"autocommit": True},
-                configure=configure_connection,
-                open=True,
-                name="langchain-reflective",
-            )
-
+        new_pool = functools.partial(open_pool, conninfo, settings)
         backend = cls(new_pool(), conninfo=conninfo, **kwargs)
         backend._pools.new_pool = new_pool  # (replaced by a fresh one after an outage)
         return backend
@@ -276,17 +285,7 @@ class PostgresBackend(BaseMemoryBackend):
             self._load_meta()
         if self._dimension is None:
             with self._pools.conn() as conn, conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", SETUP_LOCK)
-                rows = dict(conn.execute("SELECT key, value FROM reflective_meta").fetchall())
-                if "dimension" not in rows:
-                    conn.execute(bind_sql(dimension))
-                    self._index.bind(conn)
-                    conn.execute(
-                        "INSERT INTO reflective_meta (key, value) VALUES "
-                        "('dimension', %s), ('embedding_model', %s)",
-                        (str(int(dimension)), model),
-                    )
-                    rows = {"dimension": str(int(dimension)), "embedding_model": model}
+                rows = bind_meta(conn, model, dimension, self._index.bind)
             self._dimension = int(rows["dimension"])
             self._model = rows.get("embedding_model")
         if dimension != self._dimension:

@@ -21,6 +21,7 @@ from psycopg import errors as pg_errors
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed, PoolTimeout
 
 from langchain_reflective._llm import Flow, Op, run_async, run_sync, threaded
+from langchain_reflective.backends.postgres.pool_settings import async_pool_settings
 from langchain_reflective.errors import InvalidMemoryError, StorageError
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ __all__ = [
     "aconfigure_connection",
     "check_connection",
     "configure_connection",
+    "open_pool",
     "read_version",
     "storage_error",
     "version_of",
@@ -289,10 +291,11 @@ def _checkout(pool: Any, timeout: float | None = None) -> Flow[Any]:
 
 
 PROBE_AFTER = 3.0
-"""Seconds a caller waits for a pooled connection before :class:`Pools` asks the server itself
-(:func:`check_connection`) why none comes: down (the caller gets the server's reason at once,
-not the pool's "couldn't get a connection after 30.00 sec"), or up while the pool still waits
-out its reconnection backoff (the pool is replaced: the caller runs on a new connection)."""
+"""Seconds (at most the pool's timeout) a caller waits for a pooled connection before
+:class:`Pools` asks the server itself (:func:`check_connection`) why none comes: down (the
+caller gets the server's reason at once, not the pool's "couldn't get a connection"), or up
+while the pool still waits out its reconnection backoff (the pool is replaced: the caller runs
+on a new connection)."""
 
 
 class _QuietReconnects(logging.Filter):
@@ -331,19 +334,34 @@ def _release(pool: Any, conn: Any) -> Flow[bool]:
     return lost
 
 
+def open_pool(conninfo: str, settings: dict[str, Any]) -> ConnectionPool[Any]:
+    """A new sync pool to ``conninfo``, open: autocommit connections, each configured
+    (:func:`configure_connection`); ``settings``: its size and timing
+    (``pool_settings.sync_pool_settings``)."""
+    return ConnectionPool(
+        conninfo,
+        kwargs={"autocommit": True},
+        configure=configure_connection,
+        open=True,
+        name="langchain-reflective",
+        **settings,
+    )
+
+
 class Pools:
     """The backend's connections: one sync pool, one async pool per event loop, typed errors.
 
     When the server is down a pool keeps reconnecting in the background, with a backoff that
-    grows while the outage lasts, and its callers would wait its whole timeout (30 s) for a
-    "couldn't get a connection" that does not say why, even after the server is back. So a
-    caller given no connection within :data:`PROBE_AFTER` seconds while the pool has
-    connections not at work here asks the server directly (:func:`check_connection`): if it is
-    down the caller gets a :class:`StorageError` with the server's reason at once (nothing ran:
-    not a :class:`ConnectionLostError`); if it answers, a pool this object opened (the async
-    ones, and the sync one of ``from_conn_string``) is replaced by a fresh one, so the caller
-    and the next ones run on new connections at once. A pool whose connections are all at
-    work here is waited for as usual (its own timeout).
+    grows while the outage lasts, and its callers would wait its whole timeout (30 s by
+    default) for a "couldn't get a connection" that does not say why, even after the server is
+    back. So a caller given no connection within :data:`PROBE_AFTER` seconds (at most the
+    pool's timeout) while the pool has connections not at work here asks the server directly
+    (:func:`check_connection`): if it is down the caller gets a :class:`StorageError` with the
+    server's reason at once (nothing ran: not a :class:`ConnectionLostError`); if it answers, a
+    pool this object opened (the async ones, and the sync one of ``from_conn_string``) is
+    replaced by a fresh one, so the caller and the next ones run on new connections at once
+    (the fresh pool's whole timeout). A pool whose connections are all at work here is waited
+    for as usual (its timeout).
 
     Args:
         pool: the sync ``psycopg_pool.ConnectionPool`` (autocommit connections).
@@ -398,12 +416,17 @@ class Pools:
                     conn = yield from _checkout(pool, min(PROBE_AFTER, pool.timeout))
                 except PoolTimeout:
                     conninfo = self._conninfo or pool.conninfo
-                    if self._count(pool, 0) < pool.max_size and isinstance(conninfo, str):
+                    busy = self._count(pool, 0) >= pool.max_size
+                    probed = not busy and isinstance(conninfo, str)
+                    if probed:  # (raises if the server is down, with its reason)
                         yield Op(check_connection, threaded(check_connection), (conninfo,))
                         pool = yield Op(self._renew, self._arenew, (pool,))
                         start = time.monotonic()  # (a fresh pool: its whole timeout)
                     wait = pool.timeout - (time.monotonic() - start)
-                    conn = yield from _checkout(pool, max(wait, 0.1))
+                    try:
+                        conn = yield from _checkout(pool, max(wait, 0.1))
+                    except PoolTimeout as exc:
+                        raise self._no_connection(pool, busy, probed) from exc
             except PoolClosed:  # replaced by another caller meanwhile: ask the new one
                 if self.closed or current() is pool:
                     raise
@@ -411,6 +434,26 @@ class Pools:
                 continue
             self._count(pool, 1)
             return pool, conn
+
+    def _no_connection(self, pool: Any, busy: bool, probed: bool) -> StorageError:
+        """The error of a caller the pool gave no connection within its timeout (``busy``: all
+        its connections were at work here; ``probed``: the server answered a direct connection
+        meanwhile)."""
+        waited = f"no pooled connection to Postgres came within {pool.timeout:g} s (the timeout)"
+        if busy:
+            return StorageError(
+                f"{waited}: all {pool.max_size} connections of the pool are at work. Raise "
+                "max_size or timeout (PostgresBackend.from_conn_string), or run fewer calls at "
+                "once (a reflection holds one connection for its lock)."
+            )
+        if probed and self.new_pool is None and pool is self.pool:  # the user's pool
+            return StorageError(
+                f"{waited}, though the server answers: the pool passed to PostgresBackend is "
+                "not replaced after an outage; it reconnects after a backoff that only its "
+                "reconnect_timeout bounds (300 s by default: give it a short one, e.g. 10 s), "
+                "unless its connections are at work elsewhere"
+            )
+        return StorageError(f"{waited}, though the server answers" if probed else waited)
 
     def _renew(self, old: ConnectionPool[Any]) -> ConnectionPool[Any]:
         """A fresh sync pool in place of ``old``, whose reconnection waits out its backoff
@@ -520,12 +563,11 @@ class Pools:
             raise StorageError("no connection string for the async pool (use from_conn_string)")
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             self._conninfo,
-            min_size=1,
-            max_size=self.pool.max_size,
             kwargs={"autocommit": True},
             configure=aconfigure_connection,
             open=False,
             name="langchain-reflective-async",
+            **async_pool_settings(self.pool),
         )
         await pool.open()
         return pool

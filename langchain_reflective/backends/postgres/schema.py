@@ -14,6 +14,7 @@ builds the index; an IVFFlat one is built once there are rows to train it on: se
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from langchain_reflective.errors import SchemaVersionError
@@ -27,6 +28,7 @@ __all__ = [
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "SETUP_LOCK",
+    "bind_meta",
     "bind_sql",
     "migrate",
     "newer_schema_error",
@@ -240,6 +242,27 @@ def bind_sql(dimension: int) -> str:
     """DDL that gives the vector column its dimension (the index: ``vector_index.py``)."""
     d = int(dimension)
     return f"ALTER TABLE reflective_memories ALTER COLUMN embedding TYPE vector({d});"
+
+
+def bind_meta(
+    conn: psycopg.Connection[Any], model: str, dimension: int, index: Callable[[Any], None]
+) -> dict[str, str]:
+    """The database's embedding identity (``reflective_meta``: ``dimension`` and
+    ``embedding_model``), bound to ``model`` and ``dimension`` first if it has none: in the
+    caller's transaction, under the setup lock, the vector column gets its dimension
+    (:func:`bind_sql`) and ``index(conn)`` records or builds the vector index."""
+    conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", SETUP_LOCK)
+    rows = dict(conn.execute("SELECT key, value FROM reflective_meta").fetchall())
+    if "dimension" not in rows:
+        conn.execute(bind_sql(dimension))
+        index(conn)
+        conn.execute(
+            "INSERT INTO reflective_meta (key, value) VALUES "
+            "('dimension', %s), ('embedding_model', %s)",
+            (str(int(dimension)), model),
+        )
+        rows = {"dimension": str(int(dimension)), "embedding_model": model}
+    return rows
 
 
 def newer_schema_error(version: int, detail: str = "") -> SchemaVersionError:
