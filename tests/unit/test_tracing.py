@@ -76,6 +76,14 @@ def metadata(run: Run) -> dict[str, Any]:
     return dict((run.extra or {}).get("metadata") or {})
 
 
+def assert_each_tag_once(root: Run) -> None:
+    """No run of the tree carries a tag twice (LangGraph records a tag given by both a graph's
+    ``with_config`` and the call's config twice)."""
+    for run in walk(root):
+        tags = run.tags or []
+        assert len(tags) == len(set(tags)), (run.name, tags)
+
+
 def only_root(tracer: CollectingTracer, name: str) -> Run:
     roots = [r for r in tracer.roots if r.name == name]
     assert len(roots) == 1, [r.name for r in tracer.roots]
@@ -100,6 +108,7 @@ def test_reflection_run_tree(memory: ReflectiveMemory) -> None:
     root = only_root(tracer, "reflection")
     assert tracer.roots == [root]  # one trace, every node inside it
     assert {"langchain-reflective", "reflection"} <= set(root.tags or [])
+    assert_each_tag_once(root)
     assert metadata(root)["namespace"] == "alice"
 
     nodes = [c.name for c in root.child_runs]
@@ -127,6 +136,7 @@ async def test_async_reflection_run_tree(memory: ReflectiveMemory) -> None:
         await memory.areflect(namespace="bob")
     root = only_root(tracer, "reflection")
     assert metadata(root)["namespace"] == "bob"
+    assert_each_tag_once(root)
     assert {c.name for c in root.child_runs} >= {"gate", "questions", "insights", "store"}
 
 
