@@ -8,6 +8,7 @@ from their graph; the :class:`CollectingTracer` below is registered like LangSmi
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 from contextvars import ContextVar
@@ -24,12 +25,18 @@ from langchain_core.tracers.schemas import Run
 from langgraph.config import get_store
 from langgraph.graph import START, MessagesState, StateGraph
 
-from langchain_reflective import MemoryStream, ReflectiveRetriever, ReflectiveStore
+from langchain_reflective import (
+    MemoryStream,
+    ReflectiveRetriever,
+    ReflectiveStore,
+    create_thinking_graph,
+)
 from langchain_reflective.importance import ImportanceConfig, LLMImportanceScorer
 from langchain_reflective.integrations.middleware import ReflectiveMemoryMiddleware
 from langchain_reflective.memory import MemoryConfig, ReflectiveMemory
 from langchain_reflective.reflexion import create_reflexion_graph, match_evaluator
 from tests.fakes import WordEmbeddings
+from tests.thinking_fakes import seed_script
 from tests.unit.reflexion_fakes import ScriptedReflexionModel, good_reflection
 from tests.unit.test_examples import EXAMPLES_DIR, load
 from tests.unit.test_middleware import FakeChat, tool_call
@@ -123,11 +130,14 @@ def test_reflection_run_tree(memory: ReflectiveMemory) -> None:
         stage = metadata(run)["reflection_stage"]
         assert f"reflection.{stage}" in (run.tags or [])
         assert metadata(run)["namespace"] == "alice"
-    # each stage's model call is one run named for it (not "RunnableSequence" or the model's
-    # class name, which LangChain gives the structured-output and retry wrappers)
-    stage_nodes = ("reflection.questions", "reflection.insights", "reflection.condense")
-    for node in [r for r in walk(root) if r.name in stage_nodes]:
-        assert [c.name for c in node.child_runs] == [f"{node.name}.model"]
+    # one run per step: LangGraph's node run, with no "reflection.<step>" run of the same step
+    # nested in it; each stage's model call is one run named for it (not "RunnableSequence" or
+    # the model's class name, which LangChain gives the structured-output and retry wrappers),
+    # directly inside its step
+    assert not [r for r in walk(root) if r.name in {f"reflection.{n}" for n in nodes}]
+    for node in [r for r in root.child_runs if r.name in ("questions", "insights", "condense")]:
+        ours = [c.name for c in node.child_runs if c.name.startswith("reflection.")]
+        assert ours == [f"reflection.{node.name}.model"]
 
 
 async def test_async_reflection_run_tree(memory: ReflectiveMemory) -> None:
@@ -304,14 +314,60 @@ def test_reflexion_self_reflection_is_named_and_not_streamed(tmp_path: Path) -> 
             for m, _ in graph.stream({"task": "Capital of Australia?"}, stream_mode="messages")
         ]
     root = only_root(tracer, "reflexion")
-    (node,) = [r for r in walk(root) if r.name == "reflexion.self_reflect"]
-    (call,) = node.child_runs
+    (node,) = [r for r in root.child_runs if r.name == "self_reflect"]
+    (call,) = node.child_runs  # the step's one run holds its model call, no nested step run
     assert call.name == "reflexion.self_reflect.model" and "nostream" in (call.tags or [])
     assert [r.run_type for r in walk(call)].count("llm") == 1
     actor_calls = [r for r in walk(root) if r.run_type == "llm" and r not in list(walk(call))]
     assert actor_calls and all("nostream" not in (r.tags or []) for r in actor_calls)
     assert streamed == ["Sydney", "Canberra"]
     assert good_reflection(2)[:20] not in " ".join(streamed)
+
+
+def _graph_runs(tmp_path: Path, kind: str, *, use_async: bool) -> Run:
+    """The root run of one reflexion or thinking graph run (two turns of thinking, the second
+    one recalling the first)."""
+    stream = MemoryStream(WordEmbeddings(), path=tmp_path / f"{kind}.db")
+    graph: Any
+    if kind == "reflexion":
+        model = ScriptedReflexionModel(actor_script=["Sydney", "Canberra"])
+        graph = create_reflexion_graph(model, match_evaluator("Canberra"), stream=stream)
+        requests = [{"task": "What is the capital of Australia?"}]
+    else:
+        graph = create_thinking_graph(FakeChat(script=seed_script()), stream)
+        requests = [{"context": "Files: [main.ts]"}, {"context": "Files: [main.ts, bench.ts]"}]
+    with stream, traced() as tracer:
+        for request in requests:
+            if use_async:
+                asyncio.run(graph.ainvoke(request))
+            else:
+                graph.invoke(request)
+    return tracer.roots[-1]
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("kind", ["reflexion", "thinking"])
+def test_each_graph_step_is_one_run(tmp_path: Path, kind: str, use_async: bool) -> None:
+    """A step of the reflexion or thinking graph is one run, LangGraph's run of the node, with
+    the step's model calls (and thinking's recall) directly inside it (the step wrapper used to
+    start a second run of the same step inside it: ``actor`` > ``reflexion.actor``)."""
+    root = _graph_runs(tmp_path, kind, use_async=use_async)
+    assert root.name == kind
+    steps = [r.name for r in root.child_runs]
+    assert not [r for r in walk(root) if r.name in {f"{kind}.{step}" for step in steps}]
+    # our named runs (model calls, thinking's recall) sit directly in their step's run
+    step_ids = {r.id for r in root.child_runs}
+    ours = [r for r in walk(root) if r.name.startswith(f"{kind}.")]
+    assert ours and all(r.parent_run_id in step_ids for r in ours), [r.name for r in ours]
+    if kind == "thinking":
+        assert {"prepare", "think", "summarize", "store"} <= set(steps)
+        assert {"thinking.round", "thinking.recall_context", "thinking.summary"} <= {
+            r.name for r in ours
+        }
+    else:
+        assert {"load", "actor", "evaluate", "self_reflect"} <= set(steps)
+        actor_calls = [r for r in walk(root) if r.run_type == "llm" and r.parent_run_id in step_ids]
+        assert len(actor_calls) == 2 and "reflexion.self_reflect.model" in {r.name for r in ours}
 
 
 def _background_memory(tmp_path: Path) -> ReflectiveMemory:
@@ -378,7 +434,7 @@ def test_pending_drain_is_traced_under_the_tool_call_that_saved(tmp_path: Path) 
     parents = {r.id: r.name for r in tracer.finished}
     assert ratings and {parents[r.parent_run_id] for r in ratings} <= {  # type: ignore[index]
         "pending_drain",
-        "reflection.store",
+        "store",  # the reflection graph's store step
     }
 
 
