@@ -31,6 +31,7 @@ from langchain_reflective import (
     ReflectiveStore,
     create_thinking_graph,
 )
+from langchain_reflective.errors import ImportanceError
 from langchain_reflective.importance import ImportanceConfig, LLMImportanceScorer
 from langchain_reflective.integrations.middleware import ReflectiveMemoryMiddleware
 from langchain_reflective.memory import MemoryConfig, ReflectiveMemory
@@ -273,14 +274,49 @@ def test_importance_run_holds_its_model_call_inside_a_parent_run(
 
 def test_failed_rating_is_an_error_inside_a_successful_parent(tmp_path: Path) -> None:
     """The model fails, the memory is stored with the heuristic rating: the trace shows the
-    error on the ``importance`` run and its model call, the storing run succeeds."""
+    error on the model call, inside an ``importance`` run that succeeds with the fallback in
+    its outputs, under a storing run that succeeds."""
     rater = ScriptedChatModel(fail_on={"importance": RuntimeError("rater down")})
     root = _rated_in_a_node(tmp_path, rater, texts=["Alice adopted a cat"])
     assert root.error is None and root.outputs == {"output": 1}
     (rating,) = root.child_runs
-    assert rating.name == "importance" and "rater down" in (rating.error or "")
+    _assert_fell_back(rating, "rater down")
+
+
+def _assert_fell_back(rating: Run, reason: str) -> None:
+    """``rating`` is a successful ``importance`` run whose model call failed with ``reason``."""
+    assert rating.name == "importance" and rating.error is None
+    (result,) = rating.outputs["output"]  # type: ignore[index]
+    assert result.source == "heuristic" and reason in (result.error or "")
+    (model_run,) = rating.child_runs
+    assert model_run.name == "importance.model" and reason in (model_run.error or "")
     (call,) = [r for r in walk(rating) if r.run_type == "llm"]
-    assert "rater down" in (call.error or "")
+    assert reason in (call.error or "") and "nostream" in (call.tags or [])
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_a_bare_add_that_fell_back_is_not_a_failed_trace(tmp_path: Path, use_async: bool) -> None:
+    """A ``MemoryStream.add`` outside any run: its ``importance`` run is the trace's root. The
+    add succeeds with the heuristic rating, so the root succeeds (the failed model call is red
+    inside it); in strict mode the add fails, and so does the root."""
+    rater = ScriptedChatModel(fail_on={"importance": RuntimeError("rater down")})
+    for strict in (False, True):
+        scorer = LLMImportanceScorer(rater, config=ImportanceConfig(strict=strict))
+        path = tmp_path / f"bare-{strict}.db"
+        with MemoryStream(WordEmbeddings(), path=path, importance_scorer=scorer) as stream:
+            with traced() as tracer, contextlib.suppress(ImportanceError):
+                if use_async:
+                    asyncio.run(stream.aadd(["Alice adopted a cat"]))
+                else:
+                    stream.add(["Alice adopted a cat"])
+            (rating,) = tracer.roots
+            if not strict:
+                assert len(stream) == 1
+                _assert_fell_back(rating, "rater down")
+            else:
+                assert len(stream) == 0
+                assert rating.name == "importance" and "could not be rated" in (rating.error or "")
+                assert "rater down" in (rating.child_runs[0].error or "")
 
 
 async def test_async_importance_run_holds_its_model_call(tmp_path: Path) -> None:
