@@ -202,6 +202,43 @@ def test_agent_memory_context_run(memory: ReflectiveMemory) -> None:
     assert {"model", "ReflectiveMemoryMiddleware.after_agent"} <= node_names
 
 
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_recall_tool_holds_a_retriever_run(
+    memory: ReflectiveMemory, monkeypatch: pytest.MonkeyPatch, use_async: bool
+) -> None:
+    """``recall_memories`` searches through the package's retriever: LangSmith shows a
+    ``retriever`` run (documents out, the namespace read in its metadata) inside the tool run,
+    the same documents as the tool message's artifact, from one search of the stream."""
+    memory.add(["Erin is learning Japanese", "Erin likes sushi"], namespace="erin")
+    searches: list[str] = []
+    for name in ("retrieve", "aretrieve"):
+        original = getattr(memory.stream, name)
+
+        def spy(query: str, *a: Any, _original: Any = original, **kw: Any) -> Any:
+            searches.append(query)
+            return _original(query, *a, **kw)
+
+        monkeypatch.setattr(memory.stream, name, spy)
+    model = FakeChat(script=[tool_call("recall_memories", {"query": "Japanese", "k": 1}), "ok"])
+    middleware = ReflectiveMemoryMiddleware(memory, inject=False, include_tools=True)
+    agent = create_agent(model, middleware=[middleware], name="memory_agent")
+    request = {"messages": [HumanMessage("Japanese?")]}
+    with traced() as tracer:
+        if use_async:
+            out = asyncio.run(agent.ainvoke(request, context={"user_id": "erin"}))
+        else:
+            out = agent.invoke(request, context={"user_id": "erin"})
+    (tool_run,) = [r for r in walk(only_root(tracer, "memory_agent")) if r.run_type == "tool"]
+    (retrieval,) = tool_run.child_runs
+    assert retrieval.run_type == "retriever" and retrieval.inputs == {"query": "Japanese"}
+    assert metadata(retrieval)["namespace"] == "erin"
+    assert metadata(retrieval)["ls_retriever_name"] == "reflective"
+    (message,) = [m for m in out["messages"] if m.type == "tool"]
+    assert retrieval.outputs["documents"] == message.artifact  # type: ignore[index]
+    assert [d.page_content for d in message.artifact] == ["Erin is learning Japanese"]
+    assert "Erin is learning Japanese" in message.text and searches == ["Japanese"]
+
+
 async def test_memory_calls_stay_out_of_a_streamed_chat(tmp_path: Path) -> None:
     """Model calls that only write memory (importance ratings, reflection) are tagged
     ``nostream``: a node that stores and reflects streams its own answer and nothing else in
