@@ -443,6 +443,28 @@ def test_each_graph_step_is_one_run(tmp_path: Path, kind: str, use_async: bool) 
         assert len(actor_calls) == 2 and "reflexion.self_reflect.model" in {r.name for r in ours}
 
 
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_thinking_middleware_run_names_the_users_namespace(tmp_path: Path, use_async: bool) -> None:
+    """The ``thinking`` run a ``ThinkingMiddleware`` starts names the namespace it thinks
+    about; its only namespace metadata was the stream's ``default_namespace``."""
+    from tests.unit.test_thinking_middleware import Context, build, scripts
+
+    with MemoryStream(WordEmbeddings(), path=tmp_path / "thinking-agent.db") as stream:
+        agent: Any = build(stream, *scripts())
+        request = {"messages": [HumanMessage("Why is it slow?")]}
+        config: Any = {"configurable": {"thread_id": "alice-1"}, "tags": ["user-tag"]}
+        with traced() as tracer:
+            if use_async:
+                asyncio.run(agent.ainvoke(request, config, context=Context("alice")))
+            else:
+                agent.invoke(request, config, context=Context("alice"))
+    (root,) = tracer.roots
+    (thinking,) = [r for r in walk(root) if r.name == "thinking"]
+    assert metadata(thinking)["namespace"] == "alice"
+    assert all(metadata(r)["namespace"] == "alice" for r in thinking.child_runs)
+    assert_each_tag_once(root)
+
+
 def _background_memory(tmp_path: Path) -> ReflectiveMemory:
     rater = FakeChat(default='{"ratings": [{"index": 1, "rating": 6}]}')
     scorer = LLMImportanceScorer(rater, config=ImportanceConfig(batch_size=1))
