@@ -507,6 +507,9 @@ def test_background_reflection_is_traced_under_the_turn_that_started_it(tmp_path
     (drain,) = [r for r in tracer.finished if r.id == reflection.parent_run_id]
     _in_trace_of(drain, root, tracer, "ReflectiveMemoryMiddleware.after_agent")
     assert "background" in (reflection.tags or []) and metadata(reflection)["namespace"] == "erin"
+    # the reflection starts on the drain's (background) thread: still one background tag
+    for run in tracer.finished:
+        assert len(run.tags or []) == len(set(run.tags or [])), (run.name, run.tags)
     calls = [r for r in tracer.finished if r.run_type == "llm" and r.trace_id == root.id]
     staged = [r for r in calls if "reflection_stage" in metadata(r)]
     assert staged and all(str(reflection.id) in r.dotted_order for r in staged)  # type: ignore[operator]
