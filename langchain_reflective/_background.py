@@ -60,7 +60,8 @@ def _tracing_config(config: RunnableConfig | None) -> RunnableConfig | None:
     tracers: list[BaseCallbackHandler] = [
         h for h in handlers if isinstance(h, BaseTracer) and not hasattr(h, "tap_output_iter")
     ]
-    tags = [*tags, BACKGROUND_TAG]
+    if BACKGROUND_TAG not in tags:  # work started by background work (a drain's reflection)
+        tags = [*tags, BACKGROUND_TAG]
     metadata = {k: v for k, v in metadata.items() if not k.startswith(_RUN_POSITION_KEYS)}
     if not tracers:  # a tracer configured from the environment starts a trace with these
         return {"tags": tags, "metadata": metadata}

@@ -17,11 +17,13 @@ from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from langchain_core.runnables import Runnable
+from langchain_core.runnables.config import ensure_config
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
-    from langchain_core.runnables import Runnable, RunnableConfig
+    from langchain_core.runnables import RunnableConfig
 
 
 def transient_errors() -> tuple[type[BaseException], ...]:
@@ -400,8 +402,6 @@ def batch_op(runnable: Runnable[Any, Any], inputs: list[Any], config: RunnableCo
     retry run instead of under it (langchain-core 1.8), and a LangSmith reader saw an
     ``importance`` run without the model call it made.
     """
-    from langchain_core.runnables import Runnable
-
     return Op(
         functools.partial(Runnable.batch, runnable),
         functools.partial(Runnable.abatch, runnable),
@@ -455,3 +455,55 @@ async def run_async(flow: Flow[T]) -> T:
 # --------------------------------------------------------------------------------------------
 # LLM importance
 # --------------------------------------------------------------------------------------------
+
+
+class FlowNode(Runnable[Any, Any]):
+    """A graph node running one step's flow with :func:`run_sync` or :func:`run_async`.
+
+    LangGraph traces every node as one run named after the node, with the node's work inside
+    it. A ``RunnableLambda`` node starts a second run for the same step inside that one
+    (``gate`` > ``reflection.gate``); this node starts none, so the step's model calls and
+    stream writes are the children of the node's run, and ``get_config()`` inside the step
+    sees the node's config (LangGraph makes it current for the node).
+
+    Args:
+        name: The runnable's name (the node's run is named after the node, not this).
+        step: The step: ``(state, config) -> Flow``.
+        wrap: Maps an error of the step to the error to raise (default: the error itself);
+            a different error is raised ``from`` the original.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        step: Callable[[Any, RunnableConfig], Flow[Any]],
+        *,
+        wrap: Callable[[Exception], Exception] | None = None,
+    ) -> None:
+        self.name = name
+        self.step = step
+        self.wrap = wrap
+
+    def _replacement(self, exc: Exception) -> Exception | None:
+        err = self.wrap(exc) if self.wrap is not None else exc
+        return None if err is exc else err
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        """Run the step with its sync I/O."""
+        try:
+            return run_sync(self.step(input, ensure_config(config)))
+        except Exception as exc:
+            err = self._replacement(exc)
+            if err is None:
+                raise
+            raise err from exc
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        """Run the step with its async I/O."""
+        try:
+            return await run_async(self.step(input, ensure_config(config)))
+        except Exception as exc:
+            err = self._replacement(exc)
+            if err is None:
+                raise
+            raise err from exc

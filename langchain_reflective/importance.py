@@ -34,6 +34,7 @@ from pydantic import BaseModel, Field
 from langchain_reflective._llm import (
     Flow,
     ModelCall,
+    Op,
     RetryConfig,
     batch_op,
     clean_model_text,
@@ -58,7 +59,7 @@ from langchain_reflective.records import ImportanceSource
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
     from langchain_core.prompts import ChatPromptTemplate
-    from langchain_core.runnables import RunnableConfig
+    from langchain_core.runnables import Runnable, RunnableConfig
 
 logger = logging.getLogger(__name__)
 
@@ -293,6 +294,12 @@ class LLMImportanceScorer(BaseImportanceScorer):
                 retry=self.config.retry,
                 structured_output=self.config.structured_output,
             )
+        from langchain_core.runnables import RunnableLambda
+
+        self._rater: Runnable[dict[str, list[str]], list[ImportanceResult]] = RunnableLambda(
+            self._rate, afunc=self._arate, name="importance"
+        )
+        """One batch's ``importance`` run: the memories in, their ratings out."""
 
     @property
     def uses_structured_output(self) -> bool:
@@ -306,16 +313,14 @@ class LLMImportanceScorer(BaseImportanceScorer):
         return await run_async(self._flow(texts))
 
     def _flow(self, texts: Sequence[str]) -> Flow[list[ImportanceResult]]:
-        """Prepare the batches, call the model once per batch, parse and fall back."""
+        """Split ``texts`` into batches and rate them concurrently, one ``importance`` run each."""
         texts = list(texts)
         if not texts:
             return []
         size = self.config.batch_size
         chunks = [texts[i : i + size] for i in range(0, len(texts), size)]
-        inputs: list[Any] = [self._request(c) for c in chunks]
         config: RunnableConfig = {
             "max_concurrency": self.config.max_concurrency,
-            "run_name": "importance",
             # nostream: a rating made inside a graph node or tool is not the agent's output
             # (LangGraph's stream_mode="messages" would show it in a chat UI); traces keep it
             "tags": [
@@ -325,19 +330,58 @@ class LLMImportanceScorer(BaseImportanceScorer):
                 TAG_NOSTREAM,
             ],
         }
-        outputs: list[Any] = yield batch_op(self._call.runnable, inputs, config)
+        outputs: list[Any] = yield batch_op(self._rater, [{"memories": c} for c in chunks], config)
         results: list[ImportanceResult] = []
-        for chunk, output in zip(chunks, outputs, strict=True):
-            results += self._chunk_results(chunk, output)
+        unrated: list[str] = []
+        for output in outputs:
+            if isinstance(output, UnratedBatchError):
+                unrated += output.reasons
+            elif isinstance(output, BaseException):
+                raise output  # not the model's failure (the prompt, the fallback scorer)
+            else:
+                results += output
+        if unrated:
+            raise ImportanceError(_unrated_message(unrated, len(texts)))
+        fallen_back = sorted({str(r.error) for r in results if r.source != "llm"})
+        if fallen_back:
+            logger.warning(
+                "importance: %d of %d memories could not be rated by the model; using the "
+                "heuristic (importance_source='heuristic'). Reasons: %s",
+                sum(r.source != "llm" for r in results),
+                len(texts),
+                "; ".join(fallen_back)[:500],
+            )
+        return results
+
+    def _rate(self, batch: dict[str, list[str]], config: RunnableConfig) -> list[ImportanceResult]:
+        return run_sync(self._batch_flow(batch["memories"], config))
+
+    async def _arate(
+        self, batch: dict[str, list[str]], config: RunnableConfig
+    ) -> list[ImportanceResult]:
+        return await run_async(self._batch_flow(batch["memories"], config))
+
+    def _batch_flow(self, chunk: list[str], config: RunnableConfig) -> Flow[list[ImportanceResult]]:
+        """Rate one batch: the model call (``importance.model``), then the fallback for what it
+        did not rate. The batch's run fails only when the failure propagates (strict mode); a
+        fallback is in its outputs (``source="heuristic"`` and the reason), with the failed
+        model call inside it."""
+        from langchain_core.runnables.config import merge_configs
+
+        call, request = self._call.runnable, self._request(chunk)
+        cfg = merge_configs(config, {"run_name": "importance.model"})
+        try:
+            output = yield Op(call.invoke, call.ainvoke, (request,), {"config": cfg})
+        except Exception as exc:
+            if self.config.strict:
+                reason = f"model error: {type(exc).__name__}: {exc}"
+                raise UnratedBatchError([reason] * len(chunk)) from exc
+            output = exc
+        results = self._chunk_results(chunk, output)
         failed = [r.error for r in results if r.source != "llm"]
         if failed and self.config.strict:
-            raise ImportanceError(
-                f"{len(failed)} of {len(texts)} memories could not be rated by the model "
-                f"(first reason: {failed[0]}); use strict=False to fall back to the heuristic"
-            )
-        if failed:
-            results = self._apply_fallback(texts, results)
-        return results
+            raise UnratedBatchError([str(e) for e in failed], len(chunk))
+        return self._apply_fallback(chunk, results)
 
     def _request(self, chunk: list[str]) -> Any:
         """The model input rating ``chunk``: a few-shot document and its schema, or messages."""
@@ -383,19 +427,26 @@ class LLMImportanceScorer(BaseImportanceScorer):
         idx = [i for i, r in enumerate(results) if r.source != "llm"]
         if not idx:
             return results
-        reasons = sorted({str(results[i].error) for i in idx})
-        logger.warning(
-            "importance: %d of %d memories could not be rated by the model; using the "
-            "heuristic (importance_source='heuristic'). Reasons: %s",
-            len(idx),
-            len(texts),
-            "; ".join(reasons)[:500],
-        )
         fallback = self.fallback.score([texts[i] for i in idx])
         out = list(results)
         for i, fb in zip(idx, fallback, strict=True):
             out[i] = ImportanceResult(fb.value, "heuristic", results[i].error)
         return out
+
+
+def _unrated_message(reasons: list[str], total: int) -> str:
+    return (
+        f"{len(reasons)} of {total} memories could not be rated by the model "
+        f"(first reason: {reasons[0]}); use strict=False to fall back to the heuristic"
+    )
+
+
+class UnratedBatchError(ImportanceError):
+    """A batch the model could not rate in strict mode: its ``importance`` run fails."""
+
+    def __init__(self, reasons: list[str], size: int | None = None) -> None:
+        super().__init__(_unrated_message(reasons, size or len(reasons)))
+        self.reasons = reasons
 
 
 # --------------------------------------------------------------------------------------------

@@ -203,11 +203,9 @@ class ReflectiveMemory(Closing):
     def _run_config(self, namespace: str, config: RunnableConfig | None) -> RunnableConfig:
         from langchain_core.runnables.config import ensure_config, merge_configs
 
-        ours: RunnableConfig = {
-            "run_name": "reflection",
-            "tags": ["langchain-reflective", "reflection"],
-            "metadata": {"namespace": namespace},
-        }
+        # no tags: the graph carries its own (create_reflection_graph), and LangGraph records
+        # a tag given by both the graph's and the call's config twice
+        ours: RunnableConfig = {"run_name": "reflection", "metadata": {"namespace": namespace}}
         return merge_configs(ensure_config(config), ours) if config else ours
 
     def reflect(

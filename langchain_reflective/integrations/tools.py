@@ -22,21 +22,23 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.documents import Document
-from langchain_core.runnables import ensure_config
+from langchain_core.runnables import RunnableConfig, ensure_config
+from langchain_core.runnables.config import merge_configs
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from pydantic import BaseModel, Field
 
 from langchain_reflective.errors import InvalidMemoryError, ReflectiveError
 from langchain_reflective.importance import fence_block
+from langchain_reflective.integrations.retriever import ReflectiveRetriever
 from langchain_reflective.memory import MEMORY_FENCE_OPEN, MEMORY_PREAMBLE
 
 if TYPE_CHECKING:
     from langchain_reflective.memory import ReflectiveMemory
     from langchain_reflective.records import MemoryRecord
-    from langchain_reflective.stream import ScoredMemory
 
 __all__ = [
     "RecallMemoriesInput",
@@ -172,13 +174,14 @@ class ReflectNowInput(BaseModel):
     """``reflect_now`` takes no arguments."""
 
 
-def _format_hits(hits: Sequence[ScoredMemory]) -> str:
-    if not hits:
+def _format_documents(docs: Sequence[Document]) -> str:
+    """The recalled memories (:meth:`ScoredMemory.to_document`) as fenced data for the model."""
+    if not docs:
         return "No memories found."
     items = [
-        f"[{h.record.created_at:%Y-%m-%d %H:%M}, {h.record.kind}, "
-        f"importance {h.record.importance:.1f}] {h.record.text}"
-        for h in hits
+        f"[{datetime.fromisoformat(d.metadata['created_at']):%Y-%m-%d %H:%M}, "
+        f"{d.metadata['kind']}, importance {d.metadata['importance']:.1f}] {d.page_content}"
+        for d in docs
     ]
     return f"{MEMORY_PREAMBLE}\n{fence_block(items, _FENCE_TAG)}"
 
@@ -216,6 +219,8 @@ class _MemoryToolkit:
         self.namespace = namespace
         self.namespace_key = namespace_key
         self.require_namespace = require_namespace
+        self.retriever = ReflectiveRetriever(memory_stream=memory.stream)
+        """What ``recall_memories`` searches with (``k`` and the namespace given per call)."""
 
     def resolve(self) -> str:
         ns = self.namespace or namespace_from_run(self.namespace_key)
@@ -230,13 +235,22 @@ class _MemoryToolkit:
 
     # recall ----------------------------------------------------------------------------------
 
+    def _search(self, k: int | None) -> tuple[dict[str, Any], RunnableConfig]:
+        """The retriever's arguments and config: the search is a ``retriever`` run inside the
+        tool's run (as LangSmith shows any retriever), with the namespace it read."""
+        ns = self.resolve()
+        args = {"k": self.memory.config.retrieve_k if k is None else k, "namespace": ns}
+        return args, merge_configs(ensure_config(), {"metadata": {"namespace": ns}})
+
     def recall(self, query: str, k: int | None = None) -> tuple[str, list[Document]]:
-        hits = self.memory.retrieve(query, k=k, namespace=self.resolve())
-        return _format_hits(hits), [h.to_document() for h in hits]
+        args, config = self._search(k)
+        docs = self.retriever.invoke(query, config, **args)
+        return _format_documents(docs), docs
 
     async def arecall(self, query: str, k: int | None = None) -> tuple[str, list[Document]]:
-        hits = await self.memory.aretrieve(query, k=k, namespace=self.resolve())
-        return _format_hits(hits), [h.to_document() for h in hits]
+        args, config = self._search(k)
+        docs = await self.retriever.ainvoke(query, config, **args)
+        return _format_documents(docs), docs
 
     # save ------------------------------------------------------------------------------------
 
@@ -293,7 +307,9 @@ def create_memory_tools(
 
     * ``recall_memories(query, k=None)``: the memories that best match ``query`` (relevance,
       recency, importance), fenced as data. The tool message's ``artifact`` holds them as
-      ``Document``\\ s with every score in the metadata.
+      ``Document``\\ s with every score in the metadata. The search runs through a
+      :class:`~langchain_reflective.integrations.retriever.ReflectiveRetriever`, so traces show
+      a ``retriever`` run (the documents, the namespace read) inside the tool's run.
     * ``save_memory(text, importance=None)``: store a fact. It is written durably as pending
       (one commit, no LLM call) and embedded and rated in the background (see
       :meth:`ReflectiveMemory.enqueue`): recallable a moment later. May start a background

@@ -1,9 +1,8 @@
 """The reflection graph: gate -> questions -> one branch per question -> condense -> store.
 
 Each step is written once, as a generator that ``yield``s its I/O (model calls, stream reads
-and writes) as :class:`~langchain_reflective.importance.Op`; the sync and async node bodies only
-drive the generator (:func:`~langchain_reflective.importance.run_sync` /
-:func:`~langchain_reflective.importance.run_async`).
+and writes) as :class:`~langchain_reflective._llm.Op`; the node (a
+:class:`~langchain_reflective._llm.FlowNode`) only drives the generator, with sync or async I/O.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import merge_configs
 from langgraph.constants import TAG_NOSTREAM
 from langgraph.errors import GraphBubbleUp
@@ -23,13 +22,12 @@ from pydantic import BaseModel, Field
 
 from langchain_reflective._llm import (
     Flow,
+    FlowNode,
     ModelCall,
     Op,
     fence_block,
     neutralise,
     resolve_chat_model,
-    run_async,
-    run_sync,
     threaded,
 )
 from langchain_reflective.backends.types import ReflectionState
@@ -383,12 +381,14 @@ class _Reflection:
 
     # -- nodes -----------------------------------------------------------------------------
 
-    def node(
-        self, stage: str, step: Callable[[Any, RunnableConfig], Flow[Update]]
-    ) -> RunnableLambda[Any, Update]:
-        """A node running ``step`` with both a sync and an async body; errors are wrapped."""
+    def node(self, stage: str, step: Callable[[Any, RunnableConfig], Flow[Update]]) -> FlowNode:
+        """A node running ``step`` with both a sync and an async body; errors are wrapped.
 
-        def _wrap(exc: Exception) -> Exception:
+        The node starts no run of its own: LangGraph's run of the node (named after the step)
+        is the step's run, with the step's model calls inside it.
+        """
+
+        def wrap(exc: Exception) -> Exception:
             if isinstance(exc, ReflectionError | GraphBubbleUp):
                 return exc
             return ReflectionError(
@@ -396,25 +396,7 @@ class _Reflection:
                 "nothing was written"
             )
 
-        def sync_node(state: Any, config: RunnableConfig) -> Update:
-            try:
-                return run_sync(step(state, config))
-            except Exception as exc:
-                err = _wrap(exc)
-                if err is exc:
-                    raise
-                raise err from exc
-
-        async def async_node(state: Any, config: RunnableConfig) -> Update:
-            try:
-                return await run_async(step(state, config))
-            except Exception as exc:
-                err = _wrap(exc)
-                if err is exc:
-                    raise
-                raise err from exc
-
-        return RunnableLambda(sync_node, afunc=async_node, name=f"reflection.{stage}")
+        return FlowNode(f"reflection.{stage}", step, wrap=wrap)
 
 
 def _round_robin(groups: Sequence[Sequence[Insight]]) -> list[Insight]:
@@ -457,7 +439,8 @@ def create_reflection_graph(
 ) -> CompiledStateGraph[ReflectionGraphState, None, ReflectionInput, ReflectionOutput]:
     """Build the reflection graph of Generative Agents (seed 002) over a memory stream.
 
-    Steps (nodes, with run names ``reflection.<step>``):
+    Steps (nodes; in a trace each is one run named after the node, e.g. ``gate``, inside
+    the graph's ``reflection`` run, with its model call ``reflection.<step>.model`` inside it):
 
     1. ``gate``: go on if the importance summed since the last reflection reaches
        ``config.threshold`` (or ``force=True``); read the ``recent_window`` newest memories.

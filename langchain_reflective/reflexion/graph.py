@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.base import coerce_to_runnable
 from langchain_core.runnables.config import merge_configs
 from langgraph.constants import TAG_NOSTREAM
@@ -20,11 +20,10 @@ from langgraph.pregel import Pregel
 
 from langchain_reflective._llm import (
     Flow,
+    FlowNode,
     ModelCall,
     Op,
     resolve_chat_model,
-    run_async,
-    run_sync,
     threaded,
 )
 from langchain_reflective.errors import StorageError
@@ -549,18 +548,10 @@ class _Reflexion:
 
     # -- nodes -----------------------------------------------------------------------------
 
-    def node(
-        self, step: str, fn: Callable[[Any, RunnableConfig], Flow[Update]]
-    ) -> RunnableLambda[Any, Update]:
-        """A node with a sync and an async body driving the same step."""
-
-        def sync_node(state: Any, config: RunnableConfig) -> Update:
-            return run_sync(fn(state, config))
-
-        async def async_node(state: Any, config: RunnableConfig) -> Update:
-            return await run_async(fn(state, config))
-
-        return RunnableLambda(sync_node, afunc=async_node, name=f"reflexion.{step}")
+    def node(self, step: str, fn: Callable[[Any, RunnableConfig], Flow[Update]]) -> FlowNode:
+        """A node with a sync and an async body driving the same step (no run of its own:
+        LangGraph's run of the node is the step's run)."""
+        return FlowNode(f"reflexion.{step}", fn)
 
 
 def create_reflexion_graph(
@@ -579,10 +570,11 @@ def create_reflexion_graph(
 ) -> CompiledStateGraph[ReflexionState, None, ReflexionInput, ReflexionOutput]:
     """Build a Reflexion loop (Shinn et al. 2023; seed 003) with episodic memory in a stream.
 
-    Nodes (run names ``reflexion.<node>``): ``load`` reads the loop's stored trials (a new
-    loop, a loop to resume after a restart, or a finished one returned as stored) ->
-    ``actor`` makes an attempt with the Ω window of its reflections (and, when asked, lessons
-    of similar past loops) in its context -> ``evaluate`` verifies it -> on failure
+    Nodes (in a trace, one run each, named after the node, inside the ``reflexion`` run):
+    ``load`` reads the loop's stored trials (a new loop, a loop to resume after a restart, or a
+    finished one returned as stored) -> ``actor`` makes an attempt with the Ω window of its
+    reflections (and, when asked, lessons of similar past loops) in its context ->
+    ``evaluate`` verifies it -> on failure
     ``self_reflect`` writes a structured first-person reflection -> ``store`` keeps the trial
     as a memory record -> the next attempt, until the attempt passes or ``max_trials`` is
     reached (the last failure still gets its reflection). With
@@ -671,7 +663,7 @@ def create_reflexion_graph(
     builder.add_node("evaluate", steps.node("evaluate", steps.evaluate))
     builder.add_node("self_reflect", steps.node("self_reflect", steps.self_reflect))
     builder.add_node("store", steps.node("store", steps.store))
-    builder.add_node("finish", RunnableLambda(steps.finish, name="reflexion.finish"))
+    builder.add_node("finish", steps.finish)
     builder.add_edge(START, "load")
     builder.add_conditional_edges("load", steps.after_load, ["actor", "finish"])
     builder.add_conditional_edges("actor", steps.after_act, ["evaluate", END])

@@ -23,13 +23,12 @@ from pydantic import BaseModel, Field, ValidationError
 
 from langchain_reflective._llm import (
     Flow,
+    FlowNode,
     ModelCall,
     Op,
     RetryConfig,
     load_json,
     resolve_chat_model,
-    run_async,
-    run_sync,
     threaded,
 )
 from langchain_reflective.errors import InvalidMemoryError
@@ -517,18 +516,10 @@ class _Thinker:
 
     # -- nodes -----------------------------------------------------------------------------
 
-    def node(
-        self, stage: str, step: Callable[[Any, RunnableConfig], Flow[Update]]
-    ) -> RunnableLambda[Any, Update]:
-        """A node running ``step`` with a sync and an async body."""
-
-        def sync_node(state: Any, config: RunnableConfig) -> Update:
-            return run_sync(step(state, config))
-
-        async def async_node(state: Any, config: RunnableConfig) -> Update:
-            return await run_async(step(state, config))
-
-        return RunnableLambda(sync_node, afunc=async_node, name=f"thinking.{stage}")
+    def node(self, stage: str, step: Callable[[Any, RunnableConfig], Flow[Update]]) -> FlowNode:
+        """A node with a sync and an async body driving ``step`` (no run of its own:
+        LangGraph's run of the node is the step's run)."""
+        return FlowNode(f"thinking.{stage}", step)
 
 
 def fit_summaries(summaries: Sequence[SummaryDict], budget: int | None) -> list[SummaryDict]:
@@ -571,7 +562,8 @@ def create_thinking_graph(
 ) -> CompiledStateGraph[ThinkingGraphState, None, ThinkingInput, ThinkingOutput]:
     """Build seed 004's reflective thinking phase as a LangGraph graph over a memory stream.
 
-    Steps (nodes, with run names ``thinking.<step>``):
+    Steps (nodes; in a trace each is one run named after the node, e.g. ``think``, inside
+    the graph's ``thinking`` run, with its model calls and recalls inside it):
 
     1. ``prepare``: the turn number (the namespace's next one unless given) and the accumulated
        summaries of earlier turns (the newest that fit ``summary_token_budget``).

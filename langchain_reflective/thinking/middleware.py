@@ -30,7 +30,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
-from langchain_core.runnables import ensure_config
+from langchain_core.runnables import RunnableConfig, ensure_config
+from langchain_core.runnables.config import merge_configs
 
 try:
     from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
@@ -241,13 +242,19 @@ class ThinkingMiddleware(AgentMiddleware[ThinkingState, Any]):
             }
         }
 
+    @staticmethod
+    def _run_config(inputs: ThinkingInput) -> RunnableConfig:
+        """The current run's config, plus the namespace thought about in the ``thinking`` run's
+        metadata (the graph's own metadata names only the stream's default namespace)."""
+        return merge_configs(ensure_config(), {"metadata": {"namespace": inputs.get("namespace")}})
+
     def before_model(self, state: ThinkingState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Think (once per user message) before the model call."""
         found = self._graph_input(state, runtime)
         if found is None:
             return None
         inputs, message_id = found
-        out = self.graph.invoke(inputs)
+        out = self.graph.invoke(inputs, self._run_config(inputs))
         return self._kept(dict(out), message_id, inputs.get("namespace") or "")
 
     async def abefore_model(
@@ -258,7 +265,7 @@ class ThinkingMiddleware(AgentMiddleware[ThinkingState, Any]):
         if found is None:
             return None
         inputs, message_id = found
-        out = await self.graph.ainvoke(inputs)
+        out = await self.graph.ainvoke(inputs, self._run_config(inputs))
         return self._kept(dict(out), message_id, inputs.get("namespace") or "")
 
     # -- injection -----------------------------------------------------------------------------

@@ -499,9 +499,10 @@ def test_run_names_tags_and_metadata(now: datetime) -> None:
     make_graph(model, stream).invoke({"now": later(now)}, {"callbacks": [tracer]})
     names = [r.name for r in tracer.runs]
     assert names[0] == "reflection"
-    for step in ("gate", "questions", "insights", "condense", "store"):
-        assert f"reflection.{step}" in names
-    assert names.count("reflection.insights") == 3
+    # one run per step, named after its node (no nested "reflection.<step>" run)
+    steps = [r.name for r in tracer.runs if r.parent_run_id == tracer.runs[0].id]
+    assert steps == ["gate", "questions", "insights", "insights", "insights", "condense", "store"]
+    assert not {f"reflection.{step}" for step in steps} & set(names)
     llm_runs = [r for r in tracer.runs if r.run_type == "llm"]
     assert len(llm_runs) == 6
     stages = {(r.extra or {}).get("metadata", {}).get("reflection_stage") for r in llm_runs}

@@ -399,7 +399,9 @@ def test_node_names_and_tags_for_langsmith(stream: MemoryStream) -> None:
     graph = create_reflexion_graph(model, match_evaluator("Canberra"), stream=stream, config=FAST)
     graph.invoke({"task": TASK}, config={"callbacks": [tracer]})
     names = {r.name for r in tracer.runs}
-    assert {"reflexion", "reflexion.actor", "reflexion.evaluate", "reflexion.self_reflect"} <= names
+    assert {"reflexion", "actor", "evaluate", "self_reflect", "store"} <= names
+    # one run per step: LangGraph's node run, no nested "reflexion.<step>" run inside it
+    assert not {n for n in names if n.startswith("reflexion.") and not n.endswith(".model")}
     model_runs = [r for r in tracer.runs if r.run_type == "llm"]
     assert any("reflexion.actor" in (r.tags or []) for r in model_runs)
     assert any("reflexion.self_reflect" in (r.tags or []) for r in model_runs)

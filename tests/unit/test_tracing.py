@@ -8,6 +8,7 @@ from their graph; the :class:`CollectingTracer` below is registered like LangSmi
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 from contextvars import ContextVar
@@ -24,12 +25,19 @@ from langchain_core.tracers.schemas import Run
 from langgraph.config import get_store
 from langgraph.graph import START, MessagesState, StateGraph
 
-from langchain_reflective import MemoryStream, ReflectiveRetriever, ReflectiveStore
+from langchain_reflective import (
+    MemoryStream,
+    ReflectiveRetriever,
+    ReflectiveStore,
+    create_thinking_graph,
+)
+from langchain_reflective.errors import ImportanceError
 from langchain_reflective.importance import ImportanceConfig, LLMImportanceScorer
 from langchain_reflective.integrations.middleware import ReflectiveMemoryMiddleware
 from langchain_reflective.memory import MemoryConfig, ReflectiveMemory
 from langchain_reflective.reflexion import create_reflexion_graph, match_evaluator
 from tests.fakes import WordEmbeddings
+from tests.thinking_fakes import seed_script
 from tests.unit.reflexion_fakes import ScriptedReflexionModel, good_reflection
 from tests.unit.test_examples import EXAMPLES_DIR, load
 from tests.unit.test_middleware import FakeChat, tool_call
@@ -76,6 +84,14 @@ def metadata(run: Run) -> dict[str, Any]:
     return dict((run.extra or {}).get("metadata") or {})
 
 
+def assert_each_tag_once(root: Run) -> None:
+    """No run of the tree carries a tag twice (LangGraph records a tag given by both a graph's
+    ``with_config`` and the call's config twice)."""
+    for run in walk(root):
+        tags = run.tags or []
+        assert len(tags) == len(set(tags)), (run.name, tags)
+
+
 def only_root(tracer: CollectingTracer, name: str) -> Run:
     roots = [r for r in tracer.roots if r.name == name]
     assert len(roots) == 1, [r.name for r in tracer.roots]
@@ -100,6 +116,7 @@ def test_reflection_run_tree(memory: ReflectiveMemory) -> None:
     root = only_root(tracer, "reflection")
     assert tracer.roots == [root]  # one trace, every node inside it
     assert {"langchain-reflective", "reflection"} <= set(root.tags or [])
+    assert_each_tag_once(root)
     assert metadata(root)["namespace"] == "alice"
 
     nodes = [c.name for c in root.child_runs]
@@ -114,11 +131,14 @@ def test_reflection_run_tree(memory: ReflectiveMemory) -> None:
         stage = metadata(run)["reflection_stage"]
         assert f"reflection.{stage}" in (run.tags or [])
         assert metadata(run)["namespace"] == "alice"
-    # each stage's model call is one run named for it (not "RunnableSequence" or the model's
-    # class name, which LangChain gives the structured-output and retry wrappers)
-    stage_nodes = ("reflection.questions", "reflection.insights", "reflection.condense")
-    for node in [r for r in walk(root) if r.name in stage_nodes]:
-        assert [c.name for c in node.child_runs] == [f"{node.name}.model"]
+    # one run per step: LangGraph's node run, with no "reflection.<step>" run of the same step
+    # nested in it; each stage's model call is one run named for it (not "RunnableSequence" or
+    # the model's class name, which LangChain gives the structured-output and retry wrappers),
+    # directly inside its step
+    assert not [r for r in walk(root) if r.name in {f"reflection.{n}" for n in nodes}]
+    for node in [r for r in root.child_runs if r.name in ("questions", "insights", "condense")]:
+        ours = [c.name for c in node.child_runs if c.name.startswith("reflection.")]
+        assert ours == [f"reflection.{node.name}.model"]
 
 
 async def test_async_reflection_run_tree(memory: ReflectiveMemory) -> None:
@@ -127,6 +147,7 @@ async def test_async_reflection_run_tree(memory: ReflectiveMemory) -> None:
         await memory.areflect(namespace="bob")
     root = only_root(tracer, "reflection")
     assert metadata(root)["namespace"] == "bob"
+    assert_each_tag_once(root)
     assert {c.name for c in root.child_runs} >= {"gate", "questions", "insights", "store"}
 
 
@@ -179,6 +200,43 @@ def test_agent_memory_context_run(memory: ReflectiveMemory) -> None:
     assert "Erin is learning Japanese" in context_run.outputs["output"]  # type: ignore[index]
     node_names = {r.name for r in root.child_runs}
     assert {"model", "ReflectiveMemoryMiddleware.after_agent"} <= node_names
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_recall_tool_holds_a_retriever_run(
+    memory: ReflectiveMemory, monkeypatch: pytest.MonkeyPatch, use_async: bool
+) -> None:
+    """``recall_memories`` searches through the package's retriever: LangSmith shows a
+    ``retriever`` run (documents out, the namespace read in its metadata) inside the tool run,
+    the same documents as the tool message's artifact, from one search of the stream."""
+    memory.add(["Erin is learning Japanese", "Erin likes sushi"], namespace="erin")
+    searches: list[str] = []
+    for name in ("retrieve", "aretrieve"):
+        original = getattr(memory.stream, name)
+
+        def spy(query: str, *a: Any, _original: Any = original, **kw: Any) -> Any:
+            searches.append(query)
+            return _original(query, *a, **kw)
+
+        monkeypatch.setattr(memory.stream, name, spy)
+    model = FakeChat(script=[tool_call("recall_memories", {"query": "Japanese", "k": 1}), "ok"])
+    middleware = ReflectiveMemoryMiddleware(memory, inject=False, include_tools=True)
+    agent = create_agent(model, middleware=[middleware], name="memory_agent")
+    request = {"messages": [HumanMessage("Japanese?")]}
+    with traced() as tracer:
+        if use_async:
+            out = asyncio.run(agent.ainvoke(request, context={"user_id": "erin"}))
+        else:
+            out = agent.invoke(request, context={"user_id": "erin"})
+    (tool_run,) = [r for r in walk(only_root(tracer, "memory_agent")) if r.run_type == "tool"]
+    (retrieval,) = tool_run.child_runs
+    assert retrieval.run_type == "retriever" and retrieval.inputs == {"query": "Japanese"}
+    assert metadata(retrieval)["namespace"] == "erin"
+    assert metadata(retrieval)["ls_retriever_name"] == "reflective"
+    (message,) = [m for m in out["messages"] if m.type == "tool"]
+    assert retrieval.outputs["documents"] == message.artifact  # type: ignore[index]
+    assert [d.page_content for d in message.artifact] == ["Erin is learning Japanese"]
+    assert "Erin is learning Japanese" in message.text and searches == ["Japanese"]
 
 
 async def test_memory_calls_stay_out_of_a_streamed_chat(tmp_path: Path) -> None:
@@ -253,14 +311,49 @@ def test_importance_run_holds_its_model_call_inside_a_parent_run(
 
 def test_failed_rating_is_an_error_inside_a_successful_parent(tmp_path: Path) -> None:
     """The model fails, the memory is stored with the heuristic rating: the trace shows the
-    error on the ``importance`` run and its model call, the storing run succeeds."""
+    error on the model call, inside an ``importance`` run that succeeds with the fallback in
+    its outputs, under a storing run that succeeds."""
     rater = ScriptedChatModel(fail_on={"importance": RuntimeError("rater down")})
     root = _rated_in_a_node(tmp_path, rater, texts=["Alice adopted a cat"])
     assert root.error is None and root.outputs == {"output": 1}
     (rating,) = root.child_runs
-    assert rating.name == "importance" and "rater down" in (rating.error or "")
+    _assert_fell_back(rating, "rater down")
+
+
+def _assert_fell_back(rating: Run, reason: str) -> None:
+    """``rating`` is a successful ``importance`` run whose model call failed with ``reason``."""
+    assert rating.name == "importance" and rating.error is None
+    (result,) = rating.outputs["output"]  # type: ignore[index]
+    assert result.source == "heuristic" and reason in (result.error or "")
+    (model_run,) = rating.child_runs
+    assert model_run.name == "importance.model" and reason in (model_run.error or "")
     (call,) = [r for r in walk(rating) if r.run_type == "llm"]
-    assert "rater down" in (call.error or "")
+    assert reason in (call.error or "") and "nostream" in (call.tags or [])
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_a_bare_add_that_fell_back_is_not_a_failed_trace(tmp_path: Path, use_async: bool) -> None:
+    """A ``MemoryStream.add`` outside any run: its ``importance`` run is the trace's root. The
+    add succeeds with the heuristic rating, so the root succeeds (the failed model call is red
+    inside it); in strict mode the add fails, and so does the root."""
+    rater = ScriptedChatModel(fail_on={"importance": RuntimeError("rater down")})
+    for strict in (False, True):
+        scorer = LLMImportanceScorer(rater, config=ImportanceConfig(strict=strict))
+        path = tmp_path / f"bare-{strict}.db"
+        with MemoryStream(WordEmbeddings(), path=path, importance_scorer=scorer) as stream:
+            with traced() as tracer, contextlib.suppress(ImportanceError):
+                if use_async:
+                    asyncio.run(stream.aadd(["Alice adopted a cat"]))
+                else:
+                    stream.add(["Alice adopted a cat"])
+            (rating,) = tracer.roots
+            if not strict:
+                assert len(stream) == 1
+                _assert_fell_back(rating, "rater down")
+            else:
+                assert len(stream) == 0
+                assert rating.name == "importance" and "could not be rated" in (rating.error or "")
+                assert "rater down" in (rating.child_runs[0].error or "")
 
 
 async def test_async_importance_run_holds_its_model_call(tmp_path: Path) -> None:
@@ -294,14 +387,82 @@ def test_reflexion_self_reflection_is_named_and_not_streamed(tmp_path: Path) -> 
             for m, _ in graph.stream({"task": "Capital of Australia?"}, stream_mode="messages")
         ]
     root = only_root(tracer, "reflexion")
-    (node,) = [r for r in walk(root) if r.name == "reflexion.self_reflect"]
-    (call,) = node.child_runs
+    (node,) = [r for r in root.child_runs if r.name == "self_reflect"]
+    (call,) = node.child_runs  # the step's one run holds its model call, no nested step run
     assert call.name == "reflexion.self_reflect.model" and "nostream" in (call.tags or [])
     assert [r.run_type for r in walk(call)].count("llm") == 1
     actor_calls = [r for r in walk(root) if r.run_type == "llm" and r not in list(walk(call))]
     assert actor_calls and all("nostream" not in (r.tags or []) for r in actor_calls)
     assert streamed == ["Sydney", "Canberra"]
     assert good_reflection(2)[:20] not in " ".join(streamed)
+
+
+def _graph_runs(tmp_path: Path, kind: str, *, use_async: bool) -> Run:
+    """The root run of one reflexion or thinking graph run (two turns of thinking, the second
+    one recalling the first)."""
+    stream = MemoryStream(WordEmbeddings(), path=tmp_path / f"{kind}.db")
+    graph: Any
+    if kind == "reflexion":
+        model = ScriptedReflexionModel(actor_script=["Sydney", "Canberra"])
+        graph = create_reflexion_graph(model, match_evaluator("Canberra"), stream=stream)
+        requests = [{"task": "What is the capital of Australia?"}]
+    else:
+        graph = create_thinking_graph(FakeChat(script=seed_script()), stream)
+        requests = [{"context": "Files: [main.ts]"}, {"context": "Files: [main.ts, bench.ts]"}]
+    with stream, traced() as tracer:
+        for request in requests:
+            if use_async:
+                asyncio.run(graph.ainvoke(request))
+            else:
+                graph.invoke(request)
+    return tracer.roots[-1]
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("kind", ["reflexion", "thinking"])
+def test_each_graph_step_is_one_run(tmp_path: Path, kind: str, use_async: bool) -> None:
+    """A step of the reflexion or thinking graph is one run, LangGraph's run of the node, with
+    the step's model calls (and thinking's recall) directly inside it (the step wrapper used to
+    start a second run of the same step inside it: ``actor`` > ``reflexion.actor``)."""
+    root = _graph_runs(tmp_path, kind, use_async=use_async)
+    assert root.name == kind
+    steps = [r.name for r in root.child_runs]
+    assert not [r for r in walk(root) if r.name in {f"{kind}.{step}" for step in steps}]
+    # our named runs (model calls, thinking's recall) sit directly in their step's run
+    step_ids = {r.id for r in root.child_runs}
+    ours = [r for r in walk(root) if r.name.startswith(f"{kind}.")]
+    assert ours and all(r.parent_run_id in step_ids for r in ours), [r.name for r in ours]
+    if kind == "thinking":
+        assert {"prepare", "think", "summarize", "store"} <= set(steps)
+        assert {"thinking.round", "thinking.recall_context", "thinking.summary"} <= {
+            r.name for r in ours
+        }
+    else:
+        assert {"load", "actor", "evaluate", "self_reflect"} <= set(steps)
+        actor_calls = [r for r in walk(root) if r.run_type == "llm" and r.parent_run_id in step_ids]
+        assert len(actor_calls) == 2 and "reflexion.self_reflect.model" in {r.name for r in ours}
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_thinking_middleware_run_names_the_users_namespace(tmp_path: Path, use_async: bool) -> None:
+    """The ``thinking`` run a ``ThinkingMiddleware`` starts names the namespace it thinks
+    about; its only namespace metadata was the stream's ``default_namespace``."""
+    from tests.unit.test_thinking_middleware import Context, build, scripts
+
+    with MemoryStream(WordEmbeddings(), path=tmp_path / "thinking-agent.db") as stream:
+        agent: Any = build(stream, *scripts())
+        request = {"messages": [HumanMessage("Why is it slow?")]}
+        config: Any = {"configurable": {"thread_id": "alice-1"}, "tags": ["user-tag"]}
+        with traced() as tracer:
+            if use_async:
+                asyncio.run(agent.ainvoke(request, config, context=Context("alice")))
+            else:
+                agent.invoke(request, config, context=Context("alice"))
+    (root,) = tracer.roots
+    (thinking,) = [r for r in walk(root) if r.name == "thinking"]
+    assert metadata(thinking)["namespace"] == "alice"
+    assert all(metadata(r)["namespace"] == "alice" for r in thinking.child_runs)
+    assert_each_tag_once(root)
 
 
 def _background_memory(tmp_path: Path) -> ReflectiveMemory:
@@ -346,6 +507,9 @@ def test_background_reflection_is_traced_under_the_turn_that_started_it(tmp_path
     (drain,) = [r for r in tracer.finished if r.id == reflection.parent_run_id]
     _in_trace_of(drain, root, tracer, "ReflectiveMemoryMiddleware.after_agent")
     assert "background" in (reflection.tags or []) and metadata(reflection)["namespace"] == "erin"
+    # the reflection starts on the drain's (background) thread: still one background tag
+    for run in tracer.finished:
+        assert len(run.tags or []) == len(set(run.tags or [])), (run.name, run.tags)
     calls = [r for r in tracer.finished if r.run_type == "llm" and r.trace_id == root.id]
     staged = [r for r in calls if "reflection_stage" in metadata(r)]
     assert staged and all(str(reflection.id) in r.dotted_order for r in staged)  # type: ignore[operator]
@@ -368,7 +532,7 @@ def test_pending_drain_is_traced_under_the_tool_call_that_saved(tmp_path: Path) 
     parents = {r.id: r.name for r in tracer.finished}
     assert ratings and {parents[r.parent_run_id] for r in ratings} <= {  # type: ignore[index]
         "pending_drain",
-        "reflection.store",
+        "store",  # the reflection graph's store step
     }
 
 
