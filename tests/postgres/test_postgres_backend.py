@@ -811,6 +811,18 @@ def _commits_wait_for_a_standby(url: str) -> Iterator[None]:
             else:
                 admin.execute(f"ALTER SYSTEM SET synchronous_standby_names = '{names}'")
             admin.execute("SELECT pg_reload_conf()")
+        # the reload is asynchronous: once a new session sees the setting, the server has
+        # re-read its configuration and signalled every session, so the pool's connections
+        # apply it before their next statement (else, on a loaded machine, a commit could
+        # still not wait)
+        want = names or ""
+        for _ in range(200):
+            with psycopg.connect(url, autocommit=True) as probe:
+                row = probe.execute("SHOW synchronous_standby_names").fetchone()
+            if row and row[0] == want:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"synchronous_standby_names never became {want!r}")
 
     reconfigure("no_such_standby")
     try:
