@@ -45,6 +45,7 @@ from langchain_reflective.backends.postgres.connection import (
     Pools,
     check_connection,
     configure_connection,
+    quiet_reconnects,
     read_version,
 )
 from langchain_reflective.backends.postgres.queries import (
@@ -207,6 +208,7 @@ class PostgresBackend(BaseMemoryBackend):
         check_connection(conninfo)
 
         def new_pool() -> ConnectionPool[Any]:
+            quiet_reconnects()
             return ConnectionPool(
                 conninfo,
                 min_size=min_size,
