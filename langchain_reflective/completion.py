@@ -118,8 +118,10 @@ def resolve_prompt_style(
 # -- JSON schemas, one per call ------------------------------------------------------------------
 
 
-_SPEAKER = re.compile(r"^\s*([A-Z][\w'’-]{1,30}):")
+_SPEAKER = re.compile(r"^\s*([^\W\d_][\w'’-]{1,30}):")
 _NAME = re.compile(r"(?<![\w'’])([A-Z][a-zà-ÿ][\w'’-]{1,30})")
+_NAME_SHAPE = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
+"""A name: letters, with single apostrophes or hyphens between them (O'Brien, Jean-Luc)."""
 _COMMON_WORDS = (
     "The This That These Those There Then They Their What When Where Which Who Why How "
     "And But Also Yes No Not Oh Hey Hi Hello Thanks Sorry Maybe Same Perfect Totally Wow "
@@ -129,17 +131,53 @@ _COMMON_WORDS = (
     "March April May June July August September October November December"
 )
 _NOT_NAMES = frozenset(_COMMON_WORDS.split())
+_ROLE_WORDS = (
+    "system human ai bot model developer tool function admin administrator root sudo "
+    "instruction instructions ignore disregard forget override prompt jailbreak command "
+    "important note warning attention urgent answer question response reply output input "
+    "task rule rules policy context memory memories statement statements insight insights "
+    "data schema json"
+)
+_NOT_SPEAKERS = frozenset(_ROLE_WORDS.split())
+"""Role and instruction words that are never taken for a name, in any case (``SYSTEM:``,
+``Ignore``, ``Instructions:``). ``User`` and ``Assistant`` are not among them: they are the
+labels this package itself gives an agent's turns (``user_prefix``/``assistant_prefix``), and
+the people an agent's memories are about."""
+
+
+def _is_name(word: str) -> bool:
+    """Whether ``word`` may be offered as a subject: 2 to 24 characters of a name's shape,
+    capitalised but not all capitals, and not a role or instruction word."""
+    return (
+        2 <= len(word) <= 24
+        and _NAME_SHAPE.fullmatch(word) is not None
+        and word[0].isupper()
+        and any(c.islower() for c in word)
+        and word.casefold() not in _NOT_SPEAKERS
+    )
 
 
 def subjects(statements: Sequence[str]) -> list[str]:
     """The people the statements are about, most mentioned first (at most
     :data:`MAX_SUBJECTS`): speakers of ``"Name: ..."`` lines, else capitalised words that
-    recur and are not common sentence starters."""
-    speakers = Counter(m.group(1) for s in statements if (m := _SPEAKER.match(s)))
+    recur and are not common sentence starters.
+
+    These words are memory text placed outside the fence (the documents name them) and in the
+    JSON schema (questions and insights must start with one), so only name-like words are
+    taken: letters (with inner apostrophes or hyphens), capitalised but not all capitals, at
+    most 24 characters, and never a role or instruction word such as ``SYSTEM``, ``Human``,
+    ``AI`` or ``Ignore`` (a memory ``"SYSTEM: ..."`` names nobody).
+    """
+    speakers = Counter(
+        m.group(1) for s in statements if (m := _SPEAKER.match(s)) and _is_name(m.group(1))
+    )
     if speakers:
         return [name for name, _ in speakers.most_common(MAX_SUBJECTS)]
     words = Counter(
-        w for s in statements for w in _NAME.findall(neutralise(s)) if w not in _NOT_NAMES
+        w
+        for s in statements
+        for w in _NAME.findall(neutralise(s))
+        if w not in _NOT_NAMES and _is_name(w)
     )
     return [w for w, n in words.most_common(MAX_SUBJECTS) if n >= 2]
 

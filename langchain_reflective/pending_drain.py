@@ -6,7 +6,12 @@ fails is not retried as a whole: the pass first checks that the models work at a
 other memory (the newest pending one, of another namespace when there is one: embedded and
 rated as a completion would, not stored, so every memory is still stored in queue order). If
 that fails too, the models are down for everyone: the pass stops, nothing is counted against
-any memory, and the queue is retried at the next pass. If it succeeds, the batch is
+any memory, and the queue is retried at the next pass. When there is no other memory to try
+(the failing memory is the only one this process's passes may complete), whether the models
+refuse it or are down cannot be told: the pass stops without counting an attempt, as for an
+outage, and a failure of that memory is logged at WARNING the first time and at DEBUG after
+that (in this process), so a lone memory the models refuse does not log a warning at every
+pass; every failure is still recorded (``ReflectiveMemory.errors``). If it succeeds, the batch is
 halved until each memory that fails is alone, so every other memory of the batch is stored;
 each memory that failed alone counts one attempt, is skipped for the rest of the pass and,
 after ``MemoryConfig.drain_max_attempts``, is quarantined: still pending (nothing is lost),
@@ -64,6 +69,9 @@ class PendingDrain:
         self._attempts: dict[str, int] = {}
         """Pending id -> passes in which it failed on its own while others were completed."""
         self._quarantine: dict[str, QuarantinedMemory] = {}
+        self._lone_reported: set[str] = set()
+        """Pending ids whose failure as the only memory to try was logged at WARNING (further
+        such failures are logged at DEBUG); removed when completed or discarded."""
 
     def run(self) -> None:
         """One pass: complete every pending memory that is not set aside.
@@ -105,8 +113,12 @@ class PendingDrain:
                 except StorageError:  # the store's failure, not the memories': see below
                     raise
                 except Exception as exc:
-                    if not self._models_work(batch, skip):  # an outage, not this batch
-                        self._failed(batch[0].namespace, exc, None, logging.ERROR)
+                    probe = self._probe(batch, skip)
+                    if probe is None:  # nothing else to try: refused, or an outage?
+                        self._failed_lone(batch[0], exc)
+                        return
+                    if not self.stream.models_accept(probe.text, rate=probe.importance is None):
+                        self._failed(batch[0].namespace, exc, None, logging.ERROR)  # an outage
                         return
                     self._isolate(batch, failed, exc)
             except PendingConflictError:
@@ -124,15 +136,16 @@ class PendingDrain:
         with self._lock:
             for item in items:
                 self._attempts.pop(item.id, None)
+                self._lone_reported.discard(item.id)
         for namespace in dict.fromkeys(r.namespace for r in records):
             self._stored(namespace)
 
-    def _models_work(self, batch: Sequence[PendingMemory], skip: set[str]) -> bool:
-        """Whether the models complete one other memory: embedded (and rated, when it has no
-        importance) as a completion would, with a vector of the store's dimension, but not
-        stored, so every memory is still stored in queue order (observations are linked to
-        their neighbours in the order they are stored). ``False`` also when there is no other
-        memory to try.
+    def _probe(self, batch: Sequence[PendingMemory], skip: set[str]) -> PendingMemory | None:
+        """The memory on which to check that the models work after ``batch`` failed (``None``:
+        there is no other memory to try). The check (``MemoryStream.models_accept``) embeds it
+        (and rates it, when it has no importance) as a completion would, with a vector of the
+        store's dimension, but does not store it, so every memory is still stored in queue
+        order (observations are linked to their neighbours in the order they are stored).
 
         The newest pending memory, of another namespace than the failed batch's oldest when
         there is one: a memory that always fails sits at the head of the queue, and whoever
@@ -141,10 +154,7 @@ class PendingDrain:
         window = self.stream.backend.pending(limit=len(skip) + len(batch) + 1, newest=True)
         candidates = [p for p in reversed(window) if p.id not in skip and p.id != batch[0].id]
         probe = next((p for p in candidates if p.namespace != batch[0].namespace), None)
-        probe = probe or next(iter(candidates), None)
-        if probe is None:
-            return False
-        return self.stream.models_accept(probe.text, rate=probe.importance is None)
+        return probe or next(iter(candidates), None)
 
     def _isolate(
         self, items: list[PendingMemory], failed: set[str], error: Exception | None
@@ -197,6 +207,21 @@ class PendingDrain:
         )
         self._failed(item.namespace, exc, what, logging.WARNING)
 
+    def _failed_lone(self, item: PendingMemory, exc: Exception) -> None:
+        """Record a failure of ``item`` when it was the only memory to try: no attempt is
+        counted (the models may be down); logged at WARNING the first time, then at DEBUG."""
+        with self._lock:
+            first = item.id not in self._lone_reported
+            self._lone_reported.add(item.id)
+        what = (
+            f"completing pending memory {item.id!r} of namespace {item.namespace!r} failed, and "
+            "no other memory was pending to tell a refused memory from an outage; it stays "
+            "queued and is retried at the next drain"
+        )
+        if first:
+            what += " (its further failures of this kind are logged at DEBUG)"
+        self._failed(item.namespace, exc, what, logging.WARNING if first else logging.DEBUG)
+
     # -- the quarantine ------------------------------------------------------------------------
 
     def _quarantined_ids(self) -> set[str]:
@@ -227,4 +252,5 @@ class PendingDrain:
             with self._lock:
                 for i in mine:
                     self._quarantine.pop(i, None)
+                    self._lone_reported.discard(i)
         return removed

@@ -288,3 +288,66 @@ def test_the_readmes_start_up_retry_waits_for_a_server_that_is_still_starting(
     missing = f"{head.rsplit('/', 1)[0]}/no_such_database{sep}{query}"
     with pytest.raises(StorageError, match='database "no_such_database" does not exist'):
         connect(missing, wait=1.0)
+
+
+_IMPORT_CHANGES = """
+import logging, sys, warnings
+from pathlib import Path
+
+calls = []  # filters set from this package's own code (its dependencies set some on import)
+
+
+def spy(real):
+    def wrapper(*args, **kwargs):
+        caller = Path(sys._getframe(1).f_code.co_filename)
+        if "langchain_reflective" in caller.parts:
+            calls.append(f"{real.__qualname__} from {caller.name}")
+        return real(*args, **kwargs)
+
+    return wrapper
+
+
+warnings.filterwarnings = spy(warnings.filterwarnings)
+warnings.simplefilter = spy(warnings.simplefilter)
+logging.Filterer.addFilter = spy(logging.Filterer.addFilter)
+import langchain_reflective.backends.postgres
+import langchain_reflective.backends.postgres.connection
+print(calls, logging.getLogger("psycopg.pool").filters)
+"""
+
+
+def test_the_reconnect_filter_is_installed_by_a_pool_not_by_import(
+    postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Importing the backend sets no warning filter and no logging filter (it added its filter
+    to psycopg_pool's logger on import); opening a pool installs it, once, and it still lets
+    one of this package's pools' repeated "error connecting" warnings through, and every other
+    pool's."""
+    import logging
+    import subprocess
+    import sys
+
+    from langchain_reflective.backends.postgres.connection import _QUIET
+
+    out = subprocess.run(
+        [sys.executable, "-c", _IMPORT_CHANGES], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[] []", out.stdout + out.stderr
+
+    pool_logger = logging.getLogger("psycopg.pool")
+    with (
+        PostgresBackend.from_conn_string(postgres_url) as backend,
+        PostgresBackend.from_conn_string(postgres_url) as other,
+    ):
+        backend._pools.pool.wait()
+        other._pools.pool.wait()  # (a connection opened ends an outage: none opens below)
+        assert pool_logger.filters.count(_QUIET) == 1
+        caplog.set_level(logging.WARNING, logger="psycopg.pool")
+        for pool in ("langchain-reflective", "langchain-reflective-async", "someone-else"):
+            for attempt in range(3):
+                pool_logger.warning("error connecting in %r: %s", pool, f"refused {attempt}")
+    shown = [r.getMessage() for r in caplog.records if r.name == "psycopg.pool"]
+    assert shown == [
+        "error connecting in 'langchain-reflective': refused 0",
+        *[f"error connecting in 'someone-else': refused {i}" for i in range(3)],
+    ]

@@ -186,6 +186,35 @@ def test_declared_dependencies_are_the_imported_ones() -> None:
     assert misplaced == [], "core modules importing a package the core does not declare"
 
 
+def test_each_extra_states_each_requirement_once() -> None:
+    """Every extra, with the extras it names (``langchain-reflective[...]``) expanded, gives
+    each distribution one specifier: ``dev`` listed ``langchain-classic`` twice, as
+    ``>=1.0,<2`` through ``legacy`` and as ``>=1.0`` through ``bench``."""
+    with (_ROOT / "pyproject.toml").open("rb") as f:
+        project = tomllib.load(f)["project"]
+    extras: dict[str, list[str]] = project["optional-dependencies"]
+    own = project["name"]
+
+    def expanded(extra: str) -> list[str]:
+        found = []
+        for requirement in extras[extra]:
+            if _requirement_names([requirement])[0] == own:
+                inner = requirement.split("[", 1)[1].split("]", 1)[0]
+                found += [r for name in inner.split(",") for r in expanded(name.strip())]
+            else:
+                found.append(requirement)
+        return found
+
+    repeated = {}
+    for extra in extras:
+        specs: dict[str, set[str]] = {}
+        for requirement in expanded(extra):
+            name = _requirement_names([requirement])[0]
+            specs.setdefault(name, set()).add(re.sub(r"\s", "", requirement.lower()))
+        repeated |= {f"{extra}: {n}": s for n, s in specs.items() if len(s) > 1}
+    assert repeated == {}
+
+
 def test_the_license_text_ships() -> None:
     """MIT asks for its notice in every copy: pyproject names the file, so the wheel and the
     sdist carry it, and the file is the licence pyproject declares."""

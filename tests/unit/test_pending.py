@@ -212,13 +212,47 @@ def test_a_memory_the_model_always_refuses_does_not_block_other_users(
         assert isinstance(quarantined.error, ValueError)
         assert [p.id for p in memory.stream.pending(namespace="mallory")] == [poison]
         assert {e.namespace for e in memory.errors} == {"mallory"}  # bob's drains succeeded
-        (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
-        assert poison in warning.getMessage() and "maximum context length" in warning.getMessage()
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        # the first drain had nothing else to try (see the lone-memory test), then quarantined
+        assert len(warnings) == 2 and "no other memory was pending" in warnings[0]
+        assert "quarantined" in warnings[1]
+        assert poison in warnings[1] and "maximum context length" in warnings[1]
         # later drains no longer try it: one embedding call per turn
         before = len(embeddings.calls)
         memory.enqueue("bob again", namespace="bob", now=now)
         assert embeddings.calls[before:] == [["bob again"]]
         assert not memory.flush(timeout=30)  # something is still pending: the quarantined one
+
+
+def test_a_lone_refused_memory_warns_once_then_logs_at_debug(tmp_path: Path, now, caplog) -> None:
+    # the only pending memory fails: with nothing else to try, a refusal cannot be told from an
+    # outage, so no attempt is counted; it logged an ERROR at every drain, forever
+    caplog.set_level(logging.DEBUG, logger="langchain_reflective")
+    embeddings = RefusingEmbeddings()
+    with open_inline(tmp_path / "m.db", embeddings, drain_max_attempts=2) as memory:
+        (poison,) = memory.enqueue("pasted log POISON", namespace="mallory", now=now)
+        for _ in range(5):
+            assert not memory.flush(timeout=30)
+        failures = [  # the one-line records (each comes with a DEBUG one with the traceback)
+            r
+            for r in caplog.records
+            if "no other memory was pending" in r.getMessage() and r.exc_info is None
+        ]
+        assert [r.levelno for r in failures] == [logging.WARNING] + [logging.DEBUG] * 5
+        assert poison in failures[0].getMessage() and "logged at DEBUG" in failures[0].getMessage()
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert len(memory.errors) == 6  # every failure is still recorded
+        assert memory.quarantined == []  # nothing was counted against it
+        # once others are pending it is counted and quarantined as before
+        memory.enqueue("bob's turn", namespace="bob", now=now)
+        memory.enqueue("bob's next turn", namespace="bob", now=now)
+        assert [q.item.id for q in memory.quarantined] == [poison]
+        assert memory.stream.count(namespace="bob") == 2
+        # a second lone memory gets its own warning
+        caplog.clear()
+        (other,) = memory.enqueue("another POISON", namespace="eve", now=now)
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1 and other in warnings[0]
 
 
 def test_a_refused_memory_in_a_mixed_batch_costs_the_others_nothing(tmp_path: Path, now) -> None:

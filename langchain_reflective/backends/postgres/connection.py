@@ -36,6 +36,7 @@ __all__ = [
     "check_connection",
     "configure_connection",
     "open_pool",
+    "quiet_reconnects",
     "read_version",
     "storage_error",
     "version_of",
@@ -301,7 +302,9 @@ on a new connection)."""
 class _QuietReconnects(logging.Filter):
     """Lets one of psycopg_pool's "error connecting in 'langchain-reflective...'" warnings
     through per outage (it repeats one per attempt, with a growing backoff, for as long as the
-    server is down); the next connection the backend opens ends the outage."""
+    server is down); the next connection the backend opens ends the outage. Records of other
+    applications' pools pass untouched. Installed on psycopg_pool's logger by
+    :func:`quiet_reconnects` when this package opens its first pool, not on import."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -320,7 +323,17 @@ class _QuietReconnects(logging.Filter):
 
 
 _QUIET = _QuietReconnects()
-logging.getLogger("psycopg.pool").addFilter(_QUIET)
+_QUIET_LOCK = threading.Lock()
+
+
+def quiet_reconnects() -> None:
+    """Install the filter (:class:`_QuietReconnects`) on psycopg_pool's logger, once per
+    process; called just before this package opens a pool of its own. Importing this module
+    changes no logging or warning configuration."""
+    pool_logger = logging.getLogger("psycopg.pool")
+    with _QUIET_LOCK:
+        if _QUIET not in pool_logger.filters:
+            pool_logger.addFilter(_QUIET)
 
 
 def _release(pool: Any, conn: Any) -> Flow[bool]:
@@ -338,6 +351,7 @@ def open_pool(conninfo: str, settings: dict[str, Any]) -> ConnectionPool[Any]:
     """A new sync pool to ``conninfo``, open: autocommit connections, each configured
     (:func:`configure_connection`); ``settings``: its size and timing
     (``pool_settings.sync_pool_settings``)."""
+    quiet_reconnects()
     return ConnectionPool(
         conninfo,
         kwargs={"autocommit": True},
@@ -561,6 +575,7 @@ class Pools:
         """A new async pool, open."""
         if self._conninfo is None:
             raise StorageError("no connection string for the async pool (use from_conn_string)")
+        quiet_reconnects()
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             self._conninfo,
             kwargs={"autocommit": True},
