@@ -92,6 +92,11 @@ logger = logging.getLogger(__name__)
 
 _LIVE: weakref.WeakSet[ReflectiveMemory] = weakref.WeakSet()
 
+ERRORS_KEPT = 100
+"""How many background failures :attr:`ReflectiveMemory.errors` keeps (the newest): a
+long-running process whose reflections or pending batches keep failing (an outage) must not
+grow it without bound. Every failure is also logged."""
+
 
 @atexit.register
 def _drain_at_exit() -> None:  # pragma: no cover - runs at interpreter exit
@@ -148,8 +153,8 @@ class ReflectiveMemory(Closing):
         self._drainer = PendingDrainer(self._drain)
         self._errors_lock = threading.Lock()
         self.errors: list[ReflectionFailure] = []
-        """Background failures (reflections, pending batches), oldest first (each also logged
-        as one line)."""
+        """The newest :data:`ERRORS_KEPT` background failures (reflections, pending batches),
+        oldest first (each also logged as one line)."""
         self._queue = PendingDrain(
             stream, self.config, stored=self._trigger.after_write, failed=self._drain_failed
         )
@@ -281,6 +286,7 @@ class ReflectiveMemory(Closing):
         logger.debug("%s", what, exc_info=exc)
         with self._errors_lock:
             self.errors.append(ReflectionFailure(namespace, exc, datetime.now(UTC), stage))
+            del self.errors[:-ERRORS_KEPT]  # (in place: a caller may hold the list)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Complete pending memories, then wait for background reflections.

@@ -290,6 +290,27 @@ def test_inline_reflection_failure_does_not_fail_add(tmp_path, now) -> None:
         assert len(memory.errors) == 1 and "boom" in repr(memory.errors[0].error)
 
 
+def test_errors_keep_only_the_newest_failures(tmp_path, now, monkeypatch) -> None:
+    """A process whose reflections keep failing (an outage) keeps the newest ERRORS_KEPT
+    failures, not every one since it started."""
+    from langchain_reflective import memory as memory_module
+
+    monkeypatch.setattr(memory_module, "ERRORS_KEPT", 3)
+    broken = ScriptedChatModel(fail_on={"questions": ValueError("boom")})
+    with make(tmp_path, broken, reflect_every=1, background=False) as memory:
+        held = memory.errors
+        first_two: list[object] = []
+        for i in range(5):
+            memory.add(f"{EVENTS[0]} ({i})", importances=0.5, now=now + timedelta(seconds=i))
+            if i < 2:
+                first_two.append(held[-1])
+        assert memory.stream.count() == 5
+        assert memory.errors is held and len(held) == 3
+        assert not any(failure in held for failure in first_two)  # the oldest went
+        stamps = [failure.at for failure in held]
+        assert stamps == sorted(stamps)  # oldest first
+
+
 def test_reflect_accepts_a_run_config(tmp_path, model, now) -> None:
     from langchain_core.callbacks import BaseCallbackHandler
 
