@@ -5,8 +5,9 @@
 the query -> ``backend.candidates`` -> pure scoring (:mod:`langchain_reflective.scoring`, the
 clock passed in) -> top ``k`` -> ``backend.touch`` (one write that also reads the hits back).
 
-Each flow is written once, as a generator that yields the calls it needs (:class:`_Call`); the
-sync methods run those calls directly and the async twins await their ``a*`` twins. Where the
+Each flow is written once, as a generator that yields the calls it needs (``_Call``); the
+sync methods run those calls directly and the async twins await their ``a*`` twins (the
+drivers, ``_run`` and ``_arun``, are in :mod:`langchain_reflective.stream_base`). Where the
 memories live and how candidates are found is the backend's business
 (:class:`~langchain_reflective.backends.base.BaseMemoryBackend`; SQLite by default).
 """
@@ -14,7 +15,7 @@ memories live and how candidates are found is the backend's business
 from __future__ import annotations
 
 import os
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -38,12 +39,14 @@ from langchain_reflective.records import (
     utc,
 )
 from langchain_reflective.scoring import ScoringConfig, score_candidates, top_k
-from langchain_reflective.stream_base import StreamBase
+from langchain_reflective.stream_base import StreamBase, _arun, _Flow, _run
 from langchain_reflective.validation import (
     AddPlan,
     as_unit_vectors,
+    check_query,
     embedding_identity,
     evidence_depths,
+    pending_items,
     plan_add,
     plan_counter,
     plan_pending,
@@ -59,39 +62,6 @@ __all__ = ["MemoryStream", "RetrievalFilter", "ScoredMemory", "embedding_identit
 
 DEFAULT_EXACT_LIMIT = 20_000
 """The SQLite shortcut's default ``exact_limit`` (see :class:`SQLiteBackend`)."""
-
-
-_Call = tuple[Any, str, tuple[Any, ...], Mapping[str, Any] | None]
-"""One call a flow needs: ``(target, name, args, kwargs)`` for ``target.name(*args, **kwargs)``
-(``a<name>`` when async). A plain tuple: a flow yields one per step of every add and
-retrieval, and a ``NamedTuple``'s constructor is a Python-level call."""
-
-_Flow = Generator[_Call, Any, Any]
-
-
-def _run(flow: _Flow) -> Any:
-    """Drive a flow with sync calls."""
-    send = flow.send
-    try:
-        target, name, args, kwargs = next(flow)
-        while True:
-            method = getattr(target, name)
-            result = method(*args, **kwargs) if kwargs else method(*args)
-            target, name, args, kwargs = send(result)
-    except StopIteration as done:
-        return done.value
-
-
-async def _arun(flow: _Flow) -> Any:
-    """Drive a flow with the async twins of the same calls."""
-    try:
-        call = next(flow)
-        while True:
-            target, name, args, kwargs = call
-            result = await getattr(target, "a" + name)(*args, **(kwargs or {}))
-            call = flow.send(result)
-    except StopIteration as done:
-        return done.value
 
 
 class MemoryStream(StreamBase):
@@ -415,18 +385,7 @@ class MemoryStream(StreamBase):
             now=now,
             reset_reflection_counter=False,
         )
-        items = [
-            PendingMemory(
-                id=plan.ids[i],
-                namespace=plan.namespace,
-                text=plan.texts[i],
-                kind=plan.kinds[i],
-                created_at=plan.now,
-                importance=None if (imp := plan.importances[i]) is None else float(imp),
-                metadata=plan.metadatas[i],
-            )
-            for i in range(len(plan.texts))
-        ]
+        items = pending_items(plan)
         self._backend.enqueue(items)
         return items
 
@@ -469,18 +428,6 @@ class MemoryStream(StreamBase):
 
     # -- retrieve ------------------------------------------------------------------------------
 
-    def _check_query(self, query: object, k: object) -> str:
-        self._check_open()
-        if not isinstance(query, str):
-            raise InvalidMemoryError(f"query must be a str, got {type(query).__name__}")
-        if not query.strip():
-            raise InvalidMemoryError("query is empty or whitespace")
-        if not query.isascii():
-            check_encodable(query, "query")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise InvalidMemoryError(f"k must be a positive integer, got {k!r}")
-        return query
-
     def _retrieve_flow(
         self,
         query: str,
@@ -493,7 +440,8 @@ class MemoryStream(StreamBase):
         scoring: ScoringConfig | None,
         query_embedding: Sequence[float] | None = None,
     ) -> _Flow:
-        query = self._check_query(query, k)
+        self._check_open()
+        query = check_query(query, k)
         flt = RetrievalFilter.coerce(filter)
         ns = self._ns(flt.namespace or namespace)
         config = scoring or self.scoring
