@@ -9,16 +9,18 @@ Each flow is written once, as a generator that yields the calls it needs (``_Cal
 sync methods run those calls directly and the async twins await their ``a*`` twins (the
 drivers, ``_run`` and ``_arun``, are in :mod:`langchain_reflective.stream_base`). Where the
 memories live and how candidates are found is the backend's business
-(:class:`~langchain_reflective.backends.base.BaseMemoryBackend`; SQLite by default).
+(:class:`~langchain_reflective.backends.base.BaseMemoryBackend`; SQLite by default). The
+stream's reads and deletes come from :class:`~langchain_reflective.stream_base.StreamBase`, its
+exports, imports and DataFrame view from :class:`~langchain_reflective.transfer.StreamTransfer`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
@@ -39,7 +41,8 @@ from langchain_reflective.records import (
     utc,
 )
 from langchain_reflective.scoring import ScoringConfig, score_candidates, top_k
-from langchain_reflective.stream_base import StreamBase, _arun, _Flow, _run
+from langchain_reflective.stream_base import _arun, _Flow, _run
+from langchain_reflective.transfer import StreamTransfer
 from langchain_reflective.validation import (
     AddPlan,
     as_unit_vectors,
@@ -54,8 +57,6 @@ from langchain_reflective.validation import (
 )
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from langchain_reflective.backends.sqlite import BaseRecordStore
 
 __all__ = ["MemoryStream", "RetrievalFilter", "ScoredMemory", "embedding_identity"]
@@ -64,7 +65,7 @@ DEFAULT_EXACT_LIMIT = 20_000
 """The SQLite shortcut's default ``exact_limit`` (see :class:`SQLiteBackend`)."""
 
 
-class MemoryStream(StreamBase):
+class MemoryStream(StreamTransfer):
     """A durable memory stream with Generative-Agents retrieval.
 
     Args:
@@ -556,84 +557,3 @@ class MemoryStream(StreamBase):
         )
         result: list[ScoredMemory] = await _arun(flow)
         return result
-
-    # -- tables and files ----------------------------------------------------------------------
-
-    def to_dataframe(
-        self,
-        query: str | None = None,
-        *,
-        namespace: str | None = None,
-        now: datetime | None = None,
-    ) -> pd.DataFrame:
-        """The memory table of Generative Agents as a pandas DataFrame (extra ``pandas``).
-
-        Columns: ``id, description, kind, importance, recency, relevance, lexical, score,
-        created_at, last_accessed_at, evidence, depth``. Without a query, ``relevance``,
-        ``lexical`` and ``score`` are NaN. Nothing is touched.
-        """
-        from langchain_reflective.transfer import to_dataframe
-
-        self._check_open()
-        return to_dataframe(self, query, namespace=namespace, now=now)
-
-    def export_jsonl(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        namespaces: Iterable[str] | Literal["all"] | None = None,
-        include_vectors: bool = True,
-    ) -> int:
-        """Write memories as JSON lines (a header line, then one record per line).
-
-        Args:
-            path: the output file.
-            namespaces: which namespaces (default: the stream's; ``"all"`` for every one).
-            include_vectors: include embeddings so import needs no embedding calls (but one,
-                to learn the dimension, into a store without vectors: see
-                :meth:`import_jsonl`).
-
-        Returns:
-            The number of records written.
-
-        The file is written as ``<path>.<random>.tmp`` and renamed when complete; a failed
-        export removes it and leaves any earlier ``path`` untouched.
-        """
-        from langchain_reflective.transfer import export_jsonl
-
-        self._check_open()
-        return export_jsonl(self, path, namespaces=namespaces, include_vectors=include_vectors)
-
-    def import_jsonl(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        namespace: str | None = None,
-        batch_size: int = 256,
-    ) -> int:
-        """Import a file written by :meth:`export_jsonl`; existing ids are skipped.
-
-        The file's vectors are reused when they come from this embedding model at the
-        stream's dimension (else the texts are embedded again); each line is checked as
-        :meth:`add` checks its arguments; a namespace given moves the memories under new,
-        stable ids. The rules in full: :func:`langchain_reflective.transfer.import_jsonl`.
-        Imported memories do not count towards the reflection counter.
-
-        Args:
-            path: the JSONL file.
-            namespace: put every record into this namespace (default: keep each record's).
-            batch_size: records per transaction.
-
-        Returns:
-            The number of records imported.
-
-        Raises:
-            InvalidMemoryError: the file is not a langchain-reflective export or a line is
-                malformed, or a vector has not the file's dimension, or holds NaN, infinite
-                values or only zeros (the message names the line; nothing from the failing
-                batch is written, and the batches before it are).
-        """
-        from langchain_reflective.transfer import import_jsonl
-
-        self._check_open()
-        return import_jsonl(self, path, namespace=namespace, batch_size=batch_size)

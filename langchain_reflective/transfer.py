@@ -1,4 +1,7 @@
-"""Moving memories in and out of a stream: JSONL export/import and the DataFrame view."""
+"""Moving memories in and out of a stream: JSONL export/import and the DataFrame view.
+
+:class:`StreamTransfer` holds the :class:`~langchain_reflective.stream.MemoryStream` methods
+(``export_jsonl``, ``import_jsonl``, ``to_dataframe``); the functions below do the work."""
 
 from __future__ import annotations
 
@@ -18,14 +21,22 @@ from langchain_reflective.errors import InvalidMemoryError
 from langchain_reflective.records import MemoryRecord, utc
 from langchain_reflective.scoring import recency
 from langchain_reflective.store_codec import ITEM_METADATA_KEY, item_key, item_memory_id
+from langchain_reflective.stream_base import StreamBase, _Flow, _run
 from langchain_reflective.validation import as_unit_vectors
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from langchain_reflective.stream import MemoryStream, ScoredMemory
+    from langchain_reflective.records import ScoredMemory
 
-__all__ = ["JSONL_FORMAT", "export_jsonl", "import_jsonl", "to_dataframe"]
+__all__ = [
+    "JSONL_FORMAT",
+    "StreamTransfer",
+    "dataframe_flow",
+    "export_jsonl",
+    "import_jsonl",
+    "load_pandas",
+]
 
 JSONL_FORMAT = "langchain-reflective/jsonl"
 """The ``format`` of an export's header line."""
@@ -46,22 +57,114 @@ _COLUMNS = [
 ]
 
 
-def to_dataframe(
-    stream: MemoryStream, query: str | None, *, namespace: str | None, now: datetime | None
-) -> pd.DataFrame:
-    """See :meth:`MemoryStream.to_dataframe`."""
+class StreamTransfer(StreamBase):
+    """What :class:`~langchain_reflective.stream.MemoryStream` does to move memories in and
+    out: JSONL export and import, and the DataFrame view (it uses the stream's ``recent`` and
+    ``retrieve``)."""
+
+    def to_dataframe(
+        self,
+        query: str | None = None,
+        *,
+        namespace: str | None = None,
+        now: datetime | None = None,
+    ) -> pd.DataFrame:
+        """The memory table of Generative Agents as a pandas DataFrame (extra ``pandas``).
+
+        Columns: ``id, description, kind, importance, recency, relevance, lexical, score,
+        created_at, last_accessed_at, evidence, depth``. Without a query, ``relevance``,
+        ``lexical`` and ``score`` are NaN. Nothing is touched.
+        """
+        self._check_open()
+        frame: pd.DataFrame = _run(dataframe_flow(self, query, namespace=namespace, now=now))
+        return frame
+
+    def export_jsonl(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        namespaces: Iterable[str] | Literal["all"] | None = None,
+        include_vectors: bool = True,
+    ) -> int:
+        """Write memories as JSON lines (a header line, then one record per line).
+
+        Args:
+            path: the output file.
+            namespaces: which namespaces (default: the stream's; ``"all"`` for every one).
+            include_vectors: include embeddings so import needs no embedding calls (but one,
+                to learn the dimension, into a store without vectors: see
+                :meth:`import_jsonl`).
+
+        Returns:
+            The number of records written.
+
+        The file is written as ``<path>.<random>.tmp`` and renamed when complete; a failed
+        export removes it and leaves any earlier ``path`` untouched.
+        """
+        self._check_open()
+        return export_jsonl(self, path, namespaces=namespaces, include_vectors=include_vectors)
+
+    def import_jsonl(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        namespace: str | None = None,
+        batch_size: int = 256,
+    ) -> int:
+        """Import a file written by :meth:`export_jsonl`; existing ids are skipped.
+
+        The file's vectors are reused when they come from this embedding model at the
+        stream's dimension (else the texts are embedded again); each line is checked as
+        :meth:`add` checks its arguments; a namespace given moves the memories under new,
+        stable ids. The rules in full: :func:`langchain_reflective.transfer.import_jsonl`.
+        Imported memories do not count towards the reflection counter.
+
+        Args:
+            path: the JSONL file.
+            namespace: put every record into this namespace (default: keep each record's).
+            batch_size: records per transaction.
+
+        Returns:
+            The number of records imported.
+
+        Raises:
+            InvalidMemoryError: the file is not a langchain-reflective export or a line is
+                malformed, or a vector has not the file's dimension, or holds NaN, infinite
+                values or only zeros (the message names the line; nothing from the failing
+                batch is written, and the batches before it are).
+        """
+        self._check_open()
+        return import_jsonl(self, path, namespace=namespace, batch_size=batch_size)
+
+
+def load_pandas() -> Any:
+    """The pandas module (the ``pandas`` extra).
+
+    Raises:
+        ImportError: pandas is not installed; the message names the extra.
+    """
     try:
         import pandas as pd
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
             'to_dataframe needs pandas: pip install "langchain-reflective[pandas]"'
         ) from exc
+    return pd
+
+
+def dataframe_flow(
+    stream: StreamBase, query: str | None, *, namespace: str | None, now: datetime | None
+) -> _Flow:
+    """:meth:`MemoryStream.to_dataframe`, written once as a flow: it yields the stream's own
+    calls (``recent``, then ``retrieve`` for a query); returns the DataFrame."""
+    pd = load_pandas()
     ns = stream.resolve_namespace(namespace)
-    records = stream.recent(None, namespace=ns)
+    records: list[MemoryRecord] = yield (stream, "recent", (None,), {"namespace": ns})
     when = utc(now) if now is not None else datetime.now(UTC)
     scored: dict[str, ScoredMemory] = {}
     if query is not None and records:
-        hits = stream.retrieve(query, k=len(records), now=when, touch=False, namespace=ns)
+        retrieve = {"k": len(records), "now": when, "touch": False, "namespace": ns}
+        hits: list[ScoredMemory] = yield (stream, "retrieve", (query,), retrieve)
         scored = {h.record.id: h for h in hits}
     rec = recency(
         np.array([r.accessed_at.timestamp() for r in records], dtype=np.float64),
@@ -94,7 +197,7 @@ def to_dataframe(
 
 
 def export_jsonl(
-    stream: MemoryStream,
+    stream: StreamBase,
     path: str | os.PathLike[str],
     *,
     namespaces: Iterable[str] | Literal["all"] | None,
@@ -152,7 +255,7 @@ def _json_line(line: dict[str, Any]) -> str:
 
 
 def import_jsonl(
-    stream: MemoryStream,
+    stream: StreamBase,
     path: str | os.PathLike[str],
     *,
     namespace: str | None,
@@ -238,7 +341,7 @@ def _vector(data: Mapping[str, Any], dimension: int | None) -> list[float] | Non
     return vec
 
 
-def _target_dimension(stream: MemoryStream, text: str) -> int:
+def _target_dimension(stream: StreamBase, text: str) -> int:
     """The dimension of the vectors the stream stores: the one its memories are bound to,
     else its embeddings' ``dimensions`` when they declare it, else the length of one
     embedding of ``text`` (a probe, made once per import into a store without vectors)."""
@@ -323,9 +426,7 @@ def _moved_items(source: Path, namespace: str) -> dict[str, str]:
     return items
 
 
-def _import_batch(
-    stream: MemoryStream, batch: list[tuple[MemoryRecord, list[float] | None]]
-) -> int:
+def _import_batch(stream: StreamBase, batch: list[tuple[MemoryRecord, list[float] | None]]) -> int:
     backend = stream.backend
     by_ns: dict[str, list[tuple[MemoryRecord, list[float] | None]]] = {}
     for item in batch:
