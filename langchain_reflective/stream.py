@@ -41,7 +41,7 @@ from langchain_reflective.records import (
     utc,
 )
 from langchain_reflective.scoring import ScoringConfig, score_candidates, top_k
-from langchain_reflective.stream_base import _arun, _Flow, _run
+from langchain_reflective.stream_base import _arun, _BackendCall, _Flow, _run
 from langchain_reflective.transfer import StreamTransfer
 from langchain_reflective.validation import (
     AddPlan,
@@ -353,6 +353,28 @@ class MemoryStream(StreamTransfer):
 
     # -- pending memories (the outbox) ----------------------------------------------------------
 
+    def _plan_enqueue(
+        self,
+        texts: str | Sequence[str],
+        importances: float | Sequence[float | None] | None,
+        kinds: str | Sequence[str],
+        metadatas: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None,
+        namespace: str | None,
+        now: datetime | None,
+    ) -> list[PendingMemory]:
+        plan = self._plan(
+            texts,
+            importances=importances,
+            kinds=kinds,
+            metadatas=metadatas,
+            evidence=None,
+            ids=None,
+            namespace=namespace,
+            now=now,
+            reset_reflection_counter=False,
+        )
+        return pending_items(plan)
+
     def enqueue(
         self,
         texts: str | Sequence[str],
@@ -375,20 +397,34 @@ class MemoryStream(StreamTransfer):
         Raises:
             InvalidMemoryError: bad text, kind, importance or metadata (nothing is queued).
         """
-        plan = self._plan(
-            texts,
-            importances=importances,
-            kinds=kinds,
-            metadatas=metadatas,
-            evidence=None,
-            ids=None,
-            namespace=namespace,
-            now=now,
-            reset_reflection_counter=False,
-        )
-        items = pending_items(plan)
+        items = self._plan_enqueue(texts, importances, kinds, metadatas, namespace, now)
         self._backend.enqueue(items)
         return items
+
+    async def aenqueue(
+        self,
+        texts: str | Sequence[str],
+        *,
+        importances: float | Sequence[float | None] | None = None,
+        kinds: str | Sequence[str] = "observation",
+        metadatas: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
+        namespace: str | None = None,
+        now: datetime | None = None,
+    ) -> list[PendingMemory]:
+        """Async twin of :meth:`enqueue`: it awaits the backend's ``aenqueue``. Cancelled
+        while the commit is under way, the memories may still be queued, whole."""
+        items = self._plan_enqueue(texts, importances, kinds, metadatas, namespace, now)
+        await self._backend.aenqueue(items)
+        return items
+
+    def _plan_pending(
+        self, n: int | None, namespace: str | None, all_namespaces: bool
+    ) -> _BackendCall:
+        self._check_open()
+        if all_namespaces:
+            return "pending", (), {"limit": n}
+        ns = self._ns(namespace)
+        return "pending", (), {"namespace": ns, "limit": n, "newest": n is not None}
 
     def pending(
         self, n: int | None = None, *, namespace: str | None = None, all_namespaces: bool = False
@@ -400,10 +436,16 @@ class MemoryStream(StreamTransfer):
             namespace: whose (default: the stream's); ignored with ``all_namespaces``.
             all_namespaces: every namespace's, in queue order (what a drain completes first).
         """
-        self._check_open()
-        if all_namespaces:
-            return self._backend.pending(limit=n)
-        return self._backend.pending(namespace=self._ns(namespace), limit=n, newest=n is not None)
+        found: list[PendingMemory] = self._call(self._plan_pending(n, namespace, all_namespaces))
+        return found
+
+    async def apending(
+        self, n: int | None = None, *, namespace: str | None = None, all_namespaces: bool = False
+    ) -> list[PendingMemory]:
+        """Async twin of :meth:`pending`."""
+        plan = self._plan_pending(n, namespace, all_namespaces)
+        found: list[PendingMemory] = await self._acall(plan)
+        return found
 
     def complete_pending(self, items: Sequence[PendingMemory]) -> list[MemoryRecord]:
         """Embed and rate queued memories and store them under their ids.

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import json
@@ -21,7 +22,7 @@ from langchain_reflective.errors import InvalidMemoryError
 from langchain_reflective.records import MemoryRecord, utc
 from langchain_reflective.scoring import recency
 from langchain_reflective.store_codec import ITEM_METADATA_KEY, item_key, item_memory_id
-from langchain_reflective.stream_base import StreamBase, _Flow, _run
+from langchain_reflective.stream_base import StreamBase, _arun, _Flow, _run
 from langchain_reflective.validation import as_unit_vectors
 
 if TYPE_CHECKING:
@@ -79,6 +80,20 @@ class StreamTransfer(StreamBase):
         frame: pd.DataFrame = _run(dataframe_flow(self, query, namespace=namespace, now=now))
         return frame
 
+    async def ato_dataframe(
+        self,
+        query: str | None = None,
+        *,
+        namespace: str | None = None,
+        now: datetime | None = None,
+    ) -> pd.DataFrame:
+        """Async twin of :meth:`to_dataframe`: it awaits ``arecent`` and ``aretrieve`` (the
+        first use imports pandas in a worker thread)."""
+        self._check_open()
+        await asyncio.to_thread(load_pandas)
+        frame: pd.DataFrame = await _arun(dataframe_flow(self, query, namespace=namespace, now=now))
+        return frame
+
     def export_jsonl(
         self,
         path: str | os.PathLike[str],
@@ -103,6 +118,21 @@ class StreamTransfer(StreamBase):
         """
         self._check_open()
         return export_jsonl(self, path, namespaces=namespaces, include_vectors=include_vectors)
+
+    async def aexport_jsonl(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        namespaces: Iterable[str] | Literal["all"] | None = None,
+        include_vectors: bool = True,
+    ) -> int:
+        """Async twin of :meth:`export_jsonl`: the export (file writes, and the backend's
+        ``iter_records``, which has no async form) runs in a worker thread. Cancelled, it
+        still completes or fails there as the sync call would."""
+        self._check_open()
+        return await asyncio.to_thread(
+            self.export_jsonl, path, namespaces=namespaces, include_vectors=include_vectors
+        )
 
     def import_jsonl(
         self,
@@ -135,6 +165,21 @@ class StreamTransfer(StreamBase):
         """
         self._check_open()
         return import_jsonl(self, path, namespace=namespace, batch_size=batch_size)
+
+    async def aimport_jsonl(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        namespace: str | None = None,
+        batch_size: int = 256,
+    ) -> int:
+        """Async twin of :meth:`import_jsonl`: the import (the file read line by line between
+        embedding calls and writes) runs in a worker thread. Cancelled, it goes on there; the
+        batches it wrote stay, and importing again skips them."""
+        self._check_open()
+        return await asyncio.to_thread(
+            self.import_jsonl, path, namespace=namespace, batch_size=batch_size
+        )
 
 
 def load_pandas() -> Any:

@@ -73,6 +73,33 @@ async def test_stream_add_retrieve_and_complete_pending(tmp_path: Path) -> None:
     assert stream._closed
 
 
+async def test_stream_queue_files_and_table(tmp_path: Path) -> None:
+    """``aenqueue``, ``apending``, ``ato_dataframe``, ``aexport_jsonl`` and ``aimport_jsonl``:
+    the queue and the table await the backend's twins, the files are written and read in a
+    worker thread."""
+
+    def build() -> tuple[MemoryStream, MemoryStream, Path]:
+        n = len(list(tmp_path.iterdir()))
+        source = MemoryStream(WordEmbeddings(), path=tmp_path / f"t{n}.db")
+        source.add(EVENTS, importances=0.5)
+        return source, MemoryStream(WordEmbeddings(), path=tmp_path / f"u{n}.db"), tmp_path
+
+    async def run(state: tuple[MemoryStream, MemoryStream, Path]) -> None:
+        source, target, folder = state
+        await source.aenqueue(["queued for later"])
+        assert len(await source.apending()) == 1
+        assert len(await source.ato_dataframe("paper")) == 2
+        assert len(await source.ato_dataframe()) == 2
+        export = folder / f"export-{id(source)}.jsonl"
+        assert await source.aexport_jsonl(export) == 2
+        assert await target.aimport_jsonl(export) == 2
+        await source.aclose()
+        await target.aclose()
+
+    source, target, _ = await never_blocks(build, run)
+    assert source._closed and target._closed
+
+
 @pytest.mark.parametrize("background", [True, False], ids=["background", "inline"])
 async def test_reflective_memory_add_reads_its_counter_off_the_loop(
     tmp_path: Path, background: bool
