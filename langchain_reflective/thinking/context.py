@@ -22,18 +22,22 @@ same accumulated summaries. The lookups (by turn, by id, search, recall) are in 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import math
+import numbers
 import os
 import tempfile
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from langchain_reflective._llm import Flow, Op, run_async, run_sync, threaded
 from langchain_reflective.errors import InvalidMemoryError, StorageError
 from langchain_reflective.records import validate_text
+from langchain_reflective.stream import MemoryStream
 from langchain_reflective.thinking.lookups import ContextLookups, _positive_turn
 from langchain_reflective.thinking.turns import (
     _KINDS,
@@ -45,9 +49,6 @@ from langchain_reflective.thinking.turns import (
     count_text_tokens,
     summary_text,
 )
-
-if TYPE_CHECKING:
-    from langchain_reflective.stream import MemoryStream
 
 __all__ = ["ContextMemory"]  # (the values it stores: thinking/turns.py)
 
@@ -63,6 +64,14 @@ class ContextMemory(ContextLookups):
         snapshot_importance: importance stored with snapshots.
         search_min_relevance: a keyword search keeps a match only if it shares a word with the
             query (BM25 score above 0) or its meaning is at least this close (cosine).
+
+    Raises:
+        TypeError: ``stream`` is not a :class:`MemoryStream`.
+        ValueError: an importance outside [0, 1], or a ``search_min_relevance`` that is not a
+            finite number.
+
+    Every read has an async twin (``alast_turn``, ``asearch``, ``arecall``, ...) that awaits
+    the stream's async twins, and so do :meth:`record_turn` and the files.
 
     Example:
         .. code-block:: python
@@ -81,6 +90,19 @@ class ContextMemory(ContextLookups):
         snapshot_importance: float = 0.4,
         search_min_relevance: float = 0.35,
     ) -> None:
+        if not isinstance(stream, MemoryStream):
+            raise TypeError(f"stream must be a MemoryStream, got {type(stream).__name__}")
+        for name, value in (
+            ("summary_importance", summary_importance),
+            ("snapshot_importance", snapshot_importance),
+        ):
+            if not _real(value) or not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
+        if not _real(search_min_relevance) or not math.isfinite(search_min_relevance):
+            raise ValueError(
+                f"search_min_relevance must be a finite number (a cosine, e.g. 0.35), "
+                f"got {search_min_relevance!r}"
+            )
         self.stream = stream
         self.search_min_relevance = search_min_relevance
         self.summary_importance = summary_importance
@@ -339,3 +361,21 @@ class ContextMemory(ContextLookups):
         except OSError as exc:
             raise InvalidMemoryError(f"cannot read {source}: {exc}") from exc
         return self.stream.import_jsonl(source, namespace=ns)
+
+    async def aexport_jsonl(
+        self, path: str | os.PathLike[str], *, namespace: str | None = None
+    ) -> int:
+        """Async twin of :meth:`export_jsonl`: the export (file writes, and the backend's
+        ``iter_records``, which has no async form) runs in a worker thread."""
+        return await asyncio.to_thread(self.export_jsonl, path, namespace=namespace)
+
+    async def aimport_jsonl(
+        self, path: str | os.PathLike[str], *, namespace: str | None = None
+    ) -> int:
+        """Async twin of :meth:`import_jsonl`: the file's check and the stream's import run in
+        a worker thread (see ``MemoryStream.aimport_jsonl``)."""
+        return await asyncio.to_thread(self.import_jsonl, path, namespace=namespace)
+
+
+def _real(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)

@@ -30,7 +30,6 @@ from langchain_reflective._llm import (
     resolve_chat_model,
     run_async,
     run_sync,
-    threaded,
 )
 from langchain_reflective.errors import InvalidMemoryError
 from langchain_reflective.records import MAX_TEXT_CHARS, validate_text
@@ -194,12 +193,12 @@ class _Thinker:
         ns = mem.namespace(state.get("namespace"))
         turn = state.get("turn")
         if turn is None:
-            turn = yield Op(mem.next_turn, threaded(mem.next_turn), (), {"namespace": ns})
+            turn = yield Op(mem.next_turn, mem.anext_turn, (), {"namespace": ns})
         elif isinstance(turn, bool) or not isinstance(turn, int) or turn < 1:
             raise InvalidMemoryError(f"turn must be a positive integer, got {turn!r}")
         past = yield Op(
             mem.accumulated_summaries,
-            threaded(mem.accumulated_summaries),
+            mem.aaccumulated_summaries,
             (),
             {
                 "budget": self.config.summary_token_budget,
@@ -492,7 +491,7 @@ class _Thinker:
                 )
                 if not moves:
                     raise result.error
-                turn = yield Op(mem.next_turn, threaded(mem.next_turn), (), {"namespace": ns})
+                turn = yield Op(mem.next_turn, mem.anext_turn, (), {"namespace": ns})
             assert not isinstance(result, Failure)  # the loop broke on success or raised
             _, stored = result
             current = SummaryDict(**stored.to_dict())  # type: ignore[typeddict-item]

@@ -4,13 +4,14 @@ and recall over snapshots and summaries (see ``context.py`` for how turns are st
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import re
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from langchain_reflective._llm import Flow, Op, run_async, run_sync
 from langchain_reflective.errors import InvalidMemoryError
+from langchain_reflective.records import MemoryRecord
 from langchain_reflective.stream import RetrievalFilter
 from langchain_reflective.thinking.turns import (
     _KINDS,
@@ -62,22 +63,74 @@ class ContextLookups:
         """The summary id of ``turn`` in the namespace."""
         return f"sum_{_positive_turn(turn)}_{_suffix(self.namespace(namespace))}"
 
-    # -- reads -----------------------------------------------------------------------------
+    # -- reads ---------------------------------------------------------------------------
+    #
+    # Each read is written once, as a flow (``_llm.Flow``) of the stream's calls; the sync
+    # method runs it with the stream's methods, its async twin awaits their ``a*`` twins.
+
+    def _get(self, ids: Sequence[str], namespace: str) -> Op[list[MemoryRecord]]:
+        st = self.stream
+        return Op(st.get, st.aget, (ids,), {"namespace": namespace})
+
+    def _recent(self, n: int | None, namespace: str, kind: str) -> Op[list[MemoryRecord]]:
+        st = self.stream
+        return Op(st.recent, st.arecent, (n,), {"namespace": namespace, "kinds": [kind]})
+
+    def _last_turn_flow(self, namespace: str | None) -> Flow[int]:
+        newest = yield self._recent(1, self.namespace(namespace), SNAPSHOT_KIND)
+        return int(newest[0].metadata.get("turn", 0)) if newest else 0
 
     def last_turn(self, *, namespace: str | None = None) -> int:
         """The newest stored turn number of the namespace (0 when none)."""
-        ns = self.namespace(namespace)
-        newest = self.stream.recent(1, namespace=ns, kinds=[SNAPSHOT_KIND])
-        return int(newest[0].metadata.get("turn", 0)) if newest else 0
+        return run_sync(self._last_turn_flow(namespace))
+
+    async def alast_turn(self, *, namespace: str | None = None) -> int:
+        """Async twin of :meth:`last_turn`."""
+        return await run_async(self._last_turn_flow(namespace))
+
+    def _next_turn_flow(self, namespace: str | None) -> Flow[int]:
+        return (yield from self._last_turn_flow(namespace)) + 1
 
     def next_turn(self, *, namespace: str | None = None) -> int:
         """The number the next turn gets (``last_turn + 1``): a reopened file resumes here."""
-        return self.last_turn(namespace=namespace) + 1
+        return run_sync(self._next_turn_flow(namespace))
+
+    async def anext_turn(self, *, namespace: str | None = None) -> int:
+        """Async twin of :meth:`next_turn`."""
+        return await run_async(self._next_turn_flow(namespace))
+
+    def _context_by_turn_flow(
+        self, turn: int, namespace: str | None
+    ) -> Flow[ContextSnapshot | None]:
+        found = yield from self._contexts_by_turn_flow([turn], namespace)
+        return found[0] if found else None
 
     def context_by_turn(self, turn: int, *, namespace: str | None = None) -> ContextSnapshot | None:
         """The snapshot of ``turn`` (``None`` when not stored)."""
-        found = self.contexts_by_turn([turn], namespace=namespace)
-        return found[0] if found else None
+        return run_sync(self._context_by_turn_flow(turn, namespace))
+
+    async def acontext_by_turn(
+        self, turn: int, *, namespace: str | None = None
+    ) -> ContextSnapshot | None:
+        """Async twin of :meth:`context_by_turn`."""
+        return await run_async(self._context_by_turn_flow(turn, namespace))
+
+    def _contexts_by_turn_flow(
+        self, turns: Iterable[int], namespace: str | None
+    ) -> Flow[list[ContextSnapshot]]:
+        ns = self.namespace(namespace)
+        wanted = list(dict.fromkeys(_positive_turn(t) for t in turns))
+        ids = [self.context_id(t, namespace=ns) for t in wanted]
+        by_id = {r.id: r for r in (yield self._get(ids, ns)) if r.kind == SNAPSHOT_KIND}
+        found = {
+            t: by_id[cid] for t in wanted if (cid := self.context_id(t, namespace=ns)) in by_id
+        }
+        if len(found) < len(wanted):
+            for record in (yield self._recent(None, ns, SNAPSHOT_KIND)):
+                turn = record.metadata.get("turn")
+                if turn in wanted and turn not in found:
+                    found[turn] = record
+        return [ContextSnapshot.from_record(found[t]) for t in wanted if t in found]
 
     def contexts_by_turn(
         self, turns: Iterable[int], *, namespace: str | None = None
@@ -86,64 +139,106 @@ class ContextLookups:
 
         One indexed read by id; records imported under another namespace (whose ids carry the
         old namespace's hash) are found by their ``turn`` metadata instead.
+
+        Raises:
+            InvalidMemoryError: a turn that is not a positive integer, or a bad namespace.
         """
+        return run_sync(self._contexts_by_turn_flow(turns, namespace))
+
+    async def acontexts_by_turn(
+        self, turns: Iterable[int], *, namespace: str | None = None
+    ) -> list[ContextSnapshot]:
+        """Async twin of :meth:`contexts_by_turn`."""
+        return await run_async(self._contexts_by_turn_flow(turns, namespace))
+
+    def _contexts_by_id_flow(
+        self, ids: Iterable[str], namespace: str | None
+    ) -> Flow[list[ContextSnapshot]]:
         ns = self.namespace(namespace)
-        wanted = list(dict.fromkeys(_positive_turn(t) for t in turns))
-        by_id = {
-            r.id: r
-            for r in self.stream.get(
-                [self.context_id(t, namespace=ns) for t in wanted], namespace=ns
-            )
-            if r.kind == SNAPSHOT_KIND
-        }
-        found = {
-            t: by_id[cid] for t in wanted if (cid := self.context_id(t, namespace=ns)) in by_id
-        }
-        if len(found) < len(wanted):
-            for record in self.stream.recent(None, namespace=ns, kinds=[SNAPSHOT_KIND]):
-                turn = record.metadata.get("turn")
-                if turn in wanted and turn not in found:
-                    found[turn] = record
-        return [ContextSnapshot.from_record(found[t]) for t in wanted if t in found]
+        wanted = list(dict.fromkeys(str(i) for i in ids))
+        records = [r for r in (yield self._get(wanted, ns)) if r.kind in _KINDS]
+        snapshot_ids = [
+            r.id if r.kind == SNAPSHOT_KIND else ContextSummary.from_record(r).context_id
+            for r in records
+        ]
+        return (yield from self._snapshots_flow(snapshot_ids, ns))
 
     def contexts_by_id(
         self, ids: Iterable[str], *, namespace: str | None = None
     ) -> list[ContextSnapshot]:
         """Snapshots with these context ids (a summary id gives its snapshot), in order."""
-        ns = self.namespace(namespace)
-        wanted = list(dict.fromkeys(str(i) for i in ids))
-        records = [r for r in self.stream.get(wanted, namespace=ns) if r.kind in _KINDS]
-        snapshot_ids = [
-            r.id if r.kind == SNAPSHOT_KIND else ContextSummary.from_record(r).context_id
-            for r in records
-        ]
-        return self._snapshots(snapshot_ids, ns)
+        return run_sync(self._contexts_by_id_flow(ids, namespace))
 
-    def _snapshots(self, ids: Sequence[str], namespace: str) -> list[ContextSnapshot]:
+    async def acontexts_by_id(
+        self, ids: Iterable[str], *, namespace: str | None = None
+    ) -> list[ContextSnapshot]:
+        """Async twin of :meth:`contexts_by_id`."""
+        return await run_async(self._contexts_by_id_flow(ids, namespace))
+
+    def _snapshots_flow(self, ids: Sequence[str], namespace: str) -> Flow[list[ContextSnapshot]]:
         unique = list(dict.fromkeys(ids))
-        by_id = {
-            r.id: r for r in self.stream.get(unique, namespace=namespace) if r.kind == SNAPSHOT_KIND
-        }
+        found = yield self._get(unique, namespace)
+        by_id = {r.id: r for r in found if r.kind == SNAPSHOT_KIND}
         return [ContextSnapshot.from_record(by_id[i]) for i in unique if i in by_id]
 
-    def summary_by_turn(self, turn: int, *, namespace: str | None = None) -> ContextSummary | None:
-        """The summary of ``turn`` (``None`` when not stored)."""
+    def _summary_by_turn_flow(
+        self, turn: int, namespace: str | None
+    ) -> Flow[ContextSummary | None]:
         ns = self.namespace(namespace)
-        found = self.stream.get(self.summary_id(turn, namespace=ns), namespace=ns)
+        found = yield self._get([self.summary_id(turn, namespace=ns)], ns)
         if found and found[0].kind == SUMMARY_KIND:
             return ContextSummary.from_record(found[0])
-        for record in self.stream.recent(None, namespace=ns, kinds=[SUMMARY_KIND]):
+        for record in (yield self._recent(None, ns, SUMMARY_KIND)):
             if record.metadata.get("turn") == turn:
                 return ContextSummary.from_record(record)
         return None
+
+    def summary_by_turn(self, turn: int, *, namespace: str | None = None) -> ContextSummary | None:
+        """The summary of ``turn`` (``None`` when not stored)."""
+        return run_sync(self._summary_by_turn_flow(turn, namespace))
+
+    async def asummary_by_turn(
+        self, turn: int, *, namespace: str | None = None
+    ) -> ContextSummary | None:
+        """Async twin of :meth:`summary_by_turn`."""
+        return await run_async(self._summary_by_turn_flow(turn, namespace))
+
+    def _recent_summaries_flow(
+        self, n: int | None, namespace: str | None
+    ) -> Flow[list[ContextSummary]]:
+        records = yield self._recent(n, self.namespace(namespace), SUMMARY_KIND)
+        return [ContextSummary.from_record(r) for r in records]
 
     def recent_summaries(
         self, n: int | None = None, *, namespace: str | None = None
     ) -> list[ContextSummary]:
         """The newest ``n`` summaries (all when ``None``), oldest first."""
-        ns = self.namespace(namespace)
-        records = self.stream.recent(n, namespace=ns, kinds=[SUMMARY_KIND])
-        return [ContextSummary.from_record(r) for r in records]
+        return run_sync(self._recent_summaries_flow(n, namespace))
+
+    async def arecent_summaries(
+        self, n: int | None = None, *, namespace: str | None = None
+    ) -> list[ContextSummary]:
+        """Async twin of :meth:`recent_summaries`."""
+        return await run_async(self._recent_summaries_flow(n, namespace))
+
+    def _accumulated_flow(
+        self, budget: int | None, max_summaries: int, namespace: str | None
+    ) -> Flow[list[ContextSummary]]:
+        if budget is not None and budget < 0:
+            raise InvalidMemoryError(f"budget must be >= 0 or None, got {budget!r}")
+        newest_first = list(
+            reversed((yield from self._recent_summaries_flow(max_summaries, namespace)))
+        )
+        chosen: list[ContextSummary] = []
+        left = budget
+        for summ in newest_first:
+            cost = count_text_tokens(f"[Turn {summ.turn}] {summ.text}")
+            if left is not None:
+                if cost > left:
+                    break  # keep the injected summaries contiguous: the newest turns
+                left -= cost
+            chosen.append(summ)
+        return list(reversed(chosen))
 
     def accumulated_summaries(
         self,
@@ -159,20 +254,49 @@ class ContextLookups:
             budget: tokens the summaries may take (``None``: no limit).
             max_summaries: at most this many newest summaries are considered.
             namespace: whose summaries.
+
+        Raises:
+            InvalidMemoryError: a negative budget, or a bad ``max_summaries`` or namespace.
         """
-        if budget is not None and budget < 0:
-            raise InvalidMemoryError(f"budget must be >= 0 or None, got {budget!r}")
-        newest_first = list(reversed(self.recent_summaries(max_summaries, namespace=namespace)))
-        chosen: list[ContextSummary] = []
-        left = budget
-        for summ in newest_first:
-            cost = count_text_tokens(f"[Turn {summ.turn}] {summ.text}")
-            if left is not None:
-                if cost > left:
-                    break  # keep the injected summaries contiguous: the newest turns
-                left -= cost
-            chosen.append(summ)
-        return list(reversed(chosen))
+        return run_sync(self._accumulated_flow(budget, max_summaries, namespace))
+
+    async def aaccumulated_summaries(
+        self,
+        *,
+        budget: int | None = 2_000,
+        max_summaries: int = 200,
+        namespace: str | None = None,
+    ) -> list[ContextSummary]:
+        """Async twin of :meth:`accumulated_summaries`."""
+        return await run_async(self._accumulated_flow(budget, max_summaries, namespace))
+
+    def _search_flow(
+        self, keywords: str | Sequence[str], k: int, namespace: str | None
+    ) -> Flow[list[ContextSnapshot]]:
+        query = keywords if isinstance(keywords, str) else " ".join(str(w) for w in keywords)
+        if not query.strip():
+            raise InvalidMemoryError("search needs at least one non-empty keyword")
+        ns = self.namespace(namespace)
+        st = self.stream
+        retrieve = {
+            "k": max(2 * k, k + 2),
+            "filter": RetrievalFilter(kinds=_KINDS),
+            "namespace": ns,
+        }
+        hits = yield Op(st.retrieve, st.aretrieve, (query,), retrieve)
+        order: list[str] = []
+        for hit in hits:
+            if hit.lexical <= 0 and hit.relevance < self.search_min_relevance:
+                continue
+            record = hit.record
+            cid = (
+                record.id
+                if record.kind == SNAPSHOT_KIND
+                else ContextSummary.from_record(record).context_id
+            )
+            if cid and cid not in order:
+                order.append(cid)
+        return (yield from self._snapshots_flow(order, ns))[:k]
 
     def search(
         self,
@@ -187,15 +311,11 @@ class ContextLookups:
         summaries; a matching summary stands for its snapshot, each snapshot counted once.
         Records that share no word with the query and are not close in meaning
         (``search_min_relevance``) are not matches, however recent or important.
+
+        Raises:
+            InvalidMemoryError: no non-empty keyword, a bad ``k`` or namespace.
         """
-        query = keywords if isinstance(keywords, str) else " ".join(str(w) for w in keywords)
-        if not query.strip():
-            raise InvalidMemoryError("search needs at least one non-empty keyword")
-        ns = self.namespace(namespace)
-        hits = self.stream.retrieve(
-            query, k=max(2 * k, k + 2), filter=RetrievalFilter(kinds=_KINDS), namespace=ns
-        )
-        return self._ranked(hits, k, ns)
+        return run_sync(self._search_flow(keywords, k, namespace))
 
     async def asearch(
         self,
@@ -205,29 +325,37 @@ class ContextLookups:
         namespace: str | None = None,
     ) -> list[ContextSnapshot]:
         """Async twin of :meth:`search`."""
-        query = keywords if isinstance(keywords, str) else " ".join(str(w) for w in keywords)
-        if not query.strip():
-            raise InvalidMemoryError("search needs at least one non-empty keyword")
-        ns = self.namespace(namespace)
-        hits = await self.stream.aretrieve(
-            query, k=max(2 * k, k + 2), filter=RetrievalFilter(kinds=_KINDS), namespace=ns
-        )
-        return await asyncio.to_thread(self._ranked, hits, k, ns)
+        return await run_async(self._search_flow(keywords, k, namespace))
 
-    def _ranked(self, hits: Sequence[Any], k: int, namespace: str) -> list[ContextSnapshot]:
-        order: list[str] = []
-        for hit in hits:
-            if hit.lexical <= 0 and hit.relevance < self.search_min_relevance:
-                continue
-            record = hit.record
-            cid = (
-                record.id
-                if record.kind == SNAPSHOT_KIND
-                else ContextSummary.from_record(record).context_id
-            )
-            if cid and cid not in order:
-                order.append(cid)
-        return self._snapshots(order, namespace)[:k]
+    def _recall_flow(
+        self,
+        turn_numbers: Sequence[int],
+        context_ids: Sequence[str],
+        keywords: Sequence[str],
+        limit: int,
+        namespace: str | None,
+    ) -> Flow[RecallResult]:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidMemoryError(f"limit must be a positive integer, got {limit!r}")
+        ns = self.namespace(namespace)
+        found: list[ContextSnapshot] = []
+        missing: list[str] = []
+        if turn_numbers:
+            by_turn = yield from self._contexts_by_turn_flow(turn_numbers, ns)
+            have = {s.turn for s in by_turn}
+            missing += [f"turn {t}" for t in turn_numbers if t not in have]
+            found += by_turn
+        if context_ids:
+            by_id = yield from self._contexts_by_id_flow(context_ids, ns)
+            have_ids = {s.id for s in by_id}
+            missing += [
+                f"id {i}" for i in context_ids if i not in have_ids and not _summary_of(i, by_id)
+            ]
+            found += by_id
+        words = [w for w in (str(x).strip() for x in keywords) if w]
+        if words and len(_unique(found)) < limit:
+            found += yield from self._search_flow(words, limit, ns)
+        return RecallResult(_unique(found)[:limit], missing)
 
     def recall(
         self,
@@ -244,27 +372,7 @@ class ContextLookups:
         Raises:
             InvalidMemoryError: a bad turn number, limit or namespace.
         """
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise InvalidMemoryError(f"limit must be a positive integer, got {limit!r}")
-        ns = self.namespace(namespace)
-        found: list[ContextSnapshot] = []
-        missing: list[str] = []
-        if turn_numbers:
-            by_turn = self.contexts_by_turn(turn_numbers, namespace=ns)
-            have = {s.turn for s in by_turn}
-            missing += [f"turn {t}" for t in turn_numbers if t not in have]
-            found += by_turn
-        if context_ids:
-            by_id = self.contexts_by_id(context_ids, namespace=ns)
-            have_ids = {s.id for s in by_id}
-            missing += [
-                f"id {i}" for i in context_ids if i not in have_ids and not _summary_of(i, by_id)
-            ]
-            found += by_id
-        words = [w for w in (str(x).strip() for x in keywords) if w]
-        if words and len(_unique(found)) < limit:
-            found += self.search(words, k=limit, namespace=ns)
-        return RecallResult(_unique(found)[:limit], missing)
+        return run_sync(self._recall_flow(turn_numbers, context_ids, keywords, limit, namespace))
 
     async def arecall(
         self,
@@ -275,19 +383,9 @@ class ContextLookups:
         limit: int = 3,
         namespace: str | None = None,
     ) -> RecallResult:
-        """Async twin of :meth:`recall` (the keyword search embeds its query asynchronously)."""
-        words = [w for w in (str(x).strip() for x in keywords) if w]
-        result = await asyncio.to_thread(
-            self.recall,
-            turn_numbers=turn_numbers,
-            context_ids=context_ids,
-            limit=limit,
-            namespace=namespace,
-        )
-        if not words or len(result.snapshots) >= limit:
-            return result
-        more = await self.asearch(words, k=limit, namespace=namespace)
-        return RecallResult(_unique([*result.snapshots, *more])[:limit], result.missing)
+        """Async twin of :meth:`recall`."""
+        flow = self._recall_flow(turn_numbers, context_ids, keywords, limit, namespace)
+        return await run_async(flow)
 
 
 def _unique(snapshots: Iterable[ContextSnapshot]) -> list[ContextSnapshot]:
