@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "DimensionMismatchError",
     "EmbeddingError",
+    "ExportError",
     "ForeignFileError",
     "ImportanceError",
     "InvalidFilterError",
@@ -55,6 +56,34 @@ class ForeignFileError(StorageError):
 
 class SchemaVersionError(StorageError):
     """The file was written by a newer, incompatible version of langchain-reflective."""
+
+
+class ExportError(StorageError, OSError):
+    """An export file could not be written (a full disk, a folder this process cannot write,
+    a missing folder, ...). The message names the file and says what to do; no partial file
+    is left, and an earlier file at that path is unchanged.
+
+    It is an ``OSError`` too, so code that catches ``OSError`` around an export keeps
+    working: ``errno`` and ``strerror`` are the failed call's (e.g. ``errno.ENOSPC``) and
+    ``filename`` is the export's path. It is not one of ``OSError``'s subclasses (e.g. a
+    ``PermissionError``): compare ``errno`` instead.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        errno: int | None = None,
+        strerror: str | None = None,
+        filename: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.errno = errno
+        self.strerror = strerror
+        self.filename = filename
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""  # not OSError's "[Errno n] ..." form
 
 
 class ImportanceError(ReflectiveError):

@@ -6,19 +6,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 import numpy as np
 
-from langchain_reflective.errors import InvalidMemoryError
+from langchain_reflective.errors import ExportError, InvalidMemoryError
 from langchain_reflective.records import MemoryRecord, utc
 from langchain_reflective.scoring import recency
 from langchain_reflective.store_codec import ITEM_METADATA_KEY, item_key, item_memory_id
@@ -113,8 +115,13 @@ class StreamTransfer(StreamBase):
         Returns:
             The number of records written.
 
-        The file is written as ``<path>.<random>.tmp`` and renamed when complete; a failed
-        export removes it and leaves any earlier ``path`` untouched.
+        Raises:
+            ExportError: the file could not be written (e.g. the disk is full): the message
+                names ``path`` and says what to do. It is also an ``OSError`` (with the
+                failed call's ``errno``), so ``except OSError`` still catches it.
+
+        The file is written as ``<path>.<random>.tmp``, flushed to disk and renamed when
+        complete; a failed export removes it and leaves any earlier ``path`` untouched.
         """
         self._check_open()
         return export_jsonl(self, path, namespaces=namespaces, include_vectors=include_vectors)
@@ -247,8 +254,14 @@ def export_jsonl(
     *,
     namespaces: Iterable[str] | Literal["all"] | None,
     include_vectors: bool,
+    kinds: Collection[str] | None = None,
 ) -> int:
-    """See :meth:`MemoryStream.export_jsonl`."""
+    """See :meth:`MemoryStream.export_jsonl`; ``kinds``: only memories of these kinds (the
+    header is the same).
+
+    Raises:
+        ExportError: the file could not be written (see :func:`_write_export`).
+    """
     backend = stream.backend
     if namespaces is None:
         ns_list = [stream.namespace]
@@ -256,34 +269,98 @@ def export_jsonl(
         ns_list = backend.namespaces()
     else:
         ns_list = [stream.resolve_namespace(n) for n in namespaces]
-    target = Path(path)
+    header = {
+        "format": JSONL_FORMAT,
+        "version": 1,
+        "embedding_model": backend.embedding_model,
+        "dimension": backend.dimension,
+    }
+    count = 0
+
+    def chunks() -> Iterator[str]:  # one per batch the backend reads
+        nonlocal count
+        yield json.dumps(header) + "\n"
+        for ns in ns_list:
+            for batch in backend.iter_records(ns, with_vectors=include_vectors):
+                lines = []
+                for i, r in enumerate(batch.records):
+                    if kinds is not None and r.kind not in kinds:
+                        continue
+                    line = r.to_dict()
+                    if batch.vectors is not None:
+                        line["vector"] = [float(x) for x in batch.vectors[i]]
+                    lines.append(_json_line(line) + "\n")
+                count += len(lines)
+                yield "".join(lines)
+
+    _write_export(Path(path), chunks())
+    return count
+
+
+def _write_export(target: Path, chunks: Iterable[str]) -> None:
+    """Write ``chunks`` to ``target`` whole or not at all: into ``<target>.<random>.tmp``,
+    flushed to disk, then renamed over ``target``. A failure removes the temporary file and
+    leaves an earlier ``target`` untouched.
+
+    Raises:
+        ExportError: a file operation failed (creating, writing, syncing, renaming); the
+            message names ``target`` and says what to do. What ``chunks`` raises (the
+            backend's reads) passes as it is.
+    """
     # a name of its own (mode 0600): two exports to one path at once must not write into the
     # same temporary file (the later one truncated the earlier one's, which then renamed it)
-    fd, tmp_name = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
-    tmp = Path(tmp_name)
-    count = 0
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            header = {
-                "format": JSONL_FORMAT,
-                "version": 1,
-                "embedding_model": backend.embedding_model,
-                "dimension": backend.dimension,
-            }
-            fh.write(json.dumps(header) + "\n")
-            for ns in ns_list:
-                for batch in backend.iter_records(ns, with_vectors=include_vectors):
-                    for i, r in enumerate(batch.records):
-                        line = r.to_dict()
-                        if batch.vectors is not None:
-                            line["vector"] = [float(x) for x in batch.vectors[i]]
-                        fh.write(_json_line(line) + "\n")
-                        count += 1
-        os.replace(tmp, target)
+        fd, tmp_name = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise _export_error(target, exc) from exc
+    tmp = Path(tmp_name)
+    fh: TextIO | None = None
+    try:
+        fh = os.fdopen(fd, "w", encoding="utf-8")
+        for chunk in chunks:
+            try:
+                fh.write(chunk)
+            except OSError as exc:
+                raise _export_error(target, exc) from exc
+        try:  # a full disk may only tell at the flush, the sync or the close
+            fh.flush()
+            os.fsync(fh.fileno())
+            fh.close()
+            os.replace(tmp, target)
+        except OSError as exc:
+            raise _export_error(target, exc) from exc
     except BaseException:  # a failed export leaves no partial file behind
+        if fh is not None:
+            with contextlib.suppress(OSError):  # the buffer cannot be written either
+                fh.close()
+        else:
+            os.close(fd)
         tmp.unlink(missing_ok=True)
         raise
-    return count
+
+
+def _export_error(target: Path, exc: OSError) -> ExportError:
+    """``exc`` (a failed file operation of an export to ``target``) as an :class:`ExportError`
+    naming ``target``, with what to do when the cause is known."""
+    folder = target.absolute().parent
+    code = exc.errno
+    if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        hint = f"the disk holding {folder} is full: free space or export to another disk"
+    elif code in (errno.EACCES, errno.EPERM, errno.EROFS):
+        hint = f"this process cannot write in {folder}: export to a folder it can write"
+    elif code == errno.ENOENT:
+        hint = f"the folder {folder} does not exist: create it or export elsewhere"
+    elif code == errno.EISDIR:
+        hint = f"{target} is a directory: give a file path"
+    else:
+        hint = "check the disk and the path, then retry"
+    return ExportError(
+        f"cannot write the export {target}: {exc.strerror or exc} ({hint}; no partial file "
+        "was left, and an earlier file at that path is unchanged)",
+        errno=code,
+        strerror=exc.strerror,
+        filename=str(target),
+    )
 
 
 def _json_line(line: dict[str, Any]) -> str:

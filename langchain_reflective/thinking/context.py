@@ -28,7 +28,6 @@ import logging
 import math
 import numbers
 import os
-import tempfile
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -49,6 +48,7 @@ from langchain_reflective.thinking.turns import (
     count_text_tokens,
     summary_text,
 )
+from langchain_reflective.transfer import export_jsonl
 
 __all__ = ["ContextMemory"]  # (the values it stores: thinking/turns.py)
 
@@ -308,29 +308,19 @@ class ContextMemory(ContextLookups):
 
     def export_jsonl(self, path: str | os.PathLike[str], *, namespace: str | None = None) -> int:
         """Write this namespace's snapshots and summaries (with their vectors) as JSON lines in
-        the stream's export format; other memories of the namespace are left out.
+        the stream's export format; other memories of the namespace are left out. Written
+        whole or not at all, as ``MemoryStream.export_jsonl`` writes.
 
         Returns:
             The number of records written.
+
+        Raises:
+            ExportError: the file could not be written (e.g. the disk is full); also an
+                ``OSError``.
         """
         ns = self.namespace(namespace)
-        target = Path(path)
-        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-            everything = Path(tmp) / "all.jsonl"
-            self.stream.export_jsonl(everything, namespaces=[ns])
-            kept = 0
-            filtered = Path(tmp) / "kept.jsonl"
-            with (
-                everything.open(encoding="utf-8") as src,
-                filtered.open("w", encoding="utf-8") as dst,
-            ):
-                dst.write(src.readline())  # the header
-                for line in src:
-                    if line.strip() and json.loads(line).get("kind") in _KINDS:
-                        dst.write(line)
-                        kept += 1
-            os.replace(filtered, target)
-        return kept
+        self.stream._check_open()
+        return export_jsonl(self.stream, path, namespaces=[ns], include_vectors=True, kinds=_KINDS)
 
     def import_jsonl(self, path: str | os.PathLike[str], *, namespace: str | None = None) -> int:
         """Import a file written by :meth:`export_jsonl` into a namespace (default: the
