@@ -37,7 +37,7 @@ from langchain_reflective.importance import BaseImportanceScorer, HeuristicImpor
 from langchain_reflective.records import (
     MemoryRecord,
     ScoredMemory,
-    check_encodable,
+    check_identifier,
     utc,
 )
 from langchain_reflective.scoring import ScoringConfig, score_candidates, top_k
@@ -91,6 +91,19 @@ class MemoryStream(StreamTransfer):
             ``exact_limit``.
         ann_nprobe: SQLite shortcut only: IVF lists searched above ``exact_limit``.
 
+    Raises:
+        TypeError: ``embeddings``, ``backend``, ``scoring``, ``importance_scorer`` or
+            ``embedding_model`` of the wrong type.
+        ValueError: both ``backend`` and ``path``/``store``; or, with the SQLite shortcut, a
+            bad ``exact_limit``, ``ann_candidates`` or ``ann_nprobe``.
+        InvalidMemoryError: an empty namespace, or a namespace or ``embedding_model`` that
+            cannot be stored (a NUL character, a lone surrogate).
+        EmbeddingError: the memories were written with another embedding model (the
+            message says how to reopen them if it is the same model under another name).
+        StorageError: the memory file cannot be opened or created (with the SQLite shortcut:
+            ``ForeignFileError`` for a file that is not a memory file, ``SchemaVersionError``
+            for one written by a newer version).
+
     Example:
         .. code-block:: python
 
@@ -126,9 +139,18 @@ class MemoryStream(StreamTransfer):
             raise TypeError(f"backend must be a BaseMemoryBackend, got {type(backend).__name__}")
         if backend is not None and (path is not None or store is not None):
             raise ValueError("pass either backend= or path=/store=, not both")
+        for name, value, kind in (
+            ("scoring", scoring, ScoringConfig),
+            ("importance_scorer", importance_scorer, BaseImportanceScorer),
+            ("embedding_model", embedding_model, str),
+        ):
+            if value is not None and not isinstance(value, kind):
+                raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
         if not isinstance(namespace, str) or not namespace:
             raise InvalidMemoryError("namespace must be a non-empty string")
-        self.namespace = check_encodable(namespace, "namespace")
+        self.namespace = check_identifier(namespace, "namespace")
+        if embedding_model:
+            check_identifier(embedding_model, "embedding_model")
         self.embeddings = embeddings
         self.scoring = scoring or ScoringConfig.hybrid()
         self.importance_scorer: BaseImportanceScorer = (
