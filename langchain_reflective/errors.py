@@ -6,6 +6,8 @@ catch one base class. Each message says what went wrong and what to do about it.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "DimensionMismatchError",
     "EmbeddingError",
@@ -84,6 +86,10 @@ class ExportError(StorageError, OSError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""  # not OSError's "[Errno n] ..." form
+
+    def __reduce__(self) -> tuple[Any, ...]:  # a copy keeps errno, strerror and filename
+        state = {"errno": self.errno, "strerror": self.strerror, "filename": self.filename}
+        return type(self), self.args, state
 
 
 class ImportanceError(ReflectiveError):

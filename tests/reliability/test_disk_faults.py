@@ -9,6 +9,7 @@ a 2 MB tmpfs and as an unprivileged user (docs/reliability.md, "Disk full and pe
 
 from __future__ import annotations
 
+import copy
 import errno
 import os
 import sqlite3
@@ -172,6 +173,8 @@ def _export_refused(error: ExportError, out: Path, code: int = errno.ENOSPC) -> 
     assert ".tmp" not in message and "Errno" not in message
     assert "no partial file was left" in message
     assert isinstance(error.__cause__, OSError) and error.__cause__.errno == code
+    copied = copy.copy(error)  # e.g. an error sent back from a worker process
+    assert (str(copied), copied.errno, copied.filename) == (message, code, str(out))
 
 
 @pytest.mark.parametrize("fail", ["write", "fsync", "replace"])
