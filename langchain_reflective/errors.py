@@ -6,9 +6,12 @@ catch one base class. Each message says what went wrong and what to do about it.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "DimensionMismatchError",
     "EmbeddingError",
+    "ExportError",
     "ForeignFileError",
     "ImportanceError",
     "InvalidFilterError",
@@ -62,6 +65,38 @@ class ForeignFileError(StorageError):
 
 class SchemaVersionError(StorageError):
     """The file was written by a newer, incompatible version of langchain-reflective."""
+
+
+class ExportError(StorageError, OSError):
+    """An export file could not be written (a full disk, a folder this process cannot write,
+    a missing folder, ...). The message names the file and says what to do; no partial file
+    is left, and an earlier file at that path is unchanged.
+
+    It is an ``OSError`` too, so code that catches ``OSError`` around an export keeps
+    working: ``errno`` and ``strerror`` are the failed call's (e.g. ``errno.ENOSPC``) and
+    ``filename`` is the export's path. It is not one of ``OSError``'s subclasses (e.g. a
+    ``PermissionError``): compare ``errno`` instead.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        errno: int | None = None,
+        strerror: str | None = None,
+        filename: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.errno = errno
+        self.strerror = strerror
+        self.filename = filename
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""  # not OSError's "[Errno n] ..." form
+
+    def __reduce__(self) -> tuple[Any, ...]:  # a copy keeps errno, strerror and filename
+        state = {"errno": self.errno, "strerror": self.strerror, "filename": self.filename}
+        return type(self), self.args, state
 
 
 class ImportanceError(ReflectiveError):

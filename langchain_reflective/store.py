@@ -254,6 +254,10 @@ class ReflectiveStore(BaseStore):
             retrieval adds half of a neighbour's relevance (``ScoringConfig.hybrid``), so an
             unrelated item put right after a relevant one would be pulled up.
 
+    Raises:
+        TypeError: ``stream`` is not a :class:`MemoryStream`.
+        ValueError: ``fields`` is not a list of non-empty field paths, or ``kind`` is empty.
+
     Example:
         .. code-block:: python
 

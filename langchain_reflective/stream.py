@@ -5,19 +5,22 @@
 the query -> ``backend.candidates`` -> pure scoring (:mod:`langchain_reflective.scoring`, the
 clock passed in) -> top ``k`` -> ``backend.touch`` (one write that also reads the hits back).
 
-Each flow is written once, as a generator that yields the calls it needs (:class:`_Call`); the
-sync methods run those calls directly and the async twins await their ``a*`` twins. Where the
+Each flow is written once, as a generator that yields the calls it needs (``_Call``); the
+sync methods run those calls directly and the async twins await their ``a*`` twins (the
+drivers, ``_run`` and ``_arun``, are in :mod:`langchain_reflective.stream_base`). Where the
 memories live and how candidates are found is the backend's business
-(:class:`~langchain_reflective.backends.base.BaseMemoryBackend`; SQLite by default).
+(:class:`~langchain_reflective.backends.base.BaseMemoryBackend`; SQLite by default). The
+stream's reads and deletes come from :class:`~langchain_reflective.stream_base.StreamBase`, its
+exports, imports and DataFrame view from :class:`~langchain_reflective.transfer.StreamTransfer`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
@@ -34,16 +37,19 @@ from langchain_reflective.importance import BaseImportanceScorer, HeuristicImpor
 from langchain_reflective.records import (
     MemoryRecord,
     ScoredMemory,
-    check_encodable,
+    check_identifier,
     utc,
 )
 from langchain_reflective.scoring import ScoringConfig, score_candidates, top_k
-from langchain_reflective.stream_base import StreamBase
+from langchain_reflective.stream_base import _arun, _BackendCall, _Flow, _run
+from langchain_reflective.transfer import StreamTransfer
 from langchain_reflective.validation import (
     AddPlan,
     as_unit_vectors,
+    check_query,
     embedding_identity,
     evidence_depths,
+    pending_items,
     plan_add,
     plan_counter,
     plan_pending,
@@ -51,8 +57,6 @@ from langchain_reflective.validation import (
 )
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from langchain_reflective.backends.sqlite import BaseRecordStore
 
 __all__ = ["MemoryStream", "RetrievalFilter", "ScoredMemory", "embedding_identity"]
@@ -61,40 +65,7 @@ DEFAULT_EXACT_LIMIT = 20_000
 """The SQLite shortcut's default ``exact_limit`` (see :class:`SQLiteBackend`)."""
 
 
-_Call = tuple[Any, str, tuple[Any, ...], Mapping[str, Any] | None]
-"""One call a flow needs: ``(target, name, args, kwargs)`` for ``target.name(*args, **kwargs)``
-(``a<name>`` when async). A plain tuple: a flow yields one per step of every add and
-retrieval, and a ``NamedTuple``'s constructor is a Python-level call."""
-
-_Flow = Generator[_Call, Any, Any]
-
-
-def _run(flow: _Flow) -> Any:
-    """Drive a flow with sync calls."""
-    send = flow.send
-    try:
-        target, name, args, kwargs = next(flow)
-        while True:
-            method = getattr(target, name)
-            result = method(*args, **kwargs) if kwargs else method(*args)
-            target, name, args, kwargs = send(result)
-    except StopIteration as done:
-        return done.value
-
-
-async def _arun(flow: _Flow) -> Any:
-    """Drive a flow with the async twins of the same calls."""
-    try:
-        call = next(flow)
-        while True:
-            target, name, args, kwargs = call
-            result = await getattr(target, "a" + name)(*args, **(kwargs or {}))
-            call = flow.send(result)
-    except StopIteration as done:
-        return done.value
-
-
-class MemoryStream(StreamBase):
+class MemoryStream(StreamTransfer):
     """A durable memory stream with Generative-Agents retrieval.
 
     Args:
@@ -119,6 +90,19 @@ class MemoryStream(StreamBase):
         ann_candidates: SQLite shortcut only: dense and lexical candidates gathered above
             ``exact_limit``.
         ann_nprobe: SQLite shortcut only: IVF lists searched above ``exact_limit``.
+
+    Raises:
+        TypeError: ``embeddings``, ``backend``, ``scoring``, ``importance_scorer`` or
+            ``embedding_model`` of the wrong type.
+        ValueError: both ``backend`` and ``path``/``store``; or, with the SQLite shortcut, a
+            bad ``exact_limit``, ``ann_candidates`` or ``ann_nprobe``.
+        InvalidMemoryError: an empty namespace, or a namespace or ``embedding_model`` that
+            cannot be stored (a NUL character, a lone surrogate).
+        EmbeddingError: the memories were written with another embedding model (the
+            message says how to reopen them if it is the same model under another name).
+        StorageError: the memory file cannot be opened or created (with the SQLite shortcut:
+            ``ForeignFileError`` for a file that is not a memory file, ``SchemaVersionError``
+            for one written by a newer version).
 
     Example:
         .. code-block:: python
@@ -155,9 +139,18 @@ class MemoryStream(StreamBase):
             raise TypeError(f"backend must be a BaseMemoryBackend, got {type(backend).__name__}")
         if backend is not None and (path is not None or store is not None):
             raise ValueError("pass either backend= or path=/store=, not both")
+        for name, value, kind in (
+            ("scoring", scoring, ScoringConfig),
+            ("importance_scorer", importance_scorer, BaseImportanceScorer),
+            ("embedding_model", embedding_model, str),
+        ):
+            if value is not None and not isinstance(value, kind):
+                raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
         if not isinstance(namespace, str) or not namespace:
             raise InvalidMemoryError("namespace must be a non-empty string")
-        self.namespace = check_encodable(namespace, "namespace")
+        self.namespace = check_identifier(namespace, "namespace")
+        if embedding_model:
+            check_identifier(embedding_model, "embedding_model")
         self.embeddings = embeddings
         self.scoring = scoring or ScoringConfig.hybrid()
         self.importance_scorer: BaseImportanceScorer = (
@@ -386,6 +379,28 @@ class MemoryStream(StreamBase):
 
     # -- pending memories (the outbox) ----------------------------------------------------------
 
+    def _plan_enqueue(
+        self,
+        texts: str | Sequence[str],
+        importances: float | Sequence[float | None] | None,
+        kinds: str | Sequence[str],
+        metadatas: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None,
+        namespace: str | None,
+        now: datetime | None,
+    ) -> list[PendingMemory]:
+        plan = self._plan(
+            texts,
+            importances=importances,
+            kinds=kinds,
+            metadatas=metadatas,
+            evidence=None,
+            ids=None,
+            namespace=namespace,
+            now=now,
+            reset_reflection_counter=False,
+        )
+        return pending_items(plan)
+
     def enqueue(
         self,
         texts: str | Sequence[str],
@@ -408,31 +423,34 @@ class MemoryStream(StreamBase):
         Raises:
             InvalidMemoryError: bad text, kind, importance or metadata (nothing is queued).
         """
-        plan = self._plan(
-            texts,
-            importances=importances,
-            kinds=kinds,
-            metadatas=metadatas,
-            evidence=None,
-            ids=None,
-            namespace=namespace,
-            now=now,
-            reset_reflection_counter=False,
-        )
-        items = [
-            PendingMemory(
-                id=plan.ids[i],
-                namespace=plan.namespace,
-                text=plan.texts[i],
-                kind=plan.kinds[i],
-                created_at=plan.now,
-                importance=None if (imp := plan.importances[i]) is None else float(imp),
-                metadata=plan.metadatas[i],
-            )
-            for i in range(len(plan.texts))
-        ]
+        items = self._plan_enqueue(texts, importances, kinds, metadatas, namespace, now)
         self._backend.enqueue(items)
         return items
+
+    async def aenqueue(
+        self,
+        texts: str | Sequence[str],
+        *,
+        importances: float | Sequence[float | None] | None = None,
+        kinds: str | Sequence[str] = "observation",
+        metadatas: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
+        namespace: str | None = None,
+        now: datetime | None = None,
+    ) -> list[PendingMemory]:
+        """Async twin of :meth:`enqueue`: it awaits the backend's ``aenqueue``. Cancelled
+        while the commit is under way, the memories may still be queued, whole."""
+        items = self._plan_enqueue(texts, importances, kinds, metadatas, namespace, now)
+        await self._backend.aenqueue(items)
+        return items
+
+    def _plan_pending(
+        self, n: int | None, namespace: str | None, all_namespaces: bool
+    ) -> _BackendCall:
+        self._check_open()
+        if all_namespaces:
+            return "pending", (), {"limit": n}
+        ns = self._ns(namespace)
+        return "pending", (), {"namespace": ns, "limit": n, "newest": n is not None}
 
     def pending(
         self, n: int | None = None, *, namespace: str | None = None, all_namespaces: bool = False
@@ -444,10 +462,16 @@ class MemoryStream(StreamBase):
             namespace: whose (default: the stream's); ignored with ``all_namespaces``.
             all_namespaces: every namespace's, in queue order (what a drain completes first).
         """
-        self._check_open()
-        if all_namespaces:
-            return self._backend.pending(limit=n)
-        return self._backend.pending(namespace=self._ns(namespace), limit=n, newest=n is not None)
+        found: list[PendingMemory] = self._call(self._plan_pending(n, namespace, all_namespaces))
+        return found
+
+    async def apending(
+        self, n: int | None = None, *, namespace: str | None = None, all_namespaces: bool = False
+    ) -> list[PendingMemory]:
+        """Async twin of :meth:`pending`."""
+        plan = self._plan_pending(n, namespace, all_namespaces)
+        found: list[PendingMemory] = await self._acall(plan)
+        return found
 
     def complete_pending(self, items: Sequence[PendingMemory]) -> list[MemoryRecord]:
         """Embed and rate queued memories and store them under their ids.
@@ -473,18 +497,6 @@ class MemoryStream(StreamBase):
 
     # -- retrieve ------------------------------------------------------------------------------
 
-    def _check_query(self, query: object, k: object) -> str:
-        self._check_open()
-        if not isinstance(query, str):
-            raise InvalidMemoryError(f"query must be a str, got {type(query).__name__}")
-        if not query.strip():
-            raise InvalidMemoryError("query is empty or whitespace")
-        if not query.isascii():
-            check_encodable(query, "query")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise InvalidMemoryError(f"k must be a positive integer, got {k!r}")
-        return query
-
     def _retrieve_flow(
         self,
         query: str,
@@ -497,7 +509,8 @@ class MemoryStream(StreamBase):
         scoring: ScoringConfig | None,
         query_embedding: Sequence[float] | None = None,
     ) -> _Flow:
-        query = self._check_query(query, k)
+        self._check_open()
+        query = check_query(query, k)
         flt = RetrievalFilter.coerce(filter)
         ns = self._ns(flt.namespace or namespace)
         config = scoring or self.scoring
@@ -612,84 +625,3 @@ class MemoryStream(StreamBase):
         )
         result: list[ScoredMemory] = await _arun(flow)
         return result
-
-    # -- tables and files ----------------------------------------------------------------------
-
-    def to_dataframe(
-        self,
-        query: str | None = None,
-        *,
-        namespace: str | None = None,
-        now: datetime | None = None,
-    ) -> pd.DataFrame:
-        """The memory table of Generative Agents as a pandas DataFrame (extra ``pandas``).
-
-        Columns: ``id, description, kind, importance, recency, relevance, lexical, score,
-        created_at, last_accessed_at, evidence, depth``. Without a query, ``relevance``,
-        ``lexical`` and ``score`` are NaN. Nothing is touched.
-        """
-        from langchain_reflective.transfer import to_dataframe
-
-        self._check_open()
-        return to_dataframe(self, query, namespace=namespace, now=now)
-
-    def export_jsonl(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        namespaces: Iterable[str] | Literal["all"] | None = None,
-        include_vectors: bool = True,
-    ) -> int:
-        """Write memories as JSON lines (a header line, then one record per line).
-
-        Args:
-            path: the output file.
-            namespaces: which namespaces (default: the stream's; ``"all"`` for every one).
-            include_vectors: include embeddings so import needs no embedding calls (but one,
-                to learn the dimension, into a store without vectors: see
-                :meth:`import_jsonl`).
-
-        Returns:
-            The number of records written.
-
-        The file is written as ``<path>.<random>.tmp`` and renamed when complete; a failed
-        export removes it and leaves any earlier ``path`` untouched.
-        """
-        from langchain_reflective.transfer import export_jsonl
-
-        self._check_open()
-        return export_jsonl(self, path, namespaces=namespaces, include_vectors=include_vectors)
-
-    def import_jsonl(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        namespace: str | None = None,
-        batch_size: int = 256,
-    ) -> int:
-        """Import a file written by :meth:`export_jsonl`; existing ids are skipped.
-
-        The file's vectors are reused when they come from this embedding model at the
-        stream's dimension (else the texts are embedded again); each line is checked as
-        :meth:`add` checks its arguments; a namespace given moves the memories under new,
-        stable ids. The rules in full: :func:`langchain_reflective.transfer.import_jsonl`.
-        Imported memories do not count towards the reflection counter.
-
-        Args:
-            path: the JSONL file.
-            namespace: put every record into this namespace (default: keep each record's).
-            batch_size: records per transaction.
-
-        Returns:
-            The number of records imported.
-
-        Raises:
-            InvalidMemoryError: the file is not a langchain-reflective export or a line is
-                malformed, or a vector has not the file's dimension, or holds NaN, infinite
-                values or only zeros (the message names the line; nothing from the failing
-                batch is written, and the batches before it are).
-        """
-        from langchain_reflective.transfer import import_jsonl
-
-        self._check_open()
-        return import_jsonl(self, path, namespace=namespace, batch_size=batch_size)

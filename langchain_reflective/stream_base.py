@@ -1,9 +1,10 @@
 """The plain half of a memory stream: lifecycle, namespaces, and the reads, deletes and
-reflection counter it passes to its backend (validated, never another namespace's)."""
+reflection counter it passes to its backend (validated, never another namespace's); and the
+drivers of the stream's flows (:func:`_run`, :func:`_arun`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
@@ -24,6 +25,39 @@ __all__ = ["StreamBase"]
 _BackendCall = tuple[str, tuple[Any, ...], dict[str, Any]]
 """A backend call planned by a stream method: ``(name, args, kwargs)`` for
 ``backend.<name>(*args, **kwargs)`` (``a<name>`` in the async twin)."""
+
+
+_Call = tuple[Any, str, tuple[Any, ...], Mapping[str, Any] | None]
+"""One call a flow needs: ``(target, name, args, kwargs)`` for ``target.name(*args, **kwargs)``
+(``a<name>`` when async). A plain tuple: a flow yields one per step of every add and
+retrieval, and a ``NamedTuple``'s constructor is a Python-level call."""
+
+_Flow = Generator[_Call, Any, Any]
+
+
+def _run(flow: _Flow) -> Any:
+    """Drive a flow with sync calls."""
+    send = flow.send
+    try:
+        target, name, args, kwargs = next(flow)
+        while True:
+            method = getattr(target, name)
+            result = method(*args, **kwargs) if kwargs else method(*args)
+            target, name, args, kwargs = send(result)
+    except StopIteration as done:
+        return done.value
+
+
+async def _arun(flow: _Flow) -> Any:
+    """Drive a flow with the async twins of the same calls."""
+    try:
+        call = next(flow)
+        while True:
+            target, name, args, kwargs = call
+            result = await getattr(target, "a" + name)(*args, **(kwargs or {}))
+            call = flow.send(result)
+    except StopIteration as done:
+        return done.value
 
 
 class StreamBase(Closing):

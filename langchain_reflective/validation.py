@@ -24,6 +24,7 @@ from langchain_reflective.errors import EmbeddingError, InvalidMemoryError
 from langchain_reflective.records import (
     REFLECTION,
     MemoryRecord,
+    check_encodable,
     check_identifier,
     new_memory_ids,
     utc,
@@ -34,8 +35,10 @@ from langchain_reflective.records import (
 __all__ = [
     "AddPlan",
     "as_unit_vectors",
+    "check_query",
     "embedding_identity",
     "evidence_depths",
+    "pending_items",
     "plan_add",
     "plan_counter",
     "plan_pending",
@@ -292,6 +295,40 @@ def plan_pending(items: Sequence[PendingMemory]) -> list[AddPlan]:
         )
         for ns, group in groups.items()
     ]
+
+
+def pending_items(plan: AddPlan) -> list[PendingMemory]:
+    """The queued memories of an enqueue's plan (the inverse of :func:`plan_pending`)."""
+    return [
+        PendingMemory(
+            id=plan.ids[i],
+            namespace=plan.namespace,
+            text=plan.texts[i],
+            kind=plan.kinds[i],
+            created_at=plan.now,
+            importance=None if (imp := plan.importances[i]) is None else float(imp),
+            metadata=plan.metadatas[i],
+        )
+        for i in range(len(plan.texts))
+    ]
+
+
+def check_query(query: object, k: object) -> str:
+    """A retrieval's query and ``k``, checked; returns the query.
+
+    Raises:
+        InvalidMemoryError: a query that is not a non-empty string UTF-8 can encode, or a
+            ``k`` that is not a positive integer.
+    """
+    if not isinstance(query, str):
+        raise InvalidMemoryError(f"query must be a str, got {type(query).__name__}")
+    if not query.strip():
+        raise InvalidMemoryError("query is empty or whitespace")
+    if not query.isascii():
+        check_encodable(query, "query")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise InvalidMemoryError(f"k must be a positive integer, got {k!r}")
+    return query
 
 
 def evidence_depths(plan: AddPlan, found: Mapping[str, int]) -> list[int]:

@@ -36,6 +36,7 @@ from langchain_reflective.cli._common import (
     _stamp,
 )
 from langchain_reflective.cli.scores import _score_table
+from langchain_reflective.errors import ExportError
 
 if TYPE_CHECKING:
     from langchain_reflective.backends.postgres.vector_index import IndexState
@@ -369,6 +370,8 @@ def export(
             label = f"namespace {ns!r}"
         try:
             written = stream.export_jsonl(out, namespaces=selected, include_vectors=vectors)
+        except ExportError as exc:  # names the file the user gave and says what to do
+            _fail(str(exc))
         except OSError as exc:  # the message names the file the user gave, not our temp file
             _fail(f"cannot write {out}: {exc.strerror or type(exc).__name__}")
     _console().print(f"Exported {written} memories ({escape(label)}) to {escape(str(out))}.")

@@ -1,7 +1,7 @@
 """Reflective thinking (seed 004): multi-round thinking with recall of earlier turns' contexts.
 
 * :class:`ContextMemory` (``context.py``): per-turn snapshot and summary records on a memory
-  stream; lookups by turn, id and hybrid search; export/import.
+  stream; export/import; its lookups by turn, id and hybrid search (``lookups.py``).
 * :func:`create_thinking_graph` (``graph.py``): the thinking phase as a LangGraph graph.
 * ``ThinkingMiddleware`` (``middleware.py``, extra ``agents``): the phase inside
   ``create_agent``; import it from ``langchain_reflective.thinking.middleware``.

@@ -2,8 +2,8 @@
 
 Each step is written once as a generator that ``yield``s its I/O as
 :class:`~langchain_reflective._llm.Op` (model calls, stream reads and writes); the sync and async
-node bodies only drive it (:func:`~langchain_reflective._llm.run_sync` /
-:func:`~langchain_reflective._llm.run_async`), as in the reflection graph.
+node (a :class:`~langchain_reflective._llm.FlowNode`) only drives it, with sync or async I/O,
+as in the reflection graph.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from langchain_reflective._llm import (
     RetryConfig,
     load_json,
     resolve_chat_model,
-    threaded,
 )
 from langchain_reflective.errors import InvalidMemoryError
 from langchain_reflective.records import MAX_TEXT_CHARS, validate_text
@@ -193,12 +192,12 @@ class _Thinker:
         ns = mem.namespace(state.get("namespace"))
         turn = state.get("turn")
         if turn is None:
-            turn = yield Op(mem.next_turn, threaded(mem.next_turn), (), {"namespace": ns})
+            turn = yield Op(mem.next_turn, mem.anext_turn, (), {"namespace": ns})
         elif isinstance(turn, bool) or not isinstance(turn, int) or turn < 1:
             raise InvalidMemoryError(f"turn must be a positive integer, got {turn!r}")
         past = yield Op(
             mem.accumulated_summaries,
-            threaded(mem.accumulated_summaries),
+            mem.aaccumulated_summaries,
             (),
             {
                 "budget": self.config.summary_token_budget,
@@ -491,7 +490,7 @@ class _Thinker:
                 )
                 if not moves:
                     raise result.error
-                turn = yield Op(mem.next_turn, threaded(mem.next_turn), (), {"namespace": ns})
+                turn = yield Op(mem.next_turn, mem.anext_turn, (), {"namespace": ns})
             assert not isinstance(result, Failure)  # the loop broke on success or raised
             _, stored = result
             current = SummaryDict(**stored.to_dict())  # type: ignore[typeddict-item]

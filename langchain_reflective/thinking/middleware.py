@@ -48,7 +48,6 @@ from langchain_reflective._llm import (
     resolve_chat_model,
     run_async,
     run_sync,
-    threaded,
 )
 from langchain_reflective.integrations.middleware import extend_system_message
 from langchain_reflective.integrations.tools import agent_run_namespace
@@ -340,7 +339,7 @@ class ThinkingMiddleware(AgentMiddleware[ThinkingState, Any]):
         """Number, summarise and store the turn (the thinking graph's own steps): one flow for
         :meth:`after_agent` and :meth:`aafter_agent`."""
         mem, ns = self.memory, st["namespace"]
-        st["turn"] = yield Op(mem.next_turn, threaded(mem.next_turn), (), {"namespace": ns})
+        st["turn"] = yield Op(mem.next_turn, mem.anext_turn, (), {"namespace": ns})
         config = ensure_config()
         st.update((yield from self._thinker.summarize(st, config)))  # type: ignore[arg-type]
         st.update((yield from self._thinker.store(st, config)))  # type: ignore[arg-type]

@@ -844,6 +844,42 @@ class BackendConformance:
 
         asyncio.run(run())
 
+    def test_stream_transfer_and_queue_twins_match_the_sync_methods(
+        self, backends: Callable[[], BaseMemoryBackend], tmp_path: Path
+    ) -> None:
+        """``aexport_jsonl``/``aimport_jsonl`` write and read what the sync methods do, and
+        ``aenqueue``/``apending`` queue what ``enqueue``/``pending`` do, on this backend."""
+
+        def stream_of(backend: BaseMemoryBackend) -> MemoryStream:
+            return MemoryStream(WordEmbeddings(32), backend=backend, embedding_model=MODEL)
+
+        source = stream_of(backends())
+        source.add([r.text for r in corpus(12)], importances=0.5, now=NOW)
+        source.add("other ns", namespace="bob", now=NOW)
+        sync_file, async_file = tmp_path / "sync.jsonl", tmp_path / "async.jsonl"
+        sync_copy, async_copy = stream_of(backends()), stream_of(backends())
+
+        async def run() -> None:
+            assert await source.aexport_jsonl(async_file, namespaces="all") == 13
+            assert source.export_jsonl(sync_file, namespaces="all") == 13
+            assert async_file.read_bytes() == sync_file.read_bytes()
+            assert await async_copy.aimport_jsonl(sync_file, batch_size=5) == 13
+            assert sync_copy.import_jsonl(sync_file, batch_size=5) == 13
+            assert await async_copy.aimport_jsonl(sync_file) == 0
+            queued = await async_copy.aenqueue(["later w1", "later w2"], now=NOW)
+            expected = sync_copy.enqueue(["later w1", "later w2"], now=NOW)
+            assert [(p.text, p.created_at) for p in queued] == [
+                (p.text, p.created_at) for p in expected
+            ]
+            pending = await async_copy.apending()
+            assert [p.id for p in pending] == [p.id for p in queued]
+            assert [p.text for p in pending] == [p.text for p in sync_copy.pending()]
+
+        asyncio.run(run())
+        sync_copy.export_jsonl(sync_file, namespaces="all")
+        async_copy.export_jsonl(async_file, namespaces="all")
+        assert async_file.read_bytes() == sync_file.read_bytes()
+
 
 def _pending(id: str, namespace: str) -> PendingMemory:
     return PendingMemory(

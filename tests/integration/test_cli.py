@@ -392,6 +392,25 @@ def test_export_into_a_missing_directory_names_the_output(
     assert not out_jsonl.parent.exists()
 
 
+def test_export_to_a_full_disk_says_what_to_do(
+    capsys: pytest.CaptureFixture[str],
+    memory_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: "cannot write out.jsonl: No space left on device". The ExportError's message
+    (the file, what to do, nothing left behind) reaches the user."""
+    from langchain_reflective import transfer
+    from tests.fakes import FullDiskOs
+
+    out_jsonl = tmp_path / "out.jsonl"
+    monkeypatch.setattr(transfer, "os", FullDiskOs("fsync"))
+    code, _, err = run_cli(capsys, "export", memory_file, out_jsonl)
+    assert_one_line_error(code, "", err, expect="is full: free space or export to another disk")
+    assert code == 1 and str(out_jsonl) in flat(err) and ".tmp" not in err
+    assert not out_jsonl.exists() and not list(tmp_path.glob("out.jsonl.*"))
+
+
 def test_import_refuses_an_empty_file_like_inspect_and_export(
     capsys: pytest.CaptureFixture[str], memory_file: Path, tmp_path: Path
 ) -> None:

@@ -9,6 +9,7 @@ a 2 MB tmpfs and as an unprivileged user (docs/reliability.md, "Disk full and pe
 
 from __future__ import annotations
 
+import copy
 import errno
 import os
 import sqlite3
@@ -18,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from langchain_reflective import MemoryStream
+from langchain_reflective import MemoryStream, transfer
 from langchain_reflective.backends.sqlite import connection as connection_module
-from langchain_reflective.errors import ForeignFileError, StorageError
-from tests.fakes import WordEmbeddings
+from langchain_reflective.errors import ExportError, ForeignFileError, StorageError
+from tests.fakes import FullDiskOs, WordEmbeddings
 
 TEXTS = [f"memory {i} about tea and paris" for i in range(40)]
 
@@ -159,3 +160,90 @@ def test_reflection_lock_folder_that_cannot_be_made(tmp_path: Path) -> None:
             pass
     finally:
         stream.close()
+
+
+def _export_refused(error: ExportError, out: Path, code: int = errno.ENOSPC) -> None:
+    """``error`` names ``out`` (not a temporary file), says what to do, and is the OSError
+    the disk raised as far as ``except OSError`` code can tell."""
+    assert isinstance(error, OSError) and isinstance(error, StorageError)
+    assert error.errno == code and error.filename == str(out)
+    assert error.strerror == os.strerror(code)
+    message = str(error)
+    assert message.startswith(f"cannot write the export {out}: {os.strerror(code)}")
+    assert ".tmp" not in message and "Errno" not in message
+    assert "no partial file was left" in message
+    assert isinstance(error.__cause__, OSError) and error.__cause__.errno == code
+    copied = copy.copy(error)  # e.g. an error sent back from a worker process
+    assert (str(copied), copied.errno, copied.filename) == (message, code, str(out))
+
+
+@pytest.mark.parametrize("fail", ["write", "fsync", "replace"])
+def test_export_to_a_full_disk_names_the_file_and_says_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail: str
+) -> None:
+    """Before, a bare ``OSError: [Errno 28] No space left on device`` (naming nothing, or the
+    temporary file). Now an ``ExportError`` (a ``StorageError`` and an ``OSError``) naming the
+    export; the earlier export is untouched and no ``.tmp`` file is left. The fsync is new: a
+    full disk may only tell when the data is flushed."""
+    path = tmp_path / "memory.db"
+    _populated(path)
+    out = tmp_path / "out.jsonl"
+    out.write_text("an earlier export\n", encoding="utf-8")
+    with MemoryStream(WordEmbeddings(), path=path) as stream:
+        with monkeypatch.context() as m:
+            m.setattr(transfer, "os", FullDiskOs(fail))
+            with pytest.raises(ExportError) as info:
+                stream.export_jsonl(out)
+        _export_refused(info.value, out)
+        assert "is full: free space or export to another disk" in str(info.value)
+        assert out.read_text(encoding="utf-8") == "an earlier export\n"
+        assert [p.name for p in tmp_path.iterdir() if p.name.startswith("out.")] == ["out.jsonl"]
+        assert stream.export_jsonl(out) == len(TEXTS)  # space freed: no reopen needed
+
+
+async def test_every_export_of_a_full_disk_names_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The async twin and ``ContextMemory``'s exports too (``ContextMemory.export_jsonl``
+    wrote the stream's export into a temporary folder, then filtered it: a full disk raised
+    an error naming the temporary file, or a bare ``OSError``)."""
+    from langchain_reflective import ContextMemory
+
+    with MemoryStream(WordEmbeddings(), path=tmp_path / "memory.db") as stream:
+        memory = ContextMemory(stream)
+        memory.record_turn(1, "Files: main.ts", "Read the code")
+        out = tmp_path / "turns.jsonl"
+        monkeypatch.setattr(transfer, "os", FullDiskOs("write"))
+        for export in (
+            lambda: stream.aexport_jsonl(out),
+            lambda: memory.aexport_jsonl(out),
+        ):
+            with pytest.raises(ExportError) as info:
+                await export()
+            _export_refused(info.value, out)
+        with pytest.raises(OSError) as caught:  # what code catching OSError sees
+            memory.export_jsonl(out)
+        _export_refused(caught.value, out)  # type: ignore[arg-type]
+        assert list(tmp_path.glob("turns*")) == []
+        monkeypatch.undo()
+        assert memory.export_jsonl(out) == 2
+
+
+def test_export_into_a_folder_that_cannot_be_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def denied(*_: object, **__: object) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path))
+
+    out = tmp_path / "out.jsonl"
+    with MemoryStream(WordEmbeddings(), path=tmp_path / "memory.db") as stream:
+        stream.add("one memory", importances=0.5)
+        monkeypatch.setattr(transfer.tempfile, "mkstemp", denied)
+        with pytest.raises(ExportError, match="this process cannot write in") as info:
+            stream.export_jsonl(out)
+        _export_refused(info.value, out, errno.EACCES)
+        with pytest.raises(ExportError, match=r"the folder .*nowhere does not exist") as info:
+            monkeypatch.undo()
+            stream.export_jsonl(tmp_path / "nowhere" / "out.jsonl")
+        _export_refused(info.value, tmp_path / "nowhere" / "out.jsonl", errno.ENOENT)
+        assert not out.exists()

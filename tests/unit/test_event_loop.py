@@ -24,6 +24,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import BaseStore
 
 from langchain_reflective import (
+    ContextMemory,
     MemoryConfig,
     MemoryStream,
     ReflectiveMemory,
@@ -71,6 +72,66 @@ async def test_stream_add_retrieve_and_complete_pending(tmp_path: Path) -> None:
 
     stream, _ = await never_blocks(build, run)
     assert stream._closed
+
+
+async def test_stream_queue_files_and_table(tmp_path: Path) -> None:
+    """``aenqueue``, ``apending``, ``ato_dataframe``, ``aexport_jsonl`` and ``aimport_jsonl``:
+    the queue and the table await the backend's twins, the files are written and read in a
+    worker thread."""
+
+    def build() -> tuple[MemoryStream, MemoryStream, Path]:
+        n = len(list(tmp_path.iterdir()))
+        source = MemoryStream(WordEmbeddings(), path=tmp_path / f"t{n}.db")
+        source.add(EVENTS, importances=0.5)
+        return source, MemoryStream(WordEmbeddings(), path=tmp_path / f"u{n}.db"), tmp_path
+
+    async def run(state: tuple[MemoryStream, MemoryStream, Path]) -> None:
+        source, target, folder = state
+        await source.aenqueue(["queued for later"])
+        assert len(await source.apending()) == 1
+        assert len(await source.ato_dataframe("paper")) == 2
+        assert len(await source.ato_dataframe()) == 2
+        export = folder / f"export-{id(source)}.jsonl"
+        assert await source.aexport_jsonl(export) == 2
+        assert await target.aimport_jsonl(export) == 2
+        await source.aclose()
+        await target.aclose()
+
+    source, target, _ = await never_blocks(build, run)
+    assert source._closed and target._closed
+
+
+async def test_context_memory_reads_and_files(tmp_path: Path) -> None:
+    """Every async twin of ``ContextMemory``: the reads await the stream's twins, the files
+    are written and read in a worker thread."""
+
+    def build() -> tuple[ContextMemory, ContextMemory, Path]:
+        n = len(list(tmp_path.iterdir()))
+        memory = ContextMemory(MemoryStream(WordEmbeddings(), path=tmp_path / f"c{n}.db"))
+        memory.record_turn(1, "Files: main.ts", "Read the code, found the paper", ["3 modules"])
+        copy = ContextMemory(MemoryStream(WordEmbeddings(), path=tmp_path / f"d{n}.db"))
+        return memory, copy, tmp_path / f"turns-{n}.jsonl"
+
+    async def run(state: tuple[ContextMemory, ContextMemory, Path]) -> None:
+        memory, copy, export = state
+        await memory.arecord_turn(2, "Files: utils.ts", "parseData is slow", ["O(n²)"])
+        assert await memory.alast_turn() == 2 and await memory.anext_turn() == 3
+        assert (await memory.acontext_by_turn(1)) is not None
+        assert len(await memory.acontexts_by_turn([1, 2, 9])) == 2
+        assert len(await memory.acontexts_by_id([memory.summary_id(2)])) == 1
+        assert (await memory.asummary_by_turn(2)) is not None
+        assert len(await memory.arecent_summaries(5)) == 2
+        assert len(await memory.aaccumulated_summaries()) == 2
+        assert [s.turn for s in await memory.asearch(["parseData"])] == [2]
+        recalled = await memory.arecall(turn_numbers=[1, 7], keywords=["parseData"])
+        assert [s.turn for s in recalled.snapshots] == [1, 2]
+        assert await memory.aexport_jsonl(export) == 4
+        assert await copy.aimport_jsonl(export) == 4
+        await memory.stream.aclose()
+        await copy.stream.aclose()
+
+    memory, copy, _ = await never_blocks(build, run)
+    assert memory.stream._closed and copy.stream._closed
 
 
 @pytest.mark.parametrize("background", [True, False], ids=["background", "inline"])

@@ -790,3 +790,25 @@ def test_one_bad_float32_row_is_rejected(bad: list[list[float]]) -> None:
 
     with pytest.raises(EmbeddingError):
         _as_unit_vectors(np.array(bad, dtype=np.float32), 1, "test")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"scoring": "hybrid"}, TypeError, "scoring must be a ScoringConfig, got str"),
+        ({"importance_scorer": "llm"}, TypeError, "importance_scorer must be a Base"),
+        ({"embedding_model": 3}, TypeError, "embedding_model must be a str, got int"),
+        ({"namespace": "a\x00b"}, InvalidMemoryError, "NUL"),
+        ({"embedding_model": "model\x00"}, InvalidMemoryError, "NUL"),
+        ({"namespace": "\ud800"}, InvalidMemoryError, "lone surrogate"),
+    ],
+)
+def test_the_constructor_refuses_what_it_cannot_use(
+    tmp_path: Path, kwargs: dict[str, object], error: type[Exception], match: str
+) -> None:
+    """Before, a wrong ``scoring`` failed inside the constructor with an ``AttributeError``,
+    and a wrong ``importance_scorer`` or ``embedding_model``, or a namespace with a NUL
+    character, was accepted and failed at the first add or read. Nothing is created."""
+    with pytest.raises(error, match=match):
+        MemoryStream(WordEmbeddings(), path=tmp_path / "m.db", **kwargs)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []

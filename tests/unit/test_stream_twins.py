@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -182,3 +183,124 @@ def _spy(awaited: list[str], name: str, sync_twin: Any, backend: Any) -> Any:
         return sync_twin(backend, *args, **kwargs)
 
     return spy
+
+
+# -- the queue, the files and the table ---------------------------------------------------------
+
+STREAM_TWINS = ["enqueue", "pending", "to_dataframe", "export_jsonl", "import_jsonl"]
+FLOWS = ["add", "retrieve", "complete_pending", "close"]
+
+
+@pytest.mark.parametrize("name", [*STREAM_TWINS, *FLOWS])
+def test_each_stream_twin_takes_the_sync_methods_parameters(name: str) -> None:
+    sync, asyn = getattr(MemoryStream, name), getattr(MemoryStream, "a" + name)
+    assert inspect.iscoroutinefunction(asyn)
+    assert _params(asyn) == _params(sync)
+    assert inspect.signature(asyn).return_annotation == inspect.signature(sync).return_annotation
+    assert asyn.__doc__.startswith(f"Async twin of :meth:`{name}`")
+
+
+def _queued(items: list[Any]) -> list[tuple[Any, ...]]:
+    return [(p.namespace, p.text, p.kind, p.created_at, p.importance, p.metadata) for p in items]
+
+
+async def test_enqueue_and_pending_answer_as_the_sync_methods(
+    pair: tuple[MemoryStream, MemoryStream],
+) -> None:
+    sync, asyn = pair
+    args: dict[str, Any] = {
+        "importances": [0.4, None],
+        "kinds": "observation",
+        "metadatas": {"source": "chat"},
+        "now": NOW,
+    }
+    got = await asyn.aenqueue(["Alice likes tea", "Bob moved"], **args)
+    expected = sync.enqueue(["Alice likes tea", "Bob moved"], **args)
+    assert _queued(got) == _queued(expected) and len(got) == 2
+    await asyn.aenqueue("Carol has a dog", namespace="carol", now=NOW)
+    sync.enqueue("Carol has a dog", namespace="carol", now=NOW)
+    for kwargs in ({}, {"n": 1}, {"namespace": "carol"}, {"all_namespaces": True, "n": 2}):
+        assert _queued(await asyn.apending(**kwargs)) == _queued(sync.pending(**kwargs))
+    assert [p.id for p in await asyn.apending()] == [p.id for p in got]  # durably queued
+    for bad in ({"texts": ""}, {"texts": "x", "importances": 2.0}, {"texts": "x", "kinds": ""}):
+        with pytest.raises(InvalidMemoryError) as expected_error:
+            sync.enqueue(**bad)
+        with pytest.raises(InvalidMemoryError) as got_error:
+            await asyn.aenqueue(**bad)
+        assert str(got_error.value) == str(expected_error.value)
+    assert len(asyn.pending(all_namespaces=True)) == 3  # nothing queued by the refusals
+
+
+async def test_enqueue_awaits_the_backends_async_twin(monkeypatch: pytest.MonkeyPatch) -> None:
+    stream = _filled()
+    backend = stream.backend
+    awaited: list[str] = []
+    for name in ("enqueue", "pending"):
+        sync_twin = getattr(SQLiteBackend, name)
+        monkeypatch.setattr(backend, name, _refuse(name))
+        monkeypatch.setattr(backend, "a" + name, _spy(awaited, name, sync_twin, backend))
+    await stream.aenqueue("queued", now=NOW)
+    assert [p.text for p in await stream.apending()] == ["queued"]
+    assert awaited == ["enqueue", "pending"]
+    monkeypatch.undo()
+    stream.close()
+
+
+async def test_dataframe_answers_as_the_sync_method(
+    pair: tuple[MemoryStream, MemoryStream],
+) -> None:
+    pandas = pytest.importorskip("pandas")
+    sync, asyn = pair
+    later = NOW + timedelta(hours=2)
+    for query, kwargs in ((None, {}), ("Bob Paris", {}), ("tea", {"namespace": "default"})):
+        got = await asyn.ato_dataframe(query, now=later, **kwargs)
+        pandas.testing.assert_frame_equal(got, sync.to_dataframe(query, now=later, **kwargs))
+        assert len(got) == 5
+    assert (await asyn.ato_dataframe("Bob Paris", now=later))["description"].iloc[0] == FACTS[1]
+    assert (await asyn.ato_dataframe(namespace="other")).empty
+    assert asyn.recent()[0].accessed_at == NOW  # nothing touched
+    with pytest.raises(InvalidMemoryError):
+        await asyn.ato_dataframe("  ")
+
+
+async def test_export_and_import_answer_as_the_sync_methods(tmp_path: Path) -> None:
+    source = _filled()
+    source.add("Frank is elsewhere", namespace="frank", ids=["f1"], importances=0.3, now=NOW)
+    for kwargs in ({}, {"namespaces": "all"}, {"namespaces": ["frank"], "include_vectors": False}):
+        sync_file, async_file = tmp_path / "sync.jsonl", tmp_path / "async.jsonl"
+        written = await source.aexport_jsonl(async_file, **kwargs)
+        assert written == source.export_jsonl(sync_file, **kwargs)
+        assert async_file.read_bytes() == sync_file.read_bytes()
+    everything = tmp_path / "all.jsonl"
+    source.export_jsonl(everything, namespaces="all")
+    for kwargs in ({}, {"namespace": "moved", "batch_size": 2}):
+        sync, asyn = MemoryStream(WordEmbeddings()), MemoryStream(WordEmbeddings())
+        assert await asyn.aimport_jsonl(everything, **kwargs) == sync.import_jsonl(
+            everything, **kwargs
+        )
+        assert await asyn.aimport_jsonl(everything, **kwargs) == 0  # existing ids are skipped
+        again_sync, again_async = tmp_path / "again-sync.jsonl", tmp_path / "again-async.jsonl"
+        sync.export_jsonl(again_sync, namespaces="all")
+        asyn.export_jsonl(again_async, namespaces="all")
+        assert again_async.read_bytes() == again_sync.read_bytes()
+        sync.close()
+        asyn.close()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"format": "something else"}\n', encoding="utf-8")
+    with pytest.raises(InvalidMemoryError, match="not a langchain-reflective export"):
+        await source.aimport_jsonl(bad)
+    await source.aclose()
+    for call in (source.aexport_jsonl(tmp_path / "x.jsonl"), source.aimport_jsonl(everything)):
+        with pytest.raises(StorageError, match="closed"):
+            await call
+
+
+def test_every_public_method_with_io_has_a_twin() -> None:
+    """The API surface: a public sync method that reads or writes has an ``a`` twin (checked
+    above to take its parameters); the exceptions do no storage I/O."""
+    public = {n for n, _ in inspect.getmembers(MemoryStream, inspect.isfunction) if n[0] != "_"}
+    sync = {n for n in public if not inspect.iscoroutinefunction(getattr(MemoryStream, n))}
+    no_twin = {"resolve_namespace", "models_accept"}  # pure; the drain's model probe
+    assert {n for n in sync if "a" + n not in public} == no_twin
+    assert {n for n in public - sync if n[1:] not in sync} == set()
+    assert {*TWINS, *STREAM_TWINS, *FLOWS} == sync - no_twin
