@@ -1,7 +1,7 @@
 """The thinking graph: prepare -> think (one round per step, recall inside) -> summarize -> store.
 
 Each step is written once as a generator that ``yield``s its I/O as
-:class:`~langchain_reflective._llm.Op` (model calls, stream reads and writes); the sync and async
+:class:`~langchain_reflective._llm.Op` (model calls, stream reads and writes); the
 node (a :class:`~langchain_reflective._llm.FlowNode`) only drives it, with sync or async I/O,
 as in the reflection graph.
 """

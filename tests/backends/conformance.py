@@ -154,8 +154,17 @@ class BackendConformance:
         raise NotImplementedError("a backend's test class provides make_backend")
 
     @pytest.fixture
+    def loop(self) -> Iterator[asyncio.AbstractEventLoop]:
+        """The test's event loop for the async twins, kept open until the backends are closed
+        in it: a backend's async connections belong to the loop that opened them, and left to
+        ``asyncio.run``'s shutdown (which cancels their pool's tasks) they can hang it."""
+        loop = asyncio.new_event_loop()
+        yield loop
+        loop.close()
+
+    @pytest.fixture
     def backends(
-        self, make_backend: Callable[[], BaseMemoryBackend]
+        self, make_backend: Callable[[], BaseMemoryBackend], loop: asyncio.AbstractEventLoop
     ) -> Iterator[Callable[[], BaseMemoryBackend]]:
         made: list[BaseMemoryBackend] = []
 
@@ -166,7 +175,7 @@ class BackendConformance:
 
         yield new
         for backend in made:
-            backend.close()
+            loop.run_until_complete(backend.aclose())  # (as async code must close them)
 
     @pytest.fixture
     def backend(self, backends: Callable[[], BaseMemoryBackend]) -> BaseMemoryBackend:
@@ -580,7 +589,7 @@ class BackendConformance:
         stream.close()
 
     def test_a_reset_after_another_reset_since_its_read_writes_nothing(
-        self, backend: BaseMemoryBackend
+        self, backend: BaseMemoryBackend, loop: asyncio.AbstractEventLoop
     ) -> None:
         """Optimistic concurrency of reflections: a reset carrying the generation it read is
         refused, with everything written with it, once another reset came in between -- also
@@ -604,9 +613,11 @@ class BackendConformance:
         with pytest.raises(ReflectionConflictError):
             backend.mark_reflected("alice", NOW, consumed=seen)
         with pytest.raises(ReflectionConflictError):
-            asyncio.run(backend.aput([records[5]], vectors_of([records[5]]), counter=late))
+            loop.run_until_complete(
+                backend.aput([records[5]], vectors_of([records[5]]), counter=late)
+            )
         with pytest.raises(ReflectionConflictError):
-            asyncio.run(backend.amark_reflected("alice", NOW, consumed=seen))
+            loop.run_until_complete(backend.amark_reflected("alice", NOW, consumed=seen))
         assert backend.get("alice", [records[0].id, records[5].id]) == [records[0]]
         now = backend.reflection_state("alice")
         assert (now.importance_sum, now.adds_since, now.generation) == (0.5, 1, 1)
@@ -814,7 +825,9 @@ class BackendConformance:
 
     # -- async twins -------------------------------------------------------------------------
 
-    def test_async_twins_match_the_sync_methods(self, backend: BaseMemoryBackend) -> None:
+    def test_async_twins_match_the_sync_methods(
+        self, backend: BaseMemoryBackend, loop: asyncio.AbstractEventLoop
+    ) -> None:
         records = corpus(15)
 
         async def run() -> None:
@@ -842,10 +855,13 @@ class BackendConformance:
             assert await backend.adelete("alice", [records[0].id]) == 1
             assert await backend.apurge("alice") == 14
 
-        asyncio.run(run())
+        loop.run_until_complete(run())
 
     def test_stream_transfer_and_queue_twins_match_the_sync_methods(
-        self, backends: Callable[[], BaseMemoryBackend], tmp_path: Path
+        self,
+        backends: Callable[[], BaseMemoryBackend],
+        tmp_path: Path,
+        loop: asyncio.AbstractEventLoop,
     ) -> None:
         """``aexport_jsonl``/``aimport_jsonl`` write and read what the sync methods do, and
         ``aenqueue``/``apending`` queue what ``enqueue``/``pending`` do, on this backend."""
@@ -875,7 +891,7 @@ class BackendConformance:
             assert [p.id for p in pending] == [p.id for p in queued]
             assert [p.text for p in pending] == [p.text for p in sync_copy.pending()]
 
-        asyncio.run(run())
+        loop.run_until_complete(run())
         sync_copy.export_jsonl(sync_file, namespaces="all")
         async_copy.export_jsonl(async_file, namespaces="all")
         assert async_file.read_bytes() == sync_file.read_bytes()
