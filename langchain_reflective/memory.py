@@ -115,6 +115,11 @@ class ReflectiveMemory(Closing):
         reflection: settings of the reflection graph (questions, evidence, prompts, ...).
         graph_kwargs: extra keyword arguments for ``create_reflection_graph`` (e.g. prompts).
 
+    Raises:
+        TypeError: ``stream`` is not a :class:`~langchain_reflective.stream.MemoryStream`.
+        StorageError: the memory's file or database cannot be read (its pending queue is
+            checked at once, to complete memories a stopped process left queued).
+
     Example:
         .. code-block:: python
 
@@ -361,6 +366,15 @@ class ReflectiveMemory(Closing):
         """Remove quarantined memories (all, or these ids) from the pending queue for good,
         without storing them; return how many were removed."""
         return self._queue.discard(ids)
+
+    async def aretry_quarantined(self, ids: str | Sequence[str] | None = None) -> int:
+        """Async twin of :meth:`retry_quarantined` (in a worker thread: it reads the queue,
+        and with ``background=False`` drains it)."""
+        return await asyncio.to_thread(self.retry_quarantined, ids)
+
+    async def adiscard_quarantined(self, ids: str | Sequence[str] | None = None) -> int:
+        """Async twin of :meth:`discard_quarantined` (the delete runs in a worker thread)."""
+        return await asyncio.to_thread(self.discard_quarantined, ids)
 
     def enqueue(
         self,

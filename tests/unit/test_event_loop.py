@@ -181,6 +181,9 @@ async def test_first_areflect_compiles_its_graph_off_the_loop(
         await mem.abuild_context("paper")
         await mem.aenqueue("Klaus went home")
         await mem.aflush(30)
+        assert await mem.aretry_quarantined() == 0  # (nothing was set aside)
+        assert await mem.adiscard_quarantined() == 0
+        await mem.apurge(namespace="nobody")
 
     mem = await never_blocks(build, run)
     assert compiled_on_loop == [False, False]  # once per memory

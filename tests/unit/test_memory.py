@@ -290,6 +290,22 @@ def test_inline_reflection_failure_does_not_fail_add(tmp_path, now) -> None:
         assert len(memory.errors) == 1 and "boom" in repr(memory.errors[0].error)
 
 
+def test_every_public_method_with_io_has_a_twin() -> None:
+    """The API surface: each public sync method of ReflectiveMemory has an ``a`` twin taking
+    the same parameters; the exceptions do no I/O."""
+    public = {n for n, _ in inspect.getmembers(ReflectiveMemory, inspect.isfunction) if n[0] != "_"}
+    sync = {n for n in public if not inspect.iscoroutinefunction(getattr(ReflectiveMemory, n))}
+    no_twin = {"render_context"}  # pure: formats what context_parts returned
+    assert {n for n in sync if "a" + n not in public} == no_twin
+    for name in sync - no_twin:
+        twin = getattr(ReflectiveMemory, "a" + name)
+        assert inspect.iscoroutinefunction(twin), name
+        assert (
+            inspect.signature(twin).parameters.keys()
+            == inspect.signature(getattr(ReflectiveMemory, name)).parameters.keys()
+        ), name
+
+
 def test_errors_keep_only_the_newest_failures(tmp_path, now, monkeypatch) -> None:
     """A process whose reflections keep failing (an outage) keeps the newest ERRORS_KEPT
     failures, not every one since it started."""

@@ -8,6 +8,7 @@ for the rating model.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
 import threading
@@ -348,6 +349,23 @@ def test_quarantined_memories_can_be_retried_or_discarded(tmp_path: Path, now) -
         assert memory.quarantined == [] and memory.stream.backend.count_pending() == 0
         assert memory.stream.get(second, namespace="mallory") == []
         assert memory.flush(timeout=30)
+
+
+def test_quarantine_twins_retry_and_discard_as_the_sync_methods(tmp_path: Path, now) -> None:
+    embeddings = RefusingEmbeddings()
+    with open_inline(tmp_path / "m.db", embeddings, drain_max_attempts=1) as memory:
+        first = memory.enqueue("POISON one", namespace="mallory", now=now)
+        second = memory.enqueue("POISON two", namespace="mallory", now=now)
+        memory.enqueue("bob's turn", namespace="bob", now=now)
+        embeddings.refuse = False
+
+        async def run() -> tuple[int, int]:
+            return await memory.aretry_quarantined(first), await memory.adiscard_quarantined()
+
+        assert asyncio.run(run()) == (1, 1)
+        assert memory.stream.get(first, namespace="mallory")[0].text == "POISON one"
+        assert memory.stream.get(second, namespace="mallory") == []
+        assert memory.quarantined == [] and memory.stream.backend.count_pending() == 0
 
 
 def test_a_poisoned_queue_drains_in_the_background(tmp_path: Path, now) -> None:
