@@ -224,10 +224,26 @@ def test_filters_on_the_ann_path(data) -> None:
         assert hits and all(h.record.created_at >= late for h in hits)
 
 
-def test_bad_exact_limit_is_rejected(data) -> None:
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("exact_limit", 0),
+        ("exact_limit", "1000"),
+        ("exact_limit", True),
+        ("ann_candidates", 0),
+        ("ann_candidates", 12.5),
+        ("ann_nprobe", "8"),
+    ],
+)
+def test_bad_retrieval_settings_are_rejected_by_name(data, setting: str, value: object) -> None:
+    from langchain_reflective.backends.sqlite import SQLiteBackend
+
     _, emb, _, _ = data
-    with pytest.raises(ValueError):
-        MemoryStream(emb, exact_limit=0)
+    with pytest.raises(ValueError, match=f"{setting} must be a positive integer"):
+        SQLiteBackend(None, **{setting: value})
+    if setting == "exact_limit":
+        with pytest.raises(ValueError, match=setting):
+            MemoryStream(emb, exact_limit=value)  # type: ignore[arg-type]
 
 
 def _texts(stream: MemoryStream, query: str, k: int = 10) -> list[str]:

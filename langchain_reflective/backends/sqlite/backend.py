@@ -58,6 +58,11 @@ DEFAULT_EXACT_LIMIT = 20_000
 """Namespaces with more live memories than this use the approximate candidate path."""
 
 
+def _positive_int(value: object) -> bool:
+    """Whether ``value`` is an integer >= 1 (a bool is not one)."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool) and bool(value >= 1)
+
+
 class SQLiteBackend(BaseMemoryBackend):
     """Memories in one SQLite file (or in memory), scored with FAISS and BM25 in-process.
 
@@ -81,6 +86,8 @@ class SQLiteBackend(BaseMemoryBackend):
         timeout: seconds to wait for another writer's lock.
 
     Raises:
+        ValueError: ``exact_limit``, ``ann_candidates`` or ``ann_nprobe`` is not a positive
+            integer.
         ForeignFileError: the file is not a langchain-reflective memory file.
         SchemaVersionError: the file was written by a newer version of the package.
     """
@@ -96,10 +103,11 @@ class SQLiteBackend(BaseMemoryBackend):
         synchronous: Literal["OFF", "NORMAL", "FULL"] = "NORMAL",
         timeout: float = 30.0,
     ) -> None:
-        if exact_limit is not None and (isinstance(exact_limit, bool) or exact_limit < 1):
+        if exact_limit is not None and not _positive_int(exact_limit):
             raise ValueError(f"exact_limit must be a positive integer or None, got {exact_limit!r}")
-        if ann_candidates < 1 or ann_nprobe < 1:
-            raise ValueError("ann_candidates and ann_nprobe must be positive")
+        for name, value in (("ann_candidates", ann_candidates), ("ann_nprobe", ann_nprobe)):
+            if not _positive_int(value):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
         self.exact_limit = exact_limit
         self.ann_candidates = int(ann_candidates)
         self.ann_nprobe = int(ann_nprobe)
