@@ -40,6 +40,11 @@ if TYPE_CHECKING:
 # -- demo ------------------------------------------------------------------------------------------
 
 
+_CACHE_SUFFIXES = {".faiss", ".f32", ".cols", ".bm25", ".tmp", ".json"}
+"""What the SQLite backend writes into ``<file>.index`` (vectors, columns, lexical index and
+their temporary files): a folder holding only these is ours to remove with the file."""
+
+
 def _prepare_demo_file(db: Path, fresh: bool) -> None:
     """Delete the previous demo file when asked, never a file that is not a memory file."""
     if not db.exists():
@@ -61,7 +66,7 @@ def _prepare_demo_file(db: Path, fresh: bool) -> None:
         for extra in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
             extra.unlink(missing_ok=True)
         cache = db.with_name(db.name + ".index")
-        if cache.is_dir() and all(p.suffix in {".faiss", ".tmp", ".json"} for p in cache.iterdir()):
+        if cache.is_dir() and all(p.suffix in _CACHE_SUFFIXES for p in cache.iterdir()):
             shutil.rmtree(cache)
 
 

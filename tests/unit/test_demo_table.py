@@ -74,3 +74,27 @@ def test_without_neighbours_there_is_no_context_column(now: datetime) -> None:
     facts = ScoringConfig.hybrid(context=False)
     assert "turn before it" not in cli._score_legend(facts)
     assert "lexical: BM25 of the turn, relative" in cli._score_legend(facts)
+
+
+@pytest.mark.parametrize("suffix", [".faiss", ".f32", ".cols", ".bm25"])
+def test_fresh_removes_the_files_caches_and_keeps_a_folder_holding_anything_else(
+    tmp_path, suffix: str
+) -> None:
+    """``demo --fresh`` starts over: the memory file and its cache folder go, whichever caches
+    the backend wrote there; a folder holding a file the backend does not write stays."""
+    from langchain_reflective.cli.demo import _prepare_demo_file
+
+    db = tmp_path / "demo.db"
+    with MemoryStream(WordEmbeddings(), path=db) as stream:
+        stream.add(TURNS[:2], importances=0.5)
+    cache = db.with_name(db.name + ".index")
+    (cache / f"0123abcd{suffix}").write_bytes(b"cache")
+    (cache / f"0123abcd{suffix}.x1y2.tmp").write_bytes(b"left by a killed writer")
+    _prepare_demo_file(db, fresh=True)
+    assert not db.exists() and not cache.exists()
+
+    with MemoryStream(WordEmbeddings(), path=db) as stream:
+        stream.add(TURNS[:2], importances=0.5)
+    (cache / "notes.txt").write_text("mine")
+    _prepare_demo_file(db, fresh=True)
+    assert not db.exists() and (cache / "notes.txt").read_text() == "mine"
