@@ -14,6 +14,7 @@ from langgraph.graph import END, START, StateGraph
 
 from langchain_reflective import MemoryStream
 from langchain_reflective.importance import RetryConfig
+from langchain_reflective.records import CUT_MARKER, MAX_TEXT_CHARS
 from langchain_reflective.reflexion import (
     REFLEXION_KIND,
     TRIAL_KIND,
@@ -274,6 +275,36 @@ def test_an_over_long_reflection_is_stored_cut_and_the_loop_goes_on(
     assert sum(map(len, sr["lessons_learned"])) == 1000
     assert len(record.text) < 2100  # the text plus its lessons
     assert out["reflections"][0]["self_reflection"] == sr
+
+
+@pytest.mark.parametrize("value", [10**9, MAX_TEXT_CHARS + 1, 9, 4000.5, True, "4000"])
+@pytest.mark.parametrize("name", ["max_chars", "max_stored_attempt_chars"])
+def test_text_limits_are_bounded_by_the_memory_text_limit(name: str, value: Any) -> None:
+    with pytest.raises(ValueError, match=rf"{name} must be an integer from 10 to 200,000"):
+        ReflexionConfig(**{name: value})
+    assert getattr(ReflexionConfig(**{name: MAX_TEXT_CHARS}), name) == MAX_TEXT_CHARS
+
+
+def test_a_reflection_and_its_lessons_longer_than_a_memory_are_stored_cut(
+    stream: MemoryStream,
+) -> None:
+    import json
+
+    long = json.loads(good_reflection(1))
+    long["reflection_text"] = "I failed because " + "x" * 150_000  # each under max_chars,
+    long["lessons_learned"] = ["Read the task. " * 6_000]  # together over a memory's limit
+    model = ScriptedReflexionModel(
+        actor_script=["Sydney", "Canberra"], reflection_script=[json.dumps(long)]
+    )
+    config = ReflexionConfig(retry=RetryConfig(attempts=1), max_chars=MAX_TEXT_CHARS)
+    graph = create_reflexion_graph(model, match_evaluator("Canberra"), stream=stream, config=config)
+    out = graph.invoke({"task": TASK, "loop_id": "L"})
+    assert out["status"] == "passed" and out["rewards"] == [0.0, 1.0]  # was InvalidMemoryError
+    [record] = stored(stream, REFLEXION_KIND)
+    assert len(record.text) == MAX_TEXT_CHARS and record.text.endswith(CUT_MARKER)
+    sr = record.metadata["self_reflection"]  # the metadata keeps the whole reflection
+    assert sr["reflection_text"] == long["reflection_text"]
+    assert sr["lessons_learned"] == [long["lessons_learned"][0].strip()]
 
 
 # -- two runs of one loop at once -------------------------------------------------------------
