@@ -390,6 +390,59 @@ def test_an_inline_run_continues_from_the_trial_another_run_stored(
     assert "other run" in system_text(model.calls[-1])
 
 
+def test_a_loop_stored_twice_by_an_old_version_counts_each_iteration_once(
+    stream: MemoryStream,
+) -> None:
+    from datetime import timedelta
+
+    from langchain_reflective.reflexion import analyze_loops, export_loops
+
+    class Crash(BaseException):
+        """Stops the first run after its first trial is stored."""
+
+    first = create_reflexion_graph(
+        ScriptedReflexionModel(actor_script=["Sydney", Crash("stop")]),
+        match_evaluator("Canberra"),
+        stream=stream,
+        config=FAST,
+    )
+    with pytest.raises(Crash):
+        first.invoke({"task": TASK, "loop_id": "L"})
+    [mine] = stored(stream, REFLEXION_KIND)
+    # what the old bug left: the other run's copy of trial 0 under a random id, stored first
+    meta = dict(mine.metadata)
+    meta["attempt"] = "Hobart"
+    meta["self_reflection"] = {
+        **meta["self_reflection"],
+        "reflection_text": "I answered Hobart, the capital of Tasmania, not of Australia.",
+    }
+    [copy] = stream.add(
+        ["Hobart copy"],
+        kinds=REFLEXION_KIND,
+        metadatas=[meta],
+        importances=[0.7],
+        now=mine.created_at - timedelta(seconds=1),
+    )
+    model = ScriptedReflexionModel(actor_script=["Canberra"])
+    graph = create_reflexion_graph(
+        model, match_evaluator("Canberra"), stream=stream, config=FAST, max_trials=2
+    )
+    out = graph.invoke({"task": TASK, "loop_id": "L"})
+    # was: 2 trials loaded (>= max_trials), returned "failed" without an attempt
+    assert out["status"] == "passed" and out["rewards"] == [0.0, 1.0] and out["trials"] == 2
+    assert [r["id"] for r in out["reflections"]] == [copy.id]  # the first stored copy counts
+    assert reflections_in(model.actor_calls[0]) == [0]
+    assert "Tasmania" in system_text(model.actor_calls[0])
+    assert mine.metadata["self_reflection"]["reflection_text"] not in system_text(
+        model.actor_calls[0]
+    )
+    [loop] = export_loops(stream)["loops"]
+    assert loop["trials"][0]["record_id"] == copy.id
+    assert [t["iteration"] for t in loop["trials"]] == [0, 1]
+    assert analyze_loops(stream)[0][0].rewards == [0.0, 1.0]
+    assert iterations(stream, "L") == [0, 0, 1]  # the file is not rewritten
+
+
 def test_works_as_a_node_of_a_parent_graph(stream: MemoryStream) -> None:
     class Parent(TypedDict, total=False):
         task: str
