@@ -1,19 +1,28 @@
 """Analytics of Reflexion loops: reward curves, trials to success, failure categories, success
-rates (overall, at trial k, per strategy) and lesson reuse, from an export document."""
+rates (overall, at trial k, per strategy) and lesson reuse, from an export document.
+
+A loop the export schema would reject (no trials, a reward that is not a number in [0, 1], a
+trial or reflection missing what the numbers need) is never counted: :func:`analyze_loop`
+raises for it and :func:`analyze_loops` leaves it out and says why
+(:attr:`LoopsSummary.malformed`).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from langchain_reflective.errors import InvalidMemoryError
 from langchain_reflective.reflexion.export import export_loops, load_export
 
 if TYPE_CHECKING:
     from langchain_reflective.stream import MemoryStream
 
-__all__ = ["LoopAnalysis", "LoopsSummary", "analyze_loop", "analyze_loops"]
+__all__ = ["LoopAnalysis", "LoopsSummary", "analyze_loop", "analyze_loops", "malformed_reason"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,14 +82,89 @@ class LoopsSummary:
     """Success rate of those loops (``None``: no such loop)."""
     mean_learning_rate: float
     """Mean of the loops' learning rates."""
+    malformed: tuple[str, ...] = ()
+    """Loops left out of these numbers because the export schema would reject them, one line
+    each saying which and why (set on the summary of all loops by :func:`analyze_loops`)."""
+
+
+def _is_index(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_unit(value: Any) -> bool:
+    """A finite number in [0, 1] (NaN and infinities are not)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0.0 <= value <= 1.0
+    )
+
+
+def _trial_problem(i: int, trial: Any) -> str | None:
+    if not isinstance(trial, Mapping):
+        return f"trial {i} is not a JSON object"
+    if not _is_index(trial.get("iteration")):
+        return f"trial {i} has no iteration (a non-negative integer)"
+    if not _is_unit(trial.get("reward")):
+        return f"trial {i} has reward {trial.get('reward')!r}, not a number in [0, 1]"
+    if not isinstance(trial.get("passed"), bool):
+        return f"trial {i} has no 'passed' (true or false)"
+    if not isinstance(trial.get("lessons_reused", []), list):
+        return f"trial {i} has lessons_reused that are not a list"
+    return None
+
+
+def _reflection_problem(i: int, entry: Any) -> str | None:
+    if not isinstance(entry, Mapping) or not _is_index(entry.get("iteration")):
+        return f"reflection {i} is not an object with an iteration"
+    sr = entry.get("self_reflection")
+    if not isinstance(sr, Mapping):
+        return f"reflection {i} has no self_reflection"
+    credit = sr.get("credit_assignment")
+    if not isinstance(credit, Mapping) or not isinstance(credit.get("failure_category"), str):
+        return f"reflection {i} has no failure category"
+    if not _is_unit(sr.get("confidence")):
+        return f"reflection {i} has confidence {sr.get('confidence')!r}, not a number in [0, 1]"
+    if not isinstance(sr.get("lessons_learned", []), list):
+        return f"reflection {i} has lessons_learned that are not a list"
+    if not isinstance(entry.get("lessons_reused", []), list):
+        return f"reflection {i} has lessons_reused that are not a list"
+    return None
+
+
+def malformed_reason(loop: Any) -> str | None:
+    """Why the export schema would reject this loop of an export (in what the analytics read),
+    or ``None`` when it can be analysed."""
+    if not isinstance(loop, Mapping):
+        return "not a JSON object"
+    if not isinstance(loop.get("loop_id"), str) or not loop["loop_id"]:
+        return "no loop_id"
+    trials, reflections = loop.get("trials"), loop.get("reflections", [])
+    if not isinstance(trials, list) or not trials:
+        return "no trials"
+    if not isinstance(reflections, list):
+        return "its reflections are not a list"
+    problems = (
+        *(_trial_problem(i, t) for i, t in enumerate(trials)),
+        *(_reflection_problem(i, r) for i, r in enumerate(reflections)),
+    )
+    return next((p for p in problems if p is not None), None)
 
 
 def analyze_loop(loop: Mapping[str, Any]) -> LoopAnalysis:
-    """Analyse one loop of an export document."""
-    trials = sorted(loop.get("trials", []), key=lambda t: int(t["iteration"]))
+    """Analyse one loop of an export document.
+
+    Raises:
+        InvalidMemoryError: a loop the export schema would reject (:func:`malformed_reason`).
+    """
+    problem = malformed_reason(loop)
+    if problem is not None:
+        raise InvalidMemoryError(f"malformed Reflexion loop: {problem}")
+    trials = sorted(loop["trials"], key=lambda t: int(t["iteration"]))
+    reflections = sorted(loop.get("reflections", []), key=lambda r: int(r["iteration"]))
     rewards = [float(t["reward"]) for t in trials]
     first_pass = next((i + 1 for i, t in enumerate(trials) if t.get("passed")), None)
-    reflections = sorted(loop.get("reflections", []), key=lambda r: int(r["iteration"]))
     cats = [r["self_reflection"]["credit_assignment"]["failure_category"] for r in reflections]
     confidences = [float(r["self_reflection"]["confidence"]) for r in reflections]
     reused = next(
@@ -100,12 +184,12 @@ def analyze_loop(loop: Mapping[str, Any]) -> LoopAnalysis:
         avg_confidence=sum(confidences) / len(confidences) if confidences else None,
         learning_rate=(rewards[-1] - rewards[0]) / len(rewards) if len(rewards) > 1 else 0.0,
         low_quality=sum(bool(r.get("low_quality")) for r in reflections),
-        lessons_reused=reused or _trial_lessons(loop),
+        lessons_reused=reused or _trial_lessons(trials),
     )
 
 
-def _trial_lessons(loop: Mapping[str, Any]) -> list[str]:
-    for t in loop.get("trials", []):
+def _trial_lessons(trials: Sequence[Mapping[str, Any]]) -> list[str]:
+    for t in trials:
         if t.get("lessons_reused"):
             return list(t["lessons_reused"])
     return []
@@ -148,6 +232,9 @@ def analyze_loops(
 ) -> tuple[list[LoopAnalysis], LoopsSummary, dict[str, LoopsSummary]]:
     """Analyse every loop of an export (a document, its JSON text, or a stream to export).
 
+    A loop the export schema would reject is left out of every number; the summary of all
+    loops lists it in :attr:`LoopsSummary.malformed`.
+
     Returns:
         ``(per loop, all loops, per strategy)``: the per-strategy summaries are the ablation
         (does ``reflexion`` beat ``none`` or ``last_attempt`` on these tasks?).
@@ -162,8 +249,18 @@ def analyze_loops(
         if isinstance(source, MemoryStream)
         else load_export(source)
     )
-    analyses = [analyze_loop(loop) for loop in doc["loops"]]
+    analyses: list[LoopAnalysis] = []
+    malformed: list[str] = []
+    for i, loop in enumerate(doc["loops"]):
+        problem = malformed_reason(loop)
+        if problem is None:
+            analyses.append(analyze_loop(loop))
+            continue
+        loop_id = loop.get("loop_id") if isinstance(loop, Mapping) else None
+        name = f"loop {i}" + (f" ({loop_id!r})" if isinstance(loop_id, str) and loop_id else "")
+        malformed.append(f"{name}: {problem}")
     by_strategy: dict[str, list[LoopAnalysis]] = {}
     for a in analyses:
         by_strategy.setdefault(a.strategy, []).append(a)
-    return analyses, summarize(analyses), {s: summarize(v) for s, v in sorted(by_strategy.items())}
+    overall = dataclasses.replace(summarize(analyses), malformed=tuple(malformed))
+    return analyses, overall, {s: summarize(v) for s, v in sorted(by_strategy.items())}
