@@ -4,7 +4,8 @@ rates (overall, at trial k, per strategy) and lesson reuse, from an export docum
 A loop the export schema would reject (no trials, a reward that is not a number in [0, 1], a
 trial or reflection missing what the numbers need) is never counted: :func:`analyze_loop`
 raises for it and :func:`analyze_loops` leaves it out and says why
-(:attr:`LoopsSummary.malformed`).
+(:attr:`LoopsSummary.malformed`). An iteration stored twice by an old version counts once: the
+first stored copy (the oldest ``created_at``, then the smaller id), as when reading a stream.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from langchain_reflective.errors import InvalidMemoryError
@@ -53,6 +55,8 @@ class LoopAnalysis:
     """Reflections flagged low quality."""
     lessons_reused: list[str] = field(default_factory=list)
     """Ids of past reflections whose lessons its first attempt was given."""
+    duplicates: int = 0
+    """Trials and reflections of an iteration stored twice (by an old version) and ignored."""
 
     @property
     def trials(self) -> int:
@@ -82,6 +86,8 @@ class LoopsSummary:
     """Success rate of those loops (``None``: no such loop)."""
     mean_learning_rate: float
     """Mean of the loops' learning rates."""
+    duplicates: int = 0
+    """Trials and reflections stored twice, counted once (:attr:`LoopAnalysis.duplicates`)."""
     malformed: tuple[str, ...] = ()
     """Loops left out of these numbers because the export schema would reject them, one line
     each saying which and why (set on the summary of all loops by :func:`analyze_loops`)."""
@@ -152,8 +158,31 @@ def malformed_reason(loop: Any) -> str | None:
     return next((p for p in problems if p is not None), None)
 
 
+def _stored_first(entry: Mapping[str, Any], id_key: str) -> tuple[datetime, str]:
+    try:
+        when = datetime.fromisoformat(str(entry.get("created_at")))
+    except ValueError:
+        return datetime.max.replace(tzinfo=UTC), str(entry.get(id_key, ""))
+    when = when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+    return when, str(entry.get(id_key, ""))
+
+
+def _once_per_iteration(entries: Sequence[Mapping[str, Any]], id_key: str) -> list[Any]:
+    """The entries by iteration, each iteration once: its first stored copy."""
+    first: dict[int, Mapping[str, Any]] = {}
+    for e in entries:
+        kept = first.get(e["iteration"])
+        if kept is None or _stored_first(e, id_key) < _stored_first(kept, id_key):
+            first[e["iteration"]] = e
+    return [first[i] for i in sorted(first)]
+
+
 def analyze_loop(loop: Mapping[str, Any]) -> LoopAnalysis:
     """Analyse one loop of an export document.
+
+    An iteration whose trial (or reflection) appears twice counts once: the first stored copy
+    (oldest ``created_at``, then the smaller id); :attr:`LoopAnalysis.duplicates` counts the
+    others.
 
     Raises:
         InvalidMemoryError: a loop the export schema would reject (:func:`malformed_reason`).
@@ -161,8 +190,10 @@ def analyze_loop(loop: Mapping[str, Any]) -> LoopAnalysis:
     problem = malformed_reason(loop)
     if problem is not None:
         raise InvalidMemoryError(f"malformed Reflexion loop: {problem}")
-    trials = sorted(loop["trials"], key=lambda t: int(t["iteration"]))
-    reflections = sorted(loop.get("reflections", []), key=lambda r: int(r["iteration"]))
+    trials = _once_per_iteration(loop["trials"], "record_id")
+    reflections = _once_per_iteration(loop.get("reflections", []), "id")
+    duplicates = len(loop["trials"]) - len(trials) + len(loop.get("reflections", []))
+    duplicates -= len(reflections)
     rewards = [float(t["reward"]) for t in trials]
     first_pass = next((i + 1 for i, t in enumerate(trials) if t.get("passed")), None)
     cats = [r["self_reflection"]["credit_assignment"]["failure_category"] for r in reflections]
@@ -185,6 +216,7 @@ def analyze_loop(loop: Mapping[str, Any]) -> LoopAnalysis:
         learning_rate=(rewards[-1] - rewards[0]) / len(rewards) if len(rewards) > 1 else 0.0,
         low_quality=sum(bool(r.get("low_quality")) for r in reflections),
         lessons_reused=reused or _trial_lessons(trials),
+        duplicates=duplicates,
     )
 
 
@@ -224,6 +256,7 @@ def summarize(analyses: Sequence[LoopAnalysis]) -> LoopsSummary:
             else None
         ),
         mean_learning_rate=sum(a.learning_rate for a in analyses) / n,
+        duplicates=sum(a.duplicates for a in analyses),
     )
 
 

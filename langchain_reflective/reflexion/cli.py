@@ -4,7 +4,7 @@
   success, failure categories; across loops and per strategy: success rate, success@k, mean
   trials, lesson reuse); ``--plot PNG`` draws the reward curves and success@k. Loops the export
   schema would reject are left out of every table and number and listed after them ("N
-  malformed loops skipped").
+  malformed loops skipped"); trials stored twice by an old version count once.
 
 Registered by :mod:`langchain_reflective.cli`; same exit-status rule (1: the file cannot be
 used, 2: the command line is wrong). Needs the ``cli`` extra.
@@ -116,6 +116,12 @@ def _notes(overall: LoopsSummary) -> list[str]:
         notes.append(
             f"{n} malformed loop{'s' if n != 1 else ''} skipped (not in these numbers): "
             + _skipped(overall.malformed)
+        )
+    if overall.duplicates:
+        n = overall.duplicates
+        notes.append(
+            f"{n} duplicate {'copy' if n == 1 else 'copies'} of trials or reflections (stored "
+            "twice by an older version) ignored: each iteration counts its first stored copy"
         )
     return notes
 

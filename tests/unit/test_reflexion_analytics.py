@@ -130,7 +130,7 @@ async def test_asearch_reflections_matches_the_sync_search(stream: MemoryStream)
     assert len(sync) == 1
 
 
-# -- loops the schema rejects ----------------------------------------------------------------------
+# -- loops the schema rejects, and iterations stored twice ---------------------------------------
 
 
 def _exported(stream: MemoryStream) -> dict[str, Any]:
@@ -191,3 +191,26 @@ def test_loops_the_schema_rejects_are_left_out_and_named(stream: MemoryStream) -
     for line, (loop, reason) in zip(overall.malformed, bad, strict=True):
         assert reason in line
         assert line.startswith(f"loop {doc['loops'].index(loop)}")
+
+
+def test_an_iteration_exported_twice_counts_its_first_stored_copy(stream: MemoryStream) -> None:
+    doc = _exported(stream)
+    [loop] = doc["loops"]
+    first_trial, first_reflection = loop["trials"][0], loop["reflections"][0]
+    # what the old bug left: the other run's copies of iteration 0, one stored later
+    later_trial = {**first_trial, "record_id": "zz-later", "reward": 0.5}
+    later_trial["created_at"] = "2999-01-01T00:00:00+00:00"
+    later_reflection = json.loads(json.dumps(first_reflection))
+    later_reflection.update(id="zz-later", created_at="2999-01-01T00:00:00+00:00")
+    later_reflection["self_reflection"]["credit_assignment"]["failure_category"] = "logic_error"
+    loop["trials"].insert(0, later_trial)
+    loop["reflections"].insert(0, later_reflection)
+    [a], overall, _ = analyze_loops(doc)
+    assert a.rewards == [0.0, 1.0] and a.trials_to_success == 2  # was [0.5, 0.0, 1.0]
+    assert a.failure_categories == ["edge_case_miss"] and a.duplicates == 2
+    assert overall.duplicates == 2 and overall.mean_trials == 2.0
+    # same time: the smaller id wins, whatever the order in the document
+    same = {**first_trial, "record_id": "0-first", "reward": 0.25}
+    loop["trials"].append(same)
+    [a], _, _ = analyze_loops(doc)
+    assert a.rewards == [0.25, 1.0] and a.duplicates == 3
