@@ -22,11 +22,13 @@ from langgraph.graph import END, START, StateGraph
 from pydantic import BaseModel, Field, ValidationError
 
 from langchain_reflective._llm import (
+    Failure,
     Flow,
     FlowNode,
     ModelCall,
     Op,
     RetryConfig,
+    guarded,
     load_json,
     resolve_chat_model,
     threaded,
@@ -35,12 +37,7 @@ from langchain_reflective.errors import InvalidMemoryError
 from langchain_reflective.records import MAX_TEXT_CHARS, validate_text
 from langchain_reflective.thinking.config import ThinkingConfig
 from langchain_reflective.thinking.context import ContextMemory
-from langchain_reflective.thinking.fallbacks import (
-    PLACEHOLDER,
-    Failure,
-    extractive_summary,
-    guarded,
-)
+from langchain_reflective.thinking.fallbacks import PLACEHOLDER, extractive_summary
 from langchain_reflective.thinking.prompts import (
     ThinkingPrompts,
     fit_summaries,
