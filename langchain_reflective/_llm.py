@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from langchain_core.runnables import Runnable
 from langchain_core.runnables.config import ensure_config
+from langgraph.errors import GraphBubbleUp
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
@@ -390,6 +391,42 @@ def threaded(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
         return await asyncio.to_thread(fn, *args, **kwargs)
 
     return call
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """What a :func:`guarded` op returns instead of raising."""
+
+    error: Exception
+
+    def __str__(self) -> str:
+        return f"{type(self.error).__name__}: {self.error}"
+
+
+def guarded(op: Op[T]) -> Op[T | Failure]:
+    """``op`` whose failure is returned as a :class:`Failure` (so the flow takes its fallback
+    or decides what the error means); LangGraph's control-flow exceptions (interrupts) still
+    propagate."""
+
+    def sync(*args: Any, **kwargs: Any) -> T | Failure:
+        try:
+            return op.sync(*args, **kwargs)
+        except GraphBubbleUp:
+            raise
+        except Exception as exc:
+            return Failure(exc)
+
+    async def async_(*args: Any, **kwargs: Any) -> T | Failure:
+        try:
+            if op.async_ is None:
+                return op.sync(*args, **kwargs)
+            return await op.async_(*args, **kwargs)
+        except GraphBubbleUp:
+            raise
+        except Exception as exc:
+            return Failure(exc)
+
+    return Op(sync, async_, op.args, op.kwargs)
 
 
 def batch_op(runnable: Runnable[Any, Any], inputs: list[Any], config: RunnableConfig) -> Op[Any]:

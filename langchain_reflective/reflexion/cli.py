@@ -2,7 +2,9 @@
 
 * ``reflective reflexion report FILE``: tables of an export (per loop: reward curve, trials to
   success, failure categories; across loops and per strategy: success rate, success@k, mean
-  trials, lesson reuse); ``--plot PNG`` draws the reward curves and success@k.
+  trials, lesson reuse); ``--plot PNG`` draws the reward curves and success@k. Loops the export
+  schema would reject are left out of every table and number and listed after them ("N
+  malformed loops skipped"); trials stored twice by an old version count once.
 
 Registered by :mod:`langchain_reflective.cli`; same exit-status rule (1: the file cannot be
 used, 2: the command line is wrong). Needs the ``cli`` extra.
@@ -101,6 +103,29 @@ def _categories_table(overall: LoopsSummary) -> Table:
     return table
 
 
+def _skipped(malformed: tuple[str, ...], shown: int = 5) -> str:
+    more = f"; and {len(malformed) - shown} more" if len(malformed) > shown else ""
+    return "; ".join(malformed[:shown]) + more
+
+
+def _notes(overall: LoopsSummary) -> list[str]:
+    """What the tables leave out or count once."""
+    notes = []
+    if overall.malformed:
+        n = len(overall.malformed)
+        notes.append(
+            f"{n} malformed loop{'s' if n != 1 else ''} skipped (not in these numbers): "
+            + _skipped(overall.malformed)
+        )
+    if overall.duplicates:
+        n = overall.duplicates
+        notes.append(
+            f"{n} duplicate {'copy' if n == 1 else 'copies'} of trials or reflections (stored "
+            "twice by an older version) ignored: each iteration counts its first stored copy"
+        )
+    return notes
+
+
 def _plot(analyses: list[LoopAnalysis], by_strategy: dict[str, LoopsSummary], out: Path) -> None:
     try:
         import matplotlib
@@ -183,6 +208,8 @@ def report(
     except (KeyError, TypeError, ValueError) as exc:
         _fail(f"{file} is a Reflexion export with malformed loops ({type(exc).__name__}: {exc})")
     console = _console()
+    if not analyses and overall.malformed:
+        _fail(f"{file}: every loop is malformed ({_skipped(overall.malformed)})")
     if not analyses:
         console.print(f"{escape(str(file))} holds no Reflexion loops.")
         if plot is not None:
@@ -192,6 +219,8 @@ def report(
     console.print(_summary_table(overall, by_strategy))
     if overall.failure_categories:
         console.print(_categories_table(overall))
+    for note in _notes(overall):
+        console.print(f"[yellow]{escape(note)}[/yellow]")
     if plot is not None:
         _plot(analyses, by_strategy, plot)
         console.print(f"Wrote {escape(str(plot))} ({plot.stat().st_size:,} bytes).")

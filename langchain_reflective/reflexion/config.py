@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Required, TypedDict
 
 from langchain_reflective.importance import RetryConfig
+from langchain_reflective.records import MAX_TEXT_CHARS
 
 __all__ = [
     "STRATEGIES",
@@ -47,9 +48,13 @@ class ReflexionConfig:
     max_chars: int = 4000
     """Longest piece of attempt, task or feedback text put in a prompt (longer ones are cut);
     also the longest reflection text, causal reasoning and root cause stored with a trial, and
-    the most characters of its actionable insights and of its lessons learned (each list)."""
+    the most characters of its actionable insights and of its lessons learned (each list).
+    From 10 to ``MAX_TEXT_CHARS`` (200,000, the longest memory text): a prompt holds a bounded
+    number of such pieces (task, attempt, feedback, Ω reflections, lessons), so this bounds
+    the prompt too."""
     max_stored_attempt_chars: int = 4000
-    """Longest attempt output stored with a trial (for the ``last_attempt`` strategies)."""
+    """Longest attempt output stored with a trial (for the ``last_attempt`` strategies); from
+    10 to ``MAX_TEXT_CHARS``."""
     reflection_importance: float = 0.7
     """Importance given to stored reflections (no importance model call)."""
     trial_importance: float = 0.3
@@ -75,8 +80,16 @@ class ReflexionConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
         for name in ("max_chars", "max_stored_attempt_chars"):
-            if getattr(self, name) < 10:
-                raise ValueError(f"{name} must be >= 10")
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or not 10 <= value <= MAX_TEXT_CHARS
+            ):
+                raise ValueError(
+                    f"ReflexionConfig.{name} must be an integer from 10 to {MAX_TEXT_CHARS:,} "
+                    f"(the longest memory text), got {value!r}; longer pieces are cut to it"
+                )
         for name in ("reflection_importance", "trial_importance"):
             value = getattr(self, name)
             if not math.isfinite(value) or not 0.0 <= value <= 1.0:

@@ -66,17 +66,33 @@ def episode(record: MemoryRecord) -> Episode:
 
 
 def entries_of(records: Iterable[MemoryRecord]) -> list[Episode]:
-    out = [
-        episode(r)
-        for r in records
-        if r.kind in (REFLEXION_KIND, TRIAL_KIND) and isinstance(r.metadata.get("loop_id"), str)
-    ]
-    out.sort(key=lambda e: (int(e.get("iteration", 0)), e["created_at"]))
-    return out
+    """The trials among ``records``, by iteration, each (loop, iteration) once.
+
+    Before trial record ids were derived from (namespace, loop, iteration), two runs of one
+    loop at once stored every iteration twice under random ids. Such a file keeps both
+    copies (nothing rewrites it); reads count the first stored copy of each iteration (the
+    oldest ``created_at``, then the smaller id), the one a derived id would have let through.
+    """
+    first: dict[tuple[str, int], MemoryRecord] = {}
+    for r in records:
+        loop_id = r.metadata.get("loop_id")
+        if r.kind not in (REFLEXION_KIND, TRIAL_KIND) or not isinstance(loop_id, str):
+            continue
+        key = (loop_id, int(r.metadata.get("iteration", 0)))
+        kept = first.get(key)
+        if kept is None or (r.created_at, r.id) < (kept.created_at, kept.id):
+            first[key] = r
+    ordered = sorted(
+        first.values(), key=lambda r: (int(r.metadata.get("iteration", 0)), r.created_at, r.id)
+    )
+    return [episode(r) for r in ordered]
 
 
 def load_loop(stream: MemoryStream, loop_id: str, *, namespace: str | None = None) -> list[Episode]:
-    """Every stored trial of ``loop_id`` in the namespace, by iteration (empty: a new loop)."""
+    """Every stored trial of ``loop_id`` in the namespace, by iteration (empty: a new loop).
+
+    An iteration stored twice by an old version counts once (see :func:`entries_of`).
+    """
     records = stream.recent(None, namespace=namespace, kinds=[REFLEXION_KIND, TRIAL_KIND])
     return [e for e in entries_of(records) if e["loop_id"] == loop_id]
 

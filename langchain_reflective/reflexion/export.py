@@ -254,7 +254,7 @@ def export_json_schema() -> dict[str, Any]:
             "status": {"enum": ["passed", "failed", "error", "running"]},
             "strategy": {"$ref": "#/$defs/Strategy"},
             "omega": {"type": "integer", "minimum": 0},
-            "trials": {"type": "array", "items": {"$ref": "#/$defs/Trial"}},
+            "trials": {"type": "array", "items": {"$ref": "#/$defs/Trial"}, "minItems": 1},
             "reflections": {"type": "array", "items": {"$ref": "#/$defs/Reflection"}},
         },
         "additionalProperties": False,

@@ -19,10 +19,12 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.pregel import Pregel
 
 from langchain_reflective._llm import (
+    Failure,
     Flow,
     FlowNode,
     ModelCall,
     Op,
+    guarded,
     resolve_chat_model,
     threaded,
 )
@@ -50,8 +52,6 @@ from langchain_reflective.reflexion.evaluators import Attempt, BaseEvaluator
 from langchain_reflective.reflexion.reflection import (
     InlineAttempt,
     ReflexionPrompts,
-    _aguarded,
-    _guarded,
     reflect_flow,
 )
 from langchain_reflective.reflexion.schema import EvaluatorOutput, SelfReflection
@@ -231,15 +231,11 @@ class _Reflexion:
             return (yield from self._act_inline(state, config, pending))
         payload, sent = self._actor_input(state)
         cfg = self._cfg(config, "actor", state)
-        result = yield Op(
-            _guarded(self.actor.invoke), _aguarded(self.actor.ainvoke), (payload,), {"config": cfg}
+        result = yield guarded(
+            Op(self.actor.invoke, self.actor.ainvoke, (payload,), {"config": cfg})
         )
-        if isinstance(result, Exception):
-            return {
-                "attempt": "",
-                "actions": [],
-                "error": f"the actor failed: {type(result).__name__}: {result}",
-            }
+        if isinstance(result, Failure):
+            return {"attempt": "", "actions": [], "error": f"the actor failed: {result}"}
         text, actions = attempt_of(result, sent)
         return {"attempt": text, "actions": actions, "error": None}
 
@@ -271,16 +267,18 @@ class _Reflexion:
             max_chars=cfg.max_chars,
         )
         call = self.inline_call
-        result = yield Op(
-            _guarded(call.runnable.invoke),
-            _aguarded(call.runnable.ainvoke),
-            (messages,),
-            {"config": self._cfg(config, "actor", state)},
+        result = yield guarded(
+            Op(
+                call.runnable.invoke,
+                call.runnable.ainvoke,
+                (messages,),
+                {"config": self._cfg(config, "actor", state)},
+            )
         )
         error = None
-        if isinstance(result, Exception):
+        if isinstance(result, Failure):
             reflection, answer = None, ""
-            error = f"the actor failed: {type(result).__name__}: {result}"
+            error = f"the actor failed: {result}"
         else:
             parsed, raw = call.unpack(result)
             reflection, answer = parse_inline(parsed, raw)
@@ -333,9 +331,9 @@ class _Reflexion:
             iteration=state.get("iteration", 0),
         )
         ev = self.evaluator
-        result = yield Op(_guarded(ev.evaluate), _aguarded(ev.aevaluate), (attempt,))
-        if isinstance(result, Exception):
-            msg = f"the evaluator failed: {type(result).__name__}: {result}"
+        result = yield guarded(Op(ev.evaluate, ev.aevaluate, (attempt,)))
+        if isinstance(result, Failure):
+            msg = f"the evaluator failed: {result}"
             return {"evaluation": error_evaluation(msg), "error": msg}
         if not isinstance(result, EvaluatorOutput):
             msg = f"the evaluator returned {type(result).__name__}, not an EvaluatorOutput"
@@ -428,27 +426,29 @@ class _Reflexion:
         )
         st, ns = self.stream, self._ns(state)
         record_id = trial_record_id(ns, state["loop_id"], int(trial["iteration"]))
-        records = yield Op(
-            _guarded(st.add),
-            _aguarded(st.aadd),
-            ([text],),
-            {
-                "kinds": kind,
-                "metadatas": [meta],
-                "importances": [importance],
-                "ids": [record_id],
-                "namespace": ns,
-            },
+        records = yield guarded(
+            Op(
+                st.add,
+                st.aadd,
+                ([text],),
+                {
+                    "kinds": kind,
+                    "metadatas": [meta],
+                    "importances": [importance],
+                    "ids": [record_id],
+                    "namespace": ns,
+                },
+            )
         )
-        if not isinstance(records, Exception):
+        if not isinstance(records, Failure):
             return [*episodes, episode(records[0])], True
-        if isinstance(records, StorageError):  # a duplicate only if that record is stored now
+        if isinstance(records.error, StorageError):  # a duplicate only if it is stored now
             stored: list[Episode] = yield Op(
                 load_loop, threaded(load_loop), (st, state["loop_id"]), {"namespace": ns}
             )
             if any(e["id"] == record_id for e in stored):
                 return stored, False
-        raise records
+        raise records.error
 
     def _resync(self, stored: list[Episode]) -> Update:
         """Continue from the loop as stored by another run (after a duplicate iteration)."""

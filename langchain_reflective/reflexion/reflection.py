@@ -11,15 +11,23 @@ loop never crashes and never stores an invalid record.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
-from langgraph.errors import GraphBubbleUp
 from pydantic import BaseModel, Field, ValidationError
 
-from langchain_reflective._llm import Flow, ModelCall, Op, clean_model_text, fence_block, load_json
+from langchain_reflective._llm import (
+    Failure,
+    Flow,
+    ModelCall,
+    Op,
+    clean_model_text,
+    fence_block,
+    guarded,
+    load_json,
+)
 from langchain_reflective.reflexion.schema import (
     CreditAssignment,
     EvaluatorOutput,
@@ -389,30 +397,6 @@ class ReflectionOutcome:
         return bool(self.issues) or self.source == "fallback"
 
 
-def _guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
-    def call(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except GraphBubbleUp:
-            raise
-        except Exception as exc:
-            return exc
-
-    return call
-
-
-def _aguarded(fn: Callable[..., Any]) -> Callable[..., Any]:
-    async def call(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return await fn(*args, **kwargs)
-        except GraphBubbleUp:
-            raise
-        except Exception as exc:
-            return exc
-
-    return call
-
-
 def reflect_flow(
     call: ModelCall[SelfReflection],
     messages: list[BaseMessage],
@@ -431,11 +415,11 @@ def reflect_flow(
     best: tuple[SelfReflection, list[QualityIssue]] | None = None
     calls = 0
     for attempt in range(2 if quality_retry else 1):
-        result = yield Op(
-            _guarded(call.runnable.invoke), _aguarded(call.runnable.ainvoke), (messages,), op_kwargs
+        result = yield guarded(
+            Op(call.runnable.invoke, call.runnable.ainvoke, (messages,), op_kwargs)
         )
         calls += 1
-        if isinstance(result, Exception):
+        if isinstance(result, Failure):
             raw, reflection = "", None
         else:
             parsed, raw = call.unpack(result)

@@ -10,6 +10,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from langchain_reflective.records import clip_text
 from langchain_reflective.reflexion.config import ReflexionConfig, Strategy
 from langchain_reflective.reflexion.episodic import (
     REFLEXION_KIND,
@@ -82,7 +83,9 @@ def trial_record(
     """``(text, metadata, kind, importance)`` of one trial's memory record.
 
     The attempt is cut to ``config.max_stored_attempt_chars`` and the reflection's texts to
-    ``config.max_chars`` (:func:`bounded_reflection`).
+    ``config.max_chars`` (:func:`bounded_reflection`). The record's text (the reflection text
+    and its lessons) is cut to the memory text limit with a marker; the metadata keeps the
+    whole bounded reflection.
     """
     evaluation = trial.get("evaluation") or {}
     iteration, outcome = int(trial["iteration"]), str(trial["outcome"])
@@ -129,4 +132,4 @@ def trial_record(
     text = sr["reflection_text"]
     if sr.get("lessons_learned"):
         text += "\nLessons learned: " + "; ".join(sr["lessons_learned"])
-    return text, meta, REFLEXION_KIND, config.reflection_importance
+    return clip_text(text), meta, REFLEXION_KIND, config.reflection_importance

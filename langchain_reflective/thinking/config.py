@@ -25,7 +25,9 @@ class ThinkingConfig:
     """Most contexts one recall returns."""
     summary_token_budget: int | None = 2_000
     """Tokens the accumulated summaries may take in a prompt (``None``: no limit); older
-    summaries leave the prompt, never the storage."""
+    summaries leave the prompt, never the storage. One summary takes at most a quarter of it
+    (a longer one is cut with a marker in the prompt, never in storage), so the newest four
+    always fit."""
     max_summaries: int = 200
     """At most this many newest summaries are read to fill the summary budget."""
     retry: RetryConfig = field(default_factory=RetryConfig)

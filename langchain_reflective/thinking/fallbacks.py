@@ -1,56 +1,15 @@
-"""Fallbacks of a thinking turn: the extractive summary, and model/recall calls whose failure
-is returned to the step (which then takes its fallback) instead of raised."""
+"""Fallbacks of a thinking turn: the extractive summary and the template-placeholder check
+(model and recall calls are :func:`~langchain_reflective._llm.guarded`, so their failure is
+returned to the step, which then takes its fallback)."""
 
 from __future__ import annotations
 
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-from langgraph.errors import GraphBubbleUp
-
-from langchain_reflective._llm import Op
-
-__all__ = ["PLACEHOLDER", "Failure", "extractive_summary", "guarded"]
-
-T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Failure:
-    """What a guarded op returns instead of raising."""
-
-    error: Exception
-
-    def __str__(self) -> str:
-        return f"{type(self.error).__name__}: {self.error}"
-
-
-def guarded(op: Op[T]) -> Op[T | Failure]:
-    """``op`` whose failure is returned as a :class:`Failure` (the step takes its fallback);
-    LangGraph's control-flow exceptions (interrupts) still propagate."""
-
-    def sync(*args: Any, **kwargs: Any) -> T | Failure:
-        try:
-            return op.sync(*args, **kwargs)
-        except GraphBubbleUp:
-            raise
-        except Exception as exc:
-            return Failure(exc)
-
-    async def async_(*args: Any, **kwargs: Any) -> T | Failure:
-        try:
-            if op.async_ is None:
-                return op.sync(*args, **kwargs)
-            return await op.async_(*args, **kwargs)
-        except GraphBubbleUp:
-            raise
-        except Exception as exc:
-            return Failure(exc)
-
-    return Op(sync, async_, op.args, op.kwargs)
+__all__ = ["PLACEHOLDER", "extractive_summary"]
 
 
 PLACEHOLDER = re.compile(r"^\s*<[^<>]*>\s*$")  # a copied "<one sentence ...>" template slot

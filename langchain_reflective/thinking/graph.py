@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from langchain_core.messages import AIMessage
 from langchain_core.messages.utils import count_tokens_approximately
@@ -22,11 +22,13 @@ from langgraph.graph import END, START, StateGraph
 from pydantic import BaseModel, Field, ValidationError
 
 from langchain_reflective._llm import (
+    Failure,
     Flow,
     FlowNode,
     ModelCall,
     Op,
     RetryConfig,
+    guarded,
     load_json,
     resolve_chat_model,
 )
@@ -34,14 +36,10 @@ from langchain_reflective.errors import InvalidMemoryError
 from langchain_reflective.records import MAX_TEXT_CHARS, validate_text
 from langchain_reflective.thinking.config import ThinkingConfig
 from langchain_reflective.thinking.context import ContextMemory
-from langchain_reflective.thinking.fallbacks import (
-    PLACEHOLDER,
-    Failure,
-    extractive_summary,
-    guarded,
-)
+from langchain_reflective.thinking.fallbacks import PLACEHOLDER, extractive_summary
 from langchain_reflective.thinking.prompts import (
     ThinkingPrompts,
+    fit_summaries,
     format_summaries,
     render_for_action,
 )
@@ -195,21 +193,18 @@ class _Thinker:
             turn = yield Op(mem.next_turn, mem.anext_turn, (), {"namespace": ns})
         elif isinstance(turn, bool) or not isinstance(turn, int) or turn < 1:
             raise InvalidMemoryError(f"turn must be a positive integer, got {turn!r}")
-        past = yield Op(
-            mem.accumulated_summaries,
-            mem.aaccumulated_summaries,
-            (),
-            {
-                "budget": self.config.summary_token_budget,
-                "max_summaries": self.config.max_summaries,
-                "namespace": ns,
-            },
+        recent = yield Op(
+            mem.recent_summaries,
+            mem.arecent_summaries,
+            (self.config.max_summaries,),
+            {"namespace": ns},
         )
+        earlier = [cast("SummaryDict", s.to_dict()) for s in recent if s.turn < turn]
         return {
             "namespace": ns,
             "turn": turn,
             "turn_assigned": state.get("turn") is None,
-            "past_summaries": [s.to_dict() for s in past if s.turn < turn],
+            "past_summaries": fit_summaries(earlier, self.config.summary_token_budget),
             "thoughts": [],
             "recalled": [],
             "fallbacks": [],
@@ -521,21 +516,6 @@ class _Thinker:
         return FlowNode(f"thinking.{stage}", step)
 
 
-def fit_summaries(summaries: Sequence[SummaryDict], budget: int | None) -> list[SummaryDict]:
-    """The newest summaries that fit ``budget`` tokens, oldest first (``None``: all)."""
-    if budget is None:
-        return list(summaries)
-    chosen: list[SummaryDict] = []
-    left = budget
-    for s in reversed(summaries):
-        cost = count_text_tokens(f"[Turn {s['turn']}] {summary_text(s['summary'], s['insights'])}")
-        if cost > left:
-            break
-        left -= cost
-        chosen.append(s)
-    return list(reversed(chosen))
-
-
 def route_after_think(state: ThinkingGraphState) -> str:
     """Another round, the summary (when recording), or straight to the output."""
     if state.get("wants_more"):
@@ -597,7 +577,9 @@ def create_thinking_graph(
         thinking_token_budget: Tokens the rounds may spend.
         enable_recall: Offer ``recall_context``.
         max_recall_contexts: Most contexts one recall returns.
-        summary_token_budget: Tokens the accumulated summaries may take in a prompt.
+        summary_token_budget: Tokens the accumulated summaries may take in a prompt; one
+            summary takes at most a quarter of it (cut with a marker; stored whole), so the
+            newest four always fit (:func:`~langchain_reflective.thinking.prompts.fit_summaries`).
         max_summaries: Newest summaries considered for that budget.
         retry: Retries of transient model errors.
         structured_output: Summaries via structured output (``None``: when supported).

@@ -4,10 +4,11 @@ and recall over snapshots and summaries (see ``context.py`` for how turns are st
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from langchain_reflective._llm import Flow, Op, run_async, run_sync
 from langchain_reflective.errors import InvalidMemoryError
@@ -20,11 +21,11 @@ from langchain_reflective.thinking.turns import (
     ContextSnapshot,
     ContextSummary,
     RecallResult,
-    count_text_tokens,
 )
 
 if TYPE_CHECKING:
     from langchain_reflective.stream import MemoryStream
+    from langchain_reflective.thinking.state import SummaryDict
 
 __all__ = ["ContextLookups"]
 
@@ -226,19 +227,22 @@ class ContextLookups:
     ) -> Flow[list[ContextSummary]]:
         if budget is not None and budget < 0:
             raise InvalidMemoryError(f"budget must be >= 0 or None, got {budget!r}")
-        newest_first = list(
-            reversed((yield from self._recent_summaries_flow(max_summaries, namespace)))
-        )
-        chosen: list[ContextSummary] = []
-        left = budget
-        for summ in newest_first:
-            cost = count_text_tokens(f"[Turn {summ.turn}] {summ.text}")
-            if left is not None:
-                if cost > left:
-                    break  # keep the injected summaries contiguous: the newest turns
-                left -= cost
-            chosen.append(summ)
-        return list(reversed(chosen))
+        from langchain_reflective.thinking.prompts import fit_summaries
+
+        recent = yield from self._recent_summaries_flow(max_summaries, namespace)
+        # the thinking graph's rule: one summary takes at most a share of the budget (cut,
+        # with a marker), so a long one cannot push the older ones out
+        fitted = fit_summaries([cast("SummaryDict", s.to_dict()) for s in recent], budget)
+        by_id = {s.id: s for s in recent}
+        return [
+            dataclasses.replace(
+                by_id[f["id"]],
+                summary=f["summary"],
+                insights=tuple(f["insights"]),
+                token_count=f["token_count"],
+            )
+            for f in fitted
+        ]
 
     def accumulated_summaries(
         self,
@@ -248,7 +252,11 @@ class ContextLookups:
         namespace: str | None = None,
     ) -> list[ContextSummary]:
         """The summaries to inject into a prompt: the newest that fit ``budget`` tokens, oldest
-        first. Older summaries leave the prompt, never the storage.
+        first, as the thinking graph injects them. Older summaries leave the prompt, never the
+        storage. One summary takes at most a quarter of ``budget``
+        (:data:`~langchain_reflective.thinking.prompts.SUMMARIES_ALWAYS_SHOWN`): a longer one
+        is returned cut, ending in a marker (its record keeps the whole text), so one long
+        summary cannot push the older ones out.
 
         Args:
             budget: tokens the summaries may take (``None``: no limit).

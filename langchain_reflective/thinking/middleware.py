@@ -13,10 +13,13 @@ Needs the ``agents`` extra (``pip install "langchain-reflective[agents]"``).
 * **After the turn**, its snapshot (the user's message, tool calls and results, the answer) and
   an LLM summary citing it are stored (:class:`~langchain_reflective.thinking.ContextMemory`).
   A failed or malformed summary (also one too long to store) is stored as the extractive
-  fallback, logged and counted, as in the thinking graph. An error of the stream while storing
-  (the store or the embedding service failing) is raised, as the graph raises it: the agent run
-  fails after its answer (which a checkpointer has kept), and nothing of the turn is stored,
-  never a snapshot without its summary.
+  fallback, logged and counted, as in the thinking graph. An error while storing (the store or
+  the embedding service failing) does not fail the agent run, whose answer is already written:
+  it is logged once (an ERROR of this module's logger naming the namespace, the turn and what
+  was not stored) and the run returns its answer. Nothing of that turn is stored (never a
+  snapshot without its summary), and it is not retried later: the user's next message starts
+  a new turn, recorded under the number the lost one would have had. Only the same turn ending
+  again (a resumed run of the thread, without a new user message) tries to record it again.
 
 Whose memory is used comes from the run, as for
 :class:`~langchain_reflective.integrations.middleware.MemoryMiddleware`: ``context.<key>``, else
@@ -26,12 +29,14 @@ Whose memory is used comes from the run, as for
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig, ensure_config
 from langchain_core.runnables.config import merge_configs
+from langgraph.errors import GraphBubbleUp
 
 try:
     from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
@@ -66,6 +71,8 @@ if TYPE_CHECKING:
     from langchain_reflective.stream import MemoryStream
 
 __all__ = ["ThinkingMiddleware", "ThinkingState"]
+
+logger = logging.getLogger(__name__)
 
 THINKING_KEY = "reflective_thinking"
 """Private state key: the current turn's thinking result (and whether it was recorded)."""
@@ -324,6 +331,10 @@ class ThinkingMiddleware(AgentMiddleware[ThinkingState, Any]):
 
     def _recorded(self, state: ThinkingState, update: dict[str, Any]) -> dict[str, Any]:
         kept = _kept_of(state)
+        if update.get("record_error"):  # logged by _record; the same turn may end again
+            kept.update(recorded=False, record_error=update["record_error"])
+            return {THINKING_KEY: kept}
+        kept.pop("record_error", None)
         kept.update(
             recorded=True,
             turn=update["turn"],
@@ -337,12 +348,31 @@ class ThinkingMiddleware(AgentMiddleware[ThinkingState, Any]):
 
     def _record(self, st: dict[str, Any]) -> Flow[dict[str, Any]]:
         """Number, summarise and store the turn (the thinking graph's own steps): one flow for
-        :meth:`after_agent` and :meth:`aafter_agent`."""
+        :meth:`after_agent` and :meth:`aafter_agent`. A failure is logged once and returned
+        as ``record_error`` (nothing of the turn is stored), so the run keeps its answer."""
         mem, ns = self.memory, st["namespace"]
-        st["turn"] = yield Op(mem.next_turn, mem.anext_turn, (), {"namespace": ns})
-        config = ensure_config()
-        st.update((yield from self._thinker.summarize(st, config)))  # type: ignore[arg-type]
-        st.update((yield from self._thinker.store(st, config)))  # type: ignore[arg-type]
+        try:
+            st["turn"] = yield Op(mem.next_turn, mem.anext_turn, (), {"namespace": ns})
+            config = ensure_config()
+            st.update((yield from self._thinker.summarize(st, config)))  # type: ignore[arg-type]
+            st.update((yield from self._thinker.store(st, config)))  # type: ignore[arg-type]
+        except GraphBubbleUp:
+            raise
+        except Exception as exc:
+            logger.error(
+                "ThinkingMiddleware could not record turn %s of namespace %r (%s: %s): its "
+                "snapshot (%d characters: the user's message, %d tool calls and the answer) "
+                "and its summary were not stored; the agent's answer is returned. The turn is "
+                "not retried: the next user message starts a new one.",
+                st.get("turn") or "?",
+                ns,
+                type(exc).__name__,
+                exc,
+                len(st["context"]),
+                len(st.get("tool_calls") or []),
+                exc_info=exc,
+            )
+            return {"record_error": f"{type(exc).__name__}: {exc}"}
         return st
 
     def after_agent(self, state: ThinkingState, runtime: Runtime[Any]) -> dict[str, Any] | None:

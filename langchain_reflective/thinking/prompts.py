@@ -16,10 +16,15 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from langchain_reflective._llm import neutralise
 from langchain_reflective.memory import MEMORY_FENCE_CLOSE, MEMORY_FENCE_OPEN, MEMORY_PREAMBLE
+from langchain_reflective.thinking.state import SummaryDict
+from langchain_reflective.thinking.turns import count_text_tokens, summary_text
 
 __all__ = [
     "DATA_NOTE",
+    "SUMMARIES_ALWAYS_SHOWN",
+    "SUMMARY_CUT_MARKER",
     "ThinkingPrompts",
+    "fit_summaries",
     "format_summaries",
     "render_for_action",
 ]
@@ -87,6 +92,61 @@ def format_summaries(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+SUMMARIES_ALWAYS_SHOWN = 4
+"""The newest this many summaries always fit the summary budget: in a prompt, one summary (with
+its insights) takes at most ``budget // SUMMARIES_ALWAYS_SHOWN`` tokens, a longer one is cut
+with :data:`SUMMARY_CUT_MARKER` (its stored record stays whole)."""
+SUMMARY_CUT_MARKER = " [… cut to fit the summary budget]"
+"""Ends a summary cut to its share of the summary budget."""
+
+
+def _summary_cost(s: Mapping[str, Any]) -> int:
+    return count_text_tokens(f"[Turn {s['turn']}] {summary_text(s['summary'], s['insights'])}")
+
+
+def _clipped(s: SummaryDict, max_tokens: int) -> SummaryDict:
+    """``s`` cut to ``max_tokens`` (the summary and its insights as one text, then the marker);
+    ``s`` itself when it fits, or when not even the marker would."""
+    text = summary_text(s["summary"], s["insights"])
+
+    def cut(n: int) -> SummaryDict:
+        summary = text[:n].rstrip() + SUMMARY_CUT_MARKER
+        return SummaryDict(
+            **{**s, "summary": summary, "insights": [], "token_count": count_text_tokens(summary)}
+        )
+
+    if _summary_cost(s) <= max_tokens or _summary_cost(cut(0)) > max_tokens:
+        return s
+    lo, hi = 0, len(text)  # the longest prefix whose cut fits: cost grows with the length
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if _summary_cost(cut(mid)) <= max_tokens else (lo, mid - 1)
+    return cut(lo)
+
+
+def fit_summaries(summaries: Sequence[SummaryDict], budget: int | None) -> list[SummaryDict]:
+    """The newest summaries that fit ``budget`` tokens, oldest first (``None``: all).
+
+    Each takes at most a :data:`SUMMARIES_ALWAYS_SHOWN`-th of the budget (a longer one is cut,
+    with :data:`SUMMARY_CUT_MARKER`), so one long summary cannot push the older ones out: the
+    newest :data:`SUMMARIES_ALWAYS_SHOWN` always fit. The walk stops at the first summary that
+    does not fit, so the injected summaries are the newest turns, contiguous.
+    """
+    if budget is None:
+        return list(summaries)
+    share = budget // SUMMARIES_ALWAYS_SHOWN
+    chosen: list[SummaryDict] = []
+    left = budget
+    for s in reversed(summaries):
+        shown = _clipped(s, share)
+        cost = _summary_cost(shown)
+        if cost > left:
+            break
+        left -= cost
+        chosen.append(shown)
+    return list(reversed(chosen))
+
+
 def _thought_lines(thoughts: Sequence[Mapping[str, Any]]) -> list[str]:
     lines = []
     for t in thoughts:
@@ -133,7 +193,8 @@ class ThinkingPrompts:
         cut = self.max_item_chars
         data = [
             DATA_NOTE,
-            "Summaries of earlier turns:\n" + _block("summaries", format_summaries(summaries)),
+            "Summaries of earlier turns:\n"
+            + _block("summaries", format_summaries(summaries), max_chars=cut),
             "Conversation:\n"
             + _block("conversation", _conversation_lines(conversation), max_chars=cut),
             "Current context:\n" + _block("context", context.splitlines(), max_chars=cut),

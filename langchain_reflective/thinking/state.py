@@ -136,7 +136,8 @@ class ThinkingOutput(TypedDict, total=False):
     """This turn's stored summary (``None`` when not recorded)."""
     summaries: list[SummaryDict]
     """The accumulated summaries for the action prompt (this turn's included when recorded),
-    the newest that fit the summary budget, oldest first."""
+    the newest that fit the summary budget, oldest first; one longer than a quarter of the
+    budget is cut here (``summary`` ends with ``SUMMARY_CUT_MARKER``), never in storage."""
     accumulated_summaries: str
     """The accumulated summaries as text, one ``[Turn N] summary Insights: ...`` line each."""
     action_context: str

@@ -43,3 +43,36 @@ def test_an_ops_error_is_raised_in_the_flow_which_may_handle_it(driver: str) -> 
     assert run(_flow(failing, handle=True)) == ["a", "handled boom", "c"]
     with pytest.raises(ValueError, match="boom"):
         run(_flow(failing, handle=False))
+
+
+@pytest.mark.parametrize("driver", ["sync", "async", "async_without_twin"])
+def test_a_guarded_op_returns_its_failure_but_lets_interrupts_through(driver: str) -> None:
+    """The one guard the thinking and Reflexion flows share: an error is a value the step
+    decides about; LangGraph's control flow (an interrupt) is never swallowed."""
+    from langgraph.errors import GraphInterrupt
+
+    from langchain_reflective._llm import Failure, guarded
+
+    def raising(exc: BaseException) -> Callable[[], int]:
+        def fn() -> int:
+            raise exc
+
+        return fn
+
+    def op(fn: Callable[[], int]) -> Op[int]:
+        async def afn() -> int:
+            return fn()
+
+        return Op(fn, None if driver == "async_without_twin" else afn)
+
+    def flow(fn: Callable[[], int]) -> Flow[Any]:
+        return (yield guarded(op(fn)))
+
+    def run(fn: Callable[[], int]) -> Any:
+        return run_sync(flow(fn)) if driver == "sync" else asyncio.run(run_async(flow(fn)))
+
+    assert run(lambda: 7) == 7
+    failure = run(raising(ValueError("boom")))
+    assert isinstance(failure, Failure) and str(failure) == "ValueError: boom"
+    with pytest.raises(GraphInterrupt):
+        run(raising(GraphInterrupt()))

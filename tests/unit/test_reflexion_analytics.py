@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import jsonschema
 import pytest
 
-from langchain_reflective import MemoryStream
+from langchain_reflective import InvalidMemoryError, MemoryStream
 from langchain_reflective.importance import RetryConfig
 from langchain_reflective.reflexion import (
     REFLEXION_KIND,
@@ -19,7 +20,9 @@ from langchain_reflective.reflexion import (
     export_loops,
     match_evaluator,
     search_reflections,
+    shipped_json_schema,
 )
+from langchain_reflective.reflexion.analytics import analyze_loop
 from tests.fakes import WordEmbeddings
 from tests.unit.reflexion_fakes import (
     ScriptedReflexionModel,
@@ -125,3 +128,89 @@ async def test_asearch_reflections_matches_the_sync_search(stream: MemoryStream)
         h.record.id for h in sync
     ]
     assert len(sync) == 1
+
+
+# -- loops the schema rejects, and iterations stored twice ---------------------------------------
+
+
+def _exported(stream: MemoryStream) -> dict[str, Any]:
+    _loop(stream, ["wrong", "right"])  # a failed trial with its reflection, then a pass
+    return export_loops(stream)
+
+
+def _bad_loops(good: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
+    def loop(name: str, **changes: Any) -> dict[str, Any]:
+        bad = json.loads(json.dumps(good))
+        bad["loop_id"] = name
+        for path, value in changes.items():
+            *keys, last = path.split("__")
+            target = bad
+            for key in keys:
+                target = target[int(key)] if key.isdigit() else target[key]
+            target[last] = value
+        return bad
+
+    nan, inf = float("nan"), float("inf")
+    return [
+        (loop("empty", trials=[]), "no trials"),
+        (loop("nan", trials__0__reward=nan), "trial 0 has reward nan, not a number in [0, 1]"),
+        (loop("inf", trials__1__reward=inf), "trial 1 has reward inf"),
+        (loop("big", trials__0__reward=2), "trial 0 has reward 2"),
+        (loop("text", trials__0__reward="1.0"), "trial 0 has reward '1.0'"),
+        (loop("bool", trials__0__reward=True), "trial 0 has reward True"),
+        (loop("nopass", trials__1__passed=None), "trial 1 has no 'passed'"),
+        (loop("noiter", trials__0__iteration=-1), "trial 0 has no iteration"),
+        (loop("str", trials=["a trial"]), "trial 0 is not a JSON object"),
+        (loop("reuse", trials__0__lessons_reused="x"), "trial 0 has lessons_reused that are not"),
+        (
+            loop("conf", reflections__0__self_reflection__confidence=nan),
+            "reflection 0 has confidence nan",
+        ),
+        (loop("refl", reflections__0__self_reflection=None), "reflection 0 has no self_reflection"),
+        ({"trials": good["trials"]}, "no loop_id"),
+    ]
+
+
+def test_loops_the_schema_rejects_are_left_out_and_named(stream: MemoryStream) -> None:
+    doc = _exported(stream)
+    [good] = doc["loops"]
+    bad = _bad_loops(good)
+    for loop, reason in bad:
+        with pytest.raises(InvalidMemoryError, match="malformed Reflexion loop: ") as caught:
+            analyze_loop(loop)
+        assert reason in str(caught.value)
+    with pytest.raises(jsonschema.ValidationError, match="should be non-empty"):
+        jsonschema.validate({**doc, "loops": [bad[0][0]]}, shipped_json_schema())
+    doc["loops"] = [good, *(loop for loop, _ in bad)]
+    # NaN and Infinity are what Python's json writes for them
+    analyses, overall, by_strategy = analyze_loops(json.dumps(doc))
+    assert [a.loop_id for a in analyses] == [good["loop_id"]]  # was: 13 loops, nan numbers
+    assert overall.loops == 1 and overall.mean_trials == 2.0 and by_strategy["reflexion"].loops == 1
+    assert overall.mean_learning_rate == pytest.approx(0.5)
+    assert len(overall.malformed) == len(bad)
+    for line, (loop, reason) in zip(overall.malformed, bad, strict=True):
+        assert reason in line
+        assert line.startswith(f"loop {doc['loops'].index(loop)}")
+
+
+def test_an_iteration_exported_twice_counts_its_first_stored_copy(stream: MemoryStream) -> None:
+    doc = _exported(stream)
+    [loop] = doc["loops"]
+    first_trial, first_reflection = loop["trials"][0], loop["reflections"][0]
+    # what the old bug left: the other run's copies of iteration 0, one stored later
+    later_trial = {**first_trial, "record_id": "zz-later", "reward": 0.5}
+    later_trial["created_at"] = "2999-01-01T00:00:00+00:00"
+    later_reflection = json.loads(json.dumps(first_reflection))
+    later_reflection.update(id="zz-later", created_at="2999-01-01T00:00:00+00:00")
+    later_reflection["self_reflection"]["credit_assignment"]["failure_category"] = "logic_error"
+    loop["trials"].insert(0, later_trial)
+    loop["reflections"].insert(0, later_reflection)
+    [a], overall, _ = analyze_loops(doc)
+    assert a.rewards == [0.0, 1.0] and a.trials_to_success == 2  # was [0.5, 0.0, 1.0]
+    assert a.failure_categories == ["edge_case_miss"] and a.duplicates == 2
+    assert overall.duplicates == 2 and overall.mean_trials == 2.0
+    # same time: the smaller id wins, whatever the order in the document
+    same = {**first_trial, "record_id": "0-first", "reward": 0.25}
+    loop["trials"].append(same)
+    [a], _, _ = analyze_loops(doc)
+    assert a.rewards == [0.25, 1.0] and a.duplicates == 3

@@ -98,6 +98,48 @@ def test_report_shows_markup_in_an_export_as_text(
     assert "[/bogus]" in out
 
 
+def test_report_skips_malformed_loops_and_counts_duplicates(
+    coding_export: tuple[dict[str, Any], Path, CodingActor],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COLUMNS", "400")
+    doc = json.loads(coding_export[1].read_text())
+    [good] = doc["loops"]
+    empty = {**good, "loop_id": "no-trials", "trials": []}
+    nan = json.loads(json.dumps(good))
+    nan["loop_id"] = "nan-reward"
+    nan["trials"][0]["reward"] = float("nan")
+    twice = {**good["trials"][0], "record_id": "old-copy", "created_at": "2999-01-01T00:00:00"}
+    good["trials"].append(twice)
+    doc["loops"] = [good, empty, nan]
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps(doc))
+    cli_common._console.cache_clear()
+    try:
+        code = cli.run(["reflexion", "report", str(path)])
+    finally:
+        cli_common._console.cache_clear()
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    flat = " ".join(out.split())
+    tables = flat.split("malformed loops skipped")[0]
+    assert "Reflexion loops (1)" in tables and "nan" not in tables
+    assert "0.67 → 1.00" in flat  # the duplicate of trial 0 is not a third point
+    assert (
+        "2 malformed loops skipped (not in these numbers): loop 1 ('no-trials'): no trials;" in flat
+    )
+    assert "loop 2 ('nan-reward'): trial 0 has reward nan, not a number in [0, 1]" in flat
+    assert "1 duplicate copy of trials or reflections (stored twice by an older version)" in flat
+    # nothing left to report: an error, not empty tables
+    doc["loops"] = [empty, nan]
+    path.write_text(json.dumps(doc))
+    assert cli.run(["reflexion", "report", str(path)]) == 1
+    [line] = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert "every loop is malformed (loop 0 ('no-trials'): no trials; loop 1" in line
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [

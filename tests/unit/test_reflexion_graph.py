@@ -14,6 +14,7 @@ from langgraph.graph import END, START, StateGraph
 
 from langchain_reflective import MemoryStream
 from langchain_reflective.importance import RetryConfig
+from langchain_reflective.records import CUT_MARKER, MAX_TEXT_CHARS
 from langchain_reflective.reflexion import (
     REFLEXION_KIND,
     TRIAL_KIND,
@@ -276,6 +277,36 @@ def test_an_over_long_reflection_is_stored_cut_and_the_loop_goes_on(
     assert out["reflections"][0]["self_reflection"] == sr
 
 
+@pytest.mark.parametrize("value", [10**9, MAX_TEXT_CHARS + 1, 9, 4000.5, True, "4000"])
+@pytest.mark.parametrize("name", ["max_chars", "max_stored_attempt_chars"])
+def test_text_limits_are_bounded_by_the_memory_text_limit(name: str, value: Any) -> None:
+    with pytest.raises(ValueError, match=rf"{name} must be an integer from 10 to 200,000"):
+        ReflexionConfig(**{name: value})
+    assert getattr(ReflexionConfig(**{name: MAX_TEXT_CHARS}), name) == MAX_TEXT_CHARS
+
+
+def test_a_reflection_and_its_lessons_longer_than_a_memory_are_stored_cut(
+    stream: MemoryStream,
+) -> None:
+    import json
+
+    long = json.loads(good_reflection(1))
+    long["reflection_text"] = "I failed because " + "x" * 150_000  # each under max_chars,
+    long["lessons_learned"] = ["Read the task. " * 6_000]  # together over a memory's limit
+    model = ScriptedReflexionModel(
+        actor_script=["Sydney", "Canberra"], reflection_script=[json.dumps(long)]
+    )
+    config = ReflexionConfig(retry=RetryConfig(attempts=1), max_chars=MAX_TEXT_CHARS)
+    graph = create_reflexion_graph(model, match_evaluator("Canberra"), stream=stream, config=config)
+    out = graph.invoke({"task": TASK, "loop_id": "L"})
+    assert out["status"] == "passed" and out["rewards"] == [0.0, 1.0]  # was InvalidMemoryError
+    [record] = stored(stream, REFLEXION_KIND)
+    assert len(record.text) == MAX_TEXT_CHARS and record.text.endswith(CUT_MARKER)
+    sr = record.metadata["self_reflection"]  # the metadata keeps the whole reflection
+    assert sr["reflection_text"] == long["reflection_text"]
+    assert sr["lessons_learned"] == [long["lessons_learned"][0].strip()]
+
+
 # -- two runs of one loop at once -------------------------------------------------------------
 
 
@@ -357,6 +388,59 @@ def test_an_inline_run_continues_from_the_trial_another_run_stored(
     assert iterations(stream, "L") == [0, 1]
     assert [r["attempt"] for r in out["reflections"]] == ["Perth"]
     assert "other run" in system_text(model.calls[-1])
+
+
+def test_a_loop_stored_twice_by_an_old_version_counts_each_iteration_once(
+    stream: MemoryStream,
+) -> None:
+    from datetime import timedelta
+
+    from langchain_reflective.reflexion import analyze_loops, export_loops
+
+    class Crash(BaseException):
+        """Stops the first run after its first trial is stored."""
+
+    first = create_reflexion_graph(
+        ScriptedReflexionModel(actor_script=["Sydney", Crash("stop")]),
+        match_evaluator("Canberra"),
+        stream=stream,
+        config=FAST,
+    )
+    with pytest.raises(Crash):
+        first.invoke({"task": TASK, "loop_id": "L"})
+    [mine] = stored(stream, REFLEXION_KIND)
+    # what the old bug left: the other run's copy of trial 0 under a random id, stored first
+    meta = dict(mine.metadata)
+    meta["attempt"] = "Hobart"
+    meta["self_reflection"] = {
+        **meta["self_reflection"],
+        "reflection_text": "I answered Hobart, the capital of Tasmania, not of Australia.",
+    }
+    [copy] = stream.add(
+        ["Hobart copy"],
+        kinds=REFLEXION_KIND,
+        metadatas=[meta],
+        importances=[0.7],
+        now=mine.created_at - timedelta(seconds=1),
+    )
+    model = ScriptedReflexionModel(actor_script=["Canberra"])
+    graph = create_reflexion_graph(
+        model, match_evaluator("Canberra"), stream=stream, config=FAST, max_trials=2
+    )
+    out = graph.invoke({"task": TASK, "loop_id": "L"})
+    # was: 2 trials loaded (>= max_trials), returned "failed" without an attempt
+    assert out["status"] == "passed" and out["rewards"] == [0.0, 1.0] and out["trials"] == 2
+    assert [r["id"] for r in out["reflections"]] == [copy.id]  # the first stored copy counts
+    assert reflections_in(model.actor_calls[0]) == [0]
+    assert "Tasmania" in system_text(model.actor_calls[0])
+    assert mine.metadata["self_reflection"]["reflection_text"] not in system_text(
+        model.actor_calls[0]
+    )
+    [loop] = export_loops(stream)["loops"]
+    assert loop["trials"][0]["record_id"] == copy.id
+    assert [t["iteration"] for t in loop["trials"]] == [0, 1]
+    assert analyze_loops(stream)[0][0].rewards == [0.0, 1.0]
+    assert iterations(stream, "L") == [0, 0, 1]  # the file is not rewritten
 
 
 def test_works_as_a_node_of_a_parent_graph(stream: MemoryStream) -> None:

@@ -21,6 +21,8 @@ from langchain_reflective import (
     create_thinking_graph,
 )
 from langchain_reflective.thinking import SUMMARY_KIND
+from langchain_reflective.thinking.prompts import SUMMARIES_ALWAYS_SHOWN, SUMMARY_CUT_MARKER
+from langchain_reflective.thinking.turns import count_text_tokens
 from tests.fakes import WordEmbeddings
 from tests.thinking_fakes import (
     SEED_SUMMARIES,
@@ -387,6 +389,47 @@ def test_older_summaries_leave_the_prompt_not_the_storage(stream: MemoryStream) 
     assert turns == list(range(turns[0], 22)) and turns[0] > 1  # the newest, contiguous
     assert "summary of turn 20" in injected and "summary of turn 1 " not in injected
     assert len(memory.recent_summaries()) == 21  # nothing left the storage
+
+
+def test_one_long_summary_cannot_push_the_older_ones_out(stream: MemoryStream) -> None:
+    memory = ContextMemory(stream)
+    for turn in range(1, 4):
+        memory.record_turn(turn, f"context {turn}", f"summary of turn {turn}")
+    long = "a very long summary " * 2_000  # 40,000 characters: storable, ~10,000 tokens
+    memory.record_turn(4, "context 4", long, ["an insight"])
+    model = FakeChat(script=[round_("t", decide(False, "ok", "a")), summary("turn five", [])])
+    graph = create_thinking_graph(model, stream, summary_token_budget=2_000, retry=NO_RETRY)
+    out = graph.invoke({"context": "now"})
+    # was [5]: the long summary did not fit, and the walk stopped there
+    assert [s["turn"] for s in out["summaries"]] == [1, 2, 3, 4, 5]
+    shown = out["summaries"][3]
+    assert shown["summary"].startswith("a very long summary") and shown["insights"] == []
+    assert shown["summary"].endswith(SUMMARY_CUT_MARKER)
+    assert count_text_tokens(f"[Turn 4] {shown['summary']}") <= 2_000 // SUMMARIES_ALWAYS_SHOWN
+    injected = block(human_text(thinking_calls(model)[0]), "summaries")
+    assert "summary of turn 1" in injected and "cut to fit the summary budget" in injected
+    assert "summary of turn 1" in out["action_context"]
+    stored = memory.summary_by_turn(4)
+    assert stored is not None and stored.summary == long  # the record stays whole
+
+
+def test_the_newest_summaries_always_fit_however_long(stream: MemoryStream) -> None:
+    memory = ContextMemory(stream)
+    for turn in range(1, 11):
+        memory.record_turn(turn, f"context {turn}", f"turn {turn} " + "long words " * 3_000)
+    model = FakeChat(script=[round_("t", decide(False, "ok", "a"))])
+    graph = create_thinking_graph(model, stream, summary_token_budget=1_000, retry=NO_RETRY)
+    out = graph.invoke({"context": "now", "record": False})
+    assert [s["turn"] for s in out["summaries"]] == [7, 8, 9, 10]  # was []
+    # without a budget every summary is shown, each prompt line cut to max_item_chars
+    model = FakeChat(script=[round_("t", decide(False, "ok", "a"))])
+    graph = create_thinking_graph(
+        model, stream, summary_token_budget=None, thinking_token_budget=10**6, retry=NO_RETRY
+    )
+    out = graph.invoke({"context": "now", "record": False})
+    assert len(out["summaries"]) == 10
+    lines = block(human_text(thinking_calls(model)[0]), "summaries").strip().splitlines()
+    assert len(lines) == 10 and all(len(line) <= 4_000 for line in lines)
 
 
 def test_bad_input_is_a_typed_error_and_writes_nothing(stream: MemoryStream) -> None:

@@ -16,6 +16,8 @@ from langchain_reflective.thinking import (
     TurnTakenError,
     create_thinking_tools,
 )
+from langchain_reflective.thinking.prompts import SUMMARY_CUT_MARKER
+from langchain_reflective.thinking.turns import count_text_tokens
 from tests.fakes import WordEmbeddings
 from tests.thinking_fakes import FlakyEmbeddings
 
@@ -190,11 +192,28 @@ def test_a_turn_stored_between_the_check_and_the_write_is_taken(
 
 
 def test_accumulated_summaries_keep_the_newest_within_budget(memory: ContextMemory) -> None:
-    assert [s.turn for s in memory.accumulated_summaries(budget=None)] == [1, 2, 3]
-    assert [s.turn for s in memory.accumulated_summaries(budget=60)] == [2, 3]
-    assert [s.turn for s in memory.accumulated_summaries(budget=50)] == [3]
+    whole = memory.accumulated_summaries(budget=None)
+    assert [s.turn for s in whole] == [1, 2, 3]
+    assert [s.turn for s in memory.accumulated_summaries(budget=2_000)] == [1, 2, 3]
+    assert memory.accumulated_summaries(budget=2_000) == whole  # short ones are not cut
     assert memory.accumulated_summaries(budget=0) == []
     assert [s.turn for s in memory.accumulated_summaries(max_summaries=1)] == [3]
+    # a small budget: each summary gets a quarter of it, cut with a marker (as the thinking
+    # graph injects them), so the newest ones are shown in part rather than pushed out
+    small = memory.accumulated_summaries(budget=60)
+    assert [s.turn for s in small] == [1, 2, 3]
+    assert all(count_text_tokens(f"[Turn {s.turn}] {s.text}") <= 15 for s in small)
+    assert any(s.summary.endswith(SUMMARY_CUT_MARKER) for s in small)
+    assert [s.id for s in small] == [s.id for s in whole]  # the records are untouched
+    assert memory.summary_by_turn(2) == whole[1]
+
+
+def test_one_long_summary_does_not_push_the_older_ones_out(memory: ContextMemory) -> None:
+    memory.record_turn(4, "Files: [huge.log]", "A very long summary. " * 2_000)
+    chosen = memory.accumulated_summaries(budget=2_000)
+    assert [s.turn for s in chosen] == [1, 2, 3, 4]
+    assert chosen[-1].summary.endswith(SUMMARY_CUT_MARKER)
+    assert memory.summary_by_turn(4).summary.startswith("A very long summary. " * 1_999)
 
 
 def test_export_import_reproduces_the_summaries(

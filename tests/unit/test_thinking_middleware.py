@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -227,10 +228,13 @@ def test_an_unstorable_summary_is_recorded_as_the_extractive_fallback(
     assert stream.count(namespace="ana") == 2 and memory.next_turn(namespace="ana") == 2
 
 
-def test_a_storage_failure_while_recording_raises_and_stores_nothing(tmp_path: Path) -> None:
-    """Errors of the stream are raised (the graph's documented behaviour, which the middleware
-    follows): the run fails after the answer, and nothing of the turn is stored, so the
-    user's next turn is recorded as turn 1."""
+@pytest.mark.parametrize("use_async", [False, True])
+async def test_a_storage_failure_while_recording_is_logged_and_the_answer_returned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, use_async: bool
+) -> None:
+    """The run keeps its answer (it raised after answering, so a caller without a checkpointer
+    lost it); the failure is logged once, nothing of the turn is stored, and the user's next
+    message is recorded as turn 1."""
     embeddings = FlakyEmbeddings(fail_on="summary of the turn")
     with MemoryStream(embeddings, path=tmp_path / "flaky.db") as s:
         thinker = Rounds(
@@ -238,18 +242,56 @@ def test_a_storage_failure_while_recording_raises_and_stores_nothing(tmp_path: P
             summaries=[summary("summary of the turn", []), summary("the next turn", [])],
         )
         actor = FakeChat(script=["The answer.", "Another answer."])
-        agent = create_agent(
+        agent: Any = create_agent(
             actor, middleware=[ThinkingMiddleware(thinker, s, retry=RetryConfig(attempts=1))]
         )
-        with pytest.raises(RuntimeError, match="embedding service down"):
-            agent.invoke({"messages": [HumanMessage("hi")]}, context={"user_id": "ana"})  # type: ignore[arg-type]
-        assert len(actor.calls) == 1  # answered before the failed recording
+        run = agent.ainvoke if use_async else agent.invoke
+
+        async def ask(text: str) -> Any:
+            out = run({"messages": [HumanMessage(text)]}, context={"user_id": "ana"})
+            return await out if use_async else out
+
+        with caplog.at_level(logging.ERROR, logger="langchain_reflective.thinking.middleware"):
+            out = await ask("hi")
+        assert out["messages"][-1].text == "The answer."  # was: RuntimeError, no answer
+        [record] = caplog.records
+        assert "could not record turn 1 of namespace 'ana'" in record.getMessage()
+        assert "RuntimeError: embedding service down" in record.getMessage()
+        assert "were not stored; the agent's answer is returned" in record.getMessage()
         assert s.count(namespace="ana") == 0
-        agent.invoke({"messages": [HumanMessage("again")]}, context={"user_id": "ana"})  # type: ignore[arg-type]
+        await ask("again")
         memory = ContextMemory(s)
         stored = memory.summary_by_turn(1, namespace="ana")
         assert stored is not None and stored.summary == "the next turn"
         assert s.count(namespace="ana") == 2
+
+
+def test_a_turn_that_failed_to_record_is_recorded_when_it_ends_again(tmp_path: Path) -> None:
+    """A resumed run of the thread (no new user message) ends the same turn again: it is
+    recorded then, with its first answer and the new one."""
+    embeddings = FlakyEmbeddings(fail_on="summary of the turn")
+    with MemoryStream(embeddings, path=tmp_path / "flaky.db") as s:
+        thinker = Rounds(
+            script=[round_("t", decide(False, "ready"))],
+            summaries=[summary("summary of the turn", []), summary("summary of the turn", [])],
+        )
+        agent: Any = create_agent(
+            FakeChat(script=["The answer.", "More."]),
+            middleware=[ThinkingMiddleware(thinker, s, retry=RetryConfig(attempts=1))],
+            checkpointer=InMemorySaver(),
+        )
+        config: Any = {"configurable": {"thread_id": "t"}}
+        out = agent.invoke({"messages": [HumanMessage("hi")]}, config, context={"user_id": "ana"})
+        assert out["messages"][-1].text == "The answer." and s.count(namespace="ana") == 0
+        kept = agent.get_state(config).values["reflective_thinking"]
+        assert not kept["recorded"] and "embedding service down" in kept["record_error"]
+        embeddings.fail_on = ""  # the service is back
+        agent.invoke({"messages": []}, config, context={"user_id": "ana"})
+        snap = ContextMemory(s).context_by_turn(1, namespace="ana")
+        assert snap is not None and "Assistant: The answer." in snap.context
+        kept = agent.get_state(config).values["reflective_thinking"]
+        assert kept["recorded"] and "record_error" not in kept
+        assert len(thinker.thinking_calls) == 1  # the turn was thought about once
 
 
 def test_a_user_message_longer_than_a_snapshot_is_thought_about_and_answered(
