@@ -494,41 +494,17 @@ class SQLiteBackend(BaseMemoryBackend):
                     f"{part.index.dimension}; use the embedding model the memories were made with"
                 )
             maintain_ann(part, self.exact_limit)
-            mask = cand.filter_mask(part, filter) if filter.restricts_rows else None
-            lex = self._lexical(part).query_scores(query) if config.uses_lexical else None
-            try:
-                rows: I64 | None = None
-                if not exact and part.ann is not None and 4 * k < part.live:
-                    rows = cand.gather(
-                        part,
-                        vector,
-                        k,
-                        mask,
-                        lex,
-                        config,
-                        exact_limit=self.exact_limit,
-                        ann_candidates=self.ann_candidates,
-                        ann_nprobe=self.ann_nprobe,
-                    )
-                if (
-                    rows is not None
-                    and rows.size
-                    and filter.min_relevance is None
-                    and cand.fused(part, config)
-                ):
-                    return cand.triple_set(part, vector, rows, lex, exact=False)
-                complete = rows is None
-                if rows is None:  # exact: every (matching) live row is a candidate
-                    rows = np.flatnonzero(part.index.alive if mask is None else mask)
-                if rows.size == 0:
-                    return CandidateSet.empty()
-                relevance = part.index.scores(vector, rows).astype(np.float64)
-                if filter.min_relevance is not None:
-                    keep = relevance >= filter.min_relevance
-                    rows, relevance = rows[keep], relevance[keep]
-                    if rows.size == 0:
-                        return CandidateSet.empty()
-                return cand.row_set(part, vector, rows, relevance, lex, config, exact=complete)
-            finally:
-                if lex is not None:
-                    lex.release()
+            lexical = self._lexical(part) if config.uses_lexical else None
+            return cand.partition_candidates(
+                part,
+                lexical,
+                query,
+                vector,
+                k=k,
+                filter=filter,
+                config=config,
+                exact=exact,
+                exact_limit=self.exact_limit,
+                ann_candidates=self.ann_candidates,
+                ann_nprobe=self.ann_nprobe,
+            )

@@ -31,13 +31,79 @@ from langchain_reflective.records import OBSERVATION
 from langchain_reflective.scoring import ScoringConfig
 
 if TYPE_CHECKING:
-    from langchain_reflective.backends.sqlite.lexical import QueryScores
+    from langchain_reflective.backends.sqlite.lexical import BM25Index, QueryScores
 
-__all__ = ["filter_mask", "fused", "gather", "recent_rows", "row_set", "top_rows", "triple_set"]
+__all__ = [
+    "filter_mask",
+    "fused",
+    "gather",
+    "partition_candidates",
+    "recent_rows",
+    "row_set",
+    "top_rows",
+    "triple_set",
+]
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
+
+
+def partition_candidates(
+    part: Partition,
+    lexical: BM25Index | None,
+    query: str,
+    vector: F32,
+    *,
+    k: int,
+    filter: RetrievalFilter,
+    config: ScoringConfig,
+    exact: bool,
+    exact_limit: int | None,
+    ann_candidates: int,
+    ann_nprobe: int,
+) -> CandidateSet:
+    """The candidate set of one query over a loaded, non-empty partition (the caller holds its
+    lock and has brought its IVF index up to date).
+
+    Exact (every matching live row) when ``exact``, when the partition has no IVF index or is
+    too small for ``k``, or when a filter leaves too few rows; else the rows of :func:`gather`,
+    built in one pass by :func:`triple_set` when :func:`fused` applies. ``lexical`` is the
+    partition's BM25 index, needed when ``config.uses_lexical``.
+    """
+    mask = filter_mask(part, filter) if filter.restricts_rows else None
+    lex = lexical.query_scores(query) if lexical is not None and config.uses_lexical else None
+    try:
+        rows: I64 | None = None
+        if not exact and part.ann is not None and 4 * k < part.live:
+            rows = gather(
+                part,
+                vector,
+                k,
+                mask,
+                lex,
+                config,
+                exact_limit=exact_limit,
+                ann_candidates=ann_candidates,
+                ann_nprobe=ann_nprobe,
+            )
+        if rows is not None and rows.size and filter.min_relevance is None and fused(part, config):
+            return triple_set(part, vector, rows, lex, exact=False)
+        complete = rows is None
+        if rows is None:  # exact: every (matching) live row is a candidate
+            rows = np.flatnonzero(part.index.alive if mask is None else mask)
+        if rows.size == 0:
+            return CandidateSet.empty()
+        relevance = part.index.scores(vector, rows).astype(np.float64)
+        if filter.min_relevance is not None:
+            keep = relevance >= filter.min_relevance
+            rows, relevance = rows[keep], relevance[keep]
+            if rows.size == 0:
+                return CandidateSet.empty()
+        return row_set(part, vector, rows, relevance, lex, config, exact=complete)
+    finally:
+        if lex is not None:
+            lex.release()
 
 
 def top_rows(
