@@ -372,3 +372,43 @@ def test_query_scores_top_when_rows_match_many_terms() -> None:
         with index.query_scores("alpha beta gamma") as found:
             np.testing.assert_array_equal(found.top(k), index.search("alpha beta gamma", k)[0])
             assert found.max() == float(index.search("alpha beta gamma", 1)[1][0])
+
+
+def _as_terms(index: BM25Index, texts: list[str]) -> tuple[list[list[str]], list[list[int]]]:
+    from collections import Counter
+
+    counted = [Counter(index.tokenize(t)) for t in texts]
+    return [list(c) for c in counted], [list(c.values()) for c in counted]
+
+
+def test_add_terms_indexes_like_add() -> None:
+    """Documents given as stored terms (what a database keeps) index like their texts: same
+    rows, lengths and float32 scores, also when added on top of texts and after removals."""
+    by_text = BM25Index()
+    by_terms = BM25Index()
+    half = len(CORPUS) // 2
+    by_text.add(CORPUS)
+    by_terms.add(CORPUS[:half])
+    by_terms.add_terms(*_as_terms(by_terms, CORPUS[half:]))
+    by_text.remove([1, 6])
+    by_terms.remove([1, 6])
+    assert len(by_terms) == len(by_text) and by_terms.n_live == by_text.n_live
+    for query in [*QUERIES, "pottery class relaxing bowl cup"]:
+        expected = _dense(by_text, query, len(CORPUS))
+        got = _dense(by_terms, query, len(CORPUS))
+        assert got.tobytes() == expected.tobytes(), query
+        assert expected.any()
+
+
+def test_add_terms_refuses_mismatched_documents() -> None:
+    index = BM25Index()
+    with pytest.raises(ValueError, match="documents"):
+        index.add_terms([["run"]], [])
+    with pytest.raises(ValueError, match="number of terms"):
+        index.add_terms([["run", "park"]], [[1]])
+    with pytest.raises(ValueError, match="at least 1"):
+        index.add_terms([["run"]], [[0]])
+    assert len(index) == 0
+    index.add_terms([[], ["run"]], [[], [2]])  # an empty document takes a row, never matches
+    assert len(index) == 2
+    assert index.search("running")[0].tolist() == [1]

@@ -317,16 +317,7 @@ class BM25Index:
         for word in _split_words(text):
             tid = cache.get(word)
             if tid is None:
-                if word in self._stopwords:
-                    tid = -1
-                else:
-                    stem: str = self._stemmer.stemWord(word)
-                    tid = self._find(stem)
-                    if tid is None:
-                        tid = len(self._post_rows)
-                        self._vocab[stem] = tid
-                        self._post_rows.append(array("i"))
-                        self._post_tf.append(array("H"))
+                tid = -1 if word in self._stopwords else self._stem_id(self._stemmer.stemWord(word))
                 if len(cache) >= _WORD_CACHE_MAX:
                     cache.clear()
                 cache[word] = tid
@@ -394,6 +385,66 @@ class BM25Index:
         self._n_live += len(texts)
         self._doclen[start:end] = lengths
         self._total_len += sum(lengths)
+
+    def add_terms(self, terms: Sequence[Sequence[str]], counts: Sequence[Sequence[int]]) -> None:
+        """Append documents given as their index terms, like :meth:`add` appends texts.
+
+        For terms computed elsewhere with :meth:`tokenize` (e.g. stored by a database): the
+        document ``terms[i]`` holds each of its distinct stems once, ``counts[i]`` how often
+        each occurs. Indexing ``Counter(tokenize(text))`` this way gives the rows, lengths and
+        scores :meth:`add` gives for ``text``. One pass over all the documents' terms, grouped
+        per term with numpy: what a bulk load of a large corpus needs.
+
+        Raises:
+            ValueError: ``terms`` and ``counts`` differ in length, for the corpus or for one
+                document, or a count is below 1.
+        """
+        n = len(terms)
+        if len(counts) != n:
+            raise ValueError(f"{n} documents of terms but {len(counts)} of counts")
+        if n == 0:
+            return
+        start = self._n_rows
+        sizes = np.fromiter((len(t) for t in terms), dtype=np.int64, count=n)
+        if not np.array_equal(sizes, np.fromiter((len(c) for c in counts), np.int64, count=n)):
+            raise ValueError("a document has a different number of terms and counts")
+        total = int(sizes.sum())
+        tfs = np.fromiter((c for cs in counts for c in cs), dtype=np.int64, count=total)
+        if total and int(tfs.min()) < 1:
+            raise ValueError("term counts must be at least 1")
+        term_id = self._stem_id
+        ids = np.fromiter((term_id(stem) for t in terms for stem in t), np.int64, count=total)
+        self._ensure_capacity(start + n)
+        docs = np.repeat(np.arange(n, dtype=np.int64), sizes)
+        lengths = np.bincount(docs, weights=tfs, minlength=n).astype(np.int64)
+        order = np.argsort(ids, kind="stable")  # per term, its documents in row order
+        ids = ids[order]
+        rows32 = (docs[order] + start).astype(np.int32)
+        tf16 = np.minimum(tfs[order], _TF_MAX).astype(np.uint16)
+        if total:
+            cuts = (np.flatnonzero(ids[1:] != ids[:-1]) + 1).tolist()
+            for lo, hi in zip([0, *cuts], [*cuts, total], strict=True):
+                rows_of, tf_of = self._writable(int(ids[lo]))
+                rows_of.frombytes(rows32[lo:hi].tobytes())
+                tf_of.frombytes(tf16[lo:hi].tobytes())
+        end = start + n
+        self._live[start:end] = True
+        self._n_rows = end
+        self._n_live += n
+        self._doclen[start:end] = lengths
+        self._total_len += int(lengths.sum())
+
+    def _stem_id(self, stem: str) -> int:
+        """The term id of an index term (a stem), created if new."""
+        tid = self._vocab.get(stem)
+        if tid is None:
+            tid = self._find(stem)
+            if tid is None:
+                tid = len(self._post_rows)
+                self._vocab[stem] = tid
+                self._post_rows.append(array("i"))
+                self._post_tf.append(array("H"))
+        return tid
 
     def remove(self, rows: Iterable[int]) -> None:
         """Tombstone rows: they never score again and stop counting in ``N``, avgdl and df.
