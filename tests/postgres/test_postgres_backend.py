@@ -327,7 +327,7 @@ def test_touch_skips_the_wal_flush_for_its_own_transaction_only(
     _fill(backend, 3)
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute("SET synchronous_commit = on")
-        args = (T0, "default", [1, 2])
+        args = {"when": T0, "ns": "default", "keys": [1, 2]}
         assert len(conn.execute(TOUCH, args).fetchall()) == 2  # its own transaction
         assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
         with conn.transaction():

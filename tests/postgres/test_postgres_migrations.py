@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -114,7 +115,7 @@ def test_a_version_3_database_moves_its_terms_and_ranks_as_a_new_one(
     ):
         old.setup()
         old.setup()  # idempotent
-        assert old.schema_version() == SCHEMA_VERSION == 6
+        assert old.schema_version() == SCHEMA_VERSION == 7
         with psycopg.connect(old_url) as conn:
             assert not {"lex_terms", "ctx_terms"} & _columns(conn, "reflective_memories")
         with psycopg.connect(old_url) as a, psycopg.connect(postgres_url) as b:
@@ -216,6 +217,13 @@ def test_a_missing_column_at_the_current_or_a_newer_version_is_not_blamed_on_set
         asyncio.run(_aretrieve(PostgresBackend.from_conn_string(postgres_url), vectors[0]))
 
 
+def _undo_version_7(conn: psycopg.Connection[Any]) -> None:
+    """Take a database back to what version 6 set up (the change log of version 7 gone)."""
+    conn.execute("DROP TABLE reflective_removed, reflective_touches")
+    conn.execute("ALTER TABLE reflective_counters DROP COLUMN removals")
+    conn.execute("ALTER TABLE reflective_access DROP COLUMN touched")  # (and its index)
+
+
 def test_a_version_5_database_counts_resets_from_the_upgrade_on(postgres_url: str) -> None:
     """Version 6: ``reflective_counters.reflection_generation``, 0 in every row (resets before
     the upgrade were not counted). Until ``setup()`` the code says to call it; after it, every
@@ -230,12 +238,13 @@ def test_a_version_5_database_counts_resets_from_the_upgrade_on(postgres_url: st
     with psycopg.connect(postgres_url, autocommit=True) as conn:  # what version 5 set up
         fresh = _columns(conn, "reflective_counters")
         conn.execute("ALTER TABLE reflective_counters DROP COLUMN reflection_generation")
-        conn.execute("DELETE FROM reflective_schema_version WHERE version = 6")
+        _undo_version_7(conn)
+        conn.execute("DELETE FROM reflective_schema_version WHERE version >= 6")
     with PostgresBackend.from_conn_string(postgres_url) as backend:
-        with pytest.raises(StorageError, match=r"at schema version 5, .* needs 6 .*setup\(\)"):
+        with pytest.raises(StorageError, match=r"at schema version 5, .* needs 7 .*setup\(\)"):
             backend.reflection_state("default")
         backend.setup()
-        assert backend.schema_version() == SCHEMA_VERSION == 6
+        assert backend.schema_version() == SCHEMA_VERSION == 7
         with psycopg.connect(postgres_url) as conn:
             assert _columns(conn, "reflective_counters") == fresh
         seen = backend.reflection_state("default")

@@ -82,7 +82,9 @@ from langchain_reflective.backends.postgres.writes import (
     apply_counter,
     delete_memories,
     enqueue,
+    lock_counter,
     lock_counters,
+    log_removal,
     queued_outcome,
     stored_outcome,
     write_batch,
@@ -366,10 +368,15 @@ class PostgresBackend(BaseMemoryBackend):
 
     def purge(self, namespace: str) -> int:
         with self._pools.conn() as conn, conn.transaction():
+            # the counter row first, as every write: a write of the namespace in flight commits
+            # before the purge reads the rows (else its rows would outlive the purge while the
+            # BM25 statistics were zeroed)
+            lock_counter(conn, namespace)
             cur = conn.execute("DELETE FROM reflective_memories WHERE namespace = %s", (namespace,))
             n = cur.rowcount
             conn.execute("DELETE FROM reflective_pending WHERE namespace = %s", (namespace,))
             conn.execute(PURGE_COUNTER, (namespace,))
+            log_removal(conn, namespace, [0])  # 0: every key
             return n
 
     def touch(self, namespace: str, keys: Sequence[int], when: datetime) -> dict[int, MemoryRecord]:
@@ -383,15 +390,15 @@ class PostgresBackend(BaseMemoryBackend):
         """
         if not keys:
             return {}
-        rows = self._pools.rows(TOUCH, (when, namespace, [int(k) for k in keys]))
-        return dict(record_of(r) for r in rows)
+        params = {"when": when, "ns": namespace, "keys": [int(k) for k in keys]}
+        return dict(record_of(r) for r in self._pools.rows(TOUCH, params))
 
     async def atouch(
         self, namespace: str, keys: Sequence[int], when: datetime
     ) -> dict[int, MemoryRecord]:
         if not keys:
             return {}
-        params = (when, namespace, [int(k) for k in keys])
+        params = {"when": when, "ns": namespace, "keys": [int(k) for k in keys]}
 
         async def run(conn: psycopg.AsyncConnection[Any]) -> list[Any]:
             return await (await conn.execute(TOUCH, params)).fetchall()

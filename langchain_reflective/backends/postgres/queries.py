@@ -24,6 +24,8 @@ __all__ = [
     "RECORDS",
     "RECORD_COLUMNS",
     "RELINK",
+    "REMOVALS_KEPT",
+    "REMOVED",
     "RESET",
     "TOUCH",
     "CandidateQuery",
@@ -376,13 +378,37 @@ ON CONFLICT (namespace) DO UPDATE SET importance_sum = c.importance_sum + EXCLUD
 
 
 TOUCH = (
-    "WITH lazy AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)) "
-    "UPDATE reflective_access a SET last_accessed_at = %s FROM reflective_memories m, lazy "
-    f"WHERE a.namespace = %s AND a.seq = ANY(%s) AND m.seq = a.seq RETURNING {RECORD_COLUMNS}"
+    "WITH lazy AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)), "
+    "clock AS MATERIALIZED (INSERT INTO reflective_touches AS c (namespace, clock) "
+    "VALUES (%(ns)s, 1) ON CONFLICT (namespace) DO UPDATE SET clock = c.clock + 1 "
+    "RETURNING c.clock) "
+    "UPDATE reflective_access a SET last_accessed_at = %(when)s, "
+    "touched = (SELECT clock FROM clock) FROM reflective_memories m, lazy "
+    "WHERE a.namespace = %(ns)s AND a.seq = ANY(%(keys)s) AND m.seq = a.seq "
+    f"RETURNING {RECORD_COLUMNS}"
 )
-"""New access times, returning the records: one statement, its own transaction (autocommit),
-committed without waiting for the WAL flush (``synchronous_commit`` off for this transaction
-only, set by the statement itself, so a touch costs one round trip instead of four)."""
+"""New access times, returning the records: one statement, its
+own transaction (autocommit), committed without waiting for the WAL flush
+(``synchronous_commit`` off for this transaction only, set by the statement itself, so a touch
+costs one round trip instead of four). It counts the namespace's touch clock
+(``reflective_touches``, schema version 7) and stamps the rows with it: the clock row's lock,
+held for the touch's short transaction, makes a namespace's touches take turns, so the clock
+follows their commit order (~0.04 ms more per touch here)."""
+
+REMOVED = """
+WITH r AS MATERIALIZED (UPDATE reflective_counters SET removals = removals + 1
+                        WHERE namespace = %(ns)s RETURNING removals),
+logged AS (INSERT INTO reflective_removed (namespace, removal, seq)
+           SELECT %(ns)s, r.removals, s FROM r, unnest(%(seqs)s::bigint[]) AS s),
+dropped AS (DELETE FROM reflective_removed d USING r
+            WHERE d.namespace = %(ns)s AND d.removal <= r.removals - %(kept)s)
+SELECT removals FROM r
+"""
+"""Count a removal of memories of a namespace and list its keys (``0``: all of them, a purge),
+dropping the entries of removals older than the newest ``kept`` (schema version 7). In the
+transaction that deleted them, holding the namespace's counter row."""
+REMOVALS_KEPT = 1000
+"""Removals of a namespace whose keys ``reflective_removed`` keeps (see :data:`REMOVED`)."""
 
 
 RELINK = """

@@ -231,7 +231,37 @@ unchanged (``CounterUpdate.consumed``), so of two reflections of a namespace tha
 anything. A purge keeps it, so a version never repeats. Adding a column with a constant default
 rewrites nothing (Postgres 11+), so the migration is instant."""
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+_V7 = """
+ALTER TABLE reflective_counters ADD COLUMN IF NOT EXISTS removals bigint NOT NULL DEFAULT 0;
+CREATE TABLE IF NOT EXISTS reflective_removed (
+    namespace text NOT NULL,
+    removal bigint NOT NULL,
+    seq bigint NOT NULL,
+    PRIMARY KEY (namespace, removal, seq)
+);
+CREATE TABLE IF NOT EXISTS reflective_touches (
+    namespace text PRIMARY KEY,
+    clock bigint NOT NULL
+);
+ALTER TABLE reflective_access ADD COLUMN IF NOT EXISTS touched bigint NOT NULL DEFAULT 0;
+CREATE INDEX IF NOT EXISTS reflective_access_ns_touched ON reflective_access (namespace, touched)
+    WHERE touched > 0;
+"""
+"""Version 7: what changed in a namespace can be asked for, so a process keeping the namespace
+in memory (``PostgresBackend(local_index=True)``, ``local_index.py``) catches up with one cheap
+statement instead of reloading it. Memories added since are the keys above the newest it holds
+(a namespace's writers take keys in commit order). Removals: every transaction that deletes
+memories of a namespace counts one more ``reflective_counters.removals`` (under the counter row
+lock it already holds, so the count is in commit order) and lists the keys it deleted in
+``reflective_removed`` under that number (a purge lists the key 0: everything); the entries of
+all but the newest ``REMOVALS_KEPT`` removals are dropped as new ones come, and a process that
+fell further behind reloads. Touches: ``reflective_touches.clock`` counts each namespace's
+touches (each touch takes the row's lock for its short transaction, so the clock is in commit
+order too), and a touch stamps ``reflective_access.touched`` with its clock (indexed where it
+is set: rows never touched cost the index nothing). Existing rows start at 0: nothing to catch
+up on. Building the index reads ``reflective_access`` once (~1 s per million memories)."""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 """Forward-only migrations; ``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1``."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

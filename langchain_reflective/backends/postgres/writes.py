@@ -28,7 +28,14 @@ from psycopg.abc import Buffer
 from psycopg.adapt import Dumper
 from psycopg.types.json import Jsonb
 
-from langchain_reflective.backends.postgres.queries import ADD, RECORDS, RELINK, RESET
+from langchain_reflective.backends.postgres.queries import (
+    ADD,
+    RECORDS,
+    RELINK,
+    REMOVALS_KEPT,
+    REMOVED,
+    RESET,
+)
 from langchain_reflective.backends.postgres.rows import (
     INT4_ARRAY_OID,
     TEXT_ARRAY_OID,
@@ -49,7 +56,9 @@ __all__ = [
     "TOKENIZER",
     "LexicalTotals",
     "delete_memories",
+    "lock_counter",
     "lock_counters",
+    "log_removal",
     "write_batch",
     "write_memories",
 ]
@@ -463,4 +472,12 @@ def delete_memories(
     add_lexical_stats(
         conn, namespace, -len(gone), -sum(r[1] for r in gone), -sum(r[2] for r in gone)
     )
+    log_removal(conn, namespace, sorted(seqs))
     return len(gone)
+
+
+def log_removal(conn: psycopg.Connection[Any], namespace: str, seqs: Sequence[int]) -> None:
+    """Count one removal of ``namespace``'s memories and list their keys (``[0]``: all of
+    them), for processes keeping the namespace in memory (:data:`REMOVED`). In the deleting
+    transaction, which holds the namespace's counter row."""
+    conn.execute(REMOVED, {"ns": namespace, "seqs": list(seqs), "kept": REMOVALS_KEPT})
