@@ -381,9 +381,14 @@ def _as_terms(index: BM25Index, texts: list[str]) -> tuple[list[list[str]], list
     return [list(c) for c in counted], [list(c.values()) for c in counted]
 
 
-def test_add_terms_indexes_like_add() -> None:
+@pytest.mark.parametrize("by_term", [False, True], ids=["pairs", "grouped-by-term"])
+def test_add_terms_indexes_like_add(by_term: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """Documents given as stored terms (what a database keeps) index like their texts: same
-    rows, lengths and float32 scores, also when added on top of texts and after removals."""
+    rows, lengths and float32 scores, also when added on top of texts and after removals --
+    appended pair by pair (a few documents) or grouped by term with numpy (a bulk load)."""
+    from langchain_reflective.backends.sqlite import lexical
+
+    monkeypatch.setattr(lexical, "_FLAT_BY_TERM_MIN", 0 if by_term else 10**9)
     by_text = BM25Index()
     by_terms = BM25Index()
     half = len(CORPUS) // 2

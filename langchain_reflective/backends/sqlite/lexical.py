@@ -60,6 +60,8 @@ _TF_MAX = 65535
 _MIN_CAPACITY = 1024
 _COMPACT_MIN_DEAD = 4096
 _WORD_CACHE_MAX = 1 << 18
+_FLAT_BY_TERM_MIN = 20_000
+"""Term pairs from which :meth:`BM25Index.add_flat_terms` groups them by term with numpy."""
 
 
 def _split_words(text: str) -> list[str]:
@@ -402,19 +404,49 @@ class BM25Index:
         n = len(terms)
         if len(counts) != n:
             raise ValueError(f"{n} documents of terms but {len(counts)} of counts")
-        if n == 0:
-            return
-        start = self._n_rows
         sizes = np.fromiter((len(t) for t in terms), dtype=np.int64, count=n)
         if not np.array_equal(sizes, np.fromiter((len(c) for c in counts), np.int64, count=n)):
             raise ValueError("a document has a different number of terms and counts")
         total = int(sizes.sum())
-        tfs = np.fromiter((c for cs in counts for c in cs), dtype=np.int64, count=total)
+        self.add_flat_terms(
+            [stem for t in terms for stem in t],
+            sizes,
+            np.fromiter((c for cs in counts for c in cs), dtype=np.int64, count=total),
+        )
+
+    def add_flat_terms(
+        self,
+        stems: Sequence[str],
+        sizes: npt.NDArray[np.integer],
+        counts: npt.NDArray[np.integer],
+    ) -> None:
+        """:meth:`add_terms` with the documents' terms concatenated: document ``i`` is the
+        next ``sizes[i]`` of ``stems`` and ``counts`` (what a bulk load decodes without a
+        Python list per document).
+
+        Raises:
+            ValueError: ``sizes`` does not add up to the number of stems and counts, or a count
+                is below 1.
+        """
+        n = int(sizes.shape[0])
+        total = len(stems)
+        if int(sizes.sum()) != total or counts.shape[0] != total:
+            raise ValueError(
+                f"{total} stems and {counts.shape[0]} counts for documents of "
+                f"{int(sizes.sum())} terms in all"
+            )
+        if n == 0:
+            return
+        tfs = counts.astype(np.int64, copy=False)
         if total and int(tfs.min()) < 1:
             raise ValueError("term counts must be at least 1")
-        term_id = self._stem_id
-        ids = np.fromiter((term_id(stem) for t in terms for stem in t), np.int64, count=total)
+        start = self._n_rows
         self._ensure_capacity(start + n)
+        if total <= _FLAT_BY_TERM_MIN:  # a few documents (catching up): append in place
+            self._add_pairs(start, stems, sizes.tolist(), tfs.tolist())
+            return
+        term_id = self._stem_id
+        ids = np.fromiter((term_id(stem) for stem in stems), np.int64, count=total)
         docs = np.repeat(np.arange(n, dtype=np.int64), sizes)
         lengths = np.bincount(docs, weights=tfs, minlength=n).astype(np.int64)
         order = np.argsort(ids, kind="stable")  # per term, its documents in row order
@@ -433,6 +465,33 @@ class BM25Index:
         self._n_live += n
         self._doclen[start:end] = lengths
         self._total_len += int(lengths.sum())
+
+    def _add_pairs(
+        self, start: int, stems: Sequence[str], sizes: list[int], tfs: list[int]
+    ) -> None:
+        """:meth:`add_flat_terms` one (term, count) pair at a time: cheaper than grouping
+        by term for a few documents (each term of the batch got its own numpy slices)."""
+        term_id = self._stem_id
+        writable = self._writable
+        lengths: list[int] = []
+        at = 0
+        for offset, size in enumerate(sizes):
+            row = start + offset
+            length = 0
+            for i in range(at, at + size):
+                rows_of, tf_of = writable(term_id(stems[i]))
+                rows_of.append(row)
+                tf = tfs[i]
+                tf_of.append(tf if tf <= _TF_MAX else _TF_MAX)
+                length += tf
+            at += size
+            lengths.append(length)
+        end = start + len(sizes)
+        self._live[start:end] = True
+        self._n_rows = end
+        self._n_live += len(sizes)
+        self._doclen[start:end] = lengths
+        self._total_len += sum(lengths)
 
     def _stem_id(self, stem: str) -> int:
         """The term id of an index term (a stem), created if new."""
