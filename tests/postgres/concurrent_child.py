@@ -1,7 +1,10 @@
 """One of the OS processes of ``test_four_processes``: adds, retrieves and reflects on one
 namespace of a shared Postgres database, then prints what it did as one JSON line.
 
-Run as ``python concurrent_child.py URL NAMESPACE WORKER ADDS``. Reflections follow the
+Run as ``python concurrent_child.py URL NAMESPACE WORKER ADDS [local]`` (``local``: the
+backend keeps a local index, so each retrieval gathers its candidates in the process after
+catching up with the others' writes). Each retrieval asks for the vector of the memory the
+process has just added and checks it is among the best five. Reflections follow the
 package's protocol: when the counter crosses the threshold, try the namespace's reflection
 lock; holding it, re-read the counter (another process may just have reflected), read the
 memories since the last reflection, and store a reflection citing them together with the
@@ -29,13 +32,15 @@ THRESHOLD = 3.0
 IMPORTANCE = 0.5
 
 
-def main(url: str, namespace: str, worker: int, adds: int) -> None:
+def main(url: str, namespace: str, worker: int, adds: int, local: bool) -> None:
     rng = np.random.default_rng(worker)
     config = ScoringConfig.hybrid()
     added: list[str] = []
     reflections: list[dict[str, object]] = []
-    busy = retrieved = 0
-    with PostgresBackend.from_conn_string(url, max_size=3) as backend:
+    busy = retrieved = retrievals = own_first = 0
+    with PostgresBackend.from_conn_string(
+        url, max_size=3, local_index=local, local_index_wait=local
+    ) as backend:
         backend.configure(config)
         backend.bind_embeddings("test-model", DIM)
         i = 0
@@ -61,7 +66,10 @@ def main(url: str, namespace: str, worker: int, adds: int) -> None:
             )
             comps, _ = score_candidates(config, cands, time.time())
             best = cands.keys[top_k(comps.score, 5)].tolist()
-            retrieved += len(backend.touch(namespace, best, datetime.now(UTC)))
+            touched = backend.touch(namespace, best, datetime.now(UTC))
+            retrieved += len(touched)
+            retrievals += 1
+            own_first += records[0].id in {r.id for r in touched.values()}
             if backend.reflection_state(namespace).importance_sum < THRESHOLD:
                 continue
             try:
@@ -69,9 +77,18 @@ def main(url: str, namespace: str, worker: int, adds: int) -> None:
                     reflections.append(_reflect(backend, url, namespace, worker, rng))
             except TimeoutError:
                 busy += 1  # another process is reflecting on this namespace
+        held = backend.local_namespaces()
     print(
         json.dumps(
-            {"added": added, "reflections": reflections, "busy": busy, "retrieved": retrieved}
+            {
+                "added": added,
+                "reflections": reflections,
+                "busy": busy,
+                "retrieved": retrieved,
+                "retrievals": retrievals,
+                "own_first": own_first,
+                "local": held,
+            }
         )
     )
 
@@ -118,4 +135,4 @@ def _reflect(
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:] == ["local"])

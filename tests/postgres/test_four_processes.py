@@ -25,7 +25,8 @@ WORKERS = 4
 ADDS = 40
 
 
-def test_four_processes_share_one_namespace(postgres_url: str) -> None:
+@pytest.mark.parametrize("local", [False, True], ids=["server", "local-index"])
+def test_four_processes_share_one_namespace(postgres_url: str, local: bool) -> None:
     with PostgresBackend.from_conn_string(postgres_url) as backend:
         backend.setup()
         backend.bind_embeddings("test-model", 16)
@@ -35,7 +36,8 @@ def test_four_processes_share_one_namespace(postgres_url: str) -> None:
         )
     procs = [
         subprocess.Popen(
-            [sys.executable, str(CHILD), postgres_url, "shared", str(w), str(ADDS)],
+            [sys.executable, str(CHILD), postgres_url, "shared", str(w), str(ADDS)]
+            + (["local"] if local else []),
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -54,6 +56,15 @@ def test_four_processes_share_one_namespace(postgres_url: str) -> None:
     assert len(added) == WORKERS * ADDS and len(set(added)) == len(added)
     assert len(reflections) >= 2, "the test must trigger reflections to prove anything"
     assert all(r["retrieved"] > 0 for r in results)
+    # every retrieval saw the memory its process had just added (among its best five), and
+    # with a local index every process answered from memory
+    assert all(r["own_first"] == r["retrievals"] > 0 for r in results)
+    held = [r["local"] for r in results]
+    assert (
+        all(list(h) == ["shared"] and h["shared"] > 0 for h in held)
+        if local
+        else held == [{}] * WORKERS
+    )
 
     with psycopg.connect(postgres_url) as conn:
         rows = conn.execute(

@@ -568,7 +568,7 @@ def test_a_small_analysed_table_still_finds_query_terms_through_the_gin_index(
         backend.put(records, vectors)
         with psycopg.connect(postgres_url, autocommit=True) as conn:
             conn.execute("ANALYZE")
-        sql, params = backend._candidate_query(
+        sql, params = backend._candidates._statement(
             "default", records[3].text[:40], vectors[3], 10, RetrievalFilter(),
             ScoringConfig.hybrid(), False,
         )  # fmt: skip

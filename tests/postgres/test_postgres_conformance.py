@@ -144,3 +144,20 @@ class TestPostgresBackend(BackendConformance):
                 assert len(got) == len(want)
                 assert all(abs(want[i] - s) <= TIE for i, s in got)
         back.close()
+
+
+class TestPostgresLocalIndex(TestPostgresBackend):
+    """The same suite with ``local_index=True``: candidates are gathered in the process from
+    the namespace held in memory, caught up with the server before each retrieval (loaded on
+    its first retrieval, in the retrieving thread: ``local_index_wait``)."""
+
+    @pytest.fixture
+    def make_backend(self, postgres_server: str) -> Callable[[], BaseMemoryBackend]:
+        def make() -> BaseMemoryBackend:
+            backend = PostgresBackend.from_conn_string(
+                create_database(postgres_server), local_index=True, local_index_wait=True
+            )
+            backend.setup()
+            return backend
+
+        return make

@@ -403,7 +403,7 @@ def _dense_from_index(backend: PostgresBackend, namespace: str, vector: np.ndarr
     branch of the statement (``ORDER BY`` distance: the index, or a scan the planner prefers
     on a table this small) rather than from sorting the namespace's rows: which of the two
     branches' scans ran."""
-    sql, params = backend._candidate_query(
+    sql, params = backend._candidates._statement(
         namespace, "tea", vector, 10, RetrievalFilter(), ScoringConfig.hybrid(), False
     )
     with backend._pools.conn() as conn:

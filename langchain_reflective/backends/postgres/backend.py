@@ -9,12 +9,11 @@ on a dedicated connection, so at most one reflection per namespace runs at a tim
 of them (a crashed holder's lock goes with its connection). Every statement names its
 namespace; none reads across namespaces.
 
-Retrieval is one round trip: one statement gathers dense candidates (the vector index, cosine:
-IVFFlat retrained as the table grows, or HNSW; see ``vector_index.py``), lexical
-ones (BM25 over stemmed terms found through a GIN index, computed in SQL exactly as the SQLite
-backend computes it, so both backends rank alike), the most recent and most important memories,
-each candidate observation's neighbours, and every value scoring needs.
-``exact=True`` scans every memory of the namespace instead of asking the indexes.
+Retrieval is one round trip (``candidates.py``): one statement gathers the dense, lexical,
+recent and important candidates, their neighbours and every value scoring needs (``queries.py``;
+BM25 in SQL exactly as the SQLite backend computes it, so both rank alike). With
+``local_index=True`` a process keeps the namespaces it retrieves from in memory and gathers
+them there instead, caught up with the server before every retrieval (``local_index.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ import contextlib
 import functools
 import logging
 import threading
-from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -42,27 +40,23 @@ from langchain_reflective.backends.base import (
     ReflectionState,
     RetrievalFilter,
 )
+from langchain_reflective.backends.postgres.candidates import CandidateSource
 from langchain_reflective.backends.postgres.connection import (
     Pools,
     check_connection,
     open_pool,
     read_version,
 )
+from langchain_reflective.backends.postgres.local_index import LocalIndex
 from langchain_reflective.backends.postgres.pool_settings import sync_pool_settings
 from langchain_reflective.backends.postgres.queries import (
-    BM25_B,
-    BM25_K1,
     PURGE_COUNTER,
     RECORD_COLUMNS,
     RECORDS,
     TOUCH,
-    CandidateQuery,
-    candidates_sql,
 )
 from langchain_reflective.backends.postgres.rows import (
-    candidate_set,
     record_of,
-    vector_text,
     vectors_from_binary,
 )
 from langchain_reflective.backends.postgres.schema import (
@@ -89,7 +83,6 @@ from langchain_reflective.backends.postgres.writes import (
     stored_outcome,
     write_batch,
 )
-from langchain_reflective.backends.sqlite.lexical import BM25Index
 from langchain_reflective.backends.types import F32
 from langchain_reflective.errors import (
     DimensionMismatchError,
@@ -98,9 +91,6 @@ from langchain_reflective.errors import (
 )
 from langchain_reflective.records import MemoryRecord
 from langchain_reflective.scoring import ScoringConfig
-
-_TOKENIZER = BM25Index(k1=BM25_K1, b=BM25_B)
-"""Only its tokenizer is used: the SQLite backend's terms, so BM25 agrees across backends."""
 
 __all__ = ["PostgresBackend"]
 
@@ -142,6 +132,16 @@ class PostgresBackend(BaseMemoryBackend):
         ivf_probes: IVFFlat lists searched per query (``None``: ``sqrt(lists)``, at least 8).
         auto_reindex: rebuild the IVFFlat index in a background thread of the process whose
             add crossed the threshold (``False``: only :meth:`reindex` builds it).
+        local_index: keep each namespace this process retrieves from in memory and gather
+            its candidates here (~1 ms) instead of on the server (13-120 ms), caught up with
+            the server by one statement before every retrieval, so every process still sees
+            every write at once; ~1.6 KB a memory at 384 dimensions in every process. A
+            namespace loads on a background thread on its first retrieval (answered by the
+            server until then; :meth:`preload` loads one now). See ``local_index.py``.
+        local_index_max_memories: most memories the local index holds; the least recently
+            used namespaces are dropped beyond it, and a larger namespace is never loaded.
+        local_index_wait: load a namespace on its first retrieval in the retrieving thread
+            instead of in the background.
 
     Example:
         .. code-block:: python
@@ -165,6 +165,9 @@ class PostgresBackend(BaseMemoryBackend):
         ivf_growth: float = 4.0,
         ivf_probes: int | None = None,
         auto_reindex: bool = True,
+        local_index: bool = False,
+        local_index_max_memories: int = 2_000_000,
+        local_index_wait: bool = False,
     ) -> None:
         if dense_candidates < 1 or lexical_candidates < 1:
             raise ValueError("dense_candidates and lexical_candidates must be positive")
@@ -177,12 +180,24 @@ class PostgresBackend(BaseMemoryBackend):
         )
         self._pools = Pools(pool, conninfo)
         self._index = VectorIndex(self._pools, settings)
-        self.dense_candidates = int(dense_candidates)
-        self.lexical_candidates = int(lexical_candidates)
+        local = None
+        if local_index:
+            local = LocalIndex(
+                self._pools,
+                lambda: self.dimension,
+                max_memories=local_index_max_memories,
+                wait=local_index_wait,
+            )
+        self._candidates = CandidateSource(
+            self._pools,
+            self._index,
+            dense=int(dense_candidates),
+            lexical=int(lexical_candidates),
+            local=local,
+        )
         self._lock = threading.Lock()
         self._dimension: int | None = None
         self._model: str | None = None
-        self._lexical_context = False
         self._vector_type: int | None = None
         self._version_checked = False
 
@@ -229,7 +244,12 @@ class PostgresBackend(BaseMemoryBackend):
         )
         check_connection(conninfo)
         new_pool = functools.partial(open_pool, conninfo, settings)
-        backend = cls(new_pool(), conninfo=conninfo, **kwargs)
+        pool = new_pool()
+        try:
+            backend = cls(pool, conninfo=conninfo, **kwargs)
+        except BaseException:
+            pool.close()  # a refused argument leaves no pool (and its threads) behind
+            raise
         backend._pools.new_pool = new_pool  # (replaced by a fresh one after an outage)
         return backend
 
@@ -302,7 +322,7 @@ class PostgresBackend(BaseMemoryBackend):
             )
 
     def configure(self, scoring: ScoringConfig) -> None:
-        self._lexical_context = bool(scoring.lexical_context)
+        self._candidates.configure(bool(scoring.lexical_context))
 
     # -- writes --------------------------------------------------------------------------------
 
@@ -616,39 +636,6 @@ class PostgresBackend(BaseMemoryBackend):
 
     # -- candidates ----------------------------------------------------------------------------
 
-    def _candidate_query(
-        self,
-        namespace: str,
-        query: str,
-        vector: F32,
-        k: int,
-        flt: RetrievalFilter,
-        config: ScoringConfig,
-        exact: bool,
-    ) -> tuple[str, dict[str, Any]]:
-        dim = self.dimension
-        if dim is not None and vector.shape[0] != dim:
-            raise DimensionMismatchError(
-                f"the database holds {dim}-dimensional vectors; the query vector has "
-                f"{vector.shape[0]}"
-            )
-        spec = CandidateQuery.for_query(
-            config,
-            k=k,
-            exact=exact,
-            dense=self.dense_candidates,
-            lexical=self.lexical_candidates,
-            lexical_context=self._lexical_context,
-        )
-        terms = Counter(_TOKENIZER.tokenize(query)) if spec.lexical else Counter[str]()
-        params: dict[str, Any] = {
-            "ns": namespace,
-            "vec": vector_text(vector),
-            "qterms": list(terms),
-            "qtfs": list(terms.values()),
-        }
-        return candidates_sql(spec, flt, params), params
-
     def candidates(
         self,
         namespace: str,
@@ -660,14 +647,11 @@ class PostgresBackend(BaseMemoryBackend):
         config: ScoringConfig,
         exact: bool = False,
     ) -> CandidateSet:
-        """One statement, one round trip (see the module docstring)."""
-        sql, params = self._candidate_query(namespace, query, vector, k, filter, config, exact)
-
-        def run(conn: psycopg.Connection[Any]) -> Any:
-            self._index.prepare(conn)
-            return conn.execute(sql, params, binary=True).fetchone()
-
-        return candidate_set(self._pools.retrying(run), config, exact)
+        """From the local index when it holds the namespace, else one statement (one round
+        trip; see the module docstring)."""
+        return self._candidates.get(
+            self.dimension, namespace, query, vector, k=k, filter=filter, config=config, exact=exact
+        )
 
     async def acandidates(
         self,
@@ -680,25 +664,48 @@ class PostgresBackend(BaseMemoryBackend):
         config: ScoringConfig,
         exact: bool = False,
     ) -> CandidateSet:
-        sql, params = self._candidate_query(namespace, query, vector, k, filter, config, exact)
+        dim = self._dimension
+        if dim is None:  # (read from the server once)
+            dim = await asyncio.to_thread(lambda: self.dimension)
+        return await self._candidates.aget(
+            dim, namespace, query, vector, k=k, filter=filter, config=config, exact=exact
+        )
 
-        async def run(conn: psycopg.AsyncConnection[Any]) -> Any:
-            await self._index.aprepare(conn)
-            return await (await conn.execute(sql, params, binary=True)).fetchone()
+    def local_namespaces(self) -> dict[str, int]:
+        """The namespaces this process's local index holds, with their live memories (empty
+        without a local index)."""
+        local = self._candidates.local
+        return {} if local is None else local.loaded()
 
-        return candidate_set(await self._pools.aretrying(run), config, exact)
+    def preload(self, namespace: str) -> bool:
+        """Load ``namespace`` into this process's local index now, in this thread (e.g. to
+        warm a worker at start-up); whether the index holds it afterwards.
+
+        Raises:
+            ValueError: the backend keeps no local index (``local_index=False``).
+        """
+        local = self._candidates.local
+        if local is None:
+            raise ValueError("this backend keeps no local index: build it with local_index=True")
+        return local.load(namespace)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the connection pools (cancelling a background index rebuild). Idempotent."""
-        self._index.close()
+        """Close the connection pools (cancelling a background index rebuild and dropping the
+        local index). Idempotent."""
+        self._close_threads()
         self._pools.close()
 
     async def aclose(self) -> None:
         """Async twin of :meth:`close`."""
-        await asyncio.to_thread(self._index.close)
+        await asyncio.to_thread(self._close_threads)
         await self._pools.aclose()
+
+    def _close_threads(self) -> None:
+        self._index.close()
+        if self._candidates.local is not None:
+            self._candidates.local.close()
 
     def __repr__(self) -> str:
         return f"PostgresBackend(pool={self._pools.name!r}, dimension={self._dimension})"

@@ -20,6 +20,8 @@ __all__ = [
     "ADD",
     "BM25_B",
     "BM25_K1",
+    "LOCAL_CHANGES",
+    "LOCAL_HEAD",
     "PURGE_COUNTER",
     "RECORDS",
     "RECORD_COLUMNS",
@@ -30,6 +32,7 @@ __all__ = [
     "TOUCH",
     "CandidateQuery",
     "candidates_sql",
+    "local_rows_sql",
 ]
 
 RECORD_COLUMNS = (
@@ -419,3 +422,59 @@ UPDATE reflective_access a SET
                 AND n.kind = 'observation' AND n.seq > a.seq)
 WHERE a.namespace = %s AND a.seq = ANY(%s)
 """
+
+
+# -- the local index (``local_index.py``): what changed in a namespace, and its rows ------------
+
+_HEAD = (
+    "(SELECT max(m.seq) FROM reflective_memories m WHERE m.namespace = %(ns)s) AS newest, "
+    "c.removals, c.lex_docs, (SELECT t.clock FROM reflective_touches t "
+    "WHERE t.namespace = %(ns)s) AS touches"
+)
+LOCAL_HEAD = (
+    f"SELECT {_HEAD} FROM (SELECT 1) AS one LEFT JOIN reflective_counters c ON c.namespace = %(ns)s"
+)
+"""A namespace's newest key, removal count, live memories and touch clock (each ``NULL`` for
+a namespace never written): where a load of the namespace starts from."""
+
+LOCAL_CHANGES = (
+    f"SELECT {_HEAD}, x.seqs, x.acc, r.removal, r.seqs FROM (SELECT 1) AS one "
+    "LEFT JOIN reflective_counters c ON c.namespace = %(ns)s, "
+    "(SELECT string_agg(int8send(a.seq), ''::bytea) AS seqs, "
+    "string_agg(float8send(date_part('epoch', a.last_accessed_at)), ''::bytea) AS acc "
+    "FROM reflective_access a WHERE a.namespace = %(ns)s AND a.touched > %(touches)s "
+    "AND a.touched > 0) AS x, "
+    "(SELECT string_agg(int8send(d.removal), ''::bytea) AS removal, "
+    "string_agg(int8send(d.seq), ''::bytea) AS seqs "
+    "FROM reflective_removed d WHERE d.namespace = %(ns)s AND d.removal > %(removals)s) AS r"
+)
+""":data:`LOCAL_HEAD`, then what changed since a local index last looked: the keys and access
+times (packed) of the memories touched after clock ``touches``, and the removal numbers and
+keys (packed) of the removals after ``removals``. One row, in one snapshot; with nothing
+changed, three index probes and two empty index scans (fetch it in binary)."""
+
+
+def local_rows_sql(terms: str) -> str:
+    """The next ``limit`` memories of a namespace after key ``after``, packed into one row
+    (fetch it in binary): how many and the newest key, then each column concatenated --
+    keys (``int8``), creation and access times and importance (``float8`` seconds and
+    values), kinds (``text[]``), vectors (``vector_send``), and the BM25 terms and counts of
+    the ``terms`` columns (``lex`` or ``ctx``) as lines of space-separated values. The access
+    and term rows are read by primary key (``OFFSET 0``: no hash join reading the tables whole
+    to catch up on a few memories)."""
+    return (
+        "SELECT count(*), max(s.seq), string_agg(int8send(s.seq), ''::bytea), "
+        "string_agg(float8send(date_part('epoch', s.created_at)), ''::bytea), "
+        "string_agg(float8send(date_part('epoch', a.last_accessed_at)), ''::bytea), "
+        "string_agg(float8send(s.importance), ''::bytea), array_agg(s.kind), "
+        "string_agg(vector_send(s.embedding), ''::bytea), "
+        "string_agg(array_to_string(t.terms, ' '), E'\\n'), "
+        "string_agg(array_to_string(t.tfs, ' '), E'\\n') "
+        "FROM (SELECT m.seq, m.created_at, m.importance, m.kind, m.embedding "
+        "FROM reflective_memories m WHERE m.namespace = %(ns)s AND m.seq > %(after)s "
+        "ORDER BY m.seq LIMIT %(limit)s) AS s "
+        "CROSS JOIN LATERAL (SELECT a.last_accessed_at FROM reflective_access a "
+        "WHERE a.seq = s.seq OFFSET 0) AS a "
+        f"CROSS JOIN LATERAL (SELECT t.{terms}_terms AS terms, t.{terms}_tfs AS tfs "
+        "FROM reflective_terms t WHERE t.seq = s.seq OFFSET 0) AS t"
+    )

@@ -199,9 +199,10 @@ class Partition:
     """Set when ``accessed`` changed in a way ``_recent`` cannot follow (a value lowered, or
     too many touches since): the next use recomputes it from every row."""
 
-    def touched(self, rows: I64, stamp: float) -> None:
-        """Record that ``accessed`` of ``rows`` is about to become ``stamp`` (call it before
-        writing), for the recency candidates (see ``candidates.recent_rows``)."""
+    def touched(self, rows: I64, stamp: float | npt.NDArray[np.float64]) -> None:
+        """Record that ``accessed`` of ``rows`` is about to become ``stamp`` (one value, or
+        one per row; call it before writing), for the recency candidates (see
+        ``candidates.recent_rows``)."""
         if self._recent is None or self._recent_stale:
             return
         pending = self._recent_touched

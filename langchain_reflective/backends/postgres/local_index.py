@@ -1,0 +1,418 @@
+"""The local index: the namespaces a process retrieves from, held in memory and kept exact.
+
+``PostgresBackend(local_index=True)`` keeps, for each namespace it retrieves from, what the
+SQLite backend keeps per namespace -- the vectors in a FAISS matrix (with an IVF index once the
+namespace is large), BM25 over the terms Postgres stores for each memory, and the columns
+scoring reads (a :class:`~langchain_reflective.backends.sqlite.partition.Partition`) -- and
+gathers a retrieval's candidates in the process, with the SQLite backend's code, instead of
+by the server's candidate statement: about a millisecond instead of 13-120 ms
+(docs/benchmarks.md), for the memory the namespace takes in each process (~1.6 KB a memory
+at 384 dimensions).
+
+Postgres stays the only copy that counts. Before every retrieval one statement asks what
+changed in the namespace since the index last looked (schema version 7; ``LOCAL_CHANGES``):
+memories added (keys above the newest it holds: a namespace's writers take keys in commit
+order), removed (``reflective_removed``) and touched (``reflective_access.touched``, stamped
+with the namespace's touch clock), and the index applies it before ranking. So a retrieval
+sees every write committed before it began, in any process, as without the local index; the
+touch after it, and every other read and write, go to the server as always.
+
+A namespace is loaded on a background thread the first time it is retrieved from, in one
+snapshot (``REPEATABLE READ``); until it is ready its retrievals are answered by the server's
+statement. One too large for ``max_memories`` is never loaded, and the least recently used
+namespaces are dropped when the loaded ones exceed it. A namespace whose removals the server no
+longer lists (the process fell more than ``REMOVALS_KEPT`` removals behind), that was purged,
+or that holds more deleted rows than live ones is dropped and loaded again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from langchain_reflective.backends.postgres.connection import Pools
+from langchain_reflective.backends.postgres.queries import (
+    BM25_B,
+    BM25_K1,
+    LOCAL_CHANGES,
+    LOCAL_HEAD,
+    local_rows_sql,
+)
+from langchain_reflective.backends.sqlite.ann import maintain_ann
+from langchain_reflective.backends.sqlite.candidates import partition_candidates
+from langchain_reflective.backends.sqlite.lexical import BM25Index
+from langchain_reflective.backends.sqlite.partition import Partition
+from langchain_reflective.backends.types import F32, CandidateSet, RetrievalFilter
+from langchain_reflective.scoring import ScoringConfig
+
+__all__ = ["LocalIndex"]
+
+logger = logging.getLogger(__name__)
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+
+LOAD_CHUNK = 20_000
+"""Memories read per statement while loading or catching up (~30 MB at 384 dimensions)."""
+EXACT_LIMIT = 20_000
+"""Namespaces with more live memories get an IVF index (the SQLite backend's default)."""
+ANN_CANDIDATES = 128
+"""Dense and lexical candidates of the approximate path (the SQLite backend's default)."""
+ANN_NPROBE = 8
+"""IVF lists searched (the SQLite backend's default)."""
+RETRY_TOO_LARGE = 60.0
+"""Seconds before a namespace found too large to load is measured again."""
+
+
+@dataclass(slots=True, eq=False)
+class _Replica:
+    """One namespace held in memory, and how far it has caught up with the server."""
+
+    part: Partition
+    lexical: BM25Index
+    newest: int
+    """The newest key it holds (every memory with a key up to it is in, or removed)."""
+    removals: int
+    """The namespace's removal count it has applied."""
+    touches: int
+    """The namespace's touch clock it has applied."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    used: float = 0.0
+    """When it last served a retrieval (``time.monotonic``), for dropping the least used."""
+    dropped: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Head:
+    newest: int
+    removals: int
+    live: int
+    touches: int
+
+    @classmethod
+    def of(cls, row: Any) -> _Head:
+        return cls(*(0 if v is None else int(v) for v in row[:4]))
+
+
+class LocalIndex:
+    """The namespaces this process retrieves from, in memory (see the module docstring).
+
+    Args:
+        pools: the backend's connection pools.
+        dimension: returns the database's vector dimension (``None`` before the first write).
+        max_memories: most live memories held across namespaces.
+        wait: load a namespace on its first retrieval and answer it locally, instead of
+            answering from the server while a background thread loads it.
+    """
+
+    def __init__(
+        self,
+        pools: Pools,
+        dimension: Callable[[], int | None],
+        *,
+        max_memories: int,
+        wait: bool = False,
+    ) -> None:
+        if max_memories < 1:
+            raise ValueError(f"local_index_max_memories must be positive, got {max_memories!r}")
+        self._pools = pools
+        self._dimension = dimension
+        self.max_memories = int(max_memories)
+        self.wait = wait
+        self._lock = threading.Lock()
+        self._replicas: dict[str, _Replica] = {}
+        self._loading: dict[str, Future[None]] = {}
+        self._too_large: dict[str, float] = {}
+        self._terms = "lex"
+        self._closed = False
+        self._loader = ThreadPoolExecutor(1, thread_name_prefix="langchain-reflective-local")
+
+    # -- the backend's calls -----------------------------------------------------------------
+
+    def configure(self, lexical_context: bool) -> None:
+        """Index BM25 over the terms with the previous observation's (``ctx``) or without."""
+        terms = "ctx" if lexical_context else "lex"
+        with self._lock:
+            if terms != self._terms:
+                self._terms = terms
+                self._drop_all()
+
+    def candidates(
+        self,
+        namespace: str,
+        query: str,
+        vector: F32,
+        *,
+        k: int,
+        filter: RetrievalFilter,
+        config: ScoringConfig,
+        exact: bool,
+    ) -> CandidateSet | None:
+        """The candidate set, gathered in memory after catching up with the server; ``None``
+        while the namespace is not loaded (it is being loaded, or is too large): ask the
+        server."""
+        rep = self._replica(namespace)
+        if rep is None:
+            return None
+        with rep.lock:
+            if rep.dropped or not self._catch_up(rep):
+                return None
+            rep.used = time.monotonic()
+            part = rep.part
+            if part.live == 0:
+                return CandidateSet.empty()
+            maintain_ann(part, EXACT_LIMIT)
+            return partition_candidates(
+                part,
+                rep.lexical,
+                query,
+                vector,
+                k=k,
+                filter=filter,
+                config=config,
+                exact=exact,
+                exact_limit=EXACT_LIMIT,
+                ann_candidates=ANN_CANDIDATES,
+                ann_nprobe=ANN_NPROBE,
+            )
+
+    def load(self, namespace: str) -> bool:
+        """Load ``namespace`` now, in this thread (unless it is loaded); whether it is held."""
+        with self._lock:
+            if namespace in self._replicas:
+                return True
+        self._load(namespace)
+        with self._lock:
+            return namespace in self._replicas
+
+    def loaded(self) -> dict[str, int]:
+        """The namespaces held, with their live memories."""
+        with self._lock:
+            return {ns: rep.part.live for ns, rep in self._replicas.items()}
+
+    def close(self) -> None:
+        """Stop loading and drop every namespace. Idempotent."""
+        with self._lock:
+            self._closed = True
+            self._drop_all()
+        self._loader.shutdown(wait=True, cancel_futures=True)
+
+    # -- loading -----------------------------------------------------------------------------
+
+    def _replica(self, namespace: str) -> _Replica | None:
+        """The loaded namespace, or ``None`` (and a load started, unless it is too large)."""
+        with self._lock:
+            rep = self._replicas.get(namespace)
+            if rep is not None or self._closed:
+                return rep
+            since = self._too_large.get(namespace)
+            if since is not None and time.monotonic() - since < RETRY_TOO_LARGE:
+                return None
+            if not self.wait:
+                if namespace not in self._loading:
+                    future = self._loader.submit(self._load, namespace)
+                    self._loading[namespace] = future
+                    future.add_done_callback(lambda f: self._loaded(namespace, f))
+                return None
+        self._load(namespace)
+        with self._lock:
+            return self._replicas.get(namespace)
+
+    def _loaded(self, namespace: str, future: Future[None]) -> None:
+        with self._lock:
+            self._loading.pop(namespace, None)
+        if not future.cancelled() and future.exception() is not None:
+            logger.warning(
+                "loading namespace %r into the local index failed; its retrievals are "
+                "answered by the server meanwhile: %r",
+                namespace,
+                future.exception(),
+            )
+
+    def _load(self, namespace: str) -> None:
+        """Read the namespace in one snapshot and hold it (unless it is too large)."""
+        dim = self._dimension()
+        if dim is None:
+            return  # nothing written yet: nothing to hold (the server answers: no memories)
+        with self._pools.conn() as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            head = _Head.of(conn.execute(LOCAL_HEAD, {"ns": namespace}, binary=True).fetchone())
+            if head.live > self.max_memories:
+                with self._lock:
+                    self._too_large[namespace] = time.monotonic()
+                logger.info(
+                    "namespace %r holds %d memories, more than local_index_max_memories (%d): "
+                    "its retrievals are answered by the server",
+                    namespace,
+                    head.live,
+                    self.max_memories,
+                )
+                return
+            part = Partition(namespace, dim, 0)
+            part.reserve(head.live)
+            lexical = BM25Index(k1=BM25_K1, b=BM25_B)
+            part.lexical = lexical  # deletes reach it through the partition
+            terms = self._terms
+            newest = _read_rows(conn, part, namespace, 0, terms, lambda: self._closed)
+        if self._closed:
+            return
+        maintain_ann(part, EXACT_LIMIT, wait=True)  # a large namespace arrives with its IVF
+        rep = _Replica(part, lexical, max(newest, head.newest), head.removals, head.touches)
+        rep.used = time.monotonic()
+        with self._lock:
+            if self._closed or terms != self._terms or namespace in self._replicas:
+                return
+            self._too_large.pop(namespace, None)
+            self._replicas[namespace] = rep
+            self._evict(keep=namespace)
+
+    def _evict(self, keep: str) -> None:
+        """Drop the least recently used namespaces until the rest fit ``max_memories``."""
+        total = sum(rep.part.live for rep in self._replicas.values())
+        for ns, rep in sorted(self._replicas.items(), key=lambda item: item[1].used):
+            if total <= self.max_memories:
+                break
+            if ns != keep:
+                total -= rep.part.live
+                self._drop(ns)
+
+    def _drop(self, namespace: str) -> None:
+        rep = self._replicas.pop(namespace, None)
+        if rep is not None:
+            rep.dropped = True  # a retrieval holding it asks the server instead
+
+    def _drop_all(self) -> None:
+        for ns in list(self._replicas):
+            self._drop(ns)
+
+    # -- catching up ---------------------------------------------------------------------------
+
+    def _catch_up(self, rep: _Replica) -> bool:
+        """Apply what changed on the server since ``rep`` last looked (the caller holds its
+        lock); ``False`` if it cannot be applied (the namespace is dropped, to be loaded
+        again)."""
+        params = {"ns": rep.part.namespace, "touches": rep.touches, "removals": rep.removals}
+        row: Any = self._pools.retrying(
+            lambda conn: conn.execute(LOCAL_CHANGES, params, binary=True).fetchone()
+        )
+        head = _Head.of(row)
+        part = rep.part
+        if head.removals > rep.removals and not self._remove(rep, head, row[6], row[7]):
+            return False
+        if row[4] is not None:  # touched since: their access times (for recency)
+            seqs = np.frombuffer(row[4], dtype=">i8").astype(np.int64)
+            stamps = np.frombuffer(row[5], dtype=">f8").astype(np.float64)
+            rows, known = _rows_of(part, seqs)
+            if rows.shape[0]:
+                part.touched(rows, stamps[known])
+                part.accessed.view[rows] = stamps[known]
+        rep.touches = max(rep.touches, head.touches)
+        if head.newest > rep.newest:
+            with self._pools.conn() as conn:
+                rep.newest = max(
+                    head.newest,
+                    _read_rows(conn, part, part.namespace, rep.newest, self._terms, _never),
+                )
+        return True
+
+    def _remove(self, rep: _Replica, head: _Head, removal: bytes | None, keys: bytes) -> bool:
+        """Apply removals after ``rep.removals``; ``False`` when they cannot be (a purge, or
+        removals the server no longer lists): the namespace is dropped to be loaded again."""
+        numbers = np.frombuffer(removal or b"", dtype=">i8")
+        seqs = np.frombuffer(keys or b"", dtype=">i8").astype(np.int64)
+        part = rep.part
+        if not numbers.shape[0] or int(numbers.min()) > rep.removals + 1 or (seqs == 0).any():
+            with self._lock:
+                self._drop(part.namespace)
+            return False
+        rows, _ = _rows_of(part, seqs)
+        if rows.shape[0]:
+            part.delete_rows(rows)
+        rep.removals = head.removals
+        if part.index.n_deleted * 2 > len(part) and len(part) > 1024:
+            with self._lock:  # mostly tombstones: load it again, compact
+                self._drop(part.namespace)
+        return True
+
+
+def _never() -> bool:
+    return False
+
+
+def _rows_of(part: Partition, seqs: I64) -> tuple[I64, npt.NDArray[np.bool_]]:
+    """The partition rows of the live memories among ``seqs``, and which of ``seqs`` they
+    are."""
+    all_seqs = part.seqs.view
+    if not all_seqs.shape[0] or not seqs.shape[0]:
+        return np.zeros(0, dtype=np.int64), np.zeros(seqs.shape[0], dtype=np.bool_)
+    pos = np.minimum(np.searchsorted(all_seqs, seqs), all_seqs.shape[0] - 1)
+    known = all_seqs[pos] == seqs
+    rows = pos[known].astype(np.int64)
+    alive = part.index.alive[rows]
+    known[np.flatnonzero(known)[~alive]] = False
+    return rows[alive], known
+
+
+def _read_rows(
+    conn: Any,
+    part: Partition,
+    namespace: str,
+    after: int,
+    terms: str,
+    stop: Callable[[], bool],
+) -> int:
+    """Append the namespace's memories with keys above ``after`` to ``part`` (and its BM25
+    index), a chunk per statement; return the newest key read (``after`` if none)."""
+    sql = local_rows_sql(terms)
+    dim = part.index.dimension
+    lexical = part.lexical
+    assert lexical is not None
+    while not stop():
+        params = {"ns": namespace, "after": after, "limit": LOAD_CHUNK}
+        row = conn.execute(sql, params, binary=True).fetchone()
+        n = int(row[0])
+        if n == 0:
+            break
+        seqs = np.frombuffer(row[2], dtype=">i8").astype(np.int64)
+        order: I64 | slice = slice(None)
+        if n > 1 and bool((seqs[1:] <= seqs[:-1]).any()):  # (aggregated in key order, usually)
+            order = np.argsort(seqs, kind="stable")
+        created = np.frombuffer(row[3], dtype=">f8").astype(np.float64)[order]
+        accessed = np.frombuffer(row[4], dtype=">f8").astype(np.float64)[order]
+        importance = np.frombuffer(row[5], dtype=">f8").astype(np.float64)[order]
+        kinds: list[str] = list(row[6])
+        vectors = np.frombuffer(row[7], dtype=">f4").reshape(n, dim + 1)[:, 1:]
+        term_lines: list[str] = row[8].split("\n")
+        count_lines: list[str] = row[9].split("\n")
+        if not isinstance(order, slice):
+            index = order.tolist()
+            kinds = [kinds[i] for i in index]
+            term_lines = [term_lines[i] for i in index]
+            count_lines = [count_lines[i] for i in index]
+        part.append(
+            seqs[order],
+            np.ascontiguousarray(vectors[order], dtype=np.float32),
+            created,
+            accessed,
+            importance,
+            kinds,
+            None,
+        )
+        stems = " ".join(term_lines).split()
+        sizes = np.fromiter(
+            (line.count(" ") + 1 if line else 0 for line in term_lines), np.int64, count=n
+        )
+        counts = " ".join(count_lines).split()
+        lexical.add_flat_terms(stems, sizes, np.asarray(counts, dtype=np.int64))
+        after = int(row[1])
+        if n < LOAD_CHUNK:
+            break
+    return after

@@ -1,0 +1,302 @@
+"""``PostgresBackend(local_index=True)``: candidates gathered from the namespace held in
+memory, exact against the server whatever another process (here: another backend on its own
+pool) writes in between -- adds, deletes, replaces, touches, purges -- loaded in the
+background, bounded in size, and dropped and loaded again when it cannot catch up."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+
+from langchain_reflective.backends.base import RetrievalFilter
+from langchain_reflective.backends.postgres import PostgresBackend, local_index
+from langchain_reflective.backends.postgres.queries import REMOVALS_KEPT
+from langchain_reflective.records import MemoryRecord
+from langchain_reflective.scoring import ScoringConfig, score_candidates, top_k
+from tests.postgres.test_postgres_backend import DIM, T0, _fill, _records, _unit
+
+pytestmark = [pytest.mark.postgres, pytest.mark.integration]
+
+NOW = T0 + timedelta(days=30)
+CONFIG = ScoringConfig.hybrid()
+
+
+def _open(url: str, **kwargs: Any) -> PostgresBackend:
+    backend = PostgresBackend.from_conn_string(url, max_size=4, **kwargs)
+    backend.setup()
+    backend.bind_embeddings("test-model", DIM)
+    backend.configure(CONFIG)
+    return backend
+
+
+@pytest.fixture
+def server(postgres_url: str) -> Iterator[PostgresBackend]:
+    """The writer, and the reference: no local index (every answer from the server)."""
+    backend = _open(postgres_url)
+    yield backend
+    backend.close()
+
+
+@pytest.fixture
+def local(postgres_url: str) -> Iterator[PostgresBackend]:
+    backend = _open(postgres_url, local_index=True, local_index_wait=True)
+    yield backend
+    backend.close()
+
+
+def _held(backend: PostgresBackend) -> dict[str, int]:
+    held = backend._candidates.local
+    assert held is not None
+    return held.loaded()
+
+
+def _ranking(
+    backend: PostgresBackend,
+    vector: np.ndarray,
+    *,
+    namespace: str = "default",
+    query: str = "tea and music by the river",
+    exact: bool = False,
+    flt: RetrievalFilter | None = None,
+) -> tuple[list[int], np.ndarray]:
+    found = backend.candidates(
+        namespace, query, vector, k=10, filter=flt or RetrievalFilter(), config=CONFIG,
+        exact=exact,
+    )  # fmt: skip
+    comps, _ = score_candidates(CONFIG, found, NOW.timestamp())
+    order = top_k(comps.score, min(10, found.size))
+    return found.keys[order].tolist(), comps.score[order]
+
+
+def _assert_same(
+    local: PostgresBackend, server: PostgresBackend, namespace: str = "default"
+) -> None:
+    """The local index ranks the namespace as the server's exact scoring does, for several
+    queries (up to float32 rounding of the cosines)."""
+    rng = np.random.default_rng(7)
+    for vector in _unit(rng, 4):
+        for flt in (None, RetrievalFilter(kinds=frozenset({"observation"}))):
+            keys, scores = _ranking(local, vector, namespace=namespace, flt=flt)
+            want_keys, want_scores = _ranking(
+                server, vector, namespace=namespace, exact=True, flt=flt
+            )
+            assert keys == want_keys
+            np.testing.assert_allclose(scores, want_scores, atol=1e-6)
+    assert namespace in _held(local)
+
+
+def _keys_of(backend: PostgresBackend, records: list[MemoryRecord]) -> list[int]:
+    found = backend.fetch(records[0].namespace, list(range(1, 100_000)))
+    by_id = {r.id: k for k, r in found.items()}
+    return [by_id[r.id] for r in records]
+
+
+def test_every_write_of_another_process_is_seen_by_the_next_retrieval(
+    local: PostgresBackend, server: PostgresBackend
+) -> None:
+    records, _ = _fill(server, 40)
+    _assert_same(local, server)  # loaded on this first retrieval
+    _fill(server, 15, seed=3)  # added elsewhere
+    _assert_same(local, server)
+    server.delete("default", [r.id for r in records[:6]])  # removed elsewhere
+    _assert_same(local, server)
+    keys = _keys_of(server, records[10:14])
+    server.touch("default", keys, NOW)  # touched elsewhere: now the most recent
+    _assert_same(local, server)
+    fresh = _records(3, seed=9)
+    server.replace("default", [records[20].id], fresh, _unit(np.random.default_rng(9), 3))
+    _assert_same(local, server)
+    server.touch("default", keys[:1], T0 - timedelta(days=1))  # an access time lowered
+    _assert_same(local, server)
+    assert server.purge("default") > 0  # purged elsewhere: dropped, loaded again
+    assert _ranking(local, _unit(np.random.default_rng(1), 1)[0])[0] == []
+    _fill(server, 12, seed=11)
+    _assert_same(local, server)
+    assert _held(local) == {"default": 12}
+
+
+def test_its_own_writes_and_touches_too(local: PostgresBackend, server: PostgresBackend) -> None:
+    records, _ = _fill(local, 30)
+    _assert_same(local, server)
+    local.touch("default", _keys_of(local, records[:3]), NOW)
+    local.delete("default", [records[5].id])
+    _fill(local, 5, seed=4)
+    _assert_same(local, server)
+
+
+def test_the_first_retrieval_is_answered_by_the_server_while_it_loads(
+    postgres_url: str, server: PostgresBackend
+) -> None:
+    _fill(server, 30)
+    vector = _unit(np.random.default_rng(2), 1)[0]
+    want = _ranking(server, vector, exact=True)[0]
+    with _open(postgres_url, local_index=True) as backend:
+        assert _ranking(backend, vector)[0] == want  # from the server; a load has started
+        deadline = time.monotonic() + 30
+        while "default" not in _held(backend) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _held(backend) == {"default": 30}
+        assert _ranking(backend, vector)[0] == want  # from memory
+        assert backend.preload("default") and backend.preload("empty")
+        assert _held(backend) == {"default": 30, "empty": 0}
+
+
+def test_a_namespace_too_large_is_left_to_the_server_and_the_least_used_are_dropped(
+    postgres_url: str, server: PostgresBackend
+) -> None:
+    _fill(server, 30, namespace="big")
+    _fill(server, 12, namespace="a", seed=1)
+    _fill(server, 12, namespace="b", seed=2)
+    with _open(
+        postgres_url, local_index=True, local_index_wait=True, local_index_max_memories=20
+    ) as backend:
+        vector = _unit(np.random.default_rng(3), 1)[0]
+        got = _ranking(backend, vector, namespace="big")[0]
+        assert got == _ranking(server, vector, namespace="big", exact=True)[0]  # the server's
+        assert "big" not in _held(backend)
+        _assert_same(backend, server, "a")
+        _assert_same(backend, server, "b")  # a and b do not fit together: a, least used, goes
+        assert _held(backend) == {"b": 12}
+        _assert_same(backend, server, "a")
+        assert _held(backend) == {"a": 12}
+
+
+def test_a_process_that_fell_behind_the_listed_removals_loads_again(
+    local: PostgresBackend, server: PostgresBackend, postgres_url: str
+) -> None:
+    records, _ = _fill(server, 30)
+    _assert_same(local, server)
+    server.delete("default", [records[0].id])
+    with psycopg.connect(postgres_url, autocommit=True) as conn:  # as if it were long ago
+        conn.execute(
+            "UPDATE reflective_counters SET removals = removals + %s WHERE namespace = 'default'",
+            (REMOVALS_KEPT,),
+        )
+        conn.execute("DELETE FROM reflective_removed")
+    server.delete("default", [records[1].id, records[2].id])
+    _assert_same(local, server)  # its removals are gone: dropped, then loaded again
+    assert _held(local) == {"default": 27}
+
+
+def test_large_namespaces_rank_through_an_ivf_index_and_mostly_tombstones_reload(
+    local: PostgresBackend, server: PostgresBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(local_index, "EXACT_LIMIT", 300)
+    records = []
+    for seed in range(4):
+        records += _fill(server, 400, seed=seed)[0]
+    held = local._candidates.local
+    assert held is not None and held.load("default")
+    part = held._replicas["default"].part
+    assert part.ann is not None and part.live == 1600  # loaded with its IVF index
+    agree = []
+    for vector in _unit(np.random.default_rng(5), 20):
+        got = _ranking(local, vector)[0]
+        want = _ranking(server, vector, exact=True)[0]
+        agree.append(len(set(got) & set(want)) / 10)
+    assert np.mean(agree) >= 0.9
+    server.delete("default", [r.id for r in records[:900]])  # more deleted rows than live
+    _assert_same(local, server)
+    assert held._replicas["default"].part is not part  # compacted by loading it again
+
+
+def test_async_retrievals_and_concurrent_writers(
+    local: PostgresBackend, server: PostgresBackend
+) -> None:
+    _fill(server, 40)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def writer() -> None:
+        try:
+            for seed in range(20):
+                records, _ = _fill(server, 5, seed=100 + seed)
+                server.delete("default", [records[0].id])
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            stop.set()
+
+    def reader() -> None:
+        try:
+            rng = np.random.default_rng(threading.get_ident() % 1000)
+            while not stop.is_set():
+                local.candidates(
+                    "default", "tea", _unit(rng, 1)[0], k=10, filter=RetrievalFilter(),
+                    config=CONFIG,
+                )  # fmt: skip
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=writer),
+        *(threading.Thread(target=reader) for _ in range(3)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    _assert_same(local, server)
+
+    async def both() -> tuple[list[int], list[int]]:
+        vector = _unit(np.random.default_rng(8), 1)[0]
+        found = await local.acandidates(
+            "default", "tea", vector, k=10, filter=RetrievalFilter(), config=CONFIG
+        )
+        comps, _ = score_candidates(CONFIG, found, NOW.timestamp())
+        got = found.keys[top_k(comps.score, 10)].tolist()
+        return got, _ranking(server, vector, query="tea", exact=True)[0]
+
+    got, want = asyncio.run(both())
+    assert got == want
+
+
+def test_a_change_of_lexical_context_loads_the_other_terms(
+    local: PostgresBackend, server: PostgresBackend
+) -> None:
+    _fill(server, 40)
+    _assert_same(local, server)
+    for config in (ScoringConfig.hybrid(context=False), CONFIG):
+        local.configure(config)
+        server.configure(config)
+        vector = _unit(np.random.default_rng(4), 1)[0]
+        found = local.candidates(
+            "default", "tea river", vector, k=10, filter=RetrievalFilter(), config=config
+        )
+        want = server.candidates(
+            "default", "tea river", vector, k=10, filter=RetrievalFilter(), config=config,
+            exact=True,
+        )  # fmt: skip
+        assert found.lexical is not None and want.lexical is not None
+        by_key = dict(zip(want.keys.tolist(), want.lexical.tolist(), strict=True))
+        assert [by_key[k] for k in found.keys[: found.size].tolist()] == pytest.approx(
+            found.lexical[: found.size].tolist()
+        )
+
+
+def test_preload_needs_a_local_index_and_close_stops_a_load(
+    postgres_url: str, server: PostgresBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    with pytest.raises(ValueError, match="local_index=True"):
+        server.preload("default")
+    with pytest.raises(ValueError, match="local_index_max_memories"):
+        PostgresBackend.from_conn_string(postgres_url, local_index=True, local_index_max_memories=0)
+    _fill(server, 50)
+    backend = _open(postgres_url, local_index=True)
+    backend.candidates(
+        "default", "tea", _unit(np.random.default_rng(1), 1)[0], k=10, filter=RetrievalFilter(),
+        config=CONFIG,
+    )  # fmt: skip
+    with caplog.at_level(logging.WARNING):
+        backend.close()  # waits for the load it started, which stops
+    assert not [r for r in caplog.records if "local index" in r.getMessage()]
