@@ -7,6 +7,10 @@ Per size, each system gets a fresh database on the same server:
   nothing), then ``retrieve(k=10)`` p50/p90 with the default hybrid scoring (dense + lexical +
   recency + importance + neighbours: the whole score, one SQL round trip + one touch), and the
   top-10 agreement with exact scoring (every memory of the namespace scored, no index);
+* ours with ``local_index=True`` (``--no-local`` skips it), on the database ours wrote: the
+  namespace loaded into the process (timed, with the memory it takes), the same retrievals
+  (candidates gathered in the process after one catch-up statement, then the touch), and the
+  agreement with the server's exact scoring;
 * the peer: ``PostgresStore`` with an HNSW cosine index over the same vectors (a free fake
   embedder), batched ``PutOp``s of the same size, then ``search(query=..., limit=10)`` p50/p90
   (dense similarity only; the peer has no lexical, recency or importance ranking);
@@ -15,7 +19,8 @@ Per size, each system gets a fresh database on the same server:
   ``--concurrent-adds`` memories each in batches of ``--concurrent-batch`` with one
   ``retrieve(k=10)`` after every batch, all at once; then the database is checked: every
   memory a worker added is stored exactly once (no loss, no duplicate) and the namespace's
-  counter grew by exactly the number added.
+  counter grew by exactly the number added. Then the same with ``local_index=True`` in every
+  process.
 
 Run through ``scale.py`` (``python benchmarks/scale.py --backend postgres``) or directly::
 
@@ -229,21 +234,71 @@ def run_ours(url: str, n: int, queries: int, agreement_queries: int) -> dict[str
     return out
 
 
+def _rss_mb() -> float:
+    """This process's resident memory now (``VmRSS``), in MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def run_local(url: str, n: int, queries: int, agreement_queries: int) -> dict[str, Any]:
+    """Ours with ``local_index=True`` on the database :func:`run_ours` wrote: the namespace
+    loaded into this process (timed, with the memory it takes), then the same retrievals, and
+    the agreement with the server's exact scoring (a backend without the local index)."""
+    from langchain_reflective import MemoryStream, PostgresBackend
+
+    emb = _fake_embeddings()
+    end = datetime.now(UTC)
+    out: dict[str, Any] = {"system": "MemoryStream + PostgresBackend (local index)", "n": n}
+    backend = PostgresBackend.from_conn_string(url, local_index=True)
+    reference = PostgresBackend.from_conn_string(url)
+    with MemoryStream(emb, backend=backend) as stream:
+        reference.configure(stream.scoring)  # (the exact scoring reads the same BM25 terms)
+        rss = _rss_mb()
+        t0 = time.perf_counter()
+        assert backend.preload(stream.namespace), "the namespace did not fit the local index"
+        out["load_s"] = time.perf_counter() - t0
+        out["load_rss_mb"] = _rss_mb() - rss
+        qs = make_queries(n, queries)
+        for touch, key in ((True, "retrieve"), (False, "retrieve_no_touch")):
+            lat = []
+            for _, vec, text in qs:
+                emb.query = vec
+                t0 = time.perf_counter()
+                stream.retrieve(text, k=K, now=end, touch=touch)
+                lat.append(time.perf_counter() - t0)
+            out[key] = _pcts(lat)
+        assert backend.local_namespaces() == {stream.namespace: n}, "answered by the server"
+        agree = []
+        for _, vec, text in make_queries(n, agreement_queries, seed=AGREEMENT_SEED):
+            emb.query = vec
+            got = [h.record.id for h in stream.retrieve(text, k=K, now=end, touch=False)]
+            ids = exact_top_ids(stream, reference, vec, text, end)
+            agree.append(len(set(ids) & set(got)) / K)
+        out["agreement_at_10"] = float(np.mean(agree)) if agree else None
+    reference.close()
+    return out
+
+
 def _concurrent_worker(
-    url: str, n: int, worker: int, adds: int, batch: int, start_at: float
+    url: str, n: int, worker: int, adds: int, batch: int, start_at: float, local: bool
 ) -> dict[str, Any]:
     """One process of :func:`run_concurrent`: batched adds, one retrieval after each batch."""
     from langchain_reflective import MemoryStream, PostgresBackend
 
     emb = _fake_embeddings()
     vectors, texts, imps = chunk_data(10_000 + worker, adds, _centers())  # rows nobody else has
-    ids = [f"concurrent-{worker}-{i}" for i in range(adds)]
+    tag = "local-" if local else ""
+    ids = [f"concurrent-{tag}{worker}-{i}" for i in range(adds)]
     queries = make_queries(n, max(1, -(-adds // batch)))
     end = datetime.now(UTC)
-    backend = PostgresBackend.from_conn_string(url, max_size=2)
+    backend = PostgresBackend.from_conn_string(url, max_size=2, local_index=local)
     backend.setup()
     add_s, lat = 0.0, []
     with MemoryStream(emb, backend=backend) as stream:
+        if local:
+            backend.preload(stream.namespace)
         time.sleep(max(0.0, start_at - time.time()))  # every worker starts together
         t_start = time.perf_counter()
         for j, b in enumerate(range(0, adds, batch)):
@@ -259,10 +314,13 @@ def _concurrent_worker(
             stream.retrieve(text, k=K, now=end)
             lat.append(time.perf_counter() - t0)
         wall = time.perf_counter() - t_start
-    return {"ids": ids, "add_s": add_s, "retrieve_s": lat, "wall_s": wall}
+        held = backend.local_namespaces()
+    return {"ids": ids, "add_s": add_s, "retrieve_s": lat, "wall_s": wall, "held": held}
 
 
-def run_concurrent(url: str, n: int, workers: int, adds: int, batch: int) -> dict[str, Any]:
+def run_concurrent(
+    url: str, n: int, workers: int, adds: int, batch: int, local: bool = False
+) -> dict[str, Any]:
     """``workers`` OS processes adding and retrieving on one namespace at once; exact counts."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -280,11 +338,12 @@ def run_concurrent(url: str, n: int, workers: int, adds: int, batch: int) -> dic
         return int(row[0]), int(row[1]), int(row[2] or 0)
 
     before = counts()
-    start_at = time.time() + 5.0  # after every process has imported and connected
+    # after every process has imported and connected (and loaded the namespace: ~3 s per 100k)
+    start_at = time.time() + 5.0 + (n * 4e-5 if local else 0.0)
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
         futures = [
-            pool.submit(_concurrent_worker, url, n, w, adds, batch, start_at)
+            pool.submit(_concurrent_worker, url, n, w, adds, batch, start_at, local)
             for w in range(workers)
         ]
         done = [f.result() for f in futures]
@@ -298,8 +357,12 @@ def run_concurrent(url: str, n: int, workers: int, adds: int, batch: int) -> dic
     copies = dict(stored)
     wall = max(d["wall_s"] for d in done)
     lat = [x for d in done for x in d["retrieve_s"]]
+    held = [d["held"] for d in done]
     return {
-        "system": f"MemoryStream + PostgresBackend, {workers} processes",
+        "system": f"MemoryStream + PostgresBackend{' (local index)' if local else ''}, "
+        f"{workers} processes",
+        "local_index": local,
+        "held_at_the_end": held,
         "n": n,
         "workers": workers,
         "adds_per_worker": adds,
@@ -325,11 +388,12 @@ def concurrent_table(r: dict[str, Any]) -> str:
     )
     return "\n".join(
         [
-            "| processes | memories before | added (batches of "
+            "| processes | local index | memories before | added (batches of "
             f"{r['batch']}) | adds / s (all) | retrievals / s (all) | retrieve p50 ms | "
             "p90 ms | lost | duplicated | counts exact |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-            f"| {r['workers']} | {r['n']:,} | {r['expected']:,} | {r['adds_per_s']:,.0f} | "
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+            f"| {r['workers']} | {'yes' if r.get('local_index') else 'no'} | {r['n']:,} | "
+            f"{r['expected']:,} | {r['adds_per_s']:,.0f} | "
             f"{r['retrievals_per_s']:,.1f} | {r['retrieve']['p50_ms']:.2f} | "
             f"{r['retrieve']['p90_ms']:.2f} | {r['lost']} | {r['duplicated']} | "
             f"{'yes' if exact else '**no**'} |",
@@ -384,14 +448,19 @@ def run_peer(url: str, n: int, queries: int) -> dict[str, Any]:
 
 def table(results: list[dict[str, Any]]) -> str:
     lines = [
-        "| system | memories | batched adds / s | retrieve p50 ms | p90 ms | top-10 agreement |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| system | memories | batched adds / s | load s (MB) | retrieve p50 ms | p90 ms | "
+        "p50 no touch | top-10 agreement |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         agree = r.get("agreement_at_10")
+        adds = f"{r['adds_per_s']:,.0f}" if "adds_per_s" in r else "(same database)"
+        load = f"{r['load_s']:.1f} ({r['load_rss_mb']:,.0f})" if "load_s" in r else "-"
+        quiet = r.get("retrieve_no_touch")
         lines.append(
-            f"| {r['system']} | {r['n']:,} | {r['adds_per_s']:,.0f} | "
+            f"| {r['system']} | {r['n']:,} | {adds} | {load} | "
             f"{r['retrieve']['p50_ms']:.2f} | {r['retrieve']['p90_ms']:.2f} | "
+            f"{'-' if quiet is None else format(quiet['p50_ms'], '.2f')} | "
             f"{'-' if agree is None else f'{agree:.3f}'} |"
         )
     return "\n".join(lines)
@@ -404,6 +473,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--agreement-queries", type=int, default=100)
     parser.add_argument("--url", help="admin URL of a Postgres server (default: embedded)")
     parser.add_argument("--no-peer", action="store_true", help="skip LangGraph's PostgresStore")
+    parser.add_argument(
+        "--no-local", action="store_true", help="skip the runs with local_index=True"
+    )
     parser.add_argument(
         "--only", choices=["ours", "peer"], help="run one system (e.g. each 1M run on its own)"
     )
@@ -426,13 +498,16 @@ def main(argv: list[str] | None = None) -> None:
                 url = fresh_database(admin, f"bench_ours_{n}")
                 results.append(run_ours(url, n, args.queries, args.agreement_queries))
                 print(table(results[-1:]), flush=True)
+                if not args.no_local:
+                    results.append(run_local(url, n, args.queries, args.agreement_queries))
+                    print(table(results[-1:]), flush=True)
             if args.workers > 0 and args.only != "peer":
-                concurrent.append(
-                    run_concurrent(
-                        url, n, args.workers, args.concurrent_adds, args.concurrent_batch
+                for local in (False,) if args.no_local else (False, True):
+                    run = run_concurrent(
+                        url, n, args.workers, args.concurrent_adds, args.concurrent_batch, local
                     )
-                )
-                print(concurrent_table(concurrent[-1]), flush=True)
+                    concurrent.append(run)
+                    print(concurrent_table(concurrent[-1]), flush=True)
             if not args.no_peer and args.only != "ours":
                 url = fresh_database(admin, f"bench_peer_{n}")
                 results.append(run_peer(url, n, args.queries))
