@@ -282,7 +282,7 @@ def run_local(url: str, n: int, queries: int, agreement_queries: int) -> dict[st
 
 
 def _concurrent_worker(
-    url: str, n: int, worker: int, adds: int, batch: int, start_at: float, local: bool
+    url: str, n: int, worker: int, adds: int, batch: int, start: Any, local: bool
 ) -> dict[str, Any]:
     """One process of :func:`run_concurrent`: batched adds, one retrieval after each batch."""
     from langchain_reflective import MemoryStream, PostgresBackend
@@ -299,7 +299,7 @@ def _concurrent_worker(
     with MemoryStream(emb, backend=backend) as stream:
         if local:
             backend.preload(stream.namespace)
-        time.sleep(max(0.0, start_at - time.time()))  # every worker starts together
+        start.wait()  # every worker starts together, once all have connected (and loaded)
         t_start = time.perf_counter()
         for j, b in enumerate(range(0, adds, batch)):
             emb.pending = vectors[b : b + batch]
@@ -338,12 +338,11 @@ def run_concurrent(
         return int(row[0]), int(row[1]), int(row[2] or 0)
 
     before = counts()
-    # after every process has imported and connected (and loaded the namespace: ~3 s per 100k)
-    start_at = time.time() + 5.0 + (n * 4e-5 if local else 0.0)
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+    with ctx.Manager() as manager, ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        start = manager.Barrier(workers)
         futures = [
-            pool.submit(_concurrent_worker, url, n, w, adds, batch, start_at, local)
+            pool.submit(_concurrent_worker, url, n, w, adds, batch, start, local)
             for w in range(workers)
         ]
         done = [f.result() for f in futures]

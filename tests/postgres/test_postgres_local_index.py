@@ -190,14 +190,18 @@ def test_a_process_that_fell_behind_the_listed_removals_loads_again(
 def test_large_namespaces_rank_through_an_ivf_index_and_mostly_tombstones_reload(
     local: PostgresBackend, server: PostgresBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from langchain_reflective.backends.sqlite import ann
+
     monkeypatch.setattr(local_index, "EXACT_LIMIT", 300)
+    monkeypatch.setattr(ann, "_ANN_BACKGROUND_MIN", 1000)  # trained on a worker thread
     records = []
     for seed in range(4):
         records += _fill(server, 400, seed=seed)[0]
     held = local._candidates.local
     assert held is not None and held.load("default")
     part = held._replicas["default"].part
-    assert part.ann is not None and part.live == 1600  # loaded with its IVF index
+    assert part.ann is not None and part.ann_build is None  # loaded with its IVF index built
+    assert part.live == 1600
     agree = []
     for vector in _unit(np.random.default_rng(5), 20):
         got = _ranking(local, vector)[0]
