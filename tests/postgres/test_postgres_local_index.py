@@ -304,3 +304,32 @@ def test_preload_needs_a_local_index_and_close_stops_a_load(
     with caplog.at_level(logging.WARNING):
         backend.close()  # waits for the load it started, which stops
     assert not [r for r in caplog.records if "local index" in r.getMessage()]
+
+
+def test_a_load_that_fails_is_logged_and_not_tried_again_at_once(
+    postgres_url: str,
+    server: PostgresBackend,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    _fill(server, 20)
+    attempts: list[str] = []
+
+    def broken(conn: Any, part: Any, namespace: str, *args: Any) -> int:
+        attempts.append(namespace)
+        raise MemoryError("no room for the namespace")
+
+    monkeypatch.setattr(local_index, "_read_rows", broken)
+    vector = _unit(np.random.default_rng(2), 1)[0]
+    want = _ranking(server, vector, exact=True)[0]
+    with _open(postgres_url, local_index=True) as backend, caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            assert _ranking(backend, vector)[0] == want  # the server's answer meanwhile
+            held = backend._candidates.local
+            assert held is not None
+            for future in list(held._loading.values()):
+                future.exception(timeout=10)
+        time.sleep(0.1)  # (the done-callback runs right after the future's result is set)
+        assert attempts == ["default"] and _held(backend) == {}
+    warned = [r.getMessage() for r in caplog.records if "local index failed" in r.getMessage()]
+    assert len(warned) == 1 and "no room" in warned[0]

@@ -68,8 +68,9 @@ ANN_CANDIDATES = 128
 """Dense and lexical candidates of the approximate path (the SQLite backend's default)."""
 ANN_NPROBE = 8
 """IVF lists searched (the SQLite backend's default)."""
-RETRY_TOO_LARGE = 60.0
-"""Seconds before a namespace found too large to load is measured again."""
+RETRY_AFTER = 60.0
+"""Seconds before a namespace found too large to load, or whose load failed, is tried again
+(its retrievals are answered by the server meanwhile)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -130,7 +131,8 @@ class LocalIndex:
         self._lock = threading.Lock()
         self._replicas: dict[str, _Replica] = {}
         self._loading: dict[str, Future[None]] = {}
-        self._too_large: dict[str, float] = {}
+        self._not_before: dict[str, float] = {}
+        """Namespaces not to load again before a time (too large, or their load failed)."""
         self._terms = "lex"
         self._closed = False
         self._loader = ThreadPoolExecutor(1, thread_name_prefix="langchain-reflective-local")
@@ -213,8 +215,7 @@ class LocalIndex:
             rep = self._replicas.get(namespace)
             if rep is not None or self._closed:
                 return rep
-            since = self._too_large.get(namespace)
-            if since is not None and time.monotonic() - since < RETRY_TOO_LARGE:
+            if time.monotonic() < self._not_before.get(namespace, 0.0):
                 return None
             if not self.wait:
                 if namespace not in self._loading:
@@ -227,13 +228,17 @@ class LocalIndex:
             return self._replicas.get(namespace)
 
     def _loaded(self, namespace: str, future: Future[None]) -> None:
+        failed = not future.cancelled() and future.exception() is not None
         with self._lock:
             self._loading.pop(namespace, None)
-        if not future.cancelled() and future.exception() is not None:
+            if failed:
+                self._not_before[namespace] = time.monotonic() + RETRY_AFTER
+        if failed:
             logger.warning(
                 "loading namespace %r into the local index failed; its retrievals are "
-                "answered by the server meanwhile: %r",
+                "answered by the server, and the load is tried again in %.0f s: %r",
                 namespace,
+                RETRY_AFTER,
                 future.exception(),
             )
 
@@ -247,7 +252,7 @@ class LocalIndex:
             head = _Head.of(conn.execute(LOCAL_HEAD, {"ns": namespace}, binary=True).fetchone())
             if head.live > self.max_memories:
                 with self._lock:
-                    self._too_large[namespace] = time.monotonic()
+                    self._not_before[namespace] = time.monotonic() + RETRY_AFTER
                 logger.info(
                     "namespace %r holds %d memories, more than local_index_max_memories (%d): "
                     "its retrievals are answered by the server",
@@ -273,7 +278,7 @@ class LocalIndex:
         with self._lock:
             if self._closed or terms != self._terms or namespace in self._replicas:
                 return
-            self._too_large.pop(namespace, None)
+            self._not_before.pop(namespace, None)
             self._replicas[namespace] = rep
             self._evict(keep=namespace)
 
