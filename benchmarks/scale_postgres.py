@@ -363,6 +363,7 @@ def run_concurrent(
         "local_index": local,
         "held_at_the_end": held,
         "n": n,
+        "rows_before": before[0],
         "workers": workers,
         "adds_per_worker": adds,
         "batch": batch,
@@ -391,7 +392,8 @@ def concurrent_table(r: dict[str, Any]) -> str:
             f"{r['batch']}) | adds / s (all) | retrievals / s (all) | retrieve p50 ms | "
             "p90 ms | lost | duplicated | counts exact |",
             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-            f"| {r['workers']} | {'yes' if r.get('local_index') else 'no'} | {r['n']:,} | "
+            f"| {r['workers']} | {'yes' if r.get('local_index') else 'no'} | "
+            f"{r.get('rows_before', r['n']):,} | "
             f"{r['expected']:,} | {r['adds_per_s']:,.0f} | "
             f"{r['retrievals_per_s']:,.1f} | {r['retrieve']['p50_ms']:.2f} | "
             f"{r['retrieve']['p90_ms']:.2f} | {r['lost']} | {r['duplicated']} | "
