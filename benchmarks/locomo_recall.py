@@ -4,7 +4,8 @@ Usage (from the repository root)::
 
     python benchmarks/locomo_recall.py [--data DIR] [--out benchmarks/results/locomo_recall.json]
         [--plot docs/img/locomo_recall.png] [--importance heuristic|constant]
-        [--backend sqlite|postgres [--url postgresql://...] [--pg-ivf-min-rows N]]
+        [--backend sqlite|postgres [--url postgresql://...] [--pg-ivf-min-rows N]
+        [--pg-local-index]]
 
 The protocol is the one in ``benchmarks/_locomo.py``: every dialogue turn is one memory
 (``"<speaker>: <text>"`` plus ``" [image: <caption>]"``), stamped with its session's date; "now" is
@@ -80,7 +81,7 @@ RRF = f"RRF(FAISS, BM25) k={RRF_K}"
 REFERENCE = "reference (numpy formula)"
 PG_DEFAULT = "default (hybrid, PostgresBackend)"
 PG_OPTIONS: dict[str, Any] = {}
-"""Extra ``PostgresBackend`` arguments (``--pg-ivf-min-rows``)."""
+"""Extra ``PostgresBackend`` arguments (``--pg-ivf-min-rows``, ``--pg-local-index``)."""
 PG_PEER = "LangGraph PostgresStore.search (pgvector HNSW)"
 METHODS = (DEFAULT, PAPER, FAISS_NAME, TIMEWEIGHTED, BM25, RRF, REFERENCE)
 POSTGRES_METHODS = (PG_DEFAULT, PG_PEER)
@@ -626,7 +627,9 @@ def _machine() -> dict[str, Any]:
     }
 
 
-def run_label(backend: str, importance: str, pg_ivf_min_rows: int | None) -> tuple[str, str]:
+def run_label(
+    backend: str, importance: str, pg_ivf_min_rows: int | None, pg_local_index: bool = False
+) -> tuple[str, str]:
     """The command line a report records for these options, and the suffix of its default files.
 
     Every option that changes the figures is in both, so a run with ``--pg-ivf-min-rows`` neither
@@ -645,6 +648,9 @@ def run_label(backend: str, importance: str, pg_ivf_min_rows: int | None) -> tup
     if pg_ivf_min_rows is not None:
         command += f" --pg-ivf-min-rows {pg_ivf_min_rows}"
         suffix += f"_ivf{pg_ivf_min_rows}"
+    if pg_local_index:
+        command += " --pg-local-index"
+        suffix += "_local"
     return command, suffix
 
 
@@ -672,10 +678,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="postgres: build the IVFFlat index from this many rows (default: the backend's "
         "5,000, above LoCoMo's size; e.g. 200 to rank through the index)",
     )
+    parser.add_argument(
+        "--pg-local-index",
+        action="store_true",
+        help="postgres: the stream's backend keeps the local index (local_index=True), so its "
+        "candidates are gathered in the process",
+    )
     args = parser.parse_args(argv)
     if args.pg_ivf_min_rows is not None:
         PG_OPTIONS["ivf_min_rows"] = args.pg_ivf_min_rows
-    command, suffix = run_label(args.backend, args.importance, args.pg_ivf_min_rows)
+    if args.pg_local_index:
+        PG_OPTIONS.update(local_index=True, local_index_wait=True)
+    command, suffix = run_label(
+        args.backend, args.importance, args.pg_ivf_min_rows, args.pg_local_index
+    )
     if args.out is None:
         args.out = ROOT / f"benchmarks/results/locomo_recall{suffix}.json"
     if args.plot is None:

@@ -167,3 +167,7 @@ def test_run_label_names_every_option_that_changes_the_figures(bench: ModuleType
         "python benchmarks/locomo_recall.py --importance constant",
         "_constant",
     )
+    assert bench.run_label("postgres", "heuristic", None, True) == (
+        "python benchmarks/locomo_recall.py --backend postgres --pg-local-index",
+        "_postgres_local",
+    )
