@@ -20,6 +20,7 @@ import pytest
 from langchain_reflective.backends.base import RetrievalFilter
 from langchain_reflective.backends.postgres import PostgresBackend, local_index
 from langchain_reflective.backends.postgres.queries import REMOVALS_KEPT
+from langchain_reflective.errors import StorageError
 from langchain_reflective.records import MemoryRecord
 from langchain_reflective.scoring import ScoringConfig, score_candidates, top_k
 from tests.postgres.test_postgres_backend import DIM, T0, _fill, _records, _unit
@@ -333,3 +334,67 @@ def test_a_load_that_fails_is_logged_and_not_tried_again_at_once(
         assert attempts == ["default"] and _held(backend) == {}
     warned = [r.getMessage() for r in caplog.records if "local index failed" in r.getMessage()]
     assert len(warned) == 1 and "no room" in warned[0]
+
+
+def test_a_catch_up_that_fails_halfway_loads_the_namespace_again(
+    local: PostgresBackend, server: PostgresBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection lost after some new memories were applied must not leave them applied
+    twice: the namespace is dropped and loaded again."""
+    _fill(server, 30)
+    _assert_same(local, server)
+    _fill(server, 10, seed=5)
+    real = local_index._read_rows
+
+    def lost_after_reading(*args: Any) -> int:
+        real(*args)
+        raise psycopg.OperationalError("the connection was lost")
+
+    monkeypatch.setattr(local_index, "_read_rows", lost_after_reading)
+    with pytest.raises(StorageError, match="connection was lost"):
+        _ranking(local, _unit(np.random.default_rng(1), 1)[0])
+    monkeypatch.setattr(local_index, "_read_rows", real)
+    _assert_same(local, server)
+    assert _held(local) == {"default": 40}
+
+
+def test_a_load_done_before_its_callback_is_registered_does_not_block(
+    postgres_url: str,
+) -> None:
+    """A load can end before the retrieval that started it registers its callback (nothing
+    bound yet: there is nothing to load); the callback then runs in the retrieving thread and
+    must not wait for a lock that thread holds. Here the loader finishes each load before
+    ``submit`` returns, as a fast one may."""
+    from concurrent.futures import Future
+
+    class Fast:
+        def submit(self, fn: Any, *args: Any) -> Future[None]:
+            done: Future[None] = Future()
+            loader = threading.Thread(target=fn, args=args)
+            loader.start()
+            loader.join()
+            done.set_result(None)
+            return done
+
+        def shutdown(self, **kwargs: Any) -> None:
+            pass
+
+    backend = PostgresBackend.from_conn_string(postgres_url, local_index=True)
+    backend.setup()
+    held = backend._candidates.local
+    assert held is not None
+    held._loader = Fast()  # type: ignore[assignment]
+    finished = threading.Event()
+
+    def retrieve() -> None:
+        for _ in range(3):
+            found = backend.candidates(
+                "default", "tea", np.ones(DIM, np.float32) / 4, k=10, filter=RetrievalFilter(),
+                config=CONFIG,
+            )  # fmt: skip
+            assert found.size == 0
+        finished.set()
+
+    threading.Thread(target=retrieve, daemon=True).start()
+    assert finished.wait(30), "the retrieval waited for a lock it held"
+    backend.close()

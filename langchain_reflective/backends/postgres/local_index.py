@@ -165,7 +165,15 @@ class LocalIndex:
         if rep is None:
             return None
         with rep.lock:
-            if rep.dropped or not self._catch_up(rep):
+            if rep.dropped:
+                return None
+            try:
+                caught_up = self._catch_up(rep)
+            except BaseException:
+                with self._lock:  # it may be half applied: load the namespace again
+                    self._drop(namespace)
+                raise
+            if not caught_up:
                 return None
             rep.used = time.monotonic()
             part = rep.part
@@ -217,12 +225,13 @@ class LocalIndex:
                 return rep
             if time.monotonic() < self._not_before.get(namespace, 0.0):
                 return None
-            if not self.wait:
-                if namespace not in self._loading:
-                    future = self._loader.submit(self._load, namespace)
-                    self._loading[namespace] = future
-                    future.add_done_callback(lambda f: self._loaded(namespace, f))
-                return None
+            future: Future[None] | None = None
+            if not self.wait and namespace not in self._loading:
+                future = self._loading[namespace] = self._loader.submit(self._load, namespace)
+        if future is not None:  # (outside the lock: a load done already calls back at once)
+            future.add_done_callback(lambda f: self._loaded(namespace, f))
+        if not self.wait:
+            return None
         self._load(namespace)
         with self._lock:
             return self._replicas.get(namespace)
