@@ -215,23 +215,35 @@ def run_ours(url: str, n: int, queries: int, agreement_queries: int) -> dict[str
         out["add_s"] = add
         out["adds_per_s"] = n / add
         _analyze(url, "reflective_memories, reflective_terms, reflective_access")
-        qs = make_queries(n, queries)
-        lat = []
-        for _, vec, text in qs:
-            emb.query = vec
-            t0 = time.perf_counter()
-            stream.retrieve(text, k=K, now=end)
-            lat.append(time.perf_counter() - t0)
-        out["retrieve"] = _pcts(lat)
-        agree = []
-        # queries the latency run did not touch (see scale.AGREEMENT_SEED)
-        for _, vec, text in make_queries(n, agreement_queries, seed=AGREEMENT_SEED):
-            emb.query = vec
-            got = [h.record.id for h in stream.retrieve(text, k=K, now=end, touch=False)]
-            ids = exact_top_ids(stream, backend, vec, text, end)
-            agree.append(len(set(ids) & set(got)) / K)
-        out["agreement_at_10"] = float(np.mean(agree)) if agree else None
+        out["retrieve"] = _latencies(stream, make_queries(n, queries), end, touch=True)
+        out["agreement_at_10"] = _agreement(stream, backend, n, agreement_queries, end)
     return out
+
+
+def _latencies(
+    stream: Any, queries: list[tuple[int, np.ndarray, str]], end: datetime, *, touch: bool
+) -> dict[str, float]:
+    """p50/p90 of ``stream.retrieve(k=K)`` over ``queries`` (their vectors handed out by the
+    stream's fake embeddings)."""
+    lat = []
+    for _, vec, text in queries:
+        stream.embeddings.query = vec
+        t0 = time.perf_counter()
+        stream.retrieve(text, k=K, now=end, touch=touch)
+        lat.append(time.perf_counter() - t0)
+    return _pcts(lat)
+
+
+def _agreement(stream: Any, reference: Any, n: int, queries: int, end: datetime) -> float | None:
+    """Mean top-``K`` overlap of ``stream``'s retrievals with ``reference``'s exact scoring,
+    on queries the latency runs did not touch (see ``scale.AGREEMENT_SEED``)."""
+    agree = []
+    for _, vec, text in make_queries(n, queries, seed=AGREEMENT_SEED):
+        stream.embeddings.query = vec
+        got = [h.record.id for h in stream.retrieve(text, k=K, now=end, touch=False)]
+        ids = exact_top_ids(stream, reference, vec, text, end)
+        agree.append(len(set(ids) & set(got)) / K)
+    return float(np.mean(agree)) if agree else None
 
 
 def _rss_mb() -> float:
@@ -261,22 +273,10 @@ def run_local(url: str, n: int, queries: int, agreement_queries: int) -> dict[st
         out["load_s"] = time.perf_counter() - t0
         out["load_rss_mb"] = _rss_mb() - rss
         qs = make_queries(n, queries)
-        for touch, key in ((True, "retrieve"), (False, "retrieve_no_touch")):
-            lat = []
-            for _, vec, text in qs:
-                emb.query = vec
-                t0 = time.perf_counter()
-                stream.retrieve(text, k=K, now=end, touch=touch)
-                lat.append(time.perf_counter() - t0)
-            out[key] = _pcts(lat)
+        out["retrieve"] = _latencies(stream, qs, end, touch=True)
+        out["retrieve_no_touch"] = _latencies(stream, qs, end, touch=False)
         assert backend.local_namespaces() == {stream.namespace: n}, "answered by the server"
-        agree = []
-        for _, vec, text in make_queries(n, agreement_queries, seed=AGREEMENT_SEED):
-            emb.query = vec
-            got = [h.record.id for h in stream.retrieve(text, k=K, now=end, touch=False)]
-            ids = exact_top_ids(stream, reference, vec, text, end)
-            agree.append(len(set(ids) & set(got)) / K)
-        out["agreement_at_10"] = float(np.mean(agree)) if agree else None
+        out["agreement_at_10"] = _agreement(stream, reference, n, agreement_queries, end)
     reference.close()
     return out
 

@@ -849,6 +849,11 @@ class BackendConformance:
             keys = found.keys[:2].tolist()
             touched = await backend.atouch("alice", keys, NOW)
             assert set(touched) == set(keys)
+            with pytest.raises(DimensionMismatchError):  # as the sync method refuses it
+                await backend.acandidates(
+                    "alice", "tea", np.ones(16, dtype=np.float32) / 4, k=3,
+                    filter=RetrievalFilter(), config=ScoringConfig.paper(),
+                )  # fmt: skip
             async with backend.areflection_lock("alice"):
                 with pytest.raises(TimeoutError), backend.reflection_lock("alice", timeout=0):
                     pass

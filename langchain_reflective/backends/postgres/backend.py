@@ -54,6 +54,7 @@ from langchain_reflective.backends.postgres.queries import (
     RECORD_COLUMNS,
     RECORDS,
     TOUCH,
+    recent_sql,
 )
 from langchain_reflective.backends.postgres.rows import (
     record_of,
@@ -132,12 +133,11 @@ class PostgresBackend(BaseMemoryBackend):
         ivf_probes: IVFFlat lists searched per query (``None``: ``sqrt(lists)``, at least 8).
         auto_reindex: rebuild the IVFFlat index in a background thread of the process whose
             add crossed the threshold (``False``: only :meth:`reindex` builds it).
-        local_index: keep each namespace this process retrieves from in memory and gather
-            its candidates here (~1 ms) instead of on the server (13-120 ms), caught up with
-            the server by one statement before every retrieval, so every process still sees
-            every write at once; ~1.6 KB a memory at 384 dimensions in every process. A
-            namespace loads on a background thread on its first retrieval (answered by the
-            server until then; :meth:`preload` loads one now). See ``local_index.py``.
+        local_index: gather candidates in this process from the namespace held in memory
+            (2-7 ms at 10k-1M memories here, not 16-130), caught up with every process's
+            writes by one statement per retrieval; ~2 KB a memory in every process, loaded in
+            the background at a namespace's first retrieval (:meth:`preload`: now). See
+            ``local_index.py``.
         local_index_max_memories: most memories the local index holds; the least recently
             used namespaces are dropped beyond it, and a larger namespace is never loaded.
         local_index_wait: load a namespace on its first retrieval in the retrieving thread
@@ -517,34 +517,23 @@ class PostgresBackend(BaseMemoryBackend):
         since_last_reflection: bool = False,
         by_importance: bool = False,
     ) -> list[MemoryRecord]:
-        sql = f"SELECT {RECORD_COLUMNS} FROM {RECORDS} WHERE m.namespace = %(ns)s"
-        params: dict[str, Any] = {"ns": namespace}
-        if kinds is not None:
-            sql += " AND m.kind = ANY(%(kinds)s::text[])"
-            params["kinds"] = list(kinds)
-        if since_last_reflection:
-            sql += (
-                " AND m.seq > coalesce((SELECT last_reflection_seq FROM reflective_counters "
-                "WHERE namespace = %(ns)s), 0)"
-            )
-        order = "m.importance DESC, m.seq DESC" if by_importance else "m.seq DESC"
-        sql += f" ORDER BY {order}"
-        if n is not None:
-            sql += " LIMIT %(n)s"
-            params["n"] = max(int(n), 0)
+        sql, params = recent_sql(
+            namespace,
+            n=n,
+            kinds=kinds,
+            since_last_reflection=since_last_reflection,
+            by_importance=by_importance,
+        )
         records = [rec for _, rec in map(record_of, self._pools.rows(sql, params))]
         if not by_importance:
             records.reverse()
         return records
 
     def count(self, namespace: str | None = None) -> int:
+        sql = "SELECT count(*) FROM reflective_memories"
         if namespace is None:
-            return int(self._pools.rows("SELECT count(*) FROM reflective_memories")[0][0])
-        return int(
-            self._pools.rows(
-                "SELECT count(*) FROM reflective_memories WHERE namespace = %s", (namespace,)
-            )[0][0]
-        )
+            return int(self._pools.rows(sql)[0][0])
+        return int(self._pools.rows(sql + " WHERE namespace = %s", (namespace,))[0][0])
 
     def namespaces(self) -> list[str]:
         return [

@@ -74,13 +74,11 @@ class CandidateSource:
     ) -> CandidateSet:
         """The candidates: the local index's, else the server's statement (one round trip)."""
         _check(dimension, vector)
-        if self.local is not None:
-            found = self.local.candidates(
-                namespace, query, vector, k=k, filter=filter, config=config, exact=exact
-            )
-            if found is not None:
-                return found
-        sql, params = self._statement(namespace, query, vector, k, filter, config, exact)
+        ask = (namespace, query, vector, k, filter, config, exact)
+        found = self._local(*ask)
+        if found is not None:
+            return found
+        sql, params = self._statement(*ask)
 
         def run(conn: psycopg.Connection[Any]) -> Any:
             self._index.prepare(conn)
@@ -101,29 +99,38 @@ class CandidateSource:
         exact: bool,
     ) -> CandidateSet:
         """Async twin of :meth:`get`: the local index in a worker thread (its catch-up is a
-        statement on the sync pool, its ranking ~1 ms of CPU), the server's statement on this
+        statement on the sync pool, its ranking 1-5 ms of CPU), the server's statement on this
         event loop's pool."""
         _check(dimension, vector)
-        if self.local is not None:
-            found = await asyncio.to_thread(
-                self.local.candidates,
-                namespace,
-                query,
-                vector,
-                k=k,
-                filter=filter,
-                config=config,
-                exact=exact,
-            )
-            if found is not None:
-                return found
-        sql, params = self._statement(namespace, query, vector, k, filter, config, exact)
+        ask = (namespace, query, vector, k, filter, config, exact)
+        found = None if self.local is None else await asyncio.to_thread(self._local, *ask)
+        if found is not None:
+            return found
+        sql, params = self._statement(*ask)
 
         async def run(conn: psycopg.AsyncConnection[Any]) -> Any:
             await self._index.aprepare(conn)
             return await (await conn.execute(sql, params, binary=True)).fetchone()
 
         return candidate_set(await self._pools.aretrying(run), config, exact)
+
+    def _local(
+        self,
+        namespace: str,
+        query: str,
+        vector: F32,
+        k: int,
+        flt: RetrievalFilter,
+        config: ScoringConfig,
+        exact: bool,
+    ) -> CandidateSet | None:
+        """The local index's candidates, or ``None`` (no local index, or it does not hold the
+        namespace yet)."""
+        if self.local is None:
+            return None
+        return self.local.candidates(
+            namespace, query, vector, k=k, filter=flt, config=config, exact=exact
+        )
 
     def _statement(
         self,

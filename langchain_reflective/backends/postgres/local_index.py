@@ -5,9 +5,9 @@ SQLite backend keeps per namespace -- the vectors in a FAISS matrix (with an IVF
 namespace is large), BM25 over the terms Postgres stores for each memory, and the columns
 scoring reads (a :class:`~langchain_reflective.backends.sqlite.partition.Partition`) -- and
 gathers a retrieval's candidates in the process, with the SQLite backend's code, instead of
-by the server's candidate statement: about a millisecond instead of 13-120 ms
-(docs/benchmarks.md), for the memory the namespace takes in each process (~1.6 KB a memory
-at 384 dimensions).
+by the server's candidate statement: retrievals of 2-7 ms at 10k-1M memories instead of
+16-130 ms (docs/benchmarks.md), for the memory the namespace takes in each process (~2 KB a
+memory at 384 dimensions) and a load per process and namespace (~4 s per 100k memories).
 
 Postgres stays the only copy that counts. Before every retrieval one statement asks what
 changed in the namespace since the index last looked (schema version 7; ``LOCAL_CHANGES``):

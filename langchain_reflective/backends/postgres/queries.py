@@ -10,6 +10,7 @@ sees plain predicates, not ``param IS NULL OR ...``).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,7 @@ __all__ = [
     "CandidateQuery",
     "candidates_sql",
     "local_rows_sql",
+    "recent_sql",
 ]
 
 RECORD_COLUMNS = (
@@ -412,6 +414,35 @@ dropping the entries of removals older than the newest ``kept`` (schema version 
 transaction that deleted them, holding the namespace's counter row."""
 REMOVALS_KEPT = 1000
 """Removals of a namespace whose keys ``reflective_removed`` keeps (see :data:`REMOVED`)."""
+
+
+def recent_sql(
+    namespace: str,
+    *,
+    n: int | None,
+    kinds: Sequence[str] | None,
+    since_last_reflection: bool,
+    by_importance: bool,
+) -> tuple[str, dict[str, Any]]:
+    """``PostgresBackend.recent``'s statement and parameters: the newest ``n`` records of
+    ``namespace`` (newest first), or its most important (``by_importance``), optionally of
+    some kinds or after its last reflection."""
+    sql = f"SELECT {RECORD_COLUMNS} FROM {RECORDS} WHERE m.namespace = %(ns)s"
+    params: dict[str, Any] = {"ns": namespace}
+    if kinds is not None:
+        sql += " AND m.kind = ANY(%(kinds)s::text[])"
+        params["kinds"] = list(kinds)
+    if since_last_reflection:
+        sql += (
+            " AND m.seq > coalesce((SELECT last_reflection_seq FROM reflective_counters "
+            "WHERE namespace = %(ns)s), 0)"
+        )
+    order = "m.importance DESC, m.seq DESC" if by_importance else "m.seq DESC"
+    sql += f" ORDER BY {order}"
+    if n is not None:
+        sql += " LIMIT %(n)s"
+        params["n"] = max(int(n), 0)
+    return sql, params
 
 
 RELINK = """
