@@ -1,0 +1,175 @@
+"""Review of ``PostgresBackend(local_index=True)``: reproductions of defects (each failed on
+the code under review)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+
+from langchain_reflective.backends.base import RetrievalFilter
+from langchain_reflective.backends.postgres import PostgresBackend, local_index
+from tests.postgres.test_postgres_backend import _fill, _unit
+from tests.postgres.test_postgres_local_index import (
+    CONFIG,
+    _assert_same,
+    _held,
+    _open,
+    _ranking,
+    local,  # noqa: F401  (fixtures)
+    server,  # noqa: F401
+)
+
+pytestmark = [pytest.mark.postgres, pytest.mark.integration]
+
+
+def test_local_index_max_memories_bounds_what_is_held_after_namespaces_grow(
+    postgres_url: str, server: PostgresBackend
+) -> None:
+    """``local_index_max_memories``: "most memories the local index holds; the least recently
+    used namespaces are dropped beyond it, and a larger namespace is never loaded". Namespaces
+    that grow after they were loaded are caught up and kept, whatever they hold."""
+    _fill(server, 10, namespace="a", seed=1)
+    _fill(server, 10, namespace="b", seed=2)
+    with _open(
+        postgres_url, local_index=True, local_index_wait=True, local_index_max_memories=20
+    ) as backend:
+        _assert_same(backend, server, "a")
+        _assert_same(backend, server, "b")
+        assert _held(backend) == {"a": 10, "b": 10}  # 20: within the bound
+        _fill(server, 30, namespace="a", seed=3)  # written elsewhere: "a" now holds 40
+        _assert_same(backend, server, "a")  # (still the server's ranking)
+        assert sum(_held(backend).values()) <= 20, _held(backend)
+
+
+def test_a_load_that_fails_in_the_retrieving_thread_is_answered_by_the_server(
+    postgres_url: str,
+    server: PostgresBackend,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With ``local_index_wait=True`` a load that fails (here: no memory for the namespace)
+    fails the user's retrieval -- the server could have answered it, as it does for a load
+    that fails in the background -- and every later retrieval reads the namespace again and
+    fails again (no ``RETRY_AFTER``)."""
+    _fill(server, 20)
+    attempts: list[str] = []
+
+    def broken(conn: Any, part: Any, namespace: str, *args: Any) -> int:
+        attempts.append(namespace)
+        raise MemoryError("no room for the namespace")
+
+    monkeypatch.setattr(local_index, "_read_rows", broken)
+    vector = _unit(np.random.default_rng(2), 1)[0]
+    want = _ranking(server, vector, exact=True)[0]
+    with (
+        _open(postgres_url, local_index=True, local_index_wait=True) as backend,
+        caplog.at_level(logging.WARNING),
+    ):
+        for _ in range(3):
+            assert _ranking(backend, vector)[0] == want  # the server's answer
+        assert attempts == ["default"]  # tried once, then not before RETRY_AFTER
+
+
+def test_a_connection_lost_while_catching_up_is_retried_as_the_servers_statement_is(
+    local: PostgresBackend,  # noqa: F811
+    server: PostgresBackend,  # noqa: F811
+    postgres_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every read of the backend (``Pools.retrying``), the server's candidate statement
+    included, runs again once on a fresh connection when the server drops the one it ran on
+    (a restart, a failover, an idle connection killed). The local index's catch-up reads the
+    new memories on a connection of its own without that retry: the user's retrieval fails
+    (``StorageError``) where the same retrieval without the local index succeeds."""
+    _fill(server, 30)
+    _assert_same(local, server)
+    _fill(server, 10, seed=5)  # new memories: the next retrieval reads them
+    real = local_index._read_rows
+    killed: list[int] = []
+
+    def dropped_once(conn: Any, *args: Any) -> int:
+        if not killed:  # the server drops this connection (as on a restart or failover)
+            pid = conn.info.backend_pid
+            with psycopg.connect(postgres_url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            killed.append(pid)
+        return real(conn, *args)
+
+    monkeypatch.setattr(local_index, "_read_rows", dropped_once)
+    vector = _unit(np.random.default_rng(1), 1)[0]
+    want = _ranking(server, vector, exact=True)[0]
+    assert _ranking(local, vector)[0] == want
+    assert killed
+
+
+def test_the_servers_statement_retries_a_dropped_connection(
+    server: PostgresBackend,  # noqa: F811
+    postgres_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """(The reference behaviour for the test above: the same drop, on the server's candidate
+    statement, is retried and the retrieval succeeds.)"""
+    _fill(server, 30)
+    source = server._candidates
+    real = source._index.prepare
+    killed: list[int] = []
+
+    def dropped_once(conn: Any) -> None:
+        if not killed:
+            pid = conn.info.backend_pid
+            with psycopg.connect(postgres_url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            killed.append(pid)
+        real(conn)
+
+    monkeypatch.setattr(source._index, "prepare", dropped_once)
+    vector = _unit(np.random.default_rng(1), 1)[0]
+    assert _ranking(server, vector)[0]
+    assert killed
+
+
+def test_a_touch_and_a_delete_of_the_next_observation_do_not_deadlock(
+    server: PostgresBackend,  # noqa: F811
+    postgres_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """(Not introduced by the local index: the touch statement was already a multi-row
+    ``UPDATE`` before schema 7.) A delete locks the deleted memory's access row (the cascade),
+    then its neighbours' (``RELINK``); a touch locks its rows in key order. A touch of an
+    observation and the one after it, while the latter is deleted, takes the first row the
+    delete relinks and waits for the deleted one: Postgres breaks the cycle by failing one of
+    them (``deadlock detected``). The delete here pauses before relinking, as a busy server
+    may, only to make the interleaving certain."""
+    from langchain_reflective.backends.postgres import writes
+
+    records, _ = _fill(server, 10)
+    found = server.fetch("default", list(range(1, 1000)))
+    key = {r.id: k for k, r in found.items()}
+    x, y = key[records[1].id], key[records[2].id]  # two observations, x just before y
+    slow = "WITH pause AS MATERIALIZED (SELECT pg_sleep(1.5)) " + writes.RELINK.replace(
+        "WHERE a.namespace", "FROM pause WHERE a.namespace"
+    )
+    monkeypatch.setattr(writes, "RELINK", slow)
+    errors: list[BaseException] = []
+
+    def delete() -> None:
+        try:
+            server.delete("default", [records[2].id])
+        except BaseException as exc:
+            errors.append(exc)
+
+    deleting = threading.Thread(target=delete)
+    deleting.start()
+    time.sleep(0.5)  # the delete holds y's access row and sleeps before relinking x
+    try:
+        server.touch("default", [x, y], records[0].created_at)
+    except BaseException as exc:
+        errors.append(exc)
+    deleting.join(30)
+    assert not errors, errors
