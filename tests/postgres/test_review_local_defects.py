@@ -43,8 +43,14 @@ def test_local_index_max_memories_bounds_what_is_held_after_namespaces_grow(
         _assert_same(backend, server, "b")
         assert _held(backend) == {"a": 10, "b": 10}  # 20: within the bound
         _fill(server, 30, namespace="a", seed=3)  # written elsewhere: "a" now holds 40
-        _assert_same(backend, server, "a")  # (still the server's ranking)
+        vector = _unit(np.random.default_rng(4), 1)[0]
+        want = _ranking(server, vector, namespace="a", exact=True)[0]
+        assert _ranking(backend, vector, namespace="a")[0] == want
         assert sum(_held(backend).values()) <= 20, _held(backend)
+        assert _ranking(backend, vector, namespace="a")[0] == want  # (the server's answer)
+        _fill(server, 5, namespace="b", seed=5)  # "b" grows within the bound: still held
+        _assert_same(backend, server, "b")
+        assert _held(backend) == {"b": 15}
 
 
 def test_a_load_that_fails_in_the_retrieving_thread_is_answered_by_the_server(

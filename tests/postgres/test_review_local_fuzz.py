@@ -201,6 +201,7 @@ def test_concurrent_writers_and_readers_then_local_equals_server_exact(
         for t in rt:
             t.join(60)
         assert not errors, errors
+        assert not deadlocks, deadlocks  # (failed before the lock-order fix)
         _compare(local, server, "a", config, np.random.default_rng(seed), "final")
     finally:
         stop.set()

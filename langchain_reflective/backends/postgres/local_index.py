@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from langchain_reflective.backends.postgres.connection import Pools
+from langchain_reflective.backends.postgres.connection import ConnectionLostError, Pools
 from langchain_reflective.backends.postgres.queries import (
     BM25_B,
     BM25_K1,
@@ -169,6 +169,10 @@ class LocalIndex:
                 return None
             try:
                 caught_up = self._catch_up(rep)
+            except ConnectionLostError:
+                with self._lock:  # it may be half applied: load the namespace again
+                    self._drop(namespace)
+                return None  # the server's statement answers (and retries a lost connection)
             except BaseException:
                 with self._lock:  # it may be half applied: load the namespace again
                     self._drop(namespace)
@@ -232,7 +236,19 @@ class LocalIndex:
             future.add_done_callback(lambda f: self._loaded(namespace, f))
         if not self.wait:
             return None
-        self._load(namespace)
+        try:
+            self._load(namespace)
+        except Exception as exc:  # as a background load's failure: the server answers
+            with self._lock:
+                self._not_before[namespace] = time.monotonic() + RETRY_AFTER
+            logger.warning(
+                "loading namespace %r into the local index failed; its retrievals are "
+                "answered by the server, and the load is tried again in %.0f s: %r",
+                namespace,
+                RETRY_AFTER,
+                exc,
+            )
+            return None
         with self._lock:
             return self._replicas.get(namespace)
 
@@ -338,6 +354,12 @@ class LocalIndex:
                     head.newest,
                     _read_rows(conn, part, part.namespace, rep.newest, self._terms, _never),
                 )
+            with self._lock:  # grown: still within max_memories?
+                if part.live > self.max_memories:
+                    self._drop(part.namespace)
+                    self._not_before[part.namespace] = time.monotonic() + RETRY_AFTER
+                    return False
+                self._evict(keep=part.namespace)
         return True
 
     def _remove(self, rep: _Replica, head: _Head, removal: bytes | None, keys: bytes) -> bool:
