@@ -232,3 +232,44 @@ def test_a_worker_of_the_previous_version_is_refused_or_seen_after_the_upgrade(
     )
     assert not deleted & set(held.keys.tolist()), "a deleted memory is still a candidate"
     _assert_same(local, server)
+
+
+def test_concurrent_first_retrievals_load_the_namespace_once(
+    postgres_url: str,
+    server: PostgresBackend,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ``local_index_wait=True`` each thread whose retrieval finds the namespace not yet
+    loaded reads the whole namespace itself: N threads (a threaded web server's first burst of
+    requests) load it N times at once -- N times the memory (~2 KB a memory) and the reads of
+    a load -- and all but one copy are thrown away."""
+    _fill(server, 40)
+    real = local_index._read_rows
+    loads: list[int] = []
+
+    def slow(conn: Any, part: Any, namespace: str, after: int, *args: Any) -> int:
+        if after == 0:
+            loads.append(threading.get_ident())
+            time.sleep(0.5)  # a namespace of some size
+        return real(conn, part, namespace, after, *args)
+
+    monkeypatch.setattr(local_index, "_read_rows", slow)
+    with _open(postgres_url, local_index=True, local_index_wait=True) as backend:
+        start = threading.Barrier(4)
+        errors: list[BaseException] = []
+
+        def retrieve() -> None:
+            try:
+                start.wait()
+                _ranking(backend, _unit(np.random.default_rng(1), 1)[0])
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=retrieve) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert not errors
+        assert _held(backend) == {"default": 40}
+        assert len(loads) == 1, f"the namespace was loaded {len(loads)} times at once"

@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -229,26 +230,27 @@ class LocalIndex:
                 return rep
             if time.monotonic() < self._not_before.get(namespace, 0.0):
                 return None
-            future: Future[None] | None = None
-            if not self.wait and namespace not in self._loading:
-                future = self._loading[namespace] = self._loader.submit(self._load, namespace)
-        if future is not None:  # (outside the lock: a load done already calls back at once)
-            future.add_done_callback(lambda f: self._loaded(namespace, f))
+            future = self._loading.get(namespace)
+            mine = future is None
+            if future is None:  # one load at a time per namespace, the others wait for it
+                future = Future() if self.wait else self._loader.submit(self._load, namespace)
+                self._loading[namespace] = future
         if not self.wait:
+            if mine:  # (outside the lock: a load done already calls back at once)
+                future.add_done_callback(lambda f: self._loaded(namespace, f))
             return None
-        try:
-            self._load(namespace)
-        except Exception as exc:  # as a background load's failure: the server answers
-            with self._lock:
-                self._not_before[namespace] = time.monotonic() + RETRY_AFTER
-            logger.warning(
-                "loading namespace %r into the local index failed; its retrievals are "
-                "answered by the server, and the load is tried again in %.0f s: %r",
-                namespace,
-                RETRY_AFTER,
-                exc,
-            )
-            return None
+        if mine:  # load in this thread; a failure is the server's to answer, as in the background
+            try:
+                self._load(namespace)
+                future.set_result(None)
+            except BaseException as exc:
+                future.set_exception(exc)  # (the threads waiting for it must wake)
+                if not isinstance(exc, Exception):
+                    self._loaded(namespace, future)
+                    raise
+            self._loaded(namespace, future)
+        else:
+            wait_for([future])
         with self._lock:
             return self._replicas.get(namespace)
 
