@@ -273,3 +273,46 @@ def test_concurrent_first_retrievals_load_the_namespace_once(
         assert not errors
         assert _held(backend) == {"default": 40}
         assert len(loads) == 1, f"the namespace was loaded {len(loads)} times at once"
+
+
+def test_a_version_6_database_with_memories_upgraded_by_concurrent_setups(
+    postgres_url: str,
+) -> None:
+    """(Checked, passes.) A version 6 database holding memories, touched and deleted ones
+    included, upgraded by four concurrent ``setup()`` calls: the local index then loads it
+    and follows every later write."""
+    from tests.postgres.test_postgres_migrations import _undo_version_7
+
+    with _open(postgres_url) as b:
+        records, _ = _fill(b, 40)
+        b.delete("default", [records[0].id])
+        b.touch("default", [5, 6], records[0].created_at)
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        _undo_version_7(conn)
+        conn.execute("DELETE FROM reflective_schema_version WHERE version >= 7")
+    backends = [PostgresBackend.from_conn_string(postgres_url, max_size=2) for _ in range(4)]
+    errors: list[BaseException] = []
+
+    def setup(b: PostgresBackend) -> None:
+        try:
+            b.setup()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=setup, args=(b,)) for b in backends]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for b in backends:
+        b.close()
+    assert not errors
+    with _open(postgres_url) as srv, _open(
+        postgres_url, local_index=True, local_index_wait=True
+    ) as loc:
+        assert srv.schema_version() == 7
+        _assert_same(loc, srv)
+        srv.delete("default", [records[1].id])
+        srv.touch("default", [7, 8], records[5].created_at)
+        _fill(srv, 5, seed=9)
+        _assert_same(loc, srv)
