@@ -1,4 +1,6 @@
-"""(Review copy, amplified by AMP_WORKERS / AMP_ADDS.) Four OS processes on one Postgres database, one namespace: adds, retrievals, reflections.
+"""(Review copy, amplified by AMP_WORKERS / AMP_ADDS.)
+
+Four OS processes on one Postgres database, one namespace: adds, retrievals, reflections.
 
 Acceptance of issue 13: exact counts, no duplicates, never two reflections of one namespace at
 once (each reflection logs its start and end with the server's clock; the log must alternate

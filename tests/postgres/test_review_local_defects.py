@@ -29,7 +29,8 @@ pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 
 
 def test_local_index_max_memories_bounds_what_is_held_after_namespaces_grow(
-    postgres_url: str, server: PostgresBackend
+    postgres_url: str,
+    server: PostgresBackend,  # noqa: F811
 ) -> None:
     """``local_index_max_memories``: "most memories the local index holds; the least recently
     used namespaces are dropped beyond it, and a larger namespace is never loaded". Namespaces
@@ -55,7 +56,7 @@ def test_local_index_max_memories_bounds_what_is_held_after_namespaces_grow(
 
 def test_a_load_that_fails_in_the_retrieving_thread_is_answered_by_the_server(
     postgres_url: str,
-    server: PostgresBackend,
+    server: PostgresBackend,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -307,9 +308,10 @@ def test_a_version_6_database_with_memories_upgraded_by_concurrent_setups(
     for b in backends:
         b.close()
     assert not errors
-    with _open(postgres_url) as srv, _open(
-        postgres_url, local_index=True, local_index_wait=True
-    ) as loc:
+    with (
+        _open(postgres_url) as srv,
+        _open(postgres_url, local_index=True, local_index_wait=True) as loc,
+    ):
         assert srv.schema_version() == 7
         _assert_same(loc, srv)
         srv.delete("default", [records[1].id])

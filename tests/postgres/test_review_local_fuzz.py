@@ -145,39 +145,40 @@ def test_concurrent_writers_and_readers_then_local_equals_server_exact(
     errors: list[BaseException] = []
     deadlocks: list[BaseException] = []
     stop = threading.Event()
-    local.put(_records(np.random.default_rng(seed), 20, "a"), _unit(np.random.default_rng(seed), 20))
+    first = np.random.default_rng(seed)
+    local.put(_records(first, 20, "a"), _unit(first, 20))
 
     def write(w: PostgresBackend, wseed: int) -> None:
         rng = np.random.default_rng(wseed)
         mine: list[str] = []
         try:
-          for _ in range(int(os.environ.get("FUZZ_OPS", "40"))):
-            try:
-                op = rng.random()
-                if op < 0.45 or not mine:
-                    recs = _records(rng, int(rng.integers(1, 5)), "a")
-                    w.put(recs, _unit(rng, len(recs)))
-                    mine += [r.id for r in recs]
-                elif op < 0.65:
-                    gone = [mine.pop(int(rng.integers(len(mine))))]
-                    w.delete("a", gone)
-                elif op < 0.75:
-                    gone = [mine.pop(int(rng.integers(len(mine))))]
-                    recs = _records(rng, 2, "a")
-                    w.replace("a", gone, recs, _unit(rng, 2))
-                    mine += [r.id for r in recs]
-                elif op < 0.97:
-                    keys = list(w.fetch("a", list(range(1, 3000))))
-                    pick = [int(k) for k in rng.choice(keys, size=min(4, len(keys)))]
-                    when = T0 + timedelta(minutes=int(rng.integers(-1000, 60_000)))
-                    w.touch("a", pick, when)
-                else:
-                    w.purge("a")
-                    mine = []
-            except StorageError as exc:  # a touch and a delete deadlocking (reported apart)
-                if "deadlock detected" not in str(exc):
-                    raise
-                deadlocks.append(exc)
+            for _ in range(int(os.environ.get("FUZZ_OPS", "40"))):
+                try:
+                    op = rng.random()
+                    if op < 0.45 or not mine:
+                        recs = _records(rng, int(rng.integers(1, 5)), "a")
+                        w.put(recs, _unit(rng, len(recs)))
+                        mine += [r.id for r in recs]
+                    elif op < 0.65:
+                        gone = [mine.pop(int(rng.integers(len(mine))))]
+                        w.delete("a", gone)
+                    elif op < 0.75:
+                        gone = [mine.pop(int(rng.integers(len(mine))))]
+                        recs = _records(rng, 2, "a")
+                        w.replace("a", gone, recs, _unit(rng, 2))
+                        mine += [r.id for r in recs]
+                    elif op < 0.97:
+                        keys = list(w.fetch("a", list(range(1, 3000))))
+                        pick = [int(k) for k in rng.choice(keys, size=min(4, len(keys)))]
+                        when = T0 + timedelta(minutes=int(rng.integers(-1000, 60_000)))
+                        w.touch("a", pick, when)
+                    else:
+                        w.purge("a")
+                        mine = []
+                except StorageError as exc:  # a touch and a delete deadlocking (reported apart)
+                    if "deadlock detected" not in str(exc):
+                        raise
+                    deadlocks.append(exc)
         except BaseException as exc:
             errors.append(exc)
 
