@@ -392,6 +392,10 @@ class PostgresBackend(BaseMemoryBackend):
             # before the purge reads the rows (else its rows would outlive the purge while the
             # BM25 statistics were zeroed)
             lock_counter(conn, namespace)
+            conn.execute(  # in key order, as a touch locks them (see delete_memories)
+                "SELECT 1 FROM reflective_access WHERE namespace = %s ORDER BY seq FOR UPDATE",
+                (namespace,),
+            )
             cur = conn.execute("DELETE FROM reflective_memories WHERE namespace = %s", (namespace,))
             n = cur.rowcount
             conn.execute("DELETE FROM reflective_pending WHERE namespace = %s", (namespace,))

@@ -32,13 +32,14 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from langchain_reflective.backends.postgres.connection import Pools
+from langchain_reflective.backends.postgres.connection import ConnectionLostError, Pools
 from langchain_reflective.backends.postgres.queries import (
     BM25_B,
     BM25_K1,
@@ -169,6 +170,10 @@ class LocalIndex:
                 return None
             try:
                 caught_up = self._catch_up(rep)
+            except ConnectionLostError:
+                with self._lock:  # it may be half applied: load the namespace again
+                    self._drop(namespace)
+                return None  # the server's statement answers (and retries a lost connection)
             except BaseException:
                 with self._lock:  # it may be half applied: load the namespace again
                     self._drop(namespace)
@@ -225,14 +230,27 @@ class LocalIndex:
                 return rep
             if time.monotonic() < self._not_before.get(namespace, 0.0):
                 return None
-            future: Future[None] | None = None
-            if not self.wait and namespace not in self._loading:
-                future = self._loading[namespace] = self._loader.submit(self._load, namespace)
-        if future is not None:  # (outside the lock: a load done already calls back at once)
-            future.add_done_callback(lambda f: self._loaded(namespace, f))
+            future = self._loading.get(namespace)
+            mine = future is None
+            if future is None:  # one load at a time per namespace, the others wait for it
+                future = Future() if self.wait else self._loader.submit(self._load, namespace)
+                self._loading[namespace] = future
         if not self.wait:
+            if mine:  # (outside the lock: a load done already calls back at once)
+                future.add_done_callback(lambda f: self._loaded(namespace, f))
             return None
-        self._load(namespace)
+        if mine:  # load in this thread; a failure is the server's to answer, as in the background
+            try:
+                self._load(namespace)
+                future.set_result(None)
+            except BaseException as exc:
+                future.set_exception(exc)  # (the threads waiting for it must wake)
+                if not isinstance(exc, Exception):
+                    self._loaded(namespace, future)
+                    raise
+            self._loaded(namespace, future)
+        else:
+            wait_for([future])
         with self._lock:
             return self._replicas.get(namespace)
 
@@ -338,6 +356,12 @@ class LocalIndex:
                     head.newest,
                     _read_rows(conn, part, part.namespace, rep.newest, self._terms, _never),
                 )
+            with self._lock:  # grown: still within max_memories?
+                if part.live > self.max_memories:
+                    self._drop(part.namespace)
+                    self._not_before[part.namespace] = time.monotonic() + RETRY_AFTER
+                    return False
+                self._evict(keep=part.namespace)
         return True
 
     def _remove(self, rep: _Replica, head: _Head, removal: bytes | None, keys: bytes) -> bool:

@@ -386,10 +386,15 @@ TOUCH = (
     "WITH lazy AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)), "
     "clock AS MATERIALIZED (INSERT INTO reflective_touches AS c (namespace, clock) "
     "VALUES (%(ns)s, 1) ON CONFLICT (namespace) DO UPDATE SET clock = c.clock + 1 "
-    "RETURNING c.clock) "
+    "RETURNING c.clock), "
+    # the rows locked in key order, after the clock (the one-time filter reads it first): as a
+    # delete locks its rows (writes.delete_memories), so neither waits for the other in a cycle
+    "locked AS MATERIALIZED (SELECT a.seq FROM reflective_access a "
+    "WHERE (SELECT clock FROM clock) > 0 AND a.namespace = %(ns)s AND a.seq = ANY(%(keys)s) "
+    "ORDER BY a.seq FOR UPDATE) "
     "UPDATE reflective_access a SET last_accessed_at = %(when)s, "
-    "touched = (SELECT clock FROM clock) FROM reflective_memories m, lazy "
-    "WHERE a.namespace = %(ns)s AND a.seq = ANY(%(keys)s) AND m.seq = a.seq "
+    "touched = (SELECT clock FROM clock) FROM locked l, reflective_memories m, lazy "
+    "WHERE a.seq = l.seq AND m.seq = a.seq "
     f"RETURNING {RECORD_COLUMNS}"
 )
 """New access times, returning the records: one statement, its

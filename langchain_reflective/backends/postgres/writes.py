@@ -464,9 +464,18 @@ def delete_memories(
     if not gone:
         return 0
     seqs = {r[0] for r in gone}
-    conn.execute("DELETE FROM reflective_memories WHERE seq = ANY(%s)", (sorted(seqs),))
     # the observations next to deleted ones link to their new neighbours
     near = {s for r in gone for s in r[3:] if s is not None} - seqs
+    # every access row this transaction changes, locked in key order first, as a touch locks
+    # its rows: a touch of a neighbour and a deleted memory would otherwise deadlock with it
+    # (the newest remaining observation too: a replace links the new ones to it)
+    conn.execute(
+        "SELECT 1 FROM reflective_access WHERE seq = ANY(%s) OR seq = (SELECT max(seq) "
+        "FROM reflective_memories WHERE namespace = %s AND kind = 'observation' "
+        "AND seq <> ALL(%s)) ORDER BY seq FOR UPDATE",
+        (sorted(seqs | near), namespace, sorted(seqs)),
+    )
+    conn.execute("DELETE FROM reflective_memories WHERE seq = ANY(%s)", (sorted(seqs),))
     if near:
         conn.execute(RELINK, (namespace, sorted(near)))
     add_lexical_stats(
