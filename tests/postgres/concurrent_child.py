@@ -4,7 +4,7 @@ namespace of a shared Postgres database, then prints what it did as one JSON lin
 Run as ``python concurrent_child.py URL NAMESPACE WORKER ADDS [local]`` (``local``: the
 backend keeps a local index, so each retrieval gathers its candidates in the process after
 catching up with the others' writes). Each retrieval asks for the vector of the memory the
-process has just added and checks it is among the best five. Reflections follow the
+process has just added and checks it is among the candidates. Reflections follow the
 package's protocol: when the counter crosses the threshold, try the namespace's reflection
 lock; holding it, re-read the counter (another process may just have reflected), read the
 memories since the last reflection, and store a reflection citing them together with the
@@ -34,11 +34,7 @@ IMPORTANCE = 0.5
 
 def main(url: str, namespace: str, worker: int, adds: int, local: bool) -> None:
     rng = np.random.default_rng(worker)
-    # without neighbour context: with it the memory just added, when it is the newest
-    # observation and the one before it is unlike the query, gets no neighbour boost and other
-    # memories whose neighbours match can outrank it (its own vector as the query does not
-    # make it first): the check below then failed about once in 30 runs, in both variants
-    config = ScoringConfig.hybrid(context=False)
+    config = ScoringConfig.hybrid()
     added: list[str] = []
     reflections: list[dict[str, object]] = []
     busy = retrieved = retrievals = own_first = 0
@@ -70,10 +66,13 @@ def main(url: str, namespace: str, worker: int, adds: int, local: bool) -> None:
             )
             comps, _ = score_candidates(config, cands, time.time())
             best = cands.keys[top_k(comps.score, 5)].tolist()
-            touched = backend.touch(namespace, best, datetime.now(UTC))
-            retrieved += len(touched)
+            retrieved += len(backend.touch(namespace, best, datetime.now(UTC)))
             retrievals += 1
-            own_first += records[0].id in {r.id for r in touched.values()}
+            # the memory just added is a candidate (every memory of a namespace this small is):
+            # the retrieval saw this process's write. (Not necessarily in the best five: with
+            # neighbour context, memories next to ones like the query can outrank it.)
+            shown = backend.fetch(namespace, cands.keys[: cands.size].tolist())
+            own_first += records[0].id in {r.id for r in shown.values()}
             if backend.reflection_state(namespace).importance_sum < THRESHOLD:
                 continue
             try:

@@ -1,5 +1,5 @@
-"""Review of ``PostgresBackend(local_index=True)``: reproductions of defects (each failed on
-the code under review)."""
+"""``PostgresBackend(local_index=True)`` under faults and races: each test reproduces a defect
+found in review (each failed before its fix)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Review: a randomized differential check of the local index against the server's exact
+"""A randomized differential check of the local index against the server's exact
 scoring, after random writes by another backend and by the local one itself."""
 
 from __future__ import annotations
