@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 
 from langchain_reflective.backends.base import RetrievalFilter
 from langchain_reflective.backends.postgres import PostgresBackend, local_index
-from tests.postgres.test_postgres_backend import _fill, _unit
+from tests.postgres.test_postgres_backend import T0, _fill, _unit
 from tests.postgres.test_postgres_local_index import (
     CONFIG,
     _assert_same,
@@ -182,57 +183,40 @@ def test_a_touch_and_a_delete_of_the_next_observation_do_not_deadlock(
     assert not errors, errors
 
 
-@pytest.mark.xfail(strict=True, reason="schema 7 is silently bypassed by schema 6 workers")
-def test_a_worker_of_the_previous_version_is_refused_or_seen_after_the_upgrade(
+def test_deletes_and_touches_by_any_writer_are_seen(
     local: PostgresBackend,  # noqa: F811
     server: PostgresBackend,  # noqa: F811
     postgres_url: str,
-    tmp_path: Any,
 ) -> None:
-    """README: "workers still on the older package fail against the upgraded tables ... so
-    upgrade them together". Against schema 7 a worker of the previous version (schema 6, the
-    commit before 681b3ef) does not fail: its deletes and touches succeed without counting a
-    removal or a touch, so every process keeping the namespace in memory keeps ranking the
-    deleted memory (until it happens to load the namespace again)."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    old = tmp_path / "v6"
-    old.mkdir()
-    archive = subprocess.run(
-        ["git", "-C", str(root), "archive", "681b3ef^", "langchain_reflective"],
-        check=True, capture_output=True,
-    ).stdout  # fmt: skip
-    subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
-    records, vectors = _fill(server, 30)
+    """A worker of an older package (schema 6) touches with a statement that knows nothing of
+    the touch clock, and an operator may delete by hand: schema 7's triggers count and list
+    both, so a process keeping the namespace in memory sees what they touched and stops
+    ranking what they deleted. (Found in review: before the triggers, the package logged only
+    its own deletes and touches, and an older worker's delete stayed in every local index.)"""
+    records, _ = _fill(server, 30)
     _assert_same(local, server)  # loaded
-    script = (
-        "import sys\n"
-        "from langchain_reflective.backends.postgres import PostgresBackend\n"
-        "from langchain_reflective.backends.postgres.schema import SCHEMA_VERSION\n"
-        "assert SCHEMA_VERSION == 6\n"
-        "with PostgresBackend.from_conn_string(sys.argv[1]) as b:\n"
-        "    print(b.delete('default', [sys.argv[2]]))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script, postgres_url, records[3].id],
-        env={"PYTHONPATH": str(old), "PATH": "/usr/bin:/bin"},
-        capture_output=True, text=True, cwd=str(tmp_path),
-    )  # fmt: skip
-    if done.returncode != 0:
-        return  # refused: what the README says
-    assert done.stdout.strip() == "1"  # the old worker deleted it
-    # then every process with the namespace in memory must no longer rank it
-    found = server.fetch("default", list(range(1, 1000)))
-    assert records[3].id not in {r.id for r in found.values()}
-    deleted = set(range(1, 1000)) - set(found)
-    held = local.candidates(
-        "default", "tea", vectors[3], k=10, filter=RetrievalFilter(), config=CONFIG
-    )
-    assert not deleted & set(held.keys.tolist()), "a deleted memory is still a candidate"
+    keys = sorted(server.fetch("default", list(range(1, 1000))))
+    with psycopg.connect(postgres_url, autocommit=True) as conn:  # schema 6's touch statement
+        conn.execute(
+            "UPDATE reflective_access a SET last_accessed_at = %s FROM reflective_memories m "
+            "WHERE a.namespace = 'default' AND a.seq = ANY(%s) AND m.seq = a.seq",
+            (T0 + timedelta(days=29), keys[10:13]),
+        )
     _assert_same(local, server)
+    vector = _unit(np.random.default_rng(3), 1)[0]
+
+    def held_keys() -> set[int]:
+        found = local.candidates(
+            "default", "tea", vector, k=10, filter=RetrievalFilter(), config=CONFIG
+        )  # (exact: a namespace this small is scored whole)
+        return set(found.keys[: found.size].tolist())
+
+    with psycopg.connect(postgres_url, autocommit=True) as conn:  # by hand
+        conn.execute("DELETE FROM reflective_memories WHERE id = %s", (records[5].id,))
+    assert held_keys() == set(server.fetch("default", keys)) == set(keys) - {keys[5]}
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("DELETE FROM reflective_memories WHERE namespace = 'default'")
+    assert held_keys() == set()
 
 
 def test_concurrent_first_retrievals_load_the_namespace_once(

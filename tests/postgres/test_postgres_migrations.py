@@ -219,6 +219,9 @@ def test_a_missing_column_at_the_current_or_a_newer_version_is_not_blamed_on_set
 
 def _undo_version_7(conn: psycopg.Connection[Any]) -> None:
     """Take a database back to what version 6 set up (the change log of version 7 gone)."""
+    conn.execute("DROP TRIGGER reflective_memories_removed ON reflective_memories")
+    conn.execute("DROP TRIGGER reflective_access_touched ON reflective_access")
+    conn.execute("DROP FUNCTION reflective_log_removals(), reflective_stamp_touch()")
     conn.execute("DROP TABLE reflective_removed, reflective_touches")
     conn.execute("ALTER TABLE reflective_counters DROP COLUMN removals")
     conn.execute("ALTER TABLE reflective_access DROP COLUMN touched")  # (and its index)

@@ -79,7 +79,6 @@ from langchain_reflective.backends.postgres.writes import (
     enqueue,
     lock_counter,
     lock_counters,
-    log_removal,
     queued_outcome,
     stored_outcome,
     write_batch,
@@ -400,7 +399,6 @@ class PostgresBackend(BaseMemoryBackend):
             n = cur.rowcount
             conn.execute("DELETE FROM reflective_pending WHERE namespace = %s", (namespace,))
             conn.execute(PURGE_COUNTER, (namespace,))
-            log_removal(conn, namespace, [0])  # 0: every key
             return n
 
     def touch(self, namespace: str, keys: Sequence[int], when: datetime) -> dict[int, MemoryRecord]:

@@ -28,7 +28,6 @@ __all__ = [
     "RECORD_COLUMNS",
     "RELINK",
     "REMOVALS_KEPT",
-    "REMOVED",
     "RESET",
     "TOUCH",
     "CandidateQuery",
@@ -405,20 +404,9 @@ costs one round trip instead of four). It counts the namespace's touch clock
 held for the touch's short transaction, makes a namespace's touches take turns, so the clock
 follows their commit order (~0.04 ms more per touch here)."""
 
-REMOVED = """
-WITH r AS MATERIALIZED (UPDATE reflective_counters SET removals = removals + 1
-                        WHERE namespace = %(ns)s RETURNING removals),
-logged AS (INSERT INTO reflective_removed (namespace, removal, seq)
-           SELECT %(ns)s, r.removals, s FROM r, unnest(%(seqs)s::bigint[]) AS s),
-dropped AS (DELETE FROM reflective_removed d USING r
-            WHERE d.namespace = %(ns)s AND d.removal <= r.removals - %(kept)s)
-SELECT removals FROM r
-"""
-"""Count a removal of memories of a namespace and list its keys (``0``: all of them, a purge),
-dropping the entries of removals older than the newest ``kept`` (schema version 7). In the
-transaction that deleted them, holding the namespace's counter row."""
 REMOVALS_KEPT = 1000
-"""Removals of a namespace whose keys ``reflective_removed`` keeps (see :data:`REMOVED`)."""
+"""Removals of a namespace whose keys ``reflective_removed`` keeps (schema version 7's trigger
+``reflective_log_removals``)."""
 
 
 def recent_sql(

@@ -246,19 +246,61 @@ CREATE TABLE IF NOT EXISTS reflective_touches (
 ALTER TABLE reflective_access ADD COLUMN IF NOT EXISTS touched bigint NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS reflective_access_ns_touched ON reflective_access (namespace, touched)
     WHERE touched > 0;
+
+CREATE OR REPLACE FUNCTION reflective_log_removals() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    WITH spaces AS (SELECT DISTINCT namespace FROM gone),
+    counted AS MATERIALIZED (
+        INSERT INTO reflective_counters AS c (namespace, removals)
+        SELECT namespace, 1 FROM spaces
+        ON CONFLICT (namespace) DO UPDATE SET removals = c.removals + 1
+        RETURNING c.namespace, c.removals,
+            NOT EXISTS (SELECT 1 FROM reflective_memories m
+                        WHERE m.namespace = c.namespace) AS emptied),
+    logged AS (
+        INSERT INTO reflective_removed (namespace, removal, seq)
+        SELECT c.namespace, c.removals, g.seq
+        FROM counted c JOIN gone g ON g.namespace = c.namespace WHERE NOT c.emptied
+        UNION ALL
+        SELECT c.namespace, c.removals, 0 FROM counted c WHERE c.emptied)
+    DELETE FROM reflective_removed d USING counted c
+    WHERE d.namespace = c.namespace AND d.removal <= c.removals - 1000;
+    RETURN NULL;
+END
+$$;
+DROP TRIGGER IF EXISTS reflective_memories_removed ON reflective_memories;
+CREATE TRIGGER reflective_memories_removed AFTER DELETE ON reflective_memories
+    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT
+    EXECUTE FUNCTION reflective_log_removals();
+
+CREATE OR REPLACE FUNCTION reflective_stamp_touch() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO reflective_touches AS c (namespace, clock) VALUES (NEW.namespace, 1)
+    ON CONFLICT (namespace) DO UPDATE SET clock = c.clock + 1
+    RETURNING c.clock INTO NEW.touched;
+    RETURN NEW;
+END
+$$;
+DROP TRIGGER IF EXISTS reflective_access_touched ON reflective_access;
+CREATE TRIGGER reflective_access_touched BEFORE UPDATE OF last_accessed_at
+    ON reflective_access FOR EACH ROW WHEN (NEW.touched = OLD.touched)
+    EXECUTE FUNCTION reflective_stamp_touch();
 """
 """Version 7: what changed in a namespace can be asked for, so a process keeping the namespace
 in memory (``PostgresBackend(local_index=True)``, ``local_index.py``) catches up with one cheap
 statement instead of reloading it. Memories added since are the keys above the newest it holds
-(a namespace's writers take keys in commit order). Removals: every transaction that deletes
-memories of a namespace counts one more ``reflective_counters.removals`` (under the counter row
-lock it already holds, so the count is in commit order) and lists the keys it deleted in
-``reflective_removed`` under that number (a purge lists the key 0: everything); the entries of
-all but the newest ``REMOVALS_KEPT`` removals are dropped as new ones come, and a process that
-fell further behind reloads. Touches: ``reflective_touches.clock`` counts each namespace's
-touches (each touch takes the row's lock for its short transaction, so the clock is in commit
-order too), and a touch stamps ``reflective_access.touched`` with its clock (indexed where it
-is set: rows never touched cost the index nothing). Existing rows start at 0: nothing to catch
+(a namespace's writers take keys in commit order). Removals: a trigger on every statement that
+deletes memories (this package's deletes, replaces and purges, an older package's, or one typed
+by hand) counts one more ``reflective_counters.removals`` of each namespace it deleted from
+(taking the namespace's counter row lock until the commit, so the count is in commit order) and
+lists the keys in ``reflective_removed`` under that number, or the key 0 when it left the
+namespace empty (a purge); the entries of all but the newest ``REMOVALS_KEPT`` (1,000) removals
+are dropped as new ones come, and a process that fell further behind loads the namespace again.
+Touches: ``reflective_touches.clock`` counts each namespace's touches in commit order (a touch
+holds the clock row's lock until its commit) and ``reflective_access.touched`` holds the clock
+that last touched a memory (indexed where it is set). This package's touch counts the clock once
+and stamps its rows itself (``queries.TOUCH``); for any other update of an access time (an older
+package, by hand) a row trigger counts and stamps it. Existing rows start at 0: nothing to catch
 up on. Building the index reads ``reflective_access`` once (the whole migration: ~1 s at 100k
 memories here)."""
 

@@ -32,8 +32,6 @@ from langchain_reflective.backends.postgres.queries import (
     ADD,
     RECORDS,
     RELINK,
-    REMOVALS_KEPT,
-    REMOVED,
     RESET,
 )
 from langchain_reflective.backends.postgres.rows import (
@@ -58,7 +56,6 @@ __all__ = [
     "delete_memories",
     "lock_counter",
     "lock_counters",
-    "log_removal",
     "write_batch",
     "write_memories",
 ]
@@ -481,12 +478,4 @@ def delete_memories(
     add_lexical_stats(
         conn, namespace, -len(gone), -sum(r[1] for r in gone), -sum(r[2] for r in gone)
     )
-    log_removal(conn, namespace, sorted(seqs))
-    return len(gone)
-
-
-def log_removal(conn: psycopg.Connection[Any], namespace: str, seqs: Sequence[int]) -> None:
-    """Count one removal of ``namespace``'s memories and list their keys (``[0]``: all of
-    them), for processes keeping the namespace in memory (:data:`REMOVED`). In the deleting
-    transaction, which holds the namespace's counter row."""
-    conn.execute(REMOVED, {"ns": namespace, "seqs": list(seqs), "kept": REMOVALS_KEPT})
+    return len(gone)  # (the deleted keys are logged by a trigger: schema version 7)
