@@ -59,7 +59,6 @@ __all__ = ["LocalIndex"]
 logger = logging.getLogger(__name__)
 
 I64 = npt.NDArray[np.int64]
-F64 = npt.NDArray[np.float64]
 
 LOAD_CHUNK = 20_000
 """Memories read per statement while loading or catching up (~30 MB at 384 dimensions)."""

@@ -396,17 +396,18 @@ TOUCH = (
     "WHERE a.seq = l.seq AND m.seq = a.seq "
     f"RETURNING {RECORD_COLUMNS}"
 )
-"""New access times, returning the records: one statement, its
-own transaction (autocommit), committed without waiting for the WAL flush
-(``synchronous_commit`` off for this transaction only, set by the statement itself, so a touch
-costs one round trip instead of four). It counts the namespace's touch clock
-(``reflective_touches``, schema version 7) and stamps the rows with it: the clock row's lock,
-held for the touch's short transaction, makes a namespace's touches take turns, so the clock
-follows their commit order (~0.04 ms more per touch here)."""
+"""New access times, returning the records: one statement, its own transaction (autocommit),
+committed without waiting for the WAL flush (``synchronous_commit`` off for this transaction
+only, set by the statement itself, so a touch costs one round trip instead of four). It counts
+the namespace's touch clock (``reflective_touches``, schema version 7) and stamps the rows with
+it (so the row trigger for other writers' touches does not run): the clock row's lock, held for
+the touch's short transaction, makes a namespace's touches take turns, so the clock follows
+their commit order (~0.04 ms more per touch here); then it locks the rows in key order, as a
+delete does."""
 
 REMOVALS_KEPT = 1000
-"""Removals of a namespace whose keys ``reflective_removed`` keeps (schema version 7's trigger
-``reflective_log_removals``)."""
+"""Removals of a namespace whose keys ``reflective_removed`` keeps: the number written into
+schema version 7's trigger ``reflective_log_removals`` (change both together)."""
 
 
 def recent_sql(
