@@ -307,6 +307,20 @@ def test_preload_needs_a_local_index_and_close_stops_a_load(
     assert not [r for r in caplog.records if "local index" in r.getMessage()]
 
 
+async def test_apreload_loads_in_a_worker_thread(
+    postgres_url: str, server: PostgresBackend
+) -> None:
+    _fill(server, 20)
+    backend = _open(postgres_url, local_index=True)
+    try:
+        assert await backend.apreload("default")
+        assert _held(backend) == {"default": 20}
+        with pytest.raises(ValueError, match="local_index=True"):
+            await server.apreload("default")
+    finally:
+        await backend.aclose()
+
+
 def test_a_load_that_fails_is_logged_and_not_tried_again_at_once(
     postgres_url: str,
     server: PostgresBackend,

@@ -680,6 +680,10 @@ class PostgresBackend(BaseMemoryBackend):
             raise ValueError("this backend keeps no local index: build it with local_index=True")
         return local.load(namespace)
 
+    async def apreload(self, namespace: str) -> bool:
+        """Async twin of :meth:`preload`: the load runs in a worker thread."""
+        return await asyncio.to_thread(self.preload, namespace)
+
     # -- lifecycle -----------------------------------------------------------------------------
 
     def close(self) -> None:
