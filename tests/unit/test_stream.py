@@ -34,6 +34,19 @@ FACTS = [
 ]
 
 
+def test_the_sqlite_shortcut_defaults_are_the_backends() -> None:
+    """``MemoryStream(path=...)`` keeps its own copies of the SQLite backend's defaults (so
+    stream.py need not import the backend at import time): they must not drift."""
+    import inspect
+
+    from langchain_reflective.backends.sqlite import SQLiteBackend
+
+    stream_defaults = inspect.signature(MemoryStream).parameters
+    backend_defaults = inspect.signature(SQLiteBackend).parameters
+    for name in ("exact_limit", "ann_candidates", "ann_nprobe"):
+        assert stream_defaults[name].default == backend_defaults[name].default, name
+
+
 def test_add_is_one_embedding_call_per_batch(stream: MemoryStream, embeddings, now) -> None:
     records = stream.add(FACTS, importances=[0.2, 0.8, 0.6, 0.4, 0.1], now=now)
     assert embeddings.document_calls == 1

@@ -48,7 +48,12 @@ from langchain_reflective.backends.postgres.queries import (
     local_rows_sql,
 )
 from langchain_reflective.backends.sqlite.ann import maintain_ann
-from langchain_reflective.backends.sqlite.candidates import partition_candidates
+from langchain_reflective.backends.sqlite.candidates import (
+    DEFAULT_ANN_CANDIDATES,
+    DEFAULT_ANN_NPROBE,
+    DEFAULT_EXACT_LIMIT,
+    partition_candidates,
+)
 from langchain_reflective.backends.sqlite.lexical import BM25Index
 from langchain_reflective.backends.sqlite.partition import Partition
 from langchain_reflective.backends.types import F32, CandidateSet, RetrievalFilter
@@ -62,12 +67,8 @@ I64 = npt.NDArray[np.int64]
 
 LOAD_CHUNK = 20_000
 """Memories read per statement while loading or catching up (~30 MB at 384 dimensions)."""
-EXACT_LIMIT = 20_000
+EXACT_LIMIT = DEFAULT_EXACT_LIMIT
 """Namespaces with more live memories get an IVF index (the SQLite backend's default)."""
-ANN_CANDIDATES = 128
-"""Dense and lexical candidates of the approximate path (the SQLite backend's default)."""
-ANN_NPROBE = 8
-"""IVF lists searched (the SQLite backend's default)."""
 RETRY_AFTER = 60.0
 """Seconds before a namespace found too large to load, or whose load failed, is tried again
 (its retrievals are answered by the server meanwhile)."""
@@ -194,8 +195,8 @@ class LocalIndex:
                 config=config,
                 exact=exact,
                 exact_limit=EXACT_LIMIT,
-                ann_candidates=ANN_CANDIDATES,
-                ann_nprobe=ANN_NPROBE,
+                ann_candidates=DEFAULT_ANN_CANDIDATES,
+                ann_nprobe=DEFAULT_ANN_NPROBE,
             )
 
     def load(self, namespace: str) -> bool:

@@ -37,6 +37,11 @@ from langchain_reflective.backends.sqlite import candidates as cand
 from langchain_reflective.backends.sqlite._errors import storage_error
 from langchain_reflective.backends.sqlite.ann import maintain_ann
 from langchain_reflective.backends.sqlite.caches import PartitionFiles
+from langchain_reflective.backends.sqlite.candidates import (
+    DEFAULT_ANN_CANDIDATES,
+    DEFAULT_ANN_NPROBE,
+    DEFAULT_EXACT_LIMIT,
+)
 from langchain_reflective.backends.sqlite.connection import memory_file
 from langchain_reflective.backends.sqlite.partition import Partition, rows_of_seqs
 from langchain_reflective.backends.sqlite.record_store import BaseRecordStore
@@ -54,8 +59,6 @@ logger = logging.getLogger(__name__)
 
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
-DEFAULT_EXACT_LIMIT = 20_000
-"""Namespaces with more live memories than this use the approximate candidate path."""
 
 
 def _positive_int(value: object) -> bool:
@@ -98,8 +101,8 @@ class SQLiteBackend(BaseMemoryBackend):
         *,
         store: BaseRecordStore | None = None,
         exact_limit: int | None = DEFAULT_EXACT_LIMIT,
-        ann_candidates: int = 128,
-        ann_nprobe: int = 8,
+        ann_candidates: int = DEFAULT_ANN_CANDIDATES,
+        ann_nprobe: int = DEFAULT_ANN_NPROBE,
         synchronous: Literal["OFF", "NORMAL", "FULL"] = "NORMAL",
         timeout: float = 30.0,
     ) -> None:

@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from langchain_reflective.backends.sqlite.lexical import BM25Index, QueryScores
 
 __all__ = [
+    "DEFAULT_ANN_CANDIDATES",
+    "DEFAULT_ANN_NPROBE",
+    "DEFAULT_EXACT_LIMIT",
     "filter_mask",
     "fused",
     "gather",
@@ -47,6 +50,13 @@ __all__ = [
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
+
+DEFAULT_EXACT_LIMIT = 20_000
+"""Namespaces with more live memories than this use the approximate candidate path."""
+DEFAULT_ANN_CANDIDATES = 128
+"""Dense and lexical candidates the approximate path gathers (at least ``4 * k``)."""
+DEFAULT_ANN_NPROBE = 8
+"""IVF lists the approximate path searches."""
 
 
 def partition_candidates(
