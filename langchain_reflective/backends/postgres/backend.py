@@ -54,9 +54,11 @@ from langchain_reflective.backends.postgres.queries import (
     RECORD_COLUMNS,
     RECORDS,
     TOUCH,
+    pending_sql,
     recent_sql,
 )
 from langchain_reflective.backends.postgres.rows import (
+    pending_of,
     record_of,
     vectors_from_binary,
 )
@@ -442,33 +444,11 @@ class PostgresBackend(BaseMemoryBackend):
     def pending(
         self, *, namespace: str | None = None, limit: int | None = None, newest: bool = False
     ) -> list[PendingMemory]:
-        sql = (
-            "SELECT id, namespace, text, kind, created_at, importance, metadata "
-            "FROM reflective_pending"
-        )
-        params: list[Any] = []
-        if namespace is not None:
-            sql += " WHERE namespace = %s"
-            params.append(namespace)
-        sql += " ORDER BY pseq DESC" if newest else " ORDER BY pseq"
-        if limit is not None:
-            sql += " LIMIT %s"
-            params.append(int(limit))
+        sql, params = pending_sql(namespace, limit=limit, newest=newest)
         rows = self._pools.rows(sql, params)
         if newest:
             rows.reverse()
-        return [
-            PendingMemory(
-                id=r[0],
-                namespace=r[1],
-                text=r[2],
-                kind=r[3],
-                created_at=r[4],
-                importance=None if r[5] is None else float(r[5]),
-                metadata=r[6],
-            )
-            for r in rows
-        ]
+        return [pending_of(r) for r in rows]
 
     def count_pending(self, namespace: str | None = None) -> int:
         if namespace is None:

@@ -33,6 +33,7 @@ __all__ = [
     "CandidateQuery",
     "candidates_sql",
     "local_rows_sql",
+    "pending_sql",
     "recent_sql",
 ]
 
@@ -436,6 +437,25 @@ def recent_sql(
     if n is not None:
         sql += " LIMIT %(n)s"
         params["n"] = max(int(n), 0)
+    return sql, params
+
+
+def pending_sql(namespace: str | None, *, limit: int | None, newest: bool) -> tuple[str, list[Any]]:
+    """``PostgresBackend.pending``'s statement and parameters: the queued memories of
+    ``namespace`` (of all when ``None``) in queue order, or the newest ``limit`` of them newest
+    first (``newest``), as :func:`~langchain_reflective.backends.postgres.rows.pending_of`
+    reads them."""
+    sql = (
+        "SELECT id, namespace, text, kind, created_at, importance, metadata FROM reflective_pending"
+    )
+    params: list[Any] = []
+    if namespace is not None:
+        sql += " WHERE namespace = %s"
+        params.append(namespace)
+    sql += " ORDER BY pseq DESC" if newest else " ORDER BY pseq"
+    if limit is not None:
+        sql += " LIMIT %s"
+        params.append(int(limit))
     return sql, params
 
 

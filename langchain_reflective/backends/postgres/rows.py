@@ -9,7 +9,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from langchain_reflective.backends.types import F32, I64, CandidateSet, trusted_record
+from langchain_reflective.backends.types import (
+    F32,
+    I64,
+    CandidateSet,
+    PendingMemory,
+    trusted_record,
+)
 from langchain_reflective.records import MemoryRecord
 from langchain_reflective.scoring import ScoringConfig
 
@@ -18,6 +24,7 @@ __all__ = [
     "TEXT_ARRAY_OID",
     "candidate_set",
     "int_array_binary",
+    "pending_of",
     "record_of",
     "text_array_binary",
     "vector_text",
@@ -100,6 +107,20 @@ def record_of(row: Sequence[Any]) -> tuple[int, MemoryRecord]:
         depth=int(depth),
         namespace=ns,
         metadata=meta,
+    )
+
+
+def pending_of(row: Sequence[Any]) -> PendingMemory:
+    """A queued memory from a row of ``queries.pending_sql``."""
+    id_, namespace, text, kind, created, importance, metadata = row
+    return PendingMemory(
+        id=id_,
+        namespace=namespace,
+        text=text,
+        kind=kind,
+        created_at=created,
+        importance=None if importance is None else float(importance),
+        metadata=metadata,
     )
 
 
