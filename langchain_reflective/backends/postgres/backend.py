@@ -668,13 +668,16 @@ class PostgresBackend(BaseMemoryBackend):
 
     def close(self) -> None:
         """Close the connection pools (cancelling a background index rebuild and dropping the
-        local index). Idempotent."""
-        self._close_threads()
+        local index). Idempotent. In a forked child it only forgets them (the parent's
+        connections and threads are left alone; see ``backends/_fork.py``)."""
+        if not self._pools.forked:
+            self._close_threads()
         self._pools.close()
 
     async def aclose(self) -> None:
         """Async twin of :meth:`close`."""
-        await asyncio.to_thread(self._close_threads)
+        if not self._pools.forked:
+            await asyncio.to_thread(self._close_threads)
         await self._pools.aclose()
 
     def _close_threads(self) -> None:

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 import re
 import threading
 import time
@@ -21,6 +22,7 @@ from psycopg import errors as pg_errors
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed, PoolTimeout
 
 from langchain_reflective._llm import Flow, Op, run_async, run_sync, threaded
+from langchain_reflective.backends._fork import opened_in_parent
 from langchain_reflective.backends.postgres.pool_settings import async_pool_settings
 from langchain_reflective.errors import InvalidMemoryError, StorageError
 
@@ -399,6 +401,19 @@ class Pools:
         self._busy: dict[int, int] = {}  # id(pool): its connections at work here
         self._lock = threading.Lock()
         self.closed = False
+        self.pid = os.getpid()
+        """The process that opened the pools (see ``backends/_fork.py``)."""
+
+    @property
+    def forked(self) -> bool:
+        """Whether this is a forked child of the process that opened the pools."""
+        return os.getpid() != self.pid
+
+    def _check_usable(self) -> None:
+        if self.closed:
+            raise StorageError("the Postgres backend is closed")
+        if os.getpid() != self.pid:
+            raise opened_in_parent("this PostgresBackend", self.pid)
 
     @property
     def conninfo(self) -> str | None:
@@ -502,8 +517,7 @@ class Pools:
             StorageError: the server is down (its reason, within seconds: see the class
                 docstring), or a database error.
         """
-        if self.closed:
-            raise StorageError("the Postgres backend is closed")
+        self._check_usable()
         lost = False
         try:
             pool, conn = run_sync(self._acquire(lambda: self.pool))
@@ -590,8 +604,7 @@ class Pools:
     @contextlib.asynccontextmanager
     async def aconn(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """Async twin of :meth:`conn` (this event loop's pool)."""
-        if self.closed:
-            raise StorageError("the Postgres backend is closed")
+        self._check_usable()
         first = await self._apool()
         loop = asyncio.get_running_loop()
 
@@ -655,7 +668,12 @@ class Pools:
                 conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", key)
 
     def close(self) -> None:
-        """Close every pool whose event loop can still run it. Idempotent."""
+        """Close every pool whose event loop can still run it. Idempotent. In a forked child
+        the pools are only forgotten: closing them would end the parent's sessions."""
+        if self.forked:
+            self.closed = True
+            self._apools = {}
+            return
         with self._lock:
             if self.closed:
                 return
@@ -685,6 +703,9 @@ class Pools:
 
     async def aclose(self) -> None:
         """Async twin of :meth:`close` (closes the running loop's pool in that loop)."""
+        if self.forked:
+            self.close()
+            return
         pools = list(self._apools.values())
         self._apools.clear()
         loop = asyncio.get_running_loop()

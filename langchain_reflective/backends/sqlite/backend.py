@@ -167,12 +167,14 @@ class SQLiteBackend(BaseMemoryBackend):
             raise StorageError("the memory backend is closed")
 
     def close(self) -> None:
-        """Write the vector-index caches and close the file. Idempotent."""
+        """Write the vector-index caches and close the file. Idempotent. In a forked child
+        of the process that opened the file it only forgets it (``backends/_fork.py``)."""
         with self._lock:
             if self._closed:
                 return
             try:
-                self.files.save_all(self._partitions, self.exact_limit)
+                if not self.store.forked:
+                    self.files.save_all(self._partitions, self.exact_limit)
             finally:
                 self._closed = True
                 self._partitions.clear()

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from langchain_reflective.backends._fork import opened_in_parent
 from langchain_reflective.backends.sqlite._errors import is_environment_failure, storage_error
 from langchain_reflective.backends.sqlite.schema import check_file, init_schema
 from langchain_reflective.errors import ForeignFileError, StorageError
@@ -130,6 +131,8 @@ class SQLiteConnection:
         self.path = memory_file(path)
         self._lock = threading.RLock()
         self._closed = False
+        self.pid = os.getpid()
+        """The process that opened the file (see ``backends/_fork.py``)."""
         self._data_version = 0
         self._external_change = False
         self._writes = 0
@@ -227,9 +230,17 @@ class SQLiteConnection:
                 self._conn.execute("PRAGMA wal_autocheckpoint=1000")
                 self._checkpointer = None
 
+    @property
+    def forked(self) -> bool:
+        """Whether this is a forked child of the process that opened the file (an in-memory
+        store is the child's own copy: never)."""
+        return self.path is not None and os.getpid() != self.pid
+
     def _ensure_open(self) -> None:
         if self._closed:
             raise StorageError("the memory store is closed")
+        if self.forked:
+            raise opened_in_parent(f"the memory file {self.path}", self.pid)
 
     def _read_data_version(self) -> int:
         return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
@@ -300,6 +311,9 @@ class SQLiteConnection:
             return changed
 
     def close(self) -> None:
+        if self.forked:  # the parent's connection and thread: left alone
+            self._closed = True
+            return
         with self._lock:
             if self._closed:
                 return

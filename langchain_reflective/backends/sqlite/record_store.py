@@ -57,6 +57,13 @@ class BaseRecordStore(ABC):
     :meth:`changed_elsewhere` says so (callers check it before trusting their own state)."""
 
     @property
+    def forked(self) -> bool:
+        """Whether this process is a fork of the one that opened the store: then every use
+        raises and :meth:`close` only forgets it (``backends/_fork.py``). ``False`` unless a
+        store says otherwise."""
+        return False
+
+    @property
     @abstractmethod
     def dimension(self) -> int | None:
         """The embedding dimension the store was created with (``None`` until the first write)."""

@@ -1,0 +1,69 @@
+"""A forked child cannot use the ``PostgresBackend`` its parent opened: the pooled connections
+are the parent's sockets (used by both, the two processes' messages mix -- one could read the
+other's rows, of any namespace). Every use in the child raises a :class:`StorageError` that
+says what to do, and ``close()`` there only forgets the pools: closing them would end the
+parent's sessions (it did: the parent's next statement found its connection gone)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+from langchain_reflective import MemoryStream, PostgresBackend
+from tests.fakes import WordEmbeddings
+from tests.unit.test_fork import in_child
+
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.integration,
+    pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork"),
+]
+
+
+def _sessions(url: str) -> set[int]:
+    """The server sessions connected to the test's database, but the one asking."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    return {pid for (pid,) in rows}
+
+
+@pytest.mark.parametrize("local_index", [False, True])
+def test_a_forked_child_cannot_use_the_parents_connections(
+    postgres_url: str, local_index: bool
+) -> None:
+    backend = PostgresBackend.from_conn_string(
+        postgres_url, min_size=1, max_size=2, local_index=local_index, local_index_wait=True
+    )
+    backend.setup()
+    stream = MemoryStream(WordEmbeddings(), backend=backend)
+    stream.add(["tea by the river", "a walk in the park"], importances=0.5)
+    assert stream.retrieve("tea", k=1)[0].record.text == "tea by the river"
+    sessions = _sessions(postgres_url)  # the parent's pooled sessions, to be found alive
+    assert sessions
+
+    def use() -> Any:
+        return [h.record.text for h in stream.retrieve("tea", k=1)]
+
+    out = in_child(use)
+    assert out["error"][0] == "StorageError"
+    assert f"opened in process {os.getpid()}" in out["error"][1]
+
+    def close() -> Any:
+        stream.close()  # forgets the pools, leaves the parent's sessions alone
+        return "closed"
+
+    assert in_child(close) == "closed"
+    deadline = time.monotonic() + 1.0  # (a session the child ended would be gone at once)
+    while time.monotonic() < deadline and _sessions(postgres_url) == sessions:
+        time.sleep(0.05)
+    assert _sessions(postgres_url) == sessions
+    stream.add(["music at night"], importances=0.5)  # the parent carries on
+    assert [h.record.text for h in stream.retrieve("music", k=1)] == ["music at night"]
+    stream.close()
