@@ -19,6 +19,7 @@ from langchain_reflective.backends.sqlite import connection as sqlite_connection
 from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
 from langchain_reflective.records import new_memory_id, new_memory_ids
 from tests.fakes import WordEmbeddings
+from tests.unit.test_fork import in_child
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -133,17 +134,7 @@ def test_new_ids_are_uuid7_and_sort_by_creation() -> None:
 def test_a_forked_child_never_repeats_the_parents_ids() -> None:
     """Ids draw on a pool of random bytes; a forked child must not reuse the parent's pool."""
     new_memory_ids(1)  # the pool holds unused bytes now
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: report the next ids and leave at once
-        try:
-            os.write(write, "".join(new_memory_ids(50)).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as pipe:
-        child = pipe.read()
-    os.waitpid(pid, 0)
+    child = in_child(lambda: "".join(new_memory_ids(50)))  # the child's next ids
     # compare the random parts (after the millisecond stamp and the version digit)
     child_random = {child[i + 13 : i + 32] for i in range(0, len(child), 32)}
     assert len(child_random) == 50
