@@ -47,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import logging
+import os
 import threading
 import time
 import weakref
@@ -156,6 +157,8 @@ class ReflectiveMemory(Closing):
             failed=self._record_failure,
         )
         self._drainer = PendingDrainer(self._drain)
+        self._pid = os.getpid()
+        """The process whose threads do the background work (a forked child has none)."""
         self._errors_lock = threading.Lock()
         self.errors: list[ReflectionFailure] = []
         """The newest :data:`ERRORS_KEPT` background failures (reflections, pending batches),
@@ -304,7 +307,12 @@ class ReflectiveMemory(Closing):
             ``True`` when nothing is pending (in this memory's file) and no reflection runs.
             Quarantined memories are pending: while there are any (:attr:`quarantined`) this is
             ``False``. Failures do not raise here: they are in :attr:`errors` (and the log).
+            In a forked child of the process that made this memory, ``False`` at once: the
+            background work is the parent's (its threads are not in the child, and its stream
+            cannot be used there), so there is nothing to wait for.
         """
+        if os.getpid() != self._pid:
+            return False
         deadline = None if timeout is None else time.monotonic() + timeout
 
         def left() -> float | None:

@@ -4,17 +4,21 @@ A forked child shares its parent's sockets and file descriptors. A Postgres conn
 both processes mixes their messages (one can read the other's rows, of any namespace), and
 closing it in the child ends the parent's session; SQLite forbids carrying a connection to a
 file across ``fork()`` (it can corrupt the file). So a backend remembers the process that
-opened it: in any other process every use raises :func:`opened_in_parent`'s error, and
-``close()`` only forgets it (the parent's connections, files and threads are left alone).
+opened it: in any other process every use raises :func:`opened_in_parent`'s error -- before it
+takes any lock, since a parent thread may have held one at the fork and nothing in the child
+would ever release it -- and ``close()`` only forgets it (the parent's connections, files and
+threads are left alone).
 """
 
 from __future__ import annotations
 
 import os
+import threading
+from typing import Any
 
 from langchain_reflective.errors import StorageError
 
-__all__ = ["opened_in_parent"]
+__all__ = ["ProcessLock", "opened_in_parent"]
 
 
 def opened_in_parent(what: str, pid: int) -> StorageError:
@@ -26,3 +30,45 @@ def opened_in_parent(what: str, pid: int) -> StorageError:
         "in each process after the fork: e.g. in a multiprocessing worker's initializer or "
         "gunicorn's post_fork hook, or start workers with the 'spawn' method."
     )
+
+
+class ProcessLock:
+    """A re-entrant lock that, in a forked child of the process that made it, raises
+    :func:`opened_in_parent`'s error instead of waiting for it (with ``guard``).
+
+    Args:
+        what: what the lock guards, for the error ("the memory file ...").
+        guard: refuse in a forked child (``False``: a plain re-entrant lock, e.g. for an
+            in-memory store, which is the child's own copy).
+    """
+
+    __slots__ = ("_guard", "_lock", "_what", "pid")
+
+    def __init__(self, what: str, *, guard: bool = True) -> None:
+        self._lock = threading.RLock()
+        self._what = what
+        self._guard = guard
+        self.pid = os.getpid()
+
+    @property
+    def forked(self) -> bool:
+        """Whether this is a guarded lock in a forked child of the process that made it."""
+        return self._guard and os.getpid() != self.pid
+
+    def check(self) -> None:
+        """Raise :func:`opened_in_parent`'s error in a forked child (when guarded)."""
+        if self._guard and os.getpid() != self.pid:
+            raise opened_in_parent(self._what, self.pid)
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        self.check()
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._lock.release()

@@ -1,8 +1,9 @@
 """A forked child cannot use the ``PostgresBackend`` its parent opened: the pooled connections
 are the parent's sockets (used by both, the two processes' messages mix -- one could read the
 other's rows, of any namespace). Every use in the child raises a :class:`StorageError` that
-says what to do, and ``close()`` there only forgets the pools: closing them would end the
-parent's sessions (it did: the parent's next statement found its connection gone)."""
+says what to do (before it would wait for a lock a parent thread held at the fork), and
+``close()`` there only forgets the pools: closing them would end the parent's sessions (it
+did: the parent's next statement found its connection gone)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 from langchain_reflective import MemoryStream, PostgresBackend
 from tests.fakes import WordEmbeddings
-from tests.unit.test_fork import in_child
+from tests.unit.test_fork import held_by_a_thread, in_child
 
 pytestmark = [
     pytest.mark.postgres,
@@ -54,6 +55,12 @@ def test_a_forked_child_cannot_use_the_parents_connections(
     out = in_child(use)
     assert out["error"][0] == "StorageError"
     assert f"opened in process {os.getpid()}" in out["error"][1]
+    if local_index:  # a parent thread in the local index at the fork: raised, not waited for
+        local = backend._candidates.local
+        assert local is not None
+        with held_by_a_thread(local._lock):
+            assert in_child(use)["error"][0] == "StorageError"
+            assert in_child(lambda: backend.preload("default"))["error"][0] == "StorageError"
 
     def close() -> Any:
         stream.close()  # forgets the pools, leaves the parent's sessions alone

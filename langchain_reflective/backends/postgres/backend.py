@@ -304,6 +304,7 @@ class PostgresBackend(BaseMemoryBackend):
         return self._model
 
     def bind_embeddings(self, model: str, dimension: int) -> None:
+        self._pools.check_process()
         if self._dimension is None:
             self._load_meta()
         if self._dimension is None:
@@ -591,6 +592,7 @@ class PostgresBackend(BaseMemoryBackend):
         Adds and retrievals in every process carry on meanwhile (``CREATE INDEX
         CONCURRENTLY``, then the old index is dropped). Waits if another process is building.
         """
+        self._pools.check_process()
         self._index.rebuild(kind=kind)
 
     async def areindex(self, *, kind: IndexKind | None = None) -> None:
@@ -599,10 +601,12 @@ class PostgresBackend(BaseMemoryBackend):
 
     def index_state(self) -> IndexState:
         """The database's vector index: kind, name, rows trained on, lists."""
+        self._pools.check_process()
         return self._index.state()
 
     def wait_for_index(self, timeout: float | None = None) -> None:
         """Wait for this process's background index rebuild, if one is running."""
+        self._pools.check_process()
         self._index.wait(timeout)
 
     # -- candidates ----------------------------------------------------------------------------
@@ -645,6 +649,7 @@ class PostgresBackend(BaseMemoryBackend):
     def local_namespaces(self) -> dict[str, int]:
         """The namespaces this process's local index holds, with their live memories (empty
         without a local index)."""
+        self._pools.check_process()
         local = self._candidates.local
         return {} if local is None else local.loaded()
 
@@ -655,6 +660,7 @@ class PostgresBackend(BaseMemoryBackend):
         Raises:
             ValueError: the backend keeps no local index (``local_index=False``).
         """
+        self._pools.check_process()
         local = self._candidates.local
         if local is None:
             raise ValueError("this backend keeps no local index: build it with local_index=True")

@@ -73,6 +73,7 @@ class CandidateSource:
         exact: bool,
     ) -> CandidateSet:
         """The candidates: the local index's, else the server's statement (one round trip)."""
+        self._pools.check_process()  # (before the local index's locks)
         _check(dimension, vector)
         ask = (namespace, query, vector, k, filter, config, exact)
         found = self._local(*ask)
@@ -101,6 +102,7 @@ class CandidateSource:
         """Async twin of :meth:`get`: the local index in a worker thread (its catch-up is a
         statement on the sync pool, its ranking 1-5 ms of CPU), the server's statement on this
         event loop's pool."""
+        self._pools.check_process()
         _check(dimension, vector)
         ask = (namespace, query, vector, k, filter, config, exact)
         found = None if self.local is None else await asyncio.to_thread(self._local, *ask)

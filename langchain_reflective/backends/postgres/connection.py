@@ -409,11 +409,16 @@ class Pools:
         """Whether this is a forked child of the process that opened the pools."""
         return os.getpid() != self.pid
 
+    def check_process(self) -> None:
+        """Raise in a forked child of the process that opened the pools, before anything
+        takes a lock a parent thread may have held at the fork (``backends/_fork.py``)."""
+        if os.getpid() != self.pid:
+            raise opened_in_parent("this PostgresBackend", self.pid)
+
     def _check_usable(self) -> None:
         if self.closed:
             raise StorageError("the Postgres backend is closed")
-        if os.getpid() != self.pid:
-            raise opened_in_parent("this PostgresBackend", self.pid)
+        self.check_process()
 
     @property
     def conninfo(self) -> str | None:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import numpy.typing as npt
 
+from langchain_reflective.backends._fork import ProcessLock
 from langchain_reflective.backends.base import (
     BaseMemoryBackend,
     CandidateSet,
@@ -119,7 +120,8 @@ class SQLiteBackend(BaseMemoryBackend):
             path, synchronous=synchronous, timeout=timeout
         )
         """The durable record layer."""
-        self._lock = threading.RLock()
+        self._lock = ProcessLock(f"the memory file {self.path}", guard=self.path is not None)
+        """Serialises partitions and writes; refuses a forked child (``backends/_fork.py``)."""
         self.files = PartitionFiles(self.store, self.path, self._lock)
         """Loads partitions from the store and keeps their caches next to the file."""
         self._partitions: dict[str, Partition] = {}
@@ -169,12 +171,16 @@ class SQLiteBackend(BaseMemoryBackend):
     def close(self) -> None:
         """Write the vector-index caches and close the file. Idempotent. In a forked child
         of the process that opened the file it only forgets it (``backends/_fork.py``)."""
+        if self._lock.forked or self.store.forked:  # (without waiting for the parent's lock)
+            self._closed = True
+            self._partitions = {}
+            self.store.close()
+            return
         with self._lock:
             if self._closed:
                 return
             try:
-                if not self.store.forked:
-                    self.files.save_all(self._partitions, self.exact_limit)
+                self.files.save_all(self._partitions, self.exact_limit)
             finally:
                 self._closed = True
                 self._partitions.clear()

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from langchain_reflective.backends._fork import ProcessLock
 from langchain_reflective.backends.sqlite._files import atomic_file
 from langchain_reflective.backends.sqlite.ann import flush_ann, maintain_ann
 from langchain_reflective.backends.sqlite.counters import _GENERATION_STRIDE
@@ -54,7 +55,7 @@ class PartitionFiles:
         lock: the backend's lock, taken to swap a copied vector matrix in.
     """
 
-    def __init__(self, store: BaseRecordStore, path: Path | None, lock: threading.RLock) -> None:
+    def __init__(self, store: BaseRecordStore, path: Path | None, lock: ProcessLock) -> None:
         self.store = store
         self.path = path
         self._lock = lock

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from langchain_reflective.backends._fork import opened_in_parent
+from langchain_reflective.backends._fork import ProcessLock
 from langchain_reflective.backends.sqlite._errors import is_environment_failure, storage_error
 from langchain_reflective.backends.sqlite.schema import check_file, init_schema
 from langchain_reflective.errors import ForeignFileError, StorageError
@@ -129,10 +129,9 @@ class SQLiteConnection:
         timeout: float = 30.0,
     ) -> None:
         self.path = memory_file(path)
-        self._lock = threading.RLock()
+        self._lock = ProcessLock(f"the memory file {self.path}", guard=self.path is not None)
+        """Serialises the connection's use; refuses a forked child (``backends/_fork.py``)."""
         self._closed = False
-        self.pid = os.getpid()
-        """The process that opened the file (see ``backends/_fork.py``)."""
         self._data_version = 0
         self._external_change = False
         self._writes = 0
@@ -233,14 +232,13 @@ class SQLiteConnection:
     @property
     def forked(self) -> bool:
         """Whether this is a forked child of the process that opened the file (an in-memory
-        store is the child's own copy: never)."""
-        return self.path is not None and os.getpid() != self.pid
+        store is the child's own copy: never). Then every use raises, before it waits for
+        the connection's lock (a parent thread may have held it at the fork)."""
+        return self._lock.forked
 
     def _ensure_open(self) -> None:
         if self._closed:
             raise StorageError("the memory store is closed")
-        if self.forked:
-            raise opened_in_parent(f"the memory file {self.path}", self.pid)
 
     def _read_data_version(self) -> int:
         return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
