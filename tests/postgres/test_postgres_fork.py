@@ -55,6 +55,13 @@ def test_a_forked_child_cannot_use_the_parents_connections(
     out = in_child(use)
     assert out["error"][0] == "StorageError"
     assert f"opened in process {os.getpid()}" in out["error"][1]
+    for call in (  # what answers from this process's state raises too
+        backend.index_state,
+        backend.wait_for_index,
+        backend.local_namespaces,
+        lambda: backend.bind_embeddings(stream.embedding_model, 64),
+    ):
+        assert in_child(call)["error"][0] == "StorageError"
     if local_index:  # a parent thread in the local index at the fork: raised, not waited for
         local = backend._candidates.local
         assert local is not None
