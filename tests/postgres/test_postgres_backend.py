@@ -16,6 +16,7 @@ import pytest
 
 from langchain_reflective.backends.base import CounterUpdate, PendingMemory, RetrievalFilter
 from langchain_reflective.backends.postgres import PostgresBackend
+from langchain_reflective.backends.postgres.failures import ConnectionLostError
 from langchain_reflective.backends.postgres.schema import SCHEMA_VERSION
 from langchain_reflective.errors import (
     DimensionMismatchError,
@@ -776,7 +777,7 @@ def test_a_connection_dropped_in_use_is_retried_for_reads_never_for_writes(
         assert _drop_connections(postgres_url) >= 3
         assert candidates() == 3
         assert _drop_connections(postgres_url) >= 3
-        with pytest.raises(connection.ConnectionLostError, match="connection to Postgres failed"):
+        with pytest.raises(ConnectionLostError, match="connection to Postgres failed"):
             backend.delete("default", [records[0].id])  # a write: not run twice
         assert backend.count("default") == 3 and candidates() == 3
 

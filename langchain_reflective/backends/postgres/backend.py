@@ -45,8 +45,8 @@ from langchain_reflective.backends.postgres.connection import (
     Pools,
     check_connection,
     open_pool,
-    read_version,
 )
+from langchain_reflective.backends.postgres.failures import read_version
 from langchain_reflective.backends.postgres.local_index import LocalIndex
 from langchain_reflective.backends.postgres.pool_settings import sync_pool_settings
 from langchain_reflective.backends.postgres.queries import (

@@ -1,5 +1,5 @@
-"""Connections of the Postgres backend: the pools, per-connection settings, health checks and typed
-errors."""
+"""Connections of the Postgres backend: the pools, per-connection settings and health checks
+(what a failed statement means is ``failures.py``)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,16 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed, PoolTi
 
 from langchain_reflective._llm import Flow, Op, run_async, run_sync, threaded
 from langchain_reflective.backends._fork import opened_in_parent
+from langchain_reflective.backends.postgres.failures import (
+    MISSING,
+    ConnectionLostError,
+    storage_error,
+    typed_error,
+    version_after,
+)
+from langchain_reflective.backends.postgres.failures import call as _call
 from langchain_reflective.backends.postgres.pool_settings import async_pool_settings
-from langchain_reflective.errors import InvalidMemoryError, StorageError
+from langchain_reflective.errors import StorageError
 
 if TYPE_CHECKING:
     from psycopg.rows import TupleRow
@@ -32,129 +40,13 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 __all__ = [
-    "ConnectionLostError",
     "Pools",
     "aconfigure_connection",
     "check_connection",
     "configure_connection",
     "open_pool",
     "quiet_reconnects",
-    "read_version",
-    "storage_error",
-    "version_of",
 ]
-
-
-_MISSING = (pg_errors.UndefinedTable, pg_errors.UndefinedColumn)
-"""The errors of a statement that names a table or column the database does not have."""
-
-
-def storage_error(exc: BaseException, version: int | None = None) -> Exception:
-    """The package's typed error for a database error.
-
-    Args:
-        exc: the error.
-        version: for a missing table or column, the database's schema version, read after the
-            failure (``None``: unknown); it decides what the error tells the user to do.
-    """
-    if isinstance(exc, UnicodeEncodeError):
-        return InvalidMemoryError(f"text cannot be encoded as UTF-8: {exc}")
-    if isinstance(exc, pg_errors.IntegrityError):
-        return StorageError(f"could not store memories (duplicate id?): {exc}")
-    if isinstance(exc, _MISSING):
-        return _missing_error(exc, version)
-    if isinstance(exc, psycopg.OperationalError):
-        return StorageError(f"the connection to Postgres failed: {exc}")
-    return StorageError(f"the Postgres backend failed: {exc}")
-
-
-class ConnectionLostError(StorageError):
-    """The server dropped the connection a statement ran on (a restart, a failover): a
-    :class:`StorageError` that :meth:`Pools.retrying` runs again once, and after which
-    :meth:`Pools.writing` finds out whether its write committed."""
-
-
-def _typed(exc: BaseException, lost: bool) -> Exception:
-    """:func:`storage_error`, as a :class:`ConnectionLostError` when the connection was lost."""
-    error = storage_error(exc)
-    if lost and type(error) is StorageError:
-        return ConnectionLostError(str(error))
-    return error
-
-
-def _missing_error(exc: psycopg.Error, version: int | None) -> StorageError:
-    """What a missing table or column means at the database's schema ``version``."""
-    from langchain_reflective.backends.postgres.schema import SCHEMA_VERSION, newer_schema_error
-
-    detail = exc.diag.message_primary or str(exc)  # (without the statement's excerpt)
-    setup = "call PostgresBackend.setup(), which creates or upgrades them (idempotent)"
-    if version is None:  # the version could not be read
-        return StorageError(
-            f"the database's langchain-reflective tables are missing or not at this package's "
-            f"schema version ({detail}); {setup}. If another process set the database up with "
-            "a newer version of langchain-reflective, upgrade this one."
-        )
-    if version == 0:
-        return StorageError(f"the database has no langchain-reflective tables ({detail}); {setup}.")
-    if version < SCHEMA_VERSION:
-        return StorageError(
-            f"the database's langchain-reflective tables are at schema version {version}, "
-            f"this package needs {SCHEMA_VERSION} ({detail}); {setup}."
-        )
-    if version > SCHEMA_VERSION:
-        return newer_schema_error(version, detail)
-    return StorageError(
-        f"the Postgres backend failed: {detail}. The database is at this package's schema "
-        f"version ({version}), so no migration is missing: a table or column was dropped by "
-        "hand, or this is a bug in langchain-reflective (please report it with this message)."
-    )
-
-
-def _call(target: Any, name: str, *args: Any) -> Op[Any]:
-    """``target.name(*args)`` as a flow's op. psycopg's async connections, cursors and pools
-    have the sync ones' method names, so one bound method serves :func:`run_sync` and
-    :func:`run_async` (which awaits it)."""
-    method = getattr(target, name)
-    return Op(method, method, args)
-
-
-def read_version(conn: Any) -> Flow[int]:
-    """The database's schema version (0 before ``setup()``), read on ``conn``."""
-    cur = yield _call(
-        conn, "execute", "SELECT to_regclass('reflective_schema_version') IS NOT NULL"
-    )
-    found = yield _call(cur, "fetchone")
-    if not found or not found[0]:
-        return 0
-    cur = yield _call(conn, "execute", "SELECT max(version) FROM reflective_schema_version")
-    row = yield _call(cur, "fetchone")
-    return version_of(row)
-
-
-def version_of(row: Any) -> int:
-    """The schema version in ``row`` (``max(version)``; 0 when empty).
-
-    Raises:
-        StorageError: it is not an integer: the table belongs to another application.
-    """
-    value = row[0] if row else None
-    if value is None:
-        return 0
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    raise StorageError(
-        f"the table reflective_schema_version holds {value!r}, not a langchain-reflective "
-        "schema version: the database's reflective_* tables belong to another application. "
-        "Use another database (or schema) for langchain-reflective."
-    )
-
-
-def _version_after(conn: Any) -> Flow[int | None]:
-    """:func:`read_version` after a failure (``None`` if it cannot be read)."""
-    try:
-        return (yield from read_version(conn))
-    except psycopg.Error:
-        return None
 
 
 CONNECT_TIMEOUT = 10
@@ -530,13 +422,13 @@ class Pools:
                 with conn:  # (as pool.connection(): a pooled connection stays open)
                     try:
                         yield conn
-                    except _MISSING as exc:  # what to do depends on the version: read it
-                        raise storage_error(exc, run_sync(_version_after(conn))) from exc
+                    except MISSING as exc:  # what to do depends on the version: read it
+                        raise storage_error(exc, run_sync(version_after(conn))) from exc
             finally:
                 self._count(pool, -1)
                 lost = run_sync(_release(pool, conn))
         except (psycopg.Error, UnicodeEncodeError) as exc:
-            raise _typed(exc, lost) from exc
+            raise typed_error(exc, lost) from exc
 
     def retrying(self, run: Callable[[psycopg.Connection[Any]], T]) -> T:
         """``run(conn)`` on a pooled connection, and once more on another if the server dropped
@@ -624,13 +516,13 @@ class Pools:
                 async with conn:
                     try:
                         yield conn
-                    except _MISSING as exc:
-                        raise storage_error(exc, await run_async(_version_after(conn))) from exc
+                    except MISSING as exc:
+                        raise storage_error(exc, await run_async(version_after(conn))) from exc
             finally:
                 self._count(pool, -1)
                 lost = await run_async(_release(pool, conn))
         except (psycopg.Error, UnicodeEncodeError) as exc:
-            raise _typed(exc, lost) from exc
+            raise typed_error(exc, lost) from exc
 
     async def aretrying(self, run: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
         """Async twin of :meth:`retrying` (this event loop's pool)."""

@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from langchain_reflective.backends.postgres.connection import ConnectionLostError, Pools
+from langchain_reflective.backends.postgres.connection import Pools
+from langchain_reflective.backends.postgres.failures import ConnectionLostError
 from langchain_reflective.backends.postgres.queries import (
     BM25_B,
     BM25_K1,

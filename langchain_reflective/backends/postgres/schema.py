@@ -354,7 +354,7 @@ def migrate(conn: psycopg.Connection[Any]) -> None:
     Raises:
         SchemaVersionError: the database is at a newer version.
     """
-    from langchain_reflective.backends.postgres.connection import version_of
+    from langchain_reflective.backends.postgres.failures import version_of
 
     conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", SETUP_LOCK)
     conn.execute(

@@ -1,0 +1,133 @@
+"""What a failed Postgres statement means: psycopg's errors as the package's typed errors (a
+missing table explained by the database's schema version, which is read here too)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from langchain_reflective._llm import Flow, Op
+from langchain_reflective.errors import InvalidMemoryError, StorageError
+
+__all__ = [
+    "MISSING",
+    "ConnectionLostError",
+    "call",
+    "read_version",
+    "storage_error",
+    "typed_error",
+    "version_after",
+    "version_of",
+]
+
+
+MISSING = (pg_errors.UndefinedTable, pg_errors.UndefinedColumn)
+"""The errors of a statement that names a table or column the database does not have."""
+
+
+def storage_error(exc: BaseException, version: int | None = None) -> Exception:
+    """The package's typed error for a database error.
+
+    Args:
+        exc: the error.
+        version: for a missing table or column, the database's schema version, read after the
+            failure (``None``: unknown); it decides what the error tells the user to do.
+    """
+    if isinstance(exc, UnicodeEncodeError):
+        return InvalidMemoryError(f"text cannot be encoded as UTF-8: {exc}")
+    if isinstance(exc, pg_errors.IntegrityError):
+        return StorageError(f"could not store memories (duplicate id?): {exc}")
+    if isinstance(exc, MISSING):
+        return _missing_error(exc, version)
+    if isinstance(exc, psycopg.OperationalError):
+        return StorageError(f"the connection to Postgres failed: {exc}")
+    return StorageError(f"the Postgres backend failed: {exc}")
+
+
+class ConnectionLostError(StorageError):
+    """The server dropped the connection a statement ran on (a restart, a failover): a
+    :class:`StorageError` that :meth:`Pools.retrying` runs again once, and after which
+    :meth:`Pools.writing` finds out whether its write committed."""
+
+
+def typed_error(exc: BaseException, lost: bool) -> Exception:
+    """:func:`storage_error`, as a :class:`ConnectionLostError` when the connection was lost."""
+    error = storage_error(exc)
+    if lost and type(error) is StorageError:
+        return ConnectionLostError(str(error))
+    return error
+
+
+def _missing_error(exc: psycopg.Error, version: int | None) -> StorageError:
+    """What a missing table or column means at the database's schema ``version``."""
+    from langchain_reflective.backends.postgres.schema import SCHEMA_VERSION, newer_schema_error
+
+    detail = exc.diag.message_primary or str(exc)  # (without the statement's excerpt)
+    setup = "call PostgresBackend.setup(), which creates or upgrades them (idempotent)"
+    if version is None:  # the version could not be read
+        return StorageError(
+            f"the database's langchain-reflective tables are missing or not at this package's "
+            f"schema version ({detail}); {setup}. If another process set the database up with "
+            "a newer version of langchain-reflective, upgrade this one."
+        )
+    if version == 0:
+        return StorageError(f"the database has no langchain-reflective tables ({detail}); {setup}.")
+    if version < SCHEMA_VERSION:
+        return StorageError(
+            f"the database's langchain-reflective tables are at schema version {version}, "
+            f"this package needs {SCHEMA_VERSION} ({detail}); {setup}."
+        )
+    if version > SCHEMA_VERSION:
+        return newer_schema_error(version, detail)
+    return StorageError(
+        f"the Postgres backend failed: {detail}. The database is at this package's schema "
+        f"version ({version}), so no migration is missing: a table or column was dropped by "
+        "hand, or this is a bug in langchain-reflective (please report it with this message)."
+    )
+
+
+def call(target: Any, name: str, *args: Any) -> Op[Any]:
+    """``target.name(*args)`` as a flow's op. psycopg's async connections, cursors and pools
+    have the sync ones' method names, so one bound method serves :func:`run_sync` and
+    :func:`run_async` (which awaits it)."""
+    method = getattr(target, name)
+    return Op(method, method, args)
+
+
+def read_version(conn: Any) -> Flow[int]:
+    """The database's schema version (0 before ``setup()``), read on ``conn``."""
+    cur = yield call(conn, "execute", "SELECT to_regclass('reflective_schema_version') IS NOT NULL")
+    found = yield call(cur, "fetchone")
+    if not found or not found[0]:
+        return 0
+    cur = yield call(conn, "execute", "SELECT max(version) FROM reflective_schema_version")
+    row = yield call(cur, "fetchone")
+    return version_of(row)
+
+
+def version_of(row: Any) -> int:
+    """The schema version in ``row`` (``max(version)``; 0 when empty).
+
+    Raises:
+        StorageError: it is not an integer: the table belongs to another application.
+    """
+    value = row[0] if row else None
+    if value is None:
+        return 0
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise StorageError(
+        f"the table reflective_schema_version holds {value!r}, not a langchain-reflective "
+        "schema version: the database's reflective_* tables belong to another application. "
+        "Use another database (or schema) for langchain-reflective."
+    )
+
+
+def version_after(conn: Any) -> Flow[int | None]:
+    """:func:`read_version` after a failure (``None`` if it cannot be read)."""
+    try:
+        return (yield from read_version(conn))
+    except psycopg.Error:
+        return None
