@@ -8,12 +8,12 @@ statement of ``queries.candidates_sql`` (one round trip, fetched in binary).
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from typing import Any
 
 import psycopg
 
+from langchain_reflective._llm import Flow, Op, run_async, run_sync, threaded
 from langchain_reflective.backends.postgres.connection import Pools
 from langchain_reflective.backends.postgres.local_index import LocalIndex
 from langchain_reflective.backends.postgres.queries import CandidateQuery, candidates_sql
@@ -73,19 +73,8 @@ class CandidateSource:
         exact: bool,
     ) -> CandidateSet:
         """The candidates: the local index's, else the server's statement (one round trip)."""
-        self._pools.check_process()  # (before the local index's locks)
-        _check(dimension, vector)
         ask = (namespace, query, vector, k, filter, config, exact)
-        found = self._local(*ask)
-        if found is not None:
-            return found
-        sql, params = self._statement(*ask)
-
-        def run(conn: psycopg.Connection[Any]) -> Any:
-            self._index.prepare(conn)
-            return conn.execute(sql, params, binary=True).fetchone()
-
-        return candidate_set(self._pools.retrying(run), config, exact)
+        return run_sync(self._gather(dimension, *ask))
 
     async def aget(
         self,
@@ -102,22 +91,12 @@ class CandidateSource:
         """Async twin of :meth:`get`: the local index in a worker thread (its catch-up is a
         statement on the sync pool, its ranking 1-5 ms of CPU), the server's statement on this
         event loop's pool."""
-        self._pools.check_process()
-        _check(dimension, vector)
         ask = (namespace, query, vector, k, filter, config, exact)
-        found = None if self.local is None else await asyncio.to_thread(self._local, *ask)
-        if found is not None:
-            return found
-        sql, params = self._statement(*ask)
+        return await run_async(self._gather(dimension, *ask))
 
-        async def run(conn: psycopg.AsyncConnection[Any]) -> Any:
-            await self._index.aprepare(conn)
-            return await (await conn.execute(sql, params, binary=True)).fetchone()
-
-        return candidate_set(await self._pools.aretrying(run), config, exact)
-
-    def _local(
+    def _gather(
         self,
+        dimension: int | None,
         namespace: str,
         query: str,
         vector: F32,
@@ -125,14 +104,32 @@ class CandidateSource:
         flt: RetrievalFilter,
         config: ScoringConfig,
         exact: bool,
-    ) -> CandidateSet | None:
-        """The local index's candidates, or ``None`` (no local index, or it does not hold the
-        namespace yet)."""
-        if self.local is None:
-            return None
-        return self.local.candidates(
-            namespace, query, vector, k=k, filter=flt, config=config, exact=exact
-        )
+    ) -> Flow[CandidateSet]:
+        """:meth:`get`'s flow, written once for both: the local index, else the statement."""
+        self._pools.check_process()  # (before the local index's locks)
+        _check(dimension, vector)
+        local = self.local
+        if local is not None:
+            found: CandidateSet | None = yield Op(
+                local.candidates,
+                threaded(local.candidates),
+                (namespace, query, vector),
+                {"k": k, "filter": flt, "config": config, "exact": exact},
+            )
+            if found is not None:  # (None: the namespace is not held yet)
+                return found
+        sql, params = self._statement(namespace, query, vector, k, flt, config, exact)
+
+        def run(conn: psycopg.Connection[Any]) -> Any:
+            self._index.prepare(conn)
+            return conn.execute(sql, params, binary=True).fetchone()
+
+        async def arun(conn: psycopg.AsyncConnection[Any]) -> Any:
+            await self._index.aprepare(conn)
+            return await (await conn.execute(sql, params, binary=True)).fetchone()
+
+        row = yield Op(lambda: self._pools.retrying(run), lambda: self._pools.aretrying(arun))
+        return candidate_set(row, config, exact)
 
     def _statement(
         self,
