@@ -321,12 +321,17 @@ async def test_apreload_loads_in_a_worker_thread(
         await backend.aclose()
 
 
+@pytest.mark.parametrize("wait", [False, True], ids=["background", "in-thread"])
 def test_a_load_that_fails_is_logged_and_not_tried_again_at_once(
     postgres_url: str,
     server: PostgresBackend,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
+    wait: bool,
 ) -> None:
+    """A load that fails (here: no memory for the namespace), in the background or in the
+    retrieving thread (``local_index_wait``), leaves the retrievals to the server, is logged
+    once and is not tried again before ``RETRY_AFTER``."""
     _fill(server, 20)
     attempts: list[str] = []
 
@@ -337,7 +342,10 @@ def test_a_load_that_fails_is_logged_and_not_tried_again_at_once(
     monkeypatch.setattr(local_index, "_read_rows", broken)
     vector = _unit(np.random.default_rng(2), 1)[0]
     want = _ranking(server, vector, exact=True)[0]
-    with _open(postgres_url, local_index=True) as backend, caplog.at_level(logging.WARNING):
+    with (
+        _open(postgres_url, local_index=True, local_index_wait=wait) as backend,
+        caplog.at_level(logging.WARNING),
+    ):
         for _ in range(3):
             assert _ranking(backend, vector)[0] == want  # the server's answer meanwhile
             held = backend._candidates.local

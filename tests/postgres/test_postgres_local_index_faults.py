@@ -3,7 +3,6 @@ found in review (each failed before its fix)."""
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from datetime import timedelta
@@ -53,35 +52,6 @@ def test_local_index_max_memories_bounds_what_is_held_after_namespaces_grow(
         _fill(server, 5, namespace="b", seed=5)  # "b" grows within the bound: still held
         _assert_same(backend, server, "b")
         assert _held(backend) == {"b": 15}
-
-
-def test_a_load_that_fails_in_the_retrieving_thread_is_answered_by_the_server(
-    postgres_url: str,
-    server: PostgresBackend,  # noqa: F811
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """With ``local_index_wait=True`` a load that fails (here: no memory for the namespace)
-    fails the user's retrieval -- the server could have answered it, as it does for a load
-    that fails in the background -- and every later retrieval reads the namespace again and
-    fails again (no ``RETRY_AFTER``)."""
-    _fill(server, 20)
-    attempts: list[str] = []
-
-    def broken(conn: Any, part: Any, namespace: str, *args: Any) -> int:
-        attempts.append(namespace)
-        raise MemoryError("no room for the namespace")
-
-    monkeypatch.setattr(local_index, "_read_rows", broken)
-    vector = _unit(np.random.default_rng(2), 1)[0]
-    want = _ranking(server, vector, exact=True)[0]
-    with (
-        _open(postgres_url, local_index=True, local_index_wait=True) as backend,
-        caplog.at_level(logging.WARNING),
-    ):
-        for _ in range(3):
-            assert _ranking(backend, vector)[0] == want  # the server's answer
-        assert attempts == ["default"]  # tried once, then not before RETRY_AFTER
 
 
 def test_a_connection_lost_while_catching_up_is_retried_as_the_servers_statement_is(
