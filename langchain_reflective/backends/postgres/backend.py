@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -196,7 +195,6 @@ class PostgresBackend(BaseMemoryBackend):
             lexical=int(lexical_candidates),
             local=local,
         )
-        self._lock = threading.Lock()
         self._dimension: int | None = None
         self._model: str | None = None
         self._vector_type: int | None = None
