@@ -9,8 +9,10 @@ until ``/slots`` shows it generating, then, by ``mode``:
 * ``timeout``: ``stop(timeout=0.0)``; prints ``STOPPED running=<is_running>`` and
   ``BUSY <whether the server is still generating>``, then exits with the call running;
 * ``exit``: prints ``EXITING`` and exits with the call running (the ``atexit`` stop);
-* ``interrupt``: ``stop()`` interrupted by Ctrl-C (SIGINT) while it waits; prints
-  ``INTERRUPTED running=<is_running>``, then exits with the call running.
+* ``interrupt``: ``stop()`` interrupted by Ctrl-C (SIGINT) once it is waiting for the call
+  (a longer one: 256 tokens, seconds of generation); prints ``INTERRUPTED
+  running=<is_running>``, then exits with the call running. A ``stop()`` that returns instead
+  prints ``NOT INTERRUPTED`` with how long it took and whether the call was still running.
 
 The thread prints ``CALL ...`` when its call returns. The parent runs this under a timeout:
 a stop that hangs shows as a child that never ends.
@@ -45,7 +47,7 @@ def _port_open(port: int) -> bool:
 def main(mode: str) -> None:
     server = LocalChatServer().start()
     address, port = server.address, server.port
-    tokens = 64
+    tokens = 256 if mode == "interrupt" else 64
     llm = server.chat_model(max_tokens=tokens, timeout=600, extra_body={"ignore_eos": True})
 
     def call() -> None:
@@ -71,11 +73,31 @@ def main(mode: str) -> None:
         print(f"STOPPED running={server.is_running}", flush=True)
         print(f"BUSY {_busy(address)}", flush=True)
     elif mode == "interrupt":
-        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+        waiting = threading.Event()
+        wait_idle = LocalChatServer._wait_idle
+
+        def watched(address: str, deadline: float) -> bool:
+            waiting.set()
+            return wait_idle(address, deadline)
+
+        def interrupt() -> None:  # Ctrl-C while stop() waits (not before it began to)
+            waiting.wait(timeout=30)
+            time.sleep(0.1)
+            os.kill(os.getpid(), signal.SIGINT)
+
+        LocalChatServer._wait_idle = staticmethod(watched)  # type: ignore[method-assign]
+        threading.Thread(target=interrupt, daemon=True).start()
+        began = time.monotonic()
         try:
             server.stop()
         except KeyboardInterrupt:
             print(f"INTERRUPTED running={server.is_running}", flush=True)
+        else:
+            print(
+                f"NOT INTERRUPTED after {time.monotonic() - began:.2f} s, "
+                f"call running={thread.is_alive()}",
+                flush=True,
+            )
     else:
         print("EXITING", flush=True)
 
