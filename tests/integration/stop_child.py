@@ -86,6 +86,9 @@ def main(mode: str) -> None:
             os.kill(os.getpid(), signal.SIGINT)
 
         LocalChatServer._wait_idle = staticmethod(watched)  # type: ignore[method-assign]
+        # Ctrl-C as in a terminal: a process started from a shell without job control (CI in
+        # the background) inherits SIGINT ignored, and Python then raises nothing for it
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         threading.Thread(target=interrupt, daemon=True).start()
         began = time.monotonic()
         try:
