@@ -47,7 +47,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import logging
-import os
 import threading
 import time
 import weakref
@@ -58,6 +57,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from langchain_reflective._background import PendingDrainer, describe_error
 from langchain_reflective._closing import Closing
 from langchain_reflective._trigger import ReflectionTrigger
+from langchain_reflective.backends._fork import ProcessGuard
 from langchain_reflective.errors import StorageError
 from langchain_reflective.memory_config import MemoryConfig, QuarantinedMemory, ReflectionFailure
 from langchain_reflective.pending_drain import PendingDrain
@@ -157,7 +157,7 @@ class ReflectiveMemory(Closing):
             failed=self._record_failure,
         )
         self._drainer = PendingDrainer(self._drain)
-        self._pid = os.getpid()
+        self._process = ProcessGuard("this ReflectiveMemory")
         """The process whose threads do the background work (a forked child has none)."""
         self._errors_lock = threading.Lock()
         self.errors: list[ReflectionFailure] = []
@@ -311,7 +311,7 @@ class ReflectiveMemory(Closing):
             background work is the parent's (its threads are not in the child, and its stream
             cannot be used there), so there is nothing to wait for.
         """
-        if os.getpid() != self._pid:
+        if self._process.forked:
             return False
         deadline = None if timeout is None else time.monotonic() + timeout
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from langchain_reflective.errors import StorageError
 
-__all__ = ["ProcessLock", "opened_in_parent"]
+__all__ = ["ProcessGuard", "ProcessLock", "opened_in_parent"]
 
 
 def opened_in_parent(what: str, pid: int) -> StorageError:
@@ -32,6 +32,33 @@ def opened_in_parent(what: str, pid: int) -> StorageError:
     )
 
 
+class ProcessGuard:
+    """Remembers the process that made it: :attr:`forked` in any other (a forked child).
+
+    Args:
+        what: what it guards, for the error ("the memory file ...").
+        guard: ``False`` never reports a fork (e.g. an in-memory store, which is the child's
+            own copy).
+    """
+
+    __slots__ = ("guard", "pid", "what")
+
+    def __init__(self, what: str, *, guard: bool = True) -> None:
+        self.what = what
+        self.guard = guard
+        self.pid = os.getpid()
+
+    @property
+    def forked(self) -> bool:
+        """Whether this is a forked child of the process that made the guard (when guarded)."""
+        return self.guard and os.getpid() != self.pid
+
+    def check(self) -> None:
+        """Raise :func:`opened_in_parent`'s error in a forked child (when guarded)."""
+        if self.forked:
+            raise opened_in_parent(self.what, self.pid)
+
+
 class ProcessLock:
     """A re-entrant lock that, in a forked child of the process that made it, raises
     :func:`opened_in_parent`'s error instead of waiting for it (with ``guard``).
@@ -42,26 +69,15 @@ class ProcessLock:
             in-memory store, which is the child's own copy).
     """
 
-    __slots__ = ("_guard", "_lock", "_what", "pid")
+    __slots__ = ("_lock", "process")
 
     def __init__(self, what: str, *, guard: bool = True) -> None:
         self._lock = threading.RLock()
-        self._what = what
-        self._guard = guard
-        self.pid = os.getpid()
-
-    @property
-    def forked(self) -> bool:
-        """Whether this is a guarded lock in a forked child of the process that made it."""
-        return self._guard and os.getpid() != self.pid
-
-    def check(self) -> None:
-        """Raise :func:`opened_in_parent`'s error in a forked child (when guarded)."""
-        if self._guard and os.getpid() != self.pid:
-            raise opened_in_parent(self._what, self.pid)
+        self.process = ProcessGuard(what, guard=guard)
+        """The process that made the lock (:attr:`ProcessGuard.forked`)."""
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        self.check()
+        self.process.check()
         return self._lock.acquire(blocking, timeout)
 
     def release(self) -> None:

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import logging
 import math
-import os
 import re
 import threading
 import time
@@ -22,7 +21,7 @@ from psycopg import errors as pg_errors
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed, PoolTimeout
 
 from langchain_reflective._llm import Flow, Op, run_async, run_sync, threaded
-from langchain_reflective.backends._fork import opened_in_parent
+from langchain_reflective.backends._fork import ProcessGuard
 from langchain_reflective.backends.postgres.failures import (
     MISSING,
     ConnectionLostError,
@@ -293,19 +292,18 @@ class Pools:
         self._busy: dict[int, int] = {}  # id(pool): its connections at work here
         self._lock = threading.Lock()
         self.closed = False
-        self.pid = os.getpid()
+        self.process = ProcessGuard("this PostgresBackend")
         """The process that opened the pools (see ``backends/_fork.py``)."""
 
     @property
     def forked(self) -> bool:
         """Whether this is a forked child of the process that opened the pools."""
-        return os.getpid() != self.pid
+        return self.process.forked
 
     def check_process(self) -> None:
         """Raise in a forked child of the process that opened the pools, before anything
         takes a lock a parent thread may have held at the fork (``backends/_fork.py``)."""
-        if os.getpid() != self.pid:
-            raise opened_in_parent("this PostgresBackend", self.pid)
+        self.process.check()
 
     def _check_usable(self) -> None:
         if self.closed:

@@ -171,7 +171,7 @@ class SQLiteBackend(BaseMemoryBackend):
     def close(self) -> None:
         """Write the vector-index caches and close the file. Idempotent. In a forked child
         of the process that opened the file it only forgets it (``backends/_fork.py``)."""
-        if self._lock.forked or self.store.forked:  # (without waiting for the parent's lock)
+        if self._lock.process.forked or self.store.forked:  # (not waiting for the parent lock)
             self._closed = True
             self._partitions = {}
             self.store.close()

@@ -234,7 +234,7 @@ class SQLiteConnection:
         """Whether this is a forked child of the process that opened the file (an in-memory
         store is the child's own copy: never). Then every use raises, before it waits for
         the connection's lock (a parent thread may have held it at the fork)."""
-        return self._lock.forked
+        return self._lock.process.forked
 
     def _ensure_open(self) -> None:
         if self._closed:
