@@ -17,7 +17,6 @@ from langchain_reflective.backends.sqlite import candidates as cand
 from langchain_reflective.backends.sqlite._arrays import TopRows
 from langchain_reflective.backends.sqlite.lexical import BM25Index, QueryScores
 from langchain_reflective.backends.sqlite.partition import Partition as _Partition
-from langchain_reflective.backends.sqlite.partition import rows_of_seqs as _rows_of_seqs
 from langchain_reflective.backends.sqlite.partition import top_cache_rows as _top_cache_rows
 from langchain_reflective.records import OBSERVATION, REFLECTION
 from langchain_reflective.scoring import (
@@ -517,25 +516,39 @@ def _copy_top(cache: TopRows) -> TopRows:
     return copy
 
 
-def test_rows_of_seqs_equals_rows_of() -> None:
-    rng = np.random.default_rng(8)
-    consecutive = _Partition("ns", DIM, 0)
-    vectors = np.eye(DIM, dtype=np.float32)[np.arange(300) % DIM]
-    kinds = [OBSERVATION] * 300
-    ones = [1.0] * 300
-    consecutive.append(np.arange(50, 350), vectors, ones, ones, [0.5] * 300, kinds, None)
-    gaps = _Partition("ns", DIM, 0)
-    gapped = np.sort(rng.choice(5000, 300, replace=False)) + 1
-    gaps.append(gapped, vectors, ones, ones, [0.5] * 300, kinds, None)
-    for part in (consecutive, gaps):
-        seqs_all = part.seqs.view
-        for wanted in (
-            rng.choice(seqs_all, 40),
-            np.array([seqs_all[0] - 1, seqs_all[-1] + 1, seqs_all[3]]),  # unknown ones dropped
-            np.zeros(0, dtype=np.int64),
-        ):
-            wanted = np.asarray(wanted, dtype=np.int64)
-            np.testing.assert_array_equal(_rows_of_seqs(part, wanted), part.rows_of(wanted))
+@pytest.mark.parametrize("spread", [0, 2, 3, 6, 40, 100_000])
+def test_rows_of_equals_a_dictionary_while_the_partition_grows(spread: int) -> None:
+    """Consecutive keys (``spread`` 0: by subtraction) and keys with gaps (other namespaces'
+    keys in between: by the key table up to a spread of eight keys a row, by binary search
+    beyond): the same rows every way, before and after appends (the table extends and
+    grows), deleted rows included, unknown keys dropped, order and repeats kept."""
+    rng = np.random.default_rng(spread)
+    part = _Partition("ns", DIM, 0)
+    reference: dict[int, int] = {}
+    last = 1000
+    for batch in (300, 1, 700, 2000):
+        gaps = rng.integers(1, 2 * spread, size=batch) if spread else np.ones(batch, np.int64)
+        seqs = last + np.cumsum(gaps)
+        last = int(seqs[-1])
+        for seq in seqs.tolist():
+            reference[seq] = len(reference)
+        vectors = np.eye(DIM, dtype=np.float32)[np.arange(batch) % DIM]
+        ones = [1.0] * batch
+        part.append(seqs, vectors, ones, ones, [0.5] * batch, [OBSERVATION] * batch, None)
+        part.delete_rows(np.array([len(part) - 1]))  # tombstones keep their rows
+        held = np.fromiter(reference, dtype=np.int64)
+        wanted = np.concatenate(
+            (
+                rng.choice(held, 500),  # repeats and any order
+                np.array([999, last + 1, held[0] + 1 if spread > 1 else 999]),  # unknown
+                held[-3:],
+            )
+        )
+        expected = [reference[s] for s in wanted.tolist() if s in reference]
+        got = part.rows_of(wanted)
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, expected)
+    assert (part._keys is None) == (spread > 8 or spread == 0)  # a table only where needed
 
 
 def test_score_rows_without_observations_equal_the_reference() -> None:

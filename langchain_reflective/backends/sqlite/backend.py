@@ -44,7 +44,7 @@ from langchain_reflective.backends.sqlite.candidates import (
     DEFAULT_EXACT_LIMIT,
 )
 from langchain_reflective.backends.sqlite.connection import memory_file
-from langchain_reflective.backends.sqlite.partition import Partition, rows_of_seqs
+from langchain_reflective.backends.sqlite.partition import Partition
 from langchain_reflective.backends.sqlite.record_store import BaseRecordStore
 from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
 from langchain_reflective.errors import DimensionMismatchError, StorageError
@@ -354,7 +354,7 @@ class SQLiteBackend(BaseMemoryBackend):
             if part is not None and records:
                 stamp = when.timestamp()
                 touched = keys if len(records) == len(keys) else list(records)
-                rows = rows_of_seqs(part, np.asarray(touched, dtype=np.int64))
+                rows = part.rows_of(np.asarray(touched, dtype=np.int64))
                 part.touched(rows, stamp)
                 part.accessed.view[rows] = stamp
                 part.columns_generation = None  # the column snapshot no longer holds

@@ -22,7 +22,6 @@ from langchain_reflective.backends.sqlite._arrays import TopRows
 from langchain_reflective.backends.sqlite.index.faiss_flat import _BY_INDEX_MIN_DIM
 from langchain_reflective.backends.sqlite.partition import (
     Partition,
-    rows_of_seqs,
     top_cache_rows,
     unique_rows,
 )
@@ -235,13 +234,13 @@ def gather(
             return None
         dense_want = int(min(part.live, want * min(16, math.ceil(part.live / matched))))
     best_seqs, probed = part.ann.search_lists(qvec, dense_want, ann_nprobe)
-    dense = rows_of_seqs(part, best_seqs)  # best first
+    dense = part.rows_of(best_seqs)  # best first
     pieces: list[I64] = [dense]
     if lex is not None and probed.shape[0]:
         # every row of the probed IVF lists that also matches the query lexically: fairly
         # close in meaning and sharing a word scores like the dense and BM25 leaders (0.6 *
         # cosine + 0.4 * BM25) without being in either top list
-        looked_at = rows_of_seqs(part, probed)
+        looked_at = part.rows_of(probed)
         pieces.append(looked_at[lex.matched(looked_at)])
     pending: I64 | None = None
     if part.ann_upto < len(part):
