@@ -23,8 +23,8 @@ Per size, each system gets a fresh database on the same server:
   process.
 
 Every latency figure is one timed pass over the queries after one untimed pass over the same
-queries (warm caches on both sides; before 2026-11-27 late evening there was none, and the first
-timed pass of each system read cold pages).
+queries (warm caches on both sides; until 2026-11-28 there was none, and the first timed pass
+of each system read cold pages).
 
 Run through ``scale.py`` (``python benchmarks/scale.py --backend postgres``) or directly::
 
