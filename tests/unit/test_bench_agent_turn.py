@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "agent_turn.py"
+from tests.benchmark_scripts import benchmark_script
 
 
 def test_the_turn_path_makes_no_memory_llm_call_after_and_one_before(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location("bench_agent_turn", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
+    with benchmark_script("agent_turn") as module:
         out = tmp_path / "agent_turn.json"
         result = module.main(
             [
@@ -33,8 +26,6 @@ def test_the_turn_path_makes_no_memory_llm_call_after_and_one_before(tmp_path: P
                 str(out),
             ]
         )
-    finally:
-        sys.modules.pop(spec.name, None)
     before, after = result["modes"]
     assert before["mode"] == "before" and before["memory_llm_calls_on_path_max"] == 1
     assert after["mode"] == "after" and after["memory_llm_calls_on_path_max"] == 0

@@ -3,9 +3,7 @@ namespace's keys have gaps (so retrieval finds rows through the key table), alon
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -13,20 +11,13 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "shared_namespaces.py"
+from tests.benchmark_scripts import benchmark_script
 
 
 @pytest.fixture
 def bench() -> Iterator[ModuleType]:
-    spec = importlib.util.spec_from_file_location("bench_shared_namespaces", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
+    with benchmark_script("shared_namespaces") as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 def test_the_shared_layout_interleaves_keys_and_the_run_writes_both_layouts(

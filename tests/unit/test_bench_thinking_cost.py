@@ -3,27 +3,18 @@ hits only, never times."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "thinking_cost.py"
+from tests.benchmark_scripts import benchmark_script
 
 
 def test_session_counts_and_recall_hits(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location("bench_thinking_cost", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
+    with benchmark_script("thinking_cost") as module:
         out = tmp_path / "thinking_cost.json"
         argv = ["--turns", "8", "--recall-size", "60", "--queries", "5", "--output", str(out)]
         result = module.main([*argv, "--context-tokens", "300"])
         extractive = module.main([*argv, "--summaries", "extractive"])
-    finally:
-        sys.modules.pop(spec.name, None)
     session = result["session"]
     rows = session["rows"]
     # two rounds + one summary per turn with summaries; two rounds without
