@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from langchain_reflective.backends.sqlite import lexical
 from langchain_reflective.backends.sqlite.lexical import ENGLISH_STOPWORDS, BM25Index
 
 CORPUS = [
@@ -372,6 +373,99 @@ def test_query_scores_top_when_rows_match_many_terms() -> None:
         with index.query_scores("alpha beta gamma") as found:
             np.testing.assert_array_equal(found.top(k), index.search("alpha beta gamma", k)[0])
             assert found.max() == float(index.search("alpha beta gamma", 1)[1][0])
+
+
+def _top_tiers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Spy on ``QueryScores.top``: the postings each try of a score floor kept."""
+    kept: list[int] = []
+    real = lexical._row_keys
+
+    def spy(rows: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        kept.append(int(rows.shape[0]))
+        return real(rows, scores)
+
+    monkeypatch.setattr(lexical, "_row_keys", spy)
+    return kept
+
+
+def test_query_scores_top_takes_the_sampled_floor_on_many_matches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Zipf-like words: a query of common words matches thousands of rows, a few of them twice
+    rng = np.random.default_rng(21)
+    words = [f"w{i}" for i in range(300)]
+    weights = 1.0 / np.arange(1, 301)
+    docs = [" ".join(rng.choice(words, 8, p=weights / weights.sum())) for _ in range(6000)]
+    index = BM25Index()
+    index.add(docs)
+    index.remove(list(range(0, 6000, 11)))
+    kept = _top_tiers(monkeypatch)
+    for query in ("w1 w2", "w3 w7 w40", "w0"):
+        for k in (1, 4, 10, 40):
+            kept.clear()
+            with index.query_scores(query) as found:
+                postings = found._postings
+                assert postings is not None
+                np.testing.assert_array_equal(found.top(k), index.search(query, k)[0])
+            # one try, with a floor that kept a small share of the postings
+            assert len(kept) == 1 and kept[0] < postings.shape[0] // 4, (query, k, kept)
+
+
+def test_query_scores_top_when_the_sampled_floor_keeps_too_few_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # every matching row holds all six query terms: the best ~4k postings are ~4k/6 rows,
+    # fewer than k, so the exact floor (k * 6 postings) answers
+    rng = np.random.default_rng(5)
+    fill = [f"f{i}" for i in range(50)]
+    docs = [
+        "ab cd ef gh ij kl " + " ".join(rng.choice(["ab", "cd", *fill], rng.integers(0, 60)))
+        for _ in range(700)
+    ]
+    index = BM25Index()
+    index.add(docs)
+    kept = _top_tiers(monkeypatch)
+    for k in (16, 32, 64):
+        kept.clear()
+        with index.query_scores("ab cd ef gh ij kl") as found:
+            np.testing.assert_array_equal(found.top(k), index.search("ab cd ef gh ij kl", k)[0])
+        assert len(kept) == 2 and kept[0] < 6 * k <= kept[1], (k, kept)
+
+
+def test_query_scores_top_counts_every_match_when_the_floors_fail(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a broken promise: told that the query has one term, k postings of rows that hold all
+    # three terms are k / 3 rows; the answer still comes out whole, by counting every match
+    index = BM25Index()
+    index.add(["alpha beta gamma" + " xx" * i for i in range(300)] + ["alpha"] * 200)
+    called: list[int] = []
+    real = lexical.QueryScores._top_of_matches
+
+    def spy(self: lexical.QueryScores, k: int) -> np.ndarray:
+        called.append(k)
+        return real(self, k)
+
+    monkeypatch.setattr(lexical.QueryScores, "_top_of_matches", spy)
+    for k in (1, 7, 120, 300, 500, 800, 1000, 1100, 2000):
+        called.clear()
+        with index.query_scores("alpha beta gamma") as found:
+            found._terms = 1
+            top = found.top(k)
+        np.testing.assert_array_equal(top, index.search("alpha beta gamma", k)[0])
+        # 1,100 postings: from k = 275 on, no sampled floor; from k = 1,100 on, no floor
+        if k >= 275:
+            assert called == ([k] if k < 1100 else []), k
+
+
+def test_query_scores_top_breaks_ties_by_row() -> None:
+    index = BM25Index()
+    index.add(["alpha beta"] * 400 + ["beta alpha"] * 400 + ["gamma"] * 10)
+    index.remove([0, 5, 401])
+    live = np.array([r for r in range(800) if r not in (0, 5, 401)])
+    for k in (1, 3, 50, 200, 797, 900):
+        with index.query_scores("alpha beta") as found:
+            np.testing.assert_array_equal(found.top(k), live[:k])
 
 
 def _as_terms(index: BM25Index, texts: list[str]) -> tuple[list[list[str]], list[list[int]]]:
