@@ -8,14 +8,15 @@ keeps the postings at or above a score floor estimated from every 16th posting a
 those (see its docstring for why the answer is exact).
 
 This builds a ``BM25Index`` over the synthetic texts of ``benchmarks/scale.py`` (8 words from a
-5,000-word vocabulary; ``--context`` indexes each with the previous text too, as the stream does
-with ``ScoringConfig.lexical_context``), then for each query of ``scale.make_queries`` times both
-ways on the same ``query_scores`` buffer, one after the other, and checks that they return the
-same rows. Median of ``--rounds`` passes after one warm-up pass.
+5,000-word vocabulary), each indexed with the previous text too, as the default scoring does
+(``ScoringConfig.lexical_context``; ``--no-context``: each text alone). Then, for each query
+of ``scale.make_queries``, it times both ways on the same ``query_scores`` buffer, one after
+the other, and checks that they return the same rows. Median of ``--rounds`` passes after one
+warm-up pass.
 
 Run::
 
-    python benchmarks/lexical_top.py --sizes 100000,1000000
+    python benchmarks/lexical_top.py --sizes 100000,1000000 [--no-context]
 
 Prints a table and writes ``benchmarks/results/lexical_top.json``. Timings are wall-clock on the
 machine that runs it; nothing here asserts on time.
@@ -115,7 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--k", type=int, default=DEFAULT_ANN_CANDIDATES)
-    parser.add_argument("--context", action="store_true", help="index each text with the last")
+    parser.add_argument(
+        "--context",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="index each text with the previous one (the default scoring's lexical context)",
+    )
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     results: list[dict[str, Any]] = []

@@ -34,7 +34,7 @@ def test_the_run_times_both_ways_and_the_floor_is_taken(
     monkeypatch.setattr(lexical, "_row_keys", spy)
     out = tmp_path / "result.json"
     argv = ["--sizes", "20000", "--queries", "5", "--rounds", "1", "--k", "8"]
-    bench.main([*argv, "--context", "--output", str(out)])
+    bench.main([*argv, "--output", str(out)])
     (row,) = json.loads(out.read_text())["results"]
     assert row["n"] == 20000 and row["context"] is True
     assert set(row["top_ms"]) == set(bench.WAYS)
