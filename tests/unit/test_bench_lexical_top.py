@@ -11,7 +11,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from langchain_reflective.backends.sqlite import lexical
+from langchain_reflective.backends.sqlite import lexical, lexical_scores
 from tests.benchmark_scripts import benchmark_script
 
 
@@ -25,13 +25,13 @@ def test_the_run_times_both_ways_and_the_floor_is_taken(
     bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     kept: list[int] = []
-    real = lexical._row_keys
+    real = lexical_scores._row_keys
 
     def spy(rows: np.ndarray, scores: np.ndarray) -> np.ndarray:
         kept.append(int(rows.shape[0]))
         return real(rows, scores)
 
-    monkeypatch.setattr(lexical, "_row_keys", spy)
+    monkeypatch.setattr(lexical_scores, "_row_keys", spy)
     out = tmp_path / "result.json"
     argv = ["--sizes", "20000", "--queries", "5", "--rounds", "1", "--k", "8"]
     bench.main([*argv, "--output", str(out)])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from langchain_reflective.backends.sqlite import lexical
+from langchain_reflective.backends.sqlite import lexical, lexical_scores
 from langchain_reflective.backends.sqlite.lexical import ENGLISH_STOPWORDS, BM25Index
 
 CORPUS = [
@@ -378,13 +378,13 @@ def test_query_scores_top_when_rows_match_many_terms() -> None:
 def _top_tiers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Spy on ``QueryScores.top``: the postings each try of a score floor kept."""
     kept: list[int] = []
-    real = lexical._row_keys
+    real = lexical_scores._row_keys
 
     def spy(rows: np.ndarray, scores: np.ndarray) -> np.ndarray:
         kept.append(int(rows.shape[0]))
         return real(rows, scores)
 
-    monkeypatch.setattr(lexical, "_row_keys", spy)
+    monkeypatch.setattr(lexical_scores, "_row_keys", spy)
     return kept
 
 
