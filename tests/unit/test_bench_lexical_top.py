@@ -11,8 +11,9 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from langchain_reflective.backends.sqlite import lexical, lexical_scores
+from langchain_reflective.backends.sqlite import lexical
 from tests.benchmark_scripts import benchmark_script
+from tests.unit.test_lexical import _top_tiers
 
 
 @pytest.fixture
@@ -24,14 +25,7 @@ def bench() -> Iterator[ModuleType]:
 def test_the_run_times_both_ways_and_the_floor_is_taken(
     bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    kept: list[int] = []
-    real = lexical_scores._row_keys
-
-    def spy(rows: np.ndarray, scores: np.ndarray) -> np.ndarray:
-        kept.append(int(rows.shape[0]))
-        return real(rows, scores)
-
-    monkeypatch.setattr(lexical_scores, "_row_keys", spy)
+    kept = _top_tiers(monkeypatch)
     out = tmp_path / "result.json"
     argv = ["--sizes", "20000", "--queries", "5", "--rounds", "1", "--k", "8"]
     bench.main([*argv, "--output", str(out)])
