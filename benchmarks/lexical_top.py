@@ -34,27 +34,24 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scale import iter_chunks, machine, make_queries
+from scale import DIM, iter_chunks, machine, make_queries
 
 from langchain_reflective.backends.sqlite.candidates import DEFAULT_ANN_CANDIDATES
 from langchain_reflective.backends.sqlite.lexical import BM25Index
+from langchain_reflective.backends.sqlite.partition import Partition
+from langchain_reflective.records import OBSERVATION
 
 RESULTS = Path(__file__).resolve().parent / "results" / "lexical_top.json"
 WAYS = ("sort every match", "score floor")
 
 
 def build(n: int, *, context: bool) -> BM25Index:
-    """A BM25 index over the first ``n`` synthetic texts."""
+    """A BM25 index over the first ``n`` synthetic texts, as observations of one partition."""
     index = BM25Index()
-    previous: str | None = None
+    part = Partition("bench", DIM, 0)  # for its lexical documents only
+    part.lexical_context = context
     for _, _, texts, _ in iter_chunks(n):
-        if context:
-            docs = []
-            for text in texts:
-                docs.append(text if previous is None else previous + "\n" + text)
-                previous = text
-            texts = docs
-        index.add(texts)
+        index.add(part.lexical_documents(texts, [OBSERVATION] * len(texts)))
     return index
 
 
