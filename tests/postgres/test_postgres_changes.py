@@ -170,3 +170,55 @@ def test_a_purge_waits_for_a_write_in_flight_and_removes_it(
             "SELECT lex_docs FROM reflective_counters WHERE namespace = 'default'"
         ).fetchone()
     assert docs == (0,)
+
+
+# -- the catch-up statement on its generic plan (connection.generic_plan) -----------------------
+
+
+def _plans(conn: psycopg.Connection[Any]) -> tuple[int, int]:
+    """Generic and custom plans of this session's prepared ``LOCAL_CHANGES``."""
+    row = conn.execute(
+        "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+        "WHERE statement LIKE '%%reflective_removed d WHERE d.namespace%%'"
+    ).fetchone()
+    assert row is not None, "LOCAL_CHANGES was not prepared"
+    return int(row[0]), int(row[1])
+
+
+@pytest.mark.parametrize("own", ["auto", "force_custom_plan"])
+def test_the_catch_up_statement_runs_on_its_generic_plan_and_keeps_the_connection_setting(
+    backend: PostgresBackend, postgres_url: str, own: str
+) -> None:
+    from langchain_reflective.backends.postgres.connection import generic_plan
+    from langchain_reflective.backends.postgres.queries import LOCAL_CHANGES
+
+    records = _put(backend, 5)
+    backend.delete("default", [records[2].id])
+    params = {"ns": "default", "touches": 0, "removals": 0}
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"SET plan_cache_mode = {own}")
+        plain = conn.execute(LOCAL_CHANGES, params, binary=True).fetchone()
+        for _ in range(3):
+            assert generic_plan(conn, LOCAL_CHANGES, params) == plain
+        assert _plans(conn) == (3, 0)  # never planned for its parameters
+        assert conn.execute("SHOW plan_cache_mode").fetchone() == (own,)
+        # an error in the statement leaves the connection's setting, and the connection, usable
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            generic_plan(conn, "SELECT 1 / %(zero)s", {"zero": 0})
+        assert conn.execute("SHOW plan_cache_mode").fetchone() == (own,)
+        assert generic_plan(conn, LOCAL_CHANGES, params) == plain
+
+
+def test_without_pipeline_support_the_catch_up_statement_runs_as_usual(
+    backend: PostgresBackend, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langchain_reflective.backends.postgres.connection import generic_plan
+    from langchain_reflective.backends.postgres.queries import LOCAL_CHANGES
+
+    _put(backend, 3)
+    params = {"ns": "default", "touches": 0, "removals": 0}
+    monkeypatch.setattr(psycopg.Pipeline, "is_supported", classmethod(lambda cls: False))
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        row = generic_plan(conn, LOCAL_CHANGES, params)
+        assert row == conn.execute(LOCAL_CHANGES, params, binary=True).fetchone()
+        assert row[0] is not None and int(row[2]) == 3  # the newest key; three live memories

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from langchain_reflective.backends.postgres.connection import Pools
+from langchain_reflective.backends.postgres.connection import Pools, generic_plan
 from langchain_reflective.backends.postgres.failures import ConnectionLostError
 from langchain_reflective.backends.postgres.queries import (
     BM25_B,
@@ -336,9 +336,7 @@ class LocalIndex:
         lock); ``False`` if it cannot be applied (the namespace is dropped, to be loaded
         again)."""
         params = {"ns": rep.part.namespace, "touches": rep.touches, "removals": rep.removals}
-        row: Any = self._pools.retrying(
-            lambda conn: conn.execute(LOCAL_CHANGES, params, binary=True).fetchone()
-        )
+        row: Any = self._pools.retrying(lambda conn: generic_plan(conn, LOCAL_CHANGES, params))
         head = _Head.of(row)
         part = rep.part
         if head.removals > rep.removals and not self._remove(rep, head, row[6], row[7]):

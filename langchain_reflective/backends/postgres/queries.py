@@ -496,7 +496,8 @@ LOCAL_CHANGES = (
 """:data:`LOCAL_HEAD`, then what changed since a local index last looked: the keys and access
 times (packed) of the memories touched after clock ``touches``, and the removal numbers and
 keys (packed) of the removals after ``removals``. One row, in one snapshot; with nothing
-changed, three index probes and two empty index scans (fetch it in binary)."""
+changed, three index probes and two empty index scans (run it with
+``connection.generic_plan``: in binary, on its generic plan)."""
 
 
 def local_rows_sql(terms: str) -> str:
