@@ -209,16 +209,22 @@ def test_the_catch_up_statement_runs_on_its_generic_plan_and_keeps_the_connectio
         assert generic_plan(conn, LOCAL_CHANGES, params) == plain
 
 
-def test_without_pipeline_support_the_catch_up_statement_runs_as_usual(
-    backend: PostgresBackend, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("without", ["pipelines", "prepared statements"])
+def test_without_pipelines_or_prepared_statements_the_catch_up_statement_runs_as_usual(
+    backend: PostgresBackend, postgres_url: str, monkeypatch: pytest.MonkeyPatch, without: str
 ) -> None:
     from langchain_reflective.backends.postgres.connection import generic_plan
     from langchain_reflective.backends.postgres.queries import LOCAL_CHANGES
 
     _put(backend, 3)
     params = {"ns": "default", "touches": 0, "removals": 0}
-    monkeypatch.setattr(psycopg.Pipeline, "is_supported", classmethod(lambda cls: False))
+    if without == "pipelines":
+        monkeypatch.setattr(psycopg.Pipeline, "is_supported", classmethod(lambda cls: False))
     with psycopg.connect(postgres_url, autocommit=True) as conn:
+        if without == "prepared statements":  # (as behind a pooler that cannot keep them)
+            conn.prepare_threshold = None
         row = generic_plan(conn, LOCAL_CHANGES, params)
         assert row == conn.execute(LOCAL_CHANGES, params, binary=True).fetchone()
         assert row[0] is not None and int(row[2]) == 3  # the newest key; three live memories
+        prepared = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
+        assert prepared == (0,)

@@ -180,9 +180,10 @@ def generic_plan(conn: psycopg.Connection[Any], sql: str, params: Any) -> Any:
     planning; on its generic plan ~0.15 ms. ``plan_cache_mode`` is set for the one statement
     only: the same pipeline (one round trip) sets it, runs the statement and puts the
     connection's own value back (an error in between rolls the setting back with the implicit
-    transaction), so the connection's other statements keep their custom plans. Without
-    pipeline support in libpq, the statement runs as usual."""
-    if not psycopg.Pipeline.is_supported():
+    transaction), so the connection's other statements keep their custom plans. It runs as
+    usual without pipeline support in libpq, or on a connection that prepares nothing
+    (``prepare_threshold=None``, e.g. behind a pooler that cannot keep prepared statements)."""
+    if conn.prepare_threshold is None or not psycopg.Pipeline.is_supported():
         return conn.execute(sql, params, binary=True).fetchone()
     with conn.pipeline():
         conn.execute(_GENERIC_ON)
