@@ -122,7 +122,7 @@ def run_size(url: str, n: int, queries: int, passes: int = 3) -> dict[str, Any]:
     end = datetime.now(UTC)
     writer = PostgresBackend.from_conn_string(url)
     writer.setup()
-    with MemoryStream(emb, backend=writer) as stream:
+    with MemoryStream(emb, backend=writer) as stream:  # (closes the backend too)
         add_scale_data(stream, n, end)
     _analyze(url, "reflective_memories, reflective_terms, reflective_access")
     _checkpoint(url)
@@ -157,8 +157,6 @@ def run_size(url: str, n: int, queries: int, passes: int = 3) -> dict[str, Any]:
                 t0 = time.perf_counter()
                 conn.execute("SELECT 1").fetchone()
                 trips.append(time.perf_counter() - t0)
-    backend.close()
-    writer.close()
     return {
         "n": n,
         "queries": queries,
