@@ -86,6 +86,36 @@ def test_a_connection_lost_while_catching_up_is_retried_as_the_servers_statement
     assert killed
 
 
+def test_a_connection_lost_under_the_pipelined_catch_up_statement_is_retried(
+    local: PostgresBackend,  # noqa: F811
+    server: PostgresBackend,  # noqa: F811
+    postgres_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The catch-up statement runs in a pipeline (``connection.generic_plan``); a connection
+    the server drops under it is a lost connection like any other: the statement runs again
+    on a fresh one, and the retrieval sees what changed."""
+    _fill(server, 30)
+    _assert_same(local, server)
+    _fill(server, 10, seed=6)
+    real = local_index.generic_plan
+    killed: list[int] = []
+
+    def dropped_once(conn: Any, *args: Any) -> Any:
+        if not killed:
+            pid = conn.info.backend_pid
+            with psycopg.connect(postgres_url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            killed.append(pid)
+        return real(conn, *args)
+
+    monkeypatch.setattr(local_index, "generic_plan", dropped_once)
+    vector = _unit(np.random.default_rng(2), 1)[0]
+    want = _ranking(server, vector, exact=True)[0]
+    assert _ranking(local, vector)[0] == want
+    assert killed and local.local_namespaces() == {"default": 40}
+
+
 def test_the_servers_statement_retries_a_dropped_connection(
     server: PostgresBackend,  # noqa: F811
     postgres_url: str,
