@@ -54,66 +54,46 @@ def test_local_index_max_memories_bounds_what_is_held_after_namespaces_grow(
         assert _held(backend) == {"b": 15}
 
 
-def test_a_connection_lost_while_catching_up_is_retried_as_the_servers_statement_is(
+@pytest.mark.parametrize(
+    ("step", "held"),
+    [
+        ("_read_rows", {}),  # reading the new memories: dropped, the server answers
+        ("generic_plan", {"default": 40}),  # the pipelined catch-up statement: retried
+    ],
+)
+def test_a_connection_lost_while_catching_up_still_answers_with_every_write(
     local: PostgresBackend,  # noqa: F811
     server: PostgresBackend,  # noqa: F811
     postgres_url: str,
     monkeypatch: pytest.MonkeyPatch,
+    step: str,
+    held: dict[str, int],
 ) -> None:
-    """Every read of the backend (``Pools.retrying``), the server's candidate statement
-    included, runs again once on a fresh connection when the server drops the one it ran on
-    (a restart, a failover, an idle connection killed). The local index's catch-up reads the
-    new memories on a connection of its own without that retry: the user's retrieval fails
-    (``StorageError``) where the same retrieval without the local index succeeds."""
+    """The server drops the connection (a restart, a failover, an idle connection killed)
+    under a step of the catch-up. The catch-up statement (``connection.generic_plan``, in a
+    pipeline) is a read ``Pools.retrying`` runs again on a fresh connection: the namespace
+    stays in memory. Reading the new memories (``_read_rows``) is not retried: the namespace
+    is dropped, to be loaded again, and the server's statement answers. Either way the
+    retrieval ranks every write, as the server does."""
     _fill(server, 30)
     _assert_same(local, server)
     _fill(server, 10, seed=5)  # new memories: the next retrieval reads them
-    real = local_index._read_rows
-    killed: list[int] = []
-
-    def dropped_once(conn: Any, *args: Any) -> int:
-        if not killed:  # the server drops this connection (as on a restart or failover)
-            pid = conn.info.backend_pid
-            with psycopg.connect(postgres_url, autocommit=True) as admin:
-                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-            killed.append(pid)
-        return real(conn, *args)
-
-    monkeypatch.setattr(local_index, "_read_rows", dropped_once)
-    vector = _unit(np.random.default_rng(1), 1)[0]
-    want = _ranking(server, vector, exact=True)[0]
-    assert _ranking(local, vector)[0] == want
-    assert killed
-
-
-def test_a_connection_lost_under_the_pipelined_catch_up_statement_is_retried(
-    local: PostgresBackend,  # noqa: F811
-    server: PostgresBackend,  # noqa: F811
-    postgres_url: str,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The catch-up statement runs in a pipeline (``connection.generic_plan``); a connection
-    the server drops under it is a lost connection like any other: the statement runs again
-    on a fresh one, and the retrieval sees what changed."""
-    _fill(server, 30)
-    _assert_same(local, server)
-    _fill(server, 10, seed=6)
-    real = local_index.generic_plan
+    real = getattr(local_index, step)
     killed: list[int] = []
 
     def dropped_once(conn: Any, *args: Any) -> Any:
-        if not killed:
+        if not killed:  # the server drops this connection
             pid = conn.info.backend_pid
             with psycopg.connect(postgres_url, autocommit=True) as admin:
                 admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
             killed.append(pid)
         return real(conn, *args)
 
-    monkeypatch.setattr(local_index, "generic_plan", dropped_once)
-    vector = _unit(np.random.default_rng(2), 1)[0]
+    monkeypatch.setattr(local_index, step, dropped_once)
+    vector = _unit(np.random.default_rng(1), 1)[0]
     want = _ranking(server, vector, exact=True)[0]
     assert _ranking(local, vector)[0] == want
-    assert killed and local.local_namespaces() == {"default": 40}
+    assert killed and local.local_namespaces() == held
 
 
 def test_the_servers_statement_retries_a_dropped_connection(
