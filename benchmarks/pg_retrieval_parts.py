@@ -14,13 +14,16 @@ timed inside each retrieval:
   the top k, the results);
 
 and, for scale, one empty round trip to the server (``SELECT 1`` on a pooled connection): the
-least that any statement costs; and the peer's ``search`` p50 on the same data in the same run
-(LangGraph's ``PostgresStore``, as ``scale.py`` measures it; ``--no-peer`` skips it: its
-batched puts take ~4 minutes at 100k). Each size gets a fresh database on one server, filled by
-batched adds of ``scale.py``'s synthetic data; the namespace is loaded into the local index
-before one untimed pass and three timed passes over the same queries (the adds are flushed
-by a checkpoint first). The run stops if a retrieval
-was not answered by the local index.
+least that any statement costs; and the peer's ``search`` on the same data (LangGraph's
+``PostgresStore``, filled as ``scale.py`` fills it; ``--no-peer`` skips it: its batched puts
+take ~4 minutes at 100k, ~50 at 1M). The peer is searched beside ours, query by query, one
+right before or right after the other in turn, so both are timed at the same moments: this
+machine's speed drifts by up to two thirds between runs minutes apart, which moved the ratio
+of separately timed runs from 0.5x to 1.3x. Each size gets a fresh database on one server,
+filled by batched adds of ``scale.py``'s synthetic data; the namespace is loaded into the
+local index before one untimed pass and three timed passes over the same queries (the adds
+are flushed by a checkpoint first). The run stops if a retrieval was not answered by the
+local index.
 
     python benchmarks/pg_retrieval_parts.py --sizes 10000,100000 [--url postgresql://...]
 
@@ -49,7 +52,7 @@ from scale_postgres import (
     add_scale_data,
     finish,
     fresh_database,
-    run_peer,
+    peer_store,
     server,
     server_options,
 )
@@ -113,9 +116,17 @@ def _median_ms(values: list[float]) -> float:
     return float(np.median(values)) * 1e3
 
 
-def run_size(url: str, n: int, queries: int, passes: int = 3) -> dict[str, Any]:
+def run_size(
+    url: str,
+    n: int,
+    queries: int,
+    passes: int = 3,
+    peer: Callable[[list[float], str], Any] | None = None,
+) -> dict[str, Any]:
     """Fill a database with ``n`` memories, then time ``passes`` passes over ``queries``
-    retrievals step by step (after one untimed pass)."""
+    retrievals step by step (after one untimed pass). With ``peer`` (the peer's search over the
+    same data), each query also goes to the peer, right before or right after ours (in turn),
+    so that both are timed at the same moments of the machine."""
     from langchain_reflective import MemoryStream, PostgresBackend
 
     emb = _fake_embeddings()
@@ -134,22 +145,41 @@ def run_size(url: str, n: int, queries: int, passes: int = 3) -> dict[str, Any]:
         qs = make_queries(n, queries)
         totals: list[float] = []
         parts: dict[str, list[float]] = {p: [] for p in PARTS}
+        peer_times: list[float] = []
+
+        def ours(vec: Any, text: str) -> float:
+            emb.query = vec
+            clock.reset()
+            t0 = time.perf_counter()
+            stream.retrieve(text, k=K, now=end, touch=True)
+            spent = time.perf_counter() - t0
+            if clock.calls != dict.fromkeys(PARTS, 1):
+                raise RuntimeError(
+                    f"a retrieval was not answered by the local index: {clock.calls}"
+                )
+            return spent
+
+        def theirs(vec: Any, text: str) -> float:
+            assert peer is not None
+            as_list = vec.tolist()
+            t0 = time.perf_counter()
+            peer(as_list, text)
+            return time.perf_counter() - t0
+
         with _timing(backend, clock):
             for timed in (False, *([True] * passes)):  # one untimed pass first: warm caches
-                for _, vec, text in qs:
-                    emb.query = vec
-                    clock.reset()
-                    t0 = time.perf_counter()
-                    stream.retrieve(text, k=K, now=end, touch=True)
-                    spent = time.perf_counter() - t0
-                    if clock.calls != dict.fromkeys(PARTS, 1):
-                        raise RuntimeError(
-                            f"a retrieval was not answered by the local index: {clock.calls}"
-                        )
+                for i, (_, vec, text) in enumerate(qs):
+                    peer_first = peer is not None and i % 2 == 1
+                    spent_peer = theirs(vec, text) if peer_first else 0.0
+                    spent = ours(vec, text)
+                    if peer is not None and not peer_first:
+                        spent_peer = theirs(vec, text)
                     if timed:
                         totals.append(spent)
                         for part in PARTS:
                             parts[part].append(clock.spent[part])
+                        if peer is not None:
+                            peer_times.append(spent_peer)
         rest = [t - sum(p[i] for p in parts.values()) for i, t in enumerate(totals)]
         with backend._pools.conn() as conn:  # (a pooled connection, as the steps use)
             trips = []
@@ -157,7 +187,7 @@ def run_size(url: str, n: int, queries: int, passes: int = 3) -> dict[str, Any]:
                 t0 = time.perf_counter()
                 conn.execute("SELECT 1").fetchone()
                 trips.append(time.perf_counter() - t0)
-    return {
+    row: dict[str, Any] = {
         "n": n,
         "queries": queries,
         "passes": passes,
@@ -166,20 +196,26 @@ def run_size(url: str, n: int, queries: int, passes: int = 3) -> dict[str, Any]:
         "rest_p50_ms": _median_ms(rest),
         "round_trip_p50_ms": _median_ms(trips),
     }
+    if peer is not None:
+        row["peer_searches"] = len(peer_times)
+        row["peer_p50_ms"] = _median_ms(peer_times)
+        row["ratio"] = row["retrieve_p50_ms"] / row["peer_p50_ms"]
+    return row
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| memories | retrieval p50 ms | catch-up | candidates | touch | rest | "
-        "empty round trip | peer's search p50 |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "empty round trip | peer's search p50 | ours / peer |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         peer = r.get("peer_p50_ms")
         lines.append(
             f"| {r['n']:,} | {r['retrieve_p50_ms']:.2f} | {r['catch_up_p50_ms']:.2f} | "
             f"{r['candidates_p50_ms']:.2f} | {r['touch_p50_ms']:.2f} | {r['rest_p50_ms']:.2f} | "
-            f"{r['round_trip_p50_ms']:.3f} | {'-' if peer is None else format(peer, '.2f')} |"
+            f"{r['round_trip_p50_ms']:.3f} | {'-' if peer is None else format(peer, '.2f')} | "
+            f"{'-' if peer is None else format(r['ratio'], '.2f') + 'x'} |"
         )
     return "\n".join(lines)
 
@@ -196,10 +232,12 @@ def main(argv: list[str] | None = None) -> None:
     with server(args.url, args.shared_buffers or None) as admin:
         for n in (int(s) for s in args.sizes.split(",")):
             url = fresh_database(admin, f"bench_parts_{n}")
-            rows.append(run_size(url, n, args.queries, args.passes))
-            if not args.no_peer:
-                peer = run_peer(fresh_database(admin, f"bench_parts_peer_{n}"), n, args.queries)
-                rows[-1]["peer_p50_ms"] = peer["retrieve"]["p50_ms"]
+            with contextlib.ExitStack() as stack:
+                search = None
+                if not args.no_peer:  # filled first, then searched beside ours
+                    peer_url = fresh_database(admin, f"bench_parts_peer_{n}")
+                    search, _ = stack.enter_context(peer_store(peer_url, n))
+                rows.append(run_size(url, n, args.queries, args.passes, search))
             print(table(rows[-1:]), flush=True)
     finish(args, rows, table)
 

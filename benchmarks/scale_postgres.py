@@ -44,7 +44,7 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -411,7 +411,11 @@ def concurrent_table(r: dict[str, Any]) -> str:
     )
 
 
-def run_peer(url: str, n: int, queries: int) -> dict[str, Any]:
+@contextlib.contextmanager
+def peer_store(url: str, n: int) -> Iterator[tuple[Callable[[list[float], str], Any], float]]:
+    """The peer on ``url``, filled with the ``n`` memories by batched puts: yields its search
+    (``search(query_vector, query_text)``, k=10; the free embedder hands it the vector, a list)
+    and the seconds the puts took."""
     from langgraph.store.base import PutOp
     from langgraph.store.postgres import PostgresStore
 
@@ -428,7 +432,6 @@ def run_peer(url: str, n: int, queries: int) -> dict[str, Any]:
         "distance_type": "cosine",
         "ann_index_config": {"kind": "hnsw", "vector_type": "vector"},
     }
-    out: dict[str, Any] = {"system": "LangGraph PostgresStore (pgvector HNSW)", "n": n}
     with PostgresStore.from_conn_string(url, index=index) as store:  # type: ignore[arg-type]
         store.setup()
         add = 0.0
@@ -443,19 +446,30 @@ def run_peer(url: str, n: int, queries: int) -> dict[str, Any]:
                 store.batch(ops)
                 add += time.perf_counter() - t0
                 vectors_by_text.clear()
-        out["add_s"] = add
-        out["adds_per_s"] = n / add
         # both tables its search joins, as ours are: with statistics on store_vectors only,
         # the planner mis-estimates the join at 10k and scans every vector (~28 ms instead of
         # ~3); on a live server autovacuum would analyse store too, a minute or so later
         _analyze(url, "store, store_vectors")
+
+        def search(vec: list[float], text: str) -> Any:
+            query_vec[:] = vec
+            return store.search(("memories",), query=text, limit=K)
+
+        yield search, add
+
+
+def run_peer(url: str, n: int, queries: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"system": "LangGraph PostgresStore (pgvector HNSW)", "n": n}
+    with peer_store(url, n) as (search, add):
+        out["add_s"] = add
+        out["adds_per_s"] = n / add
         qs = make_queries(n, queries)
         for _pass in ("warm-up", "timed"):  # the warm-up pass untimed, as for ours
             lat = []
             for _, vec, text in qs:
-                query_vec[:] = vec.tolist()
+                as_list = vec.tolist()
                 t0 = time.perf_counter()
-                store.search(("memories",), query=text, limit=K)
+                search(as_list, text)
                 lat.append(time.perf_counter() - t0)
         out["retrieve"] = _pcts(lat)
     return out

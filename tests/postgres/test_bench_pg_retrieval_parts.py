@@ -49,6 +49,8 @@ def test_each_retrieval_is_split_into_its_steps(
     assert sum(parts) < row["retrieve_p50_ms"]  # (medians: the steps are inside the whole)
     assert row["round_trip_p50_ms"] > 0
     assert row["peer_p50_ms"] > 0  # the peer searched the same data in the same run
+    assert row["peer_searches"] == 5 * 2  # once beside each timed retrieval of ours
+    assert row["ratio"] == pytest.approx(row["retrieve_p50_ms"] / row["peer_p50_ms"])
     assert local_index.partition_candidates is gather  # put back
 
 
@@ -67,3 +69,37 @@ def test_a_retrieval_the_server_answered_stops_the_run(
     url = bench.fresh_database(postgres_server, "bench_parts_server")
     with pytest.raises(RuntimeError, match="not answered by the local index"):
         bench.run_size(url, 300, 3)
+
+
+def test_the_peer_is_searched_beside_each_of_our_retrievals(
+    bench: ModuleType, postgres_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each query goes to both systems back to back, which goes first alternating, so drift in
+    the machine's speed reaches both alike."""
+    from langchain_reflective.backends.postgres.local_index import LocalIndex
+
+    calls: list[tuple[str, str]] = []
+    real = LocalIndex.candidates
+    queries = bench.make_queries(300, 4)
+    vectors = {text: vec.tolist() for _, vec, text in queries}
+
+    def candidates(
+        self: LocalIndex, namespace: str, query: str, *a: object, **kw: object
+    ) -> object:
+        calls.append(("ours", query))
+        return real(self, namespace, query, *a, **kw)
+
+    def peer(vector: list[float], text: str) -> None:
+        assert vector == vectors[text]  # the query's own vector, as ours gets
+        calls.append(("peer", text))
+
+    monkeypatch.setattr(LocalIndex, "candidates", candidates)
+    url = bench.fresh_database(postgres_server, "bench_parts_beside")
+    row = bench.run_size(url, 300, 4, 1, peer)
+    texts = [text for _, _, text in queries]
+    expected = []
+    for i, text in enumerate(texts * 2):  # the untimed pass, then the timed one
+        pair = [("ours", text), ("peer", text)]
+        expected += pair[::-1] if i % 2 else pair
+    assert calls == expected
+    assert row["peer_searches"] == 4
