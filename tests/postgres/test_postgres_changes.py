@@ -172,59 +172,97 @@ def test_a_purge_waits_for_a_write_in_flight_and_removes_it(
     assert docs == (0,)
 
 
-# -- the catch-up statement on its generic plan (connection.generic_plan) -----------------------
+# -- the catch-up statement, sent at once and read later (sent.py) ------------------------------
 
 
-def _plans(conn: psycopg.Connection[Any]) -> tuple[int, int]:
-    """Generic and custom plans of this session's prepared ``LOCAL_CHANGES``."""
-    row = conn.execute(
-        "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
-        "WHERE statement LIKE '%%reflective_removed d WHERE d.namespace%%'"
-    ).fetchone()
-    assert row is not None, "LOCAL_CHANGES was not prepared"
-    return int(row[0]), int(row[1])
-
-
-@pytest.mark.parametrize("own", ["auto", "force_custom_plan"])
-def test_the_catch_up_statement_runs_on_its_generic_plan_and_keeps_the_connection_setting(
-    backend: PostgresBackend, postgres_url: str, own: str
-) -> None:
-    from langchain_reflective.backends.postgres.connection import generic_plan
+def _changes(conn: psycopg.Connection[Any], namespace: str, touches: int, removals: int) -> Any:
     from langchain_reflective.backends.postgres.queries import LOCAL_CHANGES
+    from langchain_reflective.backends.postgres.sent import INT8, TEXT, receive_row, send_statement
+
+    params = [namespace.encode(), str(touches).encode(), str(removals).encode()]
+    send_statement(conn, LOCAL_CHANGES, params, (TEXT, INT8, INT8))
+    return receive_row(conn)
+
+
+def test_the_catch_up_statement_reads_the_namespaces_changes(
+    backend: PostgresBackend, postgres_url: str
+) -> None:
+    """The head (newest key, removals, live memories, touch clock) and what changed after the
+    given clock and removal count, in binary, as the local index unpacks them."""
+    import numpy as np
 
     records = _put(backend, 5)
+    keys = _keys(backend, records)
     backend.delete("default", [records[2].id])
-    params = {"ns": "default", "touches": 0, "removals": 0}
+    backend.touch("default", [keys[0], keys[4]], T0 + timedelta(days=1))
     with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute(f"SET plan_cache_mode = {own}")
-        plain = conn.execute(LOCAL_CHANGES, params, binary=True).fetchone()
-        for _ in range(3):
-            assert generic_plan(conn, LOCAL_CHANGES, params) == plain
-        assert _plans(conn) == (3, 0)  # never planned for its parameters
-        assert conn.execute("SHOW plan_cache_mode").fetchone() == (own,)
-        # an error in the statement leaves the connection's setting, and the connection, usable
-        with pytest.raises(psycopg.errors.DivisionByZero):
-            generic_plan(conn, "SELECT 1 / %(zero)s", {"zero": 0})
-        assert conn.execute("SHOW plan_cache_mode").fetchone() == (own,)
-        assert generic_plan(conn, LOCAL_CHANGES, params) == plain
+        row = _changes(conn, "default", 0, 0)
+        newest, removals, live, clock = (int.from_bytes(v, "big", signed=True) for v in row[:4])
+        assert (newest, removals, live, clock) == (keys[4], 1, 4, 1)
+        touched = np.frombuffer(row[4], dtype=">i8").tolist()
+        assert sorted(touched) == [keys[0], keys[4]]
+        stamps = np.frombuffer(row[5], dtype=">f8")
+        assert (stamps == (T0 + timedelta(days=1)).timestamp()).all()
+        assert np.frombuffer(row[6], dtype=">i8").tolist() == [1]  # removal 1 ...
+        assert np.frombuffer(row[7], dtype=">i8").tolist() == [keys[2]]  # ... of this key
+        caught_up = _changes(conn, "default", 1, 1)  # nothing after them: NULLs
+        assert caught_up[:4] == row[:4] and caught_up[4:] == [None] * 4
+        never = _changes(conn, "nobody", 0, 0)  # a namespace never written: all NULL
+        assert never == [None] * 8
+        assert conn.execute("SELECT 1").fetchone() == (1,)  # (the connection is idle again)
 
 
-@pytest.mark.parametrize("without", ["pipelines", "prepared statements"])
-def test_without_pipelines_or_prepared_statements_the_catch_up_statement_runs_as_usual(
-    backend: PostgresBackend, postgres_url: str, monkeypatch: pytest.MonkeyPatch, without: str
+def test_a_sent_statement_runs_on_the_server_before_its_row_is_read(postgres_url: str) -> None:
+    """``send_statement`` returns with the statement on the wire: the server is running it
+    while the caller works, before ``receive_row`` asks for the row."""
+    from langchain_reflective.backends.postgres.sent import receive_row, send_statement
+
+    with (
+        psycopg.connect(postgres_url, autocommit=True) as conn,
+        psycopg.connect(postgres_url, autocommit=True) as admin,
+    ):
+        pid = conn.info.backend_pid
+        send_statement(conn, b"SELECT pg_sleep(30), $1::int", [b"7"], (20,))
+        running = None
+        for _ in range(500):  # (up to ~5 s for the server to report it)
+            running = admin.execute(
+                "SELECT state, query FROM pg_stat_activity WHERE pid = %s", (pid,)
+            ).fetchone()
+            if running is not None and running[0] == "active":
+                break
+            time.sleep(0.01)
+        assert running is not None and running[0] == "active" and "pg_sleep" in running[1]
+        admin.execute("SELECT pg_cancel_backend(%s)", (pid,))
+        with pytest.raises(psycopg.errors.QueryCanceled):  # (the server's error, by SQLSTATE)
+            receive_row(conn)
+        assert conn.execute("SELECT 1").fetchone() == (1,)  # idle and usable again
+
+
+def test_a_sent_statements_error_keeps_its_diagnostics_and_no_rows_read_as_none(
+    postgres_url: str,
 ) -> None:
-    from langchain_reflective.backends.postgres.connection import generic_plan
-    from langchain_reflective.backends.postgres.queries import LOCAL_CHANGES
+    from langchain_reflective.backends.postgres.sent import receive_row, send_statement
 
-    _put(backend, 3)
-    params = {"ns": "default", "touches": 0, "removals": 0}
-    if without == "pipelines":
-        monkeypatch.setattr(psycopg.Pipeline, "is_supported", classmethod(lambda cls: False))
     with psycopg.connect(postgres_url, autocommit=True) as conn:
-        if without == "prepared statements":  # (as behind a pooler that cannot keep them)
-            conn.prepare_threshold = None
-        row = generic_plan(conn, LOCAL_CHANGES, params)
-        assert row == conn.execute(LOCAL_CHANGES, params, binary=True).fetchone()
-        assert row[0] is not None and int(row[2]) == 3  # the newest key; three live memories
-        prepared = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
-        assert prepared == (0,)
+        send_statement(conn, b"SELECT 1 / $1::int", [b"0"], (20,))
+        with pytest.raises(psycopg.errors.DivisionByZero) as caught:
+            receive_row(conn)
+        assert caught.value.diag.message_primary == "division by zero"
+        send_statement(conn, b"SELECT 1 WHERE $1::int < 0", [b"1"], (20,))
+        assert receive_row(conn) is None
+        send_statement(conn, b"SELECT $1::bigint, NULL::bytea", [b"-5"], (20,))
+        assert receive_row(conn) == [(-5).to_bytes(8, "big", signed=True), None]
+
+
+def test_a_connection_lost_under_a_sent_statement_raises_and_is_broken(postgres_url: str) -> None:
+    from langchain_reflective.backends.postgres.sent import receive_row, send_statement
+
+    with (
+        psycopg.connect(postgres_url, autocommit=True) as conn,
+        psycopg.connect(postgres_url, autocommit=True) as admin,
+    ):
+        send_statement(conn, b"SELECT pg_sleep(30), $1::int", [b"1"], (20,))
+        admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+        with pytest.raises(psycopg.OperationalError):
+            receive_row(conn)
+        assert conn.broken  # (so the pool drops it, and the backend retries a read elsewhere)

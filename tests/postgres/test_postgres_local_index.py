@@ -134,6 +134,115 @@ def test_its_own_writes_and_touches_too(local: PostgresBackend, server: Postgres
     _assert_same(local, server)
 
 
+class _Counted:
+    """Counts the local index's rankings and the catch-ups it had to apply."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.ranked = 0
+        self.applied = 0
+        rank, apply = local_index.partition_candidates, local_index.LocalIndex._apply
+
+        def counted_rank(*args: Any, **kwargs: Any) -> Any:
+            self.ranked += 1
+            return rank(*args, **kwargs)
+
+        def counted_apply(*args: Any) -> Any:
+            self.applied += 1
+            return apply(*args)
+
+        monkeypatch.setattr(local_index, "partition_candidates", counted_rank)
+        monkeypatch.setattr(local_index.LocalIndex, "_apply", counted_apply)
+
+
+def _server_access_times(url: str, keys: list[int]) -> list[float]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT date_part('epoch', last_accessed_at) FROM reflective_access "
+            "WHERE seq = ANY(%s) ORDER BY seq",
+            (keys,),
+        ).fetchall()
+    return [float(r[0]) for r in rows]
+
+
+def test_its_own_touches_leave_the_next_catch_up_nothing_to_apply(
+    local: PostgresBackend,
+    server: PostgresBackend,
+    postgres_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A retrieval ranks while the catch-up statement runs, and that ranking stands when
+    nothing changed: the process applies its own touches as it makes them (the server's
+    access times, to the bit), so retrieving and touching again and again ranks once each."""
+    records, _ = _fill(server, 40)
+    _assert_same(local, server)
+    counted = _Counted(monkeypatch)
+    rng = np.random.default_rng(3)
+    for i, vector in enumerate(_unit(rng, 5)):
+        keys, _ = _ranking(local, vector)
+        local.touch("default", keys, NOW + timedelta(hours=i))
+    assert (counted.ranked, counted.applied) == (5, 0)
+    held = local._candidates.local
+    assert held is not None
+    part = held._replicas["default"].part
+    all_keys = _keys_of(server, records)
+    rows = part.rows_of(all_keys)
+    assert part.accessed.view[rows].tolist() == _server_access_times(postgres_url, all_keys)
+    _assert_same(local, server)
+
+
+def test_a_change_made_elsewhere_is_applied_and_ranked_again(
+    local: PostgresBackend, server: PostgresBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What another process changed since the last retrieval is applied once the catch-up
+    statement answers, and the namespace is ranked again: the ranking made meanwhile, on the
+    memories as they were, is not returned."""
+    records, _ = _fill(server, 30)
+    _assert_same(local, server)
+    counted = _Counted(monkeypatch)
+    vector = _unit(np.random.default_rng(4), 1)[0]
+    for change in range(3):
+        if change == 0:
+            _fill(server, 5, seed=8)  # added elsewhere
+        elif change == 1:
+            server.touch("default", _keys_of(server, records[:4]), NOW)  # touched elsewhere
+        else:
+            server.delete("default", [records[7].id])  # removed elsewhere
+        before = counted.ranked
+        keys, scores = _ranking(local, vector)
+        assert counted.ranked - before == 2  # on the memories as they were, then as they are
+        want_keys, want_scores = _ranking(server, vector, exact=True)
+        assert keys == want_keys
+        np.testing.assert_allclose(scores, want_scores, atol=1e-6)
+        assert _ranking(local, vector)[0] == keys
+        assert counted.ranked - before == 3  # nothing new since: ranked once
+    assert counted.applied == 3
+
+
+def test_a_ranking_that_fails_while_the_statement_runs_leaves_no_connection_busy(
+    local: PostgresBackend, server: PostgresBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The catch-up's row is read even when the ranking made meanwhile fails: the error
+    surfaces, the namespace is loaded again, and the pooled connection stays usable."""
+    _fill(server, 20)
+    _assert_same(local, server)
+    real = local_index.partition_candidates
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("ranking failed")
+
+    monkeypatch.setattr(local_index, "partition_candidates", broken)
+    with pytest.raises(RuntimeError, match="ranking failed"):
+        _ranking(local, _unit(np.random.default_rng(1), 1)[0])
+    monkeypatch.setattr(local_index, "partition_candidates", real)
+    pool = local._pools.pool
+    for _ in range(pool.max_size + 1):  # every pooled connection answers
+        with local._pools.conn() as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    stats = pool.get_stats()
+    assert stats.get("returns_bad", 0) == stats.get("connections_lost", 0) == 0  # none closed
+    _assert_same(local, server)
+
+
 def test_the_first_retrieval_is_answered_by_the_server_while_it_loads(
     postgres_url: str, server: PostgresBackend
 ) -> None:

@@ -58,7 +58,7 @@ def test_local_index_max_memories_bounds_what_is_held_after_namespaces_grow(
     ("step", "held"),
     [
         ("_read_rows", {}),  # reading the new memories: dropped, the server answers
-        ("generic_plan", {"default": 40}),  # the pipelined catch-up statement: retried
+        ("send_statement", {"default": 40}),  # the catch-up statement: retried
     ],
 )
 def test_a_connection_lost_while_catching_up_still_answers_with_every_write(
@@ -70,11 +70,11 @@ def test_a_connection_lost_while_catching_up_still_answers_with_every_write(
     held: dict[str, int],
 ) -> None:
     """The server drops the connection (a restart, a failover, an idle connection killed)
-    under a step of the catch-up. The catch-up statement (``connection.generic_plan``, in a
-    pipeline) is a read ``Pools.retrying`` runs again on a fresh connection: the namespace
-    stays in memory. Reading the new memories (``_read_rows``) is not retried: the namespace
-    is dropped, to be loaded again, and the server's statement answers. Either way the
-    retrieval ranks every write, as the server does."""
+    under a step of the catch-up. The catch-up statement (``sent.send_statement``, its row read
+    after the ranking) is a read ``Pools.retrying`` sends again on a fresh connection: the
+    namespace stays in memory. Reading the new memories (``_read_rows``) is not retried: the
+    namespace is dropped, to be loaded again, and the server's statement answers. Either way
+    the retrieval ranks every write, as the server does."""
     _fill(server, 30)
     _assert_same(local, server)
     _fill(server, 10, seed=5)  # new memories: the next retrieval reads them

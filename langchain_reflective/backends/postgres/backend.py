@@ -414,7 +414,7 @@ class PostgresBackend(BaseMemoryBackend):
         if not keys:
             return {}
         params = {"when": when, "ns": namespace, "keys": [int(k) for k in keys]}
-        return dict(record_of(r) for r in self._pools.rows(TOUCH, params))
+        return self._touched(namespace, self._pools.rows(TOUCH, params))
 
     async def atouch(
         self, namespace: str, keys: Sequence[int], when: datetime
@@ -426,7 +426,15 @@ class PostgresBackend(BaseMemoryBackend):
         async def run(conn: psycopg.AsyncConnection[Any]) -> list[Any]:
             return await (await conn.execute(TOUCH, params)).fetchall()
 
-        return dict(record_of(r) for r in await self._pools.aretrying(run))
+        return self._touched(namespace, await self._pools.aretrying(run))
+
+    def _touched(self, namespace: str, rows: list[Any]) -> dict[int, MemoryRecord]:
+        """The records a touch returned (each row: the clock it counted, then the record); the
+        local index, if any, applies the touch to the namespace it holds (never waiting)."""
+        records = dict(record_of(r[1:]) for r in rows)
+        if self._candidates.local is not None and rows:
+            self._candidates.local.own_touch(namespace, int(rows[0][0]), records)
+        return records
 
     # -- the pending queue ---------------------------------------------------------------------
 

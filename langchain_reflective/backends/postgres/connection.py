@@ -43,7 +43,6 @@ __all__ = [
     "aconfigure_connection",
     "check_connection",
     "configure_connection",
-    "generic_plan",
     "open_pool",
     "quiet_reconnects",
 ]
@@ -158,38 +157,6 @@ def configure_connection(conn: psycopg.Connection[Any]) -> None:
 async def aconfigure_connection(conn: psycopg.AsyncConnection[Any]) -> None:
     """Async twin of :func:`configure_connection`."""
     await run_async(_configure(conn))
-
-
-_GENERIC_ON = (
-    "SELECT set_config('reflective.plan_cache_mode', current_setting('plan_cache_mode'), false), "
-    "set_config('plan_cache_mode', 'force_generic_plan', false)"
-)
-_GENERIC_OFF = (
-    "SELECT set_config('plan_cache_mode', current_setting('reflective.plan_cache_mode'), false)"
-)
-
-
-def generic_plan(conn: psycopg.Connection[Any], sql: str, params: Any) -> Any:
-    """The first row of ``sql`` (fetched in binary), run as a prepared statement on its generic
-    plan: for a small statement run before every retrieval whose best plan does not depend on
-    its parameters, so Postgres need not plan it again each time.
-
-    Postgres plans a prepared statement for its parameters (a *custom* plan) unless the generic
-    plan is estimated cheaper, which it is not for a range over an unknown value
-    (``touched > $2``): ``LOCAL_CHANGES`` took ~0.3 ms a round trip here, of which ~0.15 ms
-    planning; on its generic plan ~0.15 ms. ``plan_cache_mode`` is set for the one statement
-    only: the same pipeline (one round trip) sets it, runs the statement and puts the
-    connection's own value back (an error in between rolls the setting back with the implicit
-    transaction), so the connection's other statements keep their custom plans. It runs as
-    usual without pipeline support in libpq, or on a connection that prepares nothing
-    (``prepare_threshold=None``, e.g. behind a pooler that cannot keep prepared statements)."""
-    if conn.prepare_threshold is None or not psycopg.Pipeline.is_supported():
-        return conn.execute(sql, params, binary=True).fetchone()
-    with conn.pipeline():
-        conn.execute(_GENERIC_ON)
-        cur = conn.execute(sql, params, binary=True, prepare=True)
-        conn.execute(_GENERIC_OFF)
-    return cur.fetchone()
 
 
 def _configure(conn: Any) -> Flow[None]:

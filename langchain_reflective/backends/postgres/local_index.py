@@ -9,13 +9,17 @@ by the server's candidate statement: retrievals of 2-7 ms at 10k-1M memories ins
 16-130 ms (docs/benchmarks.md), for the memory the namespace takes in each process (~2 KB a
 memory at 384 dimensions) and a load per process and namespace (~4 s per 100k memories).
 
-Postgres stays the only copy that counts. Before every retrieval one statement asks what
+Postgres stays the only copy that counts. Every retrieval sends one statement that asks what
 changed in the namespace since the index last looked (schema version 7; ``LOCAL_CHANGES``):
 memories added (keys above the newest it holds: a namespace's writers take keys in commit
 order), removed (``reflective_removed``) and touched (``reflective_access.touched``, stamped
-with the namespace's touch clock), and the index applies it before ranking. So a retrieval
-sees every write committed before it began, in any process, as without the local index; the
-touch after it, and every other read and write, go to the server as always.
+with the namespace's touch clock). While the server answers, the index ranks on what it
+holds (``sent.py``: the statement's round trip is spent during the ranking); if the answer
+says nothing changed, that ranking is the retrieval's, else the index applies the changes and
+ranks again. So a retrieval sees every write committed before it began, in any process, as
+without the local index. The touch after it, and every other read and write, go to the server
+as always; the index applies its own process's touches as they return (``own_touch``), so
+that they do not count as changes at the next retrieval.
 
 A namespace is loaded on a background thread the first time it is retrieved from, in one
 snapshot (``REPEATABLE READ``); until it is ready its retrievals are answered by the server's
@@ -39,7 +43,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from langchain_reflective.backends.postgres.connection import Pools, generic_plan
+from langchain_reflective.backends.postgres.connection import Pools
 from langchain_reflective.backends.postgres.failures import ConnectionLostError
 from langchain_reflective.backends.postgres.queries import (
     BM25_B,
@@ -48,6 +52,7 @@ from langchain_reflective.backends.postgres.queries import (
     LOCAL_HEAD,
     local_rows_sql,
 )
+from langchain_reflective.backends.postgres.sent import INT8, TEXT, receive_row, send_statement
 from langchain_reflective.backends.sqlite.ann import maintain_ann
 from langchain_reflective.backends.sqlite.candidates import (
     DEFAULT_ANN_CANDIDATES,
@@ -58,6 +63,7 @@ from langchain_reflective.backends.sqlite.candidates import (
 from langchain_reflective.backends.sqlite.lexical import BM25Index
 from langchain_reflective.backends.sqlite.partition import Partition
 from langchain_reflective.backends.types import F32, CandidateSet, RetrievalFilter
+from langchain_reflective.records import MemoryRecord
 from langchain_reflective.scoring import ScoringConfig
 
 __all__ = ["LocalIndex"]
@@ -70,6 +76,9 @@ LOAD_CHUNK = 20_000
 """Memories read per statement while loading or catching up (~30 MB at 384 dimensions)."""
 EXACT_LIMIT = DEFAULT_EXACT_LIMIT
 """Namespaces with more live memories get an IVF index (the SQLite backend's default)."""
+_CHANGES_TYPES = (TEXT, INT8, INT8)
+"""The types of ``LOCAL_CHANGES``' parameters: the namespace, the touch clock and the removal
+count applied."""
 RETRY_AFTER = 60.0
 """Seconds before a namespace found too large to load, or whose load failed, is tried again
 (its retrievals are answered by the server meanwhile)."""
@@ -169,8 +178,28 @@ class LocalIndex:
         with rep.lock:
             if rep.dropped:
                 return None
+
+            def rank() -> CandidateSet:
+                part = rep.part
+                if part.live == 0:
+                    return CandidateSet.empty()
+                maintain_ann(part, EXACT_LIMIT)
+                return partition_candidates(
+                    part,
+                    rep.lexical,
+                    query,
+                    vector,
+                    k=k,
+                    filter=filter,
+                    config=config,
+                    exact=exact,
+                    exact_limit=EXACT_LIMIT,
+                    ann_candidates=DEFAULT_ANN_CANDIDATES,
+                    ann_nprobe=DEFAULT_ANN_NPROBE,
+                )
+
             try:
-                caught_up = self._catch_up(rep)
+                found = self._catch_up(rep, rank)
             except ConnectionLostError:
                 with self._lock:  # it may be half applied: load the namespace again
                     self._drop(namespace)
@@ -179,26 +208,38 @@ class LocalIndex:
                 with self._lock:  # it may be half applied: load the namespace again
                     self._drop(namespace)
                 raise
-            if not caught_up:
-                return None
-            rep.used = time.monotonic()
-            part = rep.part
-            if part.live == 0:
-                return CandidateSet.empty()
-            maintain_ann(part, EXACT_LIMIT)
-            return partition_candidates(
-                part,
-                rep.lexical,
-                query,
-                vector,
-                k=k,
-                filter=filter,
-                config=config,
-                exact=exact,
-                exact_limit=EXACT_LIMIT,
-                ann_candidates=DEFAULT_ANN_CANDIDATES,
-                ann_nprobe=DEFAULT_ANN_NPROBE,
-            )
+            if found is not None:
+                rep.used = time.monotonic()
+            return found
+
+    def own_touch(self, namespace: str, clock: int, records: dict[int, MemoryRecord]) -> None:
+        """Apply a touch this process just made (the namespace's touch clock ``clock``; the
+        records it stamped, by key) to the namespace held, when that has applied every touch
+        before it: the next catch-up then finds nothing new, and the ranking done while it ran
+        stands. Otherwise (another process touched in between, or the namespace is busy or not
+        held) nothing is done: the next catch-up reads the touch back from the server."""
+        with self._lock:
+            rep = self._replicas.get(namespace)
+        if rep is None or not rep.lock.acquire(blocking=False):  # (never waits: an event loop
+            return  # may be calling)
+        try:
+            if rep.dropped or rep.touches != clock - 1:
+                return
+            # each as the server's date_part('epoch', ...): the microseconds over 10**6, rounded
+            accessed = {
+                seq: r.last_accessed_at.timestamp()
+                for seq, r in records.items()
+                if r.last_accessed_at is not None
+            }
+            seqs = np.fromiter(accessed, dtype=np.int64, count=len(accessed))
+            stamps = np.fromiter(accessed.values(), dtype=np.float64, count=len(accessed))
+            rows, known = _rows_of(rep.part, seqs)
+            if rows.shape[0]:
+                rep.part.touched(rows, stamps[known])
+                rep.part.accessed.view[rows] = stamps[known]
+            rep.touches = clock
+        finally:
+            rep.lock.release()
 
     def load(self, namespace: str) -> bool:
         """Load ``namespace`` now, in this thread (unless it is loaded); whether it is held."""
@@ -331,13 +372,45 @@ class LocalIndex:
 
     # -- catching up ---------------------------------------------------------------------------
 
-    def _catch_up(self, rep: _Replica) -> bool:
-        """Apply what changed on the server since ``rep`` last looked (the caller holds its
-        lock); ``False`` if it cannot be applied (the namespace is dropped, to be loaded
-        again)."""
-        params = {"ns": rep.part.namespace, "touches": rep.touches, "removals": rep.removals}
-        row: Any = self._pools.retrying(lambda conn: generic_plan(conn, LOCAL_CHANGES, params))
+    def _catch_up(self, rep: _Replica, rank: Callable[[], CandidateSet]) -> CandidateSet | None:
+        """Rank on ``rep`` while the server says what changed in its namespace since it last
+        looked (the caller holds its lock): the ranking if nothing did; else apply the changes
+        and rank again. ``None`` if they cannot be applied (the namespace is dropped, to be
+        loaded again).
+
+        The catch-up statement is sent first and its row read after the ranking (``sent.py``),
+        so its round trip is spent while the ranking runs. It is a read: on a connection lost
+        under it, ``Pools.retrying`` sends it again on a fresh one (the ranking is kept)."""
+        params = [
+            rep.part.namespace.encode(),
+            str(rep.touches).encode(),
+            str(rep.removals).encode(),
+        ]
+        ranked: list[CandidateSet] = []
+
+        def ask(conn: Any) -> list[bytes | None] | None:
+            send_statement(conn, LOCAL_CHANGES, params, _CHANGES_TYPES)
+            try:
+                if not ranked:
+                    ranked.append(rank())
+            finally:  # (the row is read even if the ranking failed: the connection stays usable)
+                row = receive_row(conn)
+            return row
+
+        packed = self._pools.retrying(ask)
+        assert packed is not None  # (one row, always)
+        row = [_int(v) for v in packed[:4]] + packed[4:]
         head = _Head.of(row)
+        if head.newest <= rep.newest and head.removals <= rep.removals and row[4] is None:
+            rep.touches = max(rep.touches, head.touches)  # (nothing to apply)
+            return ranked[0]
+        if not self._apply(rep, head, row):
+            return None
+        return rank()
+
+    def _apply(self, rep: _Replica, head: _Head, row: list[Any]) -> bool:
+        """Apply the changes of a catch-up row to ``rep`` (the caller holds its lock);
+        ``False`` if they cannot be (the namespace is dropped, to be loaded again)."""
         part = rep.part
         if head.removals > rep.removals and not self._remove(rep, head, row[6], row[7]):
             return False
@@ -385,6 +458,11 @@ class LocalIndex:
 
 def _never() -> bool:
     return False
+
+
+def _int(value: bytes | None) -> int | None:
+    """A binary integer column's value (``None`` for ``NULL``)."""
+    return None if value is None else int.from_bytes(value, "big", signed=True)
 
 
 def _rows_of(part: Partition, seqs: I64) -> tuple[I64, npt.NDArray[np.bool_]]:

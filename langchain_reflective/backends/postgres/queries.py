@@ -395,7 +395,7 @@ TOUCH = (
     "UPDATE reflective_access a SET last_accessed_at = %(when)s, "
     "touched = (SELECT clock FROM clock) FROM locked l, reflective_memories m, lazy "
     "WHERE a.seq = l.seq AND m.seq = a.seq "
-    f"RETURNING {RECORD_COLUMNS}"
+    f"RETURNING a.touched, {RECORD_COLUMNS}"
 )
 """New access times, returning the records: one statement, its own transaction (autocommit),
 committed without waiting for the WAL flush (``synchronous_commit`` off for this transaction
@@ -404,7 +404,8 @@ the namespace's touch clock (``reflective_touches``, schema version 7) and stamp
 it (so the row trigger for other writers' touches does not run): the clock row's lock, held for
 the touch's short transaction, makes a namespace's touches take turns, so the clock follows
 their commit order (~0.04 ms more per touch here); then it locks the rows in key order, as a
-delete does."""
+delete does. Each row returned is the clock, then the record (:data:`RECORD_COLUMNS`): a local
+index applies its own touch from them (``LocalIndex.own_touch``)."""
 
 REMOVALS_KEPT = 1000
 """Removals of a namespace whose keys ``reflective_removed`` keeps: the number written into
@@ -471,33 +472,41 @@ WHERE a.namespace = %s AND a.seq = ANY(%s)
 
 # -- the local index (``local_index.py``): what changed in a namespace, and its rows ------------
 
-_HEAD = (
-    "(SELECT max(m.seq) FROM reflective_memories m WHERE m.namespace = %(ns)s) AS newest, "
-    "c.removals, c.lex_docs, (SELECT t.clock FROM reflective_touches t "
-    "WHERE t.namespace = %(ns)s) AS touches"
-)
+
+def _head(ns: str) -> str:
+    """The namespace's newest key, removal count, live memories and touch clock, with ``ns``
+    the namespace's parameter."""
+    return (
+        f"(SELECT max(m.seq) FROM reflective_memories m WHERE m.namespace = {ns}) AS newest, "
+        "c.removals, c.lex_docs, (SELECT t.clock FROM reflective_touches t "
+        f"WHERE t.namespace = {ns}) AS touches"
+    )
+
+
 LOCAL_HEAD = (
-    f"SELECT {_HEAD} FROM (SELECT 1) AS one LEFT JOIN reflective_counters c ON c.namespace = %(ns)s"
+    f"SELECT {_head('%(ns)s')} FROM (SELECT 1) AS one "
+    "LEFT JOIN reflective_counters c ON c.namespace = %(ns)s"
 )
 """A namespace's newest key, removal count, live memories and touch clock (each ``NULL`` for
 a namespace never written): where a load of the namespace starts from."""
 
 LOCAL_CHANGES = (
-    f"SELECT {_HEAD}, x.seqs, x.acc, r.removal, r.seqs FROM (SELECT 1) AS one "
-    "LEFT JOIN reflective_counters c ON c.namespace = %(ns)s, "
+    f"SELECT {_head('$1')}, x.seqs, x.acc, r.removal, r.seqs FROM (SELECT 1) AS one "
+    "LEFT JOIN reflective_counters c ON c.namespace = $1, "
     "(SELECT string_agg(int8send(a.seq), ''::bytea) AS seqs, "
     "string_agg(float8send(date_part('epoch', a.last_accessed_at)), ''::bytea) AS acc "
-    "FROM reflective_access a WHERE a.namespace = %(ns)s AND a.touched > %(touches)s "
+    "FROM reflective_access a WHERE a.namespace = $1 AND a.touched > $2 "
     "AND a.touched > 0) AS x, "
     "(SELECT string_agg(int8send(d.removal), ''::bytea) AS removal, "
     "string_agg(int8send(d.seq), ''::bytea) AS seqs "
-    "FROM reflective_removed d WHERE d.namespace = %(ns)s AND d.removal > %(removals)s) AS r"
-)
+    "FROM reflective_removed d WHERE d.namespace = $1 AND d.removal > $3) AS r"
+).encode()
 """:data:`LOCAL_HEAD`, then what changed since a local index last looked: the keys and access
-times (packed) of the memories touched after clock ``touches``, and the removal numbers and
-keys (packed) of the removals after ``removals``. One row, in one snapshot; with nothing
-changed, three index probes and two empty index scans (run it with
-``connection.generic_plan``: in binary, on its generic plan)."""
+times (packed) of the memories touched after clock ``$2``, and the removal numbers and keys
+(packed) of the removals after ``$3`` (``$1``: the namespace). One row, in one snapshot; with
+nothing changed, three index probes and two empty index scans. Sent with
+``sent.send_statement`` (libpq's own parameters, hence ``$n`` and bytes), its row read in
+binary."""
 
 
 def local_rows_sql(terms: str) -> str:
