@@ -26,7 +26,12 @@ def test_each_retrieval_is_split_into_its_steps(
 ) -> None:
     from langchain_reflective.backends.postgres import local_index
 
-    gather = local_index.partition_candidates
+    saved = (
+        local_index.partition_candidates,
+        local_index.send_statement,
+        local_index.receive_row,
+        local_index.LocalIndex._apply,
+    )
     out = tmp_path / "parts.json"
     bench.main(
         [
@@ -51,7 +56,13 @@ def test_each_retrieval_is_split_into_its_steps(
     assert row["peer_p50_ms"] > 0  # the peer searched the same data in the same run
     assert row["peer_searches"] == 5 * 2  # once beside each timed retrieval of ours
     assert row["ratio"] == pytest.approx(row["retrieve_p50_ms"] / row["peer_p50_ms"])
-    assert local_index.partition_candidates is gather  # put back
+    assert row["reranked"] == 0  # its own touches applied: each ranking made meanwhile stood
+    assert saved == (  # put back
+        local_index.partition_candidates,
+        local_index.send_statement,
+        local_index.receive_row,
+        local_index.LocalIndex._apply,
+    )
 
 
 def test_a_retrieval_the_server_answered_stops_the_run(
