@@ -429,8 +429,7 @@ class PostgresBackend(BaseMemoryBackend):
         return self._touched(namespace, await self._pools.aretrying(run))
 
     def _touched(self, namespace: str, rows: list[Any]) -> dict[int, MemoryRecord]:
-        """The records a touch returned (each row: the clock it counted, then the record); the
-        local index, if any, applies the touch to the namespace it holds (never waiting)."""
+        """A touch's records (rows: its clock, then the record), applied to the local index."""
         records = dict(record_of(r[1:]) for r in rows)
         if self._candidates.local is not None and rows:
             self._candidates.local.own_touch(namespace, int(rows[0][0]), records)
