@@ -195,7 +195,8 @@ def test_a_change_made_elsewhere_is_applied_and_ranked_again(
 ) -> None:
     """What another process changed since the last retrieval is applied once the catch-up
     statement answers, and the namespace is ranked again: the ranking made meanwhile, on the
-    memories as they were, is not returned."""
+    memories as they were, is not returned. After a catch-up that applied changes the next
+    one is awaited before ranking, so a namespace others keep writing is ranked once."""
     records, _ = _fill(server, 30)
     _assert_same(local, server)
     counted = _Counted(monkeypatch)
@@ -216,6 +217,12 @@ def test_a_change_made_elsewhere_is_applied_and_ranked_again(
         assert _ranking(local, vector)[0] == keys
         assert counted.ranked - before == 3  # nothing new since: ranked once
     assert counted.applied == 3
+    # while others keep writing, each retrieval waits for the changes before it ranks: once
+    for seed in (20, 21):
+        _fill(server, 2, seed=seed)
+        before = counted.ranked
+        assert _ranking(local, vector)[0] == _ranking(server, vector, exact=True)[0]
+        assert counted.ranked - before == (2 if seed == 20 else 1)
 
 
 def test_a_ranking_that_fails_while_the_statement_runs_leaves_no_connection_busy(

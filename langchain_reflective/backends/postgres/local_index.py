@@ -96,6 +96,10 @@ class _Replica:
     """The namespace's removal count it has applied."""
     touches: int
     """The namespace's touch clock it has applied."""
+    quiet: bool = True
+    """Whether its last catch-up found nothing to apply: only then is the next ranking done
+    while the catch-up statement runs (where other processes keep writing, it would be done
+    again after applying their writes, each time)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     used: float = 0.0
     """When it last served a retrieval (``time.monotonic``), for dropping the least used."""
@@ -376,7 +380,9 @@ class LocalIndex:
         """Rank on ``rep`` while the server says what changed in its namespace since it last
         looked (the caller holds its lock): the ranking if nothing did; else apply the changes
         and rank again. ``None`` if they cannot be applied (the namespace is dropped, to be
-        loaded again).
+        loaded again). After a catch-up that applied changes, the next one waits for the
+        server's answer before it ranks (``_Replica.quiet``): a namespace others keep writing
+        would be ranked twice per retrieval.
 
         The catch-up statement is sent first and its row read after the ranking (``sent.py``),
         so its round trip is spent while the ranking runs. It is a read: on a connection lost
@@ -387,11 +393,12 @@ class LocalIndex:
             str(rep.removals).encode(),
         ]
         ranked: list[CandidateSet] = []
+        speculate = rep.quiet
 
         def ask(conn: Any) -> list[bytes | None] | None:
             send_statement(conn, LOCAL_CHANGES, params, _CHANGES_TYPES)
             try:
-                if not ranked:
+                if speculate and not ranked:
                     ranked.append(rank())
             finally:  # (the row is read even if the ranking failed: the connection stays usable)
                 row = receive_row(conn)
@@ -401,9 +408,10 @@ class LocalIndex:
         assert packed is not None  # (one row, always)
         row = [_int(v) for v in packed[:4]] + packed[4:]
         head = _Head.of(row)
-        if head.newest <= rep.newest and head.removals <= rep.removals and row[4] is None:
+        rep.quiet = head.newest <= rep.newest and head.removals <= rep.removals and row[4] is None
+        if rep.quiet:
             rep.touches = max(rep.touches, head.touches)  # (nothing to apply)
-            return ranked[0]
+            return ranked[0] if ranked else rank()
         if not self._apply(rep, head, row):
             return None
         return rank()
