@@ -177,10 +177,11 @@ def test_a_purge_waits_for_a_write_in_flight_and_removes_it(
 
 def _changes(conn: psycopg.Connection[Any], namespace: str, touches: int, removals: int) -> Any:
     from langchain_reflective.backends.postgres.queries import LOCAL_CHANGES
-    from langchain_reflective.backends.postgres.sent import INT8, TEXT, receive_row, send_statement
+    from langchain_reflective.backends.postgres.rows import INT8_OID, TEXT_OID
+    from langchain_reflective.backends.postgres.sent import receive_row, send_statement
 
     params = [namespace.encode(), str(touches).encode(), str(removals).encode()]
-    send_statement(conn, LOCAL_CHANGES, params, (TEXT, INT8, INT8))
+    send_statement(conn, LOCAL_CHANGES, params, (TEXT_OID, INT8_OID, INT8_OID))
     return receive_row(conn)
 
 
@@ -191,13 +192,15 @@ def test_the_catch_up_statement_reads_the_namespaces_changes(
     given clock and removal count, in binary, as the local index unpacks them."""
     import numpy as np
 
+    from langchain_reflective.backends.postgres.rows import int_from_binary
+
     records = _put(backend, 5)
     keys = _keys(backend, records)
     backend.delete("default", [records[2].id])
     backend.touch("default", [keys[0], keys[4]], T0 + timedelta(days=1))
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         row = _changes(conn, "default", 0, 0)
-        newest, removals, live, clock = (int.from_bytes(v, "big", signed=True) for v in row[:4])
+        newest, removals, live, clock = (int_from_binary(v) for v in row[:4])
         assert (newest, removals, live, clock) == (keys[4], 1, 4, 1)
         touched = np.frombuffer(row[4], dtype=">i8").tolist()
         assert sorted(touched) == [keys[0], keys[4]]

@@ -52,7 +52,8 @@ from langchain_reflective.backends.postgres.queries import (
     LOCAL_HEAD,
     local_rows_sql,
 )
-from langchain_reflective.backends.postgres.sent import INT8, TEXT, receive_row, send_statement
+from langchain_reflective.backends.postgres.rows import INT8_OID, TEXT_OID, int_from_binary
+from langchain_reflective.backends.postgres.sent import receive_row, send_statement
 from langchain_reflective.backends.sqlite.ann import maintain_ann
 from langchain_reflective.backends.sqlite.candidates import (
     DEFAULT_ANN_CANDIDATES,
@@ -76,7 +77,7 @@ LOAD_CHUNK = 20_000
 """Memories read per statement while loading or catching up (~30 MB at 384 dimensions)."""
 EXACT_LIMIT = DEFAULT_EXACT_LIMIT
 """Namespaces with more live memories get an IVF index (the SQLite backend's default)."""
-_CHANGES_TYPES = (TEXT, INT8, INT8)
+_CHANGES_TYPES = (TEXT_OID, INT8_OID, INT8_OID)
 """The types of ``LOCAL_CHANGES``' parameters: the namespace, the touch clock and the removal
 count applied."""
 RETRY_AFTER = 60.0
@@ -406,7 +407,7 @@ class LocalIndex:
 
         packed = self._pools.retrying(ask)
         assert packed is not None  # (one row, always)
-        row = [_int(v) for v in packed[:4]] + packed[4:]
+        row = [int_from_binary(v) for v in packed[:4]] + packed[4:]
         head = _Head.of(row)
         rep.quiet = head.newest <= rep.newest and head.removals <= rep.removals and row[4] is None
         if rep.quiet:
@@ -466,11 +467,6 @@ class LocalIndex:
 
 def _never() -> bool:
     return False
-
-
-def _int(value: bytes | None) -> int | None:
-    """A binary integer column's value (``None`` for ``NULL``)."""
-    return None if value is None else int.from_bytes(value, "big", signed=True)
 
 
 def _rows_of(part: Partition, seqs: I64) -> tuple[I64, npt.NDArray[np.bool_]]:

@@ -21,9 +21,12 @@ from langchain_reflective.scoring import ScoringConfig
 
 __all__ = [
     "INT4_ARRAY_OID",
+    "INT8_OID",
     "TEXT_ARRAY_OID",
+    "TEXT_OID",
     "candidate_set",
     "int_array_binary",
+    "int_from_binary",
     "pending_of",
     "record_of",
     "text_array_binary",
@@ -36,7 +39,10 @@ TEXT_ARRAY_OID = 1009
 """``text[]``, the type :func:`text_array_binary` encodes."""
 INT4_ARRAY_OID = 1007
 """``integer[]``, the type :func:`int_array_binary` encodes."""
-_TEXT_OID = 25
+TEXT_OID = 25
+"""``text``."""
+INT8_OID = 20
+"""``bigint``."""
 _INT4_OID = 23
 _ARRAY_HEAD = struct.Struct(">iiiii")  # ndim, has-nulls, element oid, length, lower bound
 _EMPTY_HEAD = struct.Struct(">iii")  # ndim 0, has-nulls, element oid
@@ -67,8 +73,8 @@ def text_array_binary(items: Iterable[str]) -> bytes:
     """
     encoded = [s.encode("utf-8") for s in items]
     if not encoded:
-        return _EMPTY_HEAD.pack(0, 0, _TEXT_OID)
-    parts = [_ARRAY_HEAD.pack(1, 0, _TEXT_OID, len(encoded), 1)]
+        return _EMPTY_HEAD.pack(0, 0, TEXT_OID)
+    parts = [_ARRAY_HEAD.pack(1, 0, TEXT_OID, len(encoded), 1)]
     for b in encoded:
         parts.append(_LENGTH.pack(len(b)))
         parts.append(b)
@@ -82,6 +88,11 @@ def int_array_binary(values: Sequence[int]) -> bytes:
         return _EMPTY_HEAD.pack(0, 0, _INT4_OID)
     body = [x for v in values for x in (4, v)]
     return _ARRAY_HEAD.pack(1, 0, _INT4_OID, n, 1) + struct.pack(f">{2 * n}i", *body)
+
+
+def int_from_binary(value: bytes | None) -> int | None:
+    """An integer column's value as the server sends it in binary (``None`` for ``NULL``)."""
+    return None if value is None else int.from_bytes(value, "big", signed=True)
 
 
 def vectors_from_binary(blobs: Sequence[bytes], dimension: int) -> F32:

@@ -21,12 +21,7 @@ from typing import Any
 import psycopg
 from psycopg import pq
 
-__all__ = ["INT8", "TEXT", "receive_row", "send_statement"]
-
-TEXT = 25
-"""The type OID of ``text`` (for :func:`send_statement`'s parameter types)."""
-INT8 = 20
-"""The type OID of ``bigint``."""
+__all__ = ["receive_row", "send_statement"]
 
 _POLL = getattr(select, "poll", None)
 
@@ -40,7 +35,7 @@ def send_statement(
         conn: an idle connection; busy until :func:`receive_row` has read the result.
         sql: the statement, with ``$1``-style parameters.
         params: each parameter's value in text form (``str(n).encode()`` for a number).
-        types: each parameter's type OID (:data:`TEXT`, :data:`INT8`).
+        types: each parameter's type OID (``rows.TEXT_OID``, ``rows.INT8_OID``).
 
     Raises:
         psycopg.OperationalError: the statement could not be sent (the connection is lost).
