@@ -30,6 +30,7 @@ __all__ = [
     "REMOVALS_KEPT",
     "RESET",
     "TOUCH",
+    "TOUCH_CLOCK",
     "CandidateQuery",
     "candidates_sql",
     "local_rows_sql",
@@ -382,20 +383,27 @@ ON CONFLICT (namespace) DO UPDATE SET importance_sum = c.importance_sum + EXCLUD
 """
 
 
-TOUCH = (
-    "WITH lazy AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)), "
-    "clock AS MATERIALIZED (INSERT INTO reflective_touches AS c (namespace, clock) "
-    "VALUES (%(ns)s, 1) ON CONFLICT (namespace) DO UPDATE SET clock = c.clock + 1 "
-    "RETURNING c.clock), "
-    # the rows locked in key order, after the clock (the one-time filter reads it first): as a
-    # delete locks its rows (writes.delete_memories), so neither waits for the other in a cycle
-    "locked AS MATERIALIZED (SELECT a.seq FROM reflective_access a "
-    "WHERE (SELECT clock FROM clock) > 0 AND a.namespace = %(ns)s AND a.seq = ANY(%(keys)s) "
-    "ORDER BY a.seq FOR UPDATE) "
-    "UPDATE reflective_access a SET last_accessed_at = %(when)s, "
-    "touched = (SELECT clock FROM clock) FROM locked l, reflective_memories m, lazy "
-    "WHERE a.seq = l.seq AND m.seq = a.seq "
-    f"RETURNING a.touched, {RECORD_COLUMNS}"
+def _touch(ns: str, keys: str, when: str, returning: str, joined: str) -> str:
+    return (
+        "WITH lazy AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)), "
+        "clock AS MATERIALIZED (INSERT INTO reflective_touches AS c (namespace, clock) "
+        f"VALUES ({ns}, 1) ON CONFLICT (namespace) DO UPDATE SET clock = c.clock + 1 "
+        "RETURNING c.clock), "
+        # the rows locked in key order, after the clock (the one-time filter reads it first): as
+        # a delete locks its rows (writes.delete_memories), so neither waits for the other in a
+        # cycle
+        "locked AS MATERIALIZED (SELECT a.seq FROM reflective_access a "
+        f"WHERE (SELECT clock FROM clock) > 0 AND a.namespace = {ns} AND a.seq = ANY({keys}) "
+        "ORDER BY a.seq FOR UPDATE) "
+        f"UPDATE reflective_access a SET last_accessed_at = {when}, "
+        f"touched = (SELECT clock FROM clock) FROM locked l, {joined}lazy "
+        f"WHERE a.seq = l.seq {'AND m.seq = a.seq ' if joined else ''}"
+        f"RETURNING {returning}"
+    )
+
+
+TOUCH = _touch(
+    "%(ns)s", "%(keys)s", "%(when)s", f"a.touched, {RECORD_COLUMNS}", "reflective_memories m, "
 )
 """New access times, returning the records: one statement, its own transaction (autocommit),
 committed without waiting for the WAL flush (``synchronous_commit`` off for this transaction
@@ -406,6 +414,11 @@ the touch's short transaction, makes a namespace's touches take turns, so the cl
 their commit order (~0.04 ms more per touch here); then it locks the rows in key order, as a
 delete does. Each row returned is the clock, then the record (:data:`RECORD_COLUMNS`): a local
 index applies its own touch from them (``LocalIndex.own_touch``)."""
+
+TOUCH_CLOCK = _touch("$1", "$2::int8[]", "$3::timestamptz", "a.touched", "").encode()
+""":data:`TOUCH` returning only the clock, for a touch whose records the local index returned
+(``touches.py``): sent with ``sent.send_statement`` (``$1`` the namespace, ``$2`` the keys as
+an ``int8[]`` literal, ``$3`` the time in ISO format)."""
 
 REMOVALS_KEPT = 1000
 """Removals of a namespace whose keys ``reflective_removed`` keeps: the number written into

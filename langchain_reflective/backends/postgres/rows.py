@@ -21,9 +21,11 @@ from langchain_reflective.scoring import ScoringConfig
 
 __all__ = [
     "INT4_ARRAY_OID",
+    "INT8_ARRAY_OID",
     "INT8_OID",
     "TEXT_ARRAY_OID",
     "TEXT_OID",
+    "TIMESTAMPTZ_OID",
     "candidate_set",
     "int_array_binary",
     "int_from_binary",
@@ -43,6 +45,10 @@ TEXT_OID = 25
 """``text``."""
 INT8_OID = 20
 """``bigint``."""
+INT8_ARRAY_OID = 1016
+"""``bigint[]``."""
+TIMESTAMPTZ_OID = 1184
+"""``timestamp with time zone``."""
 _INT4_OID = 23
 _ARRAY_HEAD = struct.Struct(">iiiii")  # ndim, has-nulls, element oid, length, lower bound
 _EMPTY_HEAD = struct.Struct(">iii")  # ndim 0, has-nulls, element oid
