@@ -52,7 +52,6 @@ from langchain_reflective.backends.postgres.queries import (
     PURGE_COUNTER,
     RECORD_COLUMNS,
     RECORDS,
-    TOUCH,
     pending_sql,
     recent_sql,
 )
@@ -68,6 +67,7 @@ from langchain_reflective.backends.postgres.schema import (
     migrate,
     newer_schema_error,
 )
+from langchain_reflective.backends.postgres.touches import Touches
 from langchain_reflective.backends.postgres.vector_index import (
     IndexKind,
     IndexState,
@@ -188,6 +188,7 @@ class PostgresBackend(BaseMemoryBackend):
                 max_memories=local_index_max_memories,
                 wait=local_index_wait,
             )
+        self._touches = Touches(self._pools, local)
         self._candidates = CandidateSource(
             self._pools,
             self._index,
@@ -403,7 +404,9 @@ class PostgresBackend(BaseMemoryBackend):
             return n
 
     def touch(self, namespace: str, keys: Sequence[int], when: datetime) -> dict[int, MemoryRecord]:
-        """One ``UPDATE ... RETURNING`` (one round trip): the new access time and the records.
+        """One ``UPDATE ... RETURNING`` (one round trip): the new access time and the records;
+        with the local index, records it holds are returned at once and the statement is
+        written after (``touches.py``).
 
         Committed asynchronously (``synchronous_commit = off`` for this transaction only): a
         retrieval does not wait for the server to flush the access times to disk (~20 ms with
@@ -411,29 +414,14 @@ class PostgresBackend(BaseMemoryBackend):
         last fraction of a second of them (never corrupt them); every memory write still waits
         for its flush, and flushing it flushes the touches before it.
         """
-        if not keys:
-            return {}
-        params = {"when": when, "ns": namespace, "keys": [int(k) for k in keys]}
-        return self._touched(namespace, self._pools.rows(TOUCH, params))
+        self._pools.check_process()
+        return self._touches.touch(namespace, keys, when)
 
     async def atouch(
         self, namespace: str, keys: Sequence[int], when: datetime
     ) -> dict[int, MemoryRecord]:
-        if not keys:
-            return {}
-        params = {"when": when, "ns": namespace, "keys": [int(k) for k in keys]}
-
-        async def run(conn: psycopg.AsyncConnection[Any]) -> list[Any]:
-            return await (await conn.execute(TOUCH, params)).fetchall()
-
-        return self._touched(namespace, await self._pools.aretrying(run))
-
-    def _touched(self, namespace: str, rows: list[Any]) -> dict[int, MemoryRecord]:
-        """A touch's records (rows: its clock, then the record), applied to the local index."""
-        records = dict(record_of(r[1:]) for r in rows)
-        if self._candidates.local is not None and rows:
-            self._candidates.local.own_touch(namespace, int(rows[0][0]), records)
-        return records
+        self._pools.check_process()
+        return await self._touches.atouch(namespace, keys, when)
 
     # -- the pending queue ---------------------------------------------------------------------
 
@@ -480,6 +468,7 @@ class PostgresBackend(BaseMemoryBackend):
     def get(self, namespace: str, ids: Sequence[str]) -> list[MemoryRecord]:
         if not ids:
             return []
+        self._touches.settle()  # (this process reads its own touches)
         rows = self._pools.rows(
             f"SELECT {RECORD_COLUMNS} FROM {RECORDS} WHERE m.namespace = %s AND m.id = ANY(%s)",
             (namespace, list(ids)),
@@ -490,6 +479,7 @@ class PostgresBackend(BaseMemoryBackend):
     def fetch(self, namespace: str, keys: Sequence[int]) -> dict[int, MemoryRecord]:
         if not keys:
             return {}
+        self._touches.settle()  # (this process reads its own touches)
         rows = self._pools.rows(
             f"SELECT {RECORD_COLUMNS} FROM {RECORDS} WHERE m.namespace = %s AND m.seq = ANY(%s)",
             (namespace, [int(k) for k in keys]),
@@ -505,6 +495,7 @@ class PostgresBackend(BaseMemoryBackend):
         since_last_reflection: bool = False,
         by_importance: bool = False,
     ) -> list[MemoryRecord]:
+        self._touches.settle()
         sql, params = recent_sql(
             namespace,
             n=n,
@@ -534,6 +525,7 @@ class PostgresBackend(BaseMemoryBackend):
     def iter_records(
         self, namespace: str, *, with_vectors: bool = True, batch_size: int = 1024
     ) -> Iterator[RecordBatch]:
+        self._touches.settle()
         after = 0
         vec = ", vector_send(m.embedding)" if with_vectors else ""
         while True:
@@ -692,6 +684,7 @@ class PostgresBackend(BaseMemoryBackend):
         await self._pools.aclose()
 
     def _close_threads(self) -> None:
+        self._touches.close()  # (first: it writes the touches still pending)
         self._index.close()
         if self._candidates.local is not None:
             self._candidates.local.close()

@@ -17,9 +17,14 @@ with the namespace's touch clock). While the server answers, the index ranks on 
 holds (``sent.py``: the statement's round trip is spent during the ranking); if the answer
 says nothing changed, that ranking is the retrieval's, else the index applies the changes and
 ranks again. So a retrieval sees every write committed before it began, in any process, as
-without the local index. The touch after it, and every other read and write, go to the server
-as always; the index applies its own process's touches as they return (``own_touch``), so
-that they do not count as changes at the next retrieval.
+without the local index. Every other read and write goes to the server as always. The touch
+after a retrieval does too, but when the index keeps the records of every memory it returns
+(those this process touched lately, :data:`RECORDS_KEPT` per namespace), the retrieval takes
+them from the index, which applies the new access times at once, and the statement is written
+by the backend's writer thread after the retrieval returned (``touches.py``, :meth:`held`).
+The index applies its own process's touches as they are made (``held``, ``own_touch``), so
+that they do not count as changes at the next retrieval; a catch-up that reads back only
+access times it holds already finds nothing changed.
 
 A namespace is loaded on a background thread the first time it is retrieved from, in one
 snapshot (``REPEATABLE READ``); until it is ready its retrievals are answered by the server's
@@ -31,13 +36,16 @@ or that holds more deleted rows than live ones is dropped and loaded again.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -63,7 +71,7 @@ from langchain_reflective.backends.sqlite.candidates import (
 )
 from langchain_reflective.backends.sqlite.lexical import BM25Index
 from langchain_reflective.backends.sqlite.partition import Partition
-from langchain_reflective.backends.types import F32, CandidateSet, RetrievalFilter
+from langchain_reflective.backends.types import F32, CandidateSet, RetrievalFilter, trusted_record
 from langchain_reflective.records import MemoryRecord
 from langchain_reflective.scoring import ScoringConfig
 
@@ -80,6 +88,9 @@ EXACT_LIMIT = DEFAULT_EXACT_LIMIT
 _CHANGES_TYPES = (TEXT_OID, INT8_OID, INT8_OID)
 """The types of ``LOCAL_CHANGES``' parameters: the namespace, the touch clock and the removal
 count applied."""
+RECORDS_KEPT = 10_000
+"""Records a namespace held keeps for touches answered in memory (``touches.py``): ~1 KB
+each, so ~10 MB per namespace at most."""
 RETRY_AFTER = 60.0
 """Seconds before a namespace found too large to load, or whose load failed, is tried again
 (its retrievals are answered by the server meanwhile)."""
@@ -101,6 +112,9 @@ class _Replica:
     """Whether its last catch-up found nothing to apply: only then is the next ranking done
     while the catch-up statement runs (where other processes keep writing, it would be done
     again after applying their writes, each time)."""
+    records: OrderedDict[int, MemoryRecord] = field(default_factory=OrderedDict)
+    """The records of memories this process touched lately, by key (a memory's content never
+    changes under its key), least recently returned first; at most :data:`RECORDS_KEPT`."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     used: float = 0.0
     """When it last served a retrieval (``time.monotonic``), for dropping the least used."""
@@ -218,17 +232,26 @@ class LocalIndex:
             return found
 
     def own_touch(self, namespace: str, clock: int, records: dict[int, MemoryRecord]) -> None:
-        """Apply a touch this process just made (the namespace's touch clock ``clock``; the
-        records it stamped, by key) to the namespace held, when that has applied every touch
-        before it: the next catch-up then finds nothing new, and the ranking done while it ran
-        stands. Otherwise (another process touched in between, or the namespace is busy or not
-        held) nothing is done: the next catch-up reads the touch back from the server."""
+        """Keep the records of a touch this process just made (the namespace's touch clock
+        ``clock``; the records it stamped, by key), for :meth:`held`, and apply the touch to
+        the namespace held when that has applied every touch before it: the next catch-up
+        then finds nothing new, and the ranking done while it ran stands. Otherwise (another
+        process touched in between) the next catch-up reads the touch back from the server.
+        Nothing is done while the namespace is busy or not held: this never waits."""
         with self._lock:
             rep = self._replicas.get(namespace)
         if rep is None or not rep.lock.acquire(blocking=False):  # (never waits: an event loop
             return  # may be calling)
         try:
-            if rep.dropped or rep.touches != clock - 1:
+            if rep.dropped:
+                return
+            kept = rep.records
+            for seq, record in records.items():
+                kept[seq] = _private(record, record.last_accessed_at)
+                kept.move_to_end(seq)
+            while len(kept) > RECORDS_KEPT:
+                kept.popitem(last=False)
+            if rep.touches != clock - 1:
                 return
             # each as the server's date_part('epoch', ...): the microseconds over 10**6, rounded
             accessed = {
@@ -245,6 +268,56 @@ class LocalIndex:
             rep.touches = clock
         finally:
             rep.lock.release()
+
+    def own_clock(self, namespace: str, clock: int) -> None:
+        """Count a touch of this process that :meth:`held` applied already (the namespace's
+        touch clock ``clock``), when it directly follows the touches applied: the next
+        catch-up then does not read it back. Never waits."""
+        with self._lock:
+            rep = self._replicas.get(namespace)
+        if rep is None or not rep.lock.acquire(blocking=False):
+            return
+        try:
+            if not rep.dropped and rep.touches == clock - 1:
+                rep.touches = clock
+        finally:
+            rep.lock.release()
+
+    def held(
+        self, namespace: str, keys: Sequence[int], when: datetime
+    ) -> dict[int, MemoryRecord] | None:
+        """Touch ``keys`` in memory: their records with ``last_accessed_at = when``, the new
+        access time applied to the namespace held (as the server will have it, to the bit); or
+        ``None`` (nothing done) unless the namespace is held, not busy (this never waits) and
+        keeps every one of these records. The caller writes the touch to the server."""
+        with self._lock:
+            rep = self._replicas.get(namespace)
+        if rep is None or not rep.lock.acquire(blocking=False):
+            return None
+        try:
+            kept = rep.records
+            if rep.dropped or not all(k in kept for k in keys):
+                return None
+            seqs = np.asarray(keys, dtype=np.int64)
+            rows, _ = _rows_of(rep.part, seqs)
+            if rows.shape[0] != seqs.shape[0]:  # (a key removed since: the server answers)
+                return None
+            stamp = when.timestamp()  # as the server's date_part('epoch', ...) of ``when``
+            rep.part.touched(rows, stamp)
+            rep.part.accessed.view[rows] = stamp
+            found = {}
+            for k in keys:
+                kept.move_to_end(k)
+                found[k] = _private(kept[k], when)
+            return found
+        finally:
+            rep.lock.release()
+
+    def forget(self, namespace: str) -> None:
+        """Drop ``namespace`` (it is loaded again at its next retrieval): what it holds may no
+        longer be the server's (a touch applied here could not be written)."""
+        with self._lock:
+            self._drop(namespace)
 
     def load(self, namespace: str) -> bool:
         """Load ``namespace`` now, in this thread (unless it is loaded); whether it is held."""
@@ -407,9 +480,14 @@ class LocalIndex:
 
         packed = self._pools.retrying(ask)
         assert packed is not None  # (one row, always)
+        touched, stamps = packed[4], packed[5]
         row = [int_from_binary(v) for v in packed[:4]] + packed[4:]
         head = _Head.of(row)
-        rep.quiet = head.newest <= rep.newest and head.removals <= rep.removals and row[4] is None
+        rep.quiet = (
+            head.newest <= rep.newest
+            and head.removals <= rep.removals
+            and (touched is None or _applied(rep.part, touched, stamps or b""))
+        )
         if rep.quiet:
             rep.touches = max(rep.touches, head.touches)  # (nothing to apply)
             return ranked[0] if ranked else rank()
@@ -458,6 +536,8 @@ class LocalIndex:
         rows, _ = _rows_of(part, seqs)
         if rows.shape[0]:
             part.delete_rows(rows)
+        for seq in seqs.tolist():
+            rep.records.pop(seq, None)
         rep.removals = head.removals
         if part.index.n_deleted * 2 > len(part) and len(part) > 1024:
             with self._lock:  # mostly tombstones: load it again, compact
@@ -467,6 +547,35 @@ class LocalIndex:
 
 def _never() -> bool:
     return False
+
+
+def _applied(part: Partition, keys: bytes, stamps: bytes) -> bool:
+    """Whether every memory held among the touched ``keys`` (packed ``int8``) already has its
+    access time among ``stamps`` (packed ``float8``): the touches are this process's own,
+    applied as they were made (``LocalIndex.held``, ``own_touch``)."""
+    seqs = np.frombuffer(keys, dtype=">i8").astype(np.int64)
+    rows, known = _rows_of(part, seqs)
+    values = np.frombuffer(stamps, dtype=">f8").astype(np.float64)[known]
+    return bool(np.array_equal(part.accessed.view[rows], values))
+
+
+def _private(record: MemoryRecord, accessed: datetime | None) -> MemoryRecord:
+    """A copy of ``record`` with ``last_accessed_at = accessed`` and metadata of its own (the
+    kept records are never handed out, so a caller changing one cannot change them)."""
+    meta = record.metadata
+    return trusted_record(
+        id=record.id,
+        text=record.text,
+        kind=record.kind,
+        created_at=record.created_at,
+        last_accessed_at=accessed or record.created_at,
+        importance=record.importance,
+        importance_source=record.importance_source,
+        evidence=record.evidence,
+        depth=record.depth,
+        namespace=record.namespace,
+        metadata=json.loads(json.dumps(meta)) if meta else {},
+    )
 
 
 def _rows_of(part: Partition, seqs: I64) -> tuple[I64, npt.NDArray[np.bool_]]:

@@ -1,0 +1,248 @@
+"""Touches with the local index (``touches.py``): a touch whose records the local index keeps
+is answered in memory and written by the writer thread after it returns; the process reads
+its own touches, the server gets the same access times to the bit, and a touch that cannot
+be written is logged and makes the namespace load again."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import pytest
+
+from langchain_reflective.backends.postgres import PostgresBackend, touches
+from langchain_reflective.backends.postgres.local_index import LocalIndex
+from tests.postgres.test_postgres_backend import _fill, _unit
+from tests.postgres.test_postgres_local_index import (
+    NOW,
+    _assert_same,
+    _Counted,
+    _held,
+    _keys_of,
+    _open,
+    _ranking,
+    _server_access_times,
+)
+
+pytestmark = [pytest.mark.postgres, pytest.mark.integration]
+
+
+@pytest.fixture
+def server(postgres_url: str) -> Iterator[PostgresBackend]:
+    """Another process: no local index (every answer from the server)."""
+    backend = _open(postgres_url)
+    yield backend
+    backend.close()
+
+
+@pytest.fixture
+def local(postgres_url: str) -> Iterator[PostgresBackend]:
+    backend = _open(postgres_url, local_index=True, local_index_wait=True)
+    yield backend
+    backend.close()
+
+
+class _Writes:
+    """Counts the touches the writer thread writes."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.n = 0
+        write = touches.Touches._write
+
+        def counted(*args: Any) -> None:
+            self.n += 1
+            write(*args)
+
+        monkeypatch.setattr(touches.Touches, "_write", counted)
+
+
+def _slow_writer(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """The writer waits ``seconds`` before it sends each touch."""
+    send = touches.send_statement
+
+    def slow(*args: Any) -> None:
+        time.sleep(seconds)
+        send(*args)
+
+    monkeypatch.setattr(touches, "send_statement", slow)
+
+
+def _index(backend: PostgresBackend) -> LocalIndex:
+    held = backend._candidates.local
+    assert held is not None
+    return held
+
+
+def test_a_touch_of_records_held_is_answered_in_memory_and_written_after(
+    local: PostgresBackend,
+    server: PostgresBackend,
+    postgres_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first touch of some memories goes to the server and the local index keeps their
+    records; the next is answered from them, with the new access time, and the writer writes
+    it: the process's next read sees it, the server holds it to the bit, and the next
+    retrieval ranks once, applying nothing."""
+    records, _ = _fill(server, 40)
+    _assert_same(local, server)
+    keys, _ = _ranking(local, _unit(np.random.default_rng(5), 1)[0])
+    writes = _Writes(monkeypatch)
+    first = local.touch("default", keys, NOW)
+    assert writes.n == 0  # not held yet: one statement, answered by the server
+    later = NOW + timedelta(hours=2)
+    counted = _Counted(monkeypatch)
+    second = local.touch("default", keys, later)
+    assert writes.n == 1  # answered in memory, written by the writer
+    assert set(second) == set(first)
+    for key, record in second.items():
+        assert _fields(record) == {**_fields(first[key]), "last_accessed_at": later}
+    ids = [second[k].id for k in keys]
+    assert [r.last_accessed_at for r in local.get("default", ids)] == [later] * len(keys)
+    assert [r.last_accessed_at for r in server.get("default", ids)] == [later] * len(keys)
+    part = _index(local)._replicas["default"].part
+    all_keys = _keys_of(server, records)
+    assert part.accessed.view[part.rows_of(all_keys)].tolist() == _server_access_times(
+        postgres_url, all_keys
+    )
+    assert _ranking(local, _unit(np.random.default_rng(6), 1)[0])
+    assert (counted.ranked, counted.applied) == (1, 0)
+    _assert_same(local, server)
+
+
+def _fields(record: Any) -> dict[str, Any]:
+    return {name: getattr(record, name) for name in record.__dataclass_fields__}
+
+
+def test_records_handed_out_are_copies(local: PostgresBackend, server: PostgresBackend) -> None:
+    _fill(server, 20)
+    _assert_same(local, server)
+    keys, _ = _ranking(local, _unit(np.random.default_rng(2), 1)[0])
+    local.touch("default", keys, NOW)
+    answered = local.touch("default", keys, NOW)
+    answered[keys[0]].metadata["i"] = "changed by the caller"  # type: ignore[index]
+    again = local.touch("default", keys, NOW)
+    assert again[keys[0]].metadata == server.fetch("default", keys[:1])[keys[0]].metadata
+
+
+def test_a_memory_removed_elsewhere_is_no_longer_answered_in_memory(
+    local: PostgresBackend, server: PostgresBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fill(server, 30)
+    _assert_same(local, server)
+    keys, _ = _ranking(local, _unit(np.random.default_rng(8), 1)[0])
+    touched = local.touch("default", keys, NOW)
+    server.delete("default", [touched[keys[0]].id])  # removed elsewhere
+    _assert_same(local, server)  # (caught up: the removal applied)
+    assert keys[0] not in _index(local)._replicas["default"].records
+    writes = _Writes(monkeypatch)
+    answer = local.touch("default", keys, NOW + timedelta(hours=1))
+    assert keys[0] not in answer and set(answer) == set(keys[1:])
+    assert writes.n == 0  # not every record held: the server answered
+
+
+def test_a_catch_up_that_reads_back_only_its_own_touches_ranks_once(
+    local: PostgresBackend, server: PostgresBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the writer's clock cannot be counted in time (here: never), the next catch-up
+    reads the touch back from the server; the access times are the ones the process applied
+    already, so nothing is applied and the ranking made meanwhile stands."""
+    _fill(server, 30)
+    _assert_same(local, server)
+    vector = _unit(np.random.default_rng(9), 1)[0]
+    keys, _ = _ranking(local, vector)
+    local.touch("default", keys, NOW)
+    monkeypatch.setattr(LocalIndex, "own_clock", lambda self, namespace, clock: None)
+    local.touch("default", keys, NOW + timedelta(minutes=5))  # answered in memory
+    local._touches.settle()
+    counted = _Counted(monkeypatch)
+    assert _ranking(local, vector)[0] == _ranking(server, vector, exact=True)[0]
+    assert (counted.ranked, counted.applied) == (1, 0)
+
+
+def test_a_touch_that_cannot_be_written_is_logged_and_the_namespace_loaded_again(
+    local: PostgresBackend,
+    server: PostgresBackend,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    _fill(server, 30)
+    _assert_same(local, server)
+    keys, _ = _ranking(local, _unit(np.random.default_rng(3), 1)[0])
+    local.touch("default", keys, NOW)
+    monkeypatch.setattr(touches, "TOUCH_CLOCK", b"SELECT no_such_function($1, $2, $3)")
+    with caplog.at_level(logging.WARNING, logger=touches.__name__):
+        answered = local.touch("default", keys, NOW + timedelta(days=1))
+        local._touches.settle()
+    assert set(answered) == set(keys)
+    assert "could not write the access time of" in caplog.text
+    assert "default" not in _held(local)  # its access times are not the server's: dropped
+    stored = server.fetch("default", keys)
+    assert all(r.last_accessed_at == NOW for r in stored.values())  # the touch before it
+    _assert_same(local, server)  # loaded again: exact
+
+
+def test_close_writes_the_touches_still_pending(
+    postgres_url: str, server: PostgresBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    local = _open(postgres_url, local_index=True, local_index_wait=True)
+    try:
+        _fill(server, 20)
+        _assert_same(local, server)
+        keys, _ = _ranking(local, _unit(np.random.default_rng(4), 1)[0])
+        local.touch("default", keys, NOW)
+        _slow_writer(monkeypatch, 0.2)
+        local.touch("default", keys, NOW + timedelta(days=2))  # answered in memory
+    finally:
+        local.close()
+    stored = server.fetch("default", keys)
+    assert [r.last_accessed_at for r in stored.values()] == [NOW + timedelta(days=2)] * len(keys)
+
+
+def test_an_async_touch_is_answered_in_memory_too(
+    local: PostgresBackend, server: PostgresBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fill(server, 20)
+    _assert_same(local, server)
+    keys, _ = _ranking(local, _unit(np.random.default_rng(11), 1)[0])
+    writes = _Writes(monkeypatch)
+    later = NOW + timedelta(hours=3)
+
+    async def run() -> list[Any]:
+        first = await local.atouch("default", keys, NOW)
+        assert writes.n == 0
+        answered = await local.atouch("default", keys, later)
+        assert writes.n == 1 and set(answered) == set(first)
+        ids = [answered[k].id for k in keys]
+        try:
+            return [r.last_accessed_at for r in await local.aget("default", ids)]
+        finally:  # in this loop: its async pool, left to asyncio.run's shutdown, can hang it
+            await local.aclose()
+
+    assert asyncio.run(run()) == [later] * len(keys)
+
+
+def test_the_writer_keeps_the_order_of_a_process_s_touches(
+    local: PostgresBackend, server: PostgresBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A touch the local index cannot answer waits for those the writer has not written yet
+    (here: slowed down), so a later access time is never overwritten by an earlier one."""
+    _fill(server, 30)
+    _assert_same(local, server)
+    keys, _ = _ranking(local, _unit(np.random.default_rng(12), 1)[0])
+    local.touch("default", keys, NOW)
+    _slow_writer(monkeypatch, 0.05)
+    for hours in range(1, 4):
+        local.touch("default", keys, NOW + timedelta(hours=hours))  # answered in memory
+        index = _index(local)
+        index._replicas["default"].records.pop(keys[0])  # the next one goes to the server
+        local.touch("default", keys, NOW + timedelta(hours=hours, minutes=30))
+        local._touches.settle()
+        stored = server.fetch("default", keys)
+        assert {r.last_accessed_at for r in stored.values()} == {
+            NOW + timedelta(hours=hours, minutes=30)
+        }
