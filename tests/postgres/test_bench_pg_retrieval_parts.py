@@ -1,5 +1,6 @@
 """``benchmarks/pg_retrieval_parts.py`` times what it says: every timed retrieval is answered by
-the local index and split into its catch-up, candidates and touch (real server, small)."""
+the local index and split into its catch-up, candidates and touch, and it counts the touches
+answered in memory (real server, small)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ def test_each_retrieval_is_split_into_its_steps(
         local_index.send_statement,
         local_index.receive_row,
         local_index.LocalIndex._apply,
+        local_index.LocalIndex.held,
     )
     out = tmp_path / "parts.json"
     bench.main(
@@ -57,11 +59,15 @@ def test_each_retrieval_is_split_into_its_steps(
     assert row["peer_searches"] == 5 * 2  # once beside each timed retrieval of ours
     assert row["ratio"] == pytest.approx(row["retrieve_p50_ms"] / row["peer_p50_ms"])
     assert row["reranked"] == 0  # its own touches applied: each ranking made meanwhile stood
+    # the timed passes repeat the untimed pass's queries: every hit's record is kept by then
+    assert row["touches_in_memory"] == 5 * 2
+    assert row["first_pass_p50_ms"] > 0
     assert saved == (  # put back
         local_index.partition_candidates,
         local_index.send_statement,
         local_index.receive_row,
         local_index.LocalIndex._apply,
+        local_index.LocalIndex.held,
     )
 
 
