@@ -405,8 +405,9 @@ class PostgresBackend(BaseMemoryBackend):
 
     def touch(self, namespace: str, keys: Sequence[int], when: datetime) -> dict[int, MemoryRecord]:
         """One ``UPDATE ... RETURNING`` (one round trip): the new access time and the records;
-        with the local index, records it holds are returned at once and the statement is
-        written after (``touches.py``).
+        with the local index, records it keeps are returned at once and the statement is
+        written after (``touches.py``: a memory another process deleted since the retrieval's
+        catch-up may then be among them).
 
         Committed asynchronously (``synchronous_commit = off`` for this transaction only): a
         retrieval does not wait for the server to flush the access times to disk (~20 ms with
