@@ -246,3 +246,19 @@ def test_the_writer_keeps_the_order_of_a_process_s_touches(
         assert {r.last_accessed_at for r in stored.values()} == {
             NOW + timedelta(hours=hours, minutes=30)
         }
+
+
+def test_a_naive_time_goes_to_the_server(
+    local: PostgresBackend, server: PostgresBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A naive access time is in the server's time zone, which the process does not know: such
+    a touch is not answered in memory (where it would be stamped in the process's zone)."""
+    _fill(server, 20)
+    _assert_same(local, server)
+    keys, _ = _ranking(local, _unit(np.random.default_rng(13), 1)[0])
+    local.touch("default", keys, NOW)
+    writes = _Writes(monkeypatch)
+    answered = local.touch("default", keys, (NOW + timedelta(hours=1)).replace(tzinfo=None))
+    assert writes.n == 0 and set(answered) == set(keys)
+    assert {r.last_accessed_at for r in answered.values()} == {NOW + timedelta(hours=1)}
+    _assert_same(local, server)

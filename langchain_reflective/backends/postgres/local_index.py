@@ -289,7 +289,11 @@ class LocalIndex:
         """Touch ``keys`` in memory: their records with ``last_accessed_at = when``, the new
         access time applied to the namespace held (as the server will have it, to the bit); or
         ``None`` (nothing done) unless the namespace is held, not busy (this never waits) and
-        keeps every one of these records. The caller writes the touch to the server."""
+        keeps every one of these records, and ``when`` is aware (a naive one means the
+        server's time zone, which this process does not know). The caller writes the touch to
+        the server."""
+        if when.tzinfo is None:
+            return None
         with self._lock:
             rep = self._replicas.get(namespace)
         if rep is None or not rep.lock.acquire(blocking=False):

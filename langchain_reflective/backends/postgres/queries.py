@@ -384,6 +384,8 @@ ON CONFLICT (namespace) DO UPDATE SET importance_sum = c.importance_sum + EXCLUD
 
 
 def _touch(ns: str, keys: str, when: str, returning: str, joined: str) -> str:
+    """The touch statement with these placeholders for its parameters, returning ``returning``
+    (``joined``: the memories' table and a comma, when it returns the records)."""
     return (
         "WITH lazy AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)), "
         "clock AS MATERIALIZED (INSERT INTO reflective_touches AS c (namespace, clock) "
