@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +16,7 @@ import pytest
 
 from langchain_reflective.backends.postgres import PostgresBackend, touches
 from langchain_reflective.backends.postgres.local_index import LocalIndex
+from tests.postgres import test_postgres_local_index as local_index_tests
 from tests.postgres.test_postgres_backend import _fill, _unit
 from tests.postgres.test_postgres_local_index import (
     NOW,
@@ -31,20 +31,9 @@ from tests.postgres.test_postgres_local_index import (
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 
-
-@pytest.fixture
-def server(postgres_url: str) -> Iterator[PostgresBackend]:
-    """Another process: no local index (every answer from the server)."""
-    backend = _open(postgres_url)
-    yield backend
-    backend.close()
-
-
-@pytest.fixture
-def local(postgres_url: str) -> Iterator[PostgresBackend]:
-    backend = _open(postgres_url, local_index=True, local_index_wait=True)
-    yield backend
-    backend.close()
+# the local-index tests' fixtures: a backend with the local index, and another process
+local = local_index_tests.local
+server = local_index_tests.server
 
 
 class _Writes:
@@ -70,6 +59,18 @@ def _slow_writer(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
         send(*args)
 
     monkeypatch.setattr(touches, "send_statement", slow)
+
+
+def _touched_once(
+    local: PostgresBackend, server: PostgresBackend, n: int, *, seed: int
+) -> list[int]:
+    """``n`` memories written by ``server``, loaded by ``local``, which ranks them for a query
+    and touches its top 10 once (through the server: their records are kept from then on)."""
+    _fill(server, n)
+    _assert_same(local, server)
+    keys, _ = _ranking(local, _unit(np.random.default_rng(seed), 1)[0])
+    local.touch("default", keys, NOW)
+    return keys
 
 
 def _index(backend: PostgresBackend) -> LocalIndex:
@@ -119,10 +120,7 @@ def _fields(record: Any) -> dict[str, Any]:
 
 
 def test_records_handed_out_are_copies(local: PostgresBackend, server: PostgresBackend) -> None:
-    _fill(server, 20)
-    _assert_same(local, server)
-    keys, _ = _ranking(local, _unit(np.random.default_rng(2), 1)[0])
-    local.touch("default", keys, NOW)
+    keys = _touched_once(local, server, 20, seed=2)
     answered = local.touch("default", keys, NOW)
     answered[keys[0]].metadata["i"] = "changed by the caller"  # type: ignore[index]
     again = local.touch("default", keys, NOW)
@@ -170,10 +168,7 @@ def test_a_touch_that_cannot_be_written_is_logged_and_the_namespace_loaded_again
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    _fill(server, 30)
-    _assert_same(local, server)
-    keys, _ = _ranking(local, _unit(np.random.default_rng(3), 1)[0])
-    local.touch("default", keys, NOW)
+    keys = _touched_once(local, server, 30, seed=3)
     monkeypatch.setattr(touches, "TOUCH_CLOCK", b"SELECT no_such_function($1, $2, $3)")
     with caplog.at_level(logging.WARNING, logger=touches.__name__):
         answered = local.touch("default", keys, NOW + timedelta(days=1))
@@ -191,10 +186,7 @@ def test_close_writes_the_touches_still_pending(
 ) -> None:
     local = _open(postgres_url, local_index=True, local_index_wait=True)
     try:
-        _fill(server, 20)
-        _assert_same(local, server)
-        keys, _ = _ranking(local, _unit(np.random.default_rng(4), 1)[0])
-        local.touch("default", keys, NOW)
+        keys = _touched_once(local, server, 20, seed=4)
         _slow_writer(monkeypatch, 0.2)
         local.touch("default", keys, NOW + timedelta(days=2))  # answered in memory
     finally:
@@ -231,10 +223,7 @@ def test_the_writer_keeps_the_order_of_a_process_s_touches(
 ) -> None:
     """A touch the local index cannot answer waits for those the writer has not written yet
     (here: slowed down), so a later access time is never overwritten by an earlier one."""
-    _fill(server, 30)
-    _assert_same(local, server)
-    keys, _ = _ranking(local, _unit(np.random.default_rng(12), 1)[0])
-    local.touch("default", keys, NOW)
+    keys = _touched_once(local, server, 30, seed=12)
     _slow_writer(monkeypatch, 0.05)
     for hours in range(1, 4):
         local.touch("default", keys, NOW + timedelta(hours=hours))  # answered in memory
@@ -253,10 +242,7 @@ def test_a_naive_time_goes_to_the_server(
 ) -> None:
     """A naive access time is in the server's time zone, which the process does not know: such
     a touch is not answered in memory (where it would be stamped in the process's zone)."""
-    _fill(server, 20)
-    _assert_same(local, server)
-    keys, _ = _ranking(local, _unit(np.random.default_rng(13), 1)[0])
-    local.touch("default", keys, NOW)
+    keys = _touched_once(local, server, 20, seed=13)
     writes = _Writes(monkeypatch)
     answered = local.touch("default", keys, (NOW + timedelta(hours=1)).replace(tzinfo=None))
     assert writes.n == 0 and set(answered) == set(keys)
