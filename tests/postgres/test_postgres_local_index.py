@@ -330,6 +330,29 @@ def test_large_namespaces_rank_through_an_ivf_index_and_mostly_tombstones_reload
     assert held._replicas["default"].part is not part  # compacted by loading it again
 
 
+def test_a_growing_namespace_trains_its_ivf_index_on_a_worker_thread(
+    local: PostgresBackend, server: PostgresBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Crossing ``EXACT_LIMIT`` starts a build the retrieval does not wait for: it scores
+    exactly meanwhile, and a later retrieval installs the index."""
+    monkeypatch.setattr(local_index, "EXACT_LIMIT", 300)
+    _fill(server, 200)
+    held = local._candidates.local
+    assert held is not None and held.load("default")
+    part = held._replicas["default"].part
+    _fill(server, 200, seed=1)
+    vector = _unit(np.random.default_rng(3), 1)[0]
+    # one retrieval: it catches up past the limit and starts the build, which only a later
+    # retrieval installs (no race): it scored exactly
+    assert _ranking(local, vector)[0] == _ranking(server, vector, exact=True)[0]
+    assert part.live == 400 and part.ann is None
+    build = part.ann_build
+    assert build is not None
+    build.join()
+    _ranking(local, vector)
+    assert part.ann is not None and part.ann_build is None
+
+
 def test_async_retrievals_and_concurrent_writers(
     local: PostgresBackend, server: PostgresBackend
 ) -> None:

@@ -113,12 +113,18 @@ class AnnBuild:
 
 
 def maintain_ann(
-    part: Partition, exact_limit: int | None, *, wait: bool = False, flush: bool = True
+    part: Partition,
+    exact_limit: int | None,
+    *,
+    wait: bool = False,
+    flush: bool = True,
+    background_min: int | None = None,
 ) -> None:
     """Build, retrain or top up the IVF index of a partition that outgrew ``exact_limit``.
 
-    Indexes for ``_ANN_BACKGROUND_MIN`` rows or more are built on a worker thread and
-    installed by a later call (``wait`` joins a running build first). Rows added since the
+    Indexes for ``background_min`` rows or more (default ``_ANN_BACKGROUND_MIN``) are built
+    on a worker thread and installed by a later call (``wait`` joins a running build first);
+    meanwhile retrievals use the index before it, or score exactly. Rows added since the
     last update are indexed by the first retrieval (``flush``) that finds ``ANN_FLUSH`` or
     more of them, not by the adds: a bulk load assigns its rows to IVF lists once, in big
     batches, instead of on every add; until then retrieval scans them exactly.
@@ -154,7 +160,7 @@ def maintain_ann(
     if part.ann_build is None and (
         part.ann is None or len(part) > _ANN_REGROW * max(part.ann.trained_on, 1)
     ):
-        if live >= _ANN_BACKGROUND_MIN:
+        if live >= (_ANN_BACKGROUND_MIN if background_min is None else background_min):
             part.ann_build = AnnBuild(part)
         else:
             build_ann(part)
