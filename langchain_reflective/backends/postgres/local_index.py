@@ -87,9 +87,10 @@ EXACT_LIMIT = 2_048
 Lower than the SQLite backend's default (20,000): measured beside the exact path on the scale
 data at 3k, 6k and 10k memories (docs/benchmarks.md), the approximate path retrieved in
 1.1-1.3 ms against 1.3-2.1 ms, its top 10 agreeing with exact scoring at 0.996-0.999. The
-index is trained on a worker thread at any size (0.2-0.4 s at 2k-8k memories; the SQLite
-backend trains small ones inline), so a retrieval of a growing namespace never waits for it:
-it scores exactly, or on the index before, until the new one is installed."""
+index of a namespace that grows past it is trained on a worker thread at any size (0.2-0.4 s
+at 2k-8k memories; the SQLite backend trains small ones inline), so a retrieval never waits
+for it: it scores exactly, or on the index before, until the new one is installed. (The load
+builds it as the SQLite backend does, and waits.)"""
 _CHANGES_TYPES = (TEXT_OID, INT8_OID, INT8_OID)
 """The types of ``LOCAL_CHANGES``' parameters: the namespace, the touch clock and the removal
 count applied."""
@@ -427,8 +428,8 @@ class LocalIndex:
             newest = _read_rows(conn, part, namespace, 0, terms, lambda: self._closed)
         if self._closed:
             return
-        maintain_ann(part, EXACT_LIMIT, background_min=0)  # its IVF index: started, then
-        maintain_ann(part, EXACT_LIMIT, wait=True)  # waited for (no exact scans meanwhile)
+        maintain_ann(part, EXACT_LIMIT)  # its IVF index: built (a large one started, then
+        maintain_ann(part, EXACT_LIMIT, wait=True)  # waited for: no exact scans meanwhile)
         rep = _Replica(part, lexical, max(newest, head.newest), head.removals, head.touches)
         rep.used = time.monotonic()
         with self._lock:
