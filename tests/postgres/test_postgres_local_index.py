@@ -17,7 +17,7 @@ import numpy as np
 import psycopg
 import pytest
 
-from langchain_reflective.backends.base import RetrievalFilter
+from langchain_reflective.backends.base import CandidateSet, RetrievalFilter
 from langchain_reflective.backends.postgres import PostgresBackend, local_index
 from langchain_reflective.backends.postgres.queries import REMOVALS_KEPT
 from langchain_reflective.errors import StorageError
@@ -351,6 +351,29 @@ def test_a_growing_namespace_trains_its_ivf_index_on_a_worker_thread(
     build.join()
     _ranking(local, vector)
     assert part.ann is not None and part.ann_build is None
+
+
+def test_a_filter_matching_few_enough_memories_is_scored_exactly(
+    local: PostgresBackend, server: PostgresBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above ``EXACT_LIMIT`` an unfiltered retrieval takes the approximate path, but one whose
+    filter matches at most ``FILTERED_EXACT_LIMIT`` memories is scored exactly."""
+    monkeypatch.setattr(local_index, "EXACT_LIMIT", 300)
+    monkeypatch.setattr(local_index, "FILTERED_EXACT_LIMIT", 350)
+    _fill(server, 400)  # 320 observations, 80 reflections
+    held = local._candidates.local
+    assert held is not None and held.load("default")
+    vector = _unit(np.random.default_rng(4), 1)[0]
+    kinds = RetrievalFilter(kinds=frozenset({"observation"}))
+
+    def candidates(flt: RetrievalFilter) -> CandidateSet:
+        return local.candidates("default", "tea", vector, k=10, filter=flt, config=CONFIG)
+
+    assert not candidates(RetrievalFilter()).exact
+    found = candidates(kinds)
+    assert found.exact and found.size == 320
+    want = _ranking(server, vector, exact=True, flt=kinds)[0]
+    assert _ranking(local, vector, flt=kinds)[0] == want
 
 
 def test_async_retrievals_and_concurrent_writers(

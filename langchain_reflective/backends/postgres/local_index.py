@@ -66,6 +66,7 @@ from langchain_reflective.backends.sqlite.ann import maintain_ann
 from langchain_reflective.backends.sqlite.candidates import (
     DEFAULT_ANN_CANDIDATES,
     DEFAULT_ANN_NPROBE,
+    DEFAULT_EXACT_LIMIT,
     partition_candidates,
 )
 from langchain_reflective.backends.sqlite.lexical import BM25Index
@@ -91,6 +92,10 @@ index of a namespace that grows past it is trained on a worker thread at any siz
 at 2k-8k memories; the SQLite backend trains small ones inline), so a retrieval never waits
 for it: it scores exactly, or on the index before, until the new one is installed. (The load
 builds it as the SQLite backend does, and waits.)"""
+FILTERED_EXACT_LIMIT = DEFAULT_EXACT_LIMIT
+"""A filtered retrieval whose filter matches at most this many memories is scored exactly, as
+in the SQLite backend (only unfiltered retrievals were measured on the approximate path
+between :data:`EXACT_LIMIT` and 20,000 memories)."""
 _CHANGES_TYPES = (TEXT_OID, INT8_OID, INT8_OID)
 """The types of ``LOCAL_CHANGES``' parameters: the namespace, the touch clock and the removal
 count applied."""
@@ -218,7 +223,7 @@ class LocalIndex:
                     filter=filter,
                     config=config,
                     exact=exact,
-                    exact_limit=EXACT_LIMIT,
+                    exact_limit=FILTERED_EXACT_LIMIT,
                     ann_candidates=DEFAULT_ANN_CANDIDATES,
                     ann_nprobe=DEFAULT_ANN_NPROBE,
                 )
