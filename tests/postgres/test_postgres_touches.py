@@ -61,14 +61,23 @@ def _slow_writer(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
     monkeypatch.setattr(touches, "send_statement", slow)
 
 
+def _ranked(
+    local: PostgresBackend, server: PostgresBackend, n: int, *, seed: int
+) -> tuple[list[int], np.ndarray]:
+    """``n`` memories written by ``server``, loaded by ``local``; the top 10 ``local`` ranks
+    for a query vector drawn from ``seed``, and that vector."""
+    _fill(server, n)
+    _assert_same(local, server)
+    vector = _unit(np.random.default_rng(seed), 1)[0]
+    return _ranking(local, vector)[0], vector
+
+
 def _touched_once(
     local: PostgresBackend, server: PostgresBackend, n: int, *, seed: int
 ) -> list[int]:
-    """``n`` memories written by ``server``, loaded by ``local``, which ranks them for a query
-    and touches its top 10 once (through the server: their records are kept from then on)."""
-    _fill(server, n)
-    _assert_same(local, server)
-    keys, _ = _ranking(local, _unit(np.random.default_rng(seed), 1)[0])
+    """:func:`_ranked`'s top 10, touched once (through the server: their records are kept
+    from then on)."""
+    keys, _ = _ranked(local, server, n, seed=seed)
     local.touch("default", keys, NOW)
     return keys
 
@@ -130,9 +139,7 @@ def test_records_handed_out_are_copies(local: PostgresBackend, server: PostgresB
 def test_a_memory_removed_elsewhere_is_no_longer_answered_in_memory(
     local: PostgresBackend, server: PostgresBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _fill(server, 30)
-    _assert_same(local, server)
-    keys, _ = _ranking(local, _unit(np.random.default_rng(8), 1)[0])
+    keys, _ = _ranked(local, server, 30, seed=8)
     touched = local.touch("default", keys, NOW)
     server.delete("default", [touched[keys[0]].id])  # removed elsewhere
     _assert_same(local, server)  # (caught up: the removal applied)
@@ -149,10 +156,7 @@ def test_a_catch_up_that_reads_back_only_its_own_touches_ranks_once(
     """When the writer's clock cannot be counted in time (here: never), the next catch-up
     reads the touch back from the server; the access times are the ones the process applied
     already, so nothing is applied and the ranking made meanwhile stands."""
-    _fill(server, 30)
-    _assert_same(local, server)
-    vector = _unit(np.random.default_rng(9), 1)[0]
-    keys, _ = _ranking(local, vector)
+    keys, vector = _ranked(local, server, 30, seed=9)
     local.touch("default", keys, NOW)
     monkeypatch.setattr(LocalIndex, "own_clock", lambda self, namespace, clock: None)
     local.touch("default", keys, NOW + timedelta(minutes=5))  # answered in memory
@@ -198,9 +202,7 @@ def test_close_writes_the_touches_still_pending(
 def test_an_async_touch_is_answered_in_memory_too(
     local: PostgresBackend, server: PostgresBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _fill(server, 20)
-    _assert_same(local, server)
-    keys, _ = _ranking(local, _unit(np.random.default_rng(11), 1)[0])
+    keys, _ = _ranked(local, server, 20, seed=11)
     writes = _Writes(monkeypatch)
     later = NOW + timedelta(hours=3)
 
