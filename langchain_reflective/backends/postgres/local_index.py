@@ -274,8 +274,7 @@ class LocalIndex:
             stamps = np.fromiter(accessed.values(), dtype=np.float64, count=len(accessed))
             rows, known = _rows_of(rep.part, seqs)
             if rows.shape[0]:
-                rep.part.touched(rows, stamps[known])
-                rep.part.accessed.view[rows] = stamps[known]
+                rep.part.set_accessed(rows, stamps[known])
             rep.touches = clock
         finally:
             rep.lock.release()
@@ -318,8 +317,7 @@ class LocalIndex:
             if rows.shape[0] != seqs.shape[0]:  # (a key removed since: the server answers)
                 return None
             stamp = when.timestamp()  # as the server's date_part('epoch', ...) of ``when``
-            rep.part.touched(rows, stamp)
-            rep.part.accessed.view[rows] = stamp
+            rep.part.set_accessed(rows, stamp)
             found = {}
             for k in keys:
                 kept.move_to_end(k)
@@ -521,8 +519,7 @@ class LocalIndex:
             stamps = np.frombuffer(row[5], dtype=">f8").astype(np.float64)
             rows, known = _rows_of(part, seqs)
             if rows.shape[0]:
-                part.touched(rows, stamps[known])
-                part.accessed.view[rows] = stamps[known]
+                part.set_accessed(rows, stamps[known])
         rep.touches = max(rep.touches, head.touches)
         if head.newest > rep.newest:
             with self._pools.conn() as conn:

@@ -355,8 +355,7 @@ class SQLiteBackend(BaseMemoryBackend):
                 stamp = when.timestamp()
                 touched = keys if len(records) == len(keys) else list(records)
                 rows = part.rows_of(np.asarray(touched, dtype=np.int64))
-                part.touched(rows, stamp)
-                part.accessed.view[rows] = stamp
+                part.set_accessed(rows, stamp)
                 part.columns_generation = None  # the column snapshot no longer holds
         return records
 

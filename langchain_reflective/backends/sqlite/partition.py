@@ -304,6 +304,12 @@ class Partition:
         else:
             pending.append(rows)
 
+    def set_accessed(self, rows: I64, stamp: float | npt.NDArray[np.float64]) -> None:
+        """Set ``accessed`` of ``rows`` to ``stamp`` (one value, or one per row), telling the
+        recency candidates first (:meth:`touched`)."""
+        self.touched(rows, stamp)
+        self.accessed.view[rows] = stamp
+
     def observation_rows(self) -> I64:
         """Sorted rows of live observations, cached (appends extend it; deletes reset it)."""
         code = self.kinds.get(OBSERVATION)
