@@ -41,9 +41,10 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -249,12 +250,8 @@ class LocalIndex:
         then finds nothing new, and the ranking done while it ran stands. Otherwise (another
         process touched in between) the next catch-up reads the touch back from the server.
         Nothing is done while the namespace is busy or not held: this never waits."""
-        with self._lock:
-            rep = self._replicas.get(namespace)
-        if rep is None or not rep.lock.acquire(blocking=False):  # (never waits: an event loop
-            return  # may be calling)
-        try:
-            if rep.dropped:
+        with self._idle(namespace) as rep:
+            if rep is None:
                 return
             kept = rep.records
             for seq, record in records.items():
@@ -276,22 +273,14 @@ class LocalIndex:
             if rows.shape[0]:
                 rep.part.set_accessed(rows, stamps[known])
             rep.touches = clock
-        finally:
-            rep.lock.release()
 
     def own_clock(self, namespace: str, clock: int) -> None:
         """Count a touch of this process that :meth:`held` applied already (the namespace's
         touch clock ``clock``), when it directly follows the touches applied: the next
         catch-up then does not read it back. Never waits."""
-        with self._lock:
-            rep = self._replicas.get(namespace)
-        if rep is None or not rep.lock.acquire(blocking=False):
-            return
-        try:
-            if not rep.dropped and rep.touches == clock - 1:
+        with self._idle(namespace) as rep:
+            if rep is not None and rep.touches == clock - 1:
                 rep.touches = clock
-        finally:
-            rep.lock.release()
 
     def held(
         self, namespace: str, keys: Sequence[int], when: datetime
@@ -304,13 +293,11 @@ class LocalIndex:
         the server."""
         if when.tzinfo is None:
             return None
-        with self._lock:
-            rep = self._replicas.get(namespace)
-        if rep is None or not rep.lock.acquire(blocking=False):
-            return None
-        try:
+        with self._idle(namespace) as rep:
+            if rep is None:
+                return None
             kept = rep.records
-            if rep.dropped or not all(k in kept for k in keys):
+            if not all(k in kept for k in keys):
                 return None
             seqs = np.asarray(keys, dtype=np.int64)
             rows, _ = _rows_of(rep.part, seqs)
@@ -323,6 +310,18 @@ class LocalIndex:
                 kept.move_to_end(k)
                 found[k] = _private(kept[k], when)
             return found
+
+    @contextmanager
+    def _idle(self, namespace: str) -> Iterator[_Replica | None]:
+        """The namespace held, locked for the block; ``None`` when it is not held, dropped or
+        busy: this never waits (an event loop may be calling)."""
+        with self._lock:
+            rep = self._replicas.get(namespace)
+        if rep is None or not rep.lock.acquire(blocking=False):
+            yield None
+            return
+        try:
+            yield None if rep.dropped else rep
         finally:
             rep.lock.release()
 
