@@ -62,6 +62,11 @@ def test_each_retrieval_is_split_into_its_steps(
     # the timed passes repeat the untimed pass's queries: every hit's record is kept by then
     assert row["touches_in_memory"] == 5 * 2
     assert row["first_pass_p50_ms"] > 0
+    assert row["block"] == bench.BLOCK
+    assert row["block_retrieve_p50_ms"] > 0 and row["block_peer_p50_ms"] > 0
+    assert row["block_ratio"] == pytest.approx(
+        row["block_retrieve_p50_ms"] / row["block_peer_p50_ms"]
+    )
     assert saved == (  # put back
         local_index.partition_candidates,
         local_index.send_statement,
@@ -92,7 +97,8 @@ def test_the_peer_is_searched_beside_each_of_our_retrievals(
     bench: ModuleType, postgres_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each query goes to both systems back to back, which goes first alternating, so drift in
-    the machine's speed reaches both alike."""
+    the machine's speed reaches both alike; then the same queries in blocks, each block to
+    both systems, which goes first alternating."""
     from langchain_reflective.backends.postgres.local_index import LocalIndex
 
     calls: list[tuple[str, str]] = []
@@ -111,6 +117,7 @@ def test_the_peer_is_searched_beside_each_of_our_retrievals(
         calls.append(("peer", text))
 
     monkeypatch.setattr(LocalIndex, "candidates", candidates)
+    monkeypatch.setattr(bench, "BLOCK", 3)
     url = bench.fresh_database(postgres_server, "bench_parts_beside")
     row = bench.run_size(url, 300, 4, 1, peer)
     texts = [text for _, _, text in queries]
@@ -118,5 +125,8 @@ def test_the_peer_is_searched_beside_each_of_our_retrievals(
     for i, text in enumerate(texts * 2):  # the untimed pass, then the timed one
         pair = [("ours", text), ("peer", text)]
         expected += pair[::-1] if i % 2 else pair
+    first, second = texts[:3], texts[3:]  # the blocks: ours first, then the peer first
+    expected += [("ours", t) for t in first] + [("peer", t) for t in first]
+    expected += [("peer", t) for t in second] + [("ours", t) for t in second]
     assert calls == expected
     assert row["peer_searches"] == 4
