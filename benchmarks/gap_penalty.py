@@ -38,8 +38,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale import K, _fake_embeddings, make_queries  # the shared synthetic data
 from scale_postgres import (
-    _analyze,
-    add_scale_data,
+    fill_database,
     finish,
     fresh_database,
     peer_store,
@@ -125,11 +124,7 @@ def run(
     emb = _fake_embeddings()
     end = datetime.now(UTC)
     url = fresh_database(admin, f"bench_gap_{n}")
-    writer = PostgresBackend.from_conn_string(url)
-    writer.setup()
-    with MemoryStream(emb, backend=writer) as stream:  # (closes the backend too)
-        add_scale_data(stream, n, end)
-    _analyze(url, "reflective_memories, reflective_terms, reflective_access")
+    fill_database(url, n, end)
     qs = make_queries(n, queries)
     backend = PostgresBackend.from_conn_string(url, local_index=True)
     with contextlib.ExitStack() as stack:

@@ -206,6 +206,18 @@ def add_scale_data(stream: Any, n: int, end: datetime) -> float:
     return spent
 
 
+def fill_database(url: str, n: int, end: datetime) -> None:
+    """Set up the package's schema in the database at ``url`` and add the scale benchmark's
+    ``n`` memories to the default namespace, created up to ``end``; then analyse the tables."""
+    from langchain_reflective import MemoryStream, PostgresBackend
+
+    writer = PostgresBackend.from_conn_string(url)
+    writer.setup()
+    with MemoryStream(_fake_embeddings(), backend=writer) as stream:  # (closes the backend too)
+        add_scale_data(stream, n, end)
+    _analyze(url, "reflective_memories, reflective_terms, reflective_access")
+
+
 def run_ours(url: str, n: int, queries: int, agreement_queries: int) -> dict[str, Any]:
     from langchain_reflective import MemoryStream, PostgresBackend
 
