@@ -443,3 +443,39 @@ def test_a_build_whose_thread_never_finished_is_not_installed(
         _top(s, queries[0])
         assert part.ann is not None and part.ann_build is None
         assert part.ann.is_trained and len(part.ann) == part.live  # rebuilt inline, complete
+
+
+def test_a_selective_filter_on_the_ann_path_agrees_with_exact_scoring() -> None:
+    """A filter matching a sixth of the memories, above ``exact_limit``: the approximate path
+    takes the best BM25 rows among the filter's (the namespace's best, on a small vocabulary,
+    are mostly outside it), so its top 10 are exact scoring's."""
+    rng = np.random.default_rng(11)
+    vectors = _clustered(N, 2)
+    words = [f"w{i}" for i in range(30)]  # each word in ~600 memories
+    texts = [f"m{i} " + " ".join(rng.choice(words, 6)) for i in range(N)]
+    table = dict(zip(texts, vectors, strict=True))
+    queries = []
+    for j in range(30):
+        v = rng.standard_normal(DIM)
+        query = " ".join(rng.choice(words, 3)) + f" q{j}"
+        table[query] = v / np.linalg.norm(v)
+        queries.append(query)
+    emb = TableEmbeddings(table)
+    importances = rng.uniform(0.1, 1.0, N).round(3).tolist()
+    cut = NOW + timedelta(minutes=2499)
+    newest = {"created_after": cut}  # the last batch of 500
+    with (
+        MemoryStream(emb, exact_limit=100) as approx,
+        MemoryStream(emb, exact_limit=None) as exact,
+    ):
+        for s in (approx, exact):
+            _fill(s, texts, importances)
+        when = NOW + timedelta(days=2)
+        agree = []
+        for q in queries:
+            a = approx.retrieve(q, k=10, now=when, touch=False, filter=newest)
+            e = exact.retrieve(q, k=10, now=when, touch=False, filter=newest)
+            assert len(a) == 10 and all(h.record.created_at > cut for h in a)
+            agree.append(len({h.record.text for h in a} & {h.record.text for h in e}) / 10)
+        assert approx.backend._partitions["default"].ann is not None
+        assert np.mean(agree) >= 0.99 and min(agree) >= 0.9

@@ -333,6 +333,9 @@ def test_query_scores_lookup_top_and_release() -> None:
             assert found.max() == (float(scores.max()) if scores.size else 0.0)
             for k in (1, 3, 50, 1000):
                 np.testing.assert_array_equal(found.top(k), index.search(query, k)[0])
+            odd = everything % 2 == 1
+            for k in (1, 3, 50, 1000):  # the best of the masked rows, in search's order
+                np.testing.assert_array_equal(found.top_among(odd, k), rows[odd[rows]][:k])
             np.testing.assert_array_equal(found.matches()[0], np.sort(rows))
             np.testing.assert_array_equal(found.matched(everything), dense > 0)
         assert found.lookup(everything).sum() == 0.0 or not rows.size  # released: empty

@@ -387,7 +387,10 @@ def _ref_candidates(
     if pending.shape[0]:
         sims = part.index.scores(qvec, pending)
         pending = pending[np.argsort(-sims, kind="stable")[:dense_want]]
-    lexical = lex_sorted[0][:want] if lex_sorted is not None else np.zeros(0, dtype=np.int64)
+    lexical = np.zeros(0, dtype=np.int64)
+    if lex_sorted is not None:  # the best BM25 rows, of those the filter keeps
+        ranked = lex_sorted[0] if mask is None else lex_sorted[0][mask[lex_sorted[0]]]
+        lexical = ranked[:want]
     pieces = [dense, probed_hits, pending, lexical]
     if config.neighbor_weight > 0:
         near = max(4 * k, want // 4)

@@ -166,6 +166,14 @@ class QueryScores:
             self._max = float(np.float32(dense[best[0]]))  # the best score of all
         return best
 
+    def top_among(self, mask: npt.NDArray[np.bool_], k: int) -> npt.NDArray[np.int64]:
+        """:meth:`top` among the rows where ``mask`` (one flag per row) is true: the ``k``
+        best of them, best first (ties by row ascending)."""
+        rows, scores = self.matches()
+        keep = mask[rows]
+        best, _ = top_matches(rows[keep], scores[keep], k)
+        return best
+
     def _top_of_matches(self, k: int) -> npt.NDArray[np.int64]:
         """:meth:`top` through :meth:`matches` (every matching row, sorted)."""
         rows, scores = self.matches()
