@@ -1,7 +1,8 @@
 """How much slower a piece of work runs on this machine right after a few milliseconds of
 something else: why ``pg_retrieval_parts.py`` also times ours and the peer in blocks.
 
-Three workloads, each timed back to back and right after a 4 ms gap of three kinds:
+Three workloads, each timed back to back and right after a gap (4 ms; ``--gap-ms``) of three
+kinds:
 
 * **numpy**: work that is not this package's: three gathers of 1,500 random rows of a
   10,000 x 384 float32 matrix with a dot product and a top 10, and 3,000 dict lookups (~1 ms);
@@ -13,7 +14,7 @@ The gaps: **sleep** (``time.sleep``: the process waits, as while another system'
 the server), **spin** (a Python loop reading the clock: the process keeps its core) and
 **numpy over 32 MB** (sums over a 32 MB array: another workload's memory traffic). Each round
 times every workload after every kind of gap in turn, ``--queries`` times each; the table
-shows the p50 over all rounds, in ms (``--gap-ms`` sets the gaps' length).
+shows the p50 over all rounds, in ms.
 
     python benchmarks/gap_penalty.py [--size 10000] [--gap-ms 4] [--url postgresql://...]
 
