@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -68,6 +70,26 @@ def _fill(stream: MemoryStream, texts: list[str], importances: list[float]) -> N
         )
 
 
+@contextmanager
+def _approx_and_exact(
+    emb: Embeddings,
+    texts: list[str],
+    importances: list[float],
+    exact_limit: int,
+    paths: tuple[Path, Path] | None = None,
+) -> Iterator[tuple[MemoryStream, MemoryStream]]:
+    """Two streams holding the same memories: one with ``exact_limit`` (the approximate path
+    above it), one that always scores exactly."""
+    a_path, e_path = paths if paths is not None else (None, None)
+    with (
+        MemoryStream(emb, path=a_path, exact_limit=exact_limit) as approx,
+        MemoryStream(emb, path=e_path, exact_limit=None) as exact,
+    ):
+        for s in (approx, exact):
+            _fill(s, texts, importances)
+        yield approx, exact
+
+
 def _count_training(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Make ``IVFCandidateIndex.train`` (as patched so far) record the rows of every training."""
     trained: list[int] = []
@@ -88,12 +110,8 @@ def _top(stream: MemoryStream, query: str, k: int = 10) -> list[str]:
 
 def test_ann_top10_equals_exact_on_clustered_data(tmp_path: Path, data) -> None:
     texts, emb, queries, imps = data
-    with (
-        MemoryStream(emb, path=tmp_path / "a.db", exact_limit=500) as approx,
-        MemoryStream(emb, path=tmp_path / "e.db", exact_limit=None) as exact,
-    ):
-        for s in (approx, exact):
-            _fill(s, texts, imps)
+    paths = (tmp_path / "a.db", tmp_path / "e.db")
+    with _approx_and_exact(emb, texts, imps, 500, paths) as (approx, exact):
         assert approx.backend._partitions["default"].ann is not None
         assert exact.backend._partitions["default"].ann is None
         agree = []
@@ -107,12 +125,7 @@ def test_ann_top10_equals_exact_on_clustered_data(tmp_path: Path, data) -> None:
 
 def test_scores_on_the_ann_path_are_the_exact_scores(tmp_path: Path, data) -> None:
     texts, emb, queries, imps = data
-    with (
-        MemoryStream(emb, exact_limit=500) as approx,
-        MemoryStream(emb, exact_limit=None) as exact,
-    ):
-        for s in (approx, exact):
-            _fill(s, texts, imps)
+    with _approx_and_exact(emb, texts, imps, 500) as (approx, exact):
         when = NOW + timedelta(days=1)
         for q in queries[:5]:
             a = {h.record.text: h.score for h in approx.retrieve(q, k=5, now=when, touch=False)}
@@ -464,12 +477,7 @@ def test_a_selective_filter_on_the_ann_path_agrees_with_exact_scoring() -> None:
     importances = rng.uniform(0.1, 1.0, N).round(3).tolist()
     cut = NOW + timedelta(minutes=2499)
     newest = {"created_after": cut}  # the last batch of 500
-    with (
-        MemoryStream(emb, exact_limit=100) as approx,
-        MemoryStream(emb, exact_limit=None) as exact,
-    ):
-        for s in (approx, exact):
-            _fill(s, texts, importances)
+    with _approx_and_exact(emb, texts, importances, 100) as (approx, exact):
         when = NOW + timedelta(days=2)
         agree = []
         for q in queries:
