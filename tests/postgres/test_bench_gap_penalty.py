@@ -4,8 +4,7 @@ gap itself outside the timing (real server, small)."""
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -37,17 +36,48 @@ def test_every_workload_is_timed_after_every_gap(
 
 
 def test_the_gap_comes_before_the_timing_and_is_not_in_it(
-    bench: ModuleType,
+    bench: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """On a fake clock: each gap runs right before its query and its time is not counted."""
+    clock = [0.0]
     order: list[str] = []
+
+    def gap(kind: str) -> Callable[[], None]:
+        def run() -> None:
+            order.append(kind)
+            clock[0] += 1000.0  # a gap far longer than the work
+
+        return run
 
     def work(vec: object, text: str) -> None:
         order.append(text)
+        clock[0] += 0.002  # 2 ms of work
 
-    found = bench.measure({"w": work}, [(0, None, "a"), (1, None, "b")], rounds=1, gap_s=0.05)
-    # the untimed pass, then each gap in turn over both queries
-    assert order == ["a", "b"] * (1 + len(bench.GAPS))
-    assert all(p50 < 50 for p50 in found["w"].values())  # a 50 ms gap is not in the timing
-    t0 = time.perf_counter()
-    bench._gaps(0.05)["spin"]()
-    assert time.perf_counter() - t0 >= 0.05
+    fake = {g: None if g == "none" else gap(g) for g in bench.GAPS}
+    monkeypatch.setattr(bench, "_gaps", lambda gap_s: fake)
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: clock[0])
+    found = bench.measure({"w": work}, [(0, None, "a"), (1, None, "b")], rounds=1)
+    expected = ["a", "b"]  # the untimed pass, then each gap before each query, in turn
+    for g in bench.GAPS:
+        expected += ["a", "b"] if g == "none" else [g, "a", g, "b"]
+    assert order == expected
+    assert found["w"] == {g: pytest.approx(2.0) for g in bench.GAPS}  # ms: the work alone
+
+
+def test_each_gap_lasts_its_length_on_the_clock(
+    bench: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = [0.0]
+
+    def tick() -> float:
+        clock[0] += 0.001
+        return clock[0]
+
+    monkeypatch.setattr(bench.time, "perf_counter", tick)
+    monkeypatch.setattr(bench.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    gaps = bench._gaps(0.05)
+    assert gaps["none"] is None
+    for kind in bench.GAPS[1:]:
+        start = clock[0]
+        gaps[kind]()
+        assert 0.05 <= clock[0] - start < 0.06
