@@ -95,8 +95,9 @@ for it: it scores exactly, or on the index before, until the new one is installe
 builds it as the SQLite backend does, and waits.)"""
 FILTERED_EXACT_LIMIT = DEFAULT_EXACT_LIMIT
 """A filtered retrieval whose filter matches at most this many memories is scored exactly, as
-in the SQLite backend (only unfiltered retrievals were measured on the approximate path
-between :data:`EXACT_LIMIT` and 20,000 memories)."""
+in the SQLite backend. Lowering it to :data:`EXACT_LIMIT` would trade exactness for ~0.3-0.7
+ms on such filters (lab figures in docs/benchmarks.md, "Filtered retrievals on the approximate
+path"); it was left where users may rely on it."""
 _CHANGES_TYPES = (TEXT_OID, INT8_OID, INT8_OID)
 """The types of ``LOCAL_CHANGES``' parameters: the namespace, the touch clock and the removal
 count applied."""
