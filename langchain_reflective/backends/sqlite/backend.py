@@ -85,7 +85,8 @@ class SQLiteBackend(BaseMemoryBackend):
             and ``close()`` waits for it.
         ann_candidates: how many dense and lexical candidates the approximate path gathers
             (at least ``4 * k``). More candidates: closer to exact, slower.
-        ann_nprobe: how many IVF lists the approximate path searches.
+        ann_nprobe: how many IVF lists the approximate path searches (twice as many for a
+            filter keeping less than a quarter of the namespace).
         synchronous: SQLite's ``synchronous`` pragma (see :class:`SQLiteRecordStore`).
         timeout: seconds to wait for another writer's lock.
 

@@ -56,6 +56,12 @@ DEFAULT_ANN_CANDIDATES = 128
 """Dense and lexical candidates the approximate path gathers (at least ``4 * k``)."""
 DEFAULT_ANN_NPROBE = 8
 """IVF lists the approximate path searches."""
+SELECTIVE_SPREAD = 4
+"""A filter keeping less than ``1 / SELECTIVE_SPREAD`` of a namespace's live memories probes
+twice ``ann_nprobe`` IVF lists: few of its rows lie in the query's nearest lists, and its best
+ones are spread over more (``benchmarks/filtered_agreement.py``, 1M memories, a filter keeping
+3%: top-10 agreement 0.973 with 8 lists, 0.992 with 16, ~0.3 ms dearer; without a filter 16
+lists gain 0.002)."""
 
 
 def partition_candidates(
@@ -218,22 +224,28 @@ def gather(
 ) -> I64 | None:
     """Rows to score exactly on a large partition, or ``None`` to score every row.
 
-    The union of: the IVF index's best rows, the rows of the probed IVF lists that match the
-    query lexically, rows not yet in the IVF index, the best BM25 rows among those matching
-    the filter, the neighbours of the best dense and BM25 rows, the most recently accessed and
-    the most important rows -- restricted to live rows matching the filter. A filter matching
-    at most ``exact_limit`` rows is scored exactly instead. Sorted ascending.
+    The union of: the IVF index's best rows (from twice ``ann_nprobe`` lists under a filter
+    keeping less than a quarter of the rows: :data:`SELECTIVE_SPREAD`), the rows of the probed
+    IVF lists that match the query lexically, rows not yet in the IVF index, the best BM25 rows
+    among those matching the filter, the neighbours of the best dense and BM25 rows, the most
+    recently accessed and the most important rows -- restricted to live rows matching the
+    filter. A filter matching at most ``exact_limit`` rows is scored exactly instead. Sorted
+    ascending.
     """
     assert part.ann is not None
     want = max(ann_candidates, 4 * k)
     dense_want = want
+    nprobe = ann_nprobe
     alive = part.index.alive
     if mask is not None:
         matched = int(np.count_nonzero(mask))
         if exact_limit is None or matched <= exact_limit or 4 * k >= matched:
             return None
-        dense_want = int(min(part.live, want * min(16, math.ceil(part.live / matched))))
-    best_seqs, probed = part.ann.search_lists(qvec, dense_want, ann_nprobe)
+        spread = math.ceil(part.live / matched)
+        dense_want = int(min(part.live, want * min(16, spread)))
+        if spread > SELECTIVE_SPREAD:
+            nprobe = 2 * ann_nprobe
+    best_seqs, probed = part.ann.search_lists(qvec, dense_want, nprobe)
     dense = part.rows_of(best_seqs)  # best first
     pieces: list[I64] = [dense]
     if lex is not None and probed.shape[0]:
