@@ -356,24 +356,28 @@ def _ref_candidates(
     mask: np.ndarray | None,
     lex_sorted: tuple[np.ndarray, np.ndarray] | None,
     config: ScoringConfig,
+    exact_limit: int,
 ) -> np.ndarray | None:
     import math
 
     assert part.ann is not None
     want = max(stream.ann_candidates, 4 * k)
     dense_want = want
+    nprobe = stream.ann_nprobe
     alive = part.index.alive
     if mask is not None:
         matched = int(np.count_nonzero(mask))
-        if stream.exact_limit is None or matched <= stream.exact_limit or 4 * k >= matched:
+        if matched <= exact_limit or 4 * k >= matched:
             return None
         dense_want = int(min(part.live, want * min(16, math.ceil(part.live / matched))))
-    dense = part.rows_of(part.ann.search(qvec, dense_want, stream.ann_nprobe))
+        if 4 * matched < part.live:  # a selective filter: twice the lists
+            nprobe *= 2
+    dense = part.rows_of(part.ann.search(qvec, dense_want, nprobe))
     probed_hits = np.zeros(0, dtype=np.int64)
     if lex_sorted is not None:  # rows of the probed IVF lists that match the query lexically
         faiss = pytest.importorskip("faiss")
         index = part.ann._index
-        nprobe = min(stream.ann_nprobe, index.nlist)
+        nprobe = min(nprobe, index.nlist)
         _, lists = index.quantizer.search(qvec.reshape(1, -1).astype(np.float32), nprobe)
         invlists = faiss.extract_index_ivf(index).invlists
         seqs = [
@@ -449,14 +453,22 @@ def test_candidates_equal_the_reference() -> None:
         stream.add(fresh, importances=0.9, now=now + timedelta(days=3))  # not in the IVF yet
         part = stream.backend._partitions["default"]
         assert part.ann is not None and part.ann_upto < len(part)  # pending rows exist too
+        limit = 200  # filters matching more take the approximate path (as exact_limit)
+        selective = 0  # gathers under a filter keeping under a quarter, above the limit
         for i in range(15):
             query = " ".join(rng.choice(words, 4))
             qvec = _as_unit_vectors([emb.embed_query(query)], 1, "q")[0]
             for config in (ScoringConfig.hybrid(), ScoringConfig.paper(), ScoringConfig.dense()):
                 lexical = stream.backend._lexical(part)
                 lex_sorted = lexical.search(query) if config.uses_lexical else None
-                for flt in (None, RetrievalFilter(kinds=frozenset({OBSERVATION}))):
+                for flt in (
+                    None,
+                    RetrievalFilter(kinds=frozenset({OBSERVATION})),
+                    RetrievalFilter(kinds=frozenset({REFLECTION})),  # under a quarter
+                ):
                     mask = None if flt is None else cand.filter_mask(part, flt)
+                    matched = 0 if mask is None else int(mask.sum())
+                    selective += limit < matched and 4 * matched < part.live
                     k = 1 + i % 5
                     with lexical.query_scores(query) as scores:
                         lex = scores if config.uses_lexical else None
@@ -467,16 +479,17 @@ def test_candidates_equal_the_reference() -> None:
                             mask,
                             lex,
                             config,
-                            exact_limit=stream.exact_limit,
+                            exact_limit=limit,
                             ann_candidates=stream.ann_candidates,
                             ann_nprobe=stream.ann_nprobe,
                         )
-                    ref = _ref_candidates(stream, part, qvec, k, mask, lex_sorted, config)
+                    ref = _ref_candidates(stream, part, qvec, k, mask, lex_sorted, config, limit)
                     assert (got is None) == (ref is None)
                     if got is not None:
                         np.testing.assert_array_equal(got, ref)
             if i % 3 == 0:  # touched rows change the recency candidates
                 stream.retrieve(query, k=2, touch=True, now=now + timedelta(days=4 + i))
+        assert selective  # (the reflections' filter: more than the limit, under a quarter)
 
 
 def test_top_rows_are_reused_only_while_nothing_changed() -> None:
