@@ -140,7 +140,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     ]
     for r in rows:
         lines.append(
-            f"| {r['n']:,} | {r.get('touches', 0):,} | {r['fraction']:.0%} | {r['matches']:,} | "
+            f"| {r['n']:,} | {r['touches']:,} | {r['fraction']:.0%} | {r['matches']:,} | "
             f"{r['agreement']:.3f} | "
             f"{r['approximate_p50_ms']:.2f} | {r['exact_p50_ms']:.2f} |"
         )

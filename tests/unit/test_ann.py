@@ -91,6 +91,21 @@ def _approx_and_exact(
         yield approx, exact
 
 
+def _filtered_agreement(
+    approx: MemoryStream, exact: MemoryStream, queries: list[str], flt: dict[str, Any]
+) -> list[float]:
+    """Per query, the share of the exact top 10 under ``flt`` that ``approx`` returns (both
+    ranked two days after the first memory, no touch); every hit must pass the filter."""
+    when = NOW + timedelta(days=2)
+    agree = []
+    for q in queries:
+        a = approx.retrieve(q, k=10, now=when, touch=False, filter=flt)
+        e = exact.retrieve(q, k=10, now=when, touch=False, filter=flt)
+        assert len(a) == 10 and all(h.record.created_at > flt["created_after"] for h in a)
+        agree.append(len({h.record.text for h in a} & {h.record.text for h in e}) / 10)
+    return agree
+
+
 def _count_training(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Make ``IVFCandidateIndex.train`` (as patched so far) record the rows of every training."""
     trained: list[int] = []
@@ -476,16 +491,9 @@ def test_a_selective_filter_on_the_ann_path_agrees_with_exact_scoring() -> None:
         queries.append(query)
     emb = TableEmbeddings(table)
     importances = rng.uniform(0.1, 1.0, N).round(3).tolist()
-    cut = NOW + timedelta(minutes=2499)
-    newest = {"created_after": cut}  # the last batch of 500
+    newest = {"created_after": NOW + timedelta(minutes=2499)}  # the last batch of 500
     with _approx_and_exact(emb, texts, importances, 100) as (approx, exact):
-        when = NOW + timedelta(days=2)
-        agree = []
-        for q in queries:
-            a = approx.retrieve(q, k=10, now=when, touch=False, filter=newest)
-            e = exact.retrieve(q, k=10, now=when, touch=False, filter=newest)
-            assert len(a) == 10 and all(h.record.created_at > cut for h in a)
-            agree.append(len({h.record.text for h in a} & {h.record.text for h in e}) / 10)
+        agree = _filtered_agreement(approx, exact, queries, newest)
         assert approx.backend._partitions["default"].ann is not None
         assert np.mean(agree) >= 0.99 and min(agree) >= 0.9
 
@@ -516,14 +524,9 @@ def test_a_selective_filter_probes_more_ivf_lists(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(IVFCandidateIndex, "search_lists", counted)
     emb = TableEmbeddings(table)
     with _approx_and_exact(emb, texts, importances, 100) as (approx, exact):
-        when = NOW + timedelta(days=2)
-        agree = []
-        for q in queries:
-            a = approx.retrieve(q, k=10, now=when, touch=False, filter=newest)
-            e = exact.retrieve(q, k=10, now=when, touch=False, filter=newest)
-            agree.append(len({h.record.text for h in a} & {h.record.text for h in e}) / 10)
+        agree = _filtered_agreement(approx, exact, queries, newest)
         assert probes == [2 * approx.backend.ann_nprobe] * len(queries)
         probes.clear()
-        approx.retrieve(queries[0], k=10, now=when, touch=False)  # no filter: as many as set
+        approx.retrieve(queries[0], k=10, touch=False)  # no filter: as many as set
         assert probes == [approx.backend.ann_nprobe]
     assert np.mean(agree) >= 0.975  # 0.9525 with the lists of an unfiltered retrieval
