@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -530,3 +531,50 @@ def test_a_selective_filter_probes_more_ivf_lists(monkeypatch: pytest.MonkeyPatc
         approx.retrieve(queries[0], k=10, touch=False)  # no filter: as many as set
         assert probes == [approx.backend.ann_nprobe]
     assert np.mean(agree) >= 0.975  # 0.9525 with the lists of an unfiltered retrieval
+
+
+def test_a_large_namespace_gathers_deeper_dense_candidates(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Queries away from the data's clusters and no shared words: many memories lie within a
+    near-tie of the tenth best, and middling cosines reach the top 10 through their neighbours,
+    recency and importance. Past ``DENSE_DEPTH_FROM`` live memories the dense candidates grow
+    with the square root of the namespace (set here so that 3,000 memories count as 16 times
+    it, as 1.6M would by default: 4 x ``ann_candidates``; at 1M memories top-10 agreement
+    0.968 -> 0.999, benchmarks/filtered_agreement.py), and a filter's as deep among its rows."""
+    from langchain_reflective.backends.sqlite import candidates
+
+    rng = np.random.default_rng(2)
+    vectors = _clustered(N, 2)
+    texts = [f"m{i} x{i}" for i in range(N)]
+    table = dict(zip(texts, vectors, strict=True))
+    queries = []
+    for j in range(40):
+        v = vectors[rng.integers(N)] + rng.standard_normal(DIM)  # far from any memory
+        table[f"q{j}"] = v / np.linalg.norm(v)
+        queries.append(f"q{j}")
+    importances = rng.uniform(0.1, 1.0, N).round(3).tolist()
+    depths: list[int] = []
+    search_lists = IVFCandidateIndex.search_lists
+
+    def counted(self: IVFCandidateIndex, query: np.ndarray, k: int, nprobe: int) -> Any:
+        depths.append(k)
+        return search_lists(self, query, k, nprobe)
+
+    monkeypatch.setattr(IVFCandidateIndex, "search_lists", counted)
+    monkeypatch.setattr(candidates, "DENSE_DEPTH_FROM", N // 16)
+    depth = math.sqrt(N / (N // 16))  # ~4
+    when = NOW + timedelta(days=2)
+    with _approx_and_exact(TableEmbeddings(table), texts, importances, 100) as (approx, exact):
+        want = approx.backend.ann_candidates
+        agree = []
+        for q in queries:
+            a = approx.retrieve(q, k=10, now=when, touch=False)
+            e = exact.retrieve(q, k=10, now=when, touch=False)
+            agree.append(len({h.record.text for h in a} & {h.record.text for h in e}) / 10)
+        assert depths == [math.ceil(want * depth)] * len(queries)
+        depths.clear()
+        half = {"created_after": NOW + timedelta(minutes=1499)}  # the newest 1,500
+        _filtered_agreement(approx, exact, queries[:1], half)
+        assert depths == [math.ceil(want * 2 * depth)]  # as deep among a filter's half
+    assert np.mean(agree) >= 0.97  # 0.80 with the dense candidates of a small namespace

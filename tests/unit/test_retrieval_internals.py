@@ -362,14 +362,17 @@ def _ref_candidates(
 
     assert part.ann is not None
     want = max(stream.ann_candidates, 4 * k)
-    dense_want = want
+    # past DENSE_DEPTH_FROM live memories, deeper by the square root of the growth
+    depth = max(1.0, math.sqrt(part.live / cand.DENSE_DEPTH_FROM))
+    dense_want = math.ceil(want * depth)
     nprobe = stream.ann_nprobe
     alive = part.index.alive
     if mask is not None:
         matched = int(np.count_nonzero(mask))
         if matched <= exact_limit or 4 * k >= matched:
             return None
-        dense_want = int(min(part.live, want * min(16, math.ceil(part.live / matched))))
+        spread = math.ceil(part.live / matched)  # as deep among the filter's rows
+        dense_want = int(min(part.live, math.ceil(want * min(16, depth * spread))))
         if 4 * matched < part.live:  # a selective filter: twice the lists
             nprobe *= 2
     dense = part.rows_of(part.ann.search(qvec, dense_want, nprobe))
@@ -430,7 +433,10 @@ def _ref_candidates(
     return out
 
 
-def test_candidates_equal_the_reference() -> None:
+@pytest.mark.parametrize("depth_from", [cand.DENSE_DEPTH_FROM, 400])
+def test_candidates_equal_the_reference(depth_from: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``gather`` equals a plain reference; with ``depth_from`` 400 the ~1,600 memories gather
+    twice the dense candidates, as 400,000 memories would by default."""
     from datetime import UTC, datetime, timedelta
 
     from langchain_reflective.backends.base import RetrievalFilter
@@ -453,6 +459,7 @@ def test_candidates_equal_the_reference() -> None:
         stream.add(fresh, importances=0.9, now=now + timedelta(days=3))  # not in the IVF yet
         part = stream.backend._partitions["default"]
         assert part.ann is not None and part.ann_upto < len(part)  # pending rows exist too
+        monkeypatch.setattr(cand, "DENSE_DEPTH_FROM", depth_from)
         limit = 200  # filters matching more take the approximate path (as exact_limit)
         selective = 0  # gathers under a filter keeping under a quarter, above the limit
         for i in range(15):
