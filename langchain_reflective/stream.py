@@ -88,7 +88,7 @@ class MemoryStream(StreamTransfer):
             this many live memories are scored exactly; larger ones score exactly only a
             candidate set. ``None`` always scores exactly.
         ann_candidates: SQLite shortcut only: dense and lexical candidates gathered above
-            ``exact_limit``.
+            ``exact_limit`` (the dense ones grow past 100k memories).
         ann_nprobe: SQLite shortcut only: IVF lists searched above ``exact_limit``.
 
     Raises:

@@ -84,7 +84,8 @@ class SQLiteBackend(BaseMemoryBackend):
             thread; until one is ready, retrieval uses the previous index or scores exactly,
             and ``close()`` waits for it.
         ann_candidates: how many dense and lexical candidates the approximate path gathers
-            (at least ``4 * k``). More candidates: closer to exact, slower.
+            (at least ``4 * k``; the dense ones grow past 100k memories: ``DENSE_DEPTH_FROM``
+            in ``backends.sqlite.candidates``). More candidates: closer to exact, slower.
         ann_nprobe: how many IVF lists the approximate path searches (twice as many for a
             filter keeping less than a quarter of the namespace).
         synchronous: SQLite's ``synchronous`` pragma (see :class:`SQLiteRecordStore`).
