@@ -69,7 +69,7 @@ its rows (times the spread, at most 16 x ``ann_candidates``). The more memories,
 within a near-tie of the tenth best, where a memory of middling cosine reaches the top 10
 through its neighbour's relevance, recency and importance together: at 1M memories top-10
 agreement with exact scoring went 0.968 -> 0.999 unfiltered and 0.933 -> 0.998 under a filter
-keeping 60%, for ~0.3-0.5 ms on ~4-5 ms (``benchmarks/filtered_agreement.py``). Up to 100k,
+keeping 60%, for ~0.1-0.6 ms on 4-6 ms (``benchmarks/filtered_agreement.py``). Up to 100k,
 where 128 agree at 0.999, nothing changes."""
 
 
