@@ -93,18 +93,52 @@ def _approx_and_exact(
 
 
 def _filtered_agreement(
-    approx: MemoryStream, exact: MemoryStream, queries: list[str], flt: dict[str, Any]
+    approx: MemoryStream, exact: MemoryStream, queries: list[str], flt: dict[str, Any] | None
 ) -> list[float]:
-    """Per query, the share of the exact top 10 under ``flt`` that ``approx`` returns (both
-    ranked two days after the first memory, no touch); every hit must pass the filter."""
+    """Per query, the share of the exact top 10 under ``flt`` (``None``: no filter) that
+    ``approx`` returns (both ranked two days after the first memory, no touch); every hit must
+    pass the filter."""
     when = NOW + timedelta(days=2)
+    after = NOW - timedelta(days=1) if flt is None else flt["created_after"]
     agree = []
     for q in queries:
         a = approx.retrieve(q, k=10, now=when, touch=False, filter=flt)
         e = exact.retrieve(q, k=10, now=when, touch=False, filter=flt)
-        assert len(a) == 10 and all(h.record.created_at > flt["created_after"] for h in a)
+        assert len(a) == 10 and all(h.record.created_at > after for h in a)
         agree.append(len({h.record.text for h in a} & {h.record.text for h in e}) / 10)
     return agree
+
+
+def _far_queries(
+    seed: int,
+) -> tuple[list[str], TableEmbeddings, list[str], list[float]]:
+    """N memories in clusters with no shared words, and 40 queries far from any memory: the
+    query's near-ties are many and spread over IVF lists (texts, embeddings, queries,
+    importances)."""
+    rng = np.random.default_rng(seed)
+    vectors = _clustered(N, seed)
+    texts = [f"m{i} x{i}" for i in range(N)]
+    table = dict(zip(texts, vectors, strict=True))
+    queries = []
+    for j in range(40):
+        v = vectors[rng.integers(N)] + rng.standard_normal(DIM)  # far from any memory
+        table[f"q{j}"] = v / np.linalg.norm(v)
+        queries.append(f"q{j}")
+    importances = rng.uniform(0.1, 1.0, N).round(3).tolist()
+    return texts, TableEmbeddings(table), queries, importances
+
+
+def _count_searches(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Make ``IVFCandidateIndex.search_lists`` record ``(k, nprobe)`` of every search."""
+    searches: list[tuple[int, int]] = []
+    search_lists = IVFCandidateIndex.search_lists
+
+    def counted(self: IVFCandidateIndex, query: np.ndarray, k: int, nprobe: int) -> Any:
+        searches.append((k, nprobe))
+        return search_lists(self, query, k, nprobe)
+
+    monkeypatch.setattr(IVFCandidateIndex, "search_lists", counted)
+    return searches
 
 
 def _count_training(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -504,32 +538,15 @@ def test_a_selective_filter_probes_more_ivf_lists(monkeypatch: pytest.MonkeyPatc
     shared words: the filter's nearest rows lie beyond the query's nearest IVF lists, so the
     approximate path probes twice as many (at 1M memories and a filter keeping 3%, top-10
     agreement 0.973 -> 0.992: benchmarks/filtered_agreement.py)."""
-    rng = np.random.default_rng(2)
-    vectors = _clustered(N, 2)
-    texts = [f"m{i} x{i}" for i in range(N)]
-    table = dict(zip(texts, vectors, strict=True))
-    queries = []
-    for j in range(40):
-        v = vectors[rng.integers(N)] + rng.standard_normal(DIM)  # far from any memory
-        table[f"q{j}"] = v / np.linalg.norm(v)
-        queries.append(f"q{j}")
-    importances = rng.uniform(0.1, 1.0, N).round(3).tolist()
+    texts, emb, queries, importances = _far_queries(2)
     newest = {"created_after": NOW + timedelta(minutes=2499)}  # the last batch of 500
-    probes: list[int] = []
-    search_lists = IVFCandidateIndex.search_lists
-
-    def counted(self: IVFCandidateIndex, query: np.ndarray, k: int, nprobe: int) -> Any:
-        probes.append(nprobe)
-        return search_lists(self, query, k, nprobe)
-
-    monkeypatch.setattr(IVFCandidateIndex, "search_lists", counted)
-    emb = TableEmbeddings(table)
+    searches = _count_searches(monkeypatch)
     with _approx_and_exact(emb, texts, importances, 100) as (approx, exact):
         agree = _filtered_agreement(approx, exact, queries, newest)
-        assert probes == [2 * approx.backend.ann_nprobe] * len(queries)
-        probes.clear()
+        assert [p for _, p in searches] == [2 * approx.backend.ann_nprobe] * len(queries)
+        searches.clear()
         approx.retrieve(queries[0], k=10, touch=False)  # no filter: as many as set
-        assert probes == [approx.backend.ann_nprobe]
+        assert [p for _, p in searches] == [approx.backend.ann_nprobe]
     assert np.mean(agree) >= 0.975  # 0.9525 with the lists of an unfiltered retrieval
 
 
@@ -544,37 +561,16 @@ def test_a_large_namespace_gathers_deeper_dense_candidates(
     0.968 -> 0.999, benchmarks/filtered_agreement.py), and a filter's as deep among its rows."""
     from langchain_reflective.backends.sqlite import candidates
 
-    rng = np.random.default_rng(2)
-    vectors = _clustered(N, 2)
-    texts = [f"m{i} x{i}" for i in range(N)]
-    table = dict(zip(texts, vectors, strict=True))
-    queries = []
-    for j in range(40):
-        v = vectors[rng.integers(N)] + rng.standard_normal(DIM)  # far from any memory
-        table[f"q{j}"] = v / np.linalg.norm(v)
-        queries.append(f"q{j}")
-    importances = rng.uniform(0.1, 1.0, N).round(3).tolist()
-    depths: list[int] = []
-    search_lists = IVFCandidateIndex.search_lists
-
-    def counted(self: IVFCandidateIndex, query: np.ndarray, k: int, nprobe: int) -> Any:
-        depths.append(k)
-        return search_lists(self, query, k, nprobe)
-
-    monkeypatch.setattr(IVFCandidateIndex, "search_lists", counted)
+    texts, emb, queries, importances = _far_queries(2)
+    searches = _count_searches(monkeypatch)
     monkeypatch.setattr(candidates, "DENSE_DEPTH_FROM", N // 16)
     depth = math.sqrt(N / (N // 16))  # ~4
-    when = NOW + timedelta(days=2)
-    with _approx_and_exact(TableEmbeddings(table), texts, importances, 100) as (approx, exact):
+    with _approx_and_exact(emb, texts, importances, 100) as (approx, exact):
         want = approx.backend.ann_candidates
-        agree = []
-        for q in queries:
-            a = approx.retrieve(q, k=10, now=when, touch=False)
-            e = exact.retrieve(q, k=10, now=when, touch=False)
-            agree.append(len({h.record.text for h in a} & {h.record.text for h in e}) / 10)
-        assert depths == [math.ceil(want * depth)] * len(queries)
-        depths.clear()
+        agree = _filtered_agreement(approx, exact, queries, None)
+        assert [k for k, _ in searches] == [math.ceil(want * depth)] * len(queries)
+        searches.clear()
         half = {"created_after": NOW + timedelta(minutes=1499)}  # the newest 1,500
         _filtered_agreement(approx, exact, queries[:1], half)
-        assert depths == [math.ceil(want * 2 * depth)]  # as deep among a filter's half
+        assert [k for k, _ in searches] == [math.ceil(want * 2 * depth)]  # as deep, among half
     assert np.mean(agree) >= 0.97  # 0.80 with the dense candidates of a small namespace
