@@ -253,7 +253,7 @@ def gather(
         if exact_limit is None or matched <= exact_limit or 4 * k >= matched:
             return None
         spread = math.ceil(part.live / matched)
-        dense_want = int(min(part.live, math.ceil(want * min(16, depth * spread))))
+        dense_want = min(part.live, math.ceil(want * min(16, depth * spread)))
         if spread > SELECTIVE_SPREAD:
             nprobe = 2 * ann_nprobe
     best_seqs, probed = part.ann.search_lists(qvec, dense_want, nprobe)
