@@ -120,8 +120,9 @@ class PostgresBackend(BaseMemoryBackend):
             within 0.98 of exact hybrid scoring at 100k memories (128: 0.96, 256: 0.98 at the
             edge; each doubling costs ~3-4 ms there; docs/benchmarks.md). How many are
             needed grows with how many memories crowd the query's nearest cosines, where
-            recency and importance decide: in the benchmark's data at 1M, 320 gives 0.83 and
-            640 gives 0.99.
+            recency and importance decide, so past 250,000 memories a namespace gathers
+            ``dense_candidates * sqrt(memories / 250,000)`` (640 at 1M: agreement 0.835 ->
+            0.987 in the benchmark's data, for ~12% more time; ``queries.DENSE_DEPTH_FROM``).
         lexical_candidates: best full-text matches gathered per retrieval (at least ``4 * k``).
         index: the vector index a new database gets: ``"ivfflat"`` (default: cheap inserts,
             retrained as the table grows) or ``"hnsw"`` (no retraining; every insert pays

@@ -21,6 +21,7 @@ __all__ = [
     "ADD",
     "BM25_B",
     "BM25_K1",
+    "DENSE_DEPTH_FROM",
     "LOCAL_CHANGES",
     "LOCAL_HEAD",
     "PURGE_COUNTER",
@@ -152,20 +153,40 @@ class CandidateQuery:
         )
 
 
+DENSE_DEPTH_FROM = 250_000
+"""Past this many memories in a namespace the server's statement gathers more dense candidates
+than ``dense_candidates``: ``dense_candidates * sqrt(memories / DENSE_DEPTH_FROM)`` (640 at 1M),
+as the SQLite backend and the local index do past their own 100,000 (they start from 128). The
+more memories, the more lie within a near-tie of the tenth best, where recency, importance and
+a neighbour's relevance decide. ``benchmarks/pg_candidates.py`` at 1M memories (100 queries,
+docs/benchmarks.md): 320 dense candidates agreed with exact scoring at 0.835, 640 (this rule) at
+0.987 for ~12% more p50 (177 -> 200 ms), the local index's threshold (1,012 there) at 0.990 for
+~21-28% more; at 100k, 320 agree at 0.98-0.99."""
+
+_DEPTH = (
+    "depth AS MATERIALIZED (SELECT x.r, greatest(%(n_dense)s::float8, ceil(%(n_dense)s::float8 "
+    "* sqrt(x.r / %(depth_from)s::float8)))::int8 AS n FROM (SELECT coalesce((SELECT c.lex_docs "
+    "FROM reflective_counters c WHERE c.namespace = %(ns)s), 0)::float8 AS r) x)"
+)
+"""How many dense candidates to gather (``n``) in a namespace of ``r`` memories (its counter
+row): ``n_dense``, more past :data:`DENSE_DEPTH_FROM` (``depth_from``). In the statement itself,
+so it follows every process's writes: a ``LIMIT`` the planner cannot see is planned as a generic
+plan's ``LIMIT $n`` is (10% of the rows), which keeps the vector index's plan."""
+
 _DENSE_BY_SORT = (
-    "by_sort AS MATERIALIZED (SELECT coalesce((SELECT c.lex_docs FROM reflective_counters c "
-    "WHERE c.namespace = %(ns)s), 0)::float8 ^ 2 <= %(n_dense)s * (SELECT greatest(t.reltuples, "
-    "0) FROM pg_class t WHERE t.oid = 'reflective_memories'::regclass)::float8 AS s)"
+    "by_sort AS MATERIALIZED (SELECT d.r ^ 2 <= d.n * (SELECT greatest(t.reltuples, "
+    "0) FROM pg_class t WHERE t.oid = 'reflective_memories'::regclass)::float8 AS s FROM depth d)"
 )
 """Whether the dense candidates come from sorting the namespace's rows by cosine (read through
 its btree index) instead of from the vector index: when the namespace holds ``r`` of the
-table's ``R`` rows (``reltuples``, the planner's own estimate) and ``r ** 2 <= dense * R``. A
-vector index search filtered to one namespace reads about ``dense * R / r`` rows of the index
-before it has ``dense`` of the namespace's; the sort reads ``r``, and is exact. So a user of a
-few thousand memories among many users is sorted (a 5k namespace in a 100k table: the dense
-step 7.3 -> 4.5 ms, the retrieval 24.9 -> 17.8 ms p50, ``benchmarks/pg_tenants.py``), while a
-namespace that is most of its table keeps the index (a 10k namespace alone would read all 10k
-instead of ~1.7k). An unanalysed table (``reltuples`` unknown) keeps the index."""
+table's ``R`` rows (``reltuples``, the planner's own estimate) and ``r ** 2 <= n * R`` (``n``:
+the dense candidates, :data:`_DEPTH`). A vector index search filtered to one namespace reads
+about ``n * R / r`` rows of the index before it has ``n`` of the namespace's; the sort reads
+``r``, and is exact. So a user of a few thousand memories among many users is sorted (a 5k
+namespace in a 100k table: the dense step 7.3 -> 4.5 ms, the retrieval 24.9 -> 17.8 ms p50,
+``benchmarks/pg_tenants.py``), while a namespace that is most of its table keeps the index (a
+10k namespace alone would read all 10k instead of ~1.7k). An unanalysed table (``reltuples``
+unknown) keeps the index."""
 
 
 def _filter_sql(flt: RetrievalFilter, params: dict[str, Any], alias: str = "m") -> str:
@@ -281,11 +302,13 @@ def candidates_sql(spec: CandidateQuery, flt: RetrievalFilter, params: dict[str,
         "SELECT m.seq, m.kind, m.embedding <=> (SELECT v FROM q) AS d "
         f"FROM reflective_memories m WHERE m.namespace = %(ns)s{where} AND "
     )
-    ctes.append(_DENSE_BY_SORT)
+    params["depth_from"] = DENSE_DEPTH_FROM
+    ctes += [_DEPTH, _DENSE_BY_SORT]
     ctes.append(
         f"dense AS ((SELECT * FROM ({near_rows}(SELECT s FROM by_sort) OFFSET 0) x "
-        "ORDER BY d LIMIT %(n_dense)s) "
-        f"UNION ALL ({near_rows}NOT (SELECT s FROM by_sort) ORDER BY d LIMIT %(n_dense)s))"
+        "ORDER BY d LIMIT (SELECT n FROM depth)) "
+        f"UNION ALL ({near_rows}NOT (SELECT s FROM by_sort) ORDER BY d "
+        "LIMIT (SELECT n FROM depth)))"
     )
     pools = ["SELECT seq FROM dense"]
     if spec.lexical:
