@@ -45,6 +45,7 @@ __all__ = [
     "configure_connection",
     "open_pool",
     "quiet_reconnects",
+    "without_statement_timeout",
 ]
 
 
@@ -134,6 +135,21 @@ _IF_SUPPORTED = (  # pgvector >= 0.8: keep scanning the index until the namespac
     "SET hnsw.iterative_scan = relaxed_order",
     "SET ivfflat.iterative_scan = relaxed_order",
 )
+
+
+@contextlib.contextmanager
+def without_statement_timeout(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """No ``statement_timeout`` on ``conn`` (outside a transaction) for the block, then the
+    connection's own value again. A timeout set for the role, the database or the connection
+    bounds the calls users make; the package's own long work is bounded otherwise or not at all:
+    an index build (23 s at 1M memories here; a cancelled one would be retried, and cancelled,
+    every 10 s), a lock wait that has its own ``lock_timeout``."""
+    row = conn.execute("SHOW statement_timeout").fetchone()
+    conn.execute("SET statement_timeout = 0")
+    try:
+        yield
+    finally:
+        conn.execute("SELECT set_config('statement_timeout', %s, false)", (row[0] if row else "0",))
 
 
 def configure_connection(conn: psycopg.Connection[Any]) -> None:
@@ -545,11 +561,12 @@ class Pools:
                 row = conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", key).fetchone()
                 if not row or not row[0]:
                     raise TimeoutError(f"the lock of {name!r} is held")
-            else:
+            else:  # (only timeout bounds the wait, not the connection's statement_timeout)
                 if timeout is not None:
                     conn.execute(f"SET lock_timeout = {max(1, math.ceil(timeout * 1000))}")
                 try:
-                    conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", key)
+                    with without_statement_timeout(conn):
+                        conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", key)
                 except pg_errors.LockNotAvailable as exc:
                     raise TimeoutError(
                         f"the lock of {name!r} was not free within {timeout} s"

@@ -41,6 +41,15 @@ def storage_error(exc: BaseException, version: int | None = None) -> Exception:
         return StorageError(f"could not store memories (duplicate id?): {exc}")
     if isinstance(exc, MISSING):
         return _missing_error(exc, version)
+    if isinstance(exc, pg_errors.QueryCanceled | pg_errors.LockNotAvailable):
+        return StorageError(
+            f"Postgres cancelled the statement ({exc.diag.message_primary or exc}); its "
+            "transaction was rolled back, so nothing of this call is stored and it can be "
+            "retried. A statement_timeout or lock_timeout set for this role, database or "
+            "connection (e.g. options=-c statement_timeout=... in the URL) is the usual cause: "
+            "another session held a lock this call needed for that long, or the call needs "
+            "a longer timeout."
+        )
     if isinstance(exc, psycopg.OperationalError):
         return StorageError(f"the connection to Postgres failed: {exc}")
     return StorageError(f"the Postgres backend failed: {exc}")

@@ -324,6 +324,8 @@ def bind_meta(
     ``embedding_model``), bound to ``model`` and ``dimension`` first if it has none: in the
     caller's transaction, under the setup lock, the vector column gets its dimension
     (:func:`bind_sql`) and ``index(conn)`` records or builds the vector index."""
+    # (as long as another process's setup holds the lock: not a call a statement_timeout bounds)
+    conn.execute("SET LOCAL statement_timeout = 0")
     conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", SETUP_LOCK)
     rows = dict(conn.execute("SELECT key, value FROM reflective_meta").fetchall())
     if "dimension" not in rows:
@@ -356,6 +358,8 @@ def migrate(conn: psycopg.Connection[Any]) -> None:
     """
     from langchain_reflective.backends.postgres.failures import version_of
 
+    # (a migration of a large table may take longer than a statement_timeout meant for calls)
+    conn.execute("SET LOCAL statement_timeout = 0")
     conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", SETUP_LOCK)
     conn.execute(
         "CREATE TABLE IF NOT EXISTS reflective_schema_version ("

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
 
+from langchain_reflective.backends.postgres.connection import without_statement_timeout
 from langchain_reflective.backends.postgres.schema import INDEX_LOCK
 
 if TYPE_CHECKING:
@@ -223,6 +224,18 @@ def build_index(
     Returns:
         The new state, or ``None`` when nothing was built.
     """
+    with without_statement_timeout(conn):  # (a build is not one of the calls it bounds)
+        return _build_index(conn, settings, kind=kind, force=force, wait=wait)
+
+
+def _build_index(
+    conn: psycopg.Connection[Any],
+    settings: VectorIndexSettings,
+    *,
+    kind: IndexKind | None,
+    force: bool,
+    wait: bool,
+) -> IndexState | None:
     # never a blocking pg_advisory_lock: CREATE INDEX CONCURRENTLY waits for every open
     # transaction, a statement blocked on this lock included, while holding the lock itself
     while True:

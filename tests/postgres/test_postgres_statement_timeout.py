@@ -1,0 +1,169 @@
+"""A ``statement_timeout`` set for the role, the database or the connection (production
+servers often have one): it bounds the calls users make, with a clear error and nothing stored,
+and not the package's own long work (the vector index build, the reflection lock's wait)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import psycopg
+import pytest
+
+from langchain_reflective.backends.postgres import PostgresBackend
+from langchain_reflective.errors import StorageError
+from tests.postgres.test_postgres_backend import DIM, _fill, _records, _unit
+
+pytestmark = [pytest.mark.postgres, pytest.mark.integration]
+
+TIMEOUT_MS = 300
+
+
+def _with_timeout(url: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}options=-c%20statement_timeout%3D{TIMEOUT_MS}"
+
+
+@pytest.fixture
+def timed(postgres_url: str) -> Iterator[PostgresBackend]:
+    """A backend whose every connection has a statement_timeout of ``TIMEOUT_MS``."""
+    b = PostgresBackend.from_conn_string(
+        _with_timeout(postgres_url), max_size=4, ivf_min_rows=10**9
+    )
+    b.setup()
+    b.bind_embeddings("test-model", DIM)
+    yield b
+    b.close()
+
+
+def _count(url: str, namespace: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM reflective_memories WHERE namespace = %s", (namespace,)
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _holding(
+    url: str, sql: str, params: tuple[object, ...], seconds: float, *, snapshot: bool = False
+) -> threading.Thread:
+    """A thread that runs ``sql`` in a transaction of its own and keeps the transaction open
+    (its locks, and with ``snapshot`` its snapshot: repeatable read, as ``pg_dump`` holds one)
+    for ``seconds``; returned once the statement has run."""
+    ran = threading.Event()
+
+    def hold() -> None:
+        with psycopg.connect(url) as conn, conn.transaction():
+            if snapshot:
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            conn.execute(sql, params)
+            ran.set()
+            time.sleep(seconds)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert ran.wait(10)
+    return thread
+
+
+def test_a_call_cancelled_by_the_timeout_says_why_and_stores_nothing(
+    timed: PostgresBackend, postgres_url: str
+) -> None:
+    rng = np.random.default_rng(1)
+    timed.put(_records(5, "ana", seed=1), _unit(rng, 5))
+    # another session locks the namespace's counter row, which every add updates
+    holder = _holding(
+        postgres_url,
+        "SELECT 1 FROM reflective_counters WHERE namespace = %s FOR UPDATE",
+        ("ana",),
+        3 * TIMEOUT_MS / 1000,
+    )
+    try:
+        with pytest.raises(StorageError, match="statement_timeout") as info:
+            timed.put(_records(3, "ana", seed=2), _unit(rng, 3))
+        assert "nothing of this call is stored" in str(info.value)
+        assert _count(postgres_url, "ana") == 5
+    finally:
+        holder.join()
+    timed.put(_records(3, "ana", seed=2), _unit(rng, 3))  # the same call, retried: stored once
+    assert _count(postgres_url, "ana") == 8
+
+
+def test_the_index_build_is_not_bounded_by_the_timeout(
+    timed: PostgresBackend, postgres_url: str
+) -> None:
+    """``CREATE INDEX CONCURRENTLY`` waits for every transaction holding an older snapshot:
+    one held open longer than the timeout would cancel the build, and the background rebuild
+    would try again, and be cancelled again, every 10 s."""
+    _fill(timed, 1200, seed=3)
+    holder = _holding(
+        postgres_url,
+        "SELECT count(*) FROM reflective_memories",
+        (),
+        4 * TIMEOUT_MS / 1000,
+        snapshot=True,
+    )
+    try:
+        timed.reindex(kind="ivfflat")
+    finally:
+        holder.join()
+    state = timed.index_state()
+    assert state.kind == "ivfflat" and state.lists > 0
+    with psycopg.connect(postgres_url) as conn:
+        rows = conn.execute(
+            "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c "
+            "ON c.oid = i.indexrelid WHERE c.relname LIKE 'reflective_memories_embedding%'"
+        ).fetchall()
+    assert rows == [(state.name, True)]
+    with timed._pools.conn() as conn:  # the pool's connections keep the user's timeout
+        row = conn.execute("SHOW statement_timeout").fetchone()
+        assert row is not None and row[0] == f"{TIMEOUT_MS}ms"
+
+
+def test_the_reflection_lock_waits_as_long_as_its_own_timeout_says(
+    timed: PostgresBackend,
+) -> None:
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        with timed.reflection_lock("ana"):
+            held.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert held.wait(10)
+        started = time.monotonic()
+        with pytest.raises(TimeoutError), timed.reflection_lock("ana", timeout=0.8):
+            pass  # pragma: no cover - not acquired
+        assert time.monotonic() - started >= 0.7  # (its own timeout, not the statement's)
+        threading.Timer(3 * TIMEOUT_MS / 1000, release.set).start()
+        with timed.reflection_lock("ana"):  # no timeout: waits for the holder
+            assert release.is_set()
+    finally:
+        release.set()
+        thread.join()
+    with timed._pools.conn() as conn:
+        row = conn.execute("SHOW statement_timeout").fetchone()
+        assert row is not None and row[0] == f"{TIMEOUT_MS}ms"
+
+
+def test_setup_waits_for_another_processes_setup_past_the_timeout(postgres_url: str) -> None:
+    """Migrations of a large table take their time, and a second process's ``setup()`` waits
+    for the first's under the setup lock: neither is one of the calls the timeout bounds."""
+    from langchain_reflective.backends.postgres.schema import SCHEMA_VERSION, SETUP_LOCK
+
+    holder = _holding(
+        postgres_url, "SELECT pg_advisory_xact_lock(%s, %s)", SETUP_LOCK, 3 * TIMEOUT_MS / 1000
+    )
+    b = PostgresBackend.from_conn_string(_with_timeout(postgres_url), max_size=2)
+    try:
+        b.setup()
+        assert b.schema_version() == SCHEMA_VERSION
+    finally:
+        holder.join()
+        b.close()
