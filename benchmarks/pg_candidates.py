@@ -79,7 +79,7 @@ def _depth_from(value: float | None) -> Iterator[None]:
     """``DENSE_DEPTH_FROM`` set to ``value`` (``None``: left alone) for the block."""
     saved = queries.DENSE_DEPTH_FROM
     if value is not None:
-        queries.DENSE_DEPTH_FROM = value  # type: ignore[assignment]
+        queries.DENSE_DEPTH_FROM = int(value)
     try:
         yield
     finally:
