@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -41,6 +42,8 @@ from typing import Any
 
 import numpy as np
 import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale import AGREEMENT_SEED, K, make_queries
 from scale_postgres import (
     _analyze,
