@@ -15,6 +15,7 @@ import pytest
 from langchain_reflective.backends.postgres import PostgresBackend
 from langchain_reflective.errors import StorageError
 from tests.postgres.test_postgres_backend import DIM, _fill, _records, _unit
+from tests.postgres.test_postgres_vector_index import _vector_indexes
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 
@@ -35,15 +36,6 @@ def timed(postgres_url: str) -> Iterator[PostgresBackend]:
     b.bind_embeddings("test-model", DIM)
     yield b
     b.close()
-
-
-def _count(url: str, namespace: str) -> int:
-    with psycopg.connect(url) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM reflective_memories WHERE namespace = %s", (namespace,)
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def _holding(
@@ -84,11 +76,11 @@ def test_a_call_cancelled_by_the_timeout_says_why_and_stores_nothing(
         with pytest.raises(StorageError, match="statement_timeout") as info:
             timed.put(_records(3, "ana", seed=2), _unit(rng, 3))
         assert "nothing of this call is stored" in str(info.value)
-        assert _count(postgres_url, "ana") == 5
+        assert timed.count("ana") == 5
     finally:
         holder.join()
     timed.put(_records(3, "ana", seed=2), _unit(rng, 3))  # the same call, retried: stored once
-    assert _count(postgres_url, "ana") == 8
+    assert timed.count("ana") == 8
 
 
 def test_the_index_build_is_not_bounded_by_the_timeout(
@@ -111,12 +103,7 @@ def test_the_index_build_is_not_bounded_by_the_timeout(
         holder.join()
     state = timed.index_state()
     assert state.kind == "ivfflat" and state.lists > 0
-    with psycopg.connect(postgres_url) as conn:
-        rows = conn.execute(
-            "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c "
-            "ON c.oid = i.indexrelid WHERE c.relname LIKE 'reflective_memories_embedding%'"
-        ).fetchall()
-    assert rows == [(state.name, True)]
+    assert _vector_indexes(postgres_url) == [(state.name, "ivfflat", True)]
     with timed._pools.conn() as conn:  # the pool's connections keep the user's timeout
         row = conn.execute("SHOW statement_timeout").fetchone()
         assert row is not None and row[0] == f"{TIMEOUT_MS}ms"

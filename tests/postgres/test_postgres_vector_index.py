@@ -398,21 +398,29 @@ def test_an_ivfflat_build_gets_the_memory_it_needs_and_gives_it_back(postgres_ur
         b.close()
 
 
-def _dense_from_index(backend: PostgresBackend, namespace: str, vector: np.ndarray) -> bool:
-    """Whether a retrieval in ``namespace`` took its dense candidates from the vector-index
-    branch of the statement (``ORDER BY`` distance: the index, or a scan the planner prefers
-    on a table this small) rather than from sorting the namespace's rows: which of the two
-    branches' scans ran."""
+def _dense_step(backend: PostgresBackend, namespace: str, vector: np.ndarray) -> list[str]:
+    """The executed plan's lines of the retrieval statement's ``dense`` step, for ``vector`` in
+    ``namespace`` (the first is the step's top node)."""
     sql, params = backend._candidates._statement(
         namespace, "tea", vector, 10, RetrievalFilter(), ScoringConfig.hybrid(), False
     )
     with backend._pools.conn() as conn:
         backend._index.prepare(conn)
-        plan = [str(r[0]) for r in conn.execute("EXPLAIN (ANALYZE, COSTS OFF) " + sql, params)]
-    start = plan.index("  CTE dense")
-    end = next(i for i in range(start + 1, len(plan)) if plan[i].startswith("  CTE "))
-    scans = [line for line in plan[start:end] if re.search(r"on reflective_memories m_\d+", line)]
-    assert len(scans) == 2, plan[start:end]  # the sort branch's, then the index branch's
+        explain = "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) " + sql
+        plan = [str(r[0]) for r in conn.execute(explain, params)]
+    start = plan.index("  CTE dense") + 1
+    end = next(i for i in range(start, len(plan)) if plan[i].startswith("  CTE "))
+    return plan[start:end]
+
+
+def _dense_from_index(backend: PostgresBackend, namespace: str, vector: np.ndarray) -> bool:
+    """Whether a retrieval in ``namespace`` took its dense candidates from the vector-index
+    branch of the statement (``ORDER BY`` distance: the index, or a scan the planner prefers
+    on a table this small) rather than from sorting the namespace's rows: which of the two
+    branches' scans ran."""
+    step = _dense_step(backend, namespace, vector)
+    scans = [line for line in step if re.search(r"on reflective_memories m_\d+", line)]
+    assert len(scans) == 2, step  # the sort branch's, then the index branch's
     ran = ["never executed" not in line for line in scans]
     assert sum(ran) == 1, scans
     return ran[1]
@@ -439,18 +447,8 @@ def test_a_small_namespace_among_many_sorts_its_own_rows_for_dense_candidates(
 
 
 def _dense_rows(backend: PostgresBackend, namespace: str, vector: np.ndarray) -> int:
-    """How many dense candidates the statement gathered for ``vector`` in ``namespace`` (the
-    rows of its ``dense`` CTE, read from the executed plan)."""
-    sql, params = backend._candidates._statement(
-        namespace, "tea", vector, 10, RetrievalFilter(), ScoringConfig.hybrid(), False
-    )
-    with backend._pools.conn() as conn:
-        backend._index.prepare(conn)
-        plan = [
-            str(r[0])
-            for r in conn.execute("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) " + sql, params)
-        ]
-    top = plan[plan.index("  CTE dense") + 1]
+    """How many dense candidates the statement gathered for ``vector`` in ``namespace``."""
+    top = _dense_step(backend, namespace, vector)[0]
     found = re.search(r"actual rows=(\d+)", top)
     assert found is not None, top
     return int(found.group(1))
