@@ -49,6 +49,7 @@ from scale_postgres import (
     _analyze,
     _fake_embeddings,
     add_scale_data,
+    database_url,
     exact_top_ids,
     fresh_database,
     machine,
@@ -65,8 +66,7 @@ def _database(admin: str, n: int, reuse: bool) -> tuple[str, datetime | None]:
     ``end`` they were created up to (the first was created 365 days before it); else a fresh,
     empty database and ``None``."""
     name = f"candidates_{n}"
-    head, sep, query = admin.partition("?")
-    url = f"{head.rsplit('/', 1)[0]}/{name}{sep}{query}"  # (as fresh_database names it)
+    url = database_url(admin, name)
     if reuse:
         with contextlib.suppress(psycopg.OperationalError), psycopg.connect(url) as conn:
             row = conn.execute(

@@ -115,14 +115,19 @@ def _restart_with(srv: Any, settings: dict[str, str]) -> None:
             print(f"server setting {name} = {row[0] if row else '?'} (asked {value})", flush=True)
 
 
+def database_url(admin: str, name: str) -> str:
+    """The URL of database ``name`` on the server of the admin URL ``admin``."""
+    head, sep, query = admin.partition("?")
+    return f"{head.rsplit('/', 1)[0]}/{name}{sep}{query}"
+
+
 def fresh_database(admin: str, name: str) -> str:
     import psycopg
 
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name}")
         conn.execute(f"CREATE DATABASE {name}")
-    head, sep, query = admin.partition("?")
-    url = f"{head.rsplit('/', 1)[0]}/{name}{sep}{query}"
+    url = database_url(admin, name)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
     return url
