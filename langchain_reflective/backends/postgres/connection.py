@@ -45,7 +45,7 @@ __all__ = [
     "configure_connection",
     "open_pool",
     "quiet_reconnects",
-    "without_statement_timeout",
+    "session_setting",
 ]
 
 
@@ -138,18 +138,19 @@ _IF_SUPPORTED = (  # pgvector >= 0.8: keep scanning the index until the namespac
 
 
 @contextlib.contextmanager
-def without_statement_timeout(conn: psycopg.Connection[Any]) -> Iterator[None]:
-    """No ``statement_timeout`` on ``conn`` (outside a transaction) for the block, then the
-    connection's own value again. A timeout set for the role, the database or the connection
-    bounds the calls users make; the package's own long work is bounded otherwise or not at all:
-    an index build (23 s at 1M memories here; a cancelled one would be retried, and cancelled,
-    every 10 s), a lock wait that has its own ``lock_timeout``."""
-    row = conn.execute("SHOW statement_timeout").fetchone()
-    conn.execute("SET statement_timeout = 0")
+def session_setting(conn: psycopg.Connection[Any], name: str, value: str) -> Iterator[None]:
+    """The setting ``name`` at ``value`` on ``conn`` (an autocommit connection, outside a
+    transaction) for the block, then the connection's own value again (it may go back to a
+    pool). The package's own long work runs with ``statement_timeout`` at ``"0"``: a timeout
+    set for the role, the database or the connection bounds the calls users make, not an index
+    build (23 s at 1M memories here; a cancelled one would be retried, and cancelled, every 10
+    s) or a lock wait that has its own ``lock_timeout``."""
+    row = conn.execute("SELECT current_setting(%s)", (name,)).fetchone()
+    conn.execute("SELECT set_config(%s, %s, false)", (name, value))
     try:
         yield
     finally:
-        conn.execute("SELECT set_config('statement_timeout', %s, false)", (row[0] if row else "0",))
+        conn.execute("SELECT set_config(%s, %s, false)", (name, row[0] if row else value))
 
 
 def configure_connection(conn: psycopg.Connection[Any]) -> None:
@@ -562,18 +563,17 @@ class Pools:
                 if not row or not row[0]:
                     raise TimeoutError(f"the lock of {name!r} is held")
             else:  # (only timeout bounds the wait, not the connection's statement_timeout)
-                if timeout is not None:
-                    conn.execute(f"SET lock_timeout = {max(1, math.ceil(timeout * 1000))}")
+                wait = "0" if timeout is None else str(max(1, math.ceil(timeout * 1000)))
                 try:
-                    with without_statement_timeout(conn):
+                    with (
+                        session_setting(conn, "lock_timeout", wait),
+                        session_setting(conn, "statement_timeout", "0"),
+                    ):
                         conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", key)
                 except pg_errors.LockNotAvailable as exc:
                     raise TimeoutError(
                         f"the lock of {name!r} was not free within {timeout} s"
                     ) from exc
-                finally:
-                    if timeout is not None:
-                        conn.execute("RESET lock_timeout")
             try:
                 yield
             finally:

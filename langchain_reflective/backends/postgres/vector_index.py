@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
 
-from langchain_reflective.backends.postgres.connection import without_statement_timeout
+from langchain_reflective.backends.postgres.connection import session_setting
 from langchain_reflective.backends.postgres.schema import INDEX_LOCK
 
 if TYPE_CHECKING:
@@ -189,11 +189,8 @@ def _build_memory(conn: psycopg.Connection[Any], kind: IndexKind, lists: int) ->
     if needed <= current:
         yield
         return
-    conn.execute(f"SET maintenance_work_mem = '{needed}kB'")
-    try:
+    with session_setting(conn, "maintenance_work_mem", f"{needed}kB"):
         yield
-    finally:
-        conn.execute("RESET maintenance_work_mem")
 
 
 def build_index(
@@ -224,7 +221,7 @@ def build_index(
     Returns:
         The new state, or ``None`` when nothing was built.
     """
-    with without_statement_timeout(conn):  # (a build is not one of the calls it bounds)
+    with session_setting(conn, "statement_timeout", "0"):  # (not one of the calls it bounds)
         return _build_index(conn, settings, kind=kind, force=force, wait=wait)
 
 
