@@ -23,12 +23,16 @@ TIMEOUT_MS = 300
 
 
 def _with_timeout(url: str) -> str:
-    return f"{url}{'&' if '?' in url else '?'}options=-c%20statement_timeout%3D{TIMEOUT_MS}"
+    """``url`` with a statement_timeout and a lock_timeout of ``TIMEOUT_MS`` for every
+    connection."""
+    options = f"-c%20statement_timeout%3D{TIMEOUT_MS}%20-c%20lock_timeout%3D{TIMEOUT_MS}"
+    return f"{url}{'&' if '?' in url else '?'}options={options}"
 
 
 @pytest.fixture
 def timed(postgres_url: str) -> Iterator[PostgresBackend]:
-    """A backend whose every connection has a statement_timeout of ``TIMEOUT_MS``."""
+    """A backend whose every connection has a statement_timeout and a lock_timeout of
+    ``TIMEOUT_MS``."""
     b = PostgresBackend.from_conn_string(
         _with_timeout(postgres_url), max_size=4, ivf_min_rows=10**9
     )
@@ -58,6 +62,15 @@ def _holding(
     thread.start()
     assert ran.wait(10)
     return thread
+
+
+def _keeps_the_users_timeouts(backend: PostgresBackend) -> None:
+    """The pool's connections have the URL's timeouts again."""
+    with backend._pools.conn() as conn:
+        row = conn.execute(
+            "SELECT current_setting('statement_timeout'), current_setting('lock_timeout')"
+        ).fetchone()
+    assert row == (f"{TIMEOUT_MS}ms", f"{TIMEOUT_MS}ms")
 
 
 def test_a_call_cancelled_by_the_timeout_says_why_and_stores_nothing(
@@ -104,9 +117,7 @@ def test_the_index_build_is_not_bounded_by_the_timeout(
     state = timed.index_state()
     assert state.kind == "ivfflat" and state.lists > 0
     assert _vector_indexes(postgres_url) == [(state.name, "ivfflat", True)]
-    with timed._pools.conn() as conn:  # the pool's connections keep the user's timeout
-        row = conn.execute("SHOW statement_timeout").fetchone()
-        assert row is not None and row[0] == f"{TIMEOUT_MS}ms"
+    _keeps_the_users_timeouts(timed)
 
 
 def test_the_reflection_lock_waits_as_long_as_its_own_timeout_says(
@@ -134,9 +145,7 @@ def test_the_reflection_lock_waits_as_long_as_its_own_timeout_says(
     finally:
         release.set()
         thread.join()
-    with timed._pools.conn() as conn:
-        row = conn.execute("SHOW statement_timeout").fetchone()
-        assert row is not None and row[0] == f"{TIMEOUT_MS}ms"
+    _keeps_the_users_timeouts(timed)
 
 
 def test_setup_waits_for_another_processes_setup_past_the_timeout(postgres_url: str) -> None:

@@ -317,6 +317,12 @@ def bind_sql(dimension: int) -> str:
     return f"ALTER TABLE reflective_memories ALTER COLUMN embedding TYPE vector({d});"
 
 
+UNBOUNDED = "SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0"
+"""For the rest of the transaction, neither a statement_timeout nor a lock_timeout set for the
+role, the database or the connection: they bound the calls users make, not setting the database
+up (waiting for another process's setup, migrating a large table)."""
+
+
 def bind_meta(
     conn: psycopg.Connection[Any], model: str, dimension: int, index: Callable[[Any], None]
 ) -> dict[str, str]:
@@ -324,8 +330,7 @@ def bind_meta(
     ``embedding_model``), bound to ``model`` and ``dimension`` first if it has none: in the
     caller's transaction, under the setup lock, the vector column gets its dimension
     (:func:`bind_sql`) and ``index(conn)`` records or builds the vector index."""
-    # (as long as another process's setup holds the lock: not a call a statement_timeout bounds)
-    conn.execute("SET LOCAL statement_timeout = 0")
+    conn.execute(UNBOUNDED)  # (waits as long as another process's setup holds the lock)
     conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", SETUP_LOCK)
     rows = dict(conn.execute("SELECT key, value FROM reflective_meta").fetchall())
     if "dimension" not in rows:
@@ -358,8 +363,7 @@ def migrate(conn: psycopg.Connection[Any]) -> None:
     """
     from langchain_reflective.backends.postgres.failures import version_of
 
-    # (a migration of a large table may take longer than a statement_timeout meant for calls)
-    conn.execute("SET LOCAL statement_timeout = 0")
+    conn.execute(UNBOUNDED)  # (a migration of a large table takes its time)
     conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", SETUP_LOCK)
     conn.execute(
         "CREATE TABLE IF NOT EXISTS reflective_schema_version ("

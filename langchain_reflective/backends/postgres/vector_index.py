@@ -221,7 +221,10 @@ def build_index(
     Returns:
         The new state, or ``None`` when nothing was built.
     """
-    with session_setting(conn, "statement_timeout", "0"):  # (not one of the calls it bounds)
+    with (  # (not one of the calls a user's timeouts bound; it waits for older transactions)
+        session_setting(conn, "statement_timeout", "0"),
+        session_setting(conn, "lock_timeout", "0"),
+    ):
         return _build_index(conn, settings, kind=kind, force=force, wait=wait)
 
 
