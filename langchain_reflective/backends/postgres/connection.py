@@ -141,10 +141,10 @@ _IF_SUPPORTED = (  # pgvector >= 0.8: keep scanning the index until the namespac
 def session_setting(conn: psycopg.Connection[Any], name: str, value: str) -> Iterator[None]:
     """The setting ``name`` at ``value`` on ``conn`` (an autocommit connection, outside a
     transaction) for the block, then the connection's own value again (it may go back to a
-    pool). The package's own long work runs with ``statement_timeout`` at ``"0"``: a timeout
-    set for the role, the database or the connection bounds the calls users make, not an index
-    build (23 s at 1M memories here; a cancelled one would be retried, and cancelled, every 10
-    s) or a lock wait that has its own ``lock_timeout``."""
+    pool). The package's own long work runs with ``statement_timeout`` and ``lock_timeout`` at
+    ``"0"``: timeouts set for the role, the database or the connection bound the calls users
+    make, not an index build (23 s at 1M memories here; a cancelled one would be retried, and
+    cancelled, every 10 s) or a lock wait bounded by its own ``timeout``."""
     row = conn.execute("SELECT current_setting(%s)", (name,)).fetchone()
     conn.execute("SELECT set_config(%s, %s, false)", (name, value))
     try:
@@ -562,7 +562,7 @@ class Pools:
                 row = conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", key).fetchone()
                 if not row or not row[0]:
                     raise TimeoutError(f"the lock of {name!r} is held")
-            else:  # (only timeout bounds the wait, not the connection's statement_timeout)
+            else:  # (only timeout bounds the wait, not the connection's own timeouts)
                 wait = "0" if timeout is None else str(max(1, math.ceil(timeout * 1000)))
                 try:
                     with (
