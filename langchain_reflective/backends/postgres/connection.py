@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from psycopg.rows import TupleRow
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "Pools",
@@ -46,6 +47,8 @@ __all__ = [
     "open_pool",
     "quiet_reconnects",
     "session_setting",
+    "unbounded",
+    "unbounded_transaction",
 ]
 
 
@@ -150,7 +153,61 @@ def session_setting(conn: psycopg.Connection[Any], name: str, value: str) -> Ite
     try:
         yield
     finally:
-        conn.execute("SELECT set_config(%s, %s, false)", (name, row[0] if row else value))
+        if not conn.closed:  # (a connection lost meanwhile is discarded by its pool)
+            conn.execute("SELECT set_config(%s, %s, false)", (name, row[0] if row else value))
+
+
+_USERS_TIMEOUTS = (
+    ("statement_timeout", 0),
+    ("lock_timeout", 0),
+    ("idle_in_transaction_session_timeout", 0),
+    ("transaction_timeout", 170000),
+)
+"""Timeouts a role, a database or a connection may set, and the server version that has each.
+They bound the calls users make; the package's own long work is exempt: building the vector
+index (23 s at 1M memories here; a cancelled build would be retried, and cancelled, every
+10 s), setting up or migrating the schema, the local index's load (one snapshot read in
+chunks, with this process's work between them: idle in the transaction), waiting for a lock
+under its own ``timeout``. ``transaction_timeout`` (Postgres 17+) even ends the session."""
+
+
+def users_timeouts(conn: Any) -> list[str]:
+    """The names of :data:`_USERS_TIMEOUTS` that ``conn``'s server has."""
+    version = conn.info.server_version
+    return [name for name, since in _USERS_TIMEOUTS if version >= since]
+
+
+@contextlib.contextmanager
+def unbounded(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """None of the users' timeouts (:data:`_USERS_TIMEOUTS`) on ``conn`` (autocommit, outside
+    a transaction) for the block, then the connection's own again."""
+    with contextlib.ExitStack() as stack:
+        for name in users_timeouts(conn):
+            stack.enter_context(session_setting(conn, name, "0"))
+        yield
+
+
+def unbounded_transaction(conn: psycopg.Connection[Any]) -> None:
+    """None of the users' timeouts (:data:`_USERS_TIMEOUTS`) for the rest of the caller's
+    transaction on ``conn`` (``SET LOCAL``)."""
+    conn.execute("; ".join(f"SET LOCAL {name} = 0" for name in users_timeouts(conn)))
+
+
+def _unlock(conn: psycopg.Connection[Any], key: tuple[int, str]) -> None:
+    """Release the session advisory lock ``key`` held on ``conn``. If the connection was lost
+    meanwhile (the server restarted or ended the session), the server released the lock with
+    it: logged, not raised (the work done under it is done)."""
+    try:
+        conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", key)
+    except psycopg.OperationalError as exc:
+        if not conn.closed:
+            raise
+        logger.warning(
+            "the connection holding the lock of %r was lost before its release (%s); the "
+            "server released the lock with it, so another process may have taken it meanwhile",
+            key[1],
+            str(exc).strip(),
+        )
 
 
 def configure_connection(conn: psycopg.Connection[Any]) -> None:
@@ -556,8 +613,10 @@ class Pools:
         Raises:
             TimeoutError: not acquired within ``timeout`` seconds (``<= 0``: not at once).
         """
-        with self.conn() as conn:
+        with self.conn() as conn, contextlib.ExitStack() as held:
             key = (app, name)
+            if conn.info.server_version >= 140000:  # (held idle, e.g. through a reflection's
+                held.enter_context(session_setting(conn, "idle_session_timeout", "0"))  # calls)
             if timeout is not None and timeout <= 0:
                 row = conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", key).fetchone()
                 if not row or not row[0]:
@@ -565,10 +624,7 @@ class Pools:
             else:  # (only timeout bounds the wait, not the connection's own timeouts)
                 wait = "0" if timeout is None else str(max(1, math.ceil(timeout * 1000)))
                 try:
-                    with (
-                        session_setting(conn, "lock_timeout", wait),
-                        session_setting(conn, "statement_timeout", "0"),
-                    ):
+                    with unbounded(conn), session_setting(conn, "lock_timeout", wait):
                         conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", key)
                 except pg_errors.LockNotAvailable as exc:
                     raise TimeoutError(
@@ -577,7 +633,7 @@ class Pools:
             try:
                 yield
             finally:
-                conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", key)
+                _unlock(conn, key)
 
     def close(self) -> None:
         """Close every pool whose event loop can still run it. Idempotent. In a forked child

@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from langchain_reflective.backends.postgres.connection import Pools
+from langchain_reflective.backends.postgres.connection import Pools, unbounded_transaction
 from langchain_reflective.backends.postgres.failures import ConnectionLostError
 from langchain_reflective.backends.postgres.queries import (
     BM25_B,
@@ -409,6 +409,7 @@ class LocalIndex:
             return  # nothing written yet: nothing to hold (the server answers: no memories)
         with self._pools.conn() as conn, conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            unbounded_transaction(conn)  # (idle in it between chunks; 1M memories take ~20 s)
             head = _Head.of(conn.execute(LOCAL_HEAD, {"ns": namespace}, binary=True).fetchone())
             if head.live > self.max_memories:
                 with self._lock:

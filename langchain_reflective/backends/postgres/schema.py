@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from langchain_reflective.backends.postgres.connection import unbounded_transaction
 from langchain_reflective.errors import SchemaVersionError
 
 if TYPE_CHECKING:
@@ -317,12 +318,6 @@ def bind_sql(dimension: int) -> str:
     return f"ALTER TABLE reflective_memories ALTER COLUMN embedding TYPE vector({d});"
 
 
-UNBOUNDED = "SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0"
-"""For the rest of the transaction, neither a statement_timeout nor a lock_timeout set for the
-role, the database or the connection: they bound the calls users make, not setting the database
-up (waiting for another process's setup, migrating a large table)."""
-
-
 def bind_meta(
     conn: psycopg.Connection[Any], model: str, dimension: int, index: Callable[[Any], None]
 ) -> dict[str, str]:
@@ -330,7 +325,7 @@ def bind_meta(
     ``embedding_model``), bound to ``model`` and ``dimension`` first if it has none: in the
     caller's transaction, under the setup lock, the vector column gets its dimension
     (:func:`bind_sql`) and ``index(conn)`` records or builds the vector index."""
-    conn.execute(UNBOUNDED)  # (waits as long as another process's setup holds the lock)
+    unbounded_transaction(conn)  # (waits as long as another process's setup holds the lock)
     conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", SETUP_LOCK)
     rows = dict(conn.execute("SELECT key, value FROM reflective_meta").fetchall())
     if "dimension" not in rows:
@@ -363,7 +358,7 @@ def migrate(conn: psycopg.Connection[Any]) -> None:
     """
     from langchain_reflective.backends.postgres.failures import version_of
 
-    conn.execute(UNBOUNDED)  # (a migration of a large table takes its time)
+    unbounded_transaction(conn)  # (a migration of a large table takes its time)
     conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", SETUP_LOCK)
     conn.execute(
         "CREATE TABLE IF NOT EXISTS reflective_schema_version ("

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
 
-from langchain_reflective.backends.postgres.connection import session_setting
+from langchain_reflective.backends.postgres.connection import session_setting, unbounded
 from langchain_reflective.backends.postgres.schema import INDEX_LOCK
 
 if TYPE_CHECKING:
@@ -221,10 +221,7 @@ def build_index(
     Returns:
         The new state, or ``None`` when nothing was built.
     """
-    with (  # (not one of the calls a user's timeouts bound; it waits for older transactions)
-        session_setting(conn, "statement_timeout", "0"),
-        session_setting(conn, "lock_timeout", "0"),
-    ):
+    with unbounded(conn):  # (not one of the calls users' timeouts bound: see _USERS_TIMEOUTS)
         return _build_index(conn, settings, kind=kind, force=force, wait=wait)
 
 
