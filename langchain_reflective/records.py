@@ -188,8 +188,8 @@ def check_encodable(value: str, what: str) -> str:
     return value
 
 
-def validate_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Return a JSON-serialisable copy of ``metadata``.
+def validate_metadata(metadata: Mapping[str, Any] | None, what: str = "metadata") -> dict[str, Any]:
+    """Return a JSON-serialisable copy of ``metadata`` (``what`` names it in errors).
 
     Raises:
         InvalidMemoryError: if it is not a mapping with string keys or is not JSON-serialisable.
@@ -197,16 +197,16 @@ def validate_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
     if metadata is None:
         return {}
     if not isinstance(metadata, Mapping):
-        raise InvalidMemoryError(f"metadata must be a mapping, got {type(metadata).__name__}")
+        raise InvalidMemoryError(f"{what} must be a mapping, got {type(metadata).__name__}")
     try:
         dumped = json.dumps(dict(metadata), allow_nan=False)
         out: dict[str, Any] = json.loads(dumped)
     except (TypeError, ValueError) as exc:
-        raise InvalidMemoryError(f"metadata is not JSON-serialisable: {exc}") from exc
+        raise InvalidMemoryError(f"{what} is not JSON-serialisable: {exc}") from exc
     if "\\ud" in dumped or "\\uD" in dumped:  # escaped surrogates: lone ones cannot be stored
-        check_encodable(json.dumps(out, ensure_ascii=False), "metadata")
+        check_encodable(json.dumps(out, ensure_ascii=False), what)
     if "\\u0000" in dumped:
-        raise InvalidMemoryError(NUL_REFUSED.format(what="metadata"))
+        raise InvalidMemoryError(NUL_REFUSED.format(what=what))
     return out
 
 

@@ -33,15 +33,25 @@ still resolve) or deletes that memory.
 :class:`~langchain_reflective.scoring.ScoringConfig`) and every ``SearchItem`` carries that score.
 Items are memories of kind ``"item"``, each ranked on its own: the neighbour context that the
 default scoring gives observations (a conversation's turns) does not link them, so the order
-of puts never moves an unrelated item up.
-results from several namespaces are merged by score. A query search embeds its query once, however
-many namespaces it ranks (``retrieve(..., query_embedding=...)``). Without a query, items
+of puts never moves an unrelated item up. Results from several namespaces are merged by score;
+scores compare best within one namespace (relevance and recency are min-max normalised over that
+namespace's candidates, the lexical part is relative to its best match), so the best match of a
+sparse namespace may rank above the second of a rich one. A query search embeds its query once,
+however many namespaces it ranks (``retrieve(..., query_embedding=...)``). Without a query, items
 come newest first (by their last put) with ``score=None``. ``filter`` matches value fields as
 LangGraph documents: exact values (nested dicts and lists compare structurally, dotted keys reach
-nested fields) and the operators ``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``. A prefix
-selects exactly the namespaces whose leading labels equal it; nothing else is ever read. Searches
-do not update the memories' access times. Items put with ``index=False`` are returned by ``get``
-and by searches without a query, never by a query search.
+nested fields) and the operators ``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``; a range
+operator compares numbers with numbers and strings with strings, and a field of the other type
+does not match (LangGraph's ``InMemoryStore`` converts both sides to float, its ``PostgresStore``
+compares them as text). A prefix selects exactly the namespaces whose leading labels equal it;
+nothing else is ever read. Searches do not update the memories' access times.
+
+**Unindexed items.** Items put with ``index=False``, or whose indexed fields (``fields``, or a
+put's ``index=[...]``) select no text, are returned by ``get`` and by searches without a query,
+never by a query search (as LangGraph's ``PostgresStore``, which keeps no vector for them; its
+``InMemoryStore`` appends them unscored). So choose ``fields`` that your values have: LangMem's
+are ``{"content": ...}``. Their memory text is cut at the memory text limit (200,000
+characters); their value is stored whole. An indexed text longer than that is refused.
 
 **TTL is not supported** (``supports_ttl = False``): a put with a ``ttl`` raises
 ``NotImplementedError``; ``refresh_ttl`` on reads is ignored, as LangGraph specifies.
@@ -92,7 +102,6 @@ from langchain_reflective.records import (
     check_encodable,
     check_identifier,
     validate_metadata,
-    validate_text,
 )
 from langchain_reflective.store_codec import (
     ITEM_METADATA_KEY,
@@ -103,6 +112,7 @@ from langchain_reflective.store_codec import (
     encode_namespace,
     item_key,
     item_memory_id,
+    item_text,
     matches_condition,
     matches_filter,
     render_value,
@@ -432,7 +442,7 @@ class ReflectiveStore(BaseStore):
             raise InvalidMemoryError(
                 f"a store value must be a dict with string keys, got {type(op.value).__name__}"
             )
-        value = validate_metadata(op.value)  # a JSON copy, or a clear error
+        value = validate_metadata(op.value, f"the value of {key!r}")  # a JSON copy, or an error
         index = op.index
         if (
             index is not None
@@ -441,19 +451,8 @@ class ReflectiveStore(BaseStore):
         ):
             raise InvalidMemoryError("index must be None, False or a list of field paths")
         fields = self.fields if index is None or index is False else list(index)
-        text = render_value(value, fields)
-        indexed = index is not False and bool(text.strip())  # selected fields had text
-        if not text.strip():
-            text = render_value(value)
-        if "\x00" in text:
-            text = text.replace("\x00", "\\u0000")
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise InvalidMemoryError(
-                f"the value of {key!r} holds text that is not valid Unicode (a lone surrogate?)"
-            ) from exc
-        return _Put(ns, key, value, validate_text(text), indexed=indexed)
+        text, indexed = item_text(value, key, fields, indexed=index is not False)
+        return _Put(ns, key, value, text, indexed=indexed)
 
     # -- the flow ------------------------------------------------------------------------------
 

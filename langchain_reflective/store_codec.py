@@ -13,7 +13,7 @@ from typing import Any
 from langgraph.store.base import InvalidNamespaceError, MatchCondition, get_text_at_path
 
 from langchain_reflective.errors import InvalidFilterError, InvalidMemoryError
-from langchain_reflective.records import MemoryRecord
+from langchain_reflective.records import MemoryRecord, clip_text, validate_text
 
 __all__ = [
     "ITEM_METADATA_KEY",
@@ -24,6 +24,7 @@ __all__ = [
     "encode_namespace",
     "item_key",
     "item_memory_id",
+    "item_text",
     "matches_condition",
     "matches_filter",
     "render_value",
@@ -178,6 +179,34 @@ def render_value(value: Mapping[str, Any], fields: Sequence[str] | None = None) 
     if not value:
         return "{}"
     return "\n".join(f"{k}: {_as_text(v)}" for k, v in value.items())
+
+
+def item_text(
+    value: Mapping[str, Any], key: str, fields: Sequence[str] | None, *, indexed: bool
+) -> tuple[str, bool]:
+    """The memory text of the validated store value of ``key`` and whether a query search
+    reads it: only if ``indexed`` (no ``index=False``) and ``fields`` select some text (see
+    :func:`render_value`). Text no query reads (then the whole value's rendering) is cut at
+    the memory text limit; text a query reads is held to it.
+
+    Raises:
+        InvalidMemoryError: the text is not valid Unicode or, read by queries, too long.
+    """
+    text = render_value(value, fields)
+    indexed = indexed and bool(text.strip())  # selected fields had text
+    if not text.strip():
+        text = render_value(value)
+    if not indexed:  # (never searched by a query: its text only shows what it holds)
+        text = clip_text(text)
+    if "\x00" in text:
+        text = text.replace("\x00", "\\u0000")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidMemoryError(
+            f"the value of {key!r} holds text that is not valid Unicode (a lone surrogate?)"
+        ) from exc
+    return validate_text(text), indexed
 
 
 def check_filter(flt: object) -> dict[str, Any] | None:

@@ -576,3 +576,34 @@ def test_a_key_no_backend_can_store_is_refused_before_any_put_of_the_batch(store
         with pytest.raises(InvalidMemoryError, match="an item key"):
             store.batch([GetOp(("a",), bad)])
     assert store.stream.count() == 0
+
+
+def test_a_bad_value_is_named_as_the_items_value(store: Any) -> None:
+    """The errors a value gets are about the item's value (a store user never passed any
+    "metadata")."""
+    for value, why in [
+        ({"v": object()}, "not JSON-serialisable"),
+        ({"v": math.inf}, "not JSON-serialisable"),
+        ({"v": "a\x00b"}, "NUL"),
+    ]:
+        with pytest.raises(InvalidMemoryError, match=f"^the value of 'k' .*{why}"):
+            store.put(("a",), "k", value)
+    assert store.stream.count(namespace="a") == 0
+
+
+def test_an_unindexed_value_of_any_length_is_stored_whole(store: Any) -> None:
+    """Text that a query search never reads is not held to a memory text's limit: the value is
+    stored and read back whole; only its text (what the memory shows) is cut. An indexed text
+    that long is refused, with what to do."""
+    from langchain_reflective.records import CUT_MARKER, MAX_TEXT_CHARS
+
+    body = "word " * (MAX_TEXT_CHARS // 4)
+    store.put(("a",), "big", {"text": body}, index=False)
+    store.put(("a",), "titled", {"title": "a short title", "text": body}, index=["title"])
+    assert store.get(("a",), "big").value == {"text": body}
+    assert store.get(("a",), "titled").value["text"] == body
+    (record,) = [r for r in store.stream.recent(5, namespace="a") if CUT_MARKER in r.text]
+    assert len(record.text) == MAX_TEXT_CHARS and record.text.startswith("word word")
+    with pytest.raises(InvalidMemoryError, match="characters; the limit is"):
+        store.put(("a",), "indexed", {"text": body})
+    assert {i.key for i in store.search(("a",))} == {"big", "titled"}
