@@ -352,7 +352,8 @@ class ScoredMemory:
     relevance: float
     """Cosine similarity to the query (raw, before any normalisation)."""
     lexical: float
-    """Lexical (BM25) score relative to the best lexical match in the namespace, in [0, 1]."""
+    """Lexical (BM25) score relative to the best lexical match in the namespace (of all the
+    namespaces one retrieval ranked together), in [0, 1]."""
     recency: float
     """``decay ** hours since last access`` at retrieval time (before this access)."""
     importance: float

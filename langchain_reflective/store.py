@@ -33,11 +33,10 @@ still resolve) or deletes that memory.
 :class:`~langchain_reflective.scoring.ScoringConfig`) and every ``SearchItem`` carries that score.
 Items are memories of kind ``"item"``, each ranked on its own: the neighbour context that the
 default scoring gives observations (a conversation's turns) does not link them, so the order
-of puts never moves an unrelated item up. Results from several namespaces are merged by score;
-scores compare best within one namespace (relevance and recency are min-max normalised over that
-namespace's candidates, the lexical part is relative to its best match), so the best match of a
-sparse namespace may rank above the second of a rich one. A query search embeds its query once,
-however many namespaces it ranks (``retrieve(..., query_embedding=...)``). Without a query, items
+of puts never moves an unrelated item up. A prefix over several namespaces ranks them as one
+(:meth:`MemoryStream.retrieve` with ``namespaces=[...]``: min-max normalisation and the lexical
+half's best match run over all of them; each namespace's BM25 term statistics stay its own), and
+embeds its query once, whatever is read again. Without a query, items
 come newest first (by their last put) with ``score=None``. ``filter`` matches value fields as
 LangGraph documents: exact values (nested dicts and lists compare structurally, dotted keys reach
 nested fields) and the operators ``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``; a range
@@ -548,64 +547,78 @@ class ReflectiveStore(BaseStore):
             return []
         prefix = search.prefix
         selected = sorted((ns, name) for name, ns in known.items() if ns[: len(prefix)] == prefix)
-        vector = None  # the query's embedding: one call for every namespace and re-read
-        if search.query is not None and selected:
-            vector = yield _Call("embed_query", (search.query,), embeddings=True)
         found: list[tuple[float, SearchItem]] = []
-        for ns, name in selected:
-            views = yield from self._read(name, search, need, vector)
-            for view, score in views:
-                item = SearchItem(
-                    namespace=ns,
-                    key=view.key,
-                    value=view.value,
-                    created_at=view.created_at,
-                    updated_at=view.updated_at,
-                    score=score,
-                )
-                found.append((-score if score is not None else -view.updated_at.timestamp(), item))
+        if search.query is not None and selected:  # one ranking over every selected namespace
+            ranked = yield from self._ranked([name for _, name in selected], search, need)
+            for name, view, score in ranked:
+                found.append((-score, self._search_item(known[name], view, score)))
+        for ns, name in selected if search.query is None else ():
+            for view in (yield from self._recent(name, search, need)):
+                found.append((-view.updated_at.timestamp(), self._search_item(ns, view, None)))
         found.sort(key=lambda pair: pair[0])  # stable: ties keep each namespace's order
         return [item for _, item in found[search.offset : need]]
 
-    def _read(
-        self, name: str, search: _Search, need: int, vector: Any = None
-    ) -> Generator[_Call, Any, list[tuple[_View, float | None]]]:
-        """Up to ``need`` visible items of one namespace, best (or newest) first (``vector``:
-        the query's embedding).
+    @staticmethod
+    def _search_item(ns: tuple[str, ...], view: _View, score: float | None) -> SearchItem:
+        return SearchItem(
+            namespace=ns,
+            key=view.key,
+            value=view.value,
+            created_at=view.created_at,
+            updated_at=view.updated_at,
+            score=score,
+        )
+
+    def _ranked(
+        self, names: list[str], search: _Search, need: int
+    ) -> Generator[_Call, Any, list[tuple[str, _View, float]]]:
+        """Up to ``need`` indexed items of the namespaces ``names`` that match the filter, best
+        first, ranked as one (``MemoryStream.retrieve(namespaces=...)``; the query embedded
+        once, whatever is read again).
 
         Reads ``need`` memories (more when a filter is set), and everything only when hidden
         or filtered-out memories left fewer than ``need``.
         """
+        assert search.query is not None
+        vector = yield _Call("embed_query", (search.query,), embeddings=True)
+        n = need if search.filter is None else max(need * 4, _FIRST_FETCH)
+        while True:
+            hits = yield _Call(
+                "retrieve",
+                (search.query,),
+                {"k": n, "namespaces": names, "touch": False, "query_embedding": vector},
+            )
+            out: list[tuple[str, _View, float]] = []
+            for hit in hits:
+                view = self._view(hit.record)
+                if view.indexed and matches_filter(view.value, search.filter):
+                    out.append((hit.record.namespace, view, float(hit.score)))
+            if len(out) >= need or len(hits) < n:
+                return out[:need]
+            total = 0  # retrieve needs a number: read every memory
+            for name in names:
+                total += yield _Call("count", (), {"namespace": name})
+            if total <= n:
+                return out[:need]
+            n = total
+
+    def _recent(self, name: str, search: _Search, need: int) -> Generator[_Call, Any, list[_View]]:
+        """Up to ``need`` items of one namespace that match the filter, newest first.
+
+        Reads ``need`` memories (more when a filter is set), and everything only when
+        filtered-out memories left fewer than ``need``.
+        """
         n: int | None = need if search.filter is None else max(need * 4, _FIRST_FETCH)
         while True:
-            out: list[tuple[_View, float | None]] = []
-            if search.query is not None:
-                hits = yield _Call(
-                    "retrieve",
-                    (search.query,),
-                    {"k": n, "namespace": name, "touch": False, "query_embedding": vector},
-                )
-                got = len(hits)
-                for hit in hits:
-                    view = self._view(hit.record)
-                    if view.indexed and matches_filter(view.value, search.filter):
-                        out.append((view, float(hit.score)))
-            else:
-                records = yield _Call("recent", (n,), {"namespace": name})
-                got = len(records)
-                for record in reversed(records):
-                    view = self._view(record)
-                    if matches_filter(view.value, search.filter):
-                        out.append((view, None))
-            if len(out) >= need or n is None or got < n:
+            records = yield _Call("recent", (n,), {"namespace": name})
+            out = [
+                view
+                for view in map(self._view, reversed(records))
+                if matches_filter(view.value, search.filter)
+            ]
+            if len(out) >= need or n is None or len(records) < n:
                 return out[:need]
-            if search.query is not None:  # retrieve needs a number: read the whole namespace
-                total = yield _Call("count", (), {"namespace": name})
-                if total <= n:
-                    return out[:need]
-                n = total
-            else:
-                n = None
+            n = None
 
     def _write(
         self, puts: Mapping[tuple[tuple[str, ...], str], _Put]

@@ -32,6 +32,7 @@ from langchain_reflective.backends.base import (
     RetrievalFilter,
     trusted_scored,
 )
+from langchain_reflective.backends.types import concat_candidates
 from langchain_reflective.errors import EmbeddingError, InvalidMemoryError
 from langchain_reflective.importance import BaseImportanceScorer, HeuristicImportanceScorer
 from langchain_reflective.records import (
@@ -508,11 +509,15 @@ class MemoryStream(StreamTransfer):
         namespace: str | None,
         scoring: ScoringConfig | None,
         query_embedding: Sequence[float] | None = None,
+        namespaces: Sequence[str] | None = None,
     ) -> _Flow:
         self._check_open()
         query = check_query(query, k)
         flt = RetrievalFilter.coerce(filter)
-        ns = self._ns(flt.namespace or namespace)
+        if namespaces is None:
+            names = [self._ns(flt.namespace or namespace)]
+        else:
+            names = self._namespaces(namespaces, flt.namespace or namespace)
         config = scoring or self.scoring
         if query_embedding is None:
             raw = yield (self.embeddings, "embed_query", (query,), None)
@@ -523,24 +528,41 @@ class MemoryStream(StreamTransfer):
         vector = as_unit_vectors(one, 1, type(self.embeddings).__name__)[0]
         when = utc(now) if now is not None else datetime.now(UTC)
         self._check_open()
-        found = yield (
-            self._backend,
-            "candidates",
-            (ns, query, vector),
-            {"k": k, "filter": flt, "config": config},
-        )
+        sets = []
+        for ns in names:
+            found = yield (
+                self._backend,
+                "candidates",
+                (ns, query, vector),
+                {"k": k, "filter": flt, "config": config},
+            )
+            sets.append(found)
+        origin = None
+        if len(sets) > 1:  # one ranking: lexical relative to the best match of them all
+            found, origin = concat_candidates(sets)
         if found.size == 0:
             return []
         comps, rec = score_candidates(config, found, when.timestamp())
         best = top_k(comps.score, k)
         keys = found.keys[best].tolist()
-        if touch:  # one durable write that also reads the hits back
-            records = yield (self._backend, "touch", (ns, keys, when), None)
-        else:
-            records = yield (self._backend, "fetch", (ns, keys), None)
+        owners = [0] * len(keys) if origin is None else origin[best].tolist()
+        records_of: list[dict[int, MemoryRecord]] = []
+        for i, ns in enumerate(names):
+            mine = (
+                keys
+                if origin is None
+                else [key for key, o in zip(keys, owners, strict=True) if o == i]
+            )
+            if not mine:
+                records_of.append({})
+            elif touch:  # one durable write that also reads the hits back
+                records_of.append((yield (self._backend, "touch", (ns, mine, when), None)))
+            else:
+                records_of.append((yield (self._backend, "fetch", (ns, mine), None)))
         out: list[ScoredMemory] = []
-        for key, score, rel, lexical, recent, importance in zip(
+        for key, owner, score, rel, lexical, recent, importance in zip(
             keys,
+            owners,
             comps.score[best].tolist(),
             found.relevance[best].tolist(),
             comps.lexical[best].tolist(),
@@ -548,11 +570,24 @@ class MemoryStream(StreamTransfer):
             comps.importance[best].tolist(),
             strict=True,
         ):
-            record = records.get(key)
+            record = records_of[owner].get(key)
             if record is None:  # deleted by another process in between
                 continue
             out.append(trusted_scored(record, score, rel, lexical, recent, importance))
         return out
+
+    def _namespaces(self, namespaces: Sequence[str], namespace: str | None) -> list[str]:
+        """The checked names of ``retrieve(namespaces=...)``, each once."""
+        if namespace is not None:
+            raise InvalidMemoryError("give retrieve() namespace or namespaces, not both")
+        if isinstance(namespaces, str) or not isinstance(namespaces, Sequence):
+            raise InvalidMemoryError(
+                "namespaces must be a list of namespace names (for one, pass namespace=...)"
+            )
+        names = list(dict.fromkeys(self._ns(n) for n in namespaces))
+        if not names:
+            raise InvalidMemoryError("namespaces must name at least one namespace")
+        return names
 
     def retrieve(
         self,
@@ -565,6 +600,7 @@ class MemoryStream(StreamTransfer):
         namespace: str | None = None,
         scoring: ScoringConfig | None = None,
         query_embedding: Sequence[float] | None = None,
+        namespaces: Sequence[str] | None = None,
     ) -> list[ScoredMemory]:
         """The ``k`` best memories for ``query``, best first.
 
@@ -580,9 +616,15 @@ class MemoryStream(StreamTransfer):
                 already have it (e.g. to search several namespaces for one query): the
                 embedding call is skipped; ``query`` still drives the lexical half. It is
                 checked and normalised as the model's answer would be.
+            namespaces: rank these namespaces as one (instead of ``namespace``): the ``k``
+                best of them all, each memory's ``record.namespace`` saying where it lives.
+                Min-max normalisation (``normalization="minmax"``) and the lexical half's
+                ``/ max bm25`` run over all of them, so their scores compare; each namespace's
+                BM25 statistics (term rarity) stay its own.
 
         Raises:
-            InvalidMemoryError: empty query or bad ``k``.
+            InvalidMemoryError: empty query or bad ``k``; ``namespaces`` empty, a string, or
+                given with ``namespace``.
             InvalidFilterError: unknown filter keys or bad values.
             EmbeddingError: the query embedding is unusable.
             DimensionMismatchError: the embedding's dimension differs from the stored ones.
@@ -596,6 +638,7 @@ class MemoryStream(StreamTransfer):
             namespace=namespace,
             scoring=scoring,
             query_embedding=query_embedding,
+            namespaces=namespaces,
         )
         result: list[ScoredMemory] = _run(flow)
         return result
@@ -611,6 +654,7 @@ class MemoryStream(StreamTransfer):
         namespace: str | None = None,
         scoring: ScoringConfig | None = None,
         query_embedding: Sequence[float] | None = None,
+        namespaces: Sequence[str] | None = None,
     ) -> list[ScoredMemory]:
         """Async twin of :meth:`retrieve`."""
         flow = self._retrieve_flow(
@@ -622,6 +666,7 @@ class MemoryStream(StreamTransfer):
             namespace=namespace,
             scoring=scoring,
             query_embedding=query_embedding,
+            namespaces=namespaces,
         )
         result: list[ScoredMemory] = await _arun(flow)
         return result

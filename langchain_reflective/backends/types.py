@@ -28,6 +28,7 @@ __all__ = [
     "RecordBatch",
     "ReflectionState",
     "RetrievalFilter",
+    "concat_candidates",
     "trusted_candidates",
     "trusted_record",
     "trusted_scored",
@@ -495,3 +496,64 @@ def trusted_candidates(
     setattr_(found, "next", next)
     setattr_(found, "exact", exact)
     return found
+
+
+def concat_candidates(sets: list[CandidateSet]) -> tuple[CandidateSet, I64]:
+    """Several namespaces' candidate sets for one query as one, to be scored as one ranking.
+
+    The candidates of every set come first (in the sets' order), then every set's neighbour
+    rows, their links remapped; kinds are re-indexed into one list; ``lexical_max`` is the
+    best of the sets' (each namespace's BM25 statistics stay its own). Keys may repeat across
+    sets: the second array returned says which set each candidate row came from.
+    """
+    sizes = np.array([s.size for s in sets], dtype=np.int64)
+    extra = np.array([s.keys.shape[0] - s.size for s in sets], dtype=np.int64)
+    total = int(sizes.sum())
+    rows = total + int(extra.sum())
+    first = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    first_extra = total + np.concatenate(([0], np.cumsum(extra)[:-1]))
+    names = tuple(dict.fromkeys(name for s in sets for name in s.kind_names))
+    where: list[I64] = []  # each set's row -> its row in the whole
+    for s, at, at_extra in zip(sets, first.tolist(), first_extra.tolist(), strict=True):
+        own = np.arange(s.keys.shape[0], dtype=np.int64)
+        where.append(np.where(own < s.size, at + own, at_extra + own - s.size))
+
+    def joined(column: str, dtype: Any, missing: float = 0.0) -> Any:
+        out = np.full(rows, missing, dtype=dtype)
+        for s, to in zip(sets, where, strict=True):
+            values = getattr(s, column)
+            if values is not None:
+                out[to] = values
+        return out
+
+    def links(column: str) -> I64 | None:
+        if all(getattr(s, column) is None for s in sets):
+            return None
+        out = np.full(rows, -1, dtype=np.int64)
+        for s, to in zip(sets, where, strict=True):
+            own = getattr(s, column)
+            if own is not None:
+                out[to] = np.where(own >= 0, to[np.maximum(own, 0)], -1)
+        return out
+
+    kinds = np.zeros(rows, dtype=np.int32)
+    for s, to in zip(sets, where, strict=True):
+        lookup = np.array([names.index(n) for n in s.kind_names] or [0], dtype=np.int32)
+        kinds[to] = lookup[s.kinds]
+    lexical = None if all(s.lexical is None for s in sets) else joined("lexical", np.float64)
+    found = CandidateSet(
+        keys=joined("keys", np.int64),
+        size=total,
+        relevance=joined("relevance", np.float64),
+        accessed=joined("accessed", np.float64),
+        created=joined("created", np.float64),
+        importance=joined("importance", np.float64),
+        kinds=kinds,
+        kind_names=names,
+        lexical=lexical,
+        lexical_max=max((s.lexical_max for s in sets), default=0.0),
+        previous=links("previous"),
+        next=links("next"),
+        exact=all(s.exact for s in sets),
+    )
+    return found, np.repeat(np.arange(len(sets), dtype=np.int64), sizes)

@@ -19,6 +19,7 @@ default hybrid scoring too.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import threading
@@ -39,6 +40,7 @@ from langchain_reflective.backends.base import (
     RetrievalFilter,
 )
 from langchain_reflective.backends.sqlite import SQLiteBackend
+from langchain_reflective.backends.types import concat_candidates
 from langchain_reflective.errors import (
     DimensionMismatchError,
     EmbeddingError,
@@ -800,6 +802,102 @@ class BackendConformance:
         assert backend.dimension == 32
         stream.add("carol w4", importances=0.5, now=NOW)
         assert stream.retrieve("bob tea", k=1, now=NOW)[0].record.text == "bob w3 tea"
+
+    def test_several_namespaces_rank_as_one(self, backend: BaseMemoryBackend) -> None:
+        """``retrieve(namespaces=[...])`` ranks the namespaces' memories as one namespace
+        holding them all would (min-max over all of them), touches each in its own namespace,
+        and never reads one it was not given."""
+        alice, bob = corpus(70, namespace="alice"), corpus(70, seed=9, namespace="bob")
+        both = [dataclasses.replace(r, id="both-" + r.id, namespace="both") for r in alice + bob]
+        for records in (alice, bob, both):
+            self.fill(backend, records)
+        backend.put(corpus(5, seed=4, namespace="carol"), vectors_of(corpus(5, seed=4)))
+        stream = MemoryStream(WordEmbeddings(32), backend=backend, embedding_model=MODEL)
+
+        def ranked(hits: list[Any]) -> list[tuple[str, float]]:
+            return [(h.record.id.removeprefix("both-"), h.score) for h in hits]
+
+        def same(got: list[Any], want: list[Any]) -> bool:
+            return [i for i, _ in got] == [i for i, _ in want] and [s for _, s in got] == (
+                pytest.approx([s for _, s in want], abs=1e-6)
+            )
+
+        def exact(namespaces: list[str], query: str, config: ScoringConfig) -> list[Any]:
+            sets = [
+                backend.candidates(
+                    ns,
+                    query,
+                    query_vector(query),
+                    k=10,
+                    filter=RetrievalFilter(),
+                    config=config,
+                    exact=True,
+                )
+                for ns in namespaces
+            ]
+            found, origin = concat_candidates(sets) if len(sets) > 1 else (sets[0], None)
+            comps, _ = score_candidates(config, found, NOW.timestamp())
+            best = top_k(comps.score, 10)
+            owners = [0] * len(best) if origin is None else origin[best].tolist()
+            return [
+                (backend.fetch(namespaces[o], [k])[k].id.removeprefix("both-"), sc)
+                for k, o, sc in zip(
+                    found.keys[best].tolist(), owners, comps.score[best].tolist(), strict=True
+                )
+            ]
+
+        for config in (ScoringConfig.paper(), ScoringConfig.dense()):  # (no neighbour links)
+            for query in QUERIES:
+                want = exact(["both"], query, config)
+                assert same(exact(["alice", "bob"], query, config), want)
+                kw: dict[str, Any] = {"k": 10, "now": NOW, "touch": False, "scoring": config}
+                joint = stream.retrieve(query, namespaces=["alice", "bob"], **kw)
+                assert {h.record.namespace for h in joint} <= {"alice", "bob"}
+                if backend.candidates(
+                    "both",
+                    query,
+                    query_vector(query),
+                    k=10,
+                    filter=RetrievalFilter(),
+                    config=config,
+                ).exact:  # (an approximate backend's candidates depend on its index)
+                    assert same(ranked(joint), want)
+        later = NOW + timedelta(hours=3)
+        hits = stream.retrieve("tea paris", k=12, now=later, namespaces=["bob", "alice"])
+        assert {h.record.namespace for h in hits} == {"alice", "bob"}
+        for h in hits:
+            (stored,) = backend.get(h.record.namespace, [h.record.id])
+            assert stored.last_accessed_at == later == h.record.last_accessed_at
+        for bad in ({"namespaces": "alice"}, {"namespaces": []}):
+            with pytest.raises(InvalidMemoryError, match="namespaces"):
+                stream.retrieve("tea", **bad)
+        with pytest.raises(InvalidMemoryError, match="not both"):
+            stream.retrieve("tea", namespace="alice", namespaces=["bob"])
+
+    def test_a_namespace_ranked_with_others_is_not_its_own_best_match(
+        self, backend: BaseMemoryBackend
+    ) -> None:
+        """The lexical half is relative to the best match of every namespace ranked: a lone
+        memory sharing one word with the query is its namespace's best match (1.0 alone) but
+        not the others' (a store's prefix search over both used to rank it as 1.0)."""
+        stream = MemoryStream(WordEmbeddings(32), backend=backend, embedding_model=MODEL)
+        stream.add(
+            ["tea in paris", "coffee on the train", "music in the garden", "tea at home"],
+            importances=0.5,
+            namespace="rich",
+            now=NOW,
+        )
+        stream.add(["a train to nowhere"], importances=0.5, namespace="solo", now=NOW)
+        kw: dict[str, Any] = {"k": 5, "now": NOW, "touch": False}
+        (alone,) = stream.retrieve("coffee train", namespace="solo", **kw)
+        assert alone.lexical == pytest.approx(1.0)
+        joint = {
+            h.record.text: h
+            for h in stream.retrieve("coffee train", namespaces=["rich", "solo"], **kw)
+        }
+        assert joint["coffee on the train"].lexical == pytest.approx(1.0)
+        assert joint["a train to nowhere"].lexical < 0.9
+        assert joint["a train to nowhere"].score < alone.score
 
     @pytest.mark.parametrize("kind", ["item", OBSERVATION])
     def test_store_items_rank_on_their_own(self, backend: BaseMemoryBackend, kind: str) -> None:

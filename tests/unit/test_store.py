@@ -607,3 +607,21 @@ def test_an_unindexed_value_of_any_length_is_stored_whole(store: Any) -> None:
     with pytest.raises(InvalidMemoryError, match="characters; the limit is"):
         store.put(("a",), "indexed", {"text": body})
     assert {i.key for i in store.search(("a",))} == {"big", "titled"}
+
+
+def test_a_prefix_search_ranks_its_namespaces_as_one(store: Any) -> None:
+    """One ranking over every namespace a prefix selects: a namespace's only lexical match is
+    not scored as if it were the best match of them all (it was: per-namespace scores merged)."""
+    store.put(("u", "a"), "best", {"text": "cat mat"})
+    store.put(("u", "a"), "x", {"text": "mat dog"})
+    store.put(("u", "b"), "y", {"text": "mat dog bird sun"})
+    hits = store.search(("u",), query="cat mat", limit=3)
+    assert [(h.namespace, h.key) for h in hits] == [
+        (("u", "a"), "best"),
+        (("u", "a"), "x"),
+        (("u", "b"), "y"),
+    ]
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    page = store.search(("u",), query="cat mat", limit=1, offset=1)
+    assert [h.key for h in page] == [hits[1].key]
+    assert page[0].score == pytest.approx(hits[1].score, abs=1e-6)  # (recency moves on)
