@@ -116,6 +116,7 @@ from langchain_reflective.store_codec import (
     matches_filter,
     render_value,
 )
+from langchain_reflective.store_locks import NamespaceLock, acquire, caller_method
 from langchain_reflective.stream import MemoryStream
 
 __all__ = [
@@ -192,53 +193,6 @@ def _count(value: object, name: str, *, minimum: int) -> int:
     return value
 
 
-@dataclass(slots=True)
-class _NamespaceLock:
-    """The lock that puts to one namespace take in turn (:meth:`ReflectiveStore._write_locks`)."""
-
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    loop: asyncio.AbstractEventLoop | None = None
-    """The event loop of the async batch holding it (``None``: free, or held by a sync one)."""
-
-    def hold(self, method: str) -> None:
-        """Take the lock for a sync batch, waiting for its holder, unless the holder is an
-        async batch of the event loop this thread runs: that one cannot resume while this
-        thread waits, so waiting would be forever."""
-        if self.lock.acquire(blocking=False):
-            return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is not None and self.loop is running:
-            raise asyncio.InvalidStateError(
-                f"ReflectiveStore.{method}(...) was called synchronously inside the event loop "
-                f"while an async call in the same loop writes that namespace: it would wait "
-                f"forever. Use `await store.a{method}(...)` in async code."
-            )
-        self.lock.acquire()
-
-
-async def _acquire(lock: threading.Lock) -> None:
-    """Acquire ``lock`` without blocking the event loop or a worker thread.
-
-    Polling (1 to 20 ms) rather than ``to_thread(lock.acquire)``: threads parked on the lock
-    could fill the default executor that the lock's holder needs to finish, and a cancelled
-    waiter holds nothing.
-    """
-    delay = 0.001
-    while not lock.acquire(blocking=False):
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 0.02)
-
-
-def _caller_method(ops: Sequence[Op]) -> str:
-    """The ``BaseStore`` method a batch most likely came from, for an error message."""
-    if len(ops) == 1 and isinstance(ops[0], PutOp):
-        return "put" if ops[0].value is not None else "delete"
-    return "batch"
-
-
 def _key(key: object) -> str:
     if not isinstance(key, str):
         raise InvalidMemoryError(f"an item key must be a string, got {type(key).__name__}")
@@ -300,7 +254,7 @@ class ReflectiveStore(BaseStore):
         self.stream = stream
         self.fields = None if fields is None else list(fields)
         self.kind = kind
-        self._locks: dict[str, _NamespaceLock] = {}
+        self._locks: dict[str, NamespaceLock] = {}
         self._locks_guard = threading.Lock()
 
     # -- the two abstract methods: one flow, driven sync or async ---------------------------
@@ -310,7 +264,7 @@ class ReflectiveStore(BaseStore):
         ops = list(ops)
         with contextlib.ExitStack() as held:
             for entry in self._write_locks(ops):
-                entry.hold(_caller_method(ops))
+                entry.hold(caller_method(ops))
                 held.callback(entry.lock.release)
             flow = self._flow(ops)
             try:
@@ -328,10 +282,10 @@ class ReflectiveStore(BaseStore):
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """Async twin of :meth:`batch` (embedding and rating calls are awaited)."""
         ops = list(ops)
-        held: list[_NamespaceLock] = []
+        held: list[NamespaceLock] = []
         try:
             for entry in self._write_locks(ops):
-                await _acquire(entry.lock)
+                await acquire(entry.lock)
                 entry.loop = asyncio.get_running_loop()  # (no await since the acquire)
                 held.append(entry)
             flow = self._flow(ops)
@@ -351,7 +305,7 @@ class ReflectiveStore(BaseStore):
                 entry.loop = None
                 entry.lock.release()
 
-    def _write_locks(self, ops: Sequence[Op]) -> list[_NamespaceLock]:
+    def _write_locks(self, ops: Sequence[Op]) -> list[NamespaceLock]:
         """The locks of the namespaces ``ops`` write, in a fixed order (no deadlock).
 
         A put reads the key's memory, then replaces it: two puts to one key at once in this
@@ -363,7 +317,7 @@ class ReflectiveStore(BaseStore):
                 with contextlib.suppress(StoreNamespaceError):  # the flow reports it
                     names.add(encode_namespace(op.namespace))
         with self._locks_guard:
-            return [self._locks.setdefault(name, _NamespaceLock()) for name in sorted(names)]
+            return [self._locks.setdefault(name, NamespaceLock()) for name in sorted(names)]
 
     def _target(self, call: _Call) -> Any:
         return self.stream.embeddings if call.embeddings else self.stream
