@@ -43,6 +43,9 @@ class ReflectiveRetriever(BaseRetriever):
     """How many documents to return (overridable per call with ``k=``)."""
     namespace: str | None = None
     """The namespace to read (default: the stream's)."""
+    namespaces: list[str] | None = None
+    """Several namespaces to rank as one instead (e.g. a user's and a shared one; see
+    ``MemoryStream.retrieve``); each document's ``namespace`` metadata says where it lives."""
     filter: RetrievalFilter | dict[str, Any] | None = None
     """A default retrieval filter."""
     touch: bool = True
@@ -58,7 +61,15 @@ class ReflectiveRetriever(BaseRetriever):
         return params
 
     def _call_args(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        unknown = set(kwargs) - {"k", "namespace", "filter", "now", "touch", "scoring"}
+        unknown = set(kwargs) - {
+            "k",
+            "namespace",
+            "namespaces",
+            "filter",
+            "now",
+            "touch",
+            "scoring",
+        }
         if unknown:
             raise TypeError(f"unexpected retriever argument(s): {sorted(unknown)}")
         args: dict[str, Any] = {
@@ -67,6 +78,7 @@ class ReflectiveRetriever(BaseRetriever):
             "filter": kwargs.get("filter", self.filter),
             "touch": kwargs.get("touch", self.touch),
             "scoring": kwargs.get("scoring", self.scoring),
+            "namespaces": kwargs.get("namespaces", self.namespaces),
         }
         now = kwargs.get("now")
         if now is not None:

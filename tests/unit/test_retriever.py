@@ -39,6 +39,19 @@ def test_namespace_and_filter(stream, now) -> None:
     assert [d.page_content for d in plans] == ["Bob's plan"]
 
 
+def test_several_namespaces_rank_as_one(stream, now) -> None:
+    stream.add(["Alice's diary about tea"], namespace="alice", importances=0.5, now=now)
+    stream.add(["The team's shared diary"], namespace="shared", importances=0.5, now=now)
+    stream.add(["Bob's diary"], namespace="bob", importances=0.5, now=now)
+    both = ReflectiveRetriever(memory_stream=stream, namespaces=["alice", "shared"], k=5)
+    docs = both.invoke("diary")
+    assert {(d.metadata["namespace"], d.page_content) for d in docs} == {
+        ("alice", "Alice's diary about tea"),
+        ("shared", "The team's shared diary"),
+    }
+    assert [d.metadata["namespace"] for d in both.invoke("diary", namespaces=["bob"])] == ["bob"]
+
+
 def test_unknown_argument_is_an_error(stream) -> None:
     stream.add(["x"], importances=0.5)
     with pytest.raises(TypeError):
