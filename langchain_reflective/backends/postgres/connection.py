@@ -148,8 +148,9 @@ def session_setting(conn: psycopg.Connection[Any], name: str, value: str) -> Ite
     ``"0"``: timeouts set for the role, the database or the connection bound the calls users
     make, not an index build (23 s at 1M memories here; a cancelled one would be retried, and
     cancelled, every 10 s) or a lock wait bounded by its own ``timeout``."""
-    row = conn.execute("SELECT current_setting(%s)", (name,)).fetchone()
-    conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+    row = conn.execute(  # (one round trip: the select list runs in order)
+        "SELECT current_setting(%s), set_config(%s, %s, false)", (name, name, value)
+    ).fetchone()
     try:
         yield
     finally:
