@@ -57,6 +57,20 @@ def clip_text(text: str, limit: int = MAX_TEXT_CHARS) -> str:
     return text[: limit - len(CUT_MARKER)] + CUT_MARKER
 
 
+def storable_text(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    """``text`` as a memory can always hold it: a NUL character becomes U+FFFD, an unpaired
+    surrogate ``?``, and a text longer than ``limit`` is cut (:func:`clip_text`). For what an
+    integration records on its own (an agent's turn), where refusing would fail a run whose
+    answer was already given."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return clip_text(text, limit)
+
+
 def new_memory_id() -> str:
     """Return a new stable, unique memory id: a UUIDv7 (RFC 9562) as 32 hex digits.
 

@@ -13,7 +13,7 @@ import warnings
 from typing import Any
 
 from langchain_core._api import LangChainDeprecationWarning
-from langchain_core.messages import SystemMessage
+from langchain_core.messages import BaseMessage, SystemMessage
 from pydantic import ConfigDict
 
 try:
@@ -25,6 +25,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from langchain_reflective.memory import ReflectiveMemory
+from langchain_reflective.records import storable_text
 
 __all__ = ["ReflectiveChatMemory"]
 
@@ -34,6 +35,11 @@ _DEPRECATION = (
     "langchain_reflective.integrations.middleware.ReflectiveMemoryMiddleware with "
     "langchain.agents.create_agent, or ReflectiveMemory.build_context in an LCEL chain."
 )
+
+
+def _text(value: Any) -> str:
+    """A chain's input or output as text: a message's text, not its repr."""
+    return value.text if isinstance(value, BaseMessage) else str(value)
 
 
 class ReflectiveChatMemory(BaseMemory):
@@ -91,21 +97,21 @@ class ReflectiveChatMemory(BaseMemory):
 
     def _input(self, inputs: dict[str, Any]) -> str:
         key = self.input_key or get_prompt_input_key(inputs, self.memory_variables)
-        return str(inputs[key])
+        return _text(inputs[key])
 
     def _output(self, outputs: dict[str, Any]) -> str:
         if self.output_key is not None:
-            return str(outputs[self.output_key])
-        if len(outputs) != 1:
-            raise ValueError(
-                f"the chain returned several outputs {sorted(outputs)}; set output_key"
-            )
-        return str(next(iter(outputs.values())))
+            return _text(outputs[self.output_key])
+        if len(outputs) == 1:
+            return _text(next(iter(outputs.values())))
+        if "output" in outputs:  # (an AgentExecutor's: output and intermediate_steps)
+            return _text(outputs["output"])
+        raise ValueError(f"the chain returned several outputs {sorted(outputs)}; set output_key")
 
     def _turn(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> list[str]:
-        texts = [
-            f"{self.user_prefix}{self._input(inputs).strip()}",
-            f"{self.assistant_prefix}{self._output(outputs).strip()}",
+        texts = [  # (never fail a chain that answered: a text too long is cut, a NUL replaced)
+            storable_text(f"{self.user_prefix}{self._input(inputs).strip()}"),
+            storable_text(f"{self.assistant_prefix}{self._output(outputs).strip()}"),
         ]
         return [
             t

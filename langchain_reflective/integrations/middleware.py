@@ -45,7 +45,13 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from langchain_reflective.integrations.tools import agent_run_namespace, create_memory_tools
 from langchain_reflective.memory import ReflectiveMemory
-from langchain_reflective.strategies.base import BaseMemoryStrategy, Observation, check_budget
+from langchain_reflective.records import storable_text
+from langchain_reflective.strategies.base import (
+    BaseMemoryStrategy,
+    Observation,
+    check_budget,
+    is_summary,
+)
 from langchain_reflective.strategies.reflective import ReflectiveMemoryStrategy
 from langchain_reflective.strategies.render import format_context
 
@@ -56,14 +62,22 @@ if TYPE_CHECKING:
 __all__ = ["MemoryMiddleware", "MemoryState", "ReflectiveMemoryMiddleware", "ReflectiveMemoryState"]
 
 RECORDED_KEY = "reflective_memory_recorded"
-"""Private state key: ids of the messages of the last recorded turn (avoids recording twice)."""
+"""Private state key: per middleware (its ``name``), ids of the messages of the last turn it
+recorded (avoids recording twice; two memory middlewares in one agent each record). A list:
+written before it was kept per middleware."""
+ASKED_KEY = "reflective_memory_asked"
+"""Private state key: the run's user message (``id``, ``text``), read when the run starts, in
+case a ``SummarizationMiddleware`` replaces it with a summary before the turn is recorded."""
 
 
 class MemoryState(AgentState[Any]):
     """Agent state with the middleware's private bookkeeping (not part of input or output)."""
 
     reflective_memory_recorded: NotRequired[
-        Annotated[list[str], OmitFromSchema(input=True, output=True)]
+        Annotated[dict[str, list[str]] | list[str], OmitFromSchema(input=True, output=True)]
+    ]
+    reflective_memory_asked: NotRequired[
+        Annotated[dict[str, str], OmitFromSchema(input=True, output=True)]
     ]
 
 
@@ -105,18 +119,31 @@ def _structured_text(value: Any) -> str:
     return str(value)
 
 
+def _asked(messages: Sequence[AnyMessage]) -> dict[str, str] | None:
+    """The latest user message of ``messages`` for :data:`ASKED_KEY` (``None``: none)."""
+    for message in reversed(messages):
+        if isinstance(message, HumanMessage) and not is_summary(message):
+            return {"id": message.id or "", "text": message.text}
+    return None
+
+
 def _latest_turn(
-    messages: Sequence[AnyMessage], structured: Any = None
+    messages: Sequence[AnyMessage], structured: Any = None, asked: Mapping[str, str] | None = None
 ) -> tuple[HumanMessage, AIMessage | None] | None:
     """The latest user message and the final answer after it (``None``: no user message).
 
-    When the agent ended on structured output (no text answer), the answer is the structured
-    response as JSON, under the id of the turn's last model message (so a re-run does not
-    record it twice).
+    A conversation summary (``SummarizationMiddleware``) in the user message's place stands
+    for ``asked``, the run's user message as it started (an empty one if unknown). When the
+    agent ended on structured output (no text answer), the answer is the structured response
+    as JSON, under the id of the turn's last model message (so a re-run does not record it
+    twice).
     """
     for i in range(len(messages) - 1, -1, -1):
         message = messages[i]
         if isinstance(message, HumanMessage):
+            if is_summary(message):
+                known = asked or {}
+                message = HumanMessage(known.get("text", ""), id=known.get("id") or None)
             after = messages[i + 1 :]
             answer = next(
                 (
@@ -286,17 +313,22 @@ class MemoryMiddleware(AgentMiddleware[MemoryState, Any]):
 
     def _turn(self, state: MemoryState, runtime: Runtime[Any] | None) -> _Turn | None:
         """The unrecorded part of the last turn as an observation, and its message ids."""
-        found = _latest_turn(state["messages"], state.get("structured_response"))
+        found = _latest_turn(
+            state["messages"],
+            state.get("structured_response"),
+            state.get("reflective_memory_asked"),
+        )
         if found is None:
             return None
         question, answer = found
-        done = set(state.get("reflective_memory_recorded") or ())
+        recorded = state.get("reflective_memory_recorded") or ()
+        done = set(recorded.get(self.name) or () if isinstance(recorded, Mapping) else recorded)
         message_ids = [m.id or "" for m in (question, answer) if m is not None]
 
         def new_text(message: AnyMessage | None) -> str:
             if message is None or (message.id and message.id in done):
                 return ""
-            return message.text.strip()
+            return storable_text(message.text.strip())  # (never fail a run that answered)
 
         query, reply = new_text(question), new_text(answer)
         if not query and not reply:
@@ -318,6 +350,14 @@ class MemoryMiddleware(AgentMiddleware[MemoryState, Any]):
         )
         return _Turn(observation, message_ids)
 
+    def _recorded(self, state: MemoryState, turn: _Turn) -> dict[str, Any]:
+        """The state update that marks ``turn`` recorded by this middleware (others' entries
+        kept: the after-agent hooks run one after the other)."""
+        recorded = state.get("reflective_memory_recorded")
+        entries = dict(recorded) if isinstance(recorded, Mapping) else {}
+        entries[self.name] = [i for i in turn.message_ids if i]
+        return {RECORDED_KEY: entries}
+
     def commit_turn(self, observation: Observation) -> None:
         """Record one finished turn: the single place the middleware writes to the strategy."""
         self.strategy.commit(observation)
@@ -326,13 +366,24 @@ class MemoryMiddleware(AgentMiddleware[MemoryState, Any]):
         """Async twin of :meth:`commit_turn`."""
         await self.strategy.acommit(observation)
 
+    def before_agent(self, state: MemoryState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Note the run's user message (a summary may replace it before the turn ends)."""
+        asked = _asked(state["messages"]) if self.record else None
+        return None if asked is None else {ASKED_KEY: asked}
+
+    async def abefore_agent(
+        self, state: MemoryState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        """Async twin of :meth:`before_agent`."""
+        return self.before_agent(state, runtime)
+
     def after_agent(self, state: MemoryState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Commit the turn's user message and final answer to the strategy."""
         if not self.record or (turn := self._turn(state, runtime)) is None:
             return None
         if turn.observation is not None:
             self.commit_turn(turn.observation)
-        return {RECORDED_KEY: [i for i in turn.message_ids if i]}
+        return self._recorded(state, turn)
 
     async def aafter_agent(
         self, state: MemoryState, runtime: Runtime[Any]
@@ -342,7 +393,7 @@ class MemoryMiddleware(AgentMiddleware[MemoryState, Any]):
             return None
         if turn.observation is not None:
             await self.acommit_turn(turn.observation)
-        return {RECORDED_KEY: [i for i in turn.message_ids if i]}
+        return self._recorded(state, turn)
 
 
 class ReflectiveMemoryMiddleware(MemoryMiddleware):

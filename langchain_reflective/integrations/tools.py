@@ -50,6 +50,8 @@ __all__ = [
 
 _FENCE_TAG = MEMORY_FENCE_OPEN.strip("<>")
 _MAX_RECALL_K = 50
+_RECALL_K = 5
+"""``recall_memories``' default ``k`` when ``MemoryConfig.retrieve_k`` is 0."""
 _NOT_BLANK = r"\S"  # (a search: some character that is not whitespace)
 
 
@@ -239,17 +241,21 @@ class _MemoryToolkit:
         """The retriever's arguments and config: the search is a ``retriever`` run inside the
         tool's run (as LangSmith shows any retriever), with the namespace it read."""
         ns = self.resolve()
-        args = {"k": self.memory.config.retrieve_k if k is None else k, "namespace": ns}
+        if k is None:  # (retrieve_k may be 0: no memories in the context, the tool instead)
+            k = self.memory.config.retrieve_k or _RECALL_K
+        args = {"k": k, "namespace": ns}
         return args, merge_configs(ensure_config(), {"metadata": {"namespace": ns}})
 
     def recall(self, query: str, k: int | None = None) -> tuple[str, list[Document]]:
         args, config = self._search(k)
-        docs = self.retriever.invoke(query, config, **args)
+        with _told_to_model():
+            docs = self.retriever.invoke(query, config, **args)
         return _format_documents(docs), docs
 
     async def arecall(self, query: str, k: int | None = None) -> tuple[str, list[Document]]:
         args, config = self._search(k)
-        docs = await self.retriever.ainvoke(query, config, **args)
+        with _told_to_model():
+            docs = await self.retriever.ainvoke(query, config, **args)
         return _format_documents(docs), docs
 
     # save ------------------------------------------------------------------------------------

@@ -39,7 +39,13 @@ from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables.config import run_in_executor
 
 from langchain_reflective.errors import InvalidMemoryError
-from langchain_reflective.records import MAX_TEXT_CHARS, new_memory_id, utc, validate_metadata
+from langchain_reflective.records import (
+    MAX_TEXT_CHARS,
+    new_memory_id,
+    storable_text,
+    utc,
+    validate_metadata,
+)
 
 __all__ = [
     "DEFAULT_NAMESPACE",
@@ -144,11 +150,19 @@ class Observation:
         return "\n".join(part for part in (self.query.strip(), self.reply.strip()) if part)
 
 
+def is_summary(message: BaseMessage) -> bool:
+    """Whether ``message`` is the summary LangChain's ``SummarizationMiddleware`` put in place
+    of earlier messages (a ``HumanMessage``, but not one the user wrote)."""
+    return message.additional_kwargs.get("lc_source") == "summarization"
+
+
 def latest_query(messages: Sequence[BaseMessage]) -> str | None:
-    """The text of the latest user message in ``messages`` (``None`` when there is none)."""
+    """The text of the latest user message in ``messages`` (``None`` when there is none; a
+    conversation summary is not a user message), as a search can take it (a NUL or an unpaired
+    surrogate replaced, cut at the memory text limit: :func:`storable_text`)."""
     for message in reversed(messages):
-        if isinstance(message, HumanMessage):
-            text = message.text.strip()
+        if isinstance(message, HumanMessage) and not is_summary(message):
+            text = storable_text(message.text.strip())
             return text or None
     return None
 

@@ -80,3 +80,29 @@ def test_in_a_classic_conversation_chain(memory: ReflectiveMemory) -> None:
     prompt = model.calls[-1][0].text
     assert "my name is Ana" in fenced(prompt)
     assert memory.stream.count(namespace="ana") == 4
+
+
+def test_an_agent_executors_outputs_and_message_outputs(memory: ReflectiveMemory) -> None:
+    """An AgentExecutor returns ``output`` beside ``intermediate_steps`` (classic memories
+    store ``output``); an output that is a message is stored as its text, not its repr."""
+    from langchain_core.messages import AIMessage
+
+    legacy = chat_memory(memory)
+    legacy.save_context({"input": "hi"}, {"output": "hello", "intermediate_steps": []})
+    legacy.save_context({"input": "and?"}, {"response": AIMessage("the answer")})
+    assert [r.text for r in memory.stream.recent(None)] == [
+        "User: hi",
+        "Assistant: hello",
+        "User: and?",
+        "Assistant: the answer",
+    ]
+
+
+def test_a_turn_no_memory_could_hold_is_stored_clipped(memory: ReflectiveMemory) -> None:
+    from langchain_reflective.records import CUT_MARKER, MAX_TEXT_CHARS
+
+    legacy = chat_memory(memory)
+    legacy.save_context({"input": "w " * (MAX_TEXT_CHARS // 2)}, {"output": "a\x00b"})
+    first, second = (r.text for r in memory.stream.recent(None))
+    assert len(first) == MAX_TEXT_CHARS and first.endswith(CUT_MARKER)
+    assert second == "Assistant: a\ufffdb"

@@ -331,3 +331,94 @@ def test_memory_without_a_model_stores_and_injects_only(tmp_path: Path) -> None:
         assert plain.stream.count(namespace="gus") == 4
         assert not plain.stream.recent(None, namespace="gus", kinds=["reflection"])
         assert "I collect stamps" in fenced(system_text(model.calls[-1]))
+
+
+def test_a_user_message_no_memory_can_hold_is_recorded_clipped_and_the_answer_returned(
+    memory: ReflectiveMemory,
+) -> None:
+    """A message longer than a memory holds, or with a NUL, used to fail the run after the
+    model had answered (the observation refused it)."""
+    from langchain_reflective.records import CUT_MARKER, MAX_TEXT_CHARS
+
+    model = FakeChat(script=["Long read.", "Odd bytes."])
+    agent = create_agent(model, middleware=[ReflectiveMemoryMiddleware(memory)])
+    out = agent.invoke(user("w " * (MAX_TEXT_CHARS // 2 + 10)), context={"user_id": "ivy"})
+    assert out["messages"][-1].text == "Long read."
+    out = agent.invoke(user("a\x00b \ud800 c"), context={"user_id": "ivy"})
+    assert out["messages"][-1].text == "Odd bytes."
+    assert memory.flush(timeout=30)
+    recorded = memory.stream.recent(None, namespace="ivy")
+    texts = [r.text for r in recorded if r.kind == "observation"]  # (and a reflection)
+    assert texts[0].endswith(CUT_MARKER) and len(texts[0]) == MAX_TEXT_CHARS
+    assert texts[1:] == ["Assistant: Long read.", "User: a\ufffdb ? c", "Assistant: Odd bytes."]
+
+
+def test_a_summarised_conversation_records_the_users_message_not_the_summary(
+    memory: ReflectiveMemory,
+) -> None:
+    """LangChain's SummarizationMiddleware replaces earlier messages with a summary, as a
+    HumanMessage, in the middle of a run: the turn recorded is still the user's."""
+    from langchain.agents.middleware import SummarizationMiddleware
+    from langchain_core.tools import tool
+
+    @tool
+    def lookup(x: int) -> str:
+        """Look a value up."""
+        return str(x)
+
+    model = FakeChat(
+        script=[
+            tool_call("lookup", {"x": 1}, "c1"),
+            tool_call("lookup", {"x": 2}, "c2"),
+            tool_call("lookup", {"x": 3}, "c3"),
+            "Final answer: 6",
+        ]
+    )
+    summarise = SummarizationMiddleware(
+        FakeChat(default="SUMMARY-TEXT"), trigger=("messages", 4), keep=("messages", 2)
+    )
+    agent = create_agent(
+        model, tools=[lookup], middleware=[summarise, ReflectiveMemoryMiddleware(memory)]
+    )
+    out = agent.invoke(user("add the values 1..3"), context={"user_id": "jo"})
+    assert any("SUMMARY-TEXT" in m.text for m in out["messages"])  # (the summary did happen)
+    assert not any(m.text == "add the values 1..3" for m in out["messages"])
+    assert memory.flush(timeout=30)
+    assert [r.text for r in memory.stream.recent(None, namespace="jo")] == [
+        "User: add the values 1..3",
+        "Assistant: Final answer: 6",
+    ]
+    later = [c for c in model.agent_calls if any("SUMMARY-TEXT" in m.text for m in c)]
+    assert later and all("SUMMARY-TEXT" not in fenced(system_text(c)) for c in later)
+
+
+def test_two_memory_middlewares_in_one_agent_each_record_the_turn(
+    memory: ReflectiveMemory,
+) -> None:
+    """Both kept their bookkeeping under one state key: the first to record marked the turn
+    done for the other, which then recorded nothing."""
+    from langchain_reflective import MemoryMiddleware, WindowMemory
+
+    window = WindowMemory(capacity=10)
+    agent = create_agent(
+        FakeChat(script=["A1", "A2"]),
+        middleware=[MemoryMiddleware(window), ReflectiveMemoryMiddleware(memory)],
+        checkpointer=InMemorySaver(),
+    )
+    cfg = {"configurable": {"thread_id": "t2"}}
+    agent.invoke(user("I love tea"), cfg, context={"user_id": "kim"})
+    agent.invoke(user("and green tea"), cfg, context={"user_id": "kim"})
+    agent.invoke({"messages": []}, cfg, context={"user_id": "kim"})  # (a new answer only)
+    assert memory.flush(timeout=30)
+    stored = [
+        r.text for r in memory.stream.recent(None, namespace="kim") if r.kind == "observation"
+    ]
+    assert stored == [
+        "User: I love tea",
+        "Assistant: A1",
+        "User: and green tea",
+        "Assistant: A2",
+        "Assistant: OK.",
+    ]
+    kept = [m.text for m in window.context([], namespace="kim")]
+    assert kept == ["I love tea", "A1", "and green tea", "A2", "OK."]

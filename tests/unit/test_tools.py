@@ -223,3 +223,21 @@ def test_namespace_from_run_rejects_odd_values() -> None:
     with pytest.raises(TypeError, match="str, int or UUID"):
         namespace_from_run("user_id", context={"user_id": ["a"]}, config={})
     assert namespace_from_run("tenant", config={"configurable": {"tenant": "t"}}) == "t"
+
+
+def test_recall_without_k_works_when_the_context_retrieves_none(tmp_path: Path) -> None:
+    """``MemoryConfig(retrieve_k=0)`` (no memories in the context: the model recalls with the
+    tool) made ``recall_memories`` without ``k`` ask for 0 memories and fail the agent run."""
+    from langchain_reflective.memory import MemoryConfig
+
+    stream = MemoryStream(WordEmbeddings(), path=tmp_path / "k0.db")
+    with ReflectiveMemory(None, stream, config=MemoryConfig(retrieve_k=0)) as memory:
+        memory.add([f"tea note {i}" for i in range(8)], importances=0.5, namespace="a")
+        agent = create_agent(
+            FakeChat(script=[tool_call("recall_memories", {"query": "tea"}), "done"]),
+            tools=create_memory_tools(memory),
+        )
+        out = agent.invoke({"messages": [HumanMessage("tea?")]}, context={"user_id": "a"})
+        (answer,) = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+        assert answer.status != "error" and len(answer.artifact) == 5
+        assert out["messages"][-1].text == "done"
