@@ -128,12 +128,12 @@ class ReflectiveChatMemory(BaseMemory):
 
     def load_memory_variables(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """The working context for the chain's input."""
-        query = self._input(inputs) if inputs else None
+        query = storable_text(self._input(inputs)) if inputs else None
         return self._wrap(self.memory.build_context(query, namespace=self.namespace))
 
     async def aload_memory_variables(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """Async twin of :meth:`load_memory_variables`."""
-        query = self._input(inputs) if inputs else None
+        query = storable_text(self._input(inputs)) if inputs else None
         return self._wrap(await self.memory.abuild_context(query, namespace=self.namespace))
 
     def save_context(self, inputs: dict[str, Any], outputs: dict[str, str]) -> None:

@@ -106,3 +106,5 @@ def test_a_turn_no_memory_could_hold_is_stored_clipped(memory: ReflectiveMemory)
     first, second = (r.text for r in memory.stream.recent(None))
     assert len(first) == MAX_TEXT_CHARS and first.endswith(CUT_MARKER)
     assert second == "Assistant: a\ufffdb"
+    loaded = legacy.load_memory_variables({"input": "w " * (MAX_TEXT_CHARS // 2) + "\x00"})
+    assert loaded["history"].startswith(MEMORY_PREAMBLE)  # (the search query cleaned alike)
