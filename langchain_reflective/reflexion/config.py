@@ -103,7 +103,9 @@ class ReflexionInput(TypedDict, total=False):
     """The task for the actor."""
     loop_id: str
     """Resume (or name) this loop; a new id when omitted. A loop whose stored trials end in
-    success, the trial limit or an error is returned as stored, without new calls."""
+    success, the trial limit or an error is returned as stored, without new calls. A stored
+    loop of another task is not resumed: a new loop (a new id) starts, so the previous run's
+    id left in a checkpointed thread's state never answers a new task."""
     namespace: str | None
     """Whose episodic memory (default: the stream's namespace)."""
 

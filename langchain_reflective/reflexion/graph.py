@@ -6,6 +6,7 @@ one body serves ``invoke`` and ``ainvoke`` (see :mod:`langchain_reflective.refle
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -71,6 +72,8 @@ ActorInput = dict[str, Any]
 """What a plain Runnable actor receives: ``task``, ``iteration``, ``context`` (the fenced
 notes as one string), ``reflections`` (the window's structured reflections), ``last_attempt``,
 ``lessons`` and ``messages`` (the same as a chat model would get)."""
+
+logger = logging.getLogger(__name__)
 
 
 class _Reflexion:
@@ -182,6 +185,11 @@ class _Reflexion:
         episodes: list[Episode] = yield Op(
             load_loop, threaded(load_loop), (st, loop_id), {"namespace": ns}
         )
+        if episodes and str(episodes[0].get("task", task)) != task:
+            # the id of another task's loop: left in a checkpointed thread's state by the
+            # previous run, or reused; resuming it would answer the wrong task
+            logger.info("loop %s was for another task: a new loop starts for this one", loop_id)
+            loop_id, episodes = uuid.uuid4().hex, []
         status = loop_status(episodes)
         update: Update = {
             "namespace": ns,

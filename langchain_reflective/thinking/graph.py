@@ -189,6 +189,9 @@ class _Thinker:
         mem = self.memory
         ns = mem.namespace(state.get("namespace"))
         turn = state.get("turn")
+        if turn is not None and turn == state.get("turn_taken"):
+            turn = None  # (the previous run's, left in a checkpointed thread's state)
+        given = turn is not None
         if turn is None:
             turn = yield Op(mem.next_turn, mem.anext_turn, (), {"namespace": ns})
         elif isinstance(turn, bool) or not isinstance(turn, int) or turn < 1:
@@ -203,7 +206,8 @@ class _Thinker:
         return {
             "namespace": ns,
             "turn": turn,
-            "turn_assigned": state.get("turn") is None,
+            "turn_assigned": not given,
+            "turn_taken": turn,
             "past_summaries": fit_summaries(earlier, self.config.summary_token_budget),
             "thoughts": [],
             "recalled": [],
@@ -485,12 +489,18 @@ class _Thinker:
                 )
                 if not moves:
                     raise result.error
-                turn = yield Op(mem.next_turn, mem.anext_turn, (), {"namespace": ns})
+                latest = yield Op(mem.next_turn, mem.anext_turn, (), {"namespace": ns})
+                turn = max(turn + 1, latest)  # (an imported turn may be the newest stored)
             assert not isinstance(result, Failure)  # the loop broke on success or raised
             _, stored = result
             current = SummaryDict(**stored.to_dict())  # type: ignore[typeddict-item]
             summaries = fit_summaries([*summaries, current], self.config.summary_token_budget)
-            update = {"turn": turn, "summary": current, "context_id": stored.context_id}
+            update = {
+                "turn": turn,
+                "turn_taken": turn,
+                "summary": current,
+                "context_id": stored.context_id,
+            }
         return {**update, **self.output(state, summaries)}
 
     def output(self, state: Mapping[str, Any], summaries: list[SummaryDict]) -> Update:

@@ -12,7 +12,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import (
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    convert_to_messages,
+)
 
 from langchain_reflective._llm import neutralise
 from langchain_reflective.memory import MEMORY_FENCE_CLOSE, MEMORY_FENCE_OPEN, MEMORY_PREAMBLE
@@ -63,9 +68,9 @@ def _block(tag: str, lines: Sequence[str], *, max_chars: int | None = None) -> s
     return "\n".join([f"<{tag}>", *(body or ["(none)"]), f"</{tag}>"])
 
 
-def _conversation_lines(messages: Sequence[BaseMessage]) -> list[str]:
+def _conversation_lines(messages: Sequence[BaseMessage | Any]) -> list[str]:
     lines = []
-    for m in messages:
+    for m in convert_to_messages(messages):  # (LangGraph's shorthands: dicts, tuples, strings)
         if isinstance(m, SystemMessage):
             continue
         text = m.text.strip()

@@ -113,7 +113,8 @@ class ThinkingInput(TypedDict, total=False):
     turn: int | None
     """The turn number (default: the namespace's next turn, or the next free one if another
     writer stores that first). A given number that is already stored raises
-    ``InvalidMemoryError``."""
+    ``InvalidMemoryError``. With a checkpointer, the previous run's number left in the thread's
+    state counts as not given."""
     record: bool
     """Summarise and store the turn after thinking (default ``True``; the agent middleware
     thinks first and records once the turn is over)."""
@@ -168,3 +169,6 @@ class ThinkingGraphState(ThinkingInput, ThinkingOutput, total=False):
     turn_assigned: bool
     """The turn number was chosen here (the namespace's next), not given: if another writer
     stores that number first, the turn takes the next free one."""
+    turn_taken: int | None
+    """The turn number this run took: with a checkpointer, the next run on the thread finds
+    it still in ``turn`` and knows it was not given for that run."""

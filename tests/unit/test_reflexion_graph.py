@@ -633,3 +633,30 @@ def test_inline_reflection_needs_a_chat_model_actor(stream: MemoryStream) -> Non
             reflection_model=ScriptedReflexionModel(),
             config=INLINE,
         )
+
+
+def test_a_new_task_on_a_checkpointed_thread_starts_a_new_loop(stream: MemoryStream) -> None:
+    """The previous run's loop_id stayed in the thread's state, so a second task was answered
+    with the first task's stored result, without calling the actor."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    model = ScriptedReflexionModel(actor_script=["Canberra", "Paris"])
+    graph = create_reflexion_graph(
+        model,
+        match_evaluator("Canberra", mode="contains"),
+        stream=stream,
+        config=FAST,
+        checkpointer=InMemorySaver(),
+    )
+    cfg = {"configurable": {"thread_id": "t1"}}
+    first = graph.invoke({"task": TASK}, cfg)
+    second = graph.invoke({"task": "What is the capital of France?"}, cfg)
+    assert first["passed"] and first["output"] == "Canberra"
+    assert second["loop_id"] != first["loop_id"] and second["output"] == "Paris"
+    calls = len(model.actor_calls)
+    assert calls > 1 and "France" in model.actor_calls[1][-1].text
+    again = graph.invoke(
+        {"task": TASK, "loop_id": first["loop_id"]}, {"configurable": {"thread_id": "t2"}}
+    )
+    assert again["loop_id"] == first["loop_id"] and again["output"] == "Canberra"
+    assert len(model.actor_calls) == calls  # (a finished loop: returned as stored)

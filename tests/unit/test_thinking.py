@@ -601,3 +601,47 @@ def test_streamed_messages_show_the_rounds_not_the_summary(stream: MemoryStream)
     assert is_summary_call(model.calls[-1])  # the summary was asked for, and is stored
     stored = ContextMemory(stream).summary_by_turn(1)
     assert stored is not None and stored.summary == SEED_SUMMARIES[0][0]
+
+
+def _one_turn() -> list[Any]:
+    return [round_("t", decide(False, "ok", "a")), summary("s", [])]
+
+
+def test_each_run_on_a_checkpointed_thread_takes_the_next_turn(stream: MemoryStream) -> None:
+    """The previous run's turn number stayed in the thread's state and counted as given, so
+    the second run raised 'turn 1 is already stored'."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    model = FakeChat(script=_one_turn() * 3)
+    graph = create_thinking_graph(model, stream, retry=NO_RETRY, checkpointer=InMemorySaver())
+    cfg = {"configurable": {"thread_id": "x"}}
+    turns = [graph.invoke({"context": c}, cfg)["turn"] for c in ("one", "two")]
+    assert turns == [1, 2]
+    with pytest.raises(InvalidMemoryError, match="already stored"):  # (a given number still)
+        graph.invoke({"context": "again", "turn": 1}, cfg)
+    assert ContextMemory(stream).next_turn() == 3
+
+
+def test_conversation_messages_may_be_langgraph_shorthands(stream: MemoryStream) -> None:
+    model = FakeChat(script=_one_turn())
+    graph = create_thinking_graph(model, stream, retry=NO_RETRY)
+    messages = [{"role": "user", "content": "hi there"}, ("ai", "hello")]
+    graph.invoke({"context": "c", "messages": messages})
+    (first, *_) = thinking_calls(model)
+    assert "human: hi there" in human_text(first) and "ai: hello" in human_text(first)
+
+
+def test_a_turn_after_an_import_takes_a_free_number(stream: MemoryStream, tmp_path: Path) -> None:
+    """An imported turn is the newest snapshot, so next_turn answered a number the namespace
+    already had, and every retry asked it again: each later turn failed."""
+    alice = ContextMemory(stream)
+    alice.record_turn(1, "alice's turn", "alice's summary", namespace="alice")
+    alice.export_jsonl(tmp_path / "alice.jsonl", namespace="alice")
+    carol = ContextMemory(stream)
+    carol.record_turn(1, "c1", "s1", namespace="carol")
+    carol.record_turn(2, "c2", "s2", namespace="carol")
+    carol.import_jsonl(tmp_path / "alice.jsonl", namespace="carol")
+    graph = create_thinking_graph(FakeChat(script=_one_turn()), stream, retry=NO_RETRY)
+    out = graph.invoke({"context": "mine", "namespace": "carol"})
+    assert out["turn"] == 3
+    assert carol.context_by_turn(3, namespace="carol").context == "mine"  # type: ignore[union-attr]
