@@ -114,7 +114,8 @@ class ThinkingInput(TypedDict, total=False):
     """The turn number (default: the namespace's next turn, or the next free one if another
     writer stores that first). A given number that is already stored raises
     ``InvalidMemoryError``. With a checkpointer, the previous run's number left in the thread's
-    state counts as not given."""
+    state counts as not given. A parent graph whose own state keeps a ``turn`` key passes it
+    as given: set it to ``None`` for each new turn."""
     record: bool
     """Summarise and store the turn after thinking (default ``True``; the agent middleware
     thinks first and records once the turn is over)."""
