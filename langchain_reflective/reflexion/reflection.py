@@ -281,18 +281,19 @@ class InlineAttempt(BaseModel):
 
 def parse_inline(parsed: Any, raw: str) -> tuple[SelfReflection | None, str]:
     """``(reflection or None, answer)`` of an inline attempt; the raw text is the answer when
-    no structure can be read."""
+    no structure can be read. A structure with a ``reflection`` and no ``answer`` is an empty
+    attempt (the reflection kept if valid), never its own JSON graded as the answer."""
     if isinstance(parsed, InlineAttempt):
         return parsed.reflection, parsed.answer
     data = parsed if isinstance(parsed, dict) else load_json(raw) if raw else None
     if isinstance(data, dict):
         answer = data.get("answer")
-        reflection = data.get("reflection")
-        if isinstance(answer, str):
+        if isinstance(answer, str) or ("reflection" in data and "answer" not in data):
             try:
-                return SelfReflection.model_validate(reflection), answer
+                reflection = SelfReflection.model_validate(data.get("reflection"))
             except (ValidationError, TypeError, ValueError):
-                return None, answer
+                reflection = None
+            return reflection, answer if isinstance(answer, str) else ""
     return None, raw
 
 

@@ -624,6 +624,37 @@ def test_an_unreadable_inline_answer_is_the_attempt_and_the_reflection_a_fallbac
     assert record.metadata["reflection_source"] == "fallback" and record.metadata["low_quality"]
 
 
+def test_an_inline_reply_without_an_answer_is_an_empty_attempt_not_its_json(
+    stream: MemoryStream,
+) -> None:
+    """A reply holding only a (valid) reflection was graded whole as the attempt: a
+    reflection that names the right answer passed the loop."""
+    import json
+
+    class NoAnswer(ScriptedReflexionModel):
+        def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+            from langchain_core.messages import AIMessage
+            from langchain_core.outputs import ChatGeneration, ChatResult
+
+            self.calls.append(list(messages))
+            reflection = json.loads(good_reflection(len(self.calls), about="Canberra question"))
+            text = "Sydney" if len(self.calls) == 1 else json.dumps({"reflection": reflection})
+            return ChatResult(generations=[ChatGeneration(message=AIMessage(text))])
+
+    model = NoAnswer()
+    out = create_reflexion_graph(
+        model,
+        match_evaluator("Canberra", mode="contains"),
+        stream=stream,
+        max_trials=2,
+        config=INLINE,
+    ).invoke({"task": TASK})
+    assert out["status"] == "failed" and out["output"] == "" and out["rewards"] == [0.0, 0.0]
+    first = min(stream.recent(None, kinds=[REFLEXION_KIND]), key=lambda r: r.metadata["iteration"])
+    assert first.metadata["reflection_source"] == "model"  # (the reflection was kept)
+    assert "Canberra" in first.metadata["self_reflection"]["reflection_text"]
+
+
 def test_inline_reflection_needs_a_chat_model_actor(stream: MemoryStream) -> None:
     with pytest.raises(ValueError, match="inline_reflection"):
         create_reflexion_graph(
