@@ -163,13 +163,15 @@ _USERS_TIMEOUTS = (
     ("lock_timeout", 0),
     ("idle_in_transaction_session_timeout", 0),
     ("transaction_timeout", 170000),
+    ("idle_session_timeout", 140000),
 )
 """Timeouts a role, a database or a connection may set, and the server version that has each.
 They bound the calls users make; the package's own long work is exempt: building the vector
 index (23 s at 1M memories here; a cancelled build would be retried, and cancelled, every
 10 s), setting up or migrating the schema, the local index's load (one snapshot read in
 chunks, with this process's work between them: idle in the transaction), waiting for a lock
-under its own ``timeout``. ``transaction_timeout`` (Postgres 17+) even ends the session."""
+under its own ``timeout``, holding a lock idle through a reflection's model calls.
+``transaction_timeout`` (Postgres 17+) and ``idle_session_timeout`` (14+) end the session."""
 
 
 def users_timeouts(conn: Any) -> list[str]:
@@ -179,12 +181,13 @@ def users_timeouts(conn: Any) -> list[str]:
 
 
 @contextlib.contextmanager
-def unbounded(conn: psycopg.Connection[Any]) -> Iterator[None]:
+def unbounded(conn: psycopg.Connection[Any], **values: str) -> Iterator[None]:
     """None of the users' timeouts (:data:`_USERS_TIMEOUTS`) on ``conn`` (autocommit, outside
-    a transaction) for the block, then the connection's own again."""
+    a transaction) for the block, except those ``values`` sets, then the connection's own
+    again."""
     with contextlib.ExitStack() as stack:
         for name in users_timeouts(conn):
-            stack.enter_context(session_setting(conn, name, "0"))
+            stack.enter_context(session_setting(conn, name, values.get(name, "0")))
         yield
 
 
@@ -614,19 +617,19 @@ class Pools:
         Raises:
             TimeoutError: not acquired within ``timeout`` seconds (``<= 0``: not at once).
         """
-        with self.conn() as conn, contextlib.ExitStack() as held:
-            key = (app, name)
-            if conn.info.server_version >= 140000:  # (held idle, e.g. through a reflection's
-                held.enter_context(session_setting(conn, "idle_session_timeout", "0"))  # calls)
-            if timeout is not None and timeout <= 0:
+        key = (app, name)
+        try_only = timeout is not None and timeout <= 0
+        wait = "0" if timeout is None or try_only else str(max(1, math.ceil(timeout * 1000)))
+        # only ``timeout`` bounds the wait; held idle (a reflection's model calls), the session
+        # must outlive the connection's own timeouts
+        with self.conn() as conn, unbounded(conn, lock_timeout=wait):
+            if try_only:
                 row = conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", key).fetchone()
                 if not row or not row[0]:
                     raise TimeoutError(f"the lock of {name!r} is held")
-            else:  # (only timeout bounds the wait, not the connection's own timeouts)
-                wait = "0" if timeout is None else str(max(1, math.ceil(timeout * 1000)))
+            else:
                 try:
-                    with unbounded(conn), session_setting(conn, "lock_timeout", wait):
-                        conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", key)
+                    conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", key)
                 except pg_errors.LockNotAvailable as exc:
                     raise TimeoutError(
                         f"the lock of {name!r} was not free within {timeout} s"
