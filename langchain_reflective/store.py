@@ -404,7 +404,7 @@ class ReflectiveStore(BaseStore):
         ):
             raise InvalidMemoryError("index must be None, False or a list of field paths")
         fields = self.fields if index is None or index is False else list(index)
-        text, indexed = item_text(value, key, fields, indexed=index is not False)
+        text, indexed = item_text(value, fields, indexed=index is not False)
         return _Put(ns, key, value, text, indexed=indexed)
 
     # -- the flow ------------------------------------------------------------------------------

@@ -182,15 +182,16 @@ def render_value(value: Mapping[str, Any], fields: Sequence[str] | None = None) 
 
 
 def item_text(
-    value: Mapping[str, Any], key: str, fields: Sequence[str] | None, *, indexed: bool
+    value: Mapping[str, Any], fields: Sequence[str] | None, *, indexed: bool
 ) -> tuple[str, bool]:
-    """The memory text of the validated store value of ``key`` and whether a query search
+    """The memory text of a validated store value and whether a query search
     reads it: only if ``indexed`` (no ``index=False``) and ``fields`` select some text (see
     :func:`render_value`). Text no query reads (then the whole value's rendering) is cut at
     the memory text limit; text a query reads is held to it.
 
     Raises:
-        InvalidMemoryError: the text is not valid Unicode or, read by queries, too long.
+        InvalidMemoryError: read by queries, the text is too long. (A NUL or a lone surrogate
+        cannot reach here: ``validate_metadata`` refuses them in the value.)
     """
     text = render_value(value, fields)
     indexed = indexed and bool(text.strip())  # selected fields had text
@@ -198,14 +199,6 @@ def item_text(
         text = render_value(value)
     if not indexed:  # (never searched by a query: its text only shows what it holds)
         text = clip_text(text)
-    if "\x00" in text:
-        text = text.replace("\x00", "\\u0000")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidMemoryError(
-            f"the value of {key!r} holds text that is not valid Unicode (a lone surrogate?)"
-        ) from exc
     return validate_text(text), indexed
 
 
