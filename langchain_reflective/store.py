@@ -372,7 +372,7 @@ class ReflectiveStore(BaseStore):
                 raise InvalidFilterError(f"match condition path must be labels, got {path!r}")
             conditions.append(MatchCondition(cond.match_type, path))
         if op.max_depth is not None:
-            _count(op.max_depth, "max_depth", minimum=1)
+            _count(op.max_depth, "max_depth", minimum=0)  # (0: [()], as `InMemoryStore`)
         return ListNamespacesOp(
             match_conditions=tuple(conditions),
             max_depth=op.max_depth,

@@ -344,6 +344,7 @@ def test_list_namespaces_wildcards_depth_and_pagination(store: Any) -> None:
         ("namespace", f"sub_{i:02d}") for i in range(5, 10)
     ]
     assert ls(max_depth=1) == [("admin",), ("guests",), ("namespace",), ("users",)]
+    assert ls(max_depth=0) == [()]  # (as `InMemoryStore`: every namespace cut to nothing)
     assert len(ls(limit=1000)) == 18
     assert ls(limit=3) == [
         ("admin", "users", "789"),
