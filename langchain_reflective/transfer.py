@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
@@ -382,8 +382,10 @@ def import_jsonl(
     *,
     namespace: str | None,
     batch_size: int,
+    keyed: Callable[[MemoryRecord], MemoryRecord] | None = None,
 ) -> int:
-    """:meth:`MemoryStream.import_jsonl`.
+    """:meth:`MemoryStream.import_jsonl`; ``keyed``, when given, maps each record before it
+    is stored (a caller's own ids, e.g. ``ContextMemory``'s per turn number).
 
     Vectors in the file are used when they come from the same embedding model (the header's
     ``embedding_model`` equals the stream's) and have the dimension of the stream's vectors;
@@ -422,6 +424,8 @@ def import_jsonl(
                 vec = _vector(data, export_dim)
             except (json.JSONDecodeError, InvalidMemoryError, TypeError, RecursionError) as exc:
                 raise InvalidMemoryError(f"{source}:{lineno}: {exc}") from exc
+            if keyed is not None:
+                record = keyed(record)
             if vec is not None:
                 if export_dim is None:
                     export_dim = len(vec)

@@ -23,6 +23,8 @@ same accumulated summaries. The lookups (by turn, by id, search, recall) are in 
 from __future__ import annotations
 
 import asyncio
+import collections
+import dataclasses
 import json
 import logging
 import math
@@ -35,7 +37,7 @@ from typing import Any
 
 from langchain_reflective._llm import Flow, Op, run_async, run_sync, threaded
 from langchain_reflective.errors import InvalidMemoryError, StorageError
-from langchain_reflective.records import validate_text
+from langchain_reflective.records import MemoryRecord, validate_text
 from langchain_reflective.stream import MemoryStream
 from langchain_reflective.thinking.lookups import ContextLookups, _positive_turn
 from langchain_reflective.thinking.turns import (
@@ -48,7 +50,7 @@ from langchain_reflective.thinking.turns import (
     count_text_tokens,
     summary_text,
 )
-from langchain_reflective.transfer import export_jsonl
+from langchain_reflective.transfer import _header, _lines, _open_export, export_jsonl, import_jsonl
 
 __all__ = ["ContextMemory"]  # (the values it stores: thinking/turns.py)
 
@@ -326,31 +328,87 @@ class ContextMemory(ContextLookups):
         """Import a file written by :meth:`export_jsonl` into a namespace (default: the
         stream's); records already stored are skipped.
 
+        Each turn gets the ids the namespace gives that number (:meth:`context_id`,
+        :meth:`summary_id`), wherever the file came from, so a turn is found by number with
+        one read and :meth:`record_turn` refuses a number an import brought in.
+
         Returns:
             The number of records imported.
 
         Raises:
-            InvalidMemoryError: not an export file, a malformed line, or records of other kinds.
+            InvalidMemoryError: not an export file, a malformed line, records of other kinds,
+                a record without a turn number, a turn the file holds twice, or a turn the
+                namespace already holds with other contents (nothing is imported then).
         """
         ns = self.namespace(namespace)
         source = Path(path)
+        self.stream._check_open()
+        with _open_export(source) as fh:
+            _header(fh, source)
+            turns = [self._turn_of(source, n, line) for n, line in _lines(fh, source)]
+        self._check_importable(source, turns, ns)
+
+        def keyed(record: MemoryRecord) -> MemoryRecord:
+            turn = record.metadata["turn"]  # (checked by the first pass)
+            ctx_id = self.context_id(turn, namespace=ns)
+            if record.kind == SNAPSHOT_KIND:
+                return dataclasses.replace(record, id=ctx_id, namespace=ns)
+            return dataclasses.replace(
+                record,
+                id=self._id_of(turn, record.kind, ns),
+                namespace=ns,
+                evidence=(ctx_id,),
+                metadata={**record.metadata, "context_id": ctx_id},
+            )
+
+        return import_jsonl(self.stream, source, namespace=ns, batch_size=256, keyed=keyed)
+
+    @staticmethod
+    def _turn_of(source: Path, lineno: int, line: str) -> tuple[int, str, str]:
+        """One line of a thinking export: its turn number, kind and text."""
+        where = f"{source}:{lineno}"
         try:
-            with source.open(encoding="utf-8") as fh:
-                fh.readline()
-                for lineno, line in enumerate(fh, start=2):
-                    if not line.strip():
-                        continue
-                    try:
-                        kind = json.loads(line).get("kind")
-                    except (json.JSONDecodeError, AttributeError) as exc:
-                        raise InvalidMemoryError(f"{source}:{lineno}: not a JSON record") from exc
-                    if kind not in _KINDS:
-                        raise InvalidMemoryError(
-                            f"{source}:{lineno}: a {kind!r} record is not a thinking context"
-                        )
-        except OSError as exc:
-            raise InvalidMemoryError(f"cannot read {source}: {exc}") from exc
-        return self.stream.import_jsonl(source, namespace=ns)
+            record = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise InvalidMemoryError(f"{where}: not a JSON record") from exc
+        if not isinstance(record, dict):
+            raise InvalidMemoryError(f"{where}: not a JSON record")
+        kind = record.get("kind")
+        if kind not in _KINDS:
+            raise InvalidMemoryError(f"{where}: a {kind!r} record is not a thinking context")
+        metadata = record.get("metadata")
+        turn = metadata.get("turn") if isinstance(metadata, dict) else None
+        if isinstance(turn, bool) or not isinstance(turn, int) or turn < 1:
+            raise InvalidMemoryError(f"{where}: a {kind} record without a turn number")
+        return turn, kind, str(record.get("text"))
+
+    def _id_of(self, turn: int, kind: str, namespace: str) -> str:
+        if kind == SNAPSHOT_KIND:
+            return self.context_id(turn, namespace=namespace)
+        return self.summary_id(turn, namespace=namespace)
+
+    def _check_importable(self, source: Path, turns: list[tuple[int, str, str]], ns: str) -> None:
+        """Refuse, before anything is written, a turn the file holds twice or one the
+        namespace holds with other contents (two records of one number would be stored)."""
+        counts = collections.Counter((turn, kind) for turn, kind, _ in turns)
+        twice = sorted({turn for turn, kind, _ in turns if counts[turn, kind] > 1})
+        if twice:
+            raise InvalidMemoryError(f"{source} holds turn(s) {_numbers(twice)} twice")
+        ids = {
+            (
+                self.context_id(t, namespace=ns)
+                if k == SNAPSHOT_KIND
+                else self.summary_id(t, namespace=ns)
+            ): (t, text)
+            for t, k, text in turns
+        }
+        stored = self.stream.get(list(ids), namespace=ns)
+        taken = sorted({ids[r.id][0] for r in stored if r.text != ids[r.id][1]})
+        if taken:
+            raise InvalidMemoryError(
+                f"namespace {ns!r} already holds turn(s) {_numbers(taken)} with other contents; "
+                "nothing was imported: import into another namespace (namespace=...)"
+            )
 
     async def aexport_jsonl(
         self, path: str | os.PathLike[str], *, namespace: str | None = None
@@ -365,6 +423,10 @@ class ContextMemory(ContextLookups):
         """Async twin of :meth:`import_jsonl`: the file's check and the stream's import run in
         a worker thread (see ``MemoryStream.aimport_jsonl``)."""
         return await asyncio.to_thread(self.import_jsonl, path, namespace=namespace)
+
+
+def _numbers(turns: Sequence[int]) -> str:
+    return ", ".join(map(str, turns[:10])) + (", ..." if len(turns) > 10 else "")
 
 
 def _real(value: object) -> bool:

@@ -30,6 +30,11 @@ if TYPE_CHECKING:
 __all__ = ["ContextLookups"]
 
 
+_PROBE = 8
+"""Turn numbers after the newest snapshot's that :meth:`ContextLookups.last_turn` looks up in
+one read."""
+
+
 def _suffix(namespace: str) -> str:
     return hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:10]
 
@@ -78,11 +83,21 @@ class ContextLookups:
         return Op(st.recent, st.arecent, (n,), {"namespace": namespace, "kinds": [kind]})
 
     def _last_turn_flow(self, namespace: str | None) -> Flow[int]:
-        newest = yield self._recent(1, self.namespace(namespace), SNAPSHOT_KIND)
-        return int(newest[0].metadata.get("turn", 0)) if newest else 0
+        ns = self.namespace(namespace)
+        newest = yield self._recent(1, ns, SNAPSHOT_KIND)
+        last = int(newest[0].metadata.get("turn", 0)) if newest else 0
+        while True:  # (numbers right after it that an import brought, with older timestamps)
+            probe = [last + i for i in range(1, _PROBE + 1)]
+            found = yield self._get([self.context_id(t, namespace=ns) for t in probe], ns)
+            stored = {r.id for r in found if r.kind == SNAPSHOT_KIND}
+            for t in probe:
+                if self.context_id(t, namespace=ns) not in stored:
+                    return last
+                last = t
 
     def last_turn(self, *, namespace: str | None = None) -> int:
-        """The newest stored turn number of the namespace (0 when none)."""
+        """The namespace's last turn number (0 when none): the newest snapshot's, or the last of
+        the numbers stored right after it (an import may bring turns with older timestamps)."""
         return run_sync(self._last_turn_flow(namespace))
 
     async def alast_turn(self, *, namespace: str | None = None) -> int:

@@ -632,16 +632,21 @@ def test_conversation_messages_may_be_langgraph_shorthands(stream: MemoryStream)
 
 
 def test_a_turn_after_an_import_takes_a_free_number(stream: MemoryStream, tmp_path: Path) -> None:
-    """An imported turn is the newest snapshot, so next_turn answered a number the namespace
-    already had, and every retry asked it again: each later turn failed."""
+    """The imported turns are the newest snapshots, so next_turn answered a number the
+    namespace already had (3 here, after the imported 2)."""
     alice = ContextMemory(stream)
-    alice.record_turn(1, "alice's turn", "alice's summary", namespace="alice")
+    alice.record_turn(1, "alice's turn 1", "s1", namespace="alice")
+    alice.record_turn(2, "alice's turn 2", "s2", namespace="alice")
     alice.export_jsonl(tmp_path / "alice.jsonl", namespace="alice")
     carol = ContextMemory(stream)
-    carol.record_turn(1, "c1", "s1", namespace="carol")
-    carol.record_turn(2, "c2", "s2", namespace="carol")
-    carol.import_jsonl(tmp_path / "alice.jsonl", namespace="carol")
+    carol.record_turn(3, "c3", "s3", namespace="carol")
+    carol.record_turn(4, "c4", "s4", namespace="carol")
+    assert carol.import_jsonl(tmp_path / "alice.jsonl", namespace="carol") == 4
+    assert carol.last_turn(namespace="carol") == 4
+    assert carol.next_turn(namespace="carol") == 5
     graph = create_thinking_graph(FakeChat(script=_one_turn()), stream, retry=NO_RETRY)
     out = graph.invoke({"context": "mine", "namespace": "carol"})
-    assert out["turn"] == 3
-    assert carol.context_by_turn(3, namespace="carol").context == "mine"  # type: ignore[union-attr]
+    assert out["turn"] == 5
+    assert carol.context_by_turn(5, namespace="carol").context == "mine"  # type: ignore[union-attr]
+    turns = [r.metadata["turn"] for r in stream.recent(namespace="carol")]
+    assert sorted(turns) == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5]  # a snapshot and a summary each

@@ -243,6 +243,60 @@ def test_export_import_reproduces_the_summaries(
         assert snapshot.turn == 3 and snapshot.id == summary.context_id
 
 
+def test_import_refuses_a_turn_the_namespace_holds_and_imports_nothing(
+    stream: MemoryStream, tmp_path: Path
+) -> None:
+    """An imported turn kept its source's ids, so one whose number the namespace already had
+    was stored beside it: two turn-1 snapshots, and lookups by number saw only one."""
+    memory = ContextMemory(stream)
+    memory.record_turn(1, "alice 1", "a1", namespace="alice")
+    memory.record_turn(2, "alice 2", "a2", namespace="alice")
+    memory.export_jsonl(tmp_path / "alice.jsonl", namespace="alice")
+    memory.record_turn(1, "carol 1", "c1", namespace="carol")
+    with pytest.raises(InvalidMemoryError, match=r"already holds turn\(s\) 1 with other contents"):
+        memory.import_jsonl(tmp_path / "alice.jsonl", namespace="carol")
+    assert stream.count(namespace="carol") == 2  # turn 2 was not imported either
+    # into a namespace of its own: the ids are that namespace's, so a number is found by id
+    assert memory.import_jsonl(tmp_path / "alice.jsonl", namespace="dave") == 4
+    assert memory.import_jsonl(tmp_path / "alice.jsonl", namespace="dave") == 0  # skipped
+    ids = {r.id for r in stream.recent(namespace="dave")}
+    assert ids == {memory.context_id(t, namespace="dave") for t in (1, 2)} | {
+        memory.summary_id(t, namespace="dave") for t in (1, 2)
+    }
+    with pytest.raises(InvalidMemoryError, match="already stored"):
+        memory.record_turn(2, "dave's own 2", "d2", namespace="dave")
+
+
+def test_next_turn_looks_past_imported_turns_in_several_reads(
+    stream: MemoryStream, tmp_path: Path
+) -> None:
+    memory = ContextMemory(stream)
+    memory.record_turn(1, "alice 1", "a1", namespace="alice")
+    memory.export_jsonl(tmp_path / "alice.jsonl", namespace="alice")
+    for turn in range(2, 21):  # more than one read's worth of numbers after the imported 1
+        memory.record_turn(turn, f"carol {turn}", f"c{turn}", namespace="carol")
+    memory.import_jsonl(tmp_path / "alice.jsonl", namespace="carol")  # now the newest
+    assert memory.next_turn(namespace="carol") == 21
+
+
+def test_import_refuses_a_file_holding_a_turn_twice(stream: MemoryStream, tmp_path: Path) -> None:
+    memory = ContextMemory(stream)
+    memory.record_turn(1, "alice 1", "a1", namespace="alice")
+    memory.export_jsonl(tmp_path / "alice.jsonl", namespace="alice")
+    memory.record_turn(1, "bob 1", "b1", namespace="bob")
+    memory.export_jsonl(tmp_path / "bob.jsonl", namespace="bob")
+    both = tmp_path / "both.jsonl"
+    alice, bob = ((tmp_path / f"{n}.jsonl").read_text().splitlines() for n in ("alice", "bob"))
+    both.write_text("\n".join(alice + bob[1:]) + "\n")
+    with pytest.raises(InvalidMemoryError, match=r"holds turn\(s\) 1 twice"):
+        memory.import_jsonl(both, namespace="carol")
+    assert stream.count(namespace="carol") == 0
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join([alice[0], alice[1].replace('"turn": 1', '"turn": 0')]) + "\n")
+    with pytest.raises(InvalidMemoryError, match=r"bad\.jsonl:2: a context_snapshot record"):
+        memory.import_jsonl(bad, namespace="carol")
+
+
 def test_import_refuses_other_records(stream: MemoryStream, tmp_path: Path) -> None:
     stream.add("a plain observation")
     path = tmp_path / "all.jsonl"
