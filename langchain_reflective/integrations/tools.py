@@ -67,11 +67,11 @@ def _current_run_context() -> Any:
 
 
 def _namespace_value(value: Any) -> str | None:
-    if value is None or isinstance(value, bool):
+    if value is None:
         return None
     if isinstance(value, str):
         return value or None
-    if isinstance(value, int | uuid.UUID):
+    if isinstance(value, int | uuid.UUID) and not isinstance(value, bool):
         return str(value)
     raise TypeError(
         f"the run's namespace must be a str, int or UUID, got {type(value).__name__}; "
@@ -99,10 +99,12 @@ def namespace_from_run(
         config: a ``RunnableConfig``; defaults to the current one.
 
     Returns:
-        The namespace (ints and UUIDs are converted to strings), or ``None``.
+        The namespace (ints and UUIDs are converted to strings), or ``None`` (an empty
+        string names no one either; the middleware's ``required=True`` refuses such runs).
 
     Raises:
-        TypeError: the value is not a str, int or UUID.
+        TypeError: the value is not a str, int or UUID (a bool is refused too: ``True``
+            named the default namespace before, silently).
     """
     if config is None:
         config = ensure_config()

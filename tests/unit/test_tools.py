@@ -222,6 +222,8 @@ def test_namespace_from_run(context: Any, config: dict[str, Any], expected: str 
 def test_namespace_from_run_rejects_odd_values() -> None:
     with pytest.raises(TypeError, match="str, int or UUID"):
         namespace_from_run("user_id", context={"user_id": ["a"]}, config={})
+    with pytest.raises(TypeError, match="got bool"):  # (True named the default namespace)
+        namespace_from_run("user_id", context=Obj(True), config={})
     assert namespace_from_run("tenant", config={"configurable": {"tenant": "t"}}) == "t"
 
 
