@@ -33,7 +33,7 @@ from langchain_reflective.backends.base import (
     trusted_scored,
 )
 from langchain_reflective.backends.types import concat_candidates
-from langchain_reflective.errors import EmbeddingError, InvalidMemoryError
+from langchain_reflective.errors import EmbeddingError, InvalidFilterError, InvalidMemoryError
 from langchain_reflective.importance import BaseImportanceScorer, HeuristicImportanceScorer
 from langchain_reflective.records import (
     MemoryRecord,
@@ -514,6 +514,11 @@ class MemoryStream(StreamTransfer):
         self._check_open()
         query = check_query(query, k)
         flt = RetrievalFilter.coerce(filter)
+        if flt.namespace is not None and namespace is not None and flt.namespace != namespace:
+            raise InvalidFilterError(  # (a filter from a request must not widen a user's reads)
+                f"the filter's namespace {flt.namespace!r} is not the namespace {namespace!r} "
+                "this retrieval was given; pass one of them"
+            )
         if namespaces is None:
             names = [self._ns(flt.namespace or namespace)]
         else:
@@ -625,7 +630,8 @@ class MemoryStream(StreamTransfer):
         Raises:
             InvalidMemoryError: empty query or bad ``k``; ``namespaces`` empty, a string, or
                 given with ``namespace``.
-            InvalidFilterError: unknown filter keys or bad values.
+            InvalidFilterError: unknown filter keys or bad values, or a filter ``namespace``
+                that is not the ``namespace`` given.
             EmbeddingError: the query embedding is unusable.
             DimensionMismatchError: the embedding's dimension differs from the stored ones.
         """

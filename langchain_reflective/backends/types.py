@@ -303,7 +303,9 @@ class RetrievalFilter:
     min_relevance: float | None = None
     """Only memories whose cosine similarity to the query is at least this."""
     namespace: str | None = None
-    """Read this namespace instead of the stream's default."""
+    """Read this namespace instead of the stream's default; a retrieval given another
+    ``namespace`` refuses the filter (``InvalidFilterError``), so a filter from a request
+    cannot read another user's memories."""
 
     def __post_init__(self) -> None:
         if self.kinds is not None:

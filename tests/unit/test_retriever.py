@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 from langchain_core.documents import Document
 
-from langchain_reflective import ReflectiveRetriever
+from langchain_reflective import InvalidFilterError, ReflectiveRetriever
 
 
 def test_documents_carry_record_and_scores(stream, now) -> None:
@@ -37,6 +37,16 @@ def test_namespace_and_filter(stream, now) -> None:
     assert {d.page_content for d in bob.invoke("diary")} == {"Bob's diary", "Bob's plan"}
     plans = bob.invoke("diary", filter={"kind": "plan"})
     assert [d.page_content for d in plans] == ["Bob's plan"]
+    # a filter's namespace (from a request, a model) does not widen a retriever bound to one
+    alice = ReflectiveRetriever(memory_stream=stream, namespace="alice", k=5)
+    with pytest.raises(InvalidFilterError, match="is not the namespace 'alice'"):
+        alice.invoke("diary", filter={"namespace": "bob"})
+    with pytest.raises(InvalidFilterError, match="is not the namespace 'alice'"):
+        ReflectiveRetriever(
+            memory_stream=stream, namespace="alice", filter={"namespace": "bob"}
+        ).invoke("diary")
+    same = alice.invoke("diary", filter={"namespace": "alice"})
+    assert [d.page_content for d in same] == ["Alice's diary"]
 
 
 def test_several_namespaces_rank_as_one(stream, now) -> None:
