@@ -38,6 +38,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import datetime
 
 from langchain_reflective._closing import Closing
+from langchain_reflective.backends._thread_hold import held_on_own_thread
 from langchain_reflective.backends.types import (
     F32,
     CandidateSet,
@@ -494,16 +495,11 @@ class BaseMemoryBackend(Closing, ABC):
     async def areflection_lock(
         self, namespace: str, *, timeout: float | None = None
     ) -> AsyncIterator[None]:
-        """Async twin of :meth:`reflection_lock` (waits on a worker thread by default)."""
+        """Async twin of :meth:`reflection_lock`: the lock is taken and released on one thread
+        of its own (a file lock remembers the thread that took it), the wait off the loop."""
         manager = self.reflection_lock(namespace, timeout=timeout)
-        await asyncio.to_thread(manager.__enter__)
-        try:
+        async with held_on_own_thread(manager, name=f"reflection-lock:{namespace}"):
             yield
-        except BaseException as exc:
-            if not await asyncio.to_thread(manager.__exit__, type(exc), exc, exc.__traceback__):
-                raise
-        else:
-            await asyncio.to_thread(manager.__exit__, None, None, None)
 
     async def acandidates(
         self,

@@ -960,6 +960,38 @@ class BackendConformance:
 
         loop.run_until_complete(run())
 
+    def test_async_reflection_locks_wait_for_each_other_and_a_cancelled_wait_holds_nothing(
+        self, backend: BaseMemoryBackend, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        """``areflection_lock`` took the lock on one worker thread and released it from
+        another; a file lock keeps its holders per thread, so a later wait on the first
+        thread raised ``RuntimeError('Deadlock: ...')`` instead of waiting (SQLite file)."""
+        inside: list[int] = []
+
+        async def hold(i: int) -> None:
+            async with backend.areflection_lock("alice"):
+                inside.append(i)
+                assert len(inside) == 1, "two holders of one namespace's lock at once"
+                await asyncio.sleep(0.002)
+                inside.remove(i)
+
+        async def run() -> None:
+            for _ in range(8):
+                await asyncio.gather(*(hold(i) for i in range(4)))
+            async with backend.areflection_lock("alice"):
+                waiter = asyncio.ensure_future(hold(99))
+                await asyncio.sleep(0.05)
+                waiter.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await waiter
+            async with (
+                backend.areflection_lock("alice", timeout=5),  # (nothing left held)
+                backend.areflection_lock("bob", timeout=0),  # (one lock per namespace)
+            ):
+                pass
+
+        loop.run_until_complete(run())
+
     def test_stream_transfer_and_queue_twins_match_the_sync_methods(
         self,
         backends: Callable[[], BaseMemoryBackend],
