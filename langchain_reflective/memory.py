@@ -258,14 +258,31 @@ class ReflectiveMemory(Closing):
         config: RunnableConfig | None = None,
     ) -> list[MemoryRecord]:
         """Async twin of :meth:`reflect`."""
+        return await self._areflect(namespace, force, now, config, only_if_due=False)
+
+    async def _areflect(
+        self,
+        namespace: str | None,
+        force: bool,
+        now: datetime | None,
+        config: RunnableConfig | None,
+        *,
+        only_if_due: bool,
+    ) -> list[MemoryRecord]:
+        """:meth:`areflect`; ``only_if_due`` (a write's trigger) checks the counter again under
+        the lock, as :meth:`reflect` does for the trigger's runs: another write's reflection
+        may have just reset it."""
         inputs = self._graph_input(namespace, force, now)
         # the first use compiles the graph, which reads the nodes' source files (LangChain
         # inspects them): in a worker thread, like the method's other file and database access
         graph = self._graph
         if graph is None:
             graph = await asyncio.to_thread(lambda: self.graph)
-        async with self.stream.backend.areflection_lock(inputs["namespace"]):
-            out = await graph.ainvoke(inputs, config=self._run_config(inputs["namespace"], config))
+        ns = inputs["namespace"]
+        async with self.stream.backend.areflection_lock(ns):
+            if only_if_due and not await asyncio.to_thread(self._trigger.due, ns):
+                return []
+            out = await graph.ainvoke(inputs, config=self._run_config(ns, config))
         return list(out.get("reflections", []))
 
     def _record_failure(
@@ -514,7 +531,7 @@ class ReflectiveMemory(Closing):
             await asyncio.to_thread(self._trigger.after_write, ns)
         elif await asyncio.to_thread(self._trigger.due_after_write, ns):
             try:
-                await self.areflect(namespace=ns, force=True)
+                await self._areflect(ns, True, None, None, only_if_due=True)
             except Exception as exc:
                 self._record_failure(ns, exc)
         return records

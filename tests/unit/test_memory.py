@@ -137,6 +137,21 @@ def test_inline_reflection_when_background_is_off(tmp_path, model, now) -> None:
         assert memory.stream.recent(kinds=["reflection"])  # done before add returned
 
 
+async def test_two_async_adds_crossing_the_threshold_reflect_once_inline(tmp_path, now) -> None:
+    """With ``background=False`` both writes found the namespace due and both reflected: the
+    second, forced, ran after the first had reset the counter (the sync path re-checks)."""
+    model = ScriptedChatModel(delay=0.1)
+    with make(tmp_path, model, reflect_threshold=1.0, background=False) as memory:
+        await memory.aadd(EVENTS[0], importances=0.6, now=now)
+        await asyncio.gather(
+            memory.aadd(EVENTS[1], importances=0.6, now=now),
+            memory.aadd(EVENTS[2], importances=0.6, now=now),
+        )
+        assert model.count("questions") == 1
+        assert len({r.created_at for r in memory.stream.recent(kinds=["reflection"])}) == 1
+        assert memory.errors == []
+
+
 async def test_async_add_reflect_flush(tmp_path, model, now) -> None:
     with make(tmp_path, model, reflect_threshold=1.0) as memory:
         await memory.aadd(EVENTS, importances=0.5, now=now)
