@@ -426,3 +426,55 @@ def test_two_processes_adding_one_by_one_lose_nothing(tmp_path: Path) -> None:
         # deletes of not-yet-folded memories leave the counter; folded ones stay counted
         adds = stream.reflection_state().adds_since
         assert len(expected) <= adds <= 1 + 2 * n
+
+
+_OPENER = """
+import sys, time
+from pathlib import Path
+from langchain_reflective import MemoryStream
+from tests.fakes import WordEmbeddings
+path, tag, go = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+(go.parent / f"ready-{tag}").touch()
+while not go.exists():
+    time.sleep(0.001)
+with MemoryStream(WordEmbeddings(), path=path) as stream:
+    stream.add([f"memory of {tag}"], ids=[tag], importances=[0.5])
+"""
+
+
+def test_processes_opening_one_new_file_at_once_all_open_it(tmp_path: Path) -> None:
+    """All but one failed with ForeignFileError ("UNIQUE constraint failed: seq_floor.seq",
+    "a database of another program", "database is locked") or "File exists": each saw a new
+    file and created its schema, or lost the race to create the file itself."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
+    tags = ["a", "b", "c", "d"]
+    for trial in range(2):
+        folder = tmp_path / f"trial{trial}"
+        folder.mkdir()
+        path, go = folder / "new.db", folder / "go"
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", _OPENER, str(path), tag, str(go)],
+                cwd=root,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            for tag in tags
+        ]
+        deadline = time.monotonic() + 120
+        while len(list(folder.glob("ready-*"))) < len(tags) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        go.touch()
+        for proc in procs:
+            _, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, err.decode()[-2000:]
+        with MemoryStream(WordEmbeddings(), path=path) as stream:
+            assert sorted(r.id for r in stream.recent(n=None)) == tags

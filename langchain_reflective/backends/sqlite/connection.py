@@ -149,10 +149,13 @@ class SQLiteConnection:
         except sqlite3.Error as exc:
             raise storage_error(f"cannot open memory file {self.path}", exc, self.path) from exc
         try:
-            init_schema(self._conn, self.path, synchronous, self._transaction)
+            init_schema(self._conn, self.path, synchronous, self._transaction, busy_timeout=timeout)
         except sqlite3.DatabaseError as exc:
             self._conn.close()
-            if is_environment_failure(exc):  # read-only, full disk: not a damaged file
+            if is_environment_failure(exc) or getattr(exc, "sqlite_errorname", "") in (
+                "SQLITE_BUSY",
+                "SQLITE_LOCKED",
+            ):  # read-only, full disk, held by another process past the timeout: not damaged
                 raise storage_error(f"cannot open memory file {self.path}", exc, self.path) from exc
             raise ForeignFileError(
                 f"{self.path} is not a readable langchain-reflective memory file ({exc}); "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
@@ -235,8 +236,53 @@ def check_file(path: Path) -> None:
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
         # create the file private to its owner before SQLite opens it
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except FileExistsError:  # another process opening the same new file created it
+            return
         os.close(fd)
+
+
+def _journal_mode_wal(c: sqlite3.Connection, busy_timeout: float) -> str:
+    """``PRAGMA journal_mode=WAL``, retried while another connection locks the file: SQLite
+    answers the switch with "database is locked" at once instead of waiting (several processes
+    opening one new file at once)."""
+    deadline = time.monotonic() + busy_timeout
+    while True:
+        try:
+            return str(c.execute("PRAGMA journal_mode=WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorname != "SQLITE_BUSY" or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
+
+
+def _check_identity(c: sqlite3.Connection, path: Path | None) -> int:
+    """The file's application id, after refusing another program's tables under id 0."""
+    app_id = int(c.execute("PRAGMA application_id").fetchone()[0])
+    tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if app_id == 0 and tables:
+        raise ForeignFileError(
+            f"{path} is an SQLite database of another program (tables: "
+            f"{', '.join(sorted(tables))}); refusing to touch it"
+        )
+    return app_id
+
+
+def _create(c: sqlite3.Connection) -> None:
+    c.execute(f"PRAGMA application_id={APPLICATION_ID}")
+    for statement in _SCHEMA.split(";"):
+        if statement.strip():
+            c.execute(statement)
+    c.execute("INSERT INTO seq_floor(seq) VALUES (0)")
+    c.execute(
+        "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
+        (str(SCHEMA_VERSION),),
+    )
+    c.execute(
+        "INSERT OR IGNORE INTO meta(key, value) VALUES ('created_by', ?)",
+        ("langchain-reflective",),
+    )
 
 
 def init_schema(
@@ -244,17 +290,21 @@ def init_schema(
     path: Path | None,
     synchronous: str,
     transaction: Callable[[], AbstractContextManager[sqlite3.Connection]],
+    *,
+    busy_timeout: float = 30.0,
 ) -> None:
-    """Create the schema in a new file, or check and upgrade an existing one's."""
-    app_id = c.execute("PRAGMA application_id").fetchone()[0]
-    tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    if app_id == 0 and tables:
-        raise ForeignFileError(
-            f"{path} is an SQLite database of another program (tables: "
-            f"{', '.join(sorted(tables))}); refusing to touch it"
-        )
+    """Create the schema in a new file, or check and upgrade an existing one's.
+
+    Several processes may open one new file at once: the file's identity is read in one
+    snapshot, and read again under the write lock before the schema is created, so the
+    processes that did not create it find it created (not "another program's database")."""
+    c.execute("BEGIN")
+    try:
+        app_id = _check_identity(c, path)
+    finally:
+        c.execute("COMMIT")
     if path is not None:
-        mode = c.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        mode = _journal_mode_wal(c, busy_timeout)
         if str(mode).lower() != "wal":
             raise StorageError(f"could not enable WAL mode on {path} (got {mode})")
     c.execute(f"PRAGMA synchronous={synchronous}")
@@ -262,19 +312,8 @@ def init_schema(
     c.execute(f"PRAGMA journal_size_limit={_WAL_SIZE_LIMIT}")
     if app_id == 0:
         with transaction():
-            c.execute(f"PRAGMA application_id={APPLICATION_ID}")
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    c.execute(statement)
-            c.execute("INSERT INTO seq_floor(seq) VALUES (0)")
-            c.execute(
-                "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
-                (str(SCHEMA_VERSION),),
-            )
-            c.execute(
-                "INSERT OR IGNORE INTO meta(key, value) VALUES ('created_by', ?)",
-                ("langchain-reflective",),
-            )
+            if _check_identity(c, path) == 0:  # (else another process created it meanwhile)
+                _create(c)
     version_row = c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
     if version_row is None:
         raise ForeignFileError(f"{path} has no schema version; it is not a memory file")
