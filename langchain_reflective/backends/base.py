@@ -134,13 +134,15 @@ class BaseMemoryBackend(Closing, ABC):
                 ``records[i]``.
             counter: the reflection-counter change written in the same transaction (``None``:
                 the counter is left alone, as for an import).
-            pending: ids of queued memories (see :meth:`enqueue`) that these records complete:
-                they leave the queue in the same transaction, so a memory is either pending or
+            pending: ids of queued memories (see :meth:`enqueue`) that these records complete,
+                each the id of one of ``records``, queued in that record's namespace: they
+                leave the queue in the same transaction, so a memory is either pending or
                 stored, never both and never neither.
 
         Raises:
             PendingConflictError: one of ``pending`` is no longer queued (another process
-                completed or purged it); nothing was written.
+                completed or purged it), or not in its record's namespace; nothing was
+                written.
             ReflectionConflictError: ``counter`` is a reset whose ``consumed.generation`` is
                 no longer the namespace's (see :attr:`CounterUpdate.consumed`); nothing was
                 written.

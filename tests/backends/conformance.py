@@ -665,6 +665,11 @@ class BackendConformance:
         with pytest.raises(PendingConflictError):
             self.fill(backend, [_fresh("x", id="q1b")], pending=["q1"])
         assert backend.get("alice", ["q1b"]) == []
+        # a record of bob's cannot take alice's queued memory away by completing its id
+        with pytest.raises(PendingConflictError):
+            self.fill(backend, [_fresh("bob's", id="q4", namespace="bob")], pending=["q4"])
+        assert backend.get("bob", ["q4"]) == []
+        assert "q4" in [p.id for p in backend.pending(namespace="alice")]
         with pytest.raises(StorageError):
             backend.enqueue([_pending("q3", "alice")])  # already queued
 
@@ -1044,11 +1049,11 @@ def _pending(id: str, namespace: str) -> PendingMemory:
     )
 
 
-def _fresh(text: str, *, id: str | None = None) -> MemoryRecord:
+def _fresh(text: str, *, id: str | None = None, namespace: str = "alice") -> MemoryRecord:
     return MemoryRecord(
         id=id or f"fresh-{text}",
         text=text,
         created_at=NOW,
         importance=0.5,
-        namespace="alice",
+        namespace=namespace,
     )

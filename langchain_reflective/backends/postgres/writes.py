@@ -265,10 +265,19 @@ def write_memories(
 # -- the counter rows and the pending queue (the other statements of a write) ------------------
 
 
-def dequeue(conn: psycopg.Connection[Any], ids: Sequence[str]) -> None:
-    """Remove these ids from the pending queue; all of them must still be queued."""
+def dequeue(
+    conn: psycopg.Connection[Any], ids: Sequence[str], records: Sequence[MemoryRecord]
+) -> None:
+    """Remove these ids from the pending queue, each from the namespace of the record that
+    completes it (a record of another namespace cannot take a queued memory away); all of
+    them must still be queued there."""
     wanted = sorted(set(ids))
-    cur = conn.execute("DELETE FROM reflective_pending WHERE id = ANY(%s)", (wanted,))
+    where = {r.id: r.namespace for r in records}
+    cur = conn.execute(
+        "DELETE FROM reflective_pending p USING unnest(%s::text[], %s::text[]) AS w(id, ns) "
+        "WHERE p.id = w.id AND p.namespace = w.ns",
+        (wanted, [where.get(i, "") for i in wanted]),
+    )
     if cur.rowcount != len(wanted):
         raise PendingConflictError(
             f"{len(wanted) - cur.rowcount} of {len(wanted)} pending memories are no longer "
@@ -431,7 +440,7 @@ def write_batch(
     if not locked:
         lock_counters(conn, records, counter)
     if pending:
-        dequeue(conn, pending)
+        dequeue(conn, pending, records)
     newest = 0
     if records:
         totals, newest = write_memories(conn, records, vectors, vector_oid=vector_oid)

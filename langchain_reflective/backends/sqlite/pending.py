@@ -16,6 +16,7 @@ from langchain_reflective.backends.sqlite._errors import storage_error
 from langchain_reflective.backends.sqlite.connection import SQLiteConnection
 from langchain_reflective.backends.sqlite.schema import chunks, dump_metadata, from_us, to_us
 from langchain_reflective.errors import PendingConflictError, StorageError
+from langchain_reflective.records import MemoryRecord
 
 __all__ = ["PendingQueue"]
 
@@ -25,12 +26,19 @@ class PendingQueue(SQLiteConnection):
     :class:`~langchain_reflective.backends.sqlite.store.SQLiteRecordStore`."""
 
     @staticmethod
-    def _dequeue(c: sqlite3.Connection, ids: Sequence[str]) -> None:
-        """Delete these pending rows (inside the caller's transaction); all must be there."""
-        gone = 0
-        for chunk in chunks(list(ids)):
-            marks = ",".join("?" * len(chunk))
-            gone += c.execute(f"DELETE FROM pending WHERE id IN ({marks})", tuple(chunk)).rowcount
+    def _dequeue(
+        c: sqlite3.Connection, ids: Sequence[str], records: Sequence[MemoryRecord]
+    ) -> None:
+        """Delete these pending rows (inside the caller's transaction), each from the namespace
+        of the record that completes it (a record of another namespace cannot take a queued
+        memory away); all must be there."""
+        where = {r.id: r.namespace for r in records}
+        gone = sum(
+            c.execute(
+                "DELETE FROM pending WHERE id = ? AND namespace = ?", (i, where.get(i, ""))
+            ).rowcount
+            for i in set(ids)
+        )
         if gone != len(set(ids)):
             raise PendingConflictError(
                 f"{len(set(ids)) - gone} of {len(ids)} pending memories are no longer queued "

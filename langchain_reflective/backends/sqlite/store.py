@@ -208,7 +208,7 @@ class SQLiteRecordStore(CounterTable, PendingQueue, BaseRecordStore):
     ) -> list[int]:
         """The statements of :meth:`insert` in the open transaction ``c``."""
         if pending:
-            self._dequeue(c, pending)
+            self._dequeue(c, pending, records)
         seqs: list[int]
         if len(rows) == 1:
             cur = c.execute(INSERT, rows[0])
