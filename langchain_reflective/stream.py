@@ -75,7 +75,7 @@ class MemoryStream(StreamTransfer):
             no ``backend``) keeps everything in memory.
         backend: where memories live (a :class:`BaseMemoryBackend`, e.g.
             ``PostgresBackend.from_conn_string(url)``); overrides ``path``. The stream closes
-            it on :meth:`close`.
+            it on :meth:`close` (a constructor that raises leaves it open).
         namespace: the default namespace (user/agent) for reads and writes. A namespace never
             sees another's memories.
         scoring: how retrieval ranks memories; defaults to :meth:`ScoringConfig.hybrid`.
@@ -158,6 +158,7 @@ class MemoryStream(StreamTransfer):
             importance_scorer or HeuristicImportanceScorer()
         )
         self.embedding_model = embedding_model or embedding_identity(embeddings)
+        own_backend = backend is None
         if backend is None:
             from langchain_reflective.backends.sqlite import SQLiteBackend
 
@@ -172,7 +173,8 @@ class MemoryStream(StreamTransfer):
         self.path: Path | None = getattr(backend, "path", None) if path is not None else None
         stored_model = backend.embedding_model
         if stored_model and embedding_model is None and stored_model != self.embedding_model:
-            backend.close()
+            if own_backend:  # (a backend passed in stays the caller's until a stream takes it)
+                backend.close()
             raise EmbeddingError(
                 f"{path or 'the backend'} was written with embedding model {stored_model!r}, "
                 f"not {self.embedding_model!r}; vectors from different models are not "

@@ -283,6 +283,18 @@ class BackendConformance:
 
     # -- errors ----------------------------------------------------------------------------
 
+    def test_a_stream_refusing_a_backend_leaves_it_open(
+        self, backends: Callable[[], BaseMemoryBackend]
+    ) -> None:
+        """A stream whose embeddings the backend's memories were not made with closed the
+        backend it was given: one misconfigured stream took a shared backend down."""
+        backend = backends()
+        with MemoryStream(WordEmbeddings(32), backend=backend, embedding_model=MODEL) as first:
+            first.add("kept tea", importances=0.5, now=NOW)
+            with pytest.raises(EmbeddingError, match="not comparable"):
+                MemoryStream(WordEmbeddings(16), backend=backend)  # (another model)
+            assert [r.text for r in first.recent(None)] == ["kept tea"]
+
     def test_bad_input_is_a_typed_error_and_loses_nothing(
         self, backends: Callable[[], BaseMemoryBackend]
     ) -> None:
