@@ -125,6 +125,32 @@ def test_every_write_of_another_process_is_seen_by_the_next_retrieval(
     assert _held(local) == {"default": 12}
 
 
+def test_a_connection_in_another_encoding_still_sees_other_writes(
+    postgres_url: str, server: PostgresBackend
+) -> None:
+    """The catch-up and touch statements send the namespace as UTF-8 bytes: with
+    ``client_encoding=LATIN1`` in the URL, "café" reached the server as "cafÃ©", so the
+    local index never saw another process's writes and touches went to a namespace of
+    their own."""
+    sep = "&" if "?" in postgres_url else "?"
+    latin = _open(postgres_url + f"{sep}client_encoding=LATIN1", local_index=True,
+                  local_index_wait=True)  # fmt: skip
+    try:
+        records, _ = _fill(server, 20, namespace="café")
+        _assert_same(latin, server, namespace="café")
+        _fill(server, 7, namespace="café", seed=3)  # added elsewhere
+        _assert_same(latin, server, namespace="café")
+        assert _held(latin) == {"café": 27}
+        keys = _keys_of(server, records[:2])
+        latin.touch("café", keys, NOW)
+    finally:
+        latin.close()  # (writes the touches it holds)
+    with psycopg.connect(postgres_url) as conn:
+        rows = conn.execute("SELECT DISTINCT namespace FROM reflective_access").fetchall()
+    assert rows == [("café",)]
+    assert all(r.accessed_at == NOW for r in server.fetch("café", keys).values())
+
+
 def test_its_own_writes_and_touches_too(local: PostgresBackend, server: PostgresBackend) -> None:
     records, _ = _fill(local, 30)
     _assert_same(local, server)

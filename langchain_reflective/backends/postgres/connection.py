@@ -129,6 +129,10 @@ def _idle(conn: Any) -> bool:
 
 
 _SETTINGS = (
+    # the catch-up and touch statements send their text as UTF-8 bytes (``sent.py``): a
+    # connection in another encoding (``client_encoding=LATIN1`` in the URL) read a namespace
+    # "café" as "cafÃ©", so the local index never saw other processes' writes
+    "SET client_encoding = 'UTF8'",
     "SET TIME ZONE 'UTC'",
     "SET jit = off",
     "SET random_page_cost = 1.1",
