@@ -42,6 +42,8 @@ __all__ = [
 ]
 
 JSONL_FORMAT = "langchain-reflective/jsonl"
+JSONL_VERSION = 1
+"""The export format's version: an import refuses a file of a newer one."""
 """The ``format`` of an export's header line."""
 
 _COLUMNS = [
@@ -271,7 +273,7 @@ def export_jsonl(
         ns_list = [stream.resolve_namespace(n) for n in namespaces]
     header = {
         "format": JSONL_FORMAT,
-        "version": 1,
+        "version": JSONL_VERSION,
         "embedding_model": backend.embedding_model,
         "dimension": backend.dimension,
     }
@@ -496,6 +498,12 @@ def _header(fh: TextIO, source: Path) -> dict[str, Any]:
         raise InvalidMemoryError(f"{source} is not a langchain-reflective export") from exc
     if not isinstance(header, dict) or header.get("format") != JSONL_FORMAT:
         raise InvalidMemoryError(f"{source} is not a langchain-reflective export")
+    version = header.get("version", JSONL_VERSION)
+    if type(version) is not int or version > JSONL_VERSION:
+        raise InvalidMemoryError(
+            f"{source} is an export of format version {version!r}, newer than this "
+            f"langchain-reflective reads ({JSONL_VERSION}); upgrade the package"
+        )
     return header
 
 

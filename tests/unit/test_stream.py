@@ -445,6 +445,16 @@ def test_import_rejects_foreign_and_malformed(tmp_path: Path, stream) -> None:
     )
     with pytest.raises(InvalidMemoryError):
         stream.import_jsonl(bad)
+    # a newer format version is refused, not read as this one (it was imported before)
+    line = {"id": "x", "text": "x", "created_at": "2026-01-01T00:00:00+00:00"}
+    bad.write_text(
+        json.dumps({"format": "langchain-reflective/jsonl", "version": 99})
+        + "\n"
+        + json.dumps(line)
+        + "\n"
+    )
+    with pytest.raises(InvalidMemoryError, match="format version 99, newer than"):
+        stream.import_jsonl(bad)
     assert len(stream) == 0
 
 
