@@ -233,7 +233,9 @@ class ReflectiveMemory(Closing):
 
         Args:
             namespace: whose memories (default: the stream's namespace).
-            force: reflect even when the importance sum is below the threshold.
+            force: reflect even when the namespace is not due; ``False``: only when it has
+                reached this memory's triggers (``MemoryConfig.reflect_threshold`` or
+                ``reflect_every``), else return ``[]``.
             now: the clock for the stored reflections.
             config: a runnable config for the graph run (callbacks, tags, metadata).
 
@@ -244,8 +246,11 @@ class ReflectiveMemory(Closing):
         graph = self.graph
         # at most one reflection of a namespace at a time, across threads and processes
         with self.stream.backend.reflection_lock(inputs["namespace"]):
-            if self._trigger.rechecks and not self._trigger.due(inputs["namespace"]):
-                return []  # a background run whose counter another reflection has just reset
+            # a background run whose counter another reflection has just reset, or force=False
+            # below this memory's own triggers (MemoryConfig, not the graph's default threshold)
+            if (self._trigger.rechecks or not force) and not self._trigger.due(inputs["namespace"]):
+                return []
+            inputs["force"] = True
             out = graph.invoke(inputs, config=self._run_config(inputs["namespace"], config))
         return list(out.get("reflections", []))
 
@@ -280,8 +285,9 @@ class ReflectiveMemory(Closing):
             graph = await asyncio.to_thread(lambda: self.graph)
         ns = inputs["namespace"]
         async with self.stream.backend.areflection_lock(ns):
-            if only_if_due and not await asyncio.to_thread(self._trigger.due, ns):
+            if (only_if_due or not force) and not await asyncio.to_thread(self._trigger.due, ns):
                 return []
+            inputs["force"] = True
             out = await graph.ainvoke(inputs, config=self._run_config(ns, config))
         return list(out.get("reflections", []))
 

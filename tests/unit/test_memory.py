@@ -137,6 +137,23 @@ def test_inline_reflection_when_background_is_off(tmp_path, model, now) -> None:
         assert memory.stream.recent(kinds=["reflection"])  # done before add returned
 
 
+async def test_reflect_without_force_follows_the_memorys_own_triggers(tmp_path, now) -> None:
+    """``reflect(force=False)`` gated on the graph's default threshold (15), not on
+    ``MemoryConfig``: a memory due at 2.0 with 2.5 stored never reflected."""
+    model = ScriptedChatModel()
+    with make(tmp_path, model, reflect_threshold=2.0, background=False) as memory:
+        memory.stream.add(EVENTS[:2], importances=0.5, now=now)  # 1.0: not due
+        assert memory.reflect(force=False) == []
+        assert await memory.areflect(force=False) == []
+        assert model.count("questions") == 0
+        memory.stream.add(EVENTS[2:], importances=0.75, now=now)  # 2.5: due
+        assert memory.reflect(force=False)
+        assert model.count("questions") == 1
+        assert await memory.areflect(force=False) == []  # (reset by the reflection)
+        memory.stream.add(EVENTS, importances=0.6, now=now)  # 2.4: due again
+        assert await memory.areflect(force=False)
+
+
 async def test_two_async_adds_crossing_the_threshold_reflect_once_inline(tmp_path, now) -> None:
     """With ``background=False`` both writes found the namespace due and both reflected: the
     second, forced, ran after the first had reset the counter (the sync path re-checks)."""
