@@ -194,6 +194,13 @@ class _Reflection:
             raise ReflectionError(
                 f"the model's answer to the {stage} step is unusable (strict mode): {raw[:300]!r}"
             )
+        # (a model that never answers in a usable form would otherwise never reflect, unseen)
+        logger.warning(
+            "reflection %s step: the model's answer is unusable (%d chars): %r",
+            stage,
+            len(raw),
+            raw[:200],
+        )
 
     # -- steps -----------------------------------------------------------------------------
 
@@ -285,6 +292,13 @@ class _Reflection:
         insights = self._cited("insights", pairs, [r.id for r in records])
         if not insights:
             self._unusable("insights", raw)
+        if len(insights) > cfg.max_insights:  # (asked for at most that many: the condense
+            logger.warning(  # prompt holds every question's, and must fit the model)
+                "reflection insights step: %d insights for one question, the first %d kept",
+                len(insights),
+                cfg.max_insights,
+            )
+            insights = insights[: cfg.max_insights]
         found["insights"] = [i.to_dict() for i in insights]
         found["evidence_ids"] = [r.id for r in records]
         return {"branches": [found]}

@@ -311,6 +311,35 @@ def test_insights_citing_nothing_shown_are_dropped_with_a_warning(
     assert "Klaus invents things" in dropped[0]
 
 
+def test_a_question_answered_with_too_many_insights_keeps_max_insights(
+    now: datetime, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A looping model's thousands of insights per question all went into the condense
+    prompt, which a real model's context cannot hold."""
+    flood = "\n".join(f"{i}. Klaus works hard, take {i} [1]" for i in range(1, 401))
+    model = ScriptedChatModel(overrides={"insights": flood})
+    stream = make_stream(model, now)
+    with caplog.at_level("WARNING", logger="langchain_reflective.reflection.graph"):
+        make_graph(model, stream, max_insights=4).invoke({"now": later(now)})
+    (condense,) = [c for c in model.calls if c.kind == "condense"]
+    lines = block_items(list(condense.messages), "insights")
+    assert len(lines) == 3 * 4  # (three questions)
+    kept = [r.getMessage() for r in caplog.records if "for one question" in r.getMessage()]
+    assert len(kept) == 3 and "400 insights for one question, the first 4 kept" in kept[0]
+
+
+def test_an_unusable_answer_is_logged(now: datetime, caplog: pytest.LogCaptureFixture) -> None:
+    """An answer with no usable question reset the counter (``reset_on_empty``) unseen: a
+    model that never answers in a usable form never reflected, and nothing said so."""
+    model = ScriptedChatModel(overrides={"questions": "[]  (none)"})
+    stream = make_stream(model, now)
+    with caplog.at_level("WARNING", logger="langchain_reflective.reflection.graph"):
+        out = make_graph(model, stream).invoke({"now": later(now)})
+    assert out["reflections"] == []
+    (warning,) = [r.getMessage() for r in caplog.records if "unusable" in r.getMessage()]
+    assert "questions step" in warning and "(none)" in warning
+
+
 def test_force_skips_the_threshold(now: datetime) -> None:
     model = ScriptedChatModel()
     stream = make_stream(model, now)
