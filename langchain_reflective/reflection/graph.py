@@ -214,7 +214,7 @@ class _Reflection:
         total = float(counter.importance_sum)
         update: Update = {
             "namespace": ns,
-            "now": now,
+            "run_now": now,  # (not written to ``now``: a thread's next run would take it as given)
             "importance_sum": total,
             "adds_since": int(counter.adds_since),
             "reflection_generation": counter.generation,
@@ -226,7 +226,9 @@ class _Reflection:
             "condensed": [],
             "skipped": None,
         }
-        if not state.get("force") and total < self.config.threshold:
+        if state.get("force"):
+            update["force"] = False  # (one run's: a checkpointed thread's next run is not forced)
+        elif total < self.config.threshold:
             return {**update, "skipped": "below_threshold"}
         recent = yield Op(
             st.recent, threaded(st.recent), (self.config.recent_window,), {"namespace": ns}
@@ -341,7 +343,7 @@ class _Reflection:
         """Store the insights as ``reflection`` records and reset the counter, atomically, if
         no other reflection reset it since the gate read it (else: ``superseded``)."""
         ns = state.get("namespace") or self.stream.namespace
-        now = state.get("now") or datetime.now(UTC)
+        now = state.get("run_now") or datetime.now(UTC)
         condensed = [Insight.from_dict(i) for i in state.get("condensed") or []]
         st = self.stream
         # what the gate counted: memories stored while this reflection ran keep counting; its
@@ -435,7 +437,7 @@ def fan_out_questions(state: ReflectionGraphState) -> list[Send] | str:
     if not questions:
         return "store"
     ns = state.get("namespace") or ""
-    now = state.get("now") or datetime.now(UTC)
+    now = state.get("run_now") or datetime.now(UTC)
     return [
         Send("insights", InsightBranch(index=i, question=q, namespace=ns, now=now))
         for i, q in enumerate(questions)
@@ -497,7 +499,9 @@ def create_reflection_graph(
         stream: The memory stream to reflect on and to store reflections in.
         config: Thresholds, sizes, strictness, retries (:class:`ReflectionConfig`).
         prompts: Custom prompts, e.g. a synthesis (insights) prompt (:class:`ReflectionPrompts`).
-        checkpointer: Passed to ``compile``; leave ``None`` inside a parent graph.
+        checkpointer: Passed to ``compile``; leave ``None`` inside a parent graph. A thread
+            keeps its inputs as LangGraph state does (``namespace``, ``now`` when given),
+            except ``force``, which holds for one run.
         name: The compiled graph's name (its run name in traces).
 
     Returns:

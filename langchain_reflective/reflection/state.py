@@ -41,7 +41,8 @@ class ReflectionInput(TypedDict, total=False):
     """Input of the reflection graph (every key optional)."""
 
     force: bool
-    """Reflect even when the importance sum is below the threshold."""
+    """Reflect even when the importance sum is below the threshold (for one run: the gate
+    sets it back to ``False``, so a checkpointed thread's next run is not forced)."""
     namespace: str | None
     """Whose memories (default: the stream's namespace)."""
     now: datetime | None
@@ -116,6 +117,10 @@ class ReflectionGraphState(ReflectionInput, ReflectionOutput, total=False):
     """The counter's generation as the gate read it (``ReflectionState.generation``): the store
     step resets the counter only if it is unchanged, so of two runs at once only the first
     stores (``None``, e.g. in state checkpointed by an older version: unconditional)."""
+    run_now: datetime
+    """This run's clock: the input ``now``, else the time the gate ran (kept apart from
+    ``now``, which a checkpointed thread keeps: its next run would take this one's clock as
+    given and store its reflections at this run's time)."""
     recent: list[str]
     """Texts of the recent memories the questions are asked about."""
     branches: Annotated[list[QuestionInsights], merge_branches]

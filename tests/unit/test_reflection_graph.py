@@ -340,6 +340,28 @@ def test_an_unusable_answer_is_logged(now: datetime, caplog: pytest.LogCaptureFi
     assert "questions step" in warning and "(none)" in warning
 
 
+def test_a_checkpointed_threads_next_run_is_not_forced_nor_on_the_last_runs_clock(
+    now: datetime,
+) -> None:
+    """The thread kept the first run's ``force`` and the clock its gate had filled in, so the
+    next run, given neither, reflected below the threshold and stored its reflections at the
+    first run's time."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    model = ScriptedChatModel()
+    stream = make_stream(model, now)
+    graph = create_reflection_graph(
+        model, stream, config=ReflectionConfig(retry=FAST, threshold=100.0),
+        checkpointer=InMemorySaver(),
+    )  # fmt: skip
+    cfg = {"configurable": {"thread_id": "t"}}
+    first = graph.invoke({"force": True}, cfg)
+    assert first["reflections"] and first["skipped"] is None
+    assert graph.invoke({}, cfg)["skipped"] == "below_threshold"
+    second = graph.invoke({"force": True}, cfg)
+    assert second["reflections"][0].created_at > first["reflections"][0].created_at
+
+
 def test_force_skips_the_threshold(now: datetime) -> None:
     model = ScriptedChatModel()
     stream = make_stream(model, now)
