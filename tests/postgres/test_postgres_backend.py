@@ -119,6 +119,41 @@ def test_setup_is_idempotent_concurrent_and_versioned(postgres_url: str) -> None
             b.close()
 
 
+def test_a_role_that_may_only_read_and_write_can_call_setup_and_use_the_memory(
+    postgres_url: str,
+) -> None:
+    """An administrator set the tables up; the application's role has no CREATE privilege:
+    its setup() at start-up failed ("permission denied for schema public") on the
+    CREATE TABLE IF NOT EXISTS of an up-to-date database."""
+    role = f"app_{time.monotonic_ns()}"
+    with PostgresBackend.from_conn_string(postgres_url) as admin:
+        admin.setup()
+        with MemoryStream(WordEmbeddings(8), backend=admin) as stream:
+            stream.add("set up by the administrator", importances=0.5)  # (binds the dimension)
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f"REVOKE CREATE ON SCHEMA public FROM PUBLIC, {role}")
+        conn.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
+        conn.execute(
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}"
+        )
+        conn.execute(f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {role}")
+    head, sep, query = postgres_url.partition("?")
+    scheme, rest = head.split("://", 1)
+    app_url = f"{scheme}://{role}@{rest.split('@', 1)[-1]}{sep}{query}"
+    with PostgresBackend.from_conn_string(app_url) as app:
+        app.setup()  # (nothing to do: no DDL)
+        with MemoryStream(WordEmbeddings(8), backend=app) as stream:
+            stream.add("written by the application", importances=0.5)
+            assert [h.record.text for h in stream.retrieve("application", k=1)] == [
+                "written by the application"
+            ]
+    with psycopg.connect(postgres_url, autocommit=True) as conn, contextlib.suppress(psycopg.Error):
+        conn.execute(f"REASSIGN OWNED BY {role} TO CURRENT_USER")
+        conn.execute(f"DROP OWNED BY {role}")
+        conn.execute(f"DROP ROLE {role}")
+
+
 def test_a_newer_schema_is_refused(backend: PostgresBackend, postgres_url: str) -> None:
     """By setup() and, without it, by the first use: a stream over the database (whose add
     stored rows silently before); the reflective command: test_postgres_cli.py."""

@@ -358,6 +358,16 @@ def migrate(conn: psycopg.Connection[Any]) -> None:
     """
     from langchain_reflective.backends.postgres.failures import version_of
 
+    # up to date: no DDL at all, so a role that may only read and write the tables (an
+    # administrator set them up) can call setup() at start-up too (CREATE TABLE IF NOT EXISTS
+    # needs the CREATE privilege even when the table exists)
+    if conn.execute("SELECT to_regclass('reflective_schema_version')").fetchone() != (None,):
+        row = conn.execute("SELECT max(version) FROM reflective_schema_version").fetchone()
+        current = version_of(row)
+        if current > SCHEMA_VERSION:
+            raise newer_schema_error(current)
+        if current == SCHEMA_VERSION:
+            return
     unbounded_transaction(conn)  # (a migration of a large table takes its time)
     conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", SETUP_LOCK)
     conn.execute(
