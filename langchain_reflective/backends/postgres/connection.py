@@ -25,6 +25,7 @@ from langchain_reflective.backends._fork import ProcessGuard
 from langchain_reflective.backends.postgres.failures import (
     MISSING,
     ConnectionLostError,
+    WriteOutcomeUnknownError,
     storage_error,
     typed_error,
     version_after,
@@ -535,10 +536,17 @@ class Pools:
         try:
             with self.conn() as conn, conn.transaction():
                 return write(conn)
-        except ConnectionLostError:
+        except ConnectionLostError as lost:
             if outcome is None:
                 raise
-            done = self.retrying(outcome)
+            try:
+                done = self.retrying(outcome)
+            except ConnectionLostError as again:
+                raise WriteOutcomeUnknownError(
+                    f"{lost}; whether the write committed is unknown (the server could not "
+                    f"be asked: {again}): it may be stored, so look its memories up by id "
+                    "before writing them again"
+                ) from again
             if done is not None:
                 return done
             with self.conn() as conn, conn.transaction():

@@ -61,6 +61,12 @@ class ConnectionLostError(StorageError):
     :meth:`Pools.writing` finds out whether its write committed."""
 
 
+class WriteOutcomeUnknownError(ConnectionLostError):
+    """A write's connection was lost, and so was every connection that asked afterwards
+    whether it committed: it may be stored. Look its memories up by id before writing them
+    again (the message, or a note, names them)."""
+
+
 def typed_error(exc: BaseException, lost: bool) -> Exception:
     """:func:`storage_error`, as a :class:`ConnectionLostError` when the connection was lost."""
     error = storage_error(exc)
