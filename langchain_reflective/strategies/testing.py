@@ -171,6 +171,10 @@ class StrategyConformanceTests(ABC):
             assert self._tags(nobody) == set()
             default = strategy.context(self._question())
             assert self._tags(default) == set(), "the default namespace saw another's turns"
+            # names that differ in case, or of which one starts the other, are other owners
+            for other in ("Alice", "ALICE", "alic", "alice2", "alice/x", "bo"):
+                seen = self._tags(strategy.context(self._question(), namespace=other))
+                assert seen == set(), f"namespace {other!r} saw another namespace's turns"
         finally:
             self.close_strategy(strategy)
 
@@ -200,6 +204,14 @@ class StrategyConformanceTests(ABC):
             self._commit(strategy, 4, 1, "alice")  # and the namespace is usable again
             alice = self._shown_once(strategy.context(self._question(), namespace="alice"))
             assert alice == ({tag(4, 0)} if self.visible(1) else set())
+            # no namespace: the default one only, never everyone's
+            self._commit(strategy, 9, 2, strategy.default_namespace)
+            strategy.purge()
+            assert self._tags(strategy.context(self._question())) == set()
+            still = self._shown_once(strategy.context(self._question(), namespace="alice"))
+            assert still == alice, "purge() without a namespace forgot another namespace"
+            bob = self._shown_once(strategy.context(self._question(), namespace="bob"))
+            assert len(bob) == self.visible(3), "purge() without a namespace forgot bob's turns"
         finally:
             self.close_strategy(strategy)
 
@@ -275,17 +287,37 @@ class StrategyConformanceTests(ABC):
         finally:
             self.close_strategy(strategy)
 
+    def test_half_turns_are_committed_and_shown_without_error(self) -> None:
+        """The middleware commits a turn without an answer (``reply=""``: the run ended
+        without one) and an answer without a new question (``query=""``: a resumed run)."""
+        strategy = self._run("half turns")
+        try:
+            whole = self.make_observation(10, 0, namespace="alice")
+            strategy.commit(whole)
+            strategy.commit(replace(self.make_observation(10, 1, namespace="alice"), reply=""))
+            strategy.commit(replace(self.make_observation(10, 2, namespace="alice"), query=""))
+            shown = self._tags(strategy.context(self._question(), namespace="alice"))
+            assert shown <= {tag(10, i) for i in range(3)}
+            assert self._tags(strategy.context(self._question(), namespace="bob")) == set()
+        finally:
+            self.close_strategy(strategy)
+
     def test_async_twins(self) -> None:
         strategy = self._run("async")
 
         async def scenario() -> tuple[set[str], set[str], set[str]]:
             for i in range(3):
                 await strategy.acommit(self.make_observation(7, i, namespace="alice"))
+            for i in range(2):
+                await strategy.acommit(self.make_observation(8, i, namespace="bob"))
             shown = self._shown_once(await strategy.acontext(self._question(), namespace="alice"))
             budgeted = await strategy.acontext(self._question(), budget=10, namespace="alice")
             assert count_tokens(budgeted) <= 10
             await strategy.apurge(namespace="alice")
             after = self._tags(await strategy.acontext(self._question(), namespace="alice"))
+            bob = self._shown_once(await strategy.acontext(self._question(), namespace="bob"))
+            assert bob <= {tag(8, i) for i in range(2)}, "acontext showed another namespace's"
+            assert len(bob) == self.visible(2), "apurge(alice) forgot bob's turns"
             return shown, {tag(7, i) for i in range(3)}, after
 
         try:
