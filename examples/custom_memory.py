@@ -47,8 +47,8 @@ class PriorityMemory(BaseMemoryStrategy):
         with self._lock:
             kept = self._kept.setdefault(namespace, [])
             kept.append(scored)
-            kept.sort(key=lambda o: o.importance or 0.0, reverse=True)
-            del kept[self.max_size :]  # evict the least important
+            kept.sort(key=lambda o: (o.importance or 0.0, o.created_at), reverse=True)
+            del kept[self.max_size :]  # evict the least important (the oldest of equals)
 
     def context(
         self,

@@ -7,6 +7,7 @@ import tempfile
 import threading
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +124,22 @@ class TestPriorityMemoryExample(StrategyConformanceTests):
 
     def visible(self, committed: int) -> int:
         return min(committed, 4)
+
+
+def test_the_example_keeps_the_newest_of_equally_important_turns() -> None:
+    """Every reply of 1,000+ characters scores 1.0: the example kept the oldest of equals, so
+    once full of long answers it never kept a new one."""
+    module: Any = next(load(EXAMPLES_DIR / "custom_memory.py"))
+    memory = module.PriorityMemory(max_size=2)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    for i, city in enumerate(["Lisbon", "Porto", "Oslo"]):
+        reply = f"You live in {city}. " + "x" * 1000
+        memory.commit(
+            Observation(query=f"I live in {city}", reply=reply, namespace="u",
+                        created_at=start + timedelta(days=i))
+        )  # fmt: skip
+    text = " ".join(str(m.content) for m in memory.context([], namespace="u"))
+    assert "Oslo" in text and "Porto" in text and "Lisbon" not in text
 
 
 class KeptOnlyMemory(BaseMemoryStrategy):
