@@ -178,6 +178,9 @@ class MemoryMiddleware(AgentMiddleware[MemoryState, Any]):
         user_prefix: label of remembered user messages in the context (and, for a
             ``ReflectiveMemory``, prefix of a stored user message).
         assistant_prefix: label (and stored prefix) of remembered answers.
+        name: the middleware's name (default: its class name); give each a name of its own
+            to put two memory middlewares in one agent (``create_agent`` refuses two of one
+            name), e.g. a short-term ``WindowMemory`` beside a long-term memory.
 
     Example:
         .. code-block:: python
@@ -206,7 +209,11 @@ class MemoryMiddleware(AgentMiddleware[MemoryState, Any]):
         tools: Sequence[BaseTool] = (),
         user_prefix: str = "User: ",
         assistant_prefix: str = "Assistant: ",
+        name: str | None = None,
     ) -> None:
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise ValueError("name must be a non-empty string")
+        self._name = name
         if isinstance(strategy, ReflectiveMemory):
             strategy = ReflectiveMemoryStrategy(
                 strategy, user_prefix=user_prefix, assistant_prefix=assistant_prefix
@@ -228,6 +235,11 @@ class MemoryMiddleware(AgentMiddleware[MemoryState, Any]):
         self._context_runnable: RunnableLambda[dict[str, Any], str] = RunnableLambda(
             self._context, afunc=self._acontext, name=strategy.context_run_name
         )
+
+    @property
+    def name(self) -> str:
+        """The middleware's name: the ``name`` given, else the class name."""
+        return self._name or type(self).__name__
 
     # -- namespace -----------------------------------------------------------------------------
 
@@ -419,6 +431,8 @@ class ReflectiveMemoryMiddleware(MemoryMiddleware):
             (``recall_memories``, ``save_memory``, ``reflect_now``), bound to the same namespace.
         user_prefix: prefix of a recorded user message.
         assistant_prefix: prefix of a recorded answer.
+        name: the middleware's name (default: its class name), as for
+            :class:`MemoryMiddleware`.
 
     Example:
         .. code-block:: python
@@ -446,6 +460,7 @@ class ReflectiveMemoryMiddleware(MemoryMiddleware):
         include_tools: bool = False,
         user_prefix: str = "User: ",
         assistant_prefix: str = "Assistant: ",
+        name: str | None = None,
     ) -> None:
         if not isinstance(memory, ReflectiveMemory):
             raise TypeError(f"memory must be a ReflectiveMemory, got {type(memory).__name__}")
@@ -457,6 +472,7 @@ class ReflectiveMemoryMiddleware(MemoryMiddleware):
             record=record,
             user_prefix=user_prefix,
             assistant_prefix=assistant_prefix,
+            name=name,
         )
         self.memory = memory
         if include_tools:

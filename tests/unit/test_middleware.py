@@ -422,3 +422,28 @@ def test_two_memory_middlewares_in_one_agent_each_record_the_turn(
     ]
     kept = [m.text for m in window.context([], namespace="kim")]
     assert kept == ["I love tea", "A1", "and green tea", "A2", "OK."]
+
+
+def test_two_memory_middlewares_with_names_of_their_own_share_one_agent() -> None:
+    """``create_agent`` refuses two middlewares of one name, and the name was the class's:
+    a short-term window beside a long-term memory could not be built."""
+    from langchain_reflective import ImportanceMemory, MemoryMiddleware, WindowMemory
+
+    short, long = WindowMemory(capacity=2), ImportanceMemory()
+    model = FakeChat(script=["Noted: Lisbon.", "You live in Lisbon."])
+    agent = create_agent(
+        model,
+        middleware=[
+            MemoryMiddleware(short, name="short_term"),
+            MemoryMiddleware(long, name="long_term"),
+        ],
+    )
+    agent.invoke(user("I live in Lisbon."), context={"user_id": "ann"})
+    agent.invoke(user("Where do I live?"), context={"user_id": "ann"})
+    system = [m for m in model.calls[-1] if isinstance(m, SystemMessage)]
+    assert system and system[0].text.count("I live in Lisbon.") == 2  # (one block each)
+    for strategy in (short, long):  # each recorded each turn once
+        shown = strategy.context([], namespace="ann")
+        assert sum("Where do I live?" in str(m.content) for m in shown) == 1
+    with pytest.raises(ValueError, match="name must be a non-empty string"):
+        MemoryMiddleware(short, name=" ")
