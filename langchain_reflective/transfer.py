@@ -42,9 +42,9 @@ __all__ = [
 ]
 
 JSONL_FORMAT = "langchain-reflective/jsonl"
+"""The ``format`` of an export's header line."""
 JSONL_VERSION = 1
 """The export format's version: an import refuses a file of a newer one."""
-"""The ``format`` of an export's header line."""
 
 _COLUMNS = [
     "id",
@@ -411,36 +411,44 @@ def import_jsonl(
     source = Path(path)
     items = _moved_items(source, namespace) if namespace else {}
     imported = 0
-    with _open_export(source) as fh:
-        header = _header(fh, source)
-        same_model = header.get("embedding_model") == stream.embedding_model
-        dim = header.get("dimension")
-        # the export's dimension: its header's, else its first vector's; every vector has it
-        export_dim = dim if type(dim) is int and dim > 0 else None
-        reuse: bool | None = None  # decided at the first vector, before anything is written
-        batch: list[tuple[MemoryRecord, list[float] | None]] = []
-        for lineno, line in _lines(fh, source):
-            try:
-                data = json.loads(line)
-                record = MemoryRecord.from_dict(data)
-                vec = _vector(data, export_dim)
-            except (json.JSONDecodeError, InvalidMemoryError, TypeError, RecursionError) as exc:
-                raise InvalidMemoryError(f"{source}:{lineno}: {exc}") from exc
-            if keyed is not None:
-                record = keyed(record)
-            if vec is not None:
-                if export_dim is None:
-                    export_dim = len(vec)
-                if reuse is None:  # one probe at most; a model of another dimension re-embeds
-                    reuse = same_model and export_dim == _target_dimension(stream, record.text)
-            if namespace and record.namespace != namespace:
-                record = _moved(record, namespace, items)
-            batch.append((record, vec if reuse else None))
-            if len(batch) >= batch_size:
+    try:
+        with _open_export(source) as fh:
+            header = _header(fh, source)
+            same_model = header.get("embedding_model") == stream.embedding_model
+            dim = header.get("dimension")
+            # the export's dimension: its header's, else its first vector's; every vector has it
+            export_dim = dim if type(dim) is int and dim > 0 else None
+            reuse: bool | None = None  # decided at the first vector, before anything is written
+            batch: list[tuple[MemoryRecord, list[float] | None]] = []
+            for lineno, line in _lines(fh, source):
+                try:
+                    data = json.loads(line)
+                    record = MemoryRecord.from_dict(data)
+                    vec = _vector(data, export_dim)
+                except (json.JSONDecodeError, InvalidMemoryError, TypeError, RecursionError) as exc:
+                    raise InvalidMemoryError(f"{source}:{lineno}: {exc}") from exc
+                if keyed is not None:
+                    record = keyed(record)
+                if vec is not None:
+                    if export_dim is None:
+                        export_dim = len(vec)
+                    if reuse is None:  # one probe at most; a model of another dimension re-embeds
+                        reuse = same_model and export_dim == _target_dimension(stream, record.text)
+                if namespace and record.namespace != namespace:
+                    record = _moved(record, namespace, items)
+                batch.append((record, vec if reuse else None))
+                if len(batch) >= batch_size:
+                    imported += _import_batch(stream, batch)
+                    batch = []
+            if batch:
                 imported += _import_batch(stream, batch)
-                batch = []
-        if batch:
-            imported += _import_batch(stream, batch)
+    except Exception as exc:
+        if imported:  # (the batches before the failing one are stored: say so)
+            exc.add_note(
+                f"{imported} record(s) of {source} were imported before this error (whole "
+                "batches); importing the file again, fixed, skips them"
+            )
+        raise
     return imported
 
 

@@ -458,6 +458,26 @@ def test_import_rejects_foreign_and_malformed(tmp_path: Path, stream) -> None:
     assert len(stream) == 0
 
 
+def test_a_failed_import_says_how_much_was_imported_before(tmp_path: Path, stream) -> None:
+    """The batches before a bad line are stored (as documented); the error said only which
+    line failed, not that anything had been imported."""
+    stream.add([f"fact number {i}" for i in range(5)], importances=0.5)
+    good = tmp_path / "good.jsonl"
+    stream.export_jsonl(good)
+    lines = good.read_text().splitlines()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join([*lines[:5], "{not json", *lines[5:]]) + "\n")
+    with MemoryStream(WordEmbeddings(), path=tmp_path / "copy.db") as copy:
+        with pytest.raises(InvalidMemoryError, match=r"bad\.jsonl:6") as failed:
+            copy.import_jsonl(bad, batch_size=2)
+        assert failed.value.__notes__ == [
+            f"4 record(s) of {bad} were imported before this error (whole batches); "
+            "importing the file again, fixed, skips them"
+        ]
+        assert len(copy) == 4
+        assert copy.import_jsonl(good) == 1
+
+
 class NamedEmbeddings(WordEmbeddings):
     """One model name at any dimension (as ``OpenAIEmbeddings(dimensions=...)``); counts the
     texts it embeds."""
