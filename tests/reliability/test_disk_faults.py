@@ -247,3 +247,28 @@ def test_export_into_a_folder_that_cannot_be_written(
             stream.export_jsonl(tmp_path / "nowhere" / "out.jsonl")
         _export_refused(info.value, tmp_path / "nowhere" / "out.jsonl", errno.ENOENT)
         assert not out.exists()
+
+
+def test_an_add_stored_before_its_index_update_failed_returns_and_is_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The rows commit, then the in-memory index is brought up to date: a failure there (an
+    I/O error loading the namespace, memory) was raised as if the add had failed, though the
+    memories were stored; a caller retrying the add stored them twice."""
+    from langchain_reflective.backends.sqlite.backend import SQLiteBackend
+
+    with MemoryStream(WordEmbeddings(), path=tmp_path / "m.db") as stream:
+        stream.add("the first memory loads the namespace", importances=0.5)
+        real = SQLiteBackend._after_put
+
+        def failing(*args: Any, **kwargs: Any) -> None:
+            raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr(SQLiteBackend, "_after_put", failing)
+        with caplog.at_level("WARNING", logger="langchain_reflective.backends.sqlite.backend"):
+            (record,) = stream.add("Alice keeps bees on the roof", importances=0.5)
+        assert "were stored" in caplog.text and "Input/output error" in caplog.text
+        monkeypatch.setattr(SQLiteBackend, "_after_put", real)
+        assert len(stream) == 2
+        hits = stream.retrieve("bees on the roof", k=1)
+        assert hits[0].record.id == record.id

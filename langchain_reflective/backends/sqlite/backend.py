@@ -225,7 +225,17 @@ class SQLiteBackend(BaseMemoryBackend):
             seqs = self.store.insert(records, vectors, counter=counter, pending=pending)
             if self.store.consume_write_conflict():
                 self._partitions.clear()  # another process wrote: reload from the file
-            self._after_put_all(records, vectors, seqs)
+            try:
+                self._after_put_all(records, vectors, seqs)
+            except Exception as exc:  # the memories are stored: raising would invite a retry,
+                self._partitions.clear()  # which stores them twice; the caches reload instead
+                logger.warning(
+                    "%d memories were stored in %s, but updating the in-memory index failed "
+                    "(%r); it is loaded from the file again on next use",
+                    len(records),
+                    self.path or "memory",
+                    exc,
+                )
 
     def _after_put_all(
         self, records: Sequence[MemoryRecord], vectors: F32, seqs: Sequence[int]
