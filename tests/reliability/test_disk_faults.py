@@ -131,7 +131,7 @@ def test_unwritable_file_is_not_called_damaged(
     path = tmp_path / "memory.db"
     _populated(path)
 
-    def readonly(*_: object) -> None:
+    def readonly(*_: object, **__: object) -> None:
         raise sqlite3.OperationalError("attempt to write a readonly database")
 
     monkeypatch.setattr(connection_module, "init_schema", readonly)
