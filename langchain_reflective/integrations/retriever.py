@@ -12,6 +12,7 @@ from langchain_core.callbacks import (
 )
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever, LangSmithRetrieverParams
+from langchain_core.runnables import RunnableConfig, ensure_config
 from pydantic import ConfigDict, Field
 
 from langchain_reflective.scoring import ScoringConfig
@@ -42,7 +43,8 @@ class ReflectiveRetriever(BaseRetriever):
     k: int = Field(default=4, ge=1)
     """How many documents to return (overridable per call with ``k=``)."""
     namespace: str | None = None
-    """The namespace to read (default: the stream's)."""
+    """The namespace to read (default: the run's owner, see ``namespace_key``, else the
+    stream's)."""
     namespaces: list[str] | None = None
     """Several namespaces to rank as one instead (e.g. a user's and a shared one; see
     ``MemoryStream.retrieve``); each document's ``namespace`` metadata says where it lives."""
@@ -52,6 +54,47 @@ class ReflectiveRetriever(BaseRetriever):
     """Whether retrieval updates ``last_accessed_at`` (as Generative Agents does)."""
     scoring: ScoringConfig | None = None
     """Override the stream's scoring."""
+    namespace_key: str | None = "user_id"
+    """The runtime-context attribute / ``configurable`` key naming the run's owner, read as
+    the agent middleware and the memory tools read it: a retriever given neither
+    ``namespace`` nor ``namespaces`` (here or per call) reads that owner's memories, e.g.
+    ``chain.invoke(q, {"configurable": {"user_id": "alice"}})``; ``None``: never."""
+    require_namespace: bool = False
+    """Raise ``ValueError`` when a retrieval names no namespace and the run no owner,
+    instead of reading the stream's default namespace (recommended for multi-user apps)."""
+
+    def invoke(
+        self, input: str, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> list[Document]:
+        return super().invoke(input, config, **self._with_owner(config, kwargs))
+
+    async def ainvoke(
+        self, input: str, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> list[Document]:
+        return await super().ainvoke(input, config, **self._with_owner(config, kwargs))
+
+    def _with_owner(self, config: RunnableConfig | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``kwargs`` with the run's owner as ``namespace`` when nothing else names one."""
+        named = (kwargs.get(k) is not None for k in ("namespace", "namespaces"))
+        if any(named) or self.namespace is not None or self.namespaces is not None:
+            return kwargs
+        # (tools.py builds its recall tool on this retriever: imported here, not at the top)
+        from langchain_reflective.integrations.tools import _current_run_context, namespace_from_run
+
+        owner = None
+        if self.namespace_key:
+            owner = namespace_from_run(
+                self.namespace_key, context=_current_run_context(), config=ensure_config(config)
+            )
+        if owner is not None:
+            return {**kwargs, "namespace": owner}
+        if self.require_namespace:
+            key = self.namespace_key or "user_id"
+            raise ValueError(
+                "no memory owner for this retrieval: give the retriever a namespace, or invoke "
+                f"it with config={{'configurable': {{{key!r}: ...}}}}"
+            )
+        return kwargs
 
     def _get_ls_params(self, **kwargs: Any) -> LangSmithRetrieverParams:
         params = super()._get_ls_params(**kwargs)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -89,3 +90,34 @@ def test_copies_share_the_stream_and_pickling_says_why_not(stream, now) -> None:
         assert [d.page_content for d in clone.invoke("tea")] == ["alice likes tea"]
     with pytest.raises(TypeError, match="cannot be serialized"):
         pickle.dumps(retriever)
+
+
+def test_a_retriever_without_a_namespace_reads_the_runs_owner(stream, now) -> None:
+    """It read the stream's default namespace whatever the run's ``user_id``, unlike the
+    middleware and the tools: in a chain serving several users, everyone shared it."""
+    from langchain_core.runnables import RunnableLambda
+
+    stream.add(["Alice's diary"], namespace="alice", importances=0.5, now=now)
+    stream.add(["Bob's diary"], namespace="bob", importances=0.5, now=now)
+    stream.add(["Nobody's diary"], importances=0.5, now=now)
+    retriever = ReflectiveRetriever(memory_stream=stream, k=5)
+    chain = retriever | RunnableLambda(lambda docs: [d.page_content for d in docs])
+    assert chain.invoke("diary", {"configurable": {"user_id": "bob"}}) == ["Bob's diary"]
+    alice = {"configurable": {"user_id": "alice"}}
+    assert [[d.page_content for d in docs] for docs in retriever.batch(["diary"], alice)] == [
+        ["Alice's diary"]
+    ]
+    docs = asyncio.run(retriever.ainvoke("diary", alice))
+    assert [d.page_content for d in docs] == ["Alice's diary"]
+    assert [d.page_content for d in retriever.invoke("diary")] == ["Nobody's diary"]
+    # a namespace given (to the retriever or per call) wins over the run's owner
+    pinned = ReflectiveRetriever(memory_stream=stream, namespace="alice", k=5)
+    assert [
+        d.page_content for d in pinned.invoke("diary", {"configurable": {"user_id": "bob"}})
+    ] == ["Alice's diary"]
+    strict = ReflectiveRetriever(memory_stream=stream, require_namespace=True)
+    with pytest.raises(ValueError, match="no memory owner"):
+        strict.invoke("diary")
+    assert [
+        d.page_content for d in strict.invoke("diary", {"configurable": {"user_id": "bob"}})
+    ] == ["Bob's diary"]
