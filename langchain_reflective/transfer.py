@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 import numpy as np
 
-from langchain_reflective.errors import ExportError, InvalidMemoryError
+from langchain_reflective.errors import ExportError, InvalidMemoryError, StorageError
 from langchain_reflective.records import MemoryRecord, utc
 from langchain_reflective.scoring import recency
 from langchain_reflective.store_codec import ITEM_METADATA_KEY, item_key, item_memory_id
@@ -28,8 +28,10 @@ from langchain_reflective.stream_base import StreamBase, _arun, _Flow, _run
 from langchain_reflective.validation import as_unit_vectors
 
 if TYPE_CHECKING:
+    import numpy.typing as npt
     import pandas as pd
 
+    from langchain_reflective.backends.base import BaseMemoryBackend
     from langchain_reflective.records import ScoredMemory
 
 __all__ = [
@@ -598,6 +600,28 @@ def _import_batch(stream: StreamBase, batch: list[tuple[MemoryRecord, list[float
             same = np.abs(norms - 1.0) < 1e-5
             unit[np.asarray(given)[same]] = raw[same]
         backend.bind_embeddings(stream.embedding_model, unit.shape[1])
-        backend.put([r for r, _ in fresh], unit)  # no counter: imports do not trigger reflection
-        total += len(fresh)
+        total += _put_fresh(backend, ns, [r for r, _ in fresh], unit)
     return total
+
+
+def _put_fresh(
+    backend: BaseMemoryBackend,
+    namespace: str,
+    records: list[MemoryRecord],
+    unit: npt.NDArray[np.float32],
+) -> int:
+    """Store ``records`` (none was stored when they were looked up): no counter, imports do not
+    trigger reflection. When another process imported some of them since the lookup (the same
+    file imported by several workers at once), the put fails on their ids: those are skipped
+    as stored, and the rest put again."""
+    try:
+        backend.put(records, unit)
+        return len(records)
+    except StorageError:
+        stored = {r.id for r in backend.get(namespace, [r.id for r in records])}
+        if not stored:  # (not a concurrent import: its own error)
+            raise
+    keep = [i for i, r in enumerate(records) if r.id not in stored]
+    if keep:
+        backend.put([records[i] for i in keep], unit[keep])
+    return len(keep)

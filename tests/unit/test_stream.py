@@ -6,6 +6,7 @@ import sqlite3
 import stat
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -476,6 +477,32 @@ def test_a_failed_import_says_how_much_was_imported_before(tmp_path: Path, strea
         ]
         assert len(copy) == 4
         assert copy.import_jsonl(good) == 1
+
+
+def test_one_file_imported_by_two_workers_at_once_is_stored_once(
+    tmp_path: Path, stream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each looked up which ids were stored, then wrote the rest: the one that wrote second
+    failed with "could not store memories (duplicate id?)" (existing ids are to be skipped)."""
+    stream.add([f"fact number {i}" for i in range(6)], importances=0.5)
+    path = tmp_path / "facts.jsonl"
+    stream.export_jsonl(path)
+    shared = tmp_path / "shared.db"
+    with (
+        MemoryStream(WordEmbeddings(), path=shared) as first,
+        MemoryStream(WordEmbeddings(), path=shared) as second,
+    ):
+        real_get, raced = first.backend.get, []
+
+        def lookup_then_race(namespace: str, ids: Any) -> Any:
+            found = real_get(namespace, ids)
+            if not raced:  # the other worker imports the file between lookup and write
+                raced.append(second.import_jsonl(path))
+            return found
+
+        monkeypatch.setattr(first.backend, "get", lookup_then_race)
+        assert first.import_jsonl(path) == 0 and raced == [6]
+        assert len(first) == 6 == len({r.id for r in first.recent(None)})
 
 
 class NamedEmbeddings(WordEmbeddings):
