@@ -571,44 +571,41 @@ def _moved_items(source: Path, namespace: str) -> dict[str, str]:
 
 
 def _import_batch(stream: StreamBase, batch: list[tuple[MemoryRecord, list[float] | None]]) -> int:
+    """Store the records of ``batch`` not stored yet, in one ``put`` (one transaction, whatever
+    namespaces they belong to: a failing batch writes nothing)."""
     backend = stream.backend
     by_ns: dict[str, list[tuple[MemoryRecord, list[float] | None]]] = {}
     for item in batch:
         by_ns.setdefault(item[0].namespace, []).append(item)
-    total = 0
+    fresh: list[tuple[MemoryRecord, list[float] | None]] = []
     for ns, items in by_ns.items():
         seen = {r.id for r in backend.get(ns, [r.id for r, _ in items])}
-        fresh = []
         for r, v in items:  # skip what is stored, and a second record with one id (moved items)
             if r.id not in seen:
                 seen.add(r.id)
                 fresh.append((r, v))
-        if not fresh:
-            continue
-        need = [i for i, (_, v) in enumerate(fresh) if v is None]
-        vectors: list[Any] = [v for _, v in fresh]
-        if need:
-            embedded = stream.embeddings.embed_documents([fresh[i][0].text for i in need])
-            for i, vec in zip(need, embedded, strict=True):
-                vectors[i] = vec
-        unit = as_unit_vectors(vectors, len(fresh), type(stream.embeddings).__name__)
-        given = [i for i, (_, v) in enumerate(fresh) if v is not None]
-        if given:  # exported unit vectors come back bit for bit (renormalising may move a bit)
-            with np.errstate(over="ignore", invalid="ignore"):  # huge values: not unit anyway
-                raw = np.asarray([vectors[i] for i in given], dtype=np.float32)
-                norms = np.linalg.norm(raw.astype(np.float64), axis=1)
-            same = np.abs(norms - 1.0) < 1e-5
-            unit[np.asarray(given)[same]] = raw[same]
-        backend.bind_embeddings(stream.embedding_model, unit.shape[1])
-        total += _put_fresh(backend, ns, [r for r, _ in fresh], unit)
-    return total
+    if not fresh:
+        return 0
+    need = [i for i, (_, v) in enumerate(fresh) if v is None]
+    vectors: list[Any] = [v for _, v in fresh]
+    if need:
+        embedded = stream.embeddings.embed_documents([fresh[i][0].text for i in need])
+        for i, vec in zip(need, embedded, strict=True):
+            vectors[i] = vec
+    unit = as_unit_vectors(vectors, len(fresh), type(stream.embeddings).__name__)
+    given = [i for i, (_, v) in enumerate(fresh) if v is not None]
+    if given:  # exported unit vectors come back bit for bit (renormalising may move a bit)
+        with np.errstate(over="ignore", invalid="ignore"):  # huge values: not unit anyway
+            raw = np.asarray([vectors[i] for i in given], dtype=np.float32)
+            norms = np.linalg.norm(raw.astype(np.float64), axis=1)
+        same = np.abs(norms - 1.0) < 1e-5
+        unit[np.asarray(given)[same]] = raw[same]
+    backend.bind_embeddings(stream.embedding_model, unit.shape[1])
+    return _put_fresh(backend, [r for r, _ in fresh], unit)
 
 
 def _put_fresh(
-    backend: BaseMemoryBackend,
-    namespace: str,
-    records: list[MemoryRecord],
-    unit: npt.NDArray[np.float32],
+    backend: BaseMemoryBackend, records: list[MemoryRecord], unit: npt.NDArray[np.float32]
 ) -> int:
     """Store ``records`` (none was stored when they were looked up): no counter, imports do not
     trigger reflection. When another process imported some of them since the lookup (the same
@@ -618,7 +615,10 @@ def _put_fresh(
         backend.put(records, unit)
         return len(records)
     except StorageError:
-        stored = {r.id for r in backend.get(namespace, [r.id for r in records])}
+        by_ns: dict[str, list[str]] = {}
+        for r in records:
+            by_ns.setdefault(r.namespace, []).append(r.id)
+        stored = {r.id for ns, ids in by_ns.items() for r in backend.get(ns, ids)}
         if not stored:  # (not a concurrent import: its own error)
             raise
     keep = [i for i, r in enumerate(records) if r.id not in stored]
