@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from langchain_reflective.backends._fork import ProcessLock
 from langchain_reflective.backends.sqlite._errors import is_environment_failure, storage_error
-from langchain_reflective.backends.sqlite.schema import check_file, init_schema
+from langchain_reflective.backends.sqlite.schema import check_file, init_schema, is_busy
 from langchain_reflective.errors import ForeignFileError, StorageError
 
 __all__ = ["SQLiteConnection"]
@@ -152,10 +152,8 @@ class SQLiteConnection:
             init_schema(self._conn, self.path, synchronous, self._transaction, busy_timeout=timeout)
         except sqlite3.DatabaseError as exc:
             self._conn.close()
-            if is_environment_failure(exc) or getattr(exc, "sqlite_errorname", "") in (
-                "SQLITE_BUSY",
-                "SQLITE_LOCKED",
-            ):  # read-only, full disk, held by another process past the timeout: not damaged
+            if is_environment_failure(exc) or is_busy(exc):
+                # read-only, full disk, held by another process past the timeout: not damaged
                 raise storage_error(f"cannot open memory file {self.path}", exc, self.path) from exc
             raise ForeignFileError(
                 f"{self.path} is not a readable langchain-reflective memory file ({exc}); "

@@ -243,6 +243,13 @@ def check_file(path: Path) -> None:
         os.close(fd)
 
 
+def is_busy(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` says another connection holds the file (``SQLITE_BUSY``,
+    ``SQLITE_LOCKED`` and their extended codes, e.g. ``SQLITE_BUSY_RECOVERY``)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
 def _journal_mode_wal(c: sqlite3.Connection, busy_timeout: float) -> str:
     """``PRAGMA journal_mode=WAL``, retried while another connection locks the file: SQLite
     answers the switch with "database is locked" at once instead of waiting (several processes
@@ -252,7 +259,7 @@ def _journal_mode_wal(c: sqlite3.Connection, busy_timeout: float) -> str:
         try:
             return str(c.execute("PRAGMA journal_mode=WAL").fetchone()[0])
         except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorname != "SQLITE_BUSY" or time.monotonic() >= deadline:
+            if not is_busy(exc) or time.monotonic() >= deadline:
                 raise
             time.sleep(0.01)
 
@@ -301,8 +308,11 @@ def init_schema(
     c.execute("BEGIN")
     try:
         app_id = _check_identity(c, path)
-    finally:
-        c.execute("COMMIT")
+    except BaseException:
+        if c.in_transaction:  # (an I/O error may have ended it already)
+            c.execute("ROLLBACK")
+        raise
+    c.execute("COMMIT")
     if path is not None:
         mode = _journal_mode_wal(c, busy_timeout)
         if str(mode).lower() != "wal":
