@@ -49,7 +49,9 @@ class ReflectiveRetriever(BaseRetriever):
     """Several namespaces to rank as one instead (e.g. a user's and a shared one; see
     ``MemoryStream.retrieve``); each document's ``namespace`` metadata says where it lives."""
     filter: RetrievalFilter | dict[str, Any] | None = None
-    """A default retrieval filter."""
+    """A default retrieval filter (a ``namespace`` in it names the namespace read, as
+    ``namespace`` does; one in a filter given per call must match the namespace read, the run's
+    owner included, else ``InvalidFilterError``)."""
     touch: bool = True
     """Whether retrieval updates ``last_accessed_at`` (as Generative Agents does)."""
     scoring: ScoringConfig | None = None
@@ -78,6 +80,9 @@ class ReflectiveRetriever(BaseRetriever):
         named = (kwargs.get(k) is not None for k in ("namespace", "namespaces"))
         if any(named) or self.namespace is not None or self.namespaces is not None:
             return kwargs
+        if "filter" not in kwargs and RetrievalFilter.coerce(self.filter).namespace is not None:
+            return kwargs  # (the retriever's own filter names its namespace; a filter given
+            # per call, which may come from a request, does not override the run's owner)
         # (tools.py builds its recall tool on this retriever: imported here, not at the top)
         from langchain_reflective.integrations.tools import _current_run_context, namespace_from_run
 
@@ -89,10 +94,13 @@ class ReflectiveRetriever(BaseRetriever):
         if owner is not None:
             return {**kwargs, "namespace": owner}
         if self.require_namespace:
-            key = self.namespace_key or "user_id"
+            how = (
+                f", or invoke it with config={{'configurable': {{{self.namespace_key!r}: ...}}}}"
+                if self.namespace_key
+                else ""
+            )
             raise ValueError(
-                "no memory owner for this retrieval: give the retriever a namespace, or invoke "
-                f"it with config={{'configurable': {{{key!r}: ...}}}}"
+                f"no memory owner for this retrieval: give the retriever a namespace{how}"
             )
         return kwargs
 

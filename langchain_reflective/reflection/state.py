@@ -52,6 +52,10 @@ class ReflectionInput(TypedDict, total=False):
 class ReflectionOutput(TypedDict, total=False):
     """Output of the reflection graph."""
 
+    force: bool
+    """``False`` after a forced run (the gate resets it): a parent graph sharing the input
+    keys, checkpointed, sees the reset, so its next run is not forced too."""
+
     reflections: list[MemoryRecord]
     """The stored ``reflection`` records (empty when skipped)."""
     questions: list[str]

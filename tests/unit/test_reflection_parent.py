@@ -146,6 +146,24 @@ def test_checkpointed_parent_stores_plain_state(
     assert "unregistered type" not in caplog.text
 
 
+def test_a_checkpointed_parents_next_run_is_not_forced(setup: Any) -> None:
+    """The gate set ``force`` back inside the graph, but ``force`` was not an output key, so a
+    checkpointed parent sharing it kept ``True`` and forced every later run."""
+    model, stream, graph = setup
+    stream.add(["one more"], importances=0.1, namespace="klaus")  # below the threshold after
+    builder = StateGraph(IdsOnlyState)
+    builder.add_node("reflect", graph)
+    builder.add_edge(START, "reflect")
+    builder.add_edge("reflect", END)
+    parent = builder.compile(checkpointer=InMemorySaver())
+    config: RunnableConfig = {"configurable": {"thread_id": "t2"}}
+    assert parent.invoke({"namespace": "klaus", "force": True}, config)["reflection_ids"]
+    assert parent.get_state(config).values["force"] is False
+    asked = model.count("questions")
+    assert parent.invoke({}, config)["skipped"] == "below_threshold"
+    assert model.count("questions") == asked
+
+
 def test_subgraph_drawing(setup: Any) -> None:
     _, _, graph = setup
     drawing = _parent(graph).get_graph(xray=1).draw_mermaid()

@@ -115,9 +115,19 @@ def test_a_retriever_without_a_namespace_reads_the_runs_owner(stream, now) -> No
     assert [
         d.page_content for d in pinned.invoke("diary", {"configurable": {"user_id": "bob"}})
     ] == ["Alice's diary"]
+    bob = {"configurable": {"user_id": "bob"}}
+    # the retriever's own filter naming a namespace is that namespace; one given per call
+    # (perhaps from a request) must match the run's owner
+    shared = ReflectiveRetriever(memory_stream=stream, filter={"namespace": "alice"})
+    assert [d.page_content for d in shared.invoke("diary", bob)] == ["Alice's diary"]
+    with pytest.raises(InvalidFilterError):
+        retriever.invoke("diary", bob, filter={"namespace": "alice"})
     strict = ReflectiveRetriever(memory_stream=stream, require_namespace=True)
-    with pytest.raises(ValueError, match="no memory owner"):
+    with pytest.raises(ValueError, match=r"no memory owner.*'user_id'"):
         strict.invoke("diary")
+    blind = ReflectiveRetriever(memory_stream=stream, require_namespace=True, namespace_key=None)
+    with pytest.raises(ValueError, match=r"give the retriever a namespace$"):
+        blind.invoke("diary", bob)
     assert [
         d.page_content for d in strict.invoke("diary", {"configurable": {"user_id": "bob"}})
     ] == ["Bob's diary"]
