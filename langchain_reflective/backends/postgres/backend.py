@@ -45,10 +45,7 @@ from langchain_reflective.backends.postgres.connection import (
     check_connection,
     open_pool,
 )
-from langchain_reflective.backends.postgres.failures import (
-    WriteOutcomeUnknownError,
-    read_version,
-)
+from langchain_reflective.backends.postgres.failures import read_version
 from langchain_reflective.backends.postgres.local_index import LocalIndex
 from langchain_reflective.backends.postgres.pool_settings import sync_pool_settings
 from langchain_reflective.backends.postgres.queries import (
@@ -81,6 +78,7 @@ from langchain_reflective.backends.postgres.writes import (
     apply_counter,
     delete_memories,
     enqueue,
+    ids_note,
     lock_counter,
     lock_counters,
     queued_outcome,
@@ -350,16 +348,7 @@ class PostgresBackend(BaseMemoryBackend):
         # a lost connection: the records tell whether it committed (a counter change alone
         # cannot tell: it fails)
         outcome = (lambda conn: stored_outcome(conn, records)) if records else None
-        try:
-            self._after_write(self._pools.writing(write, outcome))
-        except WriteOutcomeUnknownError as exc:
-            if records:
-                shown = ", ".join(r.id for r in records[:5])
-                more = f" and {len(records) - 5} more" if len(records) > 5 else ""
-                exc.add_note(
-                    f"the memories' ids: {shown}{more} (namespace {records[0].namespace!r})"
-                )
-            raise
+        self._after_write(self._pools.writing(write, outcome, note=ids_note(records)))
 
     def replace(
         self,

@@ -526,13 +526,17 @@ class Pools:
         self,
         write: Callable[[psycopg.Connection[Any]], T],
         outcome: Callable[[psycopg.Connection[Any]], T | None] | None,
+        *,
+        note: str | None = None,
     ) -> T:
         """``write(conn)`` in one transaction, exactly once even if the server drops the
         connection meanwhile: then whether it committed is unknown (the connection may have gone
         after the commit, before its reply), so ``outcome(conn)`` reads it on a new connection:
         what the write returned if it is stored, ``None`` if nothing of it is. Only then does
         the write run again, once. ``outcome`` raises if the write is stored only in part;
-        without one (a write that leaves nothing to read back) the loss is raised."""
+        without one (a write that leaves nothing to read back) the loss is raised. When the
+        outcome cannot be read either, :class:`WriteOutcomeUnknownError` is raised, with
+        ``note`` (what was written, e.g. its ids) added to it."""
         try:
             with self.conn() as conn, conn.transaction():
                 return write(conn)
@@ -542,11 +546,14 @@ class Pools:
             try:
                 done = self.retrying(outcome)
             except ConnectionLostError as again:
-                raise WriteOutcomeUnknownError(
+                unknown = WriteOutcomeUnknownError(
                     f"{lost}; whether the write committed is unknown (the server could not "
                     f"be asked: {again}): it may be stored, so look its memories up by id "
                     "before writing them again"
-                ) from again
+                )
+                if note:
+                    unknown.add_note(note)
+                raise unknown from again
             if done is not None:
                 return done
             with self.conn() as conn, conn.transaction():

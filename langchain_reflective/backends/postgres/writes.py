@@ -378,6 +378,16 @@ def queued_outcome(conn: psycopg.Connection[Any], items: Sequence[PendingMemory]
     return _all_or_none(len(found), len(set(ids)), "queueing memories")
 
 
+def ids_note(records: Sequence[MemoryRecord]) -> str | None:
+    """What a ``WriteOutcomeUnknownError`` of a write of ``records`` adds: their ids, to look
+    up before writing them again (``None`` without records)."""
+    if not records:
+        return None
+    shown = ", ".join(r.id for r in records[:5])
+    more = f" and {len(records) - 5} more" if len(records) > 5 else ""
+    return f"the memories' ids: {shown}{more} (namespace {records[0].namespace!r})"
+
+
 def stored_outcome(conn: psycopg.Connection[Any], records: Sequence[MemoryRecord]) -> int | None:
     """Whether a :func:`write_batch` of ``records`` committed (for ``Pools.writing``): its
     newest key if every record is stored in its namespace, ``None`` if none is."""
