@@ -13,7 +13,10 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import random
+import subprocess
+import sys
 import threading
 import zlib
 from collections import Counter
@@ -388,30 +391,28 @@ def test_two_exports_to_one_path_at_once_both_succeed_whole(tmp_path: Path) -> N
         ]
 
 
+def _python(script: str, *args: str) -> subprocess.Popen[bytes]:
+    """``script`` run by this Python in a process of its own, the checkout importable."""
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
 def test_two_processes_adding_one_by_one_lose_nothing(tmp_path: Path) -> None:
     """Single adds are one autocommit INSERT: it waits for the other process's write lock (the
     busy timeout) like ``BEGIN IMMEDIATE`` did, and each stream notices the other's writes."""
-    import os
-    import subprocess
-    import sys
-
-    root = Path(__file__).resolve().parents[2]
     path = tmp_path / "shared.db"
     with MemoryStream(WordEmbeddings(), path=path) as stream:
         stream.add(["created first"], ids=["seed"], importances=[0.5])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
     n = 600
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _WRITER, str(path), tag, str(n)],
-            cwd=root,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        for tag in ("p", "q")
-    ]
+    procs = [_python(_WRITER, str(path), tag, str(n)) for tag in ("p", "q")]
     for proc in procs:
         _, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err.decode()
@@ -446,29 +447,14 @@ def test_processes_opening_one_new_file_at_once_all_open_it(tmp_path: Path) -> N
     """All but one failed with ForeignFileError ("UNIQUE constraint failed: seq_floor.seq",
     "a database of another program", "database is locked") or "File exists": each saw a new
     file and created its schema, or lost the race to create the file itself."""
-    import os
-    import subprocess
-    import sys
     import time
 
-    root = Path(__file__).resolve().parents[2]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
     tags = ["a", "b", "c", "d"]
     for trial in range(2):
         folder = tmp_path / f"trial{trial}"
         folder.mkdir()
         path, go = folder / "new.db", folder / "go"
-        procs = [
-            subprocess.Popen(
-                [sys.executable, "-c", _OPENER, str(path), tag, str(go)],
-                cwd=root,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-            )
-            for tag in tags
-        ]
+        procs = [_python(_OPENER, str(path), tag, str(go)) for tag in tags]
         deadline = time.monotonic() + 120
         while len(list(folder.glob("ready-*"))) < len(tags) and time.monotonic() < deadline:
             time.sleep(0.01)

@@ -69,6 +69,15 @@ def _parent(graph: Any, **compile_kwargs: Any) -> Any:
     return builder.compile(**compile_kwargs)
 
 
+def _ids_only_parent(graph: Any) -> Any:
+    """A checkpointed parent keeping only plain keys of the reflection graph."""
+    builder = StateGraph(IdsOnlyState)
+    builder.add_node("reflect", graph)
+    builder.add_edge(START, "reflect")
+    builder.add_edge("reflect", END)
+    return builder.compile(checkpointer=InMemorySaver())
+
+
 def test_runs_as_a_node_with_shared_keys(setup: Any, now: datetime) -> None:
     model, stream, graph = setup
     later = now + timedelta(hours=1)
@@ -130,11 +139,7 @@ def test_checkpointed_parent_stores_plain_state(
 ) -> None:
     """Internal state is plain JSON: a checkpointer needs no type registration."""
     _, stream, graph = setup
-    builder = StateGraph(IdsOnlyState)
-    builder.add_node("reflect", graph)
-    builder.add_edge(START, "reflect")
-    builder.add_edge("reflect", END)
-    parent = builder.compile(checkpointer=InMemorySaver())
+    parent = _ids_only_parent(graph)
     config: RunnableConfig = {"configurable": {"thread_id": "t1"}}
     with caplog.at_level(logging.WARNING):
         out = parent.invoke({"namespace": "klaus", "force": True}, config)
@@ -151,11 +156,7 @@ def test_a_checkpointed_parents_next_run_is_not_forced(setup: Any) -> None:
     checkpointed parent sharing it kept ``True`` and forced every later run."""
     model, stream, graph = setup
     stream.add(["one more"], importances=0.1, namespace="klaus")  # below the threshold after
-    builder = StateGraph(IdsOnlyState)
-    builder.add_node("reflect", graph)
-    builder.add_edge(START, "reflect")
-    builder.add_edge("reflect", END)
-    parent = builder.compile(checkpointer=InMemorySaver())
+    parent = _ids_only_parent(graph)
     config: RunnableConfig = {"configurable": {"thread_id": "t2"}}
     assert parent.invoke({"namespace": "klaus", "force": True}, config)["reflection_ids"]
     assert parent.get_state(config).values["force"] is False
