@@ -5,9 +5,10 @@ raised into the write that stored the memory."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 
 from langchain_reflective._background import ReflectionWorkers, describe_error
 from langchain_reflective.errors import StorageError
@@ -17,6 +18,10 @@ from langchain_reflective.stream import MemoryStream
 __all__ = ["ReflectionTrigger"]
 
 logger = logging.getLogger("langchain_reflective.memory")
+
+_RECHECKING: ContextVar[object | None] = ContextVar("reflective_rechecking", default=None)
+"""The trigger whose reflection runs in this context (a worker thread's, or an ``aadd``
+task's): that reflection checks :meth:`ReflectionTrigger.due` again under the lock."""
 
 
 class ReflectionTrigger:
@@ -45,8 +50,6 @@ class ReflectionTrigger:
         self._reflect = reflect
         self._failed = failed
         self._workers = ReflectionWorkers()
-        self._local = threading.local()
-        """``due_only`` is set on the thread of a reflection this trigger started."""
 
     def due(self, namespace: str) -> bool:
         """Whether ``namespace``'s counter reached a trigger (and a reflection can run)."""
@@ -72,21 +75,29 @@ class ReflectionTrigger:
 
     @property
     def rechecks(self) -> bool:
-        """Whether the current thread runs a reflection this trigger started, which must check
-        :meth:`due` again under the reflection lock (another one may have just reset the
-        counter)."""
-        return bool(getattr(self._local, "due_only", False))
+        """Whether the current thread or task runs a reflection this trigger started, which
+        must check :meth:`due` again under the reflection lock (another one may have just reset
+        the counter)."""
+        return _RECHECKING.get() is self
+
+    @contextlib.contextmanager
+    def rechecking(self) -> Iterator[None]:
+        """Mark the reflection run inside as this trigger's (see :attr:`rechecks`): the sync
+        runs of :meth:`run_due`, and ``ReflectiveMemory.aadd``'s inline async one."""
+        token = _RECHECKING.set(self)
+        try:
+            yield
+        finally:
+            _RECHECKING.reset(token)
 
     def run_due(self, namespace: str) -> None:
         """Reflect on ``namespace`` if it is (still) due; record a failure instead of raising."""
-        self._local.due_only = True
-        try:  # re-check here: a reflection that just finished may have reset the counter
-            if self.due(namespace):
-                self._reflect(namespace)
-        except Exception as exc:  # (the check too: an exception would escape the thread)
-            self._failed(namespace, exc)
-        finally:
-            self._local.due_only = False
+        with self.rechecking():
+            try:  # re-check here: a reflection that just finished may have reset the counter
+                if self.due(namespace):
+                    self._reflect(namespace)
+            except Exception as exc:  # (the check too: an exception would escape the thread)
+                self._failed(namespace, exc)
 
     def after_write(self, namespace: str) -> None:
         """Start ``namespace``'s reflection if it is due: on a background thread by default,

@@ -263,20 +263,6 @@ class ReflectiveMemory(Closing):
         config: RunnableConfig | None = None,
     ) -> list[MemoryRecord]:
         """Async twin of :meth:`reflect`."""
-        return await self._areflect(namespace, force, now, config, only_if_due=False)
-
-    async def _areflect(
-        self,
-        namespace: str | None,
-        force: bool,
-        now: datetime | None,
-        config: RunnableConfig | None,
-        *,
-        only_if_due: bool,
-    ) -> list[MemoryRecord]:
-        """:meth:`areflect`; ``only_if_due`` (a write's trigger) checks the counter again under
-        the lock, as :meth:`reflect` does for the trigger's runs: another write's reflection
-        may have just reset it."""
         inputs = self._graph_input(namespace, force, now)
         # the first use compiles the graph, which reads the nodes' source files (LangChain
         # inspects them): in a worker thread, like the method's other file and database access
@@ -285,7 +271,10 @@ class ReflectiveMemory(Closing):
             graph = await asyncio.to_thread(lambda: self.graph)
         ns = inputs["namespace"]
         async with self.stream.backend.areflection_lock(ns):
-            if (only_if_due or not force) and not await asyncio.to_thread(self._trigger.due, ns):
+            # as reflect: an aadd's inline run (rechecks), or force=False below the triggers
+            if (self._trigger.rechecks or not force) and not await asyncio.to_thread(
+                self._trigger.due, ns
+            ):
                 return []
             inputs["force"] = True
             out = await graph.ainvoke(inputs, config=self._run_config(ns, config))
@@ -537,7 +526,8 @@ class ReflectiveMemory(Closing):
             await asyncio.to_thread(self._trigger.after_write, ns)
         elif await asyncio.to_thread(self._trigger.due_after_write, ns):
             try:
-                await self._areflect(ns, True, None, None, only_if_due=True)
+                with self._trigger.rechecking():  # (checked again under the lock)
+                    await self.areflect(namespace=ns, force=True)
             except Exception as exc:
                 self._record_failure(ns, exc)
         return records
