@@ -349,6 +349,17 @@ def newer_schema_error(version: int, detail: str = "") -> SchemaVersionError:
     )
 
 
+def _version(conn: psycopg.Connection[Any]) -> int:
+    """The database's schema version (0 before setup), refused when newer than this code's."""
+    from langchain_reflective._llm import run_sync
+    from langchain_reflective.backends.postgres.failures import read_version
+
+    current = run_sync(read_version(conn))
+    if current > SCHEMA_VERSION:
+        raise newer_schema_error(current)
+    return current
+
+
 def migrate(conn: psycopg.Connection[Any]) -> None:
     """Bring the database to :data:`SCHEMA_VERSION` in the caller's transaction: under the
     setup lock, each missing migration once, in order.
@@ -356,28 +367,18 @@ def migrate(conn: psycopg.Connection[Any]) -> None:
     Raises:
         SchemaVersionError: the database is at a newer version.
     """
-    from langchain_reflective.backends.postgres.failures import version_of
-
     # up to date: no DDL at all, so a role that may only read and write the tables (an
     # administrator set them up) can call setup() at start-up too (CREATE TABLE IF NOT EXISTS
     # needs the CREATE privilege even when the table exists)
-    if conn.execute("SELECT to_regclass('reflective_schema_version')").fetchone() != (None,):
-        row = conn.execute("SELECT max(version) FROM reflective_schema_version").fetchone()
-        current = version_of(row)
-        if current > SCHEMA_VERSION:
-            raise newer_schema_error(current)
-        if current == SCHEMA_VERSION:
-            return
+    if _version(conn) == SCHEMA_VERSION:
+        return
     unbounded_transaction(conn)  # (a migration of a large table takes its time)
     conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", SETUP_LOCK)
     conn.execute(
         "CREATE TABLE IF NOT EXISTS reflective_schema_version ("
         "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
     )
-    row = conn.execute("SELECT max(version) FROM reflective_schema_version").fetchone()
-    current = version_of(row)
-    if current > SCHEMA_VERSION:
-        raise newer_schema_error(current)
+    current = _version(conn)  # (again, under the lock: another process may have migrated)
     for version in range(current + 1, SCHEMA_VERSION + 1):
         conn.execute(MIGRATIONS[version - 1])
         conn.execute("INSERT INTO reflective_schema_version (version) VALUES (%s)", (version,))
