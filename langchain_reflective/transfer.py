@@ -404,9 +404,10 @@ def import_jsonl(
     ``importance_source``, a depth in ``[0, 2**31 - 1]``. Evidence is not looked up (a memory
     the export cites may have been deleted before it was written).
 
-    Ids are unique across namespaces, so memories that ``namespace`` moves out of their own
-    namespace get new ids, ``<id>@<tag of the namespace>`` (the same on every run, so
-    importing again skips them), and the evidence they cite follows; LangGraph store items get
+    Memories that ``namespace`` moves out of their own namespace get new ids,
+    ``<id>@<tag of the namespace>`` (the same on every run, so importing again skips them;
+    they tell a copy from its original, and copies made when ids were unique across the whole
+    store keep being found), and the evidence they cite follows; LangGraph store items get
     their key's id in the new namespace, so ``ReflectiveStore`` finds them by key (when
     several namespaces holding one key are merged, the first item in the file is kept).
     """
@@ -533,8 +534,8 @@ def _lines(fh: TextIO, source: Path) -> Iterator[tuple[int, str]]:
 
 def _moved_id(memory_id: str, namespace: str) -> str:
     """The id a memory gets when an import moves it into ``namespace`` from another one:
-    its id tagged with the namespace, so the copy never collides with the original (ids are
-    unique across namespaces) and importing the same file again finds it."""
+    its id tagged with the namespace, so the copy is told from the original and importing the
+    same file again finds it."""
     return f"{memory_id}@{hashlib.sha256(namespace.encode('utf-8')).hexdigest()[:12]}"
 
 

@@ -22,7 +22,9 @@ Contracts every backend keeps (the conformance suite in ``tests/backends`` check
 * a namespace never reads, touches, deletes or counts another's memories;
 * every write method is one transaction: it happens completely or not at all;
 * every method may be called from several threads at once;
-* memory ids are unique across the whole backend (not only within a namespace);
+* a memory id is unique within its namespace, and only there: two namespaces may hold the same
+  id, so one namespace's ids neither reveal nor block another's (a store item's id is
+  computable from its namespace and key);
 * keys (``int``) are the backend's own handles for stored memories, handed out by
   :meth:`BaseMemoryBackend.candidates` and accepted by :meth:`~BaseMemoryBackend.touch` and
   :meth:`~BaseMemoryBackend.fetch`. They increase with insertion order (a later insert has a

@@ -5,7 +5,7 @@ candidate set a backend hands to pure scoring (see :mod:`langchain_reflective.ba
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from types import MemberDescriptorType
@@ -29,6 +29,7 @@ __all__ = [
     "ReflectionState",
     "RetrievalFilter",
     "concat_candidates",
+    "pending_pairs",
     "trusted_candidates",
     "trusted_record",
     "trusted_scored",
@@ -273,6 +274,17 @@ class PendingMemory:
             namespace=self.namespace,
             metadata=dict(self.metadata),
         )
+
+
+def pending_pairs(ids: Sequence[str], records: Sequence[MemoryRecord]) -> list[tuple[str, str]]:
+    """``(namespace, id)`` of each queued memory that a ``put(records, pending=ids)``
+    completes: the id in the namespace of each record holding it (two namespaces may queue
+    one id), and ``("", id)`` -- queued nowhere -- for an id no record holds, so the caller's
+    count of deleted queue rows comes out short and it refuses the write."""
+    wanted = set(ids)
+    pairs = {(r.namespace, r.id) for r in records if r.id in wanted}
+    pairs.update(("", i) for i in wanted.difference(r.id for r in records))
+    return sorted(pairs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -381,6 +381,50 @@ class BackendConformance:
         assert backend.count("alice") == 0 and backend.count("bob") == 30
         assert backend.namespaces() == ["bob"]
 
+    def test_an_id_belongs_to_its_namespace(self, backend: BaseMemoryBackend) -> None:
+        """Two namespaces may hold one id. With ids unique across the backend, bob storing
+        the id of alice's store item (computable from her namespace and the key) failed only
+        if she had that item -- telling him so -- and, stored first, kept her from storing
+        it. Within a namespace an id stays unique; the queue follows the same rule."""
+        stream = MemoryStream(WordEmbeddings(32), backend=backend, embedding_model=MODEL)
+        store = ReflectiveStore(stream)
+        store.put(("alice",), "profile", {"text": "alice w1 tea"})
+        taken = store.memory_id("alice", "profile")
+        (bobs,) = stream.add(["bob w2 tea"], ids=[taken], namespace="bob", now=NOW)
+        assert bobs.id == taken
+        with pytest.raises(StorageError, match="duplicate id"):
+            stream.add(["bob again"], ids=[taken], namespace="bob", now=NOW)
+        assert [r.text for r in stream.get(taken, namespace="alice")] == ["alice w1 tea"]
+        assert [r.text for r in stream.get(taken, namespace="bob")] == ["bob w2 tea"]
+        found = stream.retrieve("tea", k=5, namespace="bob", now=NOW)
+        assert [(s.record.id, s.record.text) for s in found] == [(taken, "bob w2 tea")]
+        # bob first: carol's later put of that key still stores her item
+        stream.add(["bob w3"], ids=[store.memory_id("carol", "plan")], namespace="bob", now=NOW)
+        store.put(("carol",), "plan", {"text": "carol w4"})
+        item = store.get(("carol",), "plan")
+        assert item is not None and item.value == {"text": "carol w4"}
+        # an update or a delete in one namespace leaves the other's memory of that id alone
+        store.put(("alice",), "profile", {"text": "alice w5"})
+        assert [r.text for r in stream.get(taken, namespace="bob")] == ["bob w2 tea"]
+        assert stream.delete(taken, namespace="bob") == 1
+        item = store.get(("alice",), "profile")
+        assert item is not None and item.value == {"text": "alice w5"}
+        # queued memories: one id per namespace, completed in its own namespace only
+        backend.enqueue([_pending("p1", "alice")])
+        backend.enqueue([_pending("p1", "bob")])
+        with pytest.raises(StorageError):
+            backend.enqueue([_pending("p1", "bob")])
+        self.fill(backend, [_fresh("bob's p1", id="p1", namespace="bob")], pending=["p1"])
+        assert [(p.id, p.namespace) for p in backend.pending()] == [("p1", "alice")]
+        assert [r.text for r in backend.get("bob", ["p1"])] == ["bob's p1"]
+        assert backend.get("alice", ["p1"]) == []
+        # one write completing one id in two namespaces empties both queue entries
+        backend.enqueue([_pending("p2", "alice"), _pending("p2", "bob")])
+        both = [_fresh("alice's p2", id="p2"), _fresh("bob's p2", id="p2", namespace="bob")]
+        self.fill(backend, both, pending=["p2"])
+        assert [(p.id, p.namespace) for p in backend.pending()] == [("p1", "alice")]
+        assert [r.text for r in backend.get("alice", ["p2"])] == ["alice's p2"]
+
     # -- touch -------------------------------------------------------------------------------
 
     def test_touch_sets_the_access_time_durably_and_only_that(
@@ -683,7 +727,7 @@ class BackendConformance:
         assert backend.get("bob", ["q4"]) == []
         assert "q4" in [p.id for p in backend.pending(namespace="alice")]
         with pytest.raises(StorageError):
-            backend.enqueue([_pending("q3", "alice")])  # already queued
+            backend.enqueue([_pending("q3", "bob")])  # already queued
 
     def test_discard_pending(self, backend: BaseMemoryBackend) -> None:
         backend.enqueue([_pending("d0", "alice"), _pending("d1", "alice"), _pending("d2", "bob")])

@@ -276,7 +276,7 @@ def test_a_version_6_database_with_memories_upgraded_by_concurrent_setups(
         _open(postgres_url) as srv,
         _open(postgres_url, local_index=True, local_index_wait=True) as loc,
     ):
-        assert srv.schema_version() == 7
+        assert srv.schema_version() == 8
         _assert_same(loc, srv)
         srv.delete("default", [records[1].id])
         srv.touch("default", [7, 8], records[5].created_at)

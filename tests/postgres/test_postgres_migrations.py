@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
@@ -115,7 +116,7 @@ def test_a_version_3_database_moves_its_terms_and_ranks_as_a_new_one(
     ):
         old.setup()
         old.setup()  # idempotent
-        assert old.schema_version() == SCHEMA_VERSION == 7
+        assert old.schema_version() == SCHEMA_VERSION == 8
         with psycopg.connect(old_url) as conn:
             assert not {"lex_terms", "ctx_terms"} & _columns(conn, "reflective_memories")
         with psycopg.connect(old_url) as a, psycopg.connect(postgres_url) as b:
@@ -244,10 +245,10 @@ def test_a_version_5_database_counts_resets_from_the_upgrade_on(postgres_url: st
         _undo_version_7(conn)
         conn.execute("DELETE FROM reflective_schema_version WHERE version >= 6")
     with PostgresBackend.from_conn_string(postgres_url) as backend:
-        with pytest.raises(StorageError, match=r"at schema version 5, .* needs 7 .*setup\(\)"):
+        with pytest.raises(StorageError, match=r"at schema version 5, .* needs 8 .*setup\(\)"):
             backend.reflection_state("default")
         backend.setup()
-        assert backend.schema_version() == SCHEMA_VERSION == 7
+        assert backend.schema_version() == SCHEMA_VERSION == 8
         with psycopg.connect(postgres_url) as conn:
             assert _columns(conn, "reflective_counters") == fresh
         seen = backend.reflection_state("default")
@@ -263,6 +264,47 @@ def test_a_version_5_database_counts_resets_from_the_upgrade_on(postgres_url: st
         state = backend.reflection_state("default")
         assert (state.importance_sum, state.adds_since, state.generation) == (0.0, 0, 1)
         assert backend.count("default") == 5
+
+
+def _undo_version_8(conn: psycopg.Connection[Any]) -> None:
+    """Take a database back to what version 7 set up: ids unique in the whole database."""
+    for table in ("reflective_memories", "reflective_pending"):
+        conn.execute(
+            f"ALTER TABLE {table} DROP CONSTRAINT {table}_namespace_id_key, "
+            f"ADD CONSTRAINT {table}_id_key UNIQUE (id)"
+        )
+    conn.execute("DELETE FROM reflective_schema_version WHERE version >= 8")
+
+
+def test_a_version_7_database_takes_ids_per_namespace(postgres_url: str) -> None:
+    """Version 8: an id is unique within its namespace. Before ``setup()`` an id of another
+    namespace is still refused (as version 7 did); after it, two namespaces may hold one id,
+    stored or queued, and within a namespace it is still unique."""
+    from langchain_reflective.backends.base import PendingMemory
+
+    with PostgresBackend.from_conn_string(postgres_url) as backend:
+        backend.setup()
+        records, vectors = _fill(backend, 3, namespace="alice")
+        at = records[0].created_at
+        backend.enqueue([PendingMemory("q1", "alice", "queued", "observation", at, None, {})])
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        _undo_version_8(conn)
+    theirs = dataclasses.replace(records[0], namespace="bob", text="bob's own")
+    with PostgresBackend.from_conn_string(postgres_url) as backend:
+        with pytest.raises(StorageError, match="duplicate id"):  # (version 7's rule)
+            backend.put([theirs], vectors[:1])
+        backend.setup()
+        assert backend.schema_version() == SCHEMA_VERSION == 8
+        backend.put([theirs], vectors[:1])
+        assert backend.get("bob", [theirs.id]) == [theirs]
+        assert backend.get("alice", [records[0].id]) == records[:1]
+        with pytest.raises(StorageError, match="duplicate id"):
+            backend.put([dataclasses.replace(theirs, text="again")], vectors[:1])
+        bob_q = PendingMemory("q1", "bob", "bob's queued", "observation", theirs.created_at,
+                              None, {})  # fmt: skip
+        backend.enqueue([bob_q])
+        assert [(p.id, p.namespace) for p in backend.pending()] == [("q1", "alice"), ("q1", "bob")]
+        assert backend.count("alice") == 3 and backend.count("bob") == 1
 
 
 _TERM_INDEXES = ("reflective_terms_lex", "reflective_terms_ctx")

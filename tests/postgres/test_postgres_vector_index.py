@@ -284,7 +284,7 @@ def test_a_version_1_database_upgrades_keeps_hnsw_and_can_switch(postgres_url: s
     with PostgresBackend.from_conn_string(postgres_url, ivf_min_rows=10) as b:
         b.setup()
         b.setup()  # idempotent
-        assert b.schema_version() == SCHEMA_VERSION == 7
+        assert b.schema_version() == SCHEMA_VERSION == 8
         records, _ = _fill(b, 40)
         b.wait_for_index()
         assert b.index_state().kind == "hnsw"  # kept: no IVFFlat built past min_rows

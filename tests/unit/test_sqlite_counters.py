@@ -483,7 +483,7 @@ def test_version_1_files_are_migrated(tmp_path: Path) -> None:
     _v1_file(path)
     store = SQLiteRecordStore(path)
     try:
-        assert store.get_meta("schema_version") == str(sqlite_schema.SCHEMA_VERSION) == "5"
+        assert store.get_meta("schema_version") == str(sqlite_schema.SCHEMA_VERSION) == "6"
         state = store.reflection_state("default")
         assert (state.importance_sum, state.adds_since) == (pytest.approx(0.75), 2)
         assert state.last_reflection_at == datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC)
@@ -523,10 +523,10 @@ def test_version_2_files_never_reuse_a_seq_autoincrement_handed_out(tmp_path: Pa
     conn.close()
     store = SQLiteRecordStore(path)
     try:
-        assert store.get_meta("schema_version") == "5"
+        assert store.get_meta("schema_version") == "6"
         assert _add(store, _records(1)) == [6]  # single-row path
         assert _add(store, _records(2, start=1)) == [7, 8]  # batch path
-        # the upgraded table keeps AUTOINCREMENT: both rules agree from here on
+        # seq_floor keeps the rule AUTOINCREMENT kept (the version-6 upgrade rebuilt the table)
         store.delete(["default-observation-2"], namespace="default")
         assert _add(store, _records(1, start=3)) == [9]
     finally:
@@ -620,7 +620,7 @@ def test_version_4_files_count_resets_from_the_upgrade_on(tmp_path: Path) -> Non
     conn.commit()
     conn.close()
     with MemoryStream(WordEmbeddings(), path=path) as stream:
-        assert stream.store.get_meta("schema_version") == "5"
+        assert stream.store.get_meta("schema_version") == "6"
         assert _counters_columns(path) == fresh
         seen = stream.reflection_state()
         assert (seen.importance_sum, seen.adds_since, seen.generation) == (0.5, 1, 0)

@@ -1,4 +1,5 @@
-"""The SQLite store's write path: background WAL checkpoints, id locality, index migration."""
+"""The SQLite store's write path: background WAL checkpoints, id locality, index and table
+migrations."""
 
 from __future__ import annotations
 
@@ -163,6 +164,77 @@ def test_old_importance_index_is_migrated(tmp_path: Path) -> None:
     conn.close()
     assert "memories_namespace_kind_importance" not in names
     assert "memories_insight_importance" in names
+
+
+_V5_TABLES = {
+    "memories": "seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, namespace TEXT NOT NULL, "
+    "text TEXT NOT NULL, kind TEXT NOT NULL, created_us INTEGER NOT NULL, "
+    "accessed_us INTEGER NOT NULL, importance REAL NOT NULL, importance_source TEXT NOT NULL, "
+    "evidence TEXT NOT NULL, depth INTEGER NOT NULL, metadata TEXT NOT NULL, "
+    "vector BLOB NOT NULL",
+    "pending": "pseq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, namespace TEXT NOT NULL, "
+    "text TEXT NOT NULL, kind TEXT NOT NULL, created_us INTEGER NOT NULL, importance REAL, "
+    "metadata TEXT NOT NULL",
+}
+"""The two tables as schema version 5 declared them: ids unique in the whole file."""
+
+
+def _as_version_5(path: Path) -> None:
+    conn = sqlite3.connect(path)
+    with conn:
+        for table, columns in _V5_TABLES.items():
+            conn.execute(f"CREATE TABLE {table}_old ({columns})")
+            conn.execute(f"INSERT INTO {table}_old SELECT * FROM {table}")
+            conn.execute(f"DROP TABLE {table}")
+            conn.execute(f"ALTER TABLE {table}_old RENAME TO {table}")
+        conn.execute("CREATE INDEX memories_namespace_seq ON memories (namespace, seq)")
+        conn.execute("CREATE INDEX pending_namespace_pseq ON pending (namespace, pseq)")
+        conn.execute("UPDATE meta SET value='5' WHERE key='schema_version'")
+    conn.close()
+
+
+def _table_sql(path: Path) -> dict[str, str]:
+    conn = sqlite3.connect(path)
+    try:
+        rows = conn.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL")
+        return {name: sql.replace(f'"{name}"', name) for name, sql in rows}  # (renamed: quoted)
+    finally:
+        conn.close()
+
+
+def test_version_5_files_take_ids_per_namespace(tmp_path: Path) -> None:
+    """Version 5 -> 6: ``memories`` and ``pending`` are rebuilt with ids unique per namespace;
+    every memory keeps its seq and fields, queued memories stay queued, the indexes are
+    those of a new file, and from then on two namespaces may hold one id."""
+    path, fresh = tmp_path / "m.db", tmp_path / "fresh.db"
+    with MemoryStream(WordEmbeddings(), path=fresh):
+        pass
+    with MemoryStream(WordEmbeddings(), path=path) as stream:
+        stream.add(["alice likes tea", "an insight"], ids=["a1", "a2"], kinds=["observation",
+                   "reflection"], importances=[0.3, 0.9], namespace="alice", now=NOW)  # fmt: skip
+        stream.delete("a1", namespace="alice")
+        stream.add(["alice likes paris"], ids=["a3"], namespace="alice", importances=0.4, now=NOW)
+        stream.enqueue(["queued for bob"], namespace="bob", now=NOW)
+        before = stream.get(["a2", "a3"], namespace="alice")
+        queued = stream.pending(namespace="bob")
+    _as_version_5(path)
+    assert "UNIQUE (namespace, id)" not in _table_sql(path)["memories"]
+    with MemoryStream(WordEmbeddings(), path=path) as stream:
+        assert stream.store.get_meta("schema_version") == "6"
+        assert _table_sql(path) == _table_sql(fresh)
+        assert stream.get(["a2", "a3"], namespace="alice") == before
+        assert stream.pending(namespace="bob") == queued
+        assert [r.text for r in stream.most_important(1, kinds=["reflection"], namespace="alice")
+                ] == ["an insight"]  # fmt: skip
+        stream.add(["bob's own a3"], ids=["a3"], namespace="bob", now=NOW)
+        assert stream.get("a3", namespace="alice") == before[1:]
+        stream.add(["alice again"], namespace="alice", now=NOW)
+    conn = sqlite3.connect(path)
+    seqs = dict(conn.execute("SELECT text, seq FROM memories"))
+    conn.close()
+    assert seqs["an insight"] < seqs["alice likes paris"] < seqs["bob's own a3"]
+    assert seqs["alice likes paris"] == 3  # (the deleted a1's seq 1 is not handed out again)
+    assert seqs["alice again"] == 5
 
 
 def test_insight_queries_use_the_partial_index(tmp_path: Path) -> None:

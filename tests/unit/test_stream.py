@@ -508,16 +508,26 @@ def test_one_file_imported_by_two_workers_at_once_is_stored_once(
 def test_a_batch_of_several_namespaces_is_written_whole_or_not_at_all(
     tmp_path: Path, stream
 ) -> None:
-    """Each namespace of a batch was its own transaction: when one namespace's record hit an
-    id another namespace of the file held, the namespaces before it in the batch stayed
-    written, though a failing batch is to write nothing."""
+    """Each namespace of a batch was its own transaction: when one namespace's record failed
+    to insert, the namespaces before it in the batch stayed written, though a failing batch
+    is to write nothing. (The file refuses zed's rows by a trigger, standing in for any
+    failure of the insert.)"""
     stream.add(["default's fact"], ids=["x1"], importances=0.5)
     stream.add(["zed's fact"], ids=["x2"], namespace="zed", importances=0.5)
     path = tmp_path / "all.jsonl"
     assert stream.export_jsonl(path, namespaces="all") == 2
-    with MemoryStream(WordEmbeddings(), path=tmp_path / "target.db") as target:
+    target_path = tmp_path / "target.db"
+    with MemoryStream(WordEmbeddings(), path=target_path) as target:
         target.add(["another owner's memory"], ids=["x2"], namespace="other", importances=0.5)
-        with pytest.raises(StorageError, match="duplicate id"):
+    conn = sqlite3.connect(target_path)
+    conn.execute(
+        "CREATE TRIGGER refuse_zed BEFORE INSERT ON memories WHEN NEW.namespace = 'zed' "
+        "BEGIN SELECT RAISE(ABORT, 'zed refused'); END"
+    )
+    conn.commit()
+    conn.close()
+    with MemoryStream(WordEmbeddings(), path=target_path) as target:
+        with pytest.raises(StorageError, match="zed refused"):
             target.import_jsonl(path)
         assert target.count(namespace="default") == 0 and target.count(namespace="zed") == 0
 

@@ -42,7 +42,7 @@ from langchain_reflective.backends.postgres.rows import (
     vectors_binary,
 )
 from langchain_reflective.backends.sqlite.lexical import BM25Index
-from langchain_reflective.backends.types import F32, CounterUpdate, PendingMemory
+from langchain_reflective.backends.types import F32, CounterUpdate, PendingMemory, pending_pairs
 from langchain_reflective.errors import (
     PendingConflictError,
     ReflectionConflictError,
@@ -271,16 +271,15 @@ def dequeue(
     """Remove these ids from the pending queue, each from the namespace of the record that
     completes it (a record of another namespace cannot take a queued memory away); all of
     them must still be queued there."""
-    wanted = sorted(set(ids))
-    where = {r.id: r.namespace for r in records}
+    pairs = pending_pairs(ids, records)
     cur = conn.execute(
-        "DELETE FROM reflective_pending p USING unnest(%s::text[], %s::text[]) AS w(id, ns) "
+        "DELETE FROM reflective_pending p USING unnest(%s::text[], %s::text[]) AS w(ns, id) "
         "WHERE p.id = w.id AND p.namespace = w.ns",
-        (wanted, [where.get(i, "") for i in wanted]),
+        ([ns for ns, _ in pairs], [i for _, i in pairs]),
     )
-    if cur.rowcount != len(wanted):
+    if cur.rowcount != len(pairs):
         raise PendingConflictError(
-            f"{len(wanted) - cur.rowcount} of {len(wanted)} pending memories are no longer "
+            f"{len(pairs) - cur.rowcount} of {len(pairs)} pending memories are no longer "
             "queued (completed or purged by another process)"
         )
 
@@ -340,9 +339,10 @@ def apply_counter(conn: psycopg.Connection[Any], update: CounterUpdate) -> None:
 
 def enqueue(conn: psycopg.Connection[Any], items: Sequence[PendingMemory]) -> None:
     """Queue memories to embed later; none of their ids may be stored already."""
-    ids = [p.id for p in items]
     stored = conn.execute(
-        "SELECT count(*) FROM reflective_memories WHERE id = ANY(%s)", (ids,)
+        "SELECT count(*) FROM reflective_memories m "
+        "JOIN unnest(%s::text[], %s::text[]) AS q(namespace, id) USING (namespace, id)",
+        ([p.namespace for p in items], [p.id for p in items]),
     ).fetchone()
     if stored and stored[0]:
         raise StorageError("could not queue memories: an id is already stored")
@@ -369,13 +369,16 @@ def queued_outcome(conn: psycopg.Connection[Any], items: Sequence[PendingMemory]
     """Whether an :func:`enqueue` of ``items`` committed (for ``Pools.writing``): ``True`` if
     every one is queued or already stored (another process may have completed it since),
     ``None`` if none is."""
-    ids = [p.id for p in items]
+    wanted = {(p.namespace, p.id) for p in items}
+    namespaces, ids = [ns for ns, _ in wanted], [i for _, i in wanted]
     found = conn.execute(
-        "SELECT id FROM reflective_pending WHERE id = ANY(%s) "
-        "UNION SELECT id FROM reflective_memories WHERE id = ANY(%s)",
-        (ids, ids),
+        "SELECT namespace, id FROM reflective_pending "
+        "JOIN unnest(%s::text[], %s::text[]) AS q(namespace, id) USING (namespace, id) "
+        "UNION SELECT namespace, id FROM reflective_memories "
+        "JOIN unnest(%s::text[], %s::text[]) AS q(namespace, id) USING (namespace, id)",
+        (namespaces, ids, namespaces, ids),
     ).fetchall()
-    return _all_or_none(len(found), len(set(ids)), "queueing memories")
+    return _all_or_none(len(found), len(wanted), "queueing memories")
 
 
 def ids_note(records: Sequence[MemoryRecord]) -> str | None:
@@ -391,12 +394,13 @@ def ids_note(records: Sequence[MemoryRecord]) -> str | None:
 def stored_outcome(conn: psycopg.Connection[Any], records: Sequence[MemoryRecord]) -> int | None:
     """Whether a :func:`write_batch` of ``records`` committed (for ``Pools.writing``): its
     newest key if every record is stored in its namespace, ``None`` if none is."""
+    wanted = {(r.namespace, r.id) for r in records}
     found = conn.execute(
-        "SELECT id, namespace, seq FROM reflective_memories WHERE id = ANY(%s)",
-        ([r.id for r in records],),
+        "SELECT seq FROM reflective_memories "
+        "JOIN unnest(%s::text[], %s::text[]) AS q(namespace, id) USING (namespace, id)",
+        ([ns for ns, _ in wanted], [i for _, i in wanted]),
     ).fetchall()
-    wanted = {(r.id, r.namespace) for r in records}
-    mine = [seq for i, ns, seq in found if (i, ns) in wanted]
+    mine = [seq for (seq,) in found]
     return max(mine) if _all_or_none(len(mine), len(wanted), "storing memories") else None
 
 

@@ -15,6 +15,7 @@ from langchain_reflective.backends.base import PendingMemory
 from langchain_reflective.backends.sqlite._errors import storage_error
 from langchain_reflective.backends.sqlite.connection import SQLiteConnection
 from langchain_reflective.backends.sqlite.schema import chunks, dump_metadata, from_us, to_us
+from langchain_reflective.backends.types import pending_pairs
 from langchain_reflective.errors import PendingConflictError, StorageError
 from langchain_reflective.records import MemoryRecord
 
@@ -32,16 +33,14 @@ class PendingQueue(SQLiteConnection):
         """Delete these pending rows (inside the caller's transaction), each from the namespace
         of the record that completes it (a record of another namespace cannot take a queued
         memory away); all must be there."""
-        where = {r.id: r.namespace for r in records}
+        pairs = pending_pairs(ids, records)
         gone = sum(
-            c.execute(
-                "DELETE FROM pending WHERE id = ? AND namespace = ?", (i, where.get(i, ""))
-            ).rowcount
-            for i in set(ids)
+            c.execute("DELETE FROM pending WHERE namespace = ? AND id = ?", pair).rowcount
+            for pair in pairs
         )
-        if gone != len(set(ids)):
+        if gone != len(pairs):
             raise PendingConflictError(
-                f"{len(set(ids)) - gone} of {len(ids)} pending memories are no longer queued "
+                f"{len(pairs) - gone} of {len(pairs)} pending memories are no longer queued "
                 "(completed or purged by another process)"
             )
 

@@ -1,4 +1,4 @@
-"""The memory file's layout: the schema (version 5), upgrades from versions 1-4, the checks
+"""The memory file's layout: the schema (version 6), upgrades from versions 1-5, the checks
 on opening, and how rows encode records.
 
 Nothing here executes code on load: vectors are raw little-endian float32 blobs, metadata and
@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 APPLICATION_ID = 0x52464C54  # "RFLT"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _WAL_SIZE_LIMIT = 64 << 20
 """Bytes a WAL file is truncated to after it restarts."""
@@ -55,7 +55,7 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS memories (
     seq INTEGER PRIMARY KEY,
-    id TEXT NOT NULL UNIQUE,
+    id TEXT NOT NULL,
     namespace TEXT NOT NULL,
     text TEXT NOT NULL,
     kind TEXT NOT NULL,
@@ -66,7 +66,8 @@ CREATE TABLE IF NOT EXISTS memories (
     evidence TEXT NOT NULL,
     depth INTEGER NOT NULL,
     metadata TEXT NOT NULL,
-    vector BLOB NOT NULL
+    vector BLOB NOT NULL,
+    UNIQUE (namespace, id)
 );
 CREATE INDEX IF NOT EXISTS memories_namespace_seq ON memories (namespace, seq);
 CREATE INDEX IF NOT EXISTS memories_insight_importance
@@ -84,17 +85,24 @@ CREATE TABLE IF NOT EXISTS counters (
 CREATE TABLE IF NOT EXISTS seq_floor (seq INTEGER PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS pending (
     pseq INTEGER PRIMARY KEY,
-    id TEXT NOT NULL UNIQUE,
+    id TEXT NOT NULL,
     namespace TEXT NOT NULL,
     text TEXT NOT NULL,
     kind TEXT NOT NULL,
     created_us INTEGER NOT NULL,
     importance REAL,
-    metadata TEXT NOT NULL
+    metadata TEXT NOT NULL,
+    UNIQUE (namespace, id)
 );
 CREATE INDEX IF NOT EXISTS pending_namespace_pseq ON pending (namespace, pseq);
 """
-"""Schema notes (version 5).
+"""Schema notes (version 6).
+
+An id is unique within its namespace (``UNIQUE (namespace, id)``, new in version 6; before, in
+the whole file): one namespace's ids neither reveal nor block another's. Ids derived from a
+namespace and a name (a LangGraph store item's, a thinking turn's) can be computed by anyone
+who knows both, so with file-wide ids one user could learn whether another's item existed by
+storing its id and reading the error, and could take the id first.
 
 ``pending`` (new in version 4) is the queue of memories written by
 :meth:`SQLiteRecordStore.enqueue` and not yet embedded or rated; completing one deletes its row
@@ -104,8 +112,7 @@ in the transaction that inserts it into ``memories`` (same id).
 the larger of the newest ``seq`` and ``seq_floor`` (one row), and every delete first raises
 ``seq_floor`` to the newest ``seq``. That is what ``AUTOINCREMENT`` guaranteed in versions 1
 and 2, without its extra page write (``sqlite_sequence``) on every insert. Files upgraded from
-those versions keep ``AUTOINCREMENT`` on the table (harmless, only slower): rebuilding a large
-table on open is not worth it.
+those versions kept ``AUTOINCREMENT`` on the table until the version-6 upgrade rebuilt it.
 
 ``counters`` holds, per namespace, the reflection counter *folded up to* ``counted_seq``:
 ``importance_sum``/``adds`` cover the namespace's memories with ``seq <= counted_seq`` (and any
@@ -121,7 +128,9 @@ purges): the version a reflection's conditional reset compares with what it read
 Version 1 files (no ``counted_seq``; the counters row was bumped on every write) are migrated on
 open: their counters were exact, so ``counted_seq`` starts at each namespace's newest ``seq``.
 Version 1-3 files get an empty ``pending`` table; version 1-4 files a ``reflection_generation``
-of 0 in every counters row (the first reset after the upgrade makes it 1).
+of 0 in every counters row (the first reset after the upgrade makes it 1). Version 1-5 files
+have ``memories`` and ``pending`` rebuilt with the per-namespace uniqueness (SQLite cannot drop
+a column's ``UNIQUE``): every row is copied once, under the write lock, with its ``seq``.
 """
 
 NOT_OBSERVATION = "kind <> 'observation'"
@@ -363,6 +372,10 @@ def migrate(transaction: Callable[[], AbstractContextManager[sqlite3.Connection]
     Version 4 -> 5: ``counters.reflection_generation``, 0 in every row (resets before the
     upgrade were not counted; only later ones need telling apart).
 
+    Version 5 -> 6: ids unique per namespace: ``memories`` and ``pending`` are rebuilt (every
+    row copied with its ``seq``/``pseq``; the copy needs the file's size free on disk once,
+    and takes ~6 s at 100k memories of 384 dimensions here; the caches stay valid).
+
     Another process may migrate at the same time: the version is read again under the
     write lock. Old versions of the package refuse the migrated file (its version is newer).
     """
@@ -390,7 +403,24 @@ def migrate(transaction: Callable[[], AbstractContextManager[sqlite3.Connection]
             c.execute(
                 "ALTER TABLE counters ADD COLUMN reflection_generation INTEGER NOT NULL DEFAULT 0"
             )
+        if version < 6:
+            _ids_per_namespace(c)
         c.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
+
+
+def _ids_per_namespace(c: sqlite3.Connection) -> None:
+    """Version 5 -> 6 (see :func:`migrate`): ``memories`` and ``pending`` rebuilt under this
+    version's definitions (SQLite's way to change a constraint), rows, keys and indexes kept."""
+    pending = "pseq, id, namespace, text, kind, created_us, importance, metadata"
+    for table, columns in (("memories", f"{COLUMNS}, vector"), ("pending", pending)):
+        (create,) = [s for s in _SCHEMA.split(";") if f"EXISTS {table} (" in s]
+        c.execute(create.replace(f"IF NOT EXISTS {table} (", f"{table}_v6 ("))
+        c.execute(f"INSERT INTO {table}_v6 ({columns}) SELECT {columns} FROM {table}")
+        c.execute(f"DROP TABLE {table}")
+        c.execute(f"ALTER TABLE {table}_v6 RENAME TO {table}")
+    for statement in _SCHEMA.split(";"):
+        if "CREATE INDEX" in statement:
+            c.execute(statement)
 
 
 def _add_seq_floor(c: sqlite3.Connection) -> None:
