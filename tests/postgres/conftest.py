@@ -58,10 +58,33 @@ def _sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+_RAM_DIR = Path("/dev/shm")
+_RAM_DIR_MIN_FREE = 8 << 30
+"""Free bytes a RAM-backed directory needs to hold the session server (its ~260 databases
+take ~3 GB)."""
+
+
+def _server_parent() -> str | None:
+    """Where the session server's temporary directory goes: a RAM-backed one when the machine
+    has room there (each test's database is a ~7 MB copy of the template, and removing ~2 GB
+    of them from an SSD mounted with ``discard`` took 11 s of the run's teardown here, against
+    1 s in RAM; creating them, 21 s against 6), else the default temporary directory."""
+    try:
+        stat = os.statvfs(_RAM_DIR)
+    except OSError:
+        return None
+    if not os.access(_RAM_DIR, os.W_OK) or stat.f_bavail * stat.f_frsize < _RAM_DIR_MIN_FREE:
+        return None
+    return str(_RAM_DIR)
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[str]:
     """The URI of the session's Postgres server (admin database ``postgres``)."""
-    with _sigterm_interrupts(), tempfile.TemporaryDirectory(prefix="reflective-pg-") as tmp:
+    with (
+        _sigterm_interrupts(),
+        tempfile.TemporaryDirectory(prefix="reflective-pg-", dir=_server_parent()) as tmp,
+    ):
         root = Path(tmp)
         os.chmod(root, 0o755)  # the server runs as an unprivileged user when tests run as root
         server, uri = _start_server(root)
