@@ -69,7 +69,9 @@ def test_full_reflection_over_http(local_chat: Any, local_embeddings: Any, tmp_p
     with stream:
         observations = stream.add(EVENTS)
         assert {r.importance_source for r in observations} <= {"llm", "heuristic"}
-        config = ReflectionConfig(structured_output=True, min_relevance=0.2, evidence_k=6)
+        config = ReflectionConfig(
+            structured_output=True, min_relevance=0.2, evidence_k=6, n_questions=2
+        )  # (two questions still fan out; each costs the tiny model's time on 2 cores)
         graph = create_reflection_graph(local_chat, stream, config=config)
         result = graph.invoke({"force": True})
 
@@ -121,8 +123,8 @@ def test_completion_path_over_http(
     assert all(abs(r.value * 10 - round(r.value * 10)) < 1e-9 for r in ratings)  # integers
 
     with MemoryStream(local_embeddings, path=tmp_path / "m.db", importance_scorer=scorer) as stream:
-        stream.add(turns)
-        config = ReflectionConfig(min_relevance=0.2, evidence_k=6, max_insights=3)
+        stream.add(turns, importances=[r.value for r in ratings])  # (rated above: not again)
+        config = ReflectionConfig(min_relevance=0.2, evidence_k=6, max_insights=3, n_questions=2)
         result = create_reflection_graph(model, stream, config=config).invoke({"force": True})
         pattern = question_pattern(subjects(turns))
         assert len(result["questions"]) == config.n_questions
