@@ -170,6 +170,9 @@ _TAG_NAME = re.compile(r"[\w-]+")
 _IGNORABLE_CATEGORIES = frozenset({"Mn", "Me", "Cf", "Cc", "Zs", "Zl", "Zp"})
 _FILLERS = frozenset("\u115f\u1160\u3164\uffa0")  # Hangul fillers: letters that show nothing
 _SLASHES = frozenset("/\u2044\u2215\u29f8\uff0f")  # and the slashes that look like one
+_ANGLES = str.maketrans("\ufe64\uff1c\ufe65\uff1e", "<<>>")
+"""The small and full-width angle brackets: NFKC (which many tokenizers apply to their input)
+makes them ``<`` and ``>``, so ``\uff1c/memory\uff1e`` reaches such a model as ``</memory>``."""
 
 
 def _ignorable(ch: str) -> bool:
@@ -185,8 +188,9 @@ def fence_block(items: Iterable[str], tag: str, *, max_chars: int | None = None)
     Each item is put on a single line (newlines become spaces, so an item cannot forge a numbered
     line), anything that looks like an XML-ish tag (a forged ``</tag>``, also with attributes,
     spaces, slashes, or characters that show as nothing -- zero-width and format characters,
-    combining marks, variation selectors, fillers -- inside, and any ``</`` at all) has its
-    angle brackets replaced by ``‹ ›``, and items longer than ``max_chars`` are cut with ``…``.
+    combining marks, variation selectors, fillers -- inside, and any ``</`` at all; full-width
+    and small angle brackets count as ``<`` and ``>``) has its angle brackets replaced by
+    ``‹ ›``, and items longer than ``max_chars`` are cut with ``…``.
     """
     lines = [f"<{tag}>"]
     for i, item in enumerate(items, 1):
@@ -199,8 +203,9 @@ def fence_block(items: Iterable[str], tag: str, *, max_chars: int | None = None)
 
 
 def neutralise(text: str) -> str:
-    """One line of prompt data: whitespace collapsed, tag-like fence markers defused."""
-    text = " ".join(text.split())
+    """One line of prompt data: whitespace collapsed, tag-like fence markers defused (also
+    those written with angle brackets that normalise to ``<`` and ``>``)."""
+    text = " ".join(text.split()).translate(_ANGLES)
     return _TAG_CANDIDATE.sub(_defuse, text) if "<" in text else text
 
 
