@@ -201,21 +201,47 @@ def _open_stream(
     from langchain_reflective.stream import MemoryStream
 
     if isinstance(place, Path):
-        if embeddings is not None:
-            return MemoryStream(embeddings, path=place, embedding_model=identity)
+        if embeddings is not None and not (place.exists() and place.stat().st_size):
+            return MemoryStream(embeddings, path=place, embedding_model=identity)  # a new file
         _check_memory_path(place)
         store = _open_store(place)
-        identity = store.embedding_model or "unknown"
-        return MemoryStream(_NoEmbeddings(identity), store=store, embedding_model=identity)
+        try:
+            if embeddings is None:
+                identity = store.embedding_model or "unknown"
+                embeddings = _NoEmbeddings(identity)
+            elif identity is None:
+                _check_same_model(place, store.embedding_model, embeddings)
+            return MemoryStream(embeddings, store=store, embedding_model=identity)
+        except BaseException:
+            store.close()
+            raise
     backend = _postgres_backend(place, setup=False)
     try:
         if embeddings is None:
             identity = backend.embedding_model or "unknown"
             embeddings = _NoEmbeddings(identity)
+        elif identity is None:
+            _check_same_model(place, backend.embedding_model, embeddings)
         return MemoryStream(embeddings, backend=backend, embedding_model=identity)
     except BaseException:
         backend.close()
         raise
+
+
+def _check_same_model(place: MemoryPlace, stored: str | None, embeddings: Embeddings) -> None:
+    """Refuse, in the command's own terms, memories written with another embedding model than
+    the one the command loaded (``--prefer`` chooses it)."""
+    from langchain_reflective.validation import embedding_identity
+
+    loaded = embedding_identity(embeddings)
+    if stored and stored != loaded:
+        _fail(
+            f"{_shown(place)} was written with embedding model {stored!r}, but this command "
+            f"embeds with {loaded!r}; vectors of different models are not comparable. Run it "
+            "with the model the memories were written with: --prefer local for the embedded "
+            "model, --prefer openai (OPENAI_API_KEY, and OPENAI_BASE_URL for another server) "
+            "for an OpenAI-compatible one"
+        )
 
 
 def _pick_namespace(stream: MemoryStream, namespace: str | None) -> str:

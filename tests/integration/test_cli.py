@@ -301,6 +301,35 @@ def test_inspect_limit_does_not_cut_the_ranked_list(
     assert ranks(out.split("Ranked for")[1]) == [1, 2]
 
 
+def test_a_query_with_another_embedding_model_says_which_option_chooses_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memories written with another model than the one ``--query`` (or an import that embeds
+    again) loads: one line naming both models and the command's own option, not the Python
+    API's ``embedding_model=`` hint."""
+    path = tmp_path / "openai.db"
+    with MemoryStream(
+        DeterministicFakeEmbedding(size=32), path=path, embedding_model="openai:text-embedding-3"
+    ) as stream:
+        stream.add(["Ana moved to Lisbon"], importances=0.5, now=T0)
+    monkeypatch.setattr(
+        cli_files, "_load_embeddings", lambda prefer: DeterministicFakeEmbedding(size=32)
+    )
+    code, out, err = run_cli(capsys, "inspect", path, "-q", "Lisbon")
+    assert_one_line_error(code, out, err, expect="written with embedding model 'openai:")
+    assert "--prefer" in err and "embedding_model=" not in err
+    export = tmp_path / "other.jsonl"
+    with MemoryStream(DeterministicFakeEmbedding(size=32), path=tmp_path / "o.db") as other:
+        other.add(["Ben likes tea"], importances=0.5, now=T0)
+        other.export_jsonl(export)
+    code, out, err = run_cli(capsys, "import", export, path)
+    assert_one_line_error(code, out, err, expect="--prefer")
+    with MemoryStream(
+        DeterministicFakeEmbedding(size=32), path=path, embedding_model="openai:text-embedding-3"
+    ) as stream:
+        assert [r.text for r in stream.recent(None)] == ["Ana moved to Lisbon"]  # untouched
+
+
 def ranks(table: str) -> list[int]:
     """The rank column of a rendered score table."""
     cells = [line.split("│")[1].strip() for line in table.splitlines() if line.count("│") > 6]
