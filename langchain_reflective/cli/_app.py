@@ -133,7 +133,10 @@ def _parser_error(exc: Exception) -> int:
     ctx = getattr(exc, "ctx", None)
     names = {cls.__name__ for cls in type(exc).__mro__}
     if "NoArgsIsHelpError" in names and ctx is not None:
-        print(ctx.get_help())
+        # the error's message is the help: rich help is printed when it is made (its message
+        # is then empty), plain help is only returned -- printed here, once either way
+        if getattr(exc, "message", ""):
+            print(exc.message)
         return 2
     message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
     if "UsageError" in names:

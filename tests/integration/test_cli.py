@@ -142,6 +142,17 @@ def test_no_arguments_shows_help(capsys: pytest.CaptureFixture[str]) -> None:
         assert command in out
 
 
+def test_a_group_without_its_command_shows_its_help_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``reflective reflexion`` alone: the group's help, printed once (it was printed twice:
+    rich help is printed when the error carrying it is made), and exit status 2 (a command is
+    missing from the command line)."""
+    code, out, err = run_cli(capsys, "reflexion")
+    assert code == 2, err
+    assert out.count("Usage:") == 1 and "report" in out
+
+
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(capsys, "--version")
     assert code == 0
