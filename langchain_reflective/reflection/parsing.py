@@ -305,6 +305,12 @@ def format_insights(insights: Sequence[Insight], numbers: Mapping[str, int]) -> 
 
 _QUESTION_PREFIX = re.compile(r"^(?:q(?:uestion)?\s*\d*\s*[:.)-]\s*)", re.IGNORECASE)
 _QUESTION_KEYS = ("question", "text", "q", "content")
+_REFUSAL = re.compile(
+    r"^(?:i[’']?m sorry|i am sorry|sorry[,.!]|as an ai\b|"
+    r"i (?:can(?:not|[’']?t)|won[’']?t|am unable|do not|don[’']?t)\b)",
+    re.IGNORECASE,
+)
+"""A line that declines or apologises: never taken as a question when it is not one."""
 _JSON_KEY = re.compile(r'^[\s\[{]*"\w+"\s*:\s*\[?\s*')
 
 
@@ -312,7 +318,9 @@ def parse_questions(text: str, n: int) -> list[str]:
     """At most ``n`` questions from a model's answer (numbered/bulleted lines or JSON).
 
     Lines ending with ``?`` are preferred; otherwise list items; otherwise every line of 10+
-    characters. Headers (lines ending with ``:``) and duplicates are skipped. Never raises.
+    characters. Headers (lines ending with ``:``), duplicates and, unless they end with ``?``,
+    lines that decline or apologise ("I'm sorry, I can't ...": the model refused) are skipped.
+    Never raises.
     """
     if not isinstance(text, str) or n < 1:
         return []
@@ -337,6 +345,7 @@ def parse_questions(text: str, n: int) -> list[str]:
                 candidates.append((" ".join(body.split()), bool(m)))
     questions = [q for q, _ in candidates if q.endswith("?")]
     if not questions:
+        candidates = [(q, listed) for q, listed in candidates if not _REFUSAL.match(q)]
         questions = [q for q, listed in candidates if listed] or [
             q for q, _ in candidates if len(q) >= 10
         ]

@@ -208,6 +208,12 @@ def test_format_insights_renumbers() -> None:
         ),
         ("", 3, []),
         ("ok", 3, []),
+        # a refusal is no question (it was asked as one: retrieval, then insights about it)
+        ("I'm sorry, but I can't help with that request.", 3, []),
+        ("1. I cannot answer that.\n2. Maria and school", 3, ["Maria and school"]),
+        ("As an AI, I do not have access to those statements.", 3, []),
+        ("Sorry, which person?", 3, ["Sorry, which person?"]),  # (a question: kept)
+        ("Sorry state of the garden in May", 3, ["Sorry state of the garden in May"]),
     ],
 )
 def test_parse_questions(text: str, n: int, expected: list[str]) -> None:
