@@ -48,6 +48,14 @@ def id_list(ids: str | Sequence[str]) -> list[str]:
     return [ids] if isinstance(ids, str) else list(ids)
 
 
+Key = tuple[str, str]
+"""A pending memory's ``(namespace, id)``: an id is unique within its namespace only."""
+
+
+def _key(item: PendingMemory) -> Key:
+    return (item.namespace, item.id)
+
+
 class PendingDrain:
     """Drain passes over ``stream``'s pending queue (see the module documentation).
 
@@ -66,12 +74,12 @@ class PendingDrain:
         self._stored = stored
         self._failed = failed
         self._lock = threading.Lock()
-        self._attempts: dict[str, int] = {}
-        """Pending id -> passes in which it failed on its own while others were completed."""
-        self._quarantine: dict[str, QuarantinedMemory] = {}
-        self._lone_reported: set[str] = set()
-        """Pending ids whose failure as the only memory to try was logged at WARNING (further
-        such failures are logged at DEBUG); removed when completed or discarded."""
+        self._attempts: dict[Key, int] = {}
+        """Pending memory -> passes in which it failed on its own while others were completed."""
+        self._quarantine: dict[Key, QuarantinedMemory] = {}
+        self._lone_reported: set[Key] = set()
+        """Pending memories whose failure as the only memory to try was logged at WARNING
+        (further such failures are logged at DEBUG); removed when completed or discarded."""
 
     def run(self) -> None:
         """One pass: complete every pending memory that is not set aside.
@@ -91,9 +99,9 @@ class PendingDrain:
         )
         drain.invoke(None, {"tags": ["langchain-reflective", "pending"]})
 
-    def _next_batch(self, failed: set[str]) -> tuple[list[PendingMemory], set[str]]:
+    def _next_batch(self, failed: set[Key]) -> tuple[list[PendingMemory], set[Key]]:
         """The next batch to complete (empty: nothing left, or the read failed and was
-        recorded) and the ids set aside: ``failed`` in this pass, and the quarantined."""
+        recorded) and the memories set aside: ``failed`` in this pass, and the quarantined."""
         skip = failed | self._quarantined_ids()
         try:
             limit = self.config.drain_batch + len(skip)
@@ -101,11 +109,11 @@ class PendingDrain:
         except Exception as exc:  # the stream was closed under us, or the file failed
             self._failed(self.stream.namespace, exc, None, logging.ERROR)
             return [], skip
-        return [p for p in queued if p.id not in skip][: self.config.drain_batch], skip
+        return [p for p in queued if _key(p) not in skip][: self.config.drain_batch], skip
 
-    def _pass(self, batch: list[PendingMemory], skip: set[str]) -> None:
+    def _pass(self, batch: list[PendingMemory], skip: set[Key]) -> None:
         conflicts = 0
-        failed: set[str] = set()  # failed alone in this pass: not tried again in it
+        failed: set[Key] = set()  # failed alone in this pass: not tried again in it
         while batch:
             try:
                 try:
@@ -135,12 +143,12 @@ class PendingDrain:
         records = self.stream.complete_pending(items)
         with self._lock:
             for item in items:
-                self._attempts.pop(item.id, None)
-                self._lone_reported.discard(item.id)
+                self._attempts.pop(_key(item), None)
+                self._lone_reported.discard(_key(item))
         for namespace in dict.fromkeys(r.namespace for r in records):
             self._stored(namespace)
 
-    def _probe(self, batch: Sequence[PendingMemory], skip: set[str]) -> PendingMemory | None:
+    def _probe(self, batch: Sequence[PendingMemory], skip: set[Key]) -> PendingMemory | None:
         """The memory on which to check that the models work after ``batch`` failed (``None``:
         there is no other memory to try). The check (``MemoryStream.models_accept``) embeds it
         (and rates it, when it has no importance) as a completion would, with a vector of the
@@ -152,12 +160,13 @@ class PendingDrain:
         enqueued it may have enqueued more after it.
         """
         window = self.stream.backend.pending(limit=len(skip) + len(batch) + 1, newest=True)
-        candidates = [p for p in reversed(window) if p.id not in skip and p.id != batch[0].id]
+        failing = _key(batch[0])
+        candidates = [p for p in reversed(window) if _key(p) not in skip and _key(p) != failing]
         probe = next((p for p in candidates if p.namespace != batch[0].namespace), None)
         return probe or next(iter(candidates), None)
 
     def _isolate(
-        self, items: list[PendingMemory], failed: set[str], error: Exception | None
+        self, items: list[PendingMemory], failed: set[Key], error: Exception | None
     ) -> None:
         """Complete ``items``, halving a group that fails until each failing memory is alone
         (only once the models are known to work: see :meth:`run`). ``error``: how ``items``
@@ -173,7 +182,7 @@ class PendingDrain:
             except Exception as exc:
                 error = exc
         if len(items) == 1:
-            failed.add(items[0].id)
+            failed.add(_key(items[0]))
             self._failed_alone(items[0], error)
             return
         middle = len(items) // 2
@@ -184,11 +193,11 @@ class PendingDrain:
         """Count a failure of ``item`` on its own; quarantine it at ``drain_max_attempts``."""
         limit = self.config.drain_max_attempts
         with self._lock:
-            attempts = self._attempts.get(item.id, 0) + 1
-            self._attempts[item.id] = attempts
+            attempts = self._attempts.get(_key(item), 0) + 1
+            self._attempts[_key(item)] = attempts
             if attempts >= limit:
-                del self._attempts[item.id]
-                self._quarantine[item.id] = QuarantinedMemory(
+                del self._attempts[_key(item)]
+                self._quarantine[_key(item)] = QuarantinedMemory(
                     item, exc, attempts, datetime.now(UTC)
                 )
         where = f"pending memory {item.id!r} of namespace {item.namespace!r}"
@@ -211,8 +220,8 @@ class PendingDrain:
         """Record a failure of ``item`` when it was the only memory to try: no attempt is
         counted (the models may be down); logged at WARNING the first time, then at DEBUG."""
         with self._lock:
-            first = item.id not in self._lone_reported
-            self._lone_reported.add(item.id)
+            first = _key(item) not in self._lone_reported
+            self._lone_reported.add(_key(item))
         what = (
             f"completing pending memory {item.id!r} of namespace {item.namespace!r} failed, and "
             "no other memory was pending to tell a refused memory from an outage; it stays "
@@ -224,7 +233,7 @@ class PendingDrain:
 
     # -- the quarantine ------------------------------------------------------------------------
 
-    def _quarantined_ids(self) -> set[str]:
+    def _quarantined_ids(self) -> set[Key]:
         with self._lock:
             return set(self._quarantine)
 
@@ -233,24 +242,30 @@ class PendingDrain:
         with self._lock:
             return list(self._quarantine.values())
 
+    def _chosen(self, ids: str | Sequence[str] | None) -> list[Key]:
+        """The quarantined memories with these ids, in whichever namespace (all: ``None``);
+        under the lock."""
+        if ids is None:
+            return list(self._quarantine)
+        wanted = set(id_list(ids))
+        return [k for k in self._quarantine if k[1] in wanted]
+
     def release(self, ids: str | Sequence[str] | None) -> int:
         """Give quarantined memories (all, or these ids) a fresh attempt count; how many."""
         with self._lock:
-            wanted = list(self._quarantine) if ids is None else id_list(ids)
-            return sum(self._quarantine.pop(i, None) is not None for i in wanted)
+            return sum(self._quarantine.pop(k, None) is not None for k in self._chosen(ids))
 
     def discard(self, ids: str | Sequence[str] | None) -> int:
         """Remove quarantined memories (all, or these ids) from the pending queue without
         storing them; how many were removed."""
         with self._lock:
-            wanted = list(self._quarantine) if ids is None else id_list(ids)
-            chosen = [self._quarantine[i] for i in wanted if i in self._quarantine]
+            chosen = self._chosen(ids)
         removed = 0
-        for namespace in dict.fromkeys(q.item.namespace for q in chosen):
-            mine = [q.item.id for q in chosen if q.item.namespace == namespace]
+        for namespace in dict.fromkeys(ns for ns, _ in chosen):
+            mine = [i for ns, i in chosen if ns == namespace]
             removed += self.stream.discard_pending(mine, namespace=namespace)
             with self._lock:
                 for i in mine:
-                    self._quarantine.pop(i, None)
-                    self._lone_reported.discard(i)
+                    self._quarantine.pop((namespace, i), None)
+                    self._lone_reported.discard((namespace, i))
         return removed

@@ -22,6 +22,7 @@ from langchain_core.messages import HumanMessage
 from pydantic import BaseModel
 
 from langchain_reflective import MemoryStream
+from langchain_reflective.backends.base import PendingMemory
 from langchain_reflective.backends.sqlite import store as sqlite_store
 from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
 from langchain_reflective.errors import InvalidMemoryError, PendingConflictError, StorageError
@@ -349,6 +350,25 @@ def test_quarantined_memories_can_be_retried_or_discarded(tmp_path: Path, now) -
         assert memory.quarantined == [] and memory.stream.backend.count_pending() == 0
         assert memory.stream.get(second, namespace="mallory") == []
         assert memory.flush(timeout=30)
+
+
+def test_a_quarantined_id_sets_aside_only_its_own_namespaces_memory(tmp_path: Path, now) -> None:
+    """Two namespaces may queue one id: mallory's memory quarantined under ``p1`` does not
+    make the drain skip bob's ``p1`` (attempts and the quarantine were keyed by id alone)."""
+    embeddings = RefusingEmbeddings()
+    with open_inline(tmp_path / "m.db", embeddings, drain_max_attempts=1) as memory:
+        backend = memory.stream.backend
+        backend.enqueue([PendingMemory("p1", "mallory", "POISON", "observation", now, 0.5, {})])
+        backend.enqueue([PendingMemory("p0", "carol", "carol's turn", "observation", now, 0.5,
+                                       {})])  # fmt: skip
+        memory.flush(timeout=30)
+        assert [(q.item.namespace, q.item.id) for q in memory.quarantined] == [("mallory", "p1")]
+        backend.enqueue([PendingMemory("p1", "bob", "bob's turn", "observation", now, 0.5, {})])
+        memory.flush(timeout=30)
+        assert [r.text for r in memory.stream.get("p1", namespace="bob")] == ["bob's turn"]
+        assert [(p.namespace, p.id) for p in backend.pending()] == [("mallory", "p1")]
+        assert memory.discard_quarantined("p1") == 1
+        assert backend.count_pending() == 0
 
 
 def test_quarantine_twins_retry_and_discard_as_the_sync_methods(tmp_path: Path, now) -> None:
