@@ -406,13 +406,13 @@ def import_jsonl(
 
     Memories that ``namespace`` moves out of their own namespace get new ids,
     ``<id>@<tag of the namespace>`` (the same on every run, so importing again skips them;
-    they tell a copy from its original, and copies made when ids were unique across the whole
-    store keep being found), and the evidence they cite follows; LangGraph store items get
-    their key's id in the new namespace, so ``ReflectiveStore`` finds them by key (when
-    several namespaces holding one key are merged, the first item in the file is kept).
+    an id that two of the merged namespaces hold gets its own namespace's tag too, so both
+    memories are kept: see ``_Mover``), and the evidence they cite follows; LangGraph store
+    items get their key's id in the new namespace, so ``ReflectiveStore`` finds them by key
+    (when several namespaces holding one key are merged, the first item in the file is kept).
     """
     source = Path(path)
-    items = _moved_items(source, namespace) if namespace else {}
+    mover = _Mover(namespace, _moved_items(source, namespace)) if namespace else None
     imported = 0
     try:
         with _open_export(source) as fh:
@@ -437,8 +437,8 @@ def import_jsonl(
                         export_dim = len(vec)
                     if reuse is None:  # one probe at most; a model of another dimension re-embeds
                         reuse = same_model and export_dim == _target_dimension(stream, record.text)
-                if namespace and record.namespace != namespace:
-                    record = _moved(record, namespace, items)
+                if mover is not None and record.namespace != namespace:
+                    record = mover.move(record)
                 batch.append((record, vec if reuse else None))
                 if len(batch) >= batch_size:
                     imported += _import_batch(stream, batch)
@@ -532,29 +532,54 @@ def _lines(fh: TextIO, source: Path) -> Iterator[tuple[int, str]]:
         ) from exc
 
 
-def _moved_id(memory_id: str, namespace: str) -> str:
-    """The id a memory gets when an import moves it into ``namespace`` from another one:
-    its id tagged with the namespace, so the copy is told from the original and importing the
-    same file again finds it."""
-    return f"{memory_id}@{hashlib.sha256(namespace.encode('utf-8')).hexdigest()[:12]}"
+def _tag(namespace: str) -> str:
+    return hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:12]
 
 
-def _moved(record: MemoryRecord, namespace: str, items: Mapping[str, str]) -> MemoryRecord:
-    """``record`` moved into ``namespace``: new id, and its evidence cites the moved ids."""
-    return dataclasses.replace(
-        record,
-        id=items.get(record.id) or _moved_id(record.id, namespace),
-        namespace=namespace,
-        evidence=tuple(items.get(e) or _moved_id(e, namespace) for e in record.evidence),
-    )
+class _Mover:
+    """Moves the records of an import into ``namespace`` from the namespaces they were
+    exported from, under new ids (the same on every run, so importing again finds them).
+
+    A memory's new id is its id tagged with the target namespace, ``<id>@<tag>``, as imports
+    always made it, when the import meets that id first in the memory's own namespace (as a
+    memory or as evidence, in file order); an id met before in another namespace (two
+    namespaces may hold one id) is tagged with its own namespace too, ``<id>@<tag>@<tag>``,
+    so two memories never merge into one. A LangGraph store item takes its key's id in the
+    target namespace (``items``), so the store finds it by key.
+    """
+
+    def __init__(self, namespace: str, items: Mapping[tuple[str, str], str]) -> None:
+        self.namespace = namespace
+        self.items = items
+        self.first: dict[str, str] = {}
+        """Id -> the namespace the import met it in first."""
+
+    def moved_id(self, memory_id: str, source: str) -> str:
+        item = self.items.get((source, memory_id))
+        if item is not None:
+            return item
+        tagged = f"{memory_id}@{_tag(self.namespace)}"
+        if self.first.setdefault(memory_id, source) == source:
+            return tagged
+        return f"{tagged}@{_tag(source)}"
+
+    def move(self, record: MemoryRecord) -> MemoryRecord:
+        """``record`` in the target namespace: new id, and its evidence cites the moved ids."""
+        source = record.namespace
+        return dataclasses.replace(
+            record,
+            id=self.moved_id(record.id, source),
+            namespace=self.namespace,
+            evidence=tuple(self.moved_id(e, source) for e in record.evidence),
+        )
 
 
-def _moved_items(source: Path, namespace: str) -> dict[str, str]:
-    """Old id -> id in ``namespace`` of the LangGraph store items an import moves there: an
-    item's id comes from its key and namespace (so the store finds it by key), and evidence
-    citing it must follow. A cheap first pass: only lines naming the item metadata key are
-    parsed; malformed lines are left to the import's own pass, which reports them."""
-    items: dict[str, str] = {}
+def _moved_items(source: Path, namespace: str) -> dict[tuple[str, str], str]:
+    """(Namespace, old id) -> id in ``namespace`` of the LangGraph store items an import moves
+    there: an item's id comes from its key and namespace (so the store finds it by key), and
+    evidence citing it must follow. A cheap first pass: only lines naming the item metadata key
+    are parsed; malformed lines are left to the import's own pass, which reports them."""
+    items: dict[tuple[str, str], str] = {}
     marker = json.dumps(ITEM_METADATA_KEY)
     with _open_export(source) as fh:
         _header(fh, source)
@@ -567,7 +592,7 @@ def _moved_items(source: Path, namespace: str) -> dict[str, str]:
                 continue
             key = item_key(record)
             if key is not None and record.namespace != namespace:
-                items[record.id] = item_memory_id(namespace, key)
+                items[(record.namespace, record.id)] = item_memory_id(namespace, key)
     return items
 
 
@@ -619,10 +644,10 @@ def _put_fresh(
         by_ns: dict[str, list[str]] = {}
         for r in records:
             by_ns.setdefault(r.namespace, []).append(r.id)
-        stored = {r.id for ns, ids in by_ns.items() for r in backend.get(ns, ids)}
+        stored = {(ns, r.id) for ns, ids in by_ns.items() for r in backend.get(ns, ids)}
         if not stored:  # (not a concurrent import: its own error)
             raise
-    keep = [i for i, r in enumerate(records) if r.id not in stored]
+    keep = [i for i, r in enumerate(records) if (r.namespace, r.id) not in stored]
     if keep:
         backend.put([records[i] for i in keep], unit[keep])
     return len(keep)

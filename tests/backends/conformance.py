@@ -838,6 +838,39 @@ class BackendConformance:
         assert item is not None and item.value == {"text": "alice drinks tea"}
         assert [i.key for i in store.search(("users", "carol"))].count("drink") == 1
 
+    def test_merging_namespaces_that_hold_one_id_keeps_every_memory(
+        self, backend: BaseMemoryBackend, tmp_path: Path
+    ) -> None:
+        """Two namespaces may hold one id: an import merging them into one namespace keeps
+        both memories (a moved id was tagged with the target namespace only, so the second
+        was taken for the first and dropped), their evidence follows each its own, a plain
+        memory holding a store item's id stays apart from the item, and a second import finds
+        everything."""
+        stream = MemoryStream(WordEmbeddings(32), backend=backend, embedding_model=MODEL)
+        store = ReflectiveStore(stream)
+        store.put(("alice",), "drink", {"text": "alice drinks tea"})
+        item_id = store.memory_id("alice", "drink")
+        for ns in ("alice", "bob"):
+            stream.add([f"{ns} w1"], ids=["x1"], namespace=ns, now=NOW)
+            stream.add(f"{ns} insight", kinds=REFLECTION, evidence=[["x1"]], ids=["i1"],
+                       namespace=ns, now=NOW)  # fmt: skip
+        stream.add(["bob's note w2"], ids=[item_id], namespace="bob", now=NOW)
+        export = tmp_path / "all.jsonl"
+        assert stream.export_jsonl(export, namespaces="all") == 6
+        assert stream.import_jsonl(export, namespace="merged") == 6
+        assert stream.import_jsonl(export, namespace="merged") == 0
+        merged = stream.recent(None, namespace="merged")
+        assert sorted(r.text for r in merged) == [
+            "alice drinks tea", "alice insight", "alice w1", "bob insight", "bob w1",
+            "bob's note w2",
+        ]  # fmt: skip
+        for ns in ("alice", "bob"):
+            (insight,) = [r for r in merged if r.text == f"{ns} insight"]
+            cited = stream.get(list(insight.evidence), namespace="merged")
+            assert [r.text for r in cited] == [f"{ns} w1"]
+        item = store.get(("merged",), "drink")
+        assert item is not None and item.value == {"text": "alice drinks tea"}
+
     def test_import_binds_the_stream_dimension_and_a_refused_export_writes_nothing(
         self, backend: BaseMemoryBackend, tmp_path: Path
     ) -> None:

@@ -505,6 +505,35 @@ def test_one_file_imported_by_two_workers_at_once_is_stored_once(
         assert len(first) == 6 == len({r.id for r in first.recent(None)})
 
 
+def test_a_raced_import_skips_only_the_namespace_whose_id_was_stored(
+    tmp_path: Path, stream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file holds ``x1`` in alice and in bob; another worker stores alice's between this
+    import's lookup and its write: the write fails on alice's id, and the retry skipped every
+    record with that id, bob's too (compared by id alone)."""
+    stream.add(["alice likes tea"], ids=["x1"], namespace="alice", importances=0.5)
+    stream.add(["bob likes coffee"], ids=["x1"], namespace="bob", importances=0.5)
+    path = tmp_path / "all.jsonl"
+    assert stream.export_jsonl(path, namespaces="all") == 2
+    shared = tmp_path / "shared.db"
+    with (
+        MemoryStream(WordEmbeddings(), path=shared) as first,
+        MemoryStream(WordEmbeddings(), path=shared) as second,
+    ):
+        real_get, raced = first.backend.get, []
+
+        def lookup_then_race(namespace: str, ids: Any) -> Any:
+            found = real_get(namespace, ids)
+            if not raced:  # the other worker stores alice's memory between lookup and write
+                raced.append(second.add(["alice likes tea"], ids=["x1"], namespace="alice"))
+            return found
+
+        monkeypatch.setattr(first.backend, "get", lookup_then_race)
+        assert first.import_jsonl(path) == 1
+        assert [r.text for r in first.recent(None, namespace="bob")] == ["bob likes coffee"]
+        assert first.count(namespace="alice") == 1
+
+
 def test_a_batch_of_several_namespaces_is_written_whole_or_not_at_all(
     tmp_path: Path, stream
 ) -> None:
