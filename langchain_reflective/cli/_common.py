@@ -201,20 +201,19 @@ def _open_stream(
     from langchain_reflective.stream import MemoryStream
 
     if isinstance(place, Path):
-        if embeddings is not None and not (place.exists() and place.stat().st_size):
-            return MemoryStream(embeddings, path=place, embedding_model=identity)  # a new file
+        if embeddings is not None:
+            if identity is None and place.exists() and place.stat().st_size:
+                _check_memory_path(place)
+                store = _open_store(place)
+                stored = store.embedding_model
+                store.close()
+                _check_same_model(place, stored, embeddings)
+            # by path, so the file's index caches are read and kept (not with ``store=``)
+            return MemoryStream(embeddings, path=place, embedding_model=identity)
         _check_memory_path(place)
         store = _open_store(place)
-        try:
-            if embeddings is None:
-                identity = store.embedding_model or "unknown"
-                embeddings = _NoEmbeddings(identity)
-            elif identity is None:
-                _check_same_model(place, store.embedding_model, embeddings)
-            return MemoryStream(embeddings, store=store, embedding_model=identity)
-        except BaseException:
-            store.close()
-            raise
+        identity = store.embedding_model or "unknown"
+        return MemoryStream(_NoEmbeddings(identity), store=store, embedding_model=identity)
     backend = _postgres_backend(place, setup=False)
     try:
         if embeddings is None:

@@ -339,6 +339,12 @@ def test_a_query_with_another_embedding_model_says_which_option_chooses_it(
         DeterministicFakeEmbedding(size=32), path=path, embedding_model="openai:text-embedding-3"
     ) as stream:
         assert [r.text for r in stream.recent(None)] == ["Ana moved to Lisbon"]  # untouched
+    # the model matching: opened by path, so the file's index caches are read and kept
+    from langchain_reflective.cli._common import _open_stream
+
+    same = DeterministicFakeEmbedding(size=32)
+    with _open_stream(tmp_path / "o.db", same) as opened:
+        assert opened.path == tmp_path / "o.db" and opened.backend.path == tmp_path / "o.db"
 
 
 def ranks(table: str) -> list[int]:
