@@ -373,8 +373,10 @@ def migrate(transaction: Callable[[], AbstractContextManager[sqlite3.Connection]
     upgrade were not counted; only later ones need telling apart).
 
     Version 5 -> 6: ids unique per namespace: ``memories`` and ``pending`` are rebuilt (every
-    row copied with its ``seq``/``pseq``; the copy needs the file's size free on disk once,
-    and takes ~6 s at 100k memories of 384 dimensions here; the caches stay valid).
+    row copied with its ``seq``/``pseq``: ~3.5 s at 100k memories of 384 dimensions here; the
+    caches stay valid). It needs about twice the file's size free on disk while it runs (the
+    copy, and a WAL as large until the next checkpoint) and leaves the file twice its size,
+    the old pages free for later writes (``VACUUM`` gives them back).
 
     Another process may migrate at the same time: the version is read again under the
     write lock. Old versions of the package refuse the migrated file (its version is newer).
@@ -410,17 +412,26 @@ def migrate(transaction: Callable[[], AbstractContextManager[sqlite3.Connection]
 
 def _ids_per_namespace(c: sqlite3.Connection) -> None:
     """Version 5 -> 6 (see :func:`migrate`): ``memories`` and ``pending`` rebuilt under this
-    version's definitions (SQLite's way to change a constraint), rows, keys and indexes kept."""
-    pending = "pseq, id, namespace, text, kind, created_us, importance, metadata"
-    for table, columns in (("memories", f"{COLUMNS}, vector"), ("pending", pending)):
-        (create,) = [s for s in _SCHEMA.split(";") if f"EXISTS {table} (" in s]
-        c.execute(create.replace(f"IF NOT EXISTS {table} (", f"{table}_v6 ("))
-        c.execute(f"INSERT INTO {table}_v6 ({columns}) SELECT {columns} FROM {table}")
-        c.execute(f"DROP TABLE {table}")
-        c.execute(f"ALTER TABLE {table}_v6 RENAME TO {table}")
-    for statement in _SCHEMA.split(";"):
-        if "CREATE INDEX" in statement:
-            c.execute(statement)
+    version's definitions (SQLite's way to change a constraint), rows, keys and indexes kept.
+
+    ``secure_delete`` is off meanwhile: where SQLite is built with it on (Debian's is), the
+    ``DROP TABLE`` would write a zeroed copy of every freed page into the WAL (a WAL the size
+    of the file, on top of the copy); the dropped rows live on in the new table anyway."""
+    secure = int(c.execute("PRAGMA secure_delete").fetchone()[0])
+    c.execute("PRAGMA secure_delete=OFF")
+    try:
+        pending = "pseq, id, namespace, text, kind, created_us, importance, metadata"
+        for table, columns in (("memories", f"{COLUMNS}, vector"), ("pending", pending)):
+            (create,) = [s for s in _SCHEMA.split(";") if f"EXISTS {table} (" in s]
+            c.execute(create.replace(f"IF NOT EXISTS {table} (", f"{table}_v6 ("))
+            c.execute(f"INSERT INTO {table}_v6 ({columns}) SELECT {columns} FROM {table}")
+            c.execute(f"DROP TABLE {table}")
+            c.execute(f"ALTER TABLE {table}_v6 RENAME TO {table}")
+        for statement in _SCHEMA.split(";"):
+            if "CREATE INDEX" in statement:
+                c.execute(statement)
+    finally:
+        c.execute(f"PRAGMA secure_delete={secure}")
 
 
 def _add_seq_floor(c: sqlite3.Connection) -> None:
