@@ -424,6 +424,16 @@ class BackendConformance:
         self.fill(backend, both, pending=["p2"])
         assert [(p.id, p.namespace) for p in backend.pending()] == [("p1", "alice")]
         assert [r.text for r in backend.get("alice", ["p2"])] == ["alice's p2"]
+        # an id stored in one namespace may be queued in another, never in its own (a memory
+        # is pending or stored, not both); a refused batch queues nothing
+        backend.enqueue([_pending("p2", "carol")])
+        with pytest.raises(StorageError, match="already stored"):
+            backend.enqueue([_pending("p2", "alice")])
+        with pytest.raises(StorageError, match="already stored"):
+            backend.enqueue([_pending("p9", "carol"), _pending("p2", "bob")])
+        assert [(p.id, p.namespace) for p in backend.pending()] == [
+            ("p1", "alice"), ("p2", "carol"),
+        ]  # fmt: skip
 
     # -- touch -------------------------------------------------------------------------------
 

@@ -60,19 +60,25 @@ class PendingQueue(SQLiteConnection):
             )
             for p in items
         ]
+        # a memory is pending or stored, never both: no row for an id its namespace stores
         sql = (
             "INSERT INTO pending (id, namespace, text, kind, created_us, importance, metadata) "
-            "VALUES (?,?,?,?,?,?,?)"
+            "SELECT ?1,?2,?3,?4,?5,?6,?7 WHERE NOT EXISTS "
+            "(SELECT 1 FROM memories WHERE namespace = ?2 AND id = ?1)"
         )
+        stored = StorageError("could not queue memories: an id is already stored")
         try:
             if len(rows) == 1:  # one autocommit statement: the per-turn cheap commit
                 with self._lock:
                     self._ensure_open()
-                    self._conn.execute(sql, rows[0])
+                    queued = self._conn.execute(sql, rows[0]).rowcount
                     self._after_commit()
+                if queued != 1:
+                    raise stored
             else:
                 with self._transaction() as c:
-                    c.executemany(sql, rows)
+                    if c.executemany(sql, rows).rowcount != len(rows):
+                        raise stored  # (rolls the transaction back)
         except sqlite3.IntegrityError as exc:
             raise StorageError(f"could not queue memories (duplicate id?): {exc}") from exc
         except sqlite3.DatabaseError as exc:
