@@ -232,7 +232,7 @@ class MemoryRecord:
     """
 
     id: str
-    """Stable unique id (string)."""
+    """Stable id (string), unique within the memory's namespace."""
     text: str
     """The memory's description."""
     kind: MemoryKind = OBSERVATION

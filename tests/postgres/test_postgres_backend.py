@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -999,3 +1000,5 @@ def test_a_lost_write_stored_in_part_is_reported_not_repeated(postgres_url: str)
             assert queued_outcome(conn, fresh) is None
             with pytest.raises(StorageError, match="1 of 2 are stored now"):
                 queued_outcome(conn, queued + fresh)
+            elsewhere = [dataclasses.replace(queued[0], namespace="elsewhere")]
+            assert queued_outcome(conn, elsewhere) is None  # (that id is another namespace's)

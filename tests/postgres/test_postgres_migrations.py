@@ -269,9 +269,9 @@ def test_a_version_5_database_counts_resets_from_the_upgrade_on(postgres_url: st
 def _undo_version_8(conn: psycopg.Connection[Any]) -> None:
     """Take a database back to what version 7 set up: ids unique in the whole database."""
     for table in ("reflective_memories", "reflective_pending"):
-        conn.execute(
+        conn.execute(  # (named unlike Postgres' default: the upgrade finds it by its column)
             f"ALTER TABLE {table} DROP CONSTRAINT {table}_namespace_id_key, "
-            f"ADD CONSTRAINT {table}_id_key UNIQUE (id)"
+            f"ADD CONSTRAINT {table}_ids_once UNIQUE (id)"
         )
     conn.execute("DELETE FROM reflective_schema_version WHERE version >= 8")
 

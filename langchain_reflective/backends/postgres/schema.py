@@ -306,12 +306,24 @@ up on. Building the index reads ``reflective_access`` once (the whole migration:
 memories here)."""
 
 _V8 = """
+DO $$
+DECLARE c record;
+BEGIN
+    FOR c IN
+        SELECT con.conrelid::regclass AS tbl, con.conname
+        FROM pg_constraint con
+        JOIN pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = con.conkey[1]
+        WHERE con.contype = 'u' AND cardinality(con.conkey) = 1 AND a.attname = 'id'
+          AND con.conrelid IN ('reflective_memories'::regclass, 'reflective_pending'::regclass)
+    LOOP
+        EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', c.tbl, c.conname);
+    END LOOP;
+END
+$$;
 ALTER TABLE reflective_memories
-    DROP CONSTRAINT IF EXISTS reflective_memories_id_key,
     DROP CONSTRAINT IF EXISTS reflective_memories_namespace_id_key,
     ADD CONSTRAINT reflective_memories_namespace_id_key UNIQUE (namespace, id);
 ALTER TABLE reflective_pending
-    DROP CONSTRAINT IF EXISTS reflective_pending_id_key,
     DROP CONSTRAINT IF EXISTS reflective_pending_namespace_id_key,
     ADD CONSTRAINT reflective_pending_namespace_id_key UNIQUE (namespace, id);
 """
@@ -319,7 +331,8 @@ ALTER TABLE reflective_pending
 namespace's ids neither reveal nor block another's. Ids derived from a namespace and a name (a
 LangGraph store item's, a thinking turn's) can be computed by anyone who knows both, so with
 database-wide ids one user could learn whether another's item existed by storing its id and
-reading the error, and could take the id first. The new unique index also serves the lookups by
+reading the error, and could take the id first. The unique constraint on ``id`` alone is found
+by its column, whatever its name. The new unique index also serves the lookups by
 namespace and id. Building it reads the table once, holding its lock meanwhile (writes and
 retrievals wait): 0.5 s at 100k memories, 22 s at 1M here."""
 
