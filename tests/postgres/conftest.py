@@ -71,9 +71,19 @@ def _server_parent() -> str | None:
     1 s in RAM; creating them, 21 s against 6), else the default temporary directory."""
     try:
         stat = os.statvfs(_RAM_DIR)
+        meminfo = Path("/proc/meminfo").read_text()
     except OSError:
         return None
-    if not os.access(_RAM_DIR, os.W_OK) or stat.f_bavail * stat.f_frsize < _RAM_DIR_MIN_FREE:
+    available = next(
+        (
+            int(line.split()[1]) << 10
+            for line in meminfo.splitlines()
+            if line.startswith("MemAvailable:")
+        ),
+        0,
+    )  # (tmpfs pages are RAM: the room there is not enough on its own)
+    room = min(stat.f_bavail * stat.f_frsize, available)
+    if not os.access(_RAM_DIR, os.W_OK) or room < _RAM_DIR_MIN_FREE:
         return None
     return str(_RAM_DIR)
 
