@@ -135,8 +135,9 @@ def _parser_error(exc: Exception) -> int:
     if "NoArgsIsHelpError" in names and ctx is not None:
         # the error's message is the help: rich help is printed when it is made (its message
         # is then empty), plain help is only returned -- printed here, once either way
-        if getattr(exc, "message", ""):
-            print(exc.message)
+        help_text = getattr(exc, "message", "")
+        if help_text:
+            print(help_text)
         return 2
     message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
     if "UsageError" in names:
