@@ -137,9 +137,10 @@ class BaseMemoryBackend(Closing, ABC):
             counter: the reflection-counter change written in the same transaction (``None``:
                 the counter is left alone, as for an import).
             pending: ids of queued memories (see :meth:`enqueue`) that these records complete,
-                each the id of one of ``records``, queued in that record's namespace: they
-                leave the queue in the same transaction, so a memory is either pending or
-                stored, never both and never neither.
+                each the id of one of ``records`` (or of several, in several namespaces),
+                queued in the namespace of every record holding it: they leave the queue in
+                the same transaction, so a memory is either pending or stored, never both and
+                never neither.
 
         Raises:
             PendingConflictError: one of ``pending`` is no longer queued (another process
