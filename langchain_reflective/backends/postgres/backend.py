@@ -40,11 +40,8 @@ from langchain_reflective.backends.base import (
     RetrievalFilter,
 )
 from langchain_reflective.backends.postgres.candidates import CandidateSource
-from langchain_reflective.backends.postgres.connection import (
-    Pools,
-    check_connection,
-    open_pool,
-)
+from langchain_reflective.backends.postgres.connection import Pools, open_pool
+from langchain_reflective.backends.postgres.conninfo import check_connection
 from langchain_reflective.backends.postgres.failures import read_version
 from langchain_reflective.backends.postgres.local_index import LocalIndex
 from langchain_reflective.backends.postgres.pool_settings import sync_pool_settings
