@@ -479,6 +479,23 @@ def test_a_failed_import_says_how_much_was_imported_before(tmp_path: Path, strea
         assert copy.import_jsonl(good) == 1
 
 
+def _race_after_lookup(
+    monkeypatch: pytest.MonkeyPatch, importer: MemoryStream, other_worker: Any
+) -> list[Any]:
+    """Run ``other_worker()`` once, right after the importer's first lookup of stored ids
+    (between its lookup and its write); its result is appended to the returned list."""
+    real_get, raced = importer.backend.get, []
+
+    def lookup_then_race(namespace: str, ids: Any) -> Any:
+        found = real_get(namespace, ids)
+        if not raced:
+            raced.append(other_worker())
+        return found
+
+    monkeypatch.setattr(importer.backend, "get", lookup_then_race)
+    return raced
+
+
 def test_one_file_imported_by_two_workers_at_once_is_stored_once(
     tmp_path: Path, stream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -492,15 +509,7 @@ def test_one_file_imported_by_two_workers_at_once_is_stored_once(
         MemoryStream(WordEmbeddings(), path=shared) as first,
         MemoryStream(WordEmbeddings(), path=shared) as second,
     ):
-        real_get, raced = first.backend.get, []
-
-        def lookup_then_race(namespace: str, ids: Any) -> Any:
-            found = real_get(namespace, ids)
-            if not raced:  # the other worker imports the file between lookup and write
-                raced.append(second.import_jsonl(path))
-            return found
-
-        monkeypatch.setattr(first.backend, "get", lookup_then_race)
+        raced = _race_after_lookup(monkeypatch, first, lambda: second.import_jsonl(path))
         assert first.import_jsonl(path) == 0 and raced == [6]
         assert len(first) == 6 == len({r.id for r in first.recent(None)})
 
@@ -520,15 +529,11 @@ def test_a_raced_import_skips_only_the_namespace_whose_id_was_stored(
         MemoryStream(WordEmbeddings(), path=shared) as first,
         MemoryStream(WordEmbeddings(), path=shared) as second,
     ):
-        real_get, raced = first.backend.get, []
-
-        def lookup_then_race(namespace: str, ids: Any) -> Any:
-            found = real_get(namespace, ids)
-            if not raced:  # the other worker stores alice's memory between lookup and write
-                raced.append(second.add(["alice likes tea"], ids=["x1"], namespace="alice"))
-            return found
-
-        monkeypatch.setattr(first.backend, "get", lookup_then_race)
+        _race_after_lookup(  # the other worker stores alice's memory
+            monkeypatch,
+            first,
+            lambda: second.add(["alice likes tea"], ids=["x1"], namespace="alice"),
+        )
         assert first.import_jsonl(path) == 1
         assert [r.text for r in first.recent(None, namespace="bob")] == ["bob likes coffee"]
         assert first.count(namespace="alice") == 1
