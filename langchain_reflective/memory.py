@@ -374,27 +374,49 @@ class ReflectiveMemory(Closing):
         """
         return self._queue.quarantined()
 
-    def retry_quarantined(self, ids: str | Sequence[str] | None = None) -> int:
-        """Release quarantined memories (all, or these ids) with a fresh attempt count and start
-        a drain; return how many were released."""
-        released = self._queue.release(ids)
+    def retry_quarantined(
+        self, ids: str | Sequence[str] | None = None, *, namespace: str | None = None
+    ) -> int:
+        """Release quarantined memories with a fresh attempt count and start a drain; return
+        how many were released.
+
+        Args:
+            ids: these ids only (default: every quarantined memory).
+            namespace: only this namespace's (default: every namespace's; a quarantined
+                memory's id is unique only within its namespace, so pass the namespace when
+                acting for one user).
+        """
+        released = self._queue.release(ids, namespace)
         if released and self._pending_count():
             self._start_drain()
         return released
 
-    def discard_quarantined(self, ids: str | Sequence[str] | None = None) -> int:
-        """Remove quarantined memories (all, or these ids) from the pending queue for good,
-        without storing them; return how many were removed."""
-        return self._queue.discard(ids)
+    def discard_quarantined(
+        self, ids: str | Sequence[str] | None = None, *, namespace: str | None = None
+    ) -> int:
+        """Remove quarantined memories from the pending queue for good, without storing them;
+        return how many were removed.
 
-    async def aretry_quarantined(self, ids: str | Sequence[str] | None = None) -> int:
+        Args:
+            ids: these ids only (default: every quarantined memory).
+            namespace: only this namespace's (default: every namespace's; a quarantined
+                memory's id is unique only within its namespace, so pass the namespace when
+                acting for one user).
+        """
+        return self._queue.discard(ids, namespace)
+
+    async def aretry_quarantined(
+        self, ids: str | Sequence[str] | None = None, *, namespace: str | None = None
+    ) -> int:
         """Async twin of :meth:`retry_quarantined` (in a worker thread: it reads the queue,
         and with ``background=False`` drains it)."""
-        return await asyncio.to_thread(self.retry_quarantined, ids)
+        return await asyncio.to_thread(self.retry_quarantined, ids, namespace=namespace)
 
-    async def adiscard_quarantined(self, ids: str | Sequence[str] | None = None) -> int:
+    async def adiscard_quarantined(
+        self, ids: str | Sequence[str] | None = None, *, namespace: str | None = None
+    ) -> int:
         """Async twin of :meth:`discard_quarantined` (the delete runs in a worker thread)."""
-        return await asyncio.to_thread(self.discard_quarantined, ids)
+        return await asyncio.to_thread(self.discard_quarantined, ids, namespace=namespace)
 
     def enqueue(
         self,

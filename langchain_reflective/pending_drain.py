@@ -242,24 +242,28 @@ class PendingDrain:
         with self._lock:
             return list(self._quarantine.values())
 
-    def _chosen(self, ids: str | Sequence[str] | None) -> list[Key]:
-        """The quarantined memories with these ids, in whichever namespace (all: ``None``);
-        under the lock."""
-        if ids is None:
-            return list(self._quarantine)
-        wanted = set(id_list(ids))
-        return [k for k in self._quarantine if k[1] in wanted]
+    def _chosen(self, ids: str | Sequence[str] | None, namespace: str | None) -> list[Key]:
+        """The quarantined memories with these ids (all: ``None``) in this namespace (any:
+        ``None``); under the lock."""
+        wanted = None if ids is None else set(id_list(ids))
+        return [
+            k
+            for k in self._quarantine
+            if (namespace is None or k[0] == namespace) and (wanted is None or k[1] in wanted)
+        ]
 
-    def release(self, ids: str | Sequence[str] | None) -> int:
-        """Give quarantined memories (all, or these ids) a fresh attempt count; how many."""
+    def release(self, ids: str | Sequence[str] | None, namespace: str | None = None) -> int:
+        """Give quarantined memories (all, or these ids; of one namespace, or of any) a fresh
+        attempt count; how many."""
         with self._lock:
-            return sum(self._quarantine.pop(k, None) is not None for k in self._chosen(ids))
+            chosen = self._chosen(ids, namespace)
+            return sum(self._quarantine.pop(k, None) is not None for k in chosen)
 
-    def discard(self, ids: str | Sequence[str] | None) -> int:
-        """Remove quarantined memories (all, or these ids) from the pending queue without
-        storing them; how many were removed."""
+    def discard(self, ids: str | Sequence[str] | None, namespace: str | None = None) -> int:
+        """Remove quarantined memories (all, or these ids; of one namespace, or of any) from the
+        pending queue without storing them; how many were removed."""
         with self._lock:
-            chosen = self._chosen(ids)
+            chosen = self._chosen(ids, namespace)
         removed = 0
         for namespace in dict.fromkeys(ns for ns, _ in chosen):
             mine = [i for ns, i in chosen if ns == namespace]

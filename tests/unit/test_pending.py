@@ -371,6 +371,29 @@ def test_a_quarantined_id_sets_aside_only_its_own_namespaces_memory(tmp_path: Pa
         assert backend.count_pending() == 0
 
 
+def test_retry_and_discard_can_act_for_one_namespace(tmp_path: Path, now) -> None:
+    """Ids are unique per namespace only: an operator acting for mallory names her namespace,
+    and eve's quarantined memory of the same id stays as it was."""
+    embeddings = RefusingEmbeddings()
+    with open_inline(tmp_path / "m.db", embeddings, drain_max_attempts=1) as memory:
+        backend = memory.stream.backend
+        for namespace in ("mallory", "eve"):
+            backend.enqueue([PendingMemory("p1", namespace, f"POISON of {namespace}",
+                                           "observation", now, 0.5, {})])  # fmt: skip
+        memory.enqueue("bob's turn", namespace="bob", now=now)
+        quarantined = sorted((q.item.namespace, q.item.id) for q in memory.quarantined)
+        assert quarantined == [("eve", "p1"), ("mallory", "p1")]
+
+        assert memory.discard_quarantined("p1", namespace="mallory") == 1
+        assert [(p.namespace, p.id) for p in backend.pending()] == [("eve", "p1")]
+        assert memory.retry_quarantined(namespace="mallory") == 0
+        embeddings.refuse = False
+        assert memory.retry_quarantined("p1", namespace="eve") == 1
+        assert memory.flush(timeout=30)
+        assert [r.text for r in memory.stream.get("p1", namespace="eve")] == ["POISON of eve"]
+        assert memory.stream.get("p1", namespace="mallory") == []
+
+
 def test_quarantine_twins_retry_and_discard_as_the_sync_methods(tmp_path: Path, now) -> None:
     embeddings = RefusingEmbeddings()
     with open_inline(tmp_path / "m.db", embeddings, drain_max_attempts=1) as memory:
