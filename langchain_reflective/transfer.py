@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
@@ -406,13 +406,21 @@ def import_jsonl(
 
     Memories that ``namespace`` moves out of their own namespace get new ids,
     ``<id>@<tag of the namespace>`` (the same on every run, so importing again skips them;
-    an id that two of the merged namespaces hold gets its own namespace's tag too, so both
-    memories are kept: see ``_Mover``), and the evidence they cite follows; LangGraph store
+    an id that two of the merged namespaces hold, in one file or in files imported one after
+    the other, gets its own namespace's tag too, so both memories are kept: see ``_Mover``),
+    and the evidence they cite follows; LangGraph store
     items get their key's id in the new namespace, so ``ReflectiveStore`` finds them by key
     (when several namespaces holding one key are merged, the first item in the file is kept).
     """
     source = Path(path)
-    mover = _Mover(namespace, _moved_items(source, namespace)) if namespace else None
+    mover = None
+    if namespace:
+        target = namespace
+
+        def stored_texts(ids: list[str]) -> dict[str, str]:
+            return {r.id: r.text for r in stream.backend.get(target, ids)}
+
+        mover = _Mover(namespace, _moved_items(source, namespace), stored_texts)
     imported = 0
     try:
         with _open_export(source) as fh:
@@ -437,14 +445,12 @@ def import_jsonl(
                         export_dim = len(vec)
                     if reuse is None:  # one probe at most; a model of another dimension re-embeds
                         reuse = same_model and export_dim == _target_dimension(stream, record.text)
-                if mover is not None and record.namespace != namespace:
-                    record = mover.move(record)
                 batch.append((record, vec if reuse else None))
                 if len(batch) >= batch_size:
-                    imported += _import_batch(stream, batch)
+                    imported += _import_batch(stream, _moved(mover, batch))
                     batch = []
             if batch:
-                imported += _import_batch(stream, batch)
+                imported += _import_batch(stream, _moved(mover, batch))
     except Exception as exc:
         if imported:  # (the batches before the failing one are stored: say so)
             exc.add_note(
@@ -541,37 +547,79 @@ class _Mover:
     exported from, under new ids (the same on every run, so importing again finds them).
 
     A memory's new id is its id tagged with the target namespace, ``<id>@<tag>``, as imports
-    always made it, when the import meets that id first in the memory's own namespace (as a
-    memory or as evidence, in file order); an id met before in another namespace (two
-    namespaces may hold one id) is tagged with its own namespace too, ``<id>@<tag>@<tag>``,
-    so two memories never merge into one. A LangGraph store item takes its key's id in the
-    target namespace (``items``), so the store finds it by key.
+    always made it, unless that id is taken: in this import, by a memory of another namespace
+    met first (two namespaces may hold one id; as a memory or as evidence, in file order), or
+    in the target, by a stored memory with another text (one of another namespace holding the
+    id, imported from another file). A taken id gets the memory's own namespace's tag too,
+    ``<id>@<tag>@<tag>``, so two memories never merge into one and re-imports find both. A
+    LangGraph store item takes its key's id in the target namespace (``items``), so the store
+    finds it by key. Evidence follows the ids its namespace's memories got; an id first met as
+    evidence, before its memory, is decided without the target's look (as before).
     """
 
-    def __init__(self, namespace: str, items: Mapping[tuple[str, str], str]) -> None:
+    def __init__(
+        self,
+        namespace: str,
+        items: Mapping[tuple[str, str], str],
+        stored_texts: Callable[[list[str]], Mapping[str, str]],
+    ) -> None:
         self.namespace = namespace
         self.items = items
-        self.first: dict[str, str] = {}
-        """Id -> the namespace the import met it in first."""
+        self.stored_texts = stored_texts
+        """Ids of the target namespace -> the texts of those stored there."""
+        self.claimed: set[str] = set()
+        """Ids whose ``<id>@<tag>`` this import gave to a memory."""
+        self.moved: dict[tuple[str, str], str] = {}
+        """(Namespace, id) -> its id in the target, once decided."""
 
-    def moved_id(self, memory_id: str, source: str) -> str:
-        item = self.items.get((source, memory_id))
+    def _decide(self, memory_id: str, source: str, text: str | None, stored: str | None) -> str:
+        """The new id of ``source``'s ``memory_id`` (``text``: its text, ``None`` when it is met
+        as evidence; ``stored``: the text stored under ``<id>@<tag>`` in the target)."""
+        key = (source, memory_id)
+        if key in self.moved:
+            return self.moved[key]
+        item = self.items.get(key)
         if item is not None:
             return item
         tagged = f"{memory_id}@{_tag(self.namespace)}"
-        if self.first.setdefault(memory_id, source) == source:
-            return tagged
-        return f"{tagged}@{_tag(source)}"
+        if memory_id not in self.claimed and (text is None or stored is None or stored == text):
+            self.claimed.add(memory_id)
+        else:
+            tagged = f"{tagged}@{_tag(source)}"
+        self.moved[key] = tagged
+        return tagged
 
-    def move(self, record: MemoryRecord) -> MemoryRecord:
-        """``record`` in the target namespace: new id, and its evidence cites the moved ids."""
-        source = record.namespace
-        return dataclasses.replace(
-            record,
-            id=self.moved_id(record.id, source),
-            namespace=self.namespace,
-            evidence=tuple(self.moved_id(e, source) for e in record.evidence),
-        )
+    def move(self, records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
+        """``records`` (a batch, in file order) in the target namespace: new ids, and the
+        evidence they cite follows (records already there are left as they are)."""
+        tag = _tag(self.namespace)
+        ask = {
+            f"{r.id}@{tag}"
+            for r in records
+            if r.namespace != self.namespace and (r.namespace, r.id) not in self.moved
+        }
+        stored = self.stored_texts(sorted(ask)) if ask else {}
+        moved = []
+        for r in records:
+            source = r.namespace
+            if source == self.namespace:
+                moved.append(r)
+                continue
+            new_id = self._decide(r.id, source, r.text, stored.get(f"{r.id}@{tag}"))
+            evidence = tuple(self._decide(e, source, None, None) for e in r.evidence)
+            moved.append(
+                dataclasses.replace(r, id=new_id, namespace=self.namespace, evidence=evidence)
+            )
+        return moved
+
+
+def _moved(
+    mover: _Mover | None, batch: list[tuple[MemoryRecord, list[float] | None]]
+) -> list[tuple[MemoryRecord, list[float] | None]]:
+    if mover is None:
+        return batch
+    records = mover.move([r for r, _ in batch])
+    return [(r, v) for r, (_, v) in zip(records, batch, strict=True)]
 
 
 def _moved_items(source: Path, namespace: str) -> dict[tuple[str, str], str]:

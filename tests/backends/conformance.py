@@ -881,6 +881,36 @@ class BackendConformance:
         item = store.get(("merged",), "drink")
         assert item is not None and item.value == {"text": "alice drinks tea"}
 
+    def test_merging_separate_exports_that_hold_one_id_keeps_every_memory(
+        self, backend: BaseMemoryBackend, tmp_path: Path
+    ) -> None:
+        """Each namespace's export imported into one namespace, one file after the other: the
+        second file's memory of an id the first one moved there is kept beside it (it was
+        skipped as already imported), its evidence cites its own, and importing any file
+        again, one at a time or both in one file, adds nothing."""
+        stream = MemoryStream(WordEmbeddings(32), backend=backend, embedding_model=MODEL)
+        exports = {}
+        for ns in ("alice", "bob"):
+            stream.add([f"{ns} w1"], ids=["x1"], namespace=ns, now=NOW)
+            stream.add(f"{ns} insight", kinds=REFLECTION, evidence=[["x1"]], ids=["i1"],
+                       namespace=ns, now=NOW)  # fmt: skip
+            exports[ns] = tmp_path / f"{ns}.jsonl"
+            assert stream.export_jsonl(exports[ns], namespaces=[ns]) == 2
+        both = tmp_path / "both.jsonl"
+        assert stream.export_jsonl(both, namespaces=["bob", "alice"]) == 4
+        assert stream.import_jsonl(exports["alice"], namespace="merged") == 2
+        assert stream.import_jsonl(exports["bob"], namespace="merged") == 2
+        for again in (exports["alice"], exports["bob"], both):
+            assert stream.import_jsonl(again, namespace="merged") == 0, again.name
+        merged = stream.recent(None, namespace="merged")
+        assert sorted(r.text for r in merged) == [
+            "alice insight", "alice w1", "bob insight", "bob w1",
+        ]  # fmt: skip
+        for ns in ("alice", "bob"):
+            (insight,) = [r for r in merged if r.text == f"{ns} insight"]
+            cited = stream.get(list(insight.evidence), namespace="merged")
+            assert [r.text for r in cited] == [f"{ns} w1"]
+
     def test_import_binds_the_stream_dimension_and_a_refused_export_writes_nothing(
         self, backend: BaseMemoryBackend, tmp_path: Path
     ) -> None:
