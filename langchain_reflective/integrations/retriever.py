@@ -109,7 +109,29 @@ class ReflectiveRetriever(BaseRetriever):
         params["ls_retriever_name"] = "reflective"
         params["ls_vector_store_provider"] = "langchain-reflective"
         params["ls_embedding_provider"] = type(self.memory_stream.embeddings).__name__
-        return params
+        model = self.memory_stream.embedding_model
+        if model:
+            params["ls_embedding_model"] = model
+        # the run's own figures, as the package's other runs carry them (``namespace``, ``k``):
+        # LangSmith shows whose memories a retrieval read without opening its inputs
+        extra: dict[str, Any] = {"k": kwargs.get("k", self.k)}
+        namespaces = kwargs.get("namespaces", self.namespaces)
+        if namespaces is not None:
+            extra["namespaces"] = list(namespaces)
+        else:
+            extra["namespace"] = self._namespace_read(kwargs)
+        return {**params, **extra}  # type: ignore[typeddict-item]
+
+    def _namespace_read(self, kwargs: Mapping[str, Any]) -> Any:
+        """The namespace a retrieval with ``kwargs`` reads, for its run's metadata (as given,
+        unchecked: a bad one fails in the retrieval, with its own error)."""
+        namespace = kwargs.get("namespace", self.namespace)
+        if namespace is None:
+            try:
+                namespace = RetrievalFilter.coerce(kwargs.get("filter", self.filter)).namespace
+            except Exception:  # (an invalid filter is reported by the retrieval itself)
+                namespace = None
+        return self.memory_stream.namespace if namespace is None else namespace
 
     def _call_args(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         unknown = set(kwargs) - {

@@ -163,7 +163,31 @@ def test_retriever_run_carries_ls_retriever_name(memory: ReflectiveMemory) -> No
     assert meta["ls_vector_store_provider"] == "langchain-reflective"
     assert meta["ls_embedding_provider"] == "WordEmbeddings"
     assert meta["experiment"] == "x" and "probe" in (run.tags or [])
+    assert meta["namespace"] == "carol" and meta["k"] == 1
+    assert meta["ls_embedding_model"] == memory.stream.embedding_model
     assert [d.page_content for d in run.outputs["documents"]] == ["Carol keeps bees"]  # type: ignore[index]
+
+
+def test_retriever_run_names_the_namespace_and_k_it_used(memory: ReflectiveMemory) -> None:
+    """A standalone retrieval's metadata says whose memories it read and how many it asked
+    for: the run's owner, a per-call override, several namespaces."""
+    memory.add("Carol keeps bees", namespace="carol")
+    memory.add("Dan keeps goats", namespace="dan")
+    retriever = ReflectiveRetriever(memory_stream=memory.stream, k=3)
+    with traced() as tracer:
+        retriever.invoke("bees", config={"configurable": {"user_id": "dan"}})
+        retriever.invoke("bees", k=1, namespace="carol")
+        retriever.invoke("bees", namespaces=["carol", "dan"])
+        retriever.invoke("bees", filter={"namespace": "carol"})
+    meta = [metadata(run) for run in tracer.roots]
+    assert [(m.get("namespace"), m.get("namespaces"), m["k"]) for m in meta] == [
+        ("dan", None, 3),
+        ("carol", None, 1),
+        (None, ["carol", "dan"], 3),
+        ("carol", None, 3),
+    ]
+    outputs = [[d.page_content for d in run.outputs["documents"]] for run in tracer.roots]  # type: ignore[index]
+    assert outputs[0] == ["Dan keeps goats"] and outputs[1] == ["Carol keeps bees"]
 
 
 def test_lcel_example_chain_run_tree(memory: ReflectiveMemory) -> None:
