@@ -10,7 +10,7 @@ until ``/slots`` shows it generating, then, by ``mode``:
   ``BUSY <whether the server is still generating>``, then exits with the call running;
 * ``exit``: prints ``EXITING`` and exits with the call running (the ``atexit`` stop);
 * ``interrupt``: ``stop()`` interrupted by Ctrl-C (SIGINT) once it is waiting for the call
-  (a longer one: 256 tokens, seconds of generation); prints ``INTERRUPTED
+  (a longer one: 128 tokens, seconds of generation); prints ``INTERRUPTED
   running=<is_running>``, then exits with the call running. A ``stop()`` that returns instead
   prints ``NOT INTERRUPTED`` with how long it took and whether the call was still running.
 
@@ -47,7 +47,7 @@ def _port_open(port: int) -> bool:
 def main(mode: str) -> None:
     server = LocalChatServer().start()
     address, port = server.address, server.port
-    tokens = 256 if mode == "interrupt" else 64
+    tokens = 128 if mode == "interrupt" else 64
     llm = server.chat_model(max_tokens=tokens, timeout=600, extra_body={"ignore_eos": True})
 
     def call() -> None:

@@ -243,7 +243,7 @@ def test_ctrl_c_while_stop_waits_leaves_the_server_to_the_exit() -> None:
     # request (its destructor would hang the process for good)
     lines = _stop_child("interrupt")
     assert "INTERRUPTED running=False" in lines, lines
-    assert "CALL 256" in lines
+    assert "CALL 128" in lines
 
 
 @pytest.mark.local_llm

@@ -60,39 +60,6 @@ def test_batched_importance_over_http(local_chat_server: Any) -> None:
     assert any(r.source == "llm" for r in results), [r.error for r in results]
 
 
-def test_full_reflection_over_http(local_chat: Any, local_embeddings: Any, tmp_path: Path) -> None:
-    stream = MemoryStream(
-        local_embeddings,
-        path=tmp_path / "memory.db",
-        importance_scorer=LLMImportanceScorer(local_chat),
-    )
-    with stream:
-        observations = stream.add(EVENTS)
-        assert {r.importance_source for r in observations} <= {"llm", "heuristic"}
-        config = ReflectionConfig(
-            structured_output=True, min_relevance=0.2, evidence_k=6, n_questions=2
-        )  # (two questions still fan out; each costs the tiny model's time on 2 cores)
-        graph = create_reflection_graph(local_chat, stream, config=config)
-        result = graph.invoke({"force": True})
-
-        if result.get("skipped"):
-            # the tiny model may produce nothing usable: the fallback must say why
-            assert result["skipped"] in ("no_questions", "no_insights")
-            assert stream.recent(kinds=["reflection"]) == []
-            return
-        reflections = result["reflections"]
-        assert 1 <= len(reflections) <= config.max_insights
-        assert result["questions"] and all(isinstance(q, str) for q in result["questions"])
-        stored = {r.id: r for r in stream.recent()}
-        for reflection in reflections:
-            assert reflection.kind == "reflection"
-            assert reflection.evidence, "insights without evidence are dropped by default"
-            assert all(e in stored for e in reflection.evidence)
-            assert reflection.depth == 1 + max(stored[e].depth for e in reflection.evidence)
-            assert 0.0 <= reflection.importance <= 1.0
-        assert stream.reflection_state().importance_sum == 0
-
-
 # -- the completion-style path (what the embedded model gets by default) ------------------------
 
 
@@ -107,9 +74,12 @@ def test_the_local_model_is_prompted_completion_style(local_chat: Any) -> None:
 def test_completion_path_over_http(
     local_chat_server: Any, local_embeddings: Any, tmp_path: Path
 ) -> None:
-    """The server's grammar holds every answer to its schema: ratings are integers 1-10 for
-    every memory, questions are What/How/Why questions naming someone, and insights cite
-    only statements that were shown (structure only, never wording)."""
+    """The whole path once: the stream rates what it adds through the server (batched), then
+    a reflection graph stores insights. The server's grammar holds every answer to its
+    schema: ratings are integers 1-10 for every memory, questions are What/How/Why questions
+    naming someone, and insights cite only statements that were shown; the stored insights
+    are reflections one level deeper than what they cite, and reflecting resets the counter
+    (structure only, never wording)."""
     import re
 
     from langchain_reflective.completion import question_pattern, subjects
@@ -117,22 +87,28 @@ def test_completion_path_over_http(
     model = local_chat_server.chat_model(temperature=0.0, max_tokens=320)
     turns = [f"{'Klaus' if i % 2 else 'Maria'}: {text}" for i, text in enumerate(EVENTS)]
     scorer = LLMImportanceScorer(model)
-    ratings = scorer.score(turns)
-    assert [r.source for r in ratings] == ["llm"] * len(turns), [r.error for r in ratings]
-    assert all(round(r.value * 10) in range(1, 11) for r in ratings)
-    assert all(abs(r.value * 10 - round(r.value * 10)) < 1e-9 for r in ratings)  # integers
-
     with MemoryStream(local_embeddings, path=tmp_path / "m.db", importance_scorer=scorer) as stream:
-        stream.add(turns, importances=[r.value for r in ratings])  # (rated above: not again)
+        added = stream.add(turns)
+        assert [r.importance_source for r in added] == ["llm"] * len(turns)
+        assert all(round(r.importance * 10) in range(1, 11) for r in added)
+        assert all(abs(r.importance * 10 - round(r.importance * 10)) < 1e-6 for r in added)
+        assert stream.reflection_state().importance_sum > 0
+
         config = ReflectionConfig(min_relevance=0.2, evidence_k=6, max_insights=3, n_questions=2)
         result = create_reflection_graph(model, stream, config=config).invoke({"force": True})
         pattern = question_pattern(subjects(turns))
         assert len(result["questions"]) == config.n_questions
         assert all(re.fullmatch(pattern, q) for q in result["questions"]), result["questions"]
-        observations = {r.id for r in stream.recent(kinds=["observation"])}
+        stored = {r.id: r for r in stream.recent()}
+        observations = {i for i, r in stored.items() if r.kind == "observation"}
         assert len(result["reflections"]) <= config.max_insights
         for reflection in result["reflections"]:
+            assert reflection.kind == "reflection" and reflection.id in stored
             assert reflection.evidence and set(reflection.evidence) <= observations
+            assert reflection.depth == 1 + max(stored[e].depth for e in reflection.evidence)
+            assert 0.0 <= reflection.importance <= 1.0
             assert reflection.text.split()[0] in ("Klaus", "Maria")
         if not result["reflections"]:
             assert result["skipped"] == "no_insights"
+            assert stream.recent(kinds=["reflection"]) == []
+        assert stream.reflection_state().importance_sum == 0
