@@ -6,7 +6,8 @@ fresh database cloned from a template that already has the ``vector`` extension,
 see each other's rows and creating one costs a file copy, not a server start. A run stopped by
 SIGTERM (a CI timeout, ``kill``) stops its server too: the signal is turned into the
 interruption pytest tears its fixtures down after, where by default the process would just end
-and leave the server running.
+and leave the server running. A run killed outright (SIGKILL) cannot: the next run stops the
+servers such runs left and removes their directories.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import shutil
 import signal
 import tempfile
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -88,15 +91,57 @@ def _server_parent() -> str | None:
     return str(_RAM_DIR)
 
 
+_PREFIX = "reflective-pg-"
+_OWNER = "owner.pid"
+"""A session server's directory names the pytest process it belongs to in this file."""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # (someone else's process)
+        return True
+    return True
+
+
+def _sweep_abandoned_servers(parent: str | None) -> None:
+    """Stop the servers of sessions that died without their teardown (SIGKILL, a lost
+    machine's CI runner) and remove their directories: each holds ~3 GB, in RAM when under
+    ``/dev/shm``. Only directories naming a pytest process that no longer runs are touched;
+    their postmaster is stopped only if its command line names that directory."""
+    for root in Path(parent or tempfile.gettempdir()).glob(f"{_PREFIX}*"):
+        try:
+            owner = int((root / _OWNER).read_text())
+        except (OSError, ValueError):
+            continue
+        if _alive(owner):
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            pid = int((root / "pgdata" / "postmaster.pid").read_text().split()[0])
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            if str(root).encode() in cmdline:
+                os.kill(pid, signal.SIGQUIT)  # (immediate shutdown: the data is thrown away)
+                deadline = time.monotonic() + 10
+                while _alive(pid) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+        shutil.rmtree(root, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[str]:
     """The URI of the session's Postgres server (admin database ``postgres``)."""
+    for place in (str(_RAM_DIR), None):  # (before measuring the room in RAM)
+        _sweep_abandoned_servers(place)
+    parent = _server_parent()
     with (
         _sigterm_interrupts(),
-        tempfile.TemporaryDirectory(prefix="reflective-pg-", dir=_server_parent()) as tmp,
+        tempfile.TemporaryDirectory(prefix=_PREFIX, dir=parent) as tmp,
     ):
         root = Path(tmp)
         os.chmod(root, 0o755)  # the server runs as an unprivileged user when tests run as root
+        (root / _OWNER).write_text(str(os.getpid()))
         server, uri = _start_server(root)
         with server:  # type: ignore[attr-defined]
             with psycopg.connect(uri, autocommit=True) as conn:
