@@ -2,8 +2,11 @@
 
 Internal values are plain JSON (strings, numbers, lists, dicts), so any LangGraph checkpointer
 stores them without registering types. The output's ``reflections`` are
-:class:`~langchain_reflective.records.MemoryRecord` values; when a parent graph keeps them in
-checkpointed state, allow the type in its serializer
+:class:`~langchain_reflective.records.MemoryRecord` values. A checkpointed graph that keeps them
+(the reflection graph's own ``checkpointer=``, or a parent whose state declares
+``reflections: list[MemoryRecord]``) reads them back: with ``LANGGRAPH_STRICT_MSGPACK=true``
+LangGraph allows the type because the state schema names it; by default it logs once that it
+read an unregistered type. To silence that, allow the type in the serializer
 (``JsonPlusSerializer(allowed_msgpack_modules=[("langchain_reflective.records",
 "MemoryRecord")])``) or keep only ``reflection_ids``.
 
