@@ -188,3 +188,46 @@ def test_example_runs_offline(capsys: pytest.CaptureFixture[str]) -> None:
     assert {r.namespace for r in stored} == {"alice"}
     printed = capsys.readouterr().out
     assert "reflection (depth 1)" in printed and "no reflection: below_threshold" in printed
+
+
+_STRICT_CHILD = """
+from datetime import UTC, datetime
+from langgraph.checkpoint.memory import InMemorySaver
+from langchain_reflective import MemoryStream, ReflectionConfig, create_reflection_graph
+from tests.fakes import WordEmbeddings
+from tests.unit.test_reflection_fakes import ScriptedChatModel
+
+with MemoryStream(WordEmbeddings()) as stream:
+    texts = [f"Klaus works on his research paper topic {i}" for i in range(5)]
+    stream.add(texts, importances=0.5, namespace="klaus", now=datetime(2025, 6, 1, tzinfo=UTC))
+    graph = create_reflection_graph(
+        ScriptedChatModel(), stream, config=ReflectionConfig(threshold=2.5),
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "t1"}}
+    out = graph.invoke({"force": True, "namespace": "klaus"}, config)
+    kept = graph.get_state(config).values["reflections"]
+    assert out["reflections"] and kept == out["reflections"], (out, kept)
+    print("KEPT", len(kept), type(kept[0]).__name__)
+"""
+
+
+def test_a_checkpointed_graph_reads_its_reflections_back_under_strict_msgpack() -> None:
+    """LangGraph is moving to refuse unregistered types in checkpoints
+    (``LANGGRAPH_STRICT_MSGPACK=true`` does now): the graph's own checkpointer still reads the
+    ``MemoryRecord`` values back, because the state schema names the type."""
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", _STRICT_CHILD],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env={**os.environ, "LANGGRAPH_STRICT_MSGPACK": "true"},
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "KEPT" in done.stdout and "MemoryRecord" in done.stdout
+    assert "Blocked" not in done.stderr and "unregistered" not in done.stderr
