@@ -404,13 +404,13 @@ def import_jsonl(
     ``importance_source``, a depth in ``[0, 2**31 - 1]``. Evidence is not looked up (a memory
     the export cites may have been deleted before it was written).
 
-    Memories that ``namespace`` moves out of their own namespace get new ids,
-    ``<id>@<tag of the namespace>`` (the same on every run, so importing again skips them;
-    an id that two of the merged namespaces hold, in one file or in files imported one after
-    the other, gets its own namespace's tag too, so both memories are kept: see ``_Mover``),
-    and the evidence they cite follows; LangGraph store
-    items get their key's id in the new namespace, so ``ReflectiveStore`` finds them by key
-    (when several namespaces holding one key are merged, the first item in the file is kept).
+    Memories that ``namespace`` moves out of their own namespace get new ids naming the
+    target and the namespace they come from (the same on every run, so importing again skips
+    them; two namespaces' memories of one id stay two, in one file or in several: see
+    ``_Mover``, also for copies made by earlier versions), and the evidence they cite
+    follows; LangGraph store items get their key's id in the new namespace, so
+    ``ReflectiveStore`` finds them by key (when several namespaces holding one key are
+    merged, the first item in the file is kept).
     """
     source = Path(path)
     mover = None
@@ -546,15 +546,19 @@ class _Mover:
     """Moves the records of an import into ``namespace`` from the namespaces they were
     exported from, under new ids (the same on every run, so importing again finds them).
 
-    A memory's new id is its id tagged with the target namespace, ``<id>@<tag>``, as imports
-    always made it, unless that id is taken: in this import, by a memory of another namespace
-    met first (two namespaces may hold one id; as a memory or as evidence, in file order), or
-    in the target, by a stored memory with another text (one of another namespace holding the
-    id, imported from another file). A taken id gets the memory's own namespace's tag too,
-    ``<id>@<tag>@<tag>``, so two memories never merge into one and re-imports find both. A
+    A memory's new id names the target and the namespace it comes from,
+    ``<id>@<tag(target)>@<tag(source)>``: a function of the memory alone, so two namespaces'
+    memories of one id stay two (in one file or in files imported one after another, at once
+    or not), whatever the batches, and the evidence they cite follows without a lookup. A
     LangGraph store item takes its key's id in the target namespace (``items``), so the store
-    finds it by key. Evidence follows the ids its namespace's memories got; an id first met as
-    evidence, before its memory, is decided without the target's look (as before).
+    finds it by key.
+
+    Imports before this form tagged the first namespace of a file that held an id with the
+    target only, ``<id>@<tag(target)>`` (later ones as now). So that importing such a file
+    again finds those copies, a memory whose new id is not stored while ``<id>@<tag(target)>``
+    is, with the same text, is taken for that copy (by one namespace per import). A memory
+    cited as evidence before it appears in the file is given the new form (its text is not
+    known yet): it is then stored beside such an old copy, never lost.
     """
 
     def __init__(
@@ -564,49 +568,64 @@ class _Mover:
         stored_texts: Callable[[list[str]], Mapping[str, str]],
     ) -> None:
         self.namespace = namespace
+        self.target = _tag(namespace)
         self.items = items
         self.stored_texts = stored_texts
         """Ids of the target namespace -> the texts of those stored there."""
-        self.claimed: set[str] = set()
-        """Ids whose ``<id>@<tag>`` this import gave to a memory."""
         self.moved: dict[tuple[str, str], str] = {}
         """(Namespace, id) -> its id in the target, once decided."""
+        self.old_copies: set[str] = set()
+        """Old-form ids this import has taken for a memory."""
 
-    def _decide(self, memory_id: str, source: str, text: str | None, stored: str | None) -> str:
-        """The new id of ``source``'s ``memory_id`` (``text``: its text, ``None`` when it is met
-        as evidence; ``stored``: the text stored under ``<id>@<tag>`` in the target)."""
+    def _new_id(self, memory_id: str, source: str) -> str:
+        return f"{memory_id}@{self.target}@{_tag(source)}"
+
+    def _decide(
+        self, memory_id: str, source: str, text: str | None, stored: Mapping[str, str]
+    ) -> str:
+        """The id in the target of ``source``'s ``memory_id`` (``text``: its text, ``None``
+        when it is met as evidence; ``stored``: the target's texts of the ids it may take)."""
         key = (source, memory_id)
         if key in self.moved:
             return self.moved[key]
         item = self.items.get(key)
         if item is not None:
             return item
-        tagged = f"{memory_id}@{_tag(self.namespace)}"
-        if memory_id not in self.claimed and (text is None or stored is None or stored == text):
-            self.claimed.add(memory_id)
-        else:
-            tagged = f"{tagged}@{_tag(source)}"
-        self.moved[key] = tagged
-        return tagged
+        new_id, old_id = self._new_id(memory_id, source), f"{memory_id}@{self.target}"
+        if (
+            text is not None
+            and new_id not in stored
+            and old_id not in self.old_copies
+            and stored.get(old_id) == text
+        ):
+            new_id = old_id
+            self.old_copies.add(old_id)
+        self.moved[key] = new_id
+        return new_id
 
     def move(self, records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
         """``records`` (a batch, in file order) in the target namespace: new ids, and the
         evidence they cite follows (records already there are left as they are)."""
-        tag = _tag(self.namespace)
-        ask = {
-            f"{r.id}@{tag}"
-            for r in records
-            if r.namespace != self.namespace and (r.namespace, r.id) not in self.moved
-        }
-        stored = self.stored_texts(sorted(ask)) if ask else {}
-        moved = []
+        ask: set[str] = set()
         for r in records:
-            source = r.namespace
-            if source == self.namespace:
+            if r.namespace != self.namespace:
+                for memory_id in (r.id, *r.evidence):
+                    if (r.namespace, memory_id) not in self.moved:
+                        ask.add(self._new_id(memory_id, r.namespace))
+                        ask.add(f"{memory_id}@{self.target}")
+        stored = self.stored_texts(sorted(ask)) if ask else {}
+        ids = [  # every memory of the batch first: evidence cites what they became
+            r.id
+            if r.namespace == self.namespace
+            else self._decide(r.id, r.namespace, r.text, stored)
+            for r in records
+        ]
+        moved = []
+        for r, new_id in zip(records, ids, strict=True):
+            if r.namespace == self.namespace:
                 moved.append(r)
                 continue
-            new_id = self._decide(r.id, source, r.text, stored.get(f"{r.id}@{tag}"))
-            evidence = tuple(self._decide(e, source, None, None) for e in r.evidence)
+            evidence = tuple(self._decide(e, r.namespace, None, stored) for e in r.evidence)
             moved.append(
                 dataclasses.replace(r, id=new_id, namespace=self.namespace, evidence=evidence)
             )

@@ -539,6 +539,77 @@ def test_a_raced_import_skips_only_the_namespace_whose_id_was_stored(
         assert first.count(namespace="alice") == 1
 
 
+def _merged(stream: MemoryStream) -> list[tuple[str, list[str]]]:
+    """The ``merged`` namespace: each memory's text with the texts its evidence holds."""
+    out = []
+    for r in stream.recent(None, namespace="merged"):
+        cited = stream.get(list(r.evidence), namespace="merged")
+        out.append((r.text, sorted(c.text for c in cited)))
+    return sorted(out)
+
+
+def _two_users(stream: MemoryStream, tmp_path: Path, texts: dict[str, str]) -> dict[str, Path]:
+    """alice and bob each hold ``x1`` (the given texts) and an insight ``i1`` citing it; one
+    export per user, the insight written first (as after a delete and re-add of ``x1``)."""
+    exports = {}
+    for ns, text in texts.items():
+        stream.add([text], ids=["x1"], namespace=ns, importances=0.5)
+        stream.add(f"{ns} insight", kinds="reflection", evidence=[["x1"]], ids=["i1"],
+                   namespace=ns, importances=0.5)  # fmt: skip
+        exports[ns] = tmp_path / f"{ns}.jsonl"
+        stream.export_jsonl(exports[ns], namespaces=[ns])
+        header, first, second = exports[ns].read_text(encoding="utf-8").splitlines()
+        exports[ns].write_text("\n".join([header, second, first]) + "\n", encoding="utf-8")
+    return exports
+
+
+@pytest.mark.parametrize("batch_size", [1, 256])
+def test_separate_imports_keep_both_users_memories_of_one_id(
+    tmp_path: Path, stream, batch_size: int
+) -> None:
+    """alice's and bob's ``x1`` hold the same text and each is cited before it appears in its
+    file: merged one file after the other, both stay (the second was skipped, or taken for
+    the first by its text, and its insight cited the other's), whatever the batches; again,
+    nothing is added."""
+    exports = _two_users(stream, tmp_path, {"alice": "likes tea", "bob": "likes tea"})
+    for ns in ("alice", "bob"):
+        assert stream.import_jsonl(exports[ns], namespace="merged", batch_size=batch_size) == 2
+    expected = [
+        ("alice insight", ["likes tea"]),
+        ("bob insight", ["likes tea"]),
+        ("likes tea", []),
+        ("likes tea", []),
+    ]
+    assert _merged(stream) == expected
+    (alice,) = [r for r in stream.recent(None, namespace="merged") if r.text == "alice insight"]
+    (bob,) = [r for r in stream.recent(None, namespace="merged") if r.text == "bob insight"]
+    assert alice.evidence != bob.evidence
+    for ns in ("bob", "alice"):
+        assert stream.import_jsonl(exports[ns], namespace="merged", batch_size=batch_size) == 0
+    assert _merged(stream) == expected
+
+
+def test_a_copy_made_under_the_old_id_form_is_found_again(tmp_path: Path, stream) -> None:
+    """Imports before the id named its source namespace stored the first namespace of a file
+    under ``<id>@<tag(target)>``: importing that file again takes those copies for its
+    memories (by text) instead of adding them a second time."""
+    from langchain_reflective.transfer import _tag
+
+    exports = _two_users(stream, tmp_path, {"alice": "alice likes tea", "bob": "bob w1"})
+    old = f"@{_tag('merged')}"
+    stream.add(["alice likes tea"], ids=["x1" + old], namespace="merged", importances=0.5)
+    stream.add("alice insight", kinds="reflection", evidence=[["x1" + old]], ids=["i1" + old],
+               namespace="merged", importances=0.5)  # fmt: skip
+    assert stream.import_jsonl(exports["alice"], namespace="merged") == 0
+    assert stream.import_jsonl(exports["bob"], namespace="merged") == 2  # another text: bob's
+    assert _merged(stream) == [
+        ("alice insight", ["alice likes tea"]),
+        ("alice likes tea", []),
+        ("bob insight", ["bob w1"]),
+        ("bob w1", []),
+    ]
+
+
 def test_a_batch_of_several_namespaces_is_written_whole_or_not_at_all(
     tmp_path: Path, stream
 ) -> None:
