@@ -245,6 +245,8 @@ class PendingDrain:
     def _chosen(self, ids: str | Sequence[str] | None, namespace: str | None) -> list[Key]:
         """The quarantined memories with these ids (all: ``None``) in this namespace (any:
         ``None``); under the lock."""
+        if namespace is not None:
+            namespace = self.stream.resolve_namespace(namespace)  # (refuses "" and non-strings)
         wanted = None if ids is None else set(id_list(ids))
         return [
             k

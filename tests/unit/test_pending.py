@@ -384,6 +384,9 @@ def test_retry_and_discard_can_act_for_one_namespace(tmp_path: Path, now) -> Non
         quarantined = sorted((q.item.namespace, q.item.id) for q in memory.quarantined)
         assert quarantined == [("eve", "p1"), ("mallory", "p1")]
 
+        for bad in ("", 42):
+            with pytest.raises(InvalidMemoryError):
+                memory.discard_quarantined("p1", namespace=bad)  # type: ignore[arg-type]
         assert memory.discard_quarantined("p1", namespace="mallory") == 1
         assert [(p.namespace, p.id) for p in backend.pending()] == [("eve", "p1")]
         assert memory.retry_quarantined(namespace="mallory") == 0
