@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -116,8 +116,9 @@ class ReflectiveRetriever(BaseRetriever):
         # LangSmith shows whose memories a retrieval read without opening its inputs
         extra: dict[str, Any] = {"k": kwargs.get("k", self.k)}
         namespaces = kwargs.get("namespaces", self.namespaces)
-        if namespaces is not None:
-            extra["namespaces"] = list(namespaces)
+        if namespaces is not None:  # (as given when it is no list: the retrieval refuses it)
+            many = isinstance(namespaces, Sequence) and not isinstance(namespaces, str)
+            extra["namespaces"] = list(namespaces) if many else namespaces
         else:
             extra["namespace"] = self._namespace_read(kwargs)
         return {**params, **extra}  # type: ignore[typeddict-item]

@@ -31,7 +31,7 @@ from langchain_reflective import (
     ReflectiveStore,
     create_thinking_graph,
 )
-from langchain_reflective.errors import ImportanceError
+from langchain_reflective.errors import ImportanceError, InvalidMemoryError
 from langchain_reflective.importance import ImportanceConfig, LLMImportanceScorer
 from langchain_reflective.integrations.middleware import ReflectiveMemoryMiddleware
 from langchain_reflective.memory import MemoryConfig, ReflectiveMemory
@@ -188,6 +188,9 @@ def test_retriever_run_names_the_namespace_and_k_it_used(memory: ReflectiveMemor
     ]
     outputs = [[d.page_content for d in run.outputs["documents"]] for run in tracer.roots]  # type: ignore[index]
     assert outputs[0] == ["Dan keeps goats"] and outputs[1] == ["Carol keeps bees"]
+    # the metadata never fails a call the retrieval itself refuses with its own error
+    with pytest.raises(InvalidMemoryError, match="namespaces"):
+        retriever.invoke("bees", namespaces=5)
 
 
 def test_lcel_example_chain_run_tree(memory: ReflectiveMemory) -> None:
