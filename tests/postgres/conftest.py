@@ -93,7 +93,17 @@ def _server_parent() -> str | None:
 
 _PREFIX = "reflective-pg-"
 _OWNER = "owner.pid"
-"""A session server's directory names the pytest process it belongs to in this file."""
+"""A session server's directory names the pytest process it belongs to in this file (its pid
+and its pid namespace: a process of another namespace, e.g. another container sharing the
+directory, cannot be seen from here)."""
+
+
+def _owner_id() -> str:
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = "unknown"
+    return f"{os.getpid()} {namespace}"
 
 
 def _alive(pid: int) -> bool:
@@ -106,27 +116,43 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _stopped_postmaster(root: Path) -> bool:
+    """Whether no server runs on ``root``'s data any more (stopping it if it does: SIGQUIT,
+    an immediate shutdown, as the data is thrown away). A pid whose command line does not
+    name the directory is another program's now: the server is gone."""
+    try:
+        pid = int((root / "pgdata" / "postmaster.pid").read_text().split()[0])
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except (OSError, ValueError, IndexError):
+        return True
+    if str(root).encode() not in cmdline:
+        return True
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGQUIT)
+    deadline = time.monotonic() + 10
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def _sweep_abandoned_servers(parent: str | None) -> None:
-    """Stop the servers of sessions that died without their teardown (SIGKILL, a lost
-    machine's CI runner) and remove their directories: each holds ~3 GB, in RAM when under
-    ``/dev/shm``. Only directories naming a pytest process that no longer runs are touched;
-    their postmaster is stopped only if its command line names that directory."""
+    """Stop the servers of sessions that died without their teardown (SIGKILL, a lost CI
+    runner) and remove their directories: each holds ~3 GB, in RAM when under ``/dev/shm``.
+    Only directories naming a pytest process of this pid namespace that no longer runs are
+    touched, and one whose server would not stop is left alone."""
+    mine = _owner_id().split(" ", 1)[1]
     for root in Path(parent or tempfile.gettempdir()).glob(f"{_PREFIX}*"):
         try:
-            owner = int((root / _OWNER).read_text())
+            pid, namespace = (root / _OWNER).read_text().split(" ", 1)
+            owner = int(pid)
         except (OSError, ValueError):
             continue
-        if _alive(owner):
+        if namespace != mine or mine == "unknown" or _alive(owner):
             continue
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            pid = int((root / "pgdata" / "postmaster.pid").read_text().split()[0])
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-            if str(root).encode() in cmdline:
-                os.kill(pid, signal.SIGQUIT)  # (immediate shutdown: the data is thrown away)
-                deadline = time.monotonic() + 10
-                while _alive(pid) and time.monotonic() < deadline:
-                    time.sleep(0.05)
-        shutil.rmtree(root, ignore_errors=True)
+        if _stopped_postmaster(root):
+            shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -141,7 +167,7 @@ def postgres_server() -> Iterator[str]:
     ):
         root = Path(tmp)
         os.chmod(root, 0o755)  # the server runs as an unprivileged user when tests run as root
-        (root / _OWNER).write_text(str(os.getpid()))
+        (root / _OWNER).write_text(_owner_id())
         server, uri = _start_server(root)
         with server:  # type: ignore[attr-defined]
             with psycopg.connect(uri, autocommit=True) as conn:
