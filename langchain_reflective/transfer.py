@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
@@ -415,12 +415,9 @@ def import_jsonl(
     source = Path(path)
     mover = None
     if namespace:
-        target = namespace
-
-        def stored_texts(ids: list[str]) -> dict[str, str]:
-            return {r.id: r.text for r in stream.backend.get(target, ids)}
-
-        mover = _Mover(namespace, _moved_items(source, namespace), stored_texts)
+        items = _moved_items(source, namespace)
+        old = _old_copies(source, namespace, stream.backend, items)
+        mover = _Mover(namespace, items, old)
     imported = 0
     try:
         with _open_export(source) as fh:
@@ -445,12 +442,14 @@ def import_jsonl(
                         export_dim = len(vec)
                     if reuse is None:  # one probe at most; a model of another dimension re-embeds
                         reuse = same_model and export_dim == _target_dimension(stream, record.text)
+                if mover is not None and record.namespace != namespace:
+                    record = mover.move(record)
                 batch.append((record, vec if reuse else None))
                 if len(batch) >= batch_size:
-                    imported += _import_batch(stream, _moved(mover, batch))
+                    imported += _import_batch(stream, batch)
                     batch = []
             if batch:
-                imported += _import_batch(stream, _moved(mover, batch))
+                imported += _import_batch(stream, batch)
     except Exception as exc:
         if imported:  # (the batches before the failing one are stored: say so)
             exc.add_note(
@@ -551,94 +550,105 @@ class _Mover:
     memories of one id stay two (in one file or in files imported one after another, at once
     or not), whatever the batches, and the evidence they cite follows without a lookup. A
     LangGraph store item takes its key's id in the target namespace (``items``), so the store
-    finds it by key.
-
-    Imports before this form tagged the first namespace of a file that held an id with the
-    target only, ``<id>@<tag(target)>`` (later ones as now). So that importing such a file
-    again finds those copies, a memory whose new id is not stored while ``<id>@<tag(target)>``
-    is, with the same text, is taken for that copy (by one namespace per import). A memory
-    cited as evidence before it appears in the file is given the new form (its text is not
-    known yet): it is then stored beside such an old copy, never lost.
+    finds it by key. ``old_copies`` maps the memories that versions before this form copied
+    under ``<id>@<tag(target)>`` to those copies (see :func:`_old_copies`), so that importing
+    such a file again finds them.
     """
 
     def __init__(
         self,
         namespace: str,
         items: Mapping[tuple[str, str], str],
-        stored_texts: Callable[[list[str]], Mapping[str, str]],
+        old_copies: Mapping[tuple[str, str], str],
     ) -> None:
         self.namespace = namespace
         self.target = _tag(namespace)
         self.items = items
-        self.stored_texts = stored_texts
-        """Ids of the target namespace -> the texts of those stored there."""
-        self.moved: dict[tuple[str, str], str] = {}
-        """(Namespace, id) -> its id in the target, once decided."""
-        self.old_copies: set[str] = set()
-        """Old-form ids this import has taken for a memory."""
+        self.old_copies = old_copies
 
-    def _new_id(self, memory_id: str, source: str) -> str:
-        return f"{memory_id}@{self.target}@{_tag(source)}"
-
-    def _decide(
-        self, memory_id: str, source: str, text: str | None, stored: Mapping[str, str]
-    ) -> str:
-        """The id in the target of ``source``'s ``memory_id`` (``text``: its text, ``None``
-        when it is met as evidence; ``stored``: the target's texts of the ids it may take)."""
+    def moved_id(self, memory_id: str, source: str) -> str:
         key = (source, memory_id)
-        if key in self.moved:
-            return self.moved[key]
-        item = self.items.get(key)
-        if item is not None:
-            return item
-        new_id, old_id = self._new_id(memory_id, source), f"{memory_id}@{self.target}"
-        if (
-            text is not None
-            and new_id not in stored
-            and old_id not in self.old_copies
-            and stored.get(old_id) == text
-        ):
-            new_id = old_id
-            self.old_copies.add(old_id)
-        self.moved[key] = new_id
-        return new_id
+        found = self.items.get(key) or self.old_copies.get(key)
+        return found or f"{memory_id}@{self.target}@{_tag(source)}"
 
-    def move(self, records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
-        """``records`` (a batch, in file order) in the target namespace: new ids, and the
-        evidence they cite follows (records already there are left as they are)."""
-        ask: set[str] = set()
-        for r in records:
-            if r.namespace != self.namespace:
-                for memory_id in (r.id, *r.evidence):
-                    if (r.namespace, memory_id) not in self.moved:
-                        ask.add(self._new_id(memory_id, r.namespace))
-                        ask.add(f"{memory_id}@{self.target}")
-        stored = self.stored_texts(sorted(ask)) if ask else {}
-        ids = [  # every memory of the batch first: evidence cites what they became
-            r.id
-            if r.namespace == self.namespace
-            else self._decide(r.id, r.namespace, r.text, stored)
-            for r in records
-        ]
-        moved = []
-        for r, new_id in zip(records, ids, strict=True):
-            if r.namespace == self.namespace:
-                moved.append(r)
+    def move(self, record: MemoryRecord) -> MemoryRecord:
+        """``record`` in the target namespace: new id, and its evidence cites the moved ids."""
+        source = record.namespace
+        return dataclasses.replace(
+            record,
+            id=self.moved_id(record.id, source),
+            namespace=self.namespace,
+            evidence=tuple(self.moved_id(e, source) for e in record.evidence),
+        )
+
+
+def _fingerprint(record: MemoryRecord) -> tuple[str, str, float, int]:
+    """What a faithful copy of a memory keeps: text, kind, creation time (to the
+    millisecond: backends store it at their own precision) and depth."""
+    return (record.text, record.kind, round(record.created_at.timestamp(), 3), record.depth)
+
+
+def _old_copies(
+    source: Path, namespace: str, backend: BaseMemoryBackend, items: Collection[tuple[str, str]]
+) -> dict[tuple[str, str], str]:
+    """(Namespace, id) -> the copy of that memory that an import by an earlier version made in
+    ``namespace``, for the file's memories that have one.
+
+    Earlier versions gave the first namespace of a file that held an id the target's tag only,
+    ``<id>@<tag(target)>`` (the others as now): such a copy, stored in the target or in the
+    file itself (an export of the target), belongs to the memory of the file whose
+    :func:`_fingerprint` it has (the first in file order when several have it: they are the
+    same memory). Decided for the whole file before anything is written, so neither the
+    batches nor the order of imports changes the outcome; imports by this version never
+    write that form, so what it finds cannot change under a concurrent import. Two passes
+    over the file: one for the target's own records in it (only lines naming that form are
+    parsed), one looking the moved memories up in batches."""
+    suffix = f"@{_tag(namespace)}"
+    in_file: dict[str, tuple[str, str, float, int]] = {}
+    with _open_export(source) as fh:
+        _header(fh, source)
+        for _, line in _lines(fh, source):
+            if f'{suffix}"' not in line:
                 continue
-            evidence = tuple(self._decide(e, r.namespace, None, stored) for e in r.evidence)
-            moved.append(
-                dataclasses.replace(r, id=new_id, namespace=self.namespace, evidence=evidence)
-            )
-        return moved
+            record = _parsed(line)
+            if record is not None and record.namespace == namespace and record.id.endswith(suffix):
+                in_file.setdefault(record.id, _fingerprint(record))
+    copies: dict[tuple[str, str], str] = {}
+    taken: set[str] = set()
+
+    def settle(chunk: list[MemoryRecord]) -> None:
+        ids = [r.id + suffix for r in chunk]
+        stored = {r.id: _fingerprint(r) for r in backend.get(namespace, ids)}
+        for r, old in zip(chunk, ids, strict=True):
+            copy = stored.get(old) or in_file.get(old)
+            if copy is not None and old not in taken and copy == _fingerprint(r):
+                copies[(r.namespace, r.id)] = old
+                taken.add(old)
+
+    chunk: list[MemoryRecord] = []
+    with _open_export(source) as fh:
+        _header(fh, source)
+        for _, line in _lines(fh, source):
+            record = _parsed(line)
+            if record is None or record.namespace == namespace:
+                continue
+            if (record.namespace, record.id) not in items:
+                chunk.append(record)
+            if len(chunk) >= 512:
+                settle(chunk)
+                chunk = []
+    if chunk:
+        settle(chunk)
+    return copies
 
 
-def _moved(
-    mover: _Mover | None, batch: list[tuple[MemoryRecord, list[float] | None]]
-) -> list[tuple[MemoryRecord, list[float] | None]]:
-    if mover is None:
-        return batch
-    records = mover.move([r for r, _ in batch])
-    return [(r, v) for r, (_, v) in zip(records, batch, strict=True)]
+def _parsed(line: str) -> MemoryRecord | None:
+    """The record on ``line``, ``None`` when it is malformed (the import's own pass reports
+    it)."""
+    try:
+        return MemoryRecord.from_dict(json.loads(line))
+    except (json.JSONDecodeError, InvalidMemoryError, TypeError, RecursionError, AttributeError):
+        return None
 
 
 def _moved_items(source: Path, namespace: str) -> dict[tuple[str, str], str]:

@@ -596,10 +596,11 @@ def test_a_copy_made_under_the_old_id_form_is_found_again(tmp_path: Path, stream
     from langchain_reflective.transfer import _tag
 
     exports = _two_users(stream, tmp_path, {"alice": "alice likes tea", "bob": "bob w1"})
-    old = f"@{_tag('merged')}"
-    stream.add(["alice likes tea"], ids=["x1" + old], namespace="merged", importances=0.5)
-    stream.add("alice insight", kinds="reflection", evidence=[["x1" + old]], ids=["i1" + old],
-               namespace="merged", importances=0.5)  # fmt: skip
+    old = f"@{_tag('merged')}"  # alice's memories as such an import copied them
+    x1, i1 = (stream.get([i], namespace="alice")[0] for i in ("x1", "i1"))
+    stream.add([x1.text], ids=["x1" + old], namespace="merged", importances=0.5, now=x1.created_at)
+    stream.add(i1.text, kinds="reflection", evidence=[["x1" + old]], ids=["i1" + old],
+               namespace="merged", importances=0.5, now=i1.created_at)  # fmt: skip
     assert stream.import_jsonl(exports["alice"], namespace="merged") == 0
     assert stream.import_jsonl(exports["bob"], namespace="merged") == 2  # another text: bob's
     assert _merged(stream) == [
