@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import errno
-import hashlib
 import json
 import os
 import tempfile
@@ -21,10 +19,17 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 import numpy as np
 
 from langchain_reflective.errors import ExportError, InvalidMemoryError, StorageError
+from langchain_reflective.export_file import (
+    JSONL_FORMAT,
+    JSONL_VERSION,
+    export_lines,
+    open_export,
+    read_header,
+)
 from langchain_reflective.records import MemoryRecord, utc
 from langchain_reflective.scoring import recency
-from langchain_reflective.store_codec import ITEM_METADATA_KEY, item_key, item_memory_id
 from langchain_reflective.stream_base import StreamBase, _arun, _Flow, _run
+from langchain_reflective.transfer_moves import Mover, moved_items, old_copies
 from langchain_reflective.validation import as_unit_vectors
 
 if TYPE_CHECKING:
@@ -42,11 +47,6 @@ __all__ = [
     "import_jsonl",
     "load_pandas",
 ]
-
-JSONL_FORMAT = "langchain-reflective/jsonl"
-"""The ``format`` of an export's header line."""
-JSONL_VERSION = 1
-"""The export format's version: an import refuses a file of a newer one."""
 
 _COLUMNS = [
     "id",
@@ -407,7 +407,7 @@ def import_jsonl(
     Memories that ``namespace`` moves out of their own namespace get new ids naming the
     target and the namespace they come from (the same on every run, so importing again skips
     them; two namespaces' memories of one id stay two, in one file or in several: see
-    ``_Mover``, also for copies made by earlier versions), and the evidence they cite
+    ``transfer_moves.Mover``, also for copies made by earlier versions), and the evidence they cite
     follows; LangGraph store items get their key's id in the new namespace, so
     ``ReflectiveStore`` finds them by key (when several namespaces holding one key are
     merged, the first item in the file is kept).
@@ -415,20 +415,19 @@ def import_jsonl(
     source = Path(path)
     mover = None
     if namespace:
-        items = _moved_items(source, namespace)
-        old = _old_copies(source, namespace, stream.backend, items)
-        mover = _Mover(namespace, items, old)
+        items = moved_items(source, namespace)
+        mover = Mover(namespace, items, old_copies(source, namespace, stream.backend, items))
     imported = 0
     try:
-        with _open_export(source) as fh:
-            header = _header(fh, source)
+        with open_export(source) as fh:
+            header = read_header(fh, source)
             same_model = header.get("embedding_model") == stream.embedding_model
             dim = header.get("dimension")
             # the export's dimension: its header's, else its first vector's; every vector has it
             export_dim = dim if type(dim) is int and dim > 0 else None
             reuse: bool | None = None  # decided at the first vector, before anything is written
             batch: list[tuple[MemoryRecord, list[float] | None]] = []
-            for lineno, line in _lines(fh, source):
+            for lineno, line in export_lines(fh, source):
                 try:
                     data = json.loads(line)
                     record = MemoryRecord.from_dict(data)
@@ -497,180 +496,6 @@ def _target_dimension(stream: StreamBase, text: str) -> int:
         return declared
     raw = stream.embeddings.embed_documents([text])
     return int(as_unit_vectors(raw, 1, type(stream.embeddings).__name__).shape[1])
-
-
-def _open_export(source: Path) -> TextIO:
-    try:
-        return source.open(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidMemoryError(f"cannot read {source}: {exc}") from exc
-
-
-def _header(fh: TextIO, source: Path) -> dict[str, Any]:
-    """The export's header line, read from ``fh``; refuses anything else."""
-    try:
-        header = json.loads(fh.readline() or "null")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidMemoryError(f"{source} is not a langchain-reflective export") from exc
-    if not isinstance(header, dict) or header.get("format") != JSONL_FORMAT:
-        raise InvalidMemoryError(f"{source} is not a langchain-reflective export")
-    version = header.get("version", JSONL_VERSION)
-    if type(version) is not int or version > JSONL_VERSION:
-        raise InvalidMemoryError(
-            f"{source} is an export of format version {version!r}, newer than this "
-            f"langchain-reflective reads ({JSONL_VERSION}); upgrade the package"
-        )
-    return header
-
-
-def _lines(fh: TextIO, source: Path) -> Iterator[tuple[int, str]]:
-    """The non-empty lines after the header, numbered; bytes that are not UTF-8 are an
-    :class:`InvalidMemoryError` (a raw ``UnicodeDecodeError`` before)."""
-    try:
-        for lineno, line in enumerate(fh, start=2):
-            if line.strip():
-                yield lineno, line
-    except UnicodeDecodeError as exc:
-        raise InvalidMemoryError(
-            f"{source} is not a langchain-reflective export: it holds bytes that are not "
-            f"UTF-8 ({exc.reason})"
-        ) from exc
-
-
-def _tag(namespace: str) -> str:
-    return hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:12]
-
-
-class _Mover:
-    """Moves the records of an import into ``namespace`` from the namespaces they were
-    exported from, under new ids (the same on every run, so importing again finds them).
-
-    A memory's new id names the target and the namespace it comes from,
-    ``<id>@<tag(target)>@<tag(source)>``: a function of the memory alone, so two namespaces'
-    memories of one id stay two (in one file or in files imported one after another, at once
-    or not), whatever the batches, and the evidence they cite follows without a lookup. A
-    LangGraph store item takes its key's id in the target namespace (``items``), so the store
-    finds it by key. ``old_copies`` maps the memories that versions before this form copied
-    under ``<id>@<tag(target)>`` to those copies (see :func:`_old_copies`), so that importing
-    such a file again finds them.
-    """
-
-    def __init__(
-        self,
-        namespace: str,
-        items: Mapping[tuple[str, str], str],
-        old_copies: Mapping[tuple[str, str], str],
-    ) -> None:
-        self.namespace = namespace
-        self.target = _tag(namespace)
-        self.items = items
-        self.old_copies = old_copies
-
-    def moved_id(self, memory_id: str, source: str) -> str:
-        key = (source, memory_id)
-        found = self.items.get(key) or self.old_copies.get(key)
-        return found or f"{memory_id}@{self.target}@{_tag(source)}"
-
-    def move(self, record: MemoryRecord) -> MemoryRecord:
-        """``record`` in the target namespace: new id, and its evidence cites the moved ids."""
-        source = record.namespace
-        return dataclasses.replace(
-            record,
-            id=self.moved_id(record.id, source),
-            namespace=self.namespace,
-            evidence=tuple(self.moved_id(e, source) for e in record.evidence),
-        )
-
-
-def _fingerprint(record: MemoryRecord) -> tuple[str, str, float, int]:
-    """What a faithful copy of a memory keeps: text, kind, creation time (to the
-    millisecond: backends store it at their own precision) and depth."""
-    return (record.text, record.kind, round(record.created_at.timestamp(), 3), record.depth)
-
-
-def _old_copies(
-    source: Path, namespace: str, backend: BaseMemoryBackend, items: Collection[tuple[str, str]]
-) -> dict[tuple[str, str], str]:
-    """(Namespace, id) -> the copy of that memory that an import by an earlier version made in
-    ``namespace``, for the file's memories that have one.
-
-    Earlier versions gave the first namespace of a file that held an id the target's tag only,
-    ``<id>@<tag(target)>`` (the others as now): such a copy, stored in the target or in the
-    file itself (an export of the target), belongs to the memory of the file whose
-    :func:`_fingerprint` it has (the first in file order when several have it: they are the
-    same memory). Decided for the whole file before anything is written, so neither the
-    batches nor the order of imports changes the outcome; imports by this version never
-    write that form, so what it finds cannot change under a concurrent import. Two passes
-    over the file: one for the target's own records in it (only lines naming that form are
-    parsed), one looking the moved memories up in batches."""
-    suffix = f"@{_tag(namespace)}"
-    in_file: dict[str, tuple[str, str, float, int]] = {}
-    with _open_export(source) as fh:
-        _header(fh, source)
-        for _, line in _lines(fh, source):
-            if f'{suffix}"' not in line:
-                continue
-            record = _parsed(line)
-            if record is not None and record.namespace == namespace and record.id.endswith(suffix):
-                in_file.setdefault(record.id, _fingerprint(record))
-    copies: dict[tuple[str, str], str] = {}
-    taken: set[str] = set()
-
-    def settle(chunk: list[MemoryRecord]) -> None:
-        ids = [r.id + suffix for r in chunk]
-        stored = {r.id: _fingerprint(r) for r in backend.get(namespace, ids)}
-        for r, old in zip(chunk, ids, strict=True):
-            copy = stored.get(old) or in_file.get(old)
-            if copy is not None and old not in taken and copy == _fingerprint(r):
-                copies[(r.namespace, r.id)] = old
-                taken.add(old)
-
-    chunk: list[MemoryRecord] = []
-    with _open_export(source) as fh:
-        _header(fh, source)
-        for _, line in _lines(fh, source):
-            record = _parsed(line)
-            if record is None or record.namespace == namespace:
-                continue
-            if (record.namespace, record.id) not in items:
-                chunk.append(record)
-            if len(chunk) >= 512:
-                settle(chunk)
-                chunk = []
-    if chunk:
-        settle(chunk)
-    return copies
-
-
-def _parsed(line: str) -> MemoryRecord | None:
-    """The record on ``line``, ``None`` when it is malformed (the import's own pass reports
-    it)."""
-    try:
-        return MemoryRecord.from_dict(json.loads(line))
-    except (json.JSONDecodeError, InvalidMemoryError, TypeError, RecursionError, AttributeError):
-        return None
-
-
-def _moved_items(source: Path, namespace: str) -> dict[tuple[str, str], str]:
-    """(Namespace, old id) -> id in ``namespace`` of the LangGraph store items an import moves
-    there: an item's id comes from its key and namespace (so the store finds it by key), and
-    evidence citing it must follow. A cheap first pass: only lines naming the item metadata key
-    are parsed; malformed lines are left to the import's own pass, which reports them."""
-    items: dict[tuple[str, str], str] = {}
-    marker = json.dumps(ITEM_METADATA_KEY)
-    with _open_export(source) as fh:
-        _header(fh, source)
-        for _, line in _lines(fh, source):
-            if marker not in line:
-                continue
-            try:
-                record = MemoryRecord.from_dict(json.loads(line))
-            except (json.JSONDecodeError, InvalidMemoryError, TypeError, RecursionError):
-                continue
-            key = item_key(record)
-            if key is not None and record.namespace != namespace:
-                items[(record.namespace, record.id)] = item_memory_id(namespace, key)
-    return items
 
 
 def _import_batch(stream: StreamBase, batch: list[tuple[MemoryRecord, list[float] | None]]) -> int:

@@ -37,6 +37,7 @@ from typing import Any
 
 from langchain_reflective._llm import Flow, Op, run_async, run_sync, threaded
 from langchain_reflective.errors import InvalidMemoryError, StorageError
+from langchain_reflective.export_file import export_lines, open_export, read_header
 from langchain_reflective.records import MemoryRecord, validate_text
 from langchain_reflective.stream import MemoryStream
 from langchain_reflective.thinking.lookups import ContextLookups, _positive_turn
@@ -50,7 +51,7 @@ from langchain_reflective.thinking.turns import (
     count_text_tokens,
     summary_text,
 )
-from langchain_reflective.transfer import _header, _lines, _open_export, export_jsonl, import_jsonl
+from langchain_reflective.transfer import export_jsonl, import_jsonl
 
 __all__ = ["ContextMemory"]  # (the values it stores: thinking/turns.py)
 
@@ -343,9 +344,9 @@ class ContextMemory(ContextLookups):
         ns = self.namespace(namespace)
         source = Path(path)
         self.stream._check_open()
-        with _open_export(source) as fh:
-            _header(fh, source)
-            turns = [self._turn_of(source, n, line) for n, line in _lines(fh, source)]
+        with open_export(source) as fh:
+            read_header(fh, source)
+            turns = [self._turn_of(source, n, line) for n, line in export_lines(fh, source)]
         self._check_importable(source, turns, ns)
 
         def keyed(record: MemoryRecord) -> MemoryRecord:

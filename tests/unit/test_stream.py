@@ -593,7 +593,7 @@ def test_a_copy_made_under_the_old_id_form_is_found_again(tmp_path: Path, stream
     """Imports before the id named its source namespace stored the first namespace of a file
     under ``<id>@<tag(target)>``: importing that file again takes those copies for its
     memories (by text) instead of adding them a second time."""
-    from langchain_reflective.transfer import _tag
+    from langchain_reflective.transfer_moves import namespace_tag as _tag
 
     exports = _two_users(stream, tmp_path, {"alice": "alice likes tea", "bob": "bob w1"})
     old = f"@{_tag('merged')}"  # alice's memories as such an import copied them
