@@ -407,10 +407,11 @@ def import_jsonl(
     Memories that ``namespace`` moves out of their own namespace get new ids naming the
     target and the namespace they come from (the same on every run, so importing again skips
     them; two namespaces' memories of one id stay two, in one file or in several: see
-    ``transfer_moves.Mover``, also for copies made by earlier versions), and the evidence they cite
-    follows; LangGraph store items get their key's id in the new namespace, so
-    ``ReflectiveStore`` finds them by key (when several namespaces holding one key are
-    merged, the first item in the file is kept).
+    :mod:`~langchain_reflective.transfer_moves`, also for copies made by earlier versions),
+    and the evidence they cite follows; LangGraph store items get their key's id in the new
+    namespace, so ``ReflectiveStore`` finds them by key (when several namespaces holding one
+    key are merged, the first item in the file is kept). Such an import reads the file three
+    times: two first passes decide the ids, then the records are stored.
     """
     source = Path(path)
     mover = None
