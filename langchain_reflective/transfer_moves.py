@@ -132,13 +132,23 @@ def old_copies(
     return copies
 
 
+_VECTOR = ', "vector": ['
+"""Where an export line's vector starts: the last key ``export_jsonl`` writes."""
+
+
 def _parsed(line: str) -> MemoryRecord | None:
     """The record on ``line``, ``None`` when it is malformed (the import's own pass reports
-    it)."""
-    try:
-        return MemoryRecord.from_dict(json.loads(line))
-    except (json.JSONDecodeError, InvalidMemoryError, TypeError, RecursionError, AttributeError):
-        return None
+    it). The vector is cut off before parsing when the line ends with it, as exports write
+    it (parsing it took a quarter of an import's time); any other line is parsed whole."""
+    cut = line.rfind(_VECTOR)
+    for text in ([line[:cut] + "}"] if cut != -1 else []) + [line]:
+        try:
+            return MemoryRecord.from_dict(json.loads(text))
+        except (json.JSONDecodeError, InvalidMemoryError, TypeError, RecursionError):
+            continue
+        except AttributeError:  # (not an object)
+            return None
+    return None
 
 
 def moved_items(source: Path, namespace: str) -> dict[tuple[str, str], str]:

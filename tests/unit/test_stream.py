@@ -24,6 +24,7 @@ from langchain_reflective import (
     StorageError,
 )
 from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
+from langchain_reflective.records import MemoryRecord
 from tests.fakes import BrokenEmbeddings, WordEmbeddings
 
 FACTS = [
@@ -1015,3 +1016,23 @@ def test_the_constructor_refuses_what_it_cannot_use(
     with pytest.raises(error, match=match):
         MemoryStream(WordEmbeddings(), path=tmp_path / "m.db", **kwargs)  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_first_passes_of_a_move_read_records_without_their_vectors(tmp_path: Path) -> None:
+    """The id passes cut an export line's vector off before parsing; a metadata key named
+    ``vector``, a line without a vector or written in another key order reads the same."""
+    from langchain_reflective.transfer_moves import _parsed
+
+    with MemoryStream(WordEmbeddings(), path=tmp_path / "m.db") as stream:
+        stream.add(["tea"], metadatas=[{"a": 1, "vector": [1, 2]}], importances=0.5)
+        export = tmp_path / "e.jsonl"
+        stream.export_jsonl(export)
+    line = export.read_text(encoding="utf-8").splitlines()[1]
+    data = json.loads(line)
+    assert line.endswith("]}") and ', "vector": [' in line
+    expected = MemoryRecord.from_dict(data)
+    no_vector = {k: v for k, v in data.items() if k != "vector"}
+    reordered = {"vector": data["vector"], **no_vector}
+    for variant in (line, json.dumps(no_vector), json.dumps(reordered)):
+        assert _parsed(variant) == expected
+    assert _parsed("[1, 2]") is None and _parsed('{"id": "x"}') is None
