@@ -411,13 +411,10 @@ def import_jsonl(
     and the evidence they cite follows; LangGraph store items get their key's id in the new
     namespace, so ``ReflectiveStore`` finds them by key (when several namespaces holding one
     key are merged, the first item in the file is kept). Such an import reads the file three
-    times: two first passes decide the ids, then the records are stored.
+    times: at the first record to move, two first passes decide the ids.
     """
     source = Path(path)
-    mover = None
-    if namespace:
-        items = moved_items(source, namespace)
-        mover = Mover(namespace, items, old_copies(source, namespace, stream.backend, items))
+    mover: Mover | None = None  # built at the first record to move (none: no first passes)
     imported = 0
     try:
         with open_export(source) as fh:
@@ -433,7 +430,8 @@ def import_jsonl(
                     data = json.loads(line)
                     record = MemoryRecord.from_dict(data)
                     vec = _vector(data, export_dim)
-                except (json.JSONDecodeError, InvalidMemoryError, TypeError, RecursionError) as exc:
+                except (ValueError, InvalidMemoryError, TypeError, RecursionError) as exc:
+                    # (ValueError: JSON errors, and integers past Python's digit limit)
                     raise InvalidMemoryError(f"{source}:{lineno}: {exc}") from exc
                 if keyed is not None:
                     record = keyed(record)
@@ -442,7 +440,11 @@ def import_jsonl(
                         export_dim = len(vec)
                     if reuse is None:  # one probe at most; a model of another dimension re-embeds
                         reuse = same_model and export_dim == _target_dimension(stream, record.text)
-                if mover is not None and record.namespace != namespace:
+                if namespace and record.namespace != namespace:
+                    if mover is None:
+                        items = moved_items(source, namespace)
+                        copies = old_copies(source, namespace, stream.backend, items)
+                        mover = Mover(namespace, items, copies)
                     record = mover.move(record)
                 batch.append((record, vec if reuse else None))
                 if len(batch) >= batch_size:

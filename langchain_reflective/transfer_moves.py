@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -132,23 +133,20 @@ def old_copies(
     return copies
 
 
-_VECTOR = ', "vector": ['
-"""Where an export line's vector starts: the last key ``export_jsonl`` writes."""
+_VECTOR_TAIL = re.compile(r', "vector": \[[-+0-9.eE, ]*\]\}\s*')
+"""An export line's end when its vector is the last key, as ``export_jsonl`` writes it."""
 
 
 def _parsed(line: str) -> MemoryRecord | None:
     """The record on ``line``, ``None`` when it is malformed (the import's own pass reports
     it). The vector is cut off before parsing when the line ends with it, as exports write
     it (parsing it took a quarter of an import's time); any other line is parsed whole."""
-    cut = line.rfind(_VECTOR)
-    for text in ([line[:cut] + "}"] if cut != -1 else []) + [line]:
-        try:
-            return MemoryRecord.from_dict(json.loads(text))
-        except (json.JSONDecodeError, InvalidMemoryError, TypeError, RecursionError):
-            continue
-        except AttributeError:  # (not an object)
-            return None
-    return None
+    cut = line.rfind(', "vector": [')
+    whole = cut == -1 or _VECTOR_TAIL.fullmatch(line, cut) is None
+    try:
+        return MemoryRecord.from_dict(json.loads(line if whole else line[:cut] + "}"))
+    except (ValueError, InvalidMemoryError, TypeError, RecursionError, AttributeError):
+        return None  # (ValueError: JSON errors, and integers past Python's digit limit)
 
 
 def moved_items(source: Path, namespace: str) -> dict[tuple[str, str], str]:
@@ -163,9 +161,8 @@ def moved_items(source: Path, namespace: str) -> dict[tuple[str, str], str]:
         for _, line in export_lines(fh, source):
             if marker not in line:
                 continue
-            try:
-                record = MemoryRecord.from_dict(json.loads(line))
-            except (json.JSONDecodeError, InvalidMemoryError, TypeError, RecursionError):
+            record = _parsed(line)
+            if record is None:
                 continue
             key = item_key(record)
             if key is not None and record.namespace != namespace:

@@ -1033,6 +1033,46 @@ def test_the_first_passes_of_a_move_read_records_without_their_vectors(tmp_path:
     expected = MemoryRecord.from_dict(data)
     no_vector = {k: v for k, v in data.items() if k != "vector"}
     reordered = {"vector": data["vector"], **no_vector}
-    for variant in (line, json.dumps(no_vector), json.dumps(reordered)):
+    for variant in (line, json.dumps(no_vector), json.dumps(reordered), line + "\r\n"):
         assert _parsed(variant) == expected
     assert _parsed("[1, 2]") is None and _parsed('{"id": "x"}') is None
+    # a key after the vector (another writer, or an edit) is read, not cut off with it
+    after = json.dumps({**no_vector, "vector": data["vector"], "namespace": "ns2"})
+    assert _parsed(after) == MemoryRecord.from_dict(json.loads(after))
+    assert _parsed(after).namespace == "ns2"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("namespace", [None, "team"])
+def test_an_integer_past_pythons_digit_limit_is_refused_with_its_line(
+    tmp_path: Path, stream, namespace: str | None
+) -> None:
+    stream.add(["tea"], importances=0.5)
+    export = tmp_path / "e.jsonl"
+    stream.export_jsonl(export)
+    header, line = export.read_text(encoding="utf-8").splitlines()
+    bad = line.replace('"depth": 0', '"depth": ' + "9" * 5000)
+    assert bad != line
+    export.write_text(f"{header}\n{bad}\n", encoding="utf-8")
+    with MemoryStream(WordEmbeddings(), path=tmp_path / "t.db") as target:
+        with pytest.raises(InvalidMemoryError, match=r"e\.jsonl:2: .*digits"):
+            target.import_jsonl(export, namespace=namespace)
+        assert target.count() == 0
+
+
+def test_an_import_with_nothing_to_move_reads_the_file_once(
+    tmp_path: Path, stream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``namespace=`` naming the namespace the records already hold (as ``ContextMemory``'s
+    import always does) moves nothing: the first passes, which decide moved ids, never run."""
+    from langchain_reflective import transfer
+
+    stream.add(["tea", "coffee"], namespace="alice", importances=0.5)
+    export = tmp_path / "e.jsonl"
+    stream.export_jsonl(export, namespaces=["alice"])
+
+    def unexpected(*args: Any) -> Any:
+        raise AssertionError("a first pass ran")
+
+    monkeypatch.setattr(transfer, "moved_items", unexpected)
+    with MemoryStream(WordEmbeddings(), path=tmp_path / "t.db") as target:
+        assert target.import_jsonl(export, namespace="alice") == 2
