@@ -29,7 +29,7 @@ from langchain_reflective.export_file import (
 from langchain_reflective.records import MemoryRecord, utc
 from langchain_reflective.scoring import recency
 from langchain_reflective.stream_base import StreamBase, _arun, _Flow, _run
-from langchain_reflective.transfer_moves import Mover, moved_items, old_copies
+from langchain_reflective.transfer_moves import Mover, plan_moves
 from langchain_reflective.validation import as_unit_vectors
 
 if TYPE_CHECKING:
@@ -442,9 +442,7 @@ def import_jsonl(
                         reuse = same_model and export_dim == _target_dimension(stream, record.text)
                 if namespace and record.namespace != namespace:
                     if mover is None:
-                        items = moved_items(source, namespace)
-                        copies = old_copies(source, namespace, stream.backend, items)
-                        mover = Mover(namespace, items, copies)
+                        mover = plan_moves(source, namespace, stream.backend)
                     record = mover.move(record)
                 batch.append((record, vec if reuse else None))
                 if len(batch) >= batch_size:

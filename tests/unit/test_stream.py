@@ -1073,6 +1073,6 @@ def test_an_import_with_nothing_to_move_reads_the_file_once(
     def unexpected(*args: Any) -> Any:
         raise AssertionError("a first pass ran")
 
-    monkeypatch.setattr(transfer, "moved_items", unexpected)
+    monkeypatch.setattr(transfer, "plan_moves", unexpected)
     with MemoryStream(WordEmbeddings(), path=tmp_path / "t.db") as target:
         assert target.import_jsonl(export, namespace="alice") == 2
