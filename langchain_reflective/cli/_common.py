@@ -232,8 +232,11 @@ def _check_same_model(place: MemoryPlace, stored: str | None, embeddings: Embedd
     the one the command loaded (``--prefer`` chooses it)."""
     from langchain_reflective.validation import embedding_identity
 
-    loaded = embedding_identity(embeddings)
-    if stored and stored != loaded:
+    _refuse_other_model(place, stored, embedding_identity(embeddings))
+
+
+def _refuse_other_model(place: MemoryPlace, stored: str | None, loaded: str | None) -> None:
+    if stored and loaded and stored != loaded:
         _fail(
             f"{_shown(place)} was written with embedding model {stored!r}, but this command "
             f"embeds with {loaded!r}; vectors of different models are not comparable. Run it "
@@ -282,9 +285,16 @@ def _plot_target(path: Path) -> Path:
     return path
 
 
-def _load_embeddings(prefer: Prefer) -> Embeddings:
-    from langchain_reflective.local import default_embeddings
+def _load_embeddings(
+    prefer: Prefer, place: MemoryPlace | None = None, stored: str | None = None
+) -> Embeddings:
+    """The embedding model ``--prefer`` chooses. With the model ``stored`` that the memories at
+    ``place`` were written with, another model is refused before it loads (which takes
+    seconds), in the words of the check after loading."""
+    from langchain_reflective.local import _default_embedding_identity, default_embeddings
 
+    if place is not None and stored:
+        _refuse_other_model(place, stored, _default_embedding_identity(prefer.value))
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -297,6 +297,7 @@ def inspect(
         plot = _plot_target(plot)
     stream = _open_stream(place)
     with stream:
+        stored = stream.backend.embedding_model
         _overview(stream, place)
         if not stream.namespaces():
             if plot is not None:
@@ -308,7 +309,7 @@ def inspect(
         if limit:
             console.print(_memory_table(records, ns, limit, now))
     if query is not None:
-        stream = _open_stream(place, _load_embeddings(prefer))
+        stream = _open_stream(place, _load_embeddings(prefer, place, stored))
     else:
         stream = _open_stream(place)
     with stream:
@@ -484,7 +485,7 @@ def import_(
         how = "reusing the exported vectors"
     else:
         with _console().status("Loading the embedding model…"):
-            embeddings = _load_embeddings(prefer)
+            embeddings = _load_embeddings(prefer, place, target_model)
         identity = None
         how = "embedding the texts again"
     try:

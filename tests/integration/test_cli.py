@@ -300,7 +300,7 @@ def test_inspect_limit_does_not_cut_the_ranked_list(
     capsys: pytest.CaptureFixture[str], memory_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(
-        cli_files, "_load_embeddings", lambda prefer: DeterministicFakeEmbedding(size=32)
+        cli_files, "_load_embeddings", lambda prefer, *_: DeterministicFakeEmbedding(size=32)
     )
     code, out, err = run_cli(capsys, "inspect", memory_file, "-n", "1", "-q", "Ana Lisbon")
     assert code == 0, err
@@ -310,6 +310,38 @@ def test_inspect_limit_does_not_cut_the_ranked_list(
     code, out, err = run_cli(capsys, "inspect", memory_file, "-k", "2", "-q", "Ana Lisbon")
     assert code == 0, err
     assert ranks(out.split("Ranked for")[1]) == [1, 2]
+
+
+def test_another_embedding_model_is_refused_before_it_loads(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``inspect --query`` and an import that embeds again refuse memories of another model
+    without loading the model ``--prefer`` chooses (12-25 s for the local one)."""
+    from langchain_reflective import local
+
+    loaded: list[str] = []
+
+    def loading(*, prefer: str = "auto") -> DeterministicFakeEmbedding:
+        loaded.append(prefer)
+        return DeterministicFakeEmbedding(size=32)
+
+    monkeypatch.setattr(local, "default_embeddings", loading)
+    path = tmp_path / "openai.db"
+    written_with = "langchain_openai.embeddings.base.OpenAIEmbeddings:text-embedding-3-small"
+    with MemoryStream(
+        DeterministicFakeEmbedding(size=32), path=path, embedding_model=written_with
+    ) as stream:
+        stream.add(["Ana moved to Lisbon"], importances=0.5, now=T0)
+    code, out, err = run_cli(capsys, "inspect", path, "-q", "Lisbon", "--prefer", "local")
+    assert_one_line_error(code, out, err, expect="written with embedding model")
+    assert "OpenAIEmbeddings:text-embedding-3-small" in err and "--prefer" in err
+    export = tmp_path / "other.jsonl"
+    with MemoryStream(DeterministicFakeEmbedding(size=32), path=tmp_path / "o.db") as other:
+        other.add(["Ben likes tea"], importances=0.5, now=T0)
+        other.export_jsonl(export)
+    code, out, err = run_cli(capsys, "import", export, path, "--prefer", "local")
+    assert_one_line_error(code, out, err, expect="written with embedding model")
+    assert loaded == []  # refused before any model was loaded
 
 
 def test_a_query_with_another_embedding_model_says_which_option_chooses_it(
@@ -324,7 +356,7 @@ def test_a_query_with_another_embedding_model_says_which_option_chooses_it(
     ) as stream:
         stream.add(["Ana moved to Lisbon"], importances=0.5, now=T0)
     monkeypatch.setattr(
-        cli_files, "_load_embeddings", lambda prefer: DeterministicFakeEmbedding(size=32)
+        cli_files, "_load_embeddings", lambda prefer, *_: DeterministicFakeEmbedding(size=32)
     )
     code, out, err = run_cli(capsys, "inspect", path, "-q", "Lisbon")
     assert_one_line_error(code, out, err, expect="written with embedding model 'openai:")

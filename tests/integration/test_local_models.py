@@ -121,6 +121,24 @@ def test_default_embeddings_pick_local_without_api(
     assert default_embeddings() is local_embeddings
 
 
+def test_the_default_models_identity_is_known_before_it_loads(
+    monkeypatch: pytest.MonkeyPatch, local_embeddings: Embeddings
+) -> None:
+    """The CLI refuses memories of another model before loading one (seconds): the identity it
+    predicts must be the one the loaded model has, for the local model and an API's."""
+    from langchain_reflective.validation import embedding_identity
+
+    for name in _API_ENV:
+        monkeypatch.delenv(name, raising=False)
+    assert local._default_embedding_identity("auto") == embedding_identity(local_embeddings)
+    assert local._default_embedding_identity("local") == embedding_identity(local_embeddings)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("REFLECTIVE_EMBEDDING_MODEL", "nomic-embed-text")
+    api = default_embeddings()  # builds a client only; nothing is contacted
+    assert local._default_embedding_identity("auto") == embedding_identity(api)
+    assert embedding_identity(api).endswith(":nomic-embed-text")
+
+
 # --------------------------------------------------------------------------------------------
 # Chat model over HTTP
 # --------------------------------------------------------------------------------------------
