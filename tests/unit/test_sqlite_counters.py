@@ -634,3 +634,39 @@ def test_version_4_files_count_resets_from_the_upgrade_on(tmp_path: Path) -> Non
         assert (state.importance_sum, state.adds_since, state.generation) == (0.0, 0, 1)
     with MemoryStream(WordEmbeddings(), path=path) as stream:  # nothing migrates again
         assert stream.reflection_state().generation == 1
+
+
+def _locked_file(path: Path) -> sqlite3.Connection:
+    """A rollback-journal file that another connection holds an exclusive lock on."""
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("CREATE TABLE t (x)")
+    holder.execute("BEGIN EXCLUSIVE")
+    return holder
+
+
+def test_the_switch_to_wal_waits_for_a_lock_another_connection_releases(tmp_path: Path) -> None:
+    """SQLite answers ``PRAGMA journal_mode=WAL`` with "database is locked" at once while
+    another connection holds the file: the switch is retried until the busy timeout."""
+    path = tmp_path / "locked.db"
+    holder = _locked_file(path)
+    release = threading.Timer(0.2, holder.rollback)
+    release.start()
+    try:
+        conn = sqlite3.connect(path, timeout=0)
+        assert sqlite_schema._journal_mode_wal(conn, busy_timeout=10.0) == "wal"
+        conn.close()
+    finally:
+        release.join()
+        holder.close()
+
+
+def test_the_switch_to_wal_gives_up_after_the_busy_timeout(tmp_path: Path) -> None:
+    path = tmp_path / "locked.db"
+    holder = _locked_file(path)
+    try:
+        conn = sqlite3.connect(path, timeout=0)
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            sqlite_schema._journal_mode_wal(conn, busy_timeout=0.1)
+        conn.close()
+    finally:
+        holder.close()

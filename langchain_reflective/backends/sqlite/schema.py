@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+import tenacity
 
 from langchain_reflective.backends.base import trusted_record
 from langchain_reflective.errors import ForeignFileError, SchemaVersionError, StorageError
@@ -263,14 +264,17 @@ def _journal_mode_wal(c: sqlite3.Connection, busy_timeout: float) -> str:
     """``PRAGMA journal_mode=WAL``, retried while another connection locks the file: SQLite
     answers the switch with "database is locked" at once instead of waiting (several processes
     opening one new file at once)."""
-    deadline = time.monotonic() + busy_timeout
-    while True:
-        try:
+    for attempt in tenacity.Retrying(
+        retry=tenacity.retry_if_exception(
+            lambda exc: isinstance(exc, sqlite3.OperationalError) and is_busy(exc)
+        ),
+        stop=tenacity.stop_after_delay(busy_timeout),
+        wait=tenacity.wait_fixed(0.01),
+        reraise=True,
+    ):
+        with attempt:
             return str(c.execute("PRAGMA journal_mode=WAL").fetchone()[0])
-        except sqlite3.OperationalError as exc:
-            if not is_busy(exc) or time.monotonic() >= deadline:
-                raise
-            time.sleep(0.01)
+    raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
 
 
 def _check_identity(c: sqlite3.Connection, path: Path | None) -> int:
