@@ -272,3 +272,41 @@ def test_an_add_stored_before_its_index_update_failed_returns_and_is_found(
         assert len(stream) == 2
         hits = stream.retrieve("bees on the roof", k=1)
         assert hits[0].record.id == record.id
+
+
+def test_a_failed_index_update_reloads_only_the_namespaces_of_its_add(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every namespace of the add reloads (one updated before the failure, the failing one, one
+    not reached); the other namespaces' loaded partitions are kept (they were all dropped)."""
+    from langchain_reflective.backends.sqlite.backend import SQLiteBackend
+
+    with MemoryStream(WordEmbeddings(), path=tmp_path / "m.db") as stream:
+        for ns in ("a", "b", "c", "kept"):
+            stream.add(f"{ns} keeps bees", importances=0.5, namespace=ns)
+            stream.retrieve("bees", k=1, namespace=ns)  # loads its partition
+        backend = stream.backend
+        assert isinstance(backend, SQLiteBackend)
+        loaded = {ns: backend._partitions[ns] for ns in ("a", "b", "c", "kept")}
+        real = SQLiteBackend._after_put
+
+        def failing_on_b(self: SQLiteBackend, namespace: str, *args: Any) -> None:
+            if namespace == "b":
+                raise MemoryError
+            real(self, namespace, *args)
+
+        export = tmp_path / "three.jsonl"
+        with MemoryStream(WordEmbeddings(), path=tmp_path / "other.db") as other:
+            added = [
+                other.add(f"{ns} hives honey", importances=0.5, namespace=ns)[0]
+                for ns in ("a", "b", "c")
+            ]
+            other.export_jsonl(export, namespaces="all")
+        monkeypatch.setattr(SQLiteBackend, "_after_put", failing_on_b)
+        assert stream.import_jsonl(export) == 3  # one put of three namespaces
+        monkeypatch.undo()
+        assert set(backend._partitions) == {"kept"}
+        assert backend._partitions["kept"] is loaded["kept"]
+        for record, ns in zip(added, ("a", "b", "c"), strict=True):
+            hits = stream.retrieve("hives honey", k=1, namespace=ns)
+            assert hits[0].record.id == record.id

@@ -228,10 +228,11 @@ class SQLiteBackend(BaseMemoryBackend):
             try:
                 self._after_put_all(records, vectors, seqs)
             except Exception as exc:  # the memories are stored: raising would invite a retry,
-                self._partitions.clear()  # which stores them twice; the caches reload instead
+                for ns in {r.namespace for r in records}:  # which stores them twice; these
+                    self._partitions.pop(ns, None)  # namespaces reload instead (only they)
                 logger.warning(
                     "%d memories were stored in %s, but updating the in-memory index failed "
-                    "(%r); it is loaded from the file again on next use",
+                    "(%r); their namespaces are loaded from the file again on next use",
                     len(records),
                     self.path or "memory",
                     exc,
