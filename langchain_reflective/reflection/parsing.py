@@ -82,7 +82,10 @@ position of a long line is quadratic)."""
 _INLINE_NUMERIC_BRACKETS = re.compile(r"\s*\[\s*\d+(?:\s*[,;]\s*\d+)*\s*\]")
 _LEFTOVER_CITE_WORD = re.compile(r"[\s(]*" + _CITE_WORDS + r"\s*:?\s*\)?\s*$", re.IGNORECASE)
 _LABEL = re.compile(r"^(?:insight|reflection)\s*\d*\s*[:.-]\s*", re.IGNORECASE)
-_RANGE = re.compile(r"^(\d+)\s*[-–]\s*(\d+)$")
+_RANGE = re.compile(r"^([0-9]{1,6})\s*[-–]\s*([0-9]{1,6})$")
+_NUMBER = re.compile(r"[0-9]{1,6}")
+"""A cited number: ASCII digits, at most six (``"①"`` and ``"²"`` pass ``str.isdigit`` but not
+``int``; Python's ``int`` refuses more than 4,300 digits)."""
 _TEXT_KEYS = ("insight", "text", "statement", "reflection", "content", "summary")
 _EVIDENCE_KEYS = (
     "evidence",
@@ -116,7 +119,7 @@ def _citation_numbers(content: str) -> list[int]:
                 out.extend(range(lo, hi + 1))
             else:
                 out.extend([lo, hi])
-        elif token.isdigit():
+        elif _NUMBER.fullmatch(token):
             out.append(int(token))
     return out
 
@@ -197,11 +200,18 @@ def _from_json(data: Any) -> list[tuple[str, list[int]]] | None:
             text = next((item[k] for k in _TEXT_KEYS if isinstance(item.get(k), str)), None)
             if not text or not text.strip():
                 continue
-            cites = next((item[k] for k in _EVIDENCE_KEYS if k in item), None)
-            parts = _split_line(text)  # the text may carry its own "[1, 2]"
-            if parts is None:
+            key = next((k for k in _EVIDENCE_KEYS if k in item), None)
+            if key is None:  # the text may carry its own "[1, 2]"
+                parts = _split_line(text)
+                if parts is not None:
+                    out.append((parts[0], parts[1]))
                 continue
-            out.append((parts[0], _dedupe(parts[1] + _json_citations(cites))))
+            # the evidence has a field of its own (structured output): the text is the
+            # insight, parentheses included ("two children (5 and 7)" cites nothing); only
+            # numeric brackets, which can be nothing but citations, are taken out of it
+            text = " ".join(_INLINE_NUMERIC_BRACKETS.sub("", text).split())
+            if text:
+                out.append((text, _dedupe(_json_citations(item[key]))))
         elif (
             isinstance(item, list)
             and len(item) == 2
@@ -222,7 +232,9 @@ def parse_insights(text: str, *, n_statements: int | None = None) -> list[tuple[
     seed 000's ``[{"insight": ..., "importance": 0.8}]``), also in a Markdown code fence.
     Lines without any list marker or citation are headers or prose and are skipped, unless no
     line has either: then every line of 10+ characters is an insight without evidence (seed
-    000's plain-text fallback).
+    000's plain-text fallback). A JSON item with an evidence field of its own (structured
+    output) keeps its text whole: parentheses are content there, not citations. An uncited
+    line that declines or apologises ("I'm sorry, I can't ...") is a refusal, not an insight.
 
     Args:
         text: the model's answer.
@@ -248,7 +260,7 @@ def parse_insights(text: str, *, n_statements: int | None = None) -> list[tuple[
     return [
         (t, [n for n in c if n >= 1 and (n_statements is None or n <= n_statements)])
         for t, c in parsed
-        if _plausible(t)
+        if _plausible(t) and (c or not _REFUSAL.match(t))  # (a refusal cites nothing)
     ]
 
 

@@ -142,6 +142,68 @@ def test_json_forms(text: str, expected: list[tuple[str, list[int]]]) -> None:
     assert parse_insights(text) == expected
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # an evidence field of its own: parentheses in the text are content, not citations
+        (
+            '{"insights": [{"insight": "Klaus has two children (5 and 7)", "evidence": [1, 2]}]}',
+            [("Klaus has two children (5 and 7)", [1, 2])],
+        ),
+        (
+            '[{"insight": "Klaus rated his draft highly (9/10)", "evidence": [3]}]',
+            [("Klaus rated his draft highly (9/10)", [3])],
+        ),
+        # a numeric bracket can only be a citation: out of the text, and the field decides
+        (
+            '[{"insight": "Klaus reads chapter [3] of Dune nightly", "evidence": [1]}]',
+            [("Klaus reads chapter of Dune nightly", [1])],
+        ),
+    ],
+)
+def test_an_evidence_field_leaves_the_text_whole(
+    text: str, expected: list[tuple[str, list[int]]]
+) -> None:
+    """Structured output (the graph's ``CitedInsight``) was parsed as a text line too: a
+    trailing "(5 and 7)" was cut off and cited as statements 5 and 7."""
+    assert parse_insights(text) == expected
+
+
+@pytest.mark.parametrize(
+    "citation",
+    ["[①]", "[²]", "(because of ①, 2)", "[1²]", "[" + "9" * 5000 + "]", "[1-" + "9" * 5000 + "]"],
+)
+def test_a_citation_that_is_no_number_never_raises(citation: str) -> None:
+    """``"①".isdigit()`` is true but ``int("①")`` raises, and so does an int of 4,301+ digits:
+    one such citation failed the whole reflection step."""
+    text = f"1. Klaus is devoted to research {citation}\n2. Klaus works hard on his paper [1, 2]"
+    parsed = parse_insights(text, n_statements=5)
+    assert parsed[-1] == ("Klaus works hard on his paper", [1, 2])
+    assert all(n <= 5 for _, cited in parsed for n in cited)
+    as_json = json.dumps([{"insight": "Klaus works hard", "evidence": citation}])
+    assert parse_insights(as_json, n_statements=5) in (
+        [("Klaus works hard", [])],
+        [("Klaus works hard", [2])],
+    )
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        "I'm sorry, but I can't help with analysing these statements.",
+        "I cannot draw insights from these statements.",
+        "As an AI, I do not have opinions about Klaus.",
+    ],
+)
+def test_an_uncited_refusal_is_not_an_insight(refusal: str) -> None:
+    assert parse_insights(refusal) == []
+    assert parse_insights(f"- {refusal}") == []
+    # a line that cites evidence is an insight, however it starts
+    assert parse_insights("1. I cannot find Klaus at home on Sundays [2]") == [
+        ("I cannot find Klaus at home on Sundays", [2])
+    ]
+
+
 def test_out_of_range_citations_dropped_with_n_statements() -> None:
     assert parse_insights("1. Klaus [1, 4, 9]", n_statements=4) == [("Klaus", [1, 4])]
 
