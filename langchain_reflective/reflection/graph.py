@@ -42,7 +42,7 @@ from langchain_reflective.completion import (
     subjects,
 )
 from langchain_reflective.errors import ReflectionConflictError, ReflectionError
-from langchain_reflective.records import REFLECTION, MemoryRecord, utc
+from langchain_reflective.records import REFLECTION, MemoryRecord, storable_text, utc
 from langchain_reflective.reflection.config import ReflectionConfig
 from langchain_reflective.reflection.parsing import (
     Insight,
@@ -169,7 +169,9 @@ class _Reflection:
             pairs = parse_insights(parsed.model_dump_json(), n_statements=n_statements)
         if not pairs:
             pairs = parse_insights(raw, n_statements=n_statements)
-        return pairs, raw
+        # stored as memories: one with a NUL, a lone surrogate (a JSON "\ud83d") or too long
+        # for a memory would fail the whole store step, so each is made storable
+        return [(storable_text(text), cited) for text, cited in pairs], raw
 
     def _cited(self, stage: Stage, pairs: list[tuple[str, list[int]]], ids: list[str]) -> Any:
         """``map_citations`` of ``pairs``; insights dropped for citing no shown statement are
@@ -255,7 +257,8 @@ class _Reflection:
         if not questions:
             self._unusable("questions", raw)
             return {"questions": [], "skipped": "no_questions"}
-        return {"questions": questions}
+        # queries, and the reflections' metadata: a NUL or a lone surrogate would fail them
+        return {"questions": [storable_text(q) for q in questions]}
 
     def insights(self, branch: InsightBranch, config: RunnableConfig) -> Flow[Update]:
         """Retrieve evidence for one question and ask for insights citing it."""

@@ -17,6 +17,7 @@ from langchain_core.tracers.schemas import Run
 
 from langchain_reflective import MemoryStream, ReflectionError
 from langchain_reflective.importance import ImportanceConfig, LLMImportanceScorer, RetryConfig
+from langchain_reflective.records import MAX_TEXT_CHARS
 from langchain_reflective.reflection import (
     ReflectionConfig,
     ReflectionPrompts,
@@ -309,6 +310,28 @@ def test_insights_citing_nothing_shown_are_dropped_with_a_warning(
     dropped = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
     assert len(dropped) == 3 and all("insights step: 1 insight(s)" in m for m in dropped)
     assert "Klaus invents things" in dropped[0]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "Klaus is devoted to\x00 research [1]",  # Postgres cannot store a NUL
+        "Klaus loves research \ud83d [1]",  # a lone surrogate, as a JSON escape decodes
+        "Klaus is " + "very " * 50_000 + "devoted [1]",  # past a memory's text limit
+    ],
+)
+def test_an_insight_no_memory_can_hold_is_made_storable_not_fatal(now: datetime, bad: str) -> None:
+    """One such insight failed the store step, so nothing was stored and the counter stayed
+    set: the next trigger paid for the same failure again."""
+    answer = f"1. {bad}\n2. Klaus works hard on his paper [1, 2]"
+    model = ScriptedChatModel(overrides={"insights": answer, "condense": answer})
+    stream = make_stream(model, now)
+    out = make_graph(model, stream).invoke({"now": later(now)})
+    texts = [r.text for r in out["reflections"]]
+    assert out["skipped"] is None and "Klaus works hard on his paper" in texts
+    assert len(texts) == 2 and all(len(t) <= MAX_TEXT_CHARS for t in texts)
+    assert all("\x00" not in t and t.encode("utf-8") for t in texts)
+    assert stream.reflection_state().importance_sum == 0.0
 
 
 def test_a_question_answered_with_too_many_insights_keeps_max_insights(
