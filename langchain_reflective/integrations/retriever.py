@@ -76,13 +76,22 @@ class ReflectiveRetriever(BaseRetriever):
         return await super().ainvoke(input, config, **self._with_owner(config, kwargs))
 
     def _with_owner(self, config: RunnableConfig | None, kwargs: dict[str, Any]) -> dict[str, Any]:
-        """``kwargs`` with the run's owner as ``namespace`` when nothing else names one."""
-        named = (kwargs.get(k) is not None for k in ("namespace", "namespaces"))
-        if any(named) or self.namespace is not None or self.namespaces is not None:
-            return kwargs
-        if "filter" not in kwargs and RetrievalFilter.coerce(self.filter).namespace is not None:
-            return kwargs  # (the retriever's own filter names its namespace; a filter given
-            # per call, which may come from a request, does not override the run's owner)
+        """``kwargs`` naming the namespace the retrieval reads: a per-call ``namespace`` or
+        ``namespaces``, else the retriever's, else its own filter's, else the run's owner, else
+        the stream's. A filter given per call never chooses it (it may come from a request):
+        its namespace must be that one (``InvalidFilterError``). ``None`` means "not given"."""
+        kwargs = {key: value for key, value in kwargs.items() if value is not None}
+        if "namespace" in kwargs or "namespaces" in kwargs or self.namespaces is not None:
+            return kwargs  # (several namespaces: the stream refuses a filter's namespace)
+        namespace = self.namespace
+        if namespace is None:
+            namespace = RetrievalFilter.coerce(self.filter).namespace
+        if namespace is None:
+            namespace = self._owner(config)
+        return {**kwargs, "namespace": namespace}
+
+    def _owner(self, config: RunnableConfig | None) -> str:
+        """The run's owner, else the stream's namespace (``require_namespace``: an error)."""
         # (tools.py builds its recall tool on this retriever: imported here, not at the top)
         from langchain_reflective.integrations.tools import _current_run_context, namespace_from_run
 
@@ -92,7 +101,7 @@ class ReflectiveRetriever(BaseRetriever):
                 self.namespace_key, context=_current_run_context(), config=ensure_config(config)
             )
         if owner is not None:
-            return {**kwargs, "namespace": owner}
+            return owner
         if self.require_namespace:
             how = (
                 f", or invoke it with config={{'configurable': {{{self.namespace_key!r}: ...}}}}"
@@ -102,7 +111,7 @@ class ReflectiveRetriever(BaseRetriever):
             raise ValueError(
                 f"no memory owner for this retrieval: give the retriever a namespace{how}"
             )
-        return kwargs
+        return self.memory_stream.namespace
 
     def _get_ls_params(self, **kwargs: Any) -> LangSmithRetrieverParams:
         params = super()._get_ls_params(**kwargs)
@@ -148,11 +157,16 @@ class ReflectiveRetriever(BaseRetriever):
             raise TypeError(f"unexpected retriever argument(s): {sorted(unknown)}")
         args: dict[str, Any] = {
             "k": kwargs.get("k", self.k),
-            "namespace": kwargs.get("namespace", self.namespace),
+            # one given per call replaces the retriever's namespace or namespaces, whichever
+            "namespace": kwargs.get(
+                "namespace", None if "namespaces" in kwargs else self.namespace
+            ),
             "filter": kwargs.get("filter", self.filter),
             "touch": kwargs.get("touch", self.touch),
             "scoring": kwargs.get("scoring", self.scoring),
-            "namespaces": kwargs.get("namespaces", self.namespaces),
+            "namespaces": kwargs.get(
+                "namespaces", None if "namespace" in kwargs else self.namespaces
+            ),
         }
         now = kwargs.get("now")
         if now is not None:

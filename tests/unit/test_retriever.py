@@ -50,6 +50,41 @@ def test_namespace_and_filter(stream, now) -> None:
     assert [d.page_content for d in same] == ["Alice's diary"]
 
 
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_filter_given_per_call_never_chooses_the_namespace(stream, now, asynchronous) -> None:
+    """A per-call filter (which may come from a request) replaced the retriever's own filter
+    and with it the namespace that filter named: the retrieval then read the run's owner or
+    the stream's default; with neither, the per-call filter's namespace was read; an explicit
+    ``namespace=None`` dropped the retriever's namespace."""
+    for ns in ("team-a", stream.namespace, "alice", "bob"):
+        stream.add([f"{ns} launch code"], namespace=ns, importances=0.5, now=now)
+
+    def read(retriever: ReflectiveRetriever, config: dict | None = None, **kwargs) -> set[str]:
+        if asynchronous:
+            docs = asyncio.run(retriever.ainvoke("launch code", config, **kwargs))
+        else:
+            docs = retriever.invoke("launch code", config, **kwargs)
+        return {d.metadata["namespace"] for d in docs}
+
+    alice = {"configurable": {"user_id": "alice"}}
+    team = ReflectiveRetriever(memory_stream=stream, filter={"namespace": "team-a"}, k=5)
+    assert read(team) == read(team, alice) == {"team-a"}
+    assert read(team, filter={"kinds": ["observation"]}) == {"team-a"}
+    assert read(team, alice, filter={"kinds": ["observation"]}) == {"team-a"}
+    with pytest.raises(InvalidFilterError, match="'team-a'"):
+        read(team, filter={"namespace": "bob"})
+    nobody = ReflectiveRetriever(memory_stream=stream, namespace_key=None, k=5)
+    assert read(nobody) == {stream.namespace}
+    with pytest.raises(InvalidFilterError, match="is not the namespace"):
+        read(nobody, filter={"namespace": "bob"})  # the stream's default is what it reads
+    owned = ReflectiveRetriever(memory_stream=stream, k=5)
+    with pytest.raises(InvalidFilterError, match="is not the namespace 'alice'"):
+        read(owned, alice, filter={"namespace": "bob"})
+    bound = ReflectiveRetriever(memory_stream=stream, namespace="alice", k=5)
+    assert read(bound, namespace=None) == read(bound, filter=None) == {"alice"}
+    assert read(bound, namespace="bob") == {"bob"}  # (the caller's code, not a request)
+
+
 def test_several_namespaces_rank_as_one(stream, now) -> None:
     stream.add(["Alice's diary about tea"], namespace="alice", importances=0.5, now=now)
     stream.add(["The team's shared diary"], namespace="shared", importances=0.5, now=now)

@@ -178,7 +178,9 @@ def test_retriever_run_names_the_namespace_and_k_it_used(memory: ReflectiveMemor
         retriever.invoke("bees", config={"configurable": {"user_id": "dan"}})
         retriever.invoke("bees", k=1, namespace="carol")
         retriever.invoke("bees", namespaces=["carol", "dan"])
-        retriever.invoke("bees", filter={"namespace": "carol"})
+        ReflectiveRetriever(memory_stream=memory.stream, k=3, filter={"namespace": "carol"}).invoke(
+            "bees"
+        )
     meta = [metadata(run) for run in tracer.roots]
     assert [(m.get("namespace"), m.get("namespaces"), m["k"]) for m in meta] == [
         ("dan", None, 3),
