@@ -209,9 +209,9 @@ def _from_json(data: Any) -> list[tuple[str, list[int]]] | None:
             # the evidence has a field of its own (structured output): the text is the
             # insight, parentheses included ("two children (5 and 7)" cites nothing); only
             # numeric brackets, which can be nothing but citations, are taken out of it
-            text = " ".join(_INLINE_NUMERIC_BRACKETS.sub("", text).split())
-            if text:
-                out.append((text, _dedupe(_json_citations(item[key]))))
+            whole = " ".join(_INLINE_NUMERIC_BRACKETS.sub("", text).split())
+            if whole:
+                out.append((whole, _dedupe(_json_citations(item[key]))))
         elif (
             isinstance(item, list)
             and len(item) == 2
