@@ -12,6 +12,9 @@ Needs the ``agents`` extra (``pip install "langchain-reflective[agents]"``).
   and recalled contexts are added to the system message, fenced as data.
 * **After the turn**, its snapshot (the user's message, tool calls and results, the answer) and
   an LLM summary citing it are stored (:class:`~langchain_reflective.thinking.ContextMemory`).
+  A conversation summary of LangChain's ``SummarizationMiddleware`` is no user message:
+  thinking does not run on it, and when it replaced the start of the turn the snapshot holds
+  the user's message (kept when thinking ran), a marker line and the messages after it.
   A failed or malformed summary (also one too long to store) is stored as the extractive
   fallback, logged and counted, as in the thinking graph. An error while storing (the store or
   the embedding service failing) does not fail the agent run, whose answer is already written:
@@ -57,6 +60,7 @@ from langchain_reflective._llm import (
 from langchain_reflective.integrations.middleware import extend_system_message
 from langchain_reflective.integrations.tools import agent_run_namespace
 from langchain_reflective.records import MAX_TEXT_CHARS
+from langchain_reflective.strategies.base import is_summary
 from langchain_reflective.strategies.budget import trim_to_budget
 from langchain_reflective.thinking.config import ThinkingConfig
 from langchain_reflective.thinking.context import ContextMemory
@@ -92,19 +96,29 @@ def _kept_of(state: Any) -> dict[str, Any]:
 
 
 def _latest_user(messages: Sequence[AnyMessage]) -> int | None:
+    """Index of the latest user message, or of the conversation summary standing in its place
+    (``SummarizationMiddleware`` replaces the turn's first messages with one mid-turn: it is no
+    new user message, see :func:`~langchain_reflective.strategies.base.is_summary`)."""
     for i in range(len(messages) - 1, -1, -1):
         if isinstance(messages[i], HumanMessage):
             return i
     return None
 
 
+SUMMARISED_MARKER = "[... the steps before this point were condensed into a conversation summary]"
+"""Snapshot line in place of a conversation summary (``SummarizationMiddleware``): when one
+replaced the start of a turn, it follows the user's message the turn began with."""
+
+
 def turn_context(messages: Sequence[AnyMessage]) -> tuple[str, list[str]]:
-    """The snapshot text of a turn (its messages, one labelled line each) and the names of the
-    tools it called."""
+    """The snapshot text of a turn (its messages, one labelled line each; a conversation
+    summary as :data:`SUMMARISED_MARKER`) and the names of the tools it called."""
     lines: list[str] = []
     tools: list[str] = []
     for m in messages:
-        if isinstance(m, HumanMessage):
+        if isinstance(m, HumanMessage) and is_summary(m):
+            lines.append(SUMMARISED_MARKER)  # (not the user's: the conversation condensed)
+        elif isinstance(m, HumanMessage):
             lines.append(f"User: {m.text}")
         elif isinstance(m, AIMessage):
             if m.text.strip():
@@ -210,12 +224,14 @@ class ThinkingMiddleware(AgentMiddleware[ThinkingState, Any]):
 
     def _graph_input(
         self, state: ThinkingState, runtime: Runtime[Any] | None
-    ) -> tuple[ThinkingInput, str] | None:
+    ) -> tuple[ThinkingInput, HumanMessage] | None:
         messages = state["messages"]
         i = _latest_user(messages)
         if i is None:
             return None
         user = messages[i]
+        if is_summary(user):
+            return None  # the turn's user message, thought about before it was summarised
         done = _kept_of(state)
         if user.id is not None and done.get("message_id") == user.id:
             return None  # already thought about this turn
@@ -229,13 +245,14 @@ class ThinkingMiddleware(AgentMiddleware[ThinkingState, Any]):
             namespace=self.resolve_namespace(runtime),
             record=False,
         )
-        return inputs, user.id or ""
+        return inputs, HumanMessage(user.text, id=user.id)
 
     @staticmethod
-    def _kept(out: dict[str, Any], message_id: str, namespace: str) -> dict[str, Any]:
+    def _kept(out: dict[str, Any], user: HumanMessage, namespace: str) -> dict[str, Any]:
         return {
             THINKING_KEY: {
-                "message_id": message_id,
+                "message_id": user.id or "",
+                "user_text": user.text,  # a summary may replace the message before the turn ends
                 "namespace": namespace,
                 "turn": out.get("turn"),
                 "thoughts": out.get("thoughts") or [],
@@ -259,9 +276,9 @@ class ThinkingMiddleware(AgentMiddleware[ThinkingState, Any]):
         found = self._graph_input(state, runtime)
         if found is None:
             return None
-        inputs, message_id = found
+        inputs, user = found
         out = self.graph.invoke(inputs, self._run_config(inputs))
-        return self._kept(dict(out), message_id, inputs.get("namespace") or "")
+        return self._kept(dict(out), user, inputs.get("namespace") or "")
 
     async def abefore_model(
         self, state: ThinkingState, runtime: Runtime[Any]
@@ -270,9 +287,9 @@ class ThinkingMiddleware(AgentMiddleware[ThinkingState, Any]):
         found = self._graph_input(state, runtime)
         if found is None:
             return None
-        inputs, message_id = found
+        inputs, user = found
         out = await self.graph.ainvoke(inputs, self._run_config(inputs))
-        return self._kept(dict(out), message_id, inputs.get("namespace") or "")
+        return self._kept(dict(out), user, inputs.get("namespace") or "")
 
     # -- injection -----------------------------------------------------------------------------
 
@@ -311,9 +328,14 @@ class ThinkingMiddleware(AgentMiddleware[ThinkingState, Any]):
         i = _latest_user(messages)
         if not kept or kept.get("recorded") or i is None:
             return None
-        if messages[i].id is not None and kept.get("message_id") != messages[i].id:
+        turn: list[AnyMessage] = list(messages[i:])
+        if is_summary(messages[i]):
+            # a summary replaced the user's message (and maybe the first steps) mid-turn: the
+            # message thought about, then the summary's marker and what followed it
+            turn.insert(0, HumanMessage(kept.get("user_text") or ""))
+        elif messages[i].id is not None and kept.get("message_id") != messages[i].id:
             return None
-        context, tools = turn_context(messages[i:])
+        context, tools = turn_context(turn)
         ns = kept["namespace"]
         return {
             "context": context,

@@ -316,3 +316,77 @@ def test_a_user_message_longer_than_a_snapshot_is_thought_about_and_answered(
     snap = ContextMemory(stream).context_by_turn(1, namespace="ana")
     assert snap is not None and len(snap.context) == 200_000  # recorded, cut to a snapshot
     assert snap.context.endswith("[... cut: the turn was longer than a snapshot holds]")
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+async def test_a_conversation_summary_is_not_a_new_user_message(
+    stream: MemoryStream, use_async: bool
+) -> None:
+    """LangChain's SummarizationMiddleware replaces the turn's first messages with a summary
+    (a HumanMessage) mid-turn: thinking ran again on it (3 runs instead of 1) and the turn was
+    recorded as "User: Here is a summary of the conversation to date", the user's message and
+    first tool calls lost."""
+    from langchain.agents.middleware import SummarizationMiddleware
+
+    from langchain_reflective.thinking.middleware import SUMMARISED_MARKER
+
+    @tool
+    def lookup(x: int) -> str:
+        """Look a value up."""
+        return str(x)
+
+    thinker = Rounds(
+        script=[round_("add them up", decide(False, "ready")), round_("t2", decide(False, "ok"))],
+        summaries=[summary("Added the values 1..3", []), summary("Said hello", [])],
+    )
+    actor = FakeChat(
+        script=[
+            tool_call("lookup", {"x": 1}, "c1"),
+            tool_call("lookup", {"x": 2}, "c2"),
+            tool_call("lookup", {"x": 3}, "c3"),
+            "Final answer: 6",
+            "Hello.",
+        ]
+    )
+    summarise = SummarizationMiddleware(
+        FakeChat(default="SUMMARY-TEXT"), trigger=("messages", 4), keep=("messages", 2)
+    )
+    thinking = ThinkingMiddleware(thinker, stream, retry=RetryConfig(attempts=1))
+    agent: Any = create_agent(
+        actor, tools=[lookup], middleware=[summarise, thinking], checkpointer=InMemorySaver()
+    )
+    config: Any = {"configurable": {"thread_id": "jo-1"}}
+
+    async def ask(text: str) -> Any:
+        request = {"messages": [HumanMessage(text)]}
+        if use_async:
+            return await agent.ainvoke(request, config, context={"user_id": "jo"})
+        return agent.invoke(request, config, context={"user_id": "jo"})
+
+    out = await ask("add the values 1..3")
+    assert any("SUMMARY-TEXT" in m.text for m in out["messages"])  # (the summary did happen)
+    assert not any(m.text == "add the values 1..3" for m in out["messages"])
+    assert len(thinker.thinking_calls) == 1  # was 3: twice more on the summary
+    assert "User: add the values 1..3" in "\n".join(m.text for m in thinker.thinking_calls[0])
+    memory = ContextMemory(stream)
+    snap = memory.context_by_turn(1, namespace="jo")
+    assert snap is not None
+    assert snap.context.splitlines() == [
+        "User: add the values 1..3",
+        SUMMARISED_MARKER,
+        "Tool call: lookup({'x': 3})",
+        "Tool result (lookup): 3",
+        "Assistant: Final answer: 6",
+    ]
+    assert snap.tool_calls == ("lookup",)
+    summ = memory.summary_by_turn(1, namespace="jo")
+    assert summ is not None and summ.summary == "Added the values 1..3"
+    summary_prompt = "\n".join(m.text for m in thinker.calls[-1])
+    assert "User: add the values 1..3" in summary_prompt
+    assert "Here is a summary of the conversation" not in summary_prompt
+
+    # the user's next message (after the summary in the thread) is a new turn, thought about
+    await ask("hi")
+    assert len(thinker.thinking_calls) == 2
+    snap = memory.context_by_turn(2, namespace="jo")
+    assert snap is not None and snap.context.splitlines() == ["User: hi", "Assistant: Hello."]
