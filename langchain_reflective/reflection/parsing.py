@@ -200,8 +200,8 @@ def _from_json(data: Any) -> list[tuple[str, list[int]]] | None:
             text = next((item[k] for k in _TEXT_KEYS if isinstance(item.get(k), str)), None)
             if not text or not text.strip():
                 continue
-            key = next((k for k in _EVIDENCE_KEYS if k in item), None)
-            if key is None:  # the text may carry its own "[1, 2]"
+            field = next((k for k in _EVIDENCE_KEYS if k in item), None)
+            if field is None:  # the text may carry its own "[1, 2]"
                 parts = _split_line(text)
                 if parts is not None:
                     out.append((parts[0], parts[1]))
@@ -211,7 +211,7 @@ def _from_json(data: Any) -> list[tuple[str, list[int]]] | None:
             # numeric brackets, which can be nothing but citations, are taken out of it
             whole = " ".join(_INLINE_NUMERIC_BRACKETS.sub("", text).split())
             if whole:
-                out.append((whole, _dedupe(_json_citations(item[key]))))
+                out.append((whole, _dedupe(_json_citations(item[field]))))
         elif (
             isinstance(item, list)
             and len(item) == 2
