@@ -10,13 +10,14 @@ loop never crashes and never stores an invalid record.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from langchain_reflective._llm import (
     Failure,
@@ -272,29 +273,50 @@ def reflection_quality(
 # -- parsing ---------------------------------------------------------------------------------
 
 
+def _answer_text(value: Any) -> str:
+    """An inline answer as the attempt's text: a string as it is, ``null`` as no answer, any
+    other JSON value as its JSON text (``42`` -> ``"42"``, ``true`` -> ``"true"``), so that a
+    model answering a number is graded on that number, not on its whole JSON reply."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
 class InlineAttempt(BaseModel):
     """Structured answer of an inline attempt: the reflection, then the new attempt."""
 
     reflection: SelfReflection = Field(description="The reflection on the failed attempt.")
     answer: str = Field(description="The new attempt at the task.")
 
+    @field_validator("answer", mode="before")
+    @classmethod
+    def _as_text(cls, value: Any) -> Any:
+        """A JSON number, boolean, list or object is its JSON text (see :func:`_answer_text`),
+        so structured output does not reject a reply whose answer is ``42``."""
+        if isinstance(value, bool | int | float | list | dict):
+            return _answer_text(value)
+        return value
+
 
 def parse_inline(parsed: Any, raw: str) -> tuple[SelfReflection | None, str]:
     """``(reflection or None, answer)`` of an inline attempt; the raw text is the answer when
     no structure can be read. A structure with a ``reflection`` and no ``answer`` is an empty
-    attempt (the reflection kept if valid), never its own JSON graded as the answer."""
+    attempt (the reflection kept if valid), never its own JSON graded as the answer.
+
+    The reflection and the answer are read apart: a present reflection is validated on its
+    own, so an answer of another type (``42``, read as ``"42"``) never costs it, and an invalid
+    reflection never costs the answer.
+    """
     if isinstance(parsed, InlineAttempt):
         return parsed.reflection, parsed.answer
     data = parsed if isinstance(parsed, dict) else load_json(raw) if raw else None
-    if isinstance(data, dict):
-        answer = data.get("answer")
-        if isinstance(answer, str) or ("reflection" in data and "answer" not in data):
-            try:
-                reflection = SelfReflection.model_validate(data.get("reflection"))
-            except (ValidationError, TypeError, ValueError):
-                reflection = None
-            return reflection, answer if isinstance(answer, str) else ""
-    return None, raw
+    if not isinstance(data, dict) or ("reflection" not in data and "answer" not in data):
+        return None, raw
+    try:
+        reflection = SelfReflection.model_validate(data.get("reflection"))
+    except (ValidationError, TypeError, ValueError):
+        reflection = None
+    return reflection, _answer_text(data.get("answer"))
 
 
 def parse_reflection(parsed: Any, raw: str) -> SelfReflection | None:

@@ -132,6 +132,12 @@ class CreditAssignment(BaseModel):
         default="other", description="The closest failure category."
     )
 
+    @field_validator("root_cause", mode="before")
+    @classmethod
+    def _root_cause(cls, value: Any) -> Any:
+        """A null or non-text root cause is no root cause (``""``), not a rejected reflection."""
+        return value if isinstance(value, str) else ""
+
     @field_validator("failure_category", mode="before")
     @classmethod
     def _known_category(cls, value: Any) -> Any:
@@ -148,6 +154,12 @@ class CreditAssignment(BaseModel):
         return [v for v in value if isinstance(v, int) and not isinstance(v, bool) and v >= 0]
 
 
+_DEFAULT_CONFIDENCE = 0.5
+"""A reflection's confidence when the model gave none or none that can be read."""
+
+_CONFIDENCE_WORDS: dict[str, float] = {"low": 0.25, "medium": 0.5, "moderate": 0.5, "high": 0.75}
+
+
 class SelfReflection(BaseModel):
     """A structured, first-person self-reflection after a failed attempt (seed 003)."""
 
@@ -155,7 +167,10 @@ class SelfReflection(BaseModel):
         description="First-person narrative: what I did, why it failed, what I will do next."
     )
     credit_assignment: CreditAssignment = Field(default_factory=CreditAssignment)
+    """A text is the root cause (models often give just that); ``null`` or any other value is
+    the default, empty, credit assignment."""
     causal_reasoning: str = Field(default="", description="Why the actions led to the failure.")
+    """``null`` or a non-text value is the default, ``""``."""
     actionable_insights: list[str] = Field(
         default_factory=list, description="Concrete steps for the next attempt."
     )
@@ -163,8 +178,16 @@ class SelfReflection(BaseModel):
         default_factory=list, description="General lessons that carry over to other tasks."
     )
     confidence: float = Field(
-        default=0.5, ge=0.0, le=1.0, description="How sure I am of this analysis, in [0, 1]."
+        default=_DEFAULT_CONFIDENCE,
+        ge=0.0,
+        le=1.0,
+        description="How sure I am of this analysis, in [0, 1].",
     )
+    """Read leniently, as models write it: a percentage (``85``, ``"80%"``) is divided by 100,
+    a number as text is read as a number, out-of-range values are clamped (not finite: 0.0),
+    and the words ``low``/``medium``/``high`` (or ``moderate``) are 0.25/0.5/0.75 (the middle
+    of each third, a hedge rather than a claim of precision). Anything else (``null``, other
+    words, a list) is the default 0.5, "no idea", so one bad field never costs the reflection."""
     related_reflections: list[int] = Field(
         default_factory=list, description="Iterations of earlier reflections this builds on."
     )
@@ -187,11 +210,37 @@ class SelfReflection(BaseModel):
             str(v).strip() for v in value if isinstance(v, str | int | float) and str(v).strip()
         ]
 
+    @field_validator("credit_assignment", mode="before")
+    @classmethod
+    def _credit(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {"root_cause": value.strip()}
+        return value if isinstance(value, dict | CreditAssignment) else {}
+
+    @field_validator("causal_reasoning", mode="before")
+    @classmethod
+    def _reasoning(cls, value: Any) -> Any:
+        return value if isinstance(value, str) else ""
+
     @field_validator("confidence", mode="before")
     @classmethod
     def _clamp(cls, value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return value
+        """See the field: it never fails, so a bad confidence never costs the reflection."""
+        if isinstance(value, bool):
+            return value  # (read by pydantic as 1.0 / 0.0, as before)
+        if isinstance(value, str):
+            text = value.strip().lower()
+            if text in _CONFIDENCE_WORDS:
+                return _CONFIDENCE_WORDS[text]
+            try:
+                number = float(text.removesuffix("%"))
+            except ValueError:
+                return _DEFAULT_CONFIDENCE
+            if text.endswith("%"):
+                return min(1.0, max(0.0, number / 100.0)) if math.isfinite(number) else 0.0
+            value = number
+        if not isinstance(value, int | float):
+            return _DEFAULT_CONFIDENCE
         if not math.isfinite(value):
             return 0.0
         if 1.0 < value <= 100.0:  # a percentage
