@@ -55,15 +55,27 @@ class RecallContextArgs(BaseModel):
     )
 
 
+MAX_SHOWN_REQUEST_CHARS = 100
+"""A requested turn or id that is not stored is echoed cut to this many characters (a stored
+id is a UUID; anything longer is the model's text, not an id)."""
+
+
+def _shown_request(missing: str) -> str:
+    if len(missing) > MAX_SHOWN_REQUEST_CHARS:
+        missing = missing[: MAX_SHOWN_REQUEST_CHARS - 3] + "..."
+    return neutralise(missing)
+
+
 def format_recall(result: RecallResult) -> str:
-    """A recall result as tool output: one fenced line per recalled context."""
+    """A recall result as tool output, fenced as data: one line per recalled context, then the
+    requested turns and ids that are not stored (the model's own text: neutralised too)."""
     lines = ["<recalled>"]
     lines += [f"[Turn {s.turn} | {s.id}] {neutralise(s.context)}" for s in result.snapshots]
     if not result.snapshots:
         lines.append("(nothing found)")
-    lines.append("</recalled>")
     if result.missing:
-        lines.append("Not stored: " + ", ".join(result.missing))
+        lines.append("Not stored: " + ", ".join(_shown_request(m) for m in result.missing))
+    lines.append("</recalled>")
     return "\n".join(lines)
 
 
