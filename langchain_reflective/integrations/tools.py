@@ -70,6 +70,12 @@ def _namespace_value(value: Any) -> str | None:
     if value is None:
         return None
     if isinstance(value, str):
+        if "/" in value:  # (an owner is one label of a ReflectiveStore namespace)
+            raise ValueError(
+                f"the run's memory owner {value!r} contains '/': ReflectiveStore reads "
+                "'a/b' as its namespace ('a', 'b'), so this owner would read and write the "
+                f"items of owner {value.split('/')[0]!r}; map such ids to ones without '/'"
+            )
         return value or None
     if isinstance(value, int | uuid.UUID) and not isinstance(value, bool):
         return str(value)
@@ -105,6 +111,9 @@ def namespace_from_run(
     Raises:
         TypeError: the value is not a str, int or UUID (a bool is refused too: ``True``
             named the default namespace before, silently).
+        ValueError: the value contains ``/``: a :class:`~langchain_reflective.ReflectiveStore`
+            over the same stream reads ``"alice/notes"`` as the namespace ``("alice",
+            "notes")``, so such an owner would reach owner ``alice``'s store items.
     """
     if config is None:
         config = ensure_config()

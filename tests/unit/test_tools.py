@@ -227,6 +227,28 @@ def test_namespace_from_run_rejects_odd_values() -> None:
     assert namespace_from_run("tenant", config={"configurable": {"tenant": "t"}}) == "t"
 
 
+def test_an_owner_with_a_slash_cannot_reach_another_owners_store_items(
+    memory: ReflectiveMemory,
+) -> None:
+    """ReflectiveStore reads the stream namespace "alice/notes" as ("alice", "notes"): an
+    owner id "alice/notes" recalled alice's store items, and what it saved showed up in
+    alice's prefix search."""
+    from langchain_reflective import ReflectiveStore
+
+    store = ReflectiveStore(memory.stream)
+    store.put(("alice", "notes"), "pin", {"text": "alice bank pin is 4321"})
+    recall, save = create_memory_tools(memory)[:2]
+    intruder = {"configurable": {"user_id": "alice/notes"}}
+    with pytest.raises(ValueError, match=r"contains '/'.*owner 'alice'"):
+        recall.invoke({"query": "bank pin"}, intruder)
+    with pytest.raises(ValueError, match="contains '/'"):
+        save.invoke({"text": "wire money to mallory"}, intruder)
+    with pytest.raises(ValueError, match="contains '/'"):
+        namespace_from_run("user_id", context=Obj("alice/notes"), config={})
+    memory.flush(timeout=30)
+    assert [i.key for i in store.search(("alice",))] == ["pin"]
+
+
 def test_recall_without_k_works_when_the_context_retrieves_none(tmp_path: Path) -> None:
     """``MemoryConfig(retrieve_k=0)`` (no memories in the context: the model recalls with the
     tool) made ``recall_memories`` without ``k`` ask for 0 memories and fail the agent run."""
