@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -43,7 +44,11 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         'MemoryMiddleware needs LangChain 1.x agents: pip install "langchain-reflective[agents]"'
     ) from exc
 
-from langchain_reflective.integrations.tools import agent_run_namespace, create_memory_tools
+from langchain_reflective.integrations.tools import (
+    agent_run_namespace,
+    create_memory_tools,
+    namespace_from_run,
+)
 from langchain_reflective.memory import ReflectiveMemory
 from langchain_reflective.records import storable_text
 from langchain_reflective.strategies.base import (
@@ -61,6 +66,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MemoryMiddleware", "MemoryState", "ReflectiveMemoryMiddleware", "ReflectiveMemoryState"]
 
+logger = logging.getLogger(__name__)
+
 RECORDED_KEY = "reflective_memory_recorded"
 """Private state key: per middleware (its ``name``), ids of the messages of the last turn it
 recorded (avoids recording twice; two memory middlewares in one agent each record). A list:
@@ -68,6 +75,10 @@ written before it was kept per middleware."""
 ASKED_KEY = "reflective_memory_asked"
 """Private state key: the run's user message (``id``, ``text``), read when the run starts, in
 case a ``SummarizationMiddleware`` replaces it with a summary before the turn is recorded."""
+OWNER_KEY = "reflective_memory_owner"
+"""Private state key: per middleware (its ``name``), the namespace of the turn, resolved when
+the run starts: a run resumed after an interrupt (``Command(resume=...)``) without the
+``context`` it started with still reads and records the turn's owner, not the default."""
 
 
 class MemoryState(AgentState[Any]):
@@ -77,6 +88,9 @@ class MemoryState(AgentState[Any]):
         Annotated[dict[str, list[str]] | list[str], OmitFromSchema(input=True, output=True)]
     ]
     reflective_memory_asked: NotRequired[
+        Annotated[dict[str, str], OmitFromSchema(input=True, output=True)]
+    ]
+    reflective_memory_owner: NotRequired[
         Annotated[dict[str, str], OmitFromSchema(input=True, output=True)]
     ]
 
@@ -256,6 +270,29 @@ class MemoryMiddleware(AgentMiddleware[MemoryState, Any]):
             default=self.strategy.default_namespace,
         )
 
+    def _turn_namespace(self, state: Mapping[str, Any], runtime: Runtime[Any] | None) -> str:
+        """The namespace the turn started with (:data:`OWNER_KEY`), else the run's. A resumed
+        run that names another owner still serves the turn's (logged: the thread holds that
+        owner's conversation)."""
+        kept = (state.get(OWNER_KEY) or {}).get(self.name)
+        if not isinstance(kept, str):
+            return self.resolve_namespace(runtime)
+        named = namespace_from_run(
+            self.namespace_key,
+            context=runtime.context if runtime is not None else None,
+            config=ensure_config(),
+        )
+        if named is not None and named != kept:
+            logger.warning(
+                "%s: this run names the owner %r, but its turn started as %r's; the turn's "
+                "memory stays %r's",
+                self.name,
+                named,
+                kept,
+                kept,
+            )
+        return kept
+
     # -- context injection ---------------------------------------------------------------------
 
     def _format(self, messages: Sequence[Any]) -> str:
@@ -278,7 +315,7 @@ class MemoryMiddleware(AgentMiddleware[MemoryState, Any]):
         )
 
     def _context_call(self, request: ModelRequest[Any]) -> tuple[dict[str, Any], RunnableConfig]:
-        namespace = self.resolve_namespace(request.runtime)
+        namespace = self._turn_namespace(request.state, request.runtime)
         config: RunnableConfig = {
             "run_name": self.strategy.context_run_name,
             "tags": ["langchain-reflective", "memory-context"],
@@ -356,7 +393,7 @@ class MemoryMiddleware(AgentMiddleware[MemoryState, Any]):
         observation = Observation(
             query,
             reply,
-            namespace=self.resolve_namespace(runtime),
+            namespace=self._turn_namespace(state, runtime),
             created_at=datetime.now(UTC),
             metadata=metadata,
         )
@@ -379,9 +416,18 @@ class MemoryMiddleware(AgentMiddleware[MemoryState, Any]):
         await self.strategy.acommit(observation)
 
     def before_agent(self, state: MemoryState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Note the run's user message (a summary may replace it before the turn ends)."""
+        """Note the turn's owner (a resumed run may not name it; a run that must name one and
+        does not fails here, before any model call) and its user message (a summary may
+        replace it before the turn ends)."""
+        if not (self.record or self.inject):
+            return None
+        owners = dict(state.get(OWNER_KEY) or {})
+        owners[self.name] = self.resolve_namespace(runtime)
+        update: dict[str, Any] = {OWNER_KEY: owners}
         asked = _asked(state["messages"]) if self.record else None
-        return None if asked is None else {ASKED_KEY: asked}
+        if asked is not None:
+            update[ASKED_KEY] = asked
+        return update
 
     async def abefore_agent(
         self, state: MemoryState, runtime: Runtime[Any]

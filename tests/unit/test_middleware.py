@@ -447,3 +447,75 @@ def test_two_memory_middlewares_with_names_of_their_own_share_one_agent() -> Non
         assert sum("Where do I live?" in str(m.content) for m in shown) == 1
     with pytest.raises(ValueError, match="name must be a non-empty string"):
         MemoryMiddleware(short, name=" ")
+
+
+# -- the turn's owner across an interrupt --------------------------------------------------------
+
+
+def _texts(memory: ReflectiveMemory, namespace: str) -> list[str]:
+    memory.flush(timeout=30)
+    return sorted(r.text for r in memory.stream.recent(None, namespace=namespace))
+
+
+@pytest.mark.parametrize("resumed_by", [None, "bob"])
+def test_a_resumed_turn_stays_its_owners(
+    memory: ReflectiveMemory, resumed_by: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A turn interrupted for approval and resumed with ``Command(resume=...)`` without the
+    ``context`` it started with was recorded in the default namespace (and its context read
+    from there): the namespace was resolved again from the resuming call."""
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+    from langchain_core.tools import tool
+    from langgraph.types import Command
+
+    @tool
+    def send_email(to: str) -> str:
+        """Send an email."""
+        return "sent"
+
+    memory.add("Alice's doctor is Dr Sousa", namespace="alice", importances=0.5)
+    memory.add("Default: the clinic closes at noon", importances=0.5)
+    model = FakeChat(script=[tool_call("send_email", {"to": "doctor"}), "Sent to Dr Sousa."])
+    agent = create_agent(
+        model,
+        tools=[send_email],
+        checkpointer=InMemorySaver(),
+        middleware=[
+            HumanInTheLoopMiddleware(interrupt_on={"send_email": True}),
+            ReflectiveMemoryMiddleware(memory),
+        ],
+    )
+    config: Any = {"configurable": {"thread_id": "t1"}}
+    question = HumanMessage("email my doctor about my results")
+    agent.invoke({"messages": [question]}, config, context=Context("alice"))
+    resume = Command(resume={"decisions": [{"type": "approve"}]})
+    with caplog.at_level("WARNING", logger="langchain_reflective.integrations.middleware"):
+        if resumed_by is None:
+            agent.invoke(resume, config)
+        else:
+            agent.invoke(resume, config, context=Context(resumed_by))
+    assert _texts(memory, "alice") == [
+        "Alice's doctor is Dr Sousa",
+        "Assistant: Sent to Dr Sousa.",
+        "User: email my doctor about my results",
+    ]
+    assert _texts(memory, memory.stream.namespace) == ["Default: the clinic closes at noon"]
+    after_resume = fenced(system_text(model.agent_calls[-1]))
+    assert "Dr Sousa" in after_resume and "clinic" not in after_resume
+    warned = [r.getMessage() for r in caplog.records if "turn started as" in r.getMessage()]
+    assert len(warned) == (0 if resumed_by is None else 2)  # (the context, then the record)
+
+
+def test_a_run_that_must_name_an_owner_fails_before_any_model_call(
+    memory: ReflectiveMemory,
+) -> None:
+    """With ``inject=False`` the owner was first resolved when the turn was recorded: after
+    the model (and any tools) had run."""
+    model = FakeChat(script=["an answer"])
+    agent = create_agent(
+        model,
+        middleware=[ReflectiveMemoryMiddleware(memory, require_namespace=True, inject=False)],
+    )
+    with pytest.raises(ValueError, match="no memory owner"):
+        agent.invoke({"messages": [HumanMessage("hello")]})
+    assert model.calls == []
