@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
@@ -23,10 +24,13 @@ from psycopg_pool import ConnectionPool
 from langchain_reflective.backends.base import RetrievalFilter
 from langchain_reflective.backends.postgres import PostgresBackend
 from langchain_reflective.backends.postgres.connection import configure_connection
+from langchain_reflective.backends.postgres.failures import WriteOutcomeUnknownError
+from langchain_reflective.backends.types import PendingMemory
 from langchain_reflective.errors import StorageError
+from langchain_reflective.records import new_memory_id
 from langchain_reflective.scoring import ScoringConfig
 from tests.postgres.conftest import _start_server, create_database
-from tests.postgres.test_postgres_backend import _fill
+from tests.postgres.test_postgres_backend import T0, _fill, _records, _unit
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 
@@ -351,3 +355,118 @@ def test_the_reconnect_filter_is_installed_by_a_pool_not_by_import(
         "error connecting in 'langchain-reflective': refused 0",
         *[f"error connecting in 'someone-else': refused {i}" for i in range(3)],
     ]
+
+
+def _stopped_while_waiting(
+    server: _Server, url: str, lock: str, call: Any
+) -> tuple[BaseException | None, float]:
+    """``call()`` made to wait inside its transaction (another session holds what it needs:
+    ``lock``, a statement run in that session's open transaction) while the server is stopped
+    for real (``pg_ctl stop -m fast``, which ends every session): what it raised and after how
+    long."""
+    side = psycopg.connect(url)
+    side.execute(lock)
+    stopper = threading.Timer(1.0, server.stop)
+    stopper.start()
+    start = time.monotonic()
+    raised: BaseException | None = None
+    try:
+        call()
+    except Exception as exc:
+        raised = exc
+    took = time.monotonic() - start
+    stopper.join()
+    with contextlib.suppress(psycopg.Error):
+        side.close()
+    return raised, took
+
+
+def test_a_write_cut_off_by_a_real_outage_says_its_outcome_is_unknown_and_names_its_memories(
+    server: _Server,
+) -> None:
+    """The server stops while a put waits inside its transaction, so the outcome check that
+    follows the lost connection cannot reach it either: the put raises
+    ``WriteOutcomeUnknownError`` naming its memories, as docs/reliability.md says (it raised
+    the plain ``StorageError`` of the failed check, "the connection to Postgres failed", with
+    no ids: the check failed while getting a connection, not with ``ConnectionLostError``).
+    An enqueue cut off the same way says so too. Nothing was committed, as the server shows
+    once it is back."""
+    url = create_database(server.uri)
+    with PostgresBackend.from_conn_string(url, min_size=2, timeout=POOL_TIMEOUT) as backend:
+        backend.setup()
+        _fill(backend, 3)
+        records = _records(7, seed=5)
+        vectors = _unit(np.random.default_rng(5), 7)
+        raised, took = _stopped_while_waiting(
+            server,
+            url,  # (the put updates its namespace's counter row: it waits for this lock)
+            "SELECT 1 FROM reflective_counters WHERE namespace = 'default' FOR UPDATE",
+            lambda: backend.put(records, vectors),
+        )
+        assert isinstance(raised, WriteOutcomeUnknownError), raised
+        assert took < 2 * HANG_GUARD, took
+        assert "whether the write committed is unknown" in str(raised)
+        notes = " ".join(getattr(raised, "__notes__", []))
+        assert records[0].id in notes and "2 more" in notes, notes
+        server.start()
+        assert backend.count("default") == 3  # (it waited before its commit: not stored)
+
+        queued = [PendingMemory(new_memory_id(), "default", "q", "observation", T0, None, {})]
+        raised, took = _stopped_while_waiting(
+            server,
+            url,  # (its insert waits for this lock on the queue's table)
+            "LOCK TABLE reflective_pending IN SHARE MODE",
+            lambda: backend.enqueue(queued),
+        )
+        assert isinstance(raised, WriteOutcomeUnknownError), raised
+        assert took < 2 * HANG_GUARD, took
+        server.start()
+        assert backend.pending() == []
+
+
+def test_an_outcome_check_that_finds_a_write_stored_in_part_is_raised_as_it_is(
+    postgres_url: str,
+) -> None:
+    """What ``Pools.writing`` makes of its outcome check's answers: a failure to ask is an
+    unknown outcome, but the check's own verdict, "stored in part" (a ``StorageError`` that
+    another writer with the same ids causes), is raised as it is; a rerun whose connection is
+    lost too is checked again: stored, it returns; not stored, the loss is raised (nothing of
+    it is stored, so it may be retried)."""
+    from langchain_reflective.backends.postgres.failures import ConnectionLostError
+
+    def lost(conn: Any) -> int:
+        raise ConnectionLostError("the connection to Postgres failed: gone")
+
+    with PostgresBackend.from_conn_string(postgres_url) as backend:
+        pools = backend._pools
+        verdict = StorageError("the connection to Postgres was lost while storing memories, ...")
+
+        def in_part(conn: Any) -> int | None:
+            raise verdict
+
+        with pytest.raises(StorageError) as raised:
+            pools.writing(lost, in_part, note="ids")
+        assert raised.value is verdict
+
+        def failing(conn: Any) -> int | None:
+            conn.execute("SELECT 1/0")  # (a statement that fails: the outcome is not read)
+            return None
+
+        with pytest.raises(WriteOutcomeUnknownError) as unknown:
+            pools.writing(lost, failing, note="the memories' ids: a, b")
+        assert unknown.value.__notes__ == ["the memories' ids: a, b"]
+
+        answers: list[int | None] = [None, 7]
+        runs: list[int] = []
+
+        def twice(conn: Any) -> int:
+            runs.append(1)
+            raise ConnectionLostError("the connection to Postgres failed: gone")
+
+        assert pools.writing(twice, lambda conn: answers.pop(0)) == 7
+        assert len(runs) == 2
+        answers[:] = [None, None]
+        with pytest.raises(ConnectionLostError) as again:
+            pools.writing(twice, lambda conn: answers.pop(0))
+        assert not isinstance(again.value, WriteOutcomeUnknownError)
+        assert len(runs) == 4

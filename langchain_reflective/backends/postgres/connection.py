@@ -469,31 +469,63 @@ class Pools:
         connection meanwhile: then whether it committed is unknown (the connection may have gone
         after the commit, before its reply), so ``outcome(conn)`` reads it on a new connection:
         what the write returned if it is stored, ``None`` if nothing of it is. Only then does
-        the write run again, once. ``outcome`` raises if the write is stored only in part;
-        without one (a write that leaves nothing to read back) the loss is raised. When the
-        outcome cannot be read either, :class:`WriteOutcomeUnknownError` is raised, with
-        ``note`` (what was written, e.g. its ids) added to it."""
+        the write run again, once (and if that run's connection is lost too, its outcome is
+        read the same way). ``outcome`` raises if the write is stored only in part (a
+        :class:`StorageError` of its own, raised as it is); without one (a write that leaves
+        nothing to read back) the loss is raised. When the outcome cannot be read (the server
+        is down, the new connection is lost too, no connection comes, the statement fails),
+        :class:`WriteOutcomeUnknownError` is raised, with ``note`` (what was written, e.g. its
+        ids) added to it."""
         try:
             with self.conn() as conn, conn.transaction():
                 return write(conn)
         except ConnectionLostError as lost:
             if outcome is None:
                 raise
-            try:
-                done = self.retrying(outcome)
-            except ConnectionLostError as again:
-                unknown = WriteOutcomeUnknownError(
-                    f"{lost}; whether the write committed is unknown (the server could not "
-                    f"be asked: {again}): it may be stored, so look its memories up by id "
-                    "before writing them again"
-                )
-                if note:
-                    unknown.add_note(note)
-                raise unknown from again
-            if done is not None:
-                return done
+            done = self._outcome(outcome, lost, note)
+        if done is not None:
+            return done
+        try:
             with self.conn() as conn, conn.transaction():
                 return write(conn)
+        except ConnectionLostError as lost:
+            done = self._outcome(outcome, lost, note)
+            if done is None:  # (lost again before its commit: nothing is stored)
+                raise
+            return done
+
+    def _outcome(
+        self,
+        outcome: Callable[[psycopg.Connection[Any]], T | None],
+        lost: ConnectionLostError,
+        note: str | None,
+    ) -> T | None:
+        """``outcome`` of a write whose connection was ``lost``, read on a new connection (see
+        :meth:`writing`); :class:`WriteOutcomeUnknownError` when it cannot be read."""
+        verdicts: list[BaseException] = []
+
+        def read(conn: psycopg.Connection[Any]) -> T | None:
+            try:
+                return outcome(conn)
+            except ConnectionLostError:
+                raise
+            except StorageError as exc:  # its own verdict (stored in part), not a failure to ask
+                verdicts.append(exc)
+                raise
+
+        try:
+            return self.retrying(read)
+        except StorageError as again:
+            if any(again is verdict for verdict in verdicts):
+                raise
+            unknown = WriteOutcomeUnknownError(
+                f"{lost}; whether the write committed is unknown (the server could not be "
+                f"asked: {again}): it may be stored, so look its memories up by id before "
+                "writing them again"
+            )
+            if note:
+                unknown.add_note(note)
+            raise unknown from again
 
     def rows(self, sql: str, params: Any = None) -> list[TupleRow]:
         """All rows of one statement that may run twice (see :meth:`retrying`)."""
