@@ -416,12 +416,12 @@ class MemoryMiddleware(AgentMiddleware[MemoryState, Any]):
         await self.strategy.acommit(observation)
 
     def before_agent(self, state: MemoryState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Note the turn's owner (a resumed run may not name it; a run that must name one and
-        does not fails here, before any model call) and its user message (a summary may
-        replace it before the turn ends)."""
+        """Note the turn's owner (a resumed run may not name it; a run that must name an owner
+        and names none fails here, before any model call) and its user message (a summary
+        may replace it before the turn ends)."""
         if not (self.record or self.inject):
             return None
-        owners = dict(state.get(OWNER_KEY) or {})
+        owners = dict(state.get("reflective_memory_owner") or {})
         owners[self.name] = self.resolve_namespace(runtime)
         update: dict[str, Any] = {OWNER_KEY: owners}
         asked = _asked(state["messages"]) if self.record else None
