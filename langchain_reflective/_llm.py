@@ -240,13 +240,31 @@ def _defuse(match: re.Match[str]) -> str:
     return "‹" + inner + ("›" if closed else "")
 
 
-_THINK = re.compile(r"<think>.*?(</think>|$)", re.IGNORECASE | re.DOTALL)
+_THINK = re.compile(r"<(think|thinking|reasoning)>.*?(</\1>|$)", re.IGNORECASE | re.DOTALL)
+"""A reasoning section of a model's answer (an unclosed one runs to the end of the answer)."""
+_REFLECTION = re.compile(r"<reflection>.*?(</reflection>|$)", re.IGNORECASE | re.DOTALL)
+"""A ``<reflection>`` section: reasoning beside an answer, but the answer itself when it is
+all there is (a model asked for a reflection may wrap it so)."""
+_REFLECTION_TAG = re.compile(r"</?reflection>", re.IGNORECASE)
 _CODE_FENCE = re.compile(r"```[a-zA-Z]*\s*\n?(.*?)```", re.DOTALL)
 
 
-def clean_model_text(text: str) -> str:
-    """Drop ``<think>`` sections and unwrap a Markdown code fence from a model's answer."""
+def strip_reasoning(text: str) -> str:
+    """``text`` without its ``<think>``, ``<thinking>``, ``<reasoning>`` and ``<reflection>``
+    sections (tag names in any case; an unclosed one runs to the end). Only these exact tags:
+    the word ``reflection`` elsewhere (a JSON key, ``<reflections>``) stays. When nothing but
+    ``<reflection>`` sections is left, their content is kept, only the tags dropped."""
     text = _THINK.sub("", text)
+    if "<" not in text:
+        return text
+    without = _REFLECTION.sub("", text)
+    return without if without.strip() or not text.strip() else _REFLECTION_TAG.sub("", text)
+
+
+def clean_model_text(text: str) -> str:
+    """Drop reasoning sections (:func:`strip_reasoning`) and unwrap a Markdown code fence from
+    a model's answer."""
+    text = strip_reasoning(text)
     m = _CODE_FENCE.search(text)
     if m and m.group(1).strip():
         inner = m.group(1).strip()

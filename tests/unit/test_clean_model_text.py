@@ -1,0 +1,57 @@
+"""clean_model_text: reasoning sections of a model's answer are not its answer."""
+
+from __future__ import annotations
+
+import pytest
+
+from langchain_reflective._llm import clean_model_text, load_json
+from langchain_reflective.importance import parse_ratings
+from langchain_reflective.reflection.parsing import parse_insights
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("<think>hidden</think>\nanswer", "answer"),
+        ("<thinking>\nStatement 1 and 2 look related [1, 2]\n</thinking>\n1. A [1]", "1. A [1]"),
+        ("<reasoning>Memory 1 seems mundane.</reasoning>\n1: 9", "1: 9"),
+        ("<THINKING>x</Thinking>answer", "answer"),
+        ("<reflection>my doubts [3]</reflection>\n1. A [1]", "1. A [1]"),
+        # Reflection-70B's layout: the reflection inside the thinking
+        (
+            "<thinking>a <reflection>b</reflection> c</thinking><output>d</output>",
+            "<output>d</output>",
+        ),
+        # an unclosed section runs to the end, as an unclosed <think> always did
+        ("<thinking>1. not this [1]", ""),
+        ("answer\n<reasoning>and then", "answer"),
+        ("<think>1: 9", ""),
+        # only these tags: the word, a JSON key, <reflections> and other tags stay
+        ('{"reflection": "tried X", "answer": 4}', '{"reflection": "tried X", "answer": 4}'),
+        ("<reflections>kept</reflections>", "<reflections>kept</reflections>"),
+        ("<thinker>kept</thinker>", "<thinker>kept</thinker>"),
+        ("a reflection on thinking and reasoning", "a reflection on thinking and reasoning"),
+        # a <reflection> section that is the whole answer is the answer (tags dropped)
+        ("<reflection>I should have run the tests.</reflection>", "I should have run the tests."),
+        ("<think>t</think><reflection>Run the tests.", "Run the tests."),
+        ("", ""),
+        ("<thinking></thinking>", ""),
+    ],
+)
+def test_reasoning_sections_are_dropped(text: str, expected: str) -> None:
+    assert clean_model_text(text) == expected
+
+
+def test_a_thinking_section_is_no_insight_and_no_rating() -> None:
+    """``<thinking>`` content was parsed and stored as an insight with evidence."""
+    answer = (
+        "<thinking>\nStatement 1 and 2 look related; maybe the answer is about work [1, 2]\n"
+        "</thinking>\n1. Klaus is dedicated to his research [1, 2]"
+    )
+    assert parse_insights(answer, n_statements=3) == [
+        ("Klaus is dedicated to his research", [1, 2])
+    ]
+    assert parse_insights("<reasoning>1. hidden [1]</reasoning>\n1. Shown [2]") == [("Shown", [2])]
+    assert parse_ratings("<reasoning>1: 2\n</reasoning>\n1: 9", 1) == [9.0]
+    assert parse_ratings("<thinking>1: 2, maybe 3", 1) == [None]
+    assert load_json('<thinking>[1, 2]</thinking>{"a": 1}') == {"a": 1}
