@@ -31,7 +31,7 @@ from langchain_core.runnables.config import merge_configs
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from pydantic import BaseModel, Field
 
-from langchain_reflective.errors import InvalidMemoryError, ReflectiveError
+from langchain_reflective.errors import InvalidMemoryError, ReflectiveError, StorageError
 from langchain_reflective.importance import fence_block
 from langchain_reflective.integrations.retriever import ReflectiveRetriever
 from langchain_reflective.memory import MEMORY_FENCE_OPEN, MEMORY_PREAMBLE
@@ -206,6 +206,17 @@ def _format_insights(records: Sequence[MemoryRecord]) -> str:
     return f"New insights:\n{MEMORY_PREAMBLE}\n{fence_block(items, _FENCE_TAG)}"
 
 
+def _from_storage(exc: BaseException) -> bool:
+    """Whether the storage failed underneath ``exc`` (the reflection graph wraps its steps'
+    errors in ``ReflectionError``)."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, StorageError):
+            return True
+        cause = cause.__cause__
+    return False
+
+
 @contextlib.contextmanager
 def _told_to_model() -> Iterator[None]:
     """A text the memory refuses (a NUL character, too long) becomes the tool's answer, so the
@@ -300,6 +311,8 @@ class _MemoryToolkit:
         try:
             records = self.memory.reflect(namespace=ns, force=True)
         except ReflectiveError as exc:
+            if _from_storage(exc):  # (as the other tools' storage failures: it raises)
+                raise
             raise ToolException(f"reflection failed: {exc}") from exc
         return _format_insights(records)
 
@@ -308,6 +321,8 @@ class _MemoryToolkit:
         try:
             records = await self.memory.areflect(namespace=ns, force=True)
         except ReflectiveError as exc:
+            if _from_storage(exc):  # (as the other tools' storage failures: it raises)
+                raise
             raise ToolException(f"reflection failed: {exc}") from exc
         return _format_insights(records)
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import threading
 import uuid
 from collections.abc import Iterator
@@ -165,6 +166,25 @@ def test_reflect_now_sync(memory: ReflectiveMemory) -> None:
     assert reflect.invoke({}) == "Reflection found no new insights."
     memory.add(["Carol bakes bread", "Carol bakes bread every Sunday"], namespace="carol")
     assert "bakes bread" in fenced(reflect.invoke({}))
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_reflect_now_raises_a_storage_failure_as_the_other_tools_do(
+    memory: ReflectiveMemory, asynchronous: bool
+) -> None:
+    """It came back to the model as "reflection failed" (the graph wraps its steps' errors),
+    where the docs promise that storage failures raise."""
+    from langchain_reflective.errors import ReflectionError, StorageError
+
+    memory.add(["Carol bakes bread", "Carol bakes bread every Sunday"], namespace="carol")
+    reflect = by_name(create_memory_tools(memory, namespace="carol"))["reflect_now"]
+    memory.stream.close()
+    with pytest.raises(ReflectionError) as info:
+        if asynchronous:
+            asyncio.run(reflect.ainvoke(call("reflect_now", {})))
+        else:
+            reflect.invoke(call("reflect_now", {}))
+    assert isinstance(info.value.__cause__, StorageError)
 
 
 def test_namespace_from_config_and_required(memory: ReflectiveMemory) -> None:
