@@ -450,6 +450,8 @@ class MemoryStream(StreamTransfer):
         self, n: int | None, namespace: str | None, all_namespaces: bool
     ) -> _BackendCall:
         self._check_open()
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+            raise InvalidMemoryError(f"n must be a non-negative integer or None, got {n!r}")
         if all_namespaces:
             return "pending", (), {"limit": n}
         ns = self._ns(namespace)
@@ -464,6 +466,9 @@ class MemoryStream(StreamTransfer):
             n: the newest ``n`` (all when ``None``); with ``all_namespaces`` the oldest ``n``.
             namespace: whose (default: the stream's); ignored with ``all_namespaces``.
             all_namespaces: every namespace's, in queue order (what a drain completes first).
+
+        Raises:
+            InvalidMemoryError: a negative or non-integer ``n``, a bad namespace.
         """
         found: list[PendingMemory] = self._call(self._plan_pending(n, namespace, all_namespaces))
         return found
