@@ -247,17 +247,21 @@ def insights_schema(
 ) -> dict[str, Any]:
     """1 to ``max_insights`` insights (:func:`insight_pattern`: starting with one of ``names``
     when given), each citing 1 to :data:`MAX_CITATIONS` of the statement numbers
-    ``1..n_statements`` (an ``enum``: no other number can be written)."""
+    ``1..n_statements`` (an ``enum``: no other number can be written); none when
+    ``n_statements`` is 0 (condensing insights kept without evidence)."""
+    evidence: dict[str, Any] = {
+        "type": "array",
+        "items": {"type": "integer", "enum": list(range(1, n_statements + 1))},
+        "minItems": 1,
+        "maxItems": min(MAX_CITATIONS, n_statements),
+    }
+    if n_statements == 0:  # (condensing insights kept without evidence: nothing to cite; an
+        evidence = {"type": "array", "maxItems": 0}  # empty enum and 1 > 0 items: no answer)
     insight = {
         "type": "object",
         "properties": {
             "insight": {"type": "string", "pattern": insight_pattern(names)},
-            "evidence": {
-                "type": "array",
-                "items": {"type": "integer", "enum": list(range(1, n_statements + 1))},
-                "minItems": 1,
-                "maxItems": min(MAX_CITATIONS, n_statements),
-            },
+            "evidence": evidence,
         },
         "required": ["insight", "evidence"],
         "additionalProperties": False,

@@ -223,6 +223,19 @@ def test_insights_schema_citations_can_only_name_existing_statements() -> None:
     assert one["items"]["enum"] == [1] and one["maxItems"] == 1
 
 
+def test_insights_schema_without_statements_can_be_answered() -> None:
+    """Condensing insights kept without evidence (``keep_insights_without_evidence``) asked
+    for 1 to 0 citations out of an empty enum: a schema no answer satisfies, which a server
+    enforcing it refuses or cannot complete."""
+    schema = insights_schema(0, 3, ["Priya"])
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.validate({"insights": [{"insight": "Priya loves her dog", "evidence": []}]}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(
+            {"insights": [{"insight": "Priya loves her dog", "evidence": [1]}]}, schema
+        )
+
+
 def test_subjects_are_the_speakers_or_recurring_names() -> None:
     assert subjects(TURNS) == ["Tomás", "Priya"]
     assert subjects(["Klaus wrote a paper.", "Maria read it.", "Klaus slept."]) == ["Klaus"]
