@@ -12,7 +12,9 @@ Scores follow Lucene's BM25, the default ``"lucene"`` method of ``bm25s``::
                   idf(t) * tf(t, d) / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl))
 
 so an index built here ranks and scores a corpus like ``bm25s`` with a PyStemmer stemmer and its
-English stopwords (a repeated query token counts once per occurrence, as in ``bm25s``).
+English stopwords (a repeated query token counts once per occurrence, as in ``bm25s``), except
+that a word longer than :data:`MAX_TERM_CHARS` is cut to its first characters (a hash, a hex
+dump, base64: every backend must be able to index a term).
 
 Storage is compact: per term, one ``array('i')`` of rows and one ``array('H')`` of term
 frequencies; per row, its length and a liveness flag in growable numpy arrays. Document
@@ -41,7 +43,7 @@ from langchain_reflective.backends.sqlite.lexical_scores import QueryScores, top
 if TYPE_CHECKING:
     from langchain_reflective.backends.sqlite.lexical_cache import _Base
 
-__all__ = ["ENGLISH_STOPWORDS", "BM25Index", "QueryScores", "top_matches"]
+__all__ = ["ENGLISH_STOPWORDS", "MAX_TERM_CHARS", "BM25Index", "QueryScores", "top_matches"]
 
 ENGLISH_STOPWORDS: frozenset[str] = frozenset(
     (
@@ -51,6 +53,26 @@ ENGLISH_STOPWORDS: frozenset[str] = frozenset(
     )
 )  # fmt: skip
 """English stopwords, the same list as ``bm25s.stopwords.STOPWORDS_EN`` (Lucene's default)."""
+
+MAX_TERM_CHARS = 128
+"""Longest word the tokenizer keeps whole: a longer one becomes the term of its first 128
+characters, in documents and queries alike (so a query holding the same long word still matches
+it; the document's length in terms does not change).
+
+No word of a language comes near it (dictionary words stop at ~45 letters, German compounds
+rarely pass 60), while identifiers a user may search for whole fit: a SHA-512 hex digest (128),
+a UUID, a long ``snake_case`` name. What it prevents is a term of kilobytes: a hex dump, a hash
+or base64 in a tool's output, a paragraph of CJK text without punctuation (``\\w`` runs on),
+which the Postgres backend could not store, since each term is an entry of a GIN index and
+Postgres refuses index entries over ~2.7 KB. A term of 128 characters is at most 512 bytes of
+UTF-8 even in 4-byte characters (stemming changes a few letters at most: German's ß -> ss keeps
+the byte count), a fifth of that limit. The bound is on the word before stemming, so a long
+word is never stemmed whole.
+
+Terms stored before the bound existed (a SQLite file's persisted lexical cache, a Postgres
+row's term arrays) stay valid: a longer term is one no query produces any more, so it never
+matches (its memory stops matching a query on that one long word: harmless; a rebuilt SQLite
+cache has the cut term), while every document keeps its length, so no other score changes."""
 
 _TOKEN = re.compile(r"\w\w+")  # same matches as bm25s' r"(?u)\b\w\w+\b", faster
 # For ASCII text, \w is [A-Za-z0-9_]: mapping every other ASCII character to a space and splitting
@@ -192,7 +214,8 @@ class BM25Index:
         """Split text into index terms.
 
         Lowercase, split with the regex ``\\w\\w+`` (as ``bm25s`` and scikit-learn do), drop
-        stopwords, then stem with PyStemmer.
+        stopwords, cut words longer than :data:`MAX_TERM_CHARS` to that many characters, then
+        stem with PyStemmer.
 
         Args:
             text: Any string.
@@ -205,6 +228,8 @@ class BM25Index:
             words = [w for w in words if w not in self._stopwords]
         if not words:
             return []
+        if max(map(len, words)) > MAX_TERM_CHARS:
+            words = [w[:MAX_TERM_CHARS] for w in words]
         stems: list[str] = self._stemmer.stemWords(words)
         return stems
 
@@ -214,17 +239,23 @@ class BM25Index:
         """Term ids of a document's tokens in order, creating new terms.
 
         Equivalent to looking up :meth:`tokenize` in the vocabulary, but memoises
-        ``raw word -> term id`` (``-1`` for stopwords) so each distinct word is stemmed once.
+        ``raw word -> term id`` (``-1`` for stopwords) so each distinct word is stemmed once
+        (a word over :data:`MAX_TERM_CHARS` is cut when it is stemmed, and not memoised: the
+        memo's keys stay small).
         """
         cache = self._word_ids
         out: list[int] = []
         for word in _split_words(text):
             tid = cache.get(word)
             if tid is None:
-                tid = -1 if word in self._stopwords else self._stem_id(self._stemmer.stemWord(word))
-                if len(cache) >= _WORD_CACHE_MAX:
-                    cache.clear()
-                cache[word] = tid
+                if word in self._stopwords:
+                    tid = -1
+                else:
+                    tid = self._stem_id(self._stemmer.stemWord(word[:MAX_TERM_CHARS]))
+                if len(word) <= MAX_TERM_CHARS:
+                    if len(cache) >= _WORD_CACHE_MAX:
+                        cache.clear()
+                    cache[word] = tid
             if tid >= 0:
                 out.append(tid)
         return out
@@ -463,10 +494,10 @@ class BM25Index:
             if tid is None:
                 if word in stopwords:
                     continue
-                tid = self._find(self._stemmer.stemWord(word))
+                tid = self._find(self._stemmer.stemWord(word[:MAX_TERM_CHARS]))
                 if tid is None:
                     continue
-                if len(cache) < _WORD_CACHE_MAX:
+                if len(cache) < _WORD_CACHE_MAX and len(word) <= MAX_TERM_CHARS:
                     cache[word] = tid  # an indexed term keeps its id: remember the word
             elif tid < 0:  # a stopword
                 continue
