@@ -195,6 +195,13 @@ class BackendConformance:
 
     # -- records ---------------------------------------------------------------------------
 
+    def test_namespaces_are_listed_in_code_point_order(self, backend: BaseMemoryBackend) -> None:
+        """Python's and SQLite's order; a server's linguistic collation (en_US.UTF-8) would
+        put "alice" before "Bob" and "émile" before "zoe"."""
+        names = ["zoe", "émile", "alice", "Bob", "_x", "Émile", "10", "9"]
+        self.fill(backend, [r for ns in names for r in corpus(1, namespace=ns)])
+        assert backend.namespaces() == sorted(names)
+
     def test_put_then_get_returns_every_field(self, backend: BaseMemoryBackend) -> None:
         records = corpus(20)
         self.fill(backend, records)

@@ -515,10 +515,12 @@ class PostgresBackend(BaseMemoryBackend):
         return int(self._pools.rows(sql + " WHERE namespace = %s", (namespace,))[0][0])
 
     def namespaces(self) -> list[str]:
+        # in code point order, as SQLite and Python sort: the database's collation (e.g.
+        # en_US.UTF-8, common on servers) would put "alice" before "Bob"
         return [
             r[0]
             for r in self._pools.rows(
-                "SELECT DISTINCT namespace FROM reflective_memories ORDER BY namespace"
+                'SELECT DISTINCT namespace COLLATE "C" FROM reflective_memories ORDER BY 1'
             )
         ]
 
