@@ -171,16 +171,38 @@ NUL_REFUSED = (
 )
 
 
+MAX_IDENTIFIER_BYTES = 1024
+"""Longest id, namespace or kind (and evidence id, store key, embedding model name), in UTF-8
+bytes. Every backend indexes them, and Postgres refuses an index entry over ~2.7 KB (a btree's
+2,704 bytes): the unique key ``(namespace, id)`` of two values of 1,024 bytes fits, with room
+for the entry's overhead. Refused on every backend, so memories move between them."""
+
+
 def check_identifier(value: str, what: str) -> str:
     """``value`` (an id, namespace, kind or evidence id) if every backend can store it: UTF-8
-    (no lone surrogate) and no NUL character.
+    (no lone surrogate), no NUL character, at most :data:`MAX_IDENTIFIER_BYTES` bytes.
 
     Raises:
         InvalidMemoryError: it cannot be stored.
     """
     if "\x00" in value:
         raise InvalidMemoryError(NUL_REFUSED.format(what=what))
+    if len(value) * 4 > MAX_IDENTIFIER_BYTES:  # (a character is 1 to 4 bytes of UTF-8)
+        _check_size(value, what)
     return value if value.isascii() else check_encodable(value, what)
+
+
+def _check_size(value: str, what: str) -> None:
+    """Refuse ``value`` if it is over :data:`MAX_IDENTIFIER_BYTES` bytes of UTF-8."""
+    size = len(value) if value.isascii() else len(value.encode("utf-8", "surrogatepass"))
+    if size > MAX_IDENTIFIER_BYTES:
+        raise InvalidMemoryError(
+            f"{what} is {size:,} bytes long in UTF-8 (it starts {value[:40]!r}); the limit is "
+            f"{MAX_IDENTIFIER_BYTES:,}, because every backend indexes it (Postgres refuses "
+            "index entries over ~2.7 KB): refused by every backend, so memories move between "
+            "them. Use a shorter one, e.g. a digest of this one: "
+            "hashlib.sha256(value.encode()).hexdigest()"
+        )
 
 
 def check_encodable(value: str, what: str) -> str:
