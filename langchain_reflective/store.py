@@ -58,20 +58,24 @@ characters); their value is stored whole. An indexed text longer than that is re
 **Batches.** Like LangGraph's own stores, the reads of a batch see the store as it was before the
 batch's puts, and of several puts to one key the last wins. A batch is validated completely before
 anything is written; it is not one transaction (the puts of each namespace are one stream ``add``).
-Within a process, batches that write to the same namespace take turns (sync and async callers
-alike), so concurrent puts to one key never collide; a sync call made inside the event loop while
-an async call of that loop writes the namespace raises ``asyncio.InvalidStateError`` (use the
-``a``-method) rather than wait forever for it. Two *processes* putting the same key at the same
-moment: for a key that exists, the last to commit wins (each put deletes whatever memory holds the
-key's id in its own transaction); for a new key, the second insert of its id fails with a
-``StorageError`` and writes nothing.
+Within a process, batches that write to the same namespace of one ``MemoryStream`` object take
+turns (sync and async callers alike, through any ``ReflectiveStore`` over that stream), so
+concurrent puts to one key never collide; a sync call made inside the event loop while an async
+call of that loop writes the namespace raises ``asyncio.InvalidStateError`` (use the
+``a``-method) rather than wait forever for it. An async batch cancelled while the stream writes
+raises ``CancelledError`` at once, but the write it started (in a worker thread, which cannot be
+stopped) still lands, and its namespaces stay locked until it has: no later write can land
+before it; no further write of the batch starts. Two *processes* (or two ``MemoryStream``
+objects over one database) putting the same key at the same moment: for a key that exists, the
+last to commit wins (each put deletes whatever memory holds the key's id in its own
+transaction); for a new key, the second insert of its id fails with a ``StorageError`` and
+writes nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 from collections import defaultdict
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -116,7 +120,7 @@ from langchain_reflective.store_codec import (
     matches_filter,
     render_value,
 )
-from langchain_reflective.store_locks import NamespaceLock, acquire, caller_method
+from langchain_reflective.store_locks import Turn, caller_method, lock_table
 from langchain_reflective.stream import MemoryStream
 
 __all__ = [
@@ -129,6 +133,8 @@ __all__ = [
 
 ITEM_KIND = "item"
 """The memory kind of store items by default: independent facts, no neighbour context."""
+
+_WRITES = frozenset({"add", "delete"})  # the stream calls of the flow that write
 
 _FIRST_FETCH = 32  # memories a filtered search reads per namespace before reading them all
 
@@ -254,18 +260,16 @@ class ReflectiveStore(BaseStore):
         self.stream = stream
         self.fields = None if fields is None else list(fields)
         self.kind = kind
-        self._locks: dict[str, NamespaceLock] = {}
-        self._locks_guard = threading.Lock()
+        self._locks = lock_table(stream)  # the stream's, shared by every store over it
 
     # -- the two abstract methods: one flow, driven sync or async ---------------------------
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops`` (Get, Put, Search, ListNamespaces); results in the order of ``ops``."""
         ops = list(ops)
-        with contextlib.ExitStack() as held:
-            for entry in self._write_locks(ops):
-                entry.hold(caller_method(ops))
-                held.callback(entry.lock.release)
+        turn = self._turn(ops)
+        try:
+            turn.hold(caller_method(ops))
             flow = self._flow(ops)
             try:
                 call = next(flow)
@@ -278,22 +282,30 @@ class ReflectiveStore(BaseStore):
                         call = flow.send(result)
             except StopIteration as done:
                 return done.value  # type: ignore[no-any-return]
+        finally:
+            turn.release()
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        """Async twin of :meth:`batch` (embedding and rating calls are awaited)."""
+        """Async twin of :meth:`batch` (embedding and rating calls are awaited).
+
+        Cancelled while the stream writes (a step that runs in a worker thread, which
+        cancelling cannot stop), it raises ``CancelledError`` at once, but that write still
+        completes and the batch's namespaces stay locked until it has: no later write of them
+        can land before it. No further step of the batch starts.
+        """
         ops = list(ops)
-        held: list[NamespaceLock] = []
+        turn = self._turn(ops)
         try:
-            for entry in self._write_locks(ops):
-                await acquire(entry.lock)
-                entry.loop = asyncio.get_running_loop()  # (no await since the acquire)
-                held.append(entry)
+            await turn.ahold()
             flow = self._flow(ops)
             try:
                 call = next(flow)
                 while True:
                     try:
-                        result = await self._acall(call)
+                        if turn.entries and call.method in _WRITES:
+                            result = await self._awrite(call, turn)
+                        else:
+                            result = await self._acall(call)
                     except Exception as exc:
                         call = flow.throw(exc)
                     else:
@@ -301,23 +313,31 @@ class ReflectiveStore(BaseStore):
             except StopIteration as done:
                 return done.value  # type: ignore[no-any-return]
         finally:
-            for entry in reversed(held):
-                entry.loop = None
-                entry.lock.release()
+            turn.release()
 
-    def _write_locks(self, ops: Sequence[Op]) -> list[NamespaceLock]:
-        """The locks of the namespaces ``ops`` write, in a fixed order (no deadlock).
+    async def _awrite(self, call: _Call, turn: Turn) -> Any:
+        """A write of the stream that, if the batch is cancelled, runs on holding ``turn``."""
+        task = asyncio.ensure_future(self._acall(call))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.done():
+                turn.defer_to(task)
+            raise
+
+    def _turn(self, ops: Sequence[Op]) -> Turn:
+        """The write turn of the namespaces ``ops`` put to (their locks, in a fixed order).
 
         A put reads the key's memory, then replaces it: two puts to one key at once in this
-        process would race, so writes to a namespace take turns.
+        process would race, so writes to a namespace take turns (the locks are the stream's,
+        shared by every store over it).
         """
         names = set()
         for op in ops:
             if isinstance(op, PutOp):
                 with contextlib.suppress(StoreNamespaceError):  # the flow reports it
                     names.add(encode_namespace(op.namespace))
-        with self._locks_guard:
-            return [self._locks.setdefault(name, NamespaceLock()) for name in sorted(names)]
+        return Turn(self._locks, names)
 
     def _target(self, call: _Call) -> Any:
         return self.stream.embeddings if call.embeddings else self.stream
