@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.types.json import set_json_dumps
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed, PoolTimeout
 
 from langchain_reflective._llm import Flow, Op, run_async, run_sync, threaded
@@ -31,6 +32,7 @@ from langchain_reflective.backends.postgres.failures import (
 )
 from langchain_reflective.backends.postgres.failures import call as _call
 from langchain_reflective.backends.postgres.pool_settings import async_pool_settings
+from langchain_reflective.backends.postgres.rows import dump_json
 from langchain_reflective.errors import StorageError
 
 if TYPE_CHECKING:
@@ -157,7 +159,9 @@ def _unlock(conn: psycopg.Connection[Any], key: tuple[int, str]) -> None:
 
 def configure_connection(conn: psycopg.Connection[Any]) -> None:
     """Per-connection settings: UTC timestamps, no JIT, and the vector indexes' search breadth
-    (the IVFFlat probes follow the current index: ``VectorIndex.prepare``).
+    (the IVFFlat probes follow the current index: ``VectorIndex.prepare``); and on the client
+    side, JSON written by ``rows.dump_json`` (metadata's large floats written out in full, so
+    ``jsonb`` keeps them floats).
 
     JIT compilation is off: the backend's statements are short and index-driven, but the
     planner's cost of the candidate statement grows with the table (~17k at 10k memories,
@@ -179,6 +183,7 @@ async def aconfigure_connection(conn: psycopg.AsyncConnection[Any]) -> None:
 
 
 def _configure(conn: Any) -> Flow[None]:
+    set_json_dumps(dump_json, conn)  # (metadata's floats read back from jsonb as floats)
     for statement in _SETTINGS:
         yield _call(conn, "execute", statement)
     for statement in _IF_SUPPORTED:

@@ -1,9 +1,13 @@
-"""Conversions between Postgres rows and the package's values (records, vectors, candidates)."""
+"""Conversions between Postgres rows and the package's values (records, vectors, candidates,
+metadata as JSON)."""
 
 from __future__ import annotations
 
+import json
+import re
 import struct
 from collections.abc import Iterable, Sequence
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -27,6 +31,7 @@ __all__ = [
     "TEXT_OID",
     "TIMESTAMPTZ_OID",
     "candidate_set",
+    "dump_json",
     "int_array_binary",
     "int_from_binary",
     "pending_of",
@@ -54,6 +59,39 @@ _ARRAY_HEAD = struct.Struct(">iiiii")  # ndim, has-nulls, element oid, length, l
 _EMPTY_HEAD = struct.Struct(">iii")  # ndim 0, has-nulls, element oid
 _LENGTH = struct.Struct(">i")
 _VECTOR_HEAD = struct.Struct(">HH")  # dimension, unused
+
+
+_STRING_OR_BIG_FLOAT = re.compile(r'"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?[eE]\+?\d+')
+"""In ``json.dumps`` output: a string (left as it is), or a number written with a non-negative
+exponent (only floats are: ``repr`` writes ``1e+23``, ``1.5e+16``)."""
+
+
+def _positional(match: re.Match[str]) -> str:
+    token = match[0]
+    if token.startswith('"'):
+        return token
+    written = f"{Decimal(token):f}"  # (the same decimal value, without an exponent)
+    return written if "." in written else f"{written}.0"
+
+
+def dump_json(value: Any) -> str:
+    """``json.dumps(value)``, with every float that ``repr`` writes with a positive exponent
+    (``1e+23``, ``1.7976931348623157e+308``: from 1e16 up) written out in full with a fraction
+    (``100000000000000000000000.0``): the same decimal value, so it reads back as the same
+    float. The JSON dumper of the backend's connections (:func:`.connection.configure_connection`
+    registers it), so metadata reads back from ``jsonb`` as it was written.
+
+    ``jsonb`` keeps a number as ``numeric``, which keeps its value and its digits after the
+    point but not how it was written: ``1e+23`` becomes ``100000000000000000000000``, read back
+    as the int ``10**23`` (not equal to the float ``1e23``, the double nearest it), and an int
+    ``10**23`` is stored the same way, so no reader could tell them apart again. Written
+    ``100000000000000000000000.0`` it stays a decimal fraction, printed as written. Floats with
+    a negative exponent need nothing: ``numeric`` prints ``1e-07`` as ``0.0000001``, a fraction.
+    """
+    text = json.dumps(value)
+    if "e+" not in text:  # (repr writes a float's positive exponent as "e+NN", ints have none)
+        return text
+    return _STRING_OR_BIG_FLOAT.sub(_positional, text)
 
 
 def vector_text(row: Any) -> str:
