@@ -246,14 +246,22 @@ _REFLECTION = re.compile(r"<reflection>.*?(</reflection>|$)", re.IGNORECASE | re
 """A ``<reflection>`` section: reasoning beside an answer, but the answer itself when it is
 all there is (a model asked for a reflection may wrap it so)."""
 _REFLECTION_TAG = re.compile(r"</?reflection>", re.IGNORECASE)
+_CLOSING_ONLY = re.compile(r"^.*?</(think|thinking|reasoning)>", re.IGNORECASE | re.DOTALL)
+"""Reasoning whose opening tag the chat template wrote (DeepSeek-R1 served so starts its answer
+inside ``<think>``): everything up to the first closing tag."""
 _CODE_FENCE = re.compile(r"```[a-zA-Z]*\s*\n?(.*?)```", re.DOTALL)
 
 
 def strip_reasoning(text: str) -> str:
     """``text`` without its ``<think>``, ``<thinking>``, ``<reasoning>`` and ``<reflection>``
-    sections (tag names in any case; an unclosed one runs to the end). Only these exact tags:
-    the word ``reflection`` elsewhere (a JSON key, ``<reflections>``) stays. When nothing but
-    ``<reflection>`` sections is left, their content is kept, only the tags dropped."""
+    sections (tag names in any case; an unclosed one runs to the end; a closing tag without
+    its opening one ends reasoning that began with the answer, as DeepSeek-R1's does when its
+    template writes the ``<think>``). Only these exact tags: the word ``reflection`` elsewhere
+    (a JSON key, ``<reflections>``) stays. When nothing but ``<reflection>`` sections is left,
+    their content is kept, only the tags dropped."""
+    closing = _CLOSING_ONLY.match(text)
+    if closing is not None and f"<{closing.group(1).lower()}>" not in closing.group(0).lower():
+        text = text[closing.end() :]
     text = _THINK.sub("", text)
     if "<" not in text:
         return text

@@ -36,6 +36,10 @@ from langchain_reflective.reflection.parsing import parse_insights
         ("<think>t</think><reflection>Run the tests.", "Run the tests."),
         ("", ""),
         ("<thinking></thinking>", ""),
+        # reasoning whose <think> the chat template wrote (DeepSeek-R1): up to the closing tag
+        ("Memory 1 is mundane, so 2.\n</think>\n1: 2", "1: 2"),
+        ("Statement 1 matters [1]\n</THINKING>\n1. Klaus works [2]", "1. Klaus works [2]"),
+        ("<think>a</think> b </think> c", "b </think> c"),  # (opened: the usual rule)
     ],
 )
 def test_reasoning_sections_are_dropped(text: str, expected: str) -> None:
