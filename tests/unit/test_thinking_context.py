@@ -104,6 +104,16 @@ def test_recall_limits_orders_and_reports_missing(memory: ContextMemory) -> None
         memory.recall(turn_numbers=[1], limit=0)
 
 
+@pytest.mark.parametrize("asked", ["ctx\x00_3", "ctx_3_" + "x" * 5000, "bad \ud800 id", ""])
+def test_an_id_no_memory_can_have_is_not_stored_not_an_error(
+    memory: ContextMemory, asked: str
+) -> None:
+    """A model asks for ids; one the stream refuses (a NUL, a lone surrogate, too long) made
+    the recall tool raise instead of answering "Not stored"."""
+    got = memory.recall(context_ids=[asked, memory.context_id(3)], limit=3)
+    assert [s.turn for s in got.snapshots] == [3] and got.missing == [f"id {asked}"]
+
+
 def test_namespaces_are_separate(memory: ContextMemory) -> None:
     assert memory.next_turn(namespace="bob") == 1
     assert memory.context_by_turn(1, namespace="bob") is None
