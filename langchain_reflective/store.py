@@ -18,8 +18,13 @@ with ``.`` and the root label ``"langgraph"``, as for every LangGraph store.
 ``fields`` you configure, LangGraph's ``index={"fields": [...]}``, or per put
 ``index=[...]``; by default a value whose only field is a string is that string, any other value
 is one ``field: value`` line per top-level field) and the value itself travels in the memory's
-metadata, so ``get`` returns it exactly (as JSON; a NUL character in it is refused, as Postgres
-cannot store one). The memory's id is derived from the namespace
+metadata, so ``get`` returns it exactly (as JSON: a tuple comes back a list). What JSON cannot
+keep as given is refused with ``InvalidMemoryError`` before anything of the batch is written: a
+key that is not a string, at any depth (JSON would store ``1``, ``True`` or ``None`` as ``"1"``,
+``"true"`` or ``"null"``, merging it with an equal string key; LangGraph's ``InMemoryStore``
+keeps such keys, so a JSON-backed store refuses them rather than change them), dicts and lists
+nested more than :data:`~langchain_reflective.store_codec.MAX_VALUE_DEPTH` (100) levels deep,
+and a NUL character (Postgres cannot store one). The memory's id is derived from the namespace
 and the key, so a put with an existing key replaces that memory under the same id (the old memory is
 deleted in the add's own transaction, ``MemoryStream.add(..., replacing=...)``: a failed or
 interrupted put leaves the old memory in place) and ``put(value=None)`` deletes it.
@@ -111,6 +116,7 @@ from langchain_reflective.store_codec import (
     StoreNamespaceError,
     check_filter,
     check_namespace,
+    check_value,
     decode_namespace,
     encode_namespace,
     item_key,
@@ -411,10 +417,11 @@ class ReflectiveStore(BaseStore):
             )
         if op.value is None:
             return _Put(ns, key, None, "", indexed=False)
-        if not isinstance(op.value, Mapping) or not all(isinstance(k, str) for k in op.value):
+        if not isinstance(op.value, Mapping):
             raise InvalidMemoryError(
                 f"a store value must be a dict with string keys, got {type(op.value).__name__}"
             )
+        check_value(op.value, f"the value of {key!r}")  # string keys, bounded depth
         value = validate_metadata(op.value, f"the value of {key!r}")  # a JSON copy, or an error
         index = op.index
         if (

@@ -592,6 +592,57 @@ def test_a_bad_value_is_named_as_the_items_value(store: Any) -> None:
     assert store.stream.count(namespace="a") == 0
 
 
+def test_keys_that_are_not_strings_are_refused_at_every_depth(store: Any) -> None:
+    """JSON keeps only string keys: a nested ``1``, ``True`` or ``None`` key would come back as
+    ``"1"``, ``"true"`` or ``"null"`` and silently merge with a string key equal to that
+    (``InMemoryStore`` keeps them as given): refused, as a top-level one is."""
+    for value, where in [
+        ({1: "x"}, "the value"),
+        ({"a": {1: "x", "1": "y"}}, "a"),
+        ({"a": {True: "t", "true": "u"}}, "a"),
+        ({"a": [{"b": {None: 1}}]}, r"a\[0\]\.b"),
+        ({"a": {2.5: 1}}, "a"),
+    ]:
+        with pytest.raises(
+            InvalidMemoryError, match=f"^the value of 'k' .*not a string.* in {where}"
+        ):
+            store.put(("v",), "k", value)
+        with pytest.raises(InvalidMemoryError):  # before any put of the batch is written
+            store.batch([PutOp(("w",), "good", {"v": 1}), PutOp(("v",), "k", value)])
+    assert store.stream.count() == 0
+
+
+def _nested(levels: int) -> dict[str, Any]:
+    """A value whose containers nest ``levels`` deep (the value itself is level 1)."""
+    inner: Any = "leaf"
+    for i in range(levels - 1):
+        inner = {"x": inner} if i % 2 else [inner]
+    return {"text": "deep", "v": inner}
+
+
+def test_a_value_nested_deeper_than_the_limit_is_refused(store: Any) -> None:
+    """A value nested deeper than ``MAX_VALUE_DEPTH`` used to raise a raw ``RecursionError``
+    (from ~985 levels), or, a little less deep, be stored and then break every read of its
+    namespace (decoding it needs a deep stack): refused, with what the limit is."""
+    from langchain_reflective.store_codec import MAX_VALUE_DEPTH
+
+    store.put(("deep", "ok"), "k", _nested(MAX_VALUE_DEPTH))
+    for levels in [MAX_VALUE_DEPTH + 1, 970, 5000]:
+        with pytest.raises(InvalidMemoryError, match=f"^the value of 'k' .*{MAX_VALUE_DEPTH}"):
+            store.put(("deep", str(levels)), "k", _nested(levels))
+    assert store.get(("deep", "ok"), "k").value == _nested(MAX_VALUE_DEPTH)
+    assert [i.key for i in store.search(("deep",))] == ["k"]
+    shared: list[Any] = []  # one container under itself: refused, never walked forever
+    shared.append(shared)
+    with pytest.raises(InvalidMemoryError):
+        store.put(("deep",), "loop", {"v": shared})
+    wide: Any = "leaf"  # a container shared 2**60 ways: checked once per depth, not per path
+    for _ in range(60):
+        wide = [wide, wide]
+    with pytest.raises(InvalidMemoryError, match=str(MAX_VALUE_DEPTH)):
+        store.put(("deep",), "wide", {"v": [[wide]] * 2 + [_nested(MAX_VALUE_DEPTH), [wide]]})
+
+
 def test_an_unindexed_value_of_any_length_is_stored_whole(store: Any) -> None:
     """Text that a query search never reads is not held to a memory text's limit: the value is
     stored and read back whole; only its text (what the memory shows) is cut. An indexed text
