@@ -9,7 +9,9 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from langchain_reflective._llm import Flow, Op
+from langchain_reflective.backends.sqlite.lexical import MAX_TERM_CHARS
 from langchain_reflective.errors import InvalidMemoryError, StorageError
+from langchain_reflective.records import MAX_IDENTIFIER_BYTES
 
 __all__ = [
     "MISSING",
@@ -50,9 +52,52 @@ def storage_error(exc: BaseException, version: int | None = None) -> Exception:
             "another session held a lock this call needed for that long, or the call needs "
             "a longer timeout."
         )
+    if isinstance(exc, psycopg.OperationalError) and not _connection_failure(exc):
+        return _refused(exc)
     if isinstance(exc, psycopg.OperationalError):
         return StorageError(f"the connection to Postgres failed: {exc}")
     return StorageError(f"the Postgres backend failed: {exc}")
+
+
+def _connection_failure(exc: psycopg.OperationalError) -> bool:
+    """Whether ``exc`` is about the connection: libpq's own errors (no SQLSTATE), SQLSTATE
+    class 08 (connection exception) and 57P (the server shut down, is starting, ended the
+    session). psycopg makes every error of classes 40, 53, 54, 55, 57 and 58 an
+    ``OperationalError`` too, though the connection is fine after most of them."""
+    code = exc.sqlstate
+    return code is None or code.startswith(("08", "57P"))
+
+
+def _refused(exc: psycopg.OperationalError) -> StorageError:
+    """The error for a statement the server refused over a limit, a resource or a conflict
+    (the connection is fine)."""
+    detail = exc.diag.message_primary or str(exc)
+    rolled_back = "its transaction was rolled back, so nothing of this call is stored"
+    code = exc.sqlstate or ""
+    if code.startswith("54"):  # program_limit_exceeded: index row size, statement size, ...
+        return StorageError(
+            f"Postgres refused the statement over one of its limits ({detail}; SQLSTATE "
+            f"{code}): not a connection failure. Its transaction was rolled back, so nothing "
+            "of this call is stored, and the same call fails the same way again: make what it "
+            "writes smaller. (An index entry holds at most ~2.7 KB; langchain-reflective "
+            f"refuses ids, namespaces and kinds over {MAX_IDENTIFIER_BYTES:,} bytes and cuts "
+            f"lexical terms at {MAX_TERM_CHARS} characters, so an index size error is a value "
+            "that bypassed those checks, or a bug: please report it with this message.)"
+        )
+    if code.startswith("53"):  # insufficient_resources: disk full, out of memory, ...
+        return StorageError(
+            f"Postgres lacks a resource to run the statement ({detail}; SQLSTATE {code}, not "
+            f"a connection failure); {rolled_back}. Free it (disk space, memory, "
+            "max_connections) and retry."
+        )
+    if code.startswith("40"):  # transaction_rollback: serialization failure, deadlock
+        return StorageError(
+            f"Postgres rolled the transaction back to resolve a conflict with another session "
+            f"({detail}; SQLSTATE {code}); nothing of this call is stored, and it can be retried."
+        )
+    return StorageError(
+        f"the Postgres backend failed (SQLSTATE {code}, not a connection failure): {exc}"
+    )
 
 
 class ConnectionLostError(StorageError):
