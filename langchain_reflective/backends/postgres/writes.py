@@ -12,6 +12,11 @@ that was newest gets its ``next_obs`` in one ``UPDATE``.
 
 What is stored is exactly what row-by-row inserts stored: the same terms (the SQLite backend's
 tokenizer), the same float32 vector values, the same links.
+
+Every term becomes an entry of the GIN indexes ``reflective_terms_lex`` and ``_ctx``, which
+refuse an entry over ~2.7 KB: the tokenizer cuts words at ``MAX_TERM_CHARS`` (128 characters,
+at most ~512 bytes), so a memory holding a hex dump or a hash is stored like any other (before,
+its ``COPY`` failed, and a queued one could never be completed).
 """
 
 from __future__ import annotations
