@@ -41,8 +41,15 @@ default scoring gives observations (a conversation's turns) does not link them, 
 of puts never moves an unrelated item up. A prefix over several namespaces ranks them as one
 (:meth:`MemoryStream.retrieve` with ``namespaces=[...]``: min-max normalisation and the lexical
 half's best match run over all of them; each namespace's BM25 term statistics stay its own), and
-embeds its query once, whatever is read again. Without a query, items
-come newest first (by their last put) with ``score=None``. ``filter`` matches value fields as
+embeds its query once, whatever is read again. Without a query, items come last written first (a
+put moves its item to the front) with ``score=None``: each namespace in the order its memories were
+written to the stream, and several namespaces merged by taking, each time, the namespace whose next
+item has the latest ``updated_at``. That is LangGraph's ``PostgresStore`` order (``updated_at``
+descending) whenever a namespace's memories were written in time order, as puts through one stream
+are (unless the clock steps back); a memory added with a past ``now=`` (an import) keeps its place
+in the write order. Every page is a slice of that one order, and reads at most ``offset + limit``
+memories of each selected namespace (with a ``filter``, more until enough match: at worst the whole
+namespace). ``filter`` matches value fields as
 LangGraph documents: exact values (nested dicts and lists compare structurally, dotted keys reach
 nested fields) and the operators ``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``; a range
 operator compares numbers with numbers and strings with strings, and a field of the other type
@@ -81,6 +88,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 from collections import defaultdict
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -197,6 +205,28 @@ class _View:
     created_at: datetime
     updated_at: datetime
     indexed: bool
+
+
+def _merge_newest(
+    lists: Sequence[Sequence[tuple[tuple[str, ...], _View]]], need: int
+) -> list[tuple[tuple[str, ...], _View]]:
+    """The first ``need`` items of the no-query order: the namespaces' lists (each in the order
+    its memories were written, last first) merged by taking, each time, the list head put last
+    (``updated_at``; on a tie the namespace sorted first).
+
+    Each list keeps its own order, so the first ``need`` items of the merge depend on the first
+    ``need`` of each list only: every page is a slice of one order, and a page reads at most
+    ``offset + limit`` items of a namespace.
+    """
+    heads = [(-items[0][1].updated_at.timestamp(), i, 0) for i, items in enumerate(lists) if items]
+    heapq.heapify(heads)
+    out: list[tuple[tuple[str, ...], _View]] = []
+    while heads and len(out) < need:
+        _, i, at = heapq.heappop(heads)
+        out.append(lists[i][at])
+        if at + 1 < len(lists[i]):
+            heapq.heappush(heads, (-lists[i][at + 1][1].updated_at.timestamp(), i, at + 1))
+    return out
 
 
 def _count(value: object, name: str, *, minimum: int) -> int:
@@ -528,15 +558,20 @@ class ReflectiveStore(BaseStore):
             return []
         prefix = search.prefix
         selected = sorted((ns, name) for name, ns in known.items() if ns[: len(prefix)] == prefix)
-        found: list[tuple[float, SearchItem]] = []
-        if search.query is not None and selected:  # one ranking over every selected namespace
-            ranked = yield from self._ranked([name for _, name in selected], search, need)
-            for name, view, score in ranked:
-                found.append((-score, self._search_item(known[name], view, score)))
-        for ns, name in selected if search.query is None else ():
-            for view in (yield from self._recent(name, search, need)):
-                found.append((-view.updated_at.timestamp(), self._search_item(ns, view, None)))
-        found.sort(key=lambda pair: pair[0])  # stable: ties keep each namespace's order
+        if search.query is None:
+            lists = []
+            for ns, name in selected:
+                lists.append([(ns, view) for view in (yield from self._recent(name, search, need))])
+            newest = _merge_newest(lists, need)
+            return [self._search_item(ns, view, None) for ns, view in newest[search.offset :]]
+        if not selected:
+            return []
+        # one ranking over every selected namespace
+        ranked = yield from self._ranked([name for _, name in selected], search, need)
+        found = [
+            (score, self._search_item(known[name], view, score)) for name, view, score in ranked
+        ]
+        found.sort(key=lambda pair: -pair[0])  # stable: ties keep the stream's order
         return [item for _, item in found[search.offset : need]]
 
     @staticmethod

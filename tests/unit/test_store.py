@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -288,6 +289,32 @@ def _put_all(store: Any, namespaces: list[tuple[str, ...]]) -> None:
     store.batch(
         [PutOp(ns, f"id_{i}", {"data": f"value_{i:02d}"}) for i, ns in enumerate(namespaces)]
     )
+
+
+def test_pages_without_a_query_are_slices_of_one_order(store: Any) -> None:
+    """Without a query, items come last written first, and every page is a slice of that one
+    order. Memories whose times disagree with the order they were written in (imported with a
+    past ``now=``) used to make pages repeat one item and skip another: each namespace was cut
+    in write order and the cut pieces sorted by time."""
+    now = datetime.now(UTC)
+    store.put(("a",), "fresh", {"text": "put first"})
+    store.stream.add("imported, a month old", namespace="a", now=now - timedelta(days=30))
+    store.put(("a", "b"), "y", {"text": "put second"})
+    store.stream.add("imported, ten days old", namespace="a/b", now=now - timedelta(days=10))
+    store.put(("c",), "z", {"text": "put last"})
+    store.put(("a",), "again", {"text": "put after the import"})
+    for prefix in [("a",), ("a", "b"), ()]:
+        full = [(i.namespace, i.key) for i in store.search(prefix, limit=10)]
+        assert len(set(full)) == len(full)
+        for size in [1, 2, 3]:
+            pages = [
+                (i.namespace, i.key)
+                for offset in range(0, len(full) + size, size)
+                for i in store.search(prefix, limit=size, offset=offset)
+            ]
+            assert pages == full, (prefix, size)
+    assert next(k for ns, k in full if ns == ("a",)) == "again"  # within a namespace, write order
+    assert full[0] == (("a",), "again") and full[1] == (("c",), "z")  # across them, time
 
 
 def test_list_namespaces_basic(store: Any) -> None:
