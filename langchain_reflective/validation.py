@@ -22,6 +22,7 @@ from langchain_reflective.backends.base import (
 )
 from langchain_reflective.errors import EmbeddingError, InvalidMemoryError
 from langchain_reflective.records import (
+    MAX_IDENTIFIER_BYTES,
     REFLECTION,
     MemoryRecord,
     check_encodable,
@@ -195,7 +196,10 @@ def plan_add(
             imp = imp[0]
         if (
             kinds
-            and ((kinds.isascii() and "\x00" not in kinds) or valid_name(kinds, "kind"))
+            and (
+                (kinds.isascii() and "\x00" not in kinds and len(kinds) <= MAX_IDENTIFIER_BYTES)
+                or valid_name(kinds, "kind")
+            )
             and (imp is None or (type(imp) is float and 0.0 <= imp <= 1.0))
         ):
             return AddPlan(

@@ -110,6 +110,8 @@ def test_sqlite_refuses_an_over_long_id_or_namespace(tmp_path: Path) -> None:
             stream.enqueue(["hello world"], namespace=long)
         with pytest.raises(InvalidMemoryError, match="kind is 3,000 bytes long"):
             stream.add(["hello", "world"], kinds=[long, "observation"])
+        with pytest.raises(InvalidMemoryError, match="kind is 2,000 bytes long"):
+            stream.add("hello", kinds="k" * 2_000)  # (one text: the add's quick path)
         assert stream.count() == 0 and stream.pending() == []
     with pytest.raises(InvalidMemoryError, match="namespace is 3,000 bytes long"):
         MemoryStream(WordEmbeddings(), path=tmp_path / "n.db", namespace=long)
