@@ -619,7 +619,7 @@ class ReflectiveStore(BaseStore):
             n = total
 
     def _recent(self, name: str, search: _Search, need: int) -> Generator[_Call, Any, list[_View]]:
-        """Up to ``need`` items of one namespace that match the filter, newest first.
+        """Up to ``need`` items of one namespace that match the filter, last written first.
 
         Reads ``need`` memories (more when a filter is set), and everything only when
         filtered-out memories left fewer than ``need``.
