@@ -17,6 +17,15 @@ Two kinds (``VectorIndexSettings.kind``):
 
 The database records its kind, the current index's name, the rows it was trained on and its
 lists in ``reflective_meta``; every process reads them from there.
+
+What the index holds depends on the vectors' dimension (:func:`indexed`): pgvector indexes
+``vector`` columns of at most 2,000 dimensions, so up to 2,000 it indexes the column itself;
+up to 4,000 (OpenAI's ``text-embedding-3-large`` has 3,072) it indexes each vector cast to
+``halfvec`` (16-bit floats), which only orders the dense candidates: the statement orders them by
+the same expression (:func:`dense_distance`, else the index is not used), while every score is
+still computed from the stored ``vector``; above 4,000 (or 2,000 with a pgvector older than 0.7,
+which has no ``halfvec``) there is no vector index at all and the dense candidates come from
+exact scans (``PostgresBackend.reindex`` builds none either).
 """
 
 from __future__ import annotations
@@ -34,17 +43,23 @@ from typing import TYPE_CHECKING, Any, Literal
 import psycopg
 
 from langchain_reflective.backends.postgres.connection import session_setting, unbounded
+from langchain_reflective.backends.postgres.conninfo import redacted
+from langchain_reflective.backends.postgres.failures import storage_error
 from langchain_reflective.backends.postgres.schema import INDEX_LOCK
 
 if TYPE_CHECKING:
     from langchain_reflective.backends.postgres.connection import Pools
 
 __all__ = [
+    "HALFVEC_INDEX_MAX_DIMENSIONS",
+    "VECTOR_INDEX_MAX_DIMENSIONS",
     "IndexKind",
     "IndexState",
     "VectorIndex",
     "VectorIndexSettings",
     "build_index",
+    "dense_distance",
+    "indexed",
     "read_state",
 ]
 
@@ -54,9 +69,89 @@ IndexKind = Literal["ivfflat", "hnsw"]
 
 _PREFIX = "reflective_memories_embedding_"
 _USING = {
-    "ivfflat": "ivfflat (embedding vector_cosine_ops) WITH (lists = {lists})",
-    "hnsw": "hnsw (embedding vector_cosine_ops)",
+    "ivfflat": "ivfflat ({indexed}) WITH (lists = {lists})",
+    "hnsw": "hnsw ({indexed})",
 }
+
+VECTOR_INDEX_MAX_DIMENSIONS = 2_000
+"""pgvector's HNSW and IVFFlat index ``vector`` values of at most this many dimensions."""
+HALFVEC_INDEX_MAX_DIMENSIONS = 4_000
+"""... and ``halfvec`` values (16-bit floats) of at most this many (pgvector 0.7 and later)."""
+
+
+def indexed(dimension: int, *, halfvec: bool = True) -> str | None:
+    """What the vector index of ``dimension``-dimensional vectors holds, with its operator
+    class: the column itself up to :data:`VECTOR_INDEX_MAX_DIMENSIONS`, each vector cast to
+    ``halfvec`` up to :data:`HALFVEC_INDEX_MAX_DIMENSIONS` (if the server's pgvector has
+    ``halfvec``: 0.7 and later); ``None`` when pgvector can index neither (exact scans)."""
+    d = int(dimension)
+    if d <= VECTOR_INDEX_MAX_DIMENSIONS:
+        return "embedding vector_cosine_ops"
+    if d <= HALFVEC_INDEX_MAX_DIMENSIONS and halfvec:
+        return f"(embedding::halfvec({d})) halfvec_cosine_ops"
+    return None
+
+
+def dense_distance(
+    dimension: int | None,
+    state: IndexState,
+    column: str = "m.embedding",
+    query: str = "(SELECT v FROM q)",
+) -> str:
+    """The cosine distance from ``column`` to ``query`` (SQL expressions, a ``vector`` each)
+    to order the dense candidates by, as the database's vector index (``state``) holds it: the
+    planner uses an index only for the very expression it indexes. The vectors themselves,
+    except under an index of vectors of more than :data:`VECTOR_INDEX_MAX_DIMENSIONS` (no
+    other can be built), which holds them cast to ``halfvec``: both are cast, which orders the
+    candidates to within ~1e-3 (16-bit floats); their scores, computed from the stored
+    ``vector``, do not inherit that. Without an index (``state.name`` is ``None``) the exact
+    ordering costs a scan either way."""
+    if dimension is None or state.name is None or dimension <= VECTOR_INDEX_MAX_DIMENSIONS:
+        return f"{column} <=> {query}"
+    d = int(dimension)
+    return f"{column}::halfvec({d}) <=> {query}::halfvec({d})"
+
+
+def _using(conn: psycopg.Connection[Any], kind: IndexKind, lists: int = 0) -> str | None:
+    """The ``USING ...`` clause of a ``kind`` index of the column's vectors (``None``: pgvector
+    cannot index them)."""
+    row = conn.execute("SELECT to_regtype('halfvec') IS NOT NULL").fetchone()
+    what = indexed(_dimension(conn), halfvec=bool(row and row[0]))
+    return None if what is None else "USING " + _USING[kind].format(indexed=what, lists=lists)
+
+
+_NO_INDEX = (
+    "no vector index: the vectors have {dimension:,} dimensions, and pgvector indexes at most "
+    f"{HALFVEC_INDEX_MAX_DIMENSIONS:,} (as halfvec); the dense candidates come from exact scans"
+)
+_PERMANENT = ("0A", "42", "54")
+"""SQLSTATE classes of a failed build that building again will not cure: a feature the server
+lacks, a missing privilege (a role that may only read and write the tables), operator class or
+other object, a program limit."""
+
+
+def _sqlstate(exc: BaseException | None) -> str | None:
+    """The SQLSTATE of ``exc`` or of the database error it was raised from."""
+    while exc is not None:
+        if isinstance(exc, psycopg.Error) and exc.sqlstate:
+            return exc.sqlstate
+        exc = exc.__cause__
+    return None
+
+
+def _permanent(exc: BaseException) -> bool:
+    """Whether a build failed with ``exc`` will fail again however often it is retried."""
+    state = _sqlstate(exc)
+    return state is not None and state[:2] in _PERMANENT
+
+
+def _dimension(conn: psycopg.Connection[Any]) -> int:
+    """The vector column's dimension (0: not bound yet; seen in the transaction binding it)."""
+    row = conn.execute(
+        "SELECT atttypmod FROM pg_attribute WHERE attrelid = 'reflective_memories'::regclass "
+        "AND attname = 'embedding'"
+    ).fetchone()
+    return max(int(row[0]), 0) if row else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,16 +270,16 @@ def ivfflat_build_kb(lists: int, dimension: int) -> int:
 
 
 @contextlib.contextmanager
-def _build_memory(conn: psycopg.Connection[Any], kind: IndexKind, lists: int) -> Iterator[None]:
+def _build_memory(
+    conn: psycopg.Connection[Any], kind: IndexKind, lists: int, dimension: int
+) -> Iterator[None]:
     """Raise this connection's ``maintenance_work_mem`` to what an IVFFlat build of ``lists``
-    lists needs (never lower it), and restore it afterwards: the connection goes back to the
-    pool."""
+    lists of ``dimension``-dimensional vectors needs (never lower it), and restore it
+    afterwards: the connection goes back to the pool."""
     row = conn.execute(
-        "SELECT (SELECT setting::bigint FROM pg_settings WHERE name = 'maintenance_work_mem'),"
-        " (SELECT atttypmod FROM pg_attribute WHERE attrelid = 'reflective_memories'::regclass"
-        " AND attname = 'embedding')"
+        "SELECT setting::bigint FROM pg_settings WHERE name = 'maintenance_work_mem'"
     ).fetchone()
-    current, dimension = (int(row[0]), int(row[1])) if row else (0, 0)
+    current = int(row[0]) if row else 0
     needed = ivfflat_build_kb(lists, dimension) if kind == "ivfflat" and dimension > 0 else 0
     if needed <= current:
         yield
@@ -218,8 +313,12 @@ def build_index(
         wait: wait for the index lock (polling: a statement blocked on it would deadlock with
             the holder's concurrent build); ``False``: return ``None`` at once when it is held.
 
+    Vectors of more dimensions than pgvector indexes (:func:`indexed`) get no index: the
+    state records the kind and no index (the old ones, if any, are dropped).
+
     Returns:
-        The new state, or ``None`` when nothing was built.
+        The new state (without a name when the vectors cannot be indexed), or ``None`` when
+        nothing was built.
     """
     with unbounded(conn):  # (not one of the calls users' timeouts bound: see _USERS_TIMEOUTS)
         return _build_index(conn, settings, kind=kind, force=force, wait=wait)
@@ -257,13 +356,16 @@ def _build_index(
             (int(n.rsplit("_", 1)[1]) for n in old if n.rsplit("_", 1)[1].isdigit()), default=0
         )
         lists = settings.lists_for(rows) if target == "ivfflat" else 0
-        name = f"{_PREFIX}{target}_{generation}"
-        using = _USING[target].format(lists=lists)
-        with _build_memory(conn, target, lists):
-            conn.execute(f'CREATE INDEX CONCURRENTLY "{name}" ON reflective_memories USING {using}')
-        new = IndexState(
-            kind=target, name=name, rows=rows if target == "ivfflat" else 0, lists=lists
-        )
+        using = _using(conn, target, lists)
+        if using is None:  # (no index pgvector can build: exact scans)
+            new = IndexState(kind=target)
+        else:
+            name = f"{_PREFIX}{target}_{generation}"
+            with _build_memory(conn, target, lists, _dimension(conn)):
+                conn.execute(f'CREATE INDEX CONCURRENTLY "{name}" ON reflective_memories {using}')
+            new = IndexState(
+                kind=target, name=name, rows=rows if target == "ivfflat" else 0, lists=lists
+            )
         with conn.transaction():
             write_state(conn, new)
         for name_old in old:
@@ -314,15 +416,16 @@ class VectorIndex:
         self._read_at = time.monotonic()
 
     def bind(self, conn: psycopg.Connection[Any]) -> None:
-        """When the embeddings are first bound (in that transaction): record the kind and, for
-        HNSW, build the index (the table is empty; an IVFFlat index waits for rows)."""
+        """When the embeddings are first bound (in that transaction, the column given its
+        dimension): record the kind and, for HNSW, build the index (the table is empty; an
+        IVFFlat index waits for rows; vectors of more dimensions than pgvector indexes get
+        none: :func:`indexed`)."""
         kind = self.settings.kind
         name = None
-        if kind == "hnsw":
+        using = _using(conn, "hnsw") if kind == "hnsw" else None
+        if using is not None:
             name = f"{_PREFIX}hnsw"
-            conn.execute(
-                f'CREATE INDEX IF NOT EXISTS "{name}" ON reflective_memories USING {_USING["hnsw"]}'
-            )
+            conn.execute(f'CREATE INDEX IF NOT EXISTS "{name}" ON reflective_memories {using}')
         state = IndexState(kind=kind, name=name)
         write_state(conn, state)
         self._state = None  # read after the commit
@@ -351,9 +454,15 @@ class VectorIndex:
 
     # -- building ------------------------------------------------------------------------------
 
+    def distance(self, dimension: int | None) -> str:
+        """:func:`dense_distance` under the current index (the statement gathering the dense
+        candidates orders them by it, so that the index serves it)."""
+        return dense_distance(dimension, self.state())
+
     @contextlib.contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """A connection of its own for a build (one the pool does not hand out meanwhile)."""
+        """A connection of its own for a build (one the pool does not hand out meanwhile);
+        database errors leave as the package's (:func:`.failures.storage_error`)."""
         conninfo = self._pools.conninfo
         if conninfo is None:
             with self._pools.conn() as conn:
@@ -361,27 +470,44 @@ class VectorIndex:
             return
         with self._pools.conn() as _:  # the pool's errors and closed check
             pass
-        conn = psycopg.connect(conninfo, autocommit=True)
+        try:
+            conn = psycopg.connect(conninfo, autocommit=True)
+        except psycopg.Error as exc:  # (not chained: libpq's message may quote the password)
+            error = storage_error(exc)
+            raise type(error)(redacted(str(error), conninfo)) from None
         with self._lock:
             self._building = conn
         try:
             yield conn
+        except psycopg.Error as exc:
+            raise storage_error(exc) from exc
         finally:
             with self._lock:
                 self._building = None
             conn.close()
 
     def rebuild(self, *, kind: IndexKind | None = None, force: bool = True) -> IndexState | None:
-        """Build the index now (waiting for any other build to finish first)."""
+        """Build the index now (waiting for any other build to finish first); vectors pgvector
+        cannot index get none (a warning says so: :func:`indexed`).
+
+        Raises:
+            StorageError: the build failed (the old index, if any, still serves).
+        """
         with self._connection() as conn:
             state = build_index(conn, self.settings, kind=kind, force=force)
             self._set(read_state(conn, self.settings.kind))
+            dimension = _dimension(conn) if state is not None and state.name is None else 0
+        if dimension:
+            logger.warning(_NO_INDEX.format(dimension=dimension))
+        # (a background build failed for good may run again: what failed may be fixed)
+        self._retry_at = math.inf if dimension else 0.0
         return state
 
     def after_put(self, rows: int) -> None:
         """Start a background rebuild if a table of ``rows`` is due one and none is running
         in this process (at most one attempt per 10 seconds when another process holds the
-        index lock)."""
+        index lock or a build failed; none after a build that cannot succeed: see
+        :meth:`_background`)."""
         if not self.settings.auto or self._closed:
             return
         if not self.settings.due(self.state(), rows):
@@ -397,16 +523,36 @@ class VectorIndex:
             self._builder.start()
 
     def _background(self) -> None:
+        """One background build. A failure leaves the old index serving and is retried by an
+        add 10 s later, unless building again cannot help (:func:`_permanent`: e.g. a missing
+        privilege) or nothing can be built (vectors pgvector cannot index): then this process
+        says so once and builds no more until :meth:`rebuild` succeeds."""
         built = None
+        retry = 10.0
+        dimension = 0
         try:
             with self._connection() as conn:
                 built = build_index(conn, self.settings, wait=False)
                 self._set(read_state(conn, self.settings.kind))
-        except Exception:  # a failed build leaves the old index serving; a later add retries
+                if built is not None and built.name is None:
+                    dimension = _dimension(conn)
+        except Exception as exc:
+            if _permanent(exc):
+                retry = math.inf
             if not self._closed:
-                logger.warning("rebuilding the vector index failed", exc_info=True)
-        if built is None:  # failed, or another process holds the lock: not again for a while
-            self._retry_at = time.monotonic() + 10.0
+                logger.warning(
+                    "rebuilding the vector index failed%s",
+                    "; it would fail again, so this process builds no more until "
+                    "PostgresBackend.reindex() succeeds"
+                    if retry == math.inf
+                    else "",
+                    exc_info=True,
+                )
+        if dimension:
+            logger.info(_NO_INDEX.format(dimension=dimension))
+            retry = math.inf
+        if built is None or dimension:  # (or another process holds the lock)
+            self._retry_at = time.monotonic() + retry
 
     def wait(self, timeout: float | None = None) -> None:
         """Wait for this process's background rebuild, if one is running."""
