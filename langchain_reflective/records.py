@@ -224,16 +224,71 @@ def check_encodable(value: str, what: str) -> str:
     return value
 
 
+MAX_NESTING = 100
+"""How deep the dicts and lists of a memory's metadata (or a store item's value) may nest, the
+mapping itself being level 1.
+
+Deeper values are refused: encoding one raises ``RecursionError`` from about 985 levels, and one
+a little less deep would be stored but break every read of its namespace (decoding it needs a
+deeper stack than a read deep inside a graph has)."""
+
+
+def check_json_shape(value: Mapping[str, Any], what: str, max_depth: int = MAX_NESTING) -> None:
+    """Refuse a mapping that JSON cannot keep as given: a key that is not a string at any depth
+    (JSON writes ``1``, ``True`` and ``None`` as ``"1"``, ``"true"`` and ``"null"``, merging
+    each with the string key equal to it), or dicts and lists nested more than ``max_depth``
+    levels (default :data:`MAX_NESTING`). Each container is walked once per depth it sits at
+    (one shared many times over is not walked per path), without recursion.
+
+    Raises:
+        InvalidMemoryError: the message starts with ``what`` and names where.
+    """
+    seen: dict[int, int] = {}  # id of a container -> the least depth it was walked at
+    stack: list[tuple[Any, int, str]] = [(value, 1, "")]
+    while stack:
+        node, depth, path = stack.pop()
+        if seen.get(id(node), depth + 1) <= depth:
+            continue  # walked already with at least as much depth left
+        seen[id(node)] = depth
+        if depth > max_depth:
+            raise InvalidMemoryError(
+                f"{what} nests dicts and lists more than {max_depth} levels deep (at "
+                f"{_short(path)}): store a flatter value"
+            )
+        if isinstance(node, Mapping):
+            children = []
+            for key, child in node.items():
+                if not isinstance(key, str):
+                    raise InvalidMemoryError(
+                        f"{what} has a key that is not a string, {_short(repr(key))} "
+                        f"({type(key).__name__}), in {_short(path) or 'the value'}: JSON would "
+                        f"store it as a string, so it is refused"
+                    )
+                children.append((child, f"{path}.{key}" if path else key))
+        else:
+            children = [(child, f"{path}[{i}]") for i, child in enumerate(node)]
+        for child, where in reversed(children):
+            if isinstance(child, Mapping | list | tuple):
+                stack.append((child, depth + 1, where))
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def validate_metadata(metadata: Mapping[str, Any] | None, what: str = "metadata") -> dict[str, Any]:
     """Return a JSON-serialisable copy of ``metadata`` (``what`` names it in errors).
 
     Raises:
-        InvalidMemoryError: if it is not a mapping with string keys or is not JSON-serialisable.
+        InvalidMemoryError: if it is not a mapping with string keys (at every depth: see
+            :func:`check_json_shape`), nests deeper than :data:`MAX_NESTING`, or is not
+            JSON-serialisable.
     """
     if metadata is None:
         return {}
     if not isinstance(metadata, Mapping):
         raise InvalidMemoryError(f"{what} must be a mapping, got {type(metadata).__name__}")
+    check_json_shape(metadata, what)
     try:
         dumped = json.dumps(dict(metadata), allow_nan=False)
         out: dict[str, Any] = json.loads(dumped)

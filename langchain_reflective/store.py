@@ -23,7 +23,7 @@ keep as given is refused with ``InvalidMemoryError`` before anything of the batc
 key that is not a string, at any depth (JSON would store ``1``, ``True`` or ``None`` as ``"1"``,
 ``"true"`` or ``"null"``, merging it with an equal string key; LangGraph's ``InMemoryStore``
 keeps such keys, so a JSON-backed store refuses them rather than change them), dicts and lists
-nested more than :data:`~langchain_reflective.store_codec.MAX_VALUE_DEPTH` (100) levels deep,
+nested more than :data:`~langchain_reflective.store_codec.MAX_VALUE_DEPTH` (98) levels deep,
 and a NUL character (Postgres cannot store one). The memory's id is derived from the namespace
 and the key, so a put with an existing key replaces that memory under the same id (the old memory is
 deleted in the add's own transaction, ``MemoryStream.add(..., replacing=...)``: a failed or

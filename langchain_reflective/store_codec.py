@@ -13,7 +13,13 @@ from typing import Any
 from langgraph.store.base import InvalidNamespaceError, MatchCondition, get_text_at_path
 
 from langchain_reflective.errors import InvalidFilterError, InvalidMemoryError
-from langchain_reflective.records import MemoryRecord, clip_text, validate_text
+from langchain_reflective.records import (
+    MAX_NESTING,
+    MemoryRecord,
+    check_json_shape,
+    clip_text,
+    validate_text,
+)
 
 __all__ = [
     "ITEM_METADATA_KEY",
@@ -153,58 +159,24 @@ def matches_condition(condition: MatchCondition, namespace: tuple[str, ...]) -> 
 # -- values -------------------------------------------------------------------------------------
 
 
-MAX_VALUE_DEPTH = 100
-"""How deep the dicts and lists of a store value may nest (the value itself is level 1).
-
-Deeper values are refused: encoding one raises ``RecursionError`` from about 985 levels, and one
-a little less deep would be stored but break every read of its namespace (decoding it needs a
-deeper stack than a read deep inside a graph has)."""
+MAX_VALUE_DEPTH = MAX_NESTING - 2
+"""How deep the dicts and lists of a store value may nest (the value itself is level 1): a
+memory's metadata may nest :data:`~langchain_reflective.records.MAX_NESTING` levels, and the
+value sits two levels inside it (``{"langgraph_item": {"value": ...}}``)."""
 
 
 def check_value(value: Mapping[str, Any], what: str) -> None:
-    """Refuse a store value that JSON cannot keep as given, before it is encoded.
-
-    Keys must be strings at every depth: JSON would store a key ``1``, ``True`` or ``None`` as
-    ``"1"``, ``"true"`` or ``"null"`` (merging it with a string key equal to that), where
-    LangGraph's ``InMemoryStore`` keeps it as given. Dicts and lists nest at most
-    :data:`MAX_VALUE_DEPTH` levels. Each container is walked once per depth it sits at (a
-    container shared many times over is not walked per path), without recursion.
+    """Refuse a store value that JSON cannot keep as given, before it is encoded
+    (:func:`~langchain_reflective.records.check_json_shape`): keys must be strings at every
+    depth (JSON would store a key ``1``, ``True`` or ``None`` as ``"1"``, ``"true"`` or
+    ``"null"``, merging it with a string key equal to that, where LangGraph's ``InMemoryStore``
+    keeps it as given), and dicts and lists nest at most :data:`MAX_VALUE_DEPTH` levels.
 
     Raises:
         InvalidMemoryError: a key that is not a string, or a value nested too deep; the
             message starts with ``what`` and names where.
     """
-    seen: dict[int, int] = {}  # id of a container -> the least depth it was walked at
-    stack: list[tuple[Any, int, str]] = [(value, 1, "")]
-    while stack:
-        node, depth, path = stack.pop()
-        if seen.get(id(node), depth + 1) <= depth:
-            continue  # walked already with at least as much depth left
-        seen[id(node)] = depth
-        if depth > MAX_VALUE_DEPTH:
-            raise InvalidMemoryError(
-                f"{what} nests dicts and lists more than {MAX_VALUE_DEPTH} levels deep (at "
-                f"{_short(path)}): store a flatter value"
-            )
-        if isinstance(node, Mapping):
-            children = []
-            for key, child in node.items():
-                if not isinstance(key, str):
-                    raise InvalidMemoryError(
-                        f"{what} has a key that is not a string, {_short(repr(key))} "
-                        f"({type(key).__name__}), in {_short(path) or 'the value'}: JSON would "
-                        f"store it as a string, so it is refused"
-                    )
-                children.append((child, f"{path}.{key}" if path else key))
-        else:
-            children = [(child, f"{path}[{i}]") for i, child in enumerate(node)]
-        for child, where in reversed(children):
-            if isinstance(child, Mapping | list | tuple):
-                stack.append((child, depth + 1, where))
-
-
-def _short(text: str, limit: int = 80) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    check_json_shape(value, what, MAX_VALUE_DEPTH)
 
 
 def _as_text(value: Any) -> str:

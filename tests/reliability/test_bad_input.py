@@ -94,6 +94,15 @@ def _embed_query(result: Any) -> Callable[[MemoryStream], Any]:
 NAN = float("nan")
 INF = float("inf")
 V64 = [0.1] * 64
+
+
+def _deep(levels: int) -> dict[str, Any]:
+    inner: Any = "leaf"
+    for _ in range(levels - 1):
+        inner = [inner]
+    return {"v": inner}
+
+
 CASES: list[tuple[str, str, Callable[[MemoryStream], Any], type[ReflectiveError]]] = [
     # texts
     ("text", "empty", lambda s: s.add(""), InvalidMemoryError),
@@ -132,6 +141,21 @@ CASES: list[tuple[str, str, Callable[[MemoryStream], Any], type[ReflectiveError]
     ),
     ("field", "metadata NaN", lambda s: s.add("ok", metadatas={"x": NAN}), InvalidMemoryError),
     ("field", "metadata str", lambda s: s.add("ok", metadatas=["nope"]), InvalidMemoryError),
+    # JSON would rename (and merge) a non-string key; a deep value broke reads of its namespace
+    (
+        "field",
+        "metadata int key",
+        lambda s: s.add("ok", metadatas={"a": {1: "x", "1": "y"}}),
+        InvalidMemoryError,
+    ),
+    ("field", "metadata None key", lambda s: s.add("ok", metadatas={None: 1}), InvalidMemoryError),
+    ("field", "metadata 970 deep", lambda s: s.add("ok", metadatas=_deep(970)), InvalidMemoryError),
+    (
+        "field",
+        "metadata 5000 deep",
+        lambda s: s.add("ok", metadatas=_deep(5000)),
+        InvalidMemoryError,
+    ),
     ("field", "unknown evidence", lambda s: s.add("ok", evidence=[["nope"]]), InvalidMemoryError),
     (
         "field",
