@@ -24,7 +24,7 @@ import logging
 import math
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -401,13 +401,15 @@ class LLMImportanceScorer(BaseImportanceScorer):
             reason = f"model error: {type(output).__name__}: {output}"
             return [ImportanceResult(placeholder, "heuristic", reason) for _ in chunk]
         parsed, raw = self._call.unpack(output)
-        ratings: list[float | None]
-        if parsed is not None:
-            ratings = ratings_from_structured(parsed, len(chunk))
-            if all(r is None for r in ratings) and raw:
-                ratings = parse_ratings(raw, len(chunk))
-        else:
-            ratings = parse_ratings(raw, len(chunk))  # never raises (load_json caps the depth)
+        try:
+            ratings = _read_ratings(parsed, raw, len(chunk))
+        except Exception as exc:
+            # The parsers promise never to raise, but a bug that let one answer through would
+            # lose the memories being added: the answer is unusable, logged with its traceback
+            # so the bug is seen (a heuristic rating alone would hide it).
+            logger.exception("importance: parsing the model's answer failed: %r", raw[:200])
+            reason = f"unparseable output ({type(exc).__name__}): {raw[:80]!r}"
+            return [ImportanceResult(placeholder, "heuristic", reason) for _ in chunk]
         out: list[ImportanceResult] = []
         unparseable = all(r is None for r in ratings)
         for i, rating in enumerate(ratings, 1):
@@ -434,6 +436,15 @@ class LLMImportanceScorer(BaseImportanceScorer):
         return out
 
 
+def _read_ratings(parsed: Any, raw: str, count: int) -> list[float | None]:
+    """The ratings of a structured answer, else of its text (:func:`parse_ratings`)."""
+    if isinstance(parsed, ImportanceRatings):
+        ratings = ratings_from_structured(parsed, count)
+        if any(r is not None for r in ratings) or not raw:
+            return ratings
+    return parse_ratings(raw, count)
+
+
 def _unrated_message(reasons: list[str], total: int) -> str:
     return (
         f"{len(reasons)} of {total} memories could not be rated by the model "
@@ -453,7 +464,11 @@ class UnratedBatchError(ImportanceError):
 # Tolerant rating parser
 # --------------------------------------------------------------------------------------------
 
-_NUMBER = r"[-+]?\d+(?:\.\d+)?"
+_NUMBER = r"[-+]?(?<!\d)\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
+"""A number as a model writes it. The exponent belongs to it ("1e309" is one number, too large
+to be a rating, not the ratings 1 and 309). It starts where its digits start: a pattern that
+failed after a long run of digits retried from every digit of the run (quadratic: 5000 digits
+took seconds, with the GIL held)."""
 _INDEXED = re.compile(
     r"^(?:(?:memory|memories|item|statement|mem|no\.?|number|#)\s*#?\s*)?"
     r"[\[(]?(\d{1,4})[\])]?"
@@ -473,6 +488,9 @@ _BLANKS = re.compile(r"[^\S\n]+")
 _LEADING_NUMBER = re.compile(r"^[^\w+-]*(" + _NUMBER + r")")
 _LABEL_SPLIT = re.compile(r"[,;]?[ \t]+(?=(?:memory|item)\s*#?\s*\d)", re.IGNORECASE)
 _ONLY_NUMBER = re.compile(r"^[^\w+-]*(" + _NUMBER + r")\W*$")
+_KEY_NUMBER = re.compile(r"(?<!\d)\d{1,4}(?!\d)")
+"""A memory number in a JSON key ("3", "memory_3"); at most 4 digits like the line patterns (a
+longer run numbers no memory, and ``int()`` of more than 4300 digits raises)."""
 _INLINE_PAIR = re.compile(r"(?:^|[\s,;{(\[])(\d{1,4})\s*[:=]\s*(" + _NUMBER + r")")
 _INDEX_KEYS = ("index", "idx", "id", "memory", "number", "num", "n", "i", "item")
 _RATING_KEYS = ("rating", "score", "importance", "poignancy", "value", "rate")
@@ -488,7 +506,7 @@ def _to_rating(value: Any) -> float | None:
             return None
     try:
         number = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # (OverflowError: a JSON integer past 1e308)
         return None
     if not math.isfinite(number):
         return None
@@ -538,13 +556,28 @@ def _strip_markup(line: str) -> str:
     return re.sub(r"^\s*(?:[-*•+>]\s+)+", "", line).strip()
 
 
-def ratings_from_structured(parsed: ImportanceRatings, count: int) -> list[float | None]:
-    """Ratings by position from a structured answer; out-of-range indices are ignored."""
+def _by_index(pairs: Iterable[tuple[int, Any]], count: int) -> list[float | None]:
+    """Ratings placed by memory number: ``(number, rating)`` pairs, the first usable rating of a
+    memory wins and numbers out of range are ignored.
+
+    The prompt numbers memories from 1, but some models answer from 0: an answer that has a 0
+    and no number past ``count - 1`` is numbered from 0 (else its 0 would be dropped and every
+    rating would land on the next memory). Every answer form (lines, JSON, structured) uses this
+    one rule."""
+    pairs = list(pairs)
+    shift = 1 if any(i == 0 for i, _ in pairs) and max(i for i, _ in pairs) < count else 0
     out: list[float | None] = [None] * count
-    for item in parsed.ratings:
-        if 1 <= item.index <= count and out[item.index - 1] is None:
-            out[item.index - 1] = _to_rating(item.rating)
+    for index, rating in pairs:
+        position = index + shift - 1
+        if 0 <= position < count and out[position] is None:
+            out[position] = _to_rating(rating)
     return out
+
+
+def ratings_from_structured(parsed: ImportanceRatings, count: int) -> list[float | None]:
+    """Ratings by position from a structured answer (numbered from 1, or from 0: see
+    :func:`_by_index`); out-of-range indices are ignored."""
+    return _by_index([(item.index, item.rating) for item in parsed.ratings], count)
 
 
 def _from_json(value: Any, count: int) -> list[float | None] | None:
@@ -557,32 +590,29 @@ def _from_json(value: Any, count: int) -> list[float | None] | None:
         if single is not None and count == 1:
             out[0] = _to_rating(single)
             return out
-        found = False
-        for key, item in value.items():
-            m = re.search(r"\d+", str(key))
-            if m and 1 <= int(m.group()) <= count:
-                out[int(m.group()) - 1] = _to_rating(
-                    item if not isinstance(item, Mapping) else _rating_of(item)
-                )
-                found = True
-        return out if found else None
+        pairs = [
+            (int(m.group()), item if not isinstance(item, Mapping) else _rating_of(item))
+            for key, item in value.items()
+            if (m := _KEY_NUMBER.search(str(key)))
+        ]
+        return _by_index(pairs, count) if pairs else None
     if isinstance(value, list):
         if all(not isinstance(v, Mapping | list) for v in value):
             ratings = [_to_rating(v) for v in value]
             if len(ratings) == count:
                 return ratings
             return None
+        numbered: list[tuple[int, Any]] = []
         for pos, item in enumerate(value, 1):
             if not isinstance(item, Mapping):
                 continue
             index = next((item[k] for k in _INDEX_KEYS if k in item), pos)
             try:
                 i = int(index)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):  # (OverflowError: Infinity)
                 i = pos
-            if 1 <= i <= count and out[i - 1] is None:
-                out[i - 1] = _to_rating(_rating_of(item))
-        return out
+            numbered.append((i, _rating_of(item)))
+        return _by_index(numbered, count)
     if count == 1:
         out[0] = _to_rating(value)
         return out
@@ -600,7 +630,8 @@ def parse_ratings(text: str, count: int) -> list[float | None]:
     numbered lines (``"1: 7"``, ``"2. 3"``, ``"Memory 3 - rating 8"``, an echoed memory followed
     by its rating), one rating per line in order, ``"7, 3, 5"``, ``"1: 7, 2: 3"``, and JSON
     (``[7, 3]``, ``[{"index": 1, "rating": 7}]``, ``{"ratings": ...}``, ``{"1": 7}``), also
-    inside a Markdown code fence. ``<think>`` sections are ignored.
+    inside a Markdown code fence. Reasoning sections (``<think>``, ``<thinking>``,
+    ``<reasoning>``: see :func:`~langchain_reflective._llm.strip_reasoning`) are ignored.
 
     Returns:
         One entry per memory: its rating, or ``None`` when the answer has none for it (then the
@@ -621,15 +652,7 @@ def parse_ratings(text: str, count: int) -> list[float | None]:
     lines = [s for s in (_strip_markup(line) for line in text.splitlines()) if s]
     entries = [_line_rating(line) for line in lines]
     # 1. lines that carry their memory number ("1: 7", "Memory 2 - rating 3", echoed text)
-    indexed: dict[int, float] = {}
-    for index, rating in entries:
-        if index is not None and rating is not None:
-            indexed.setdefault(index, rating)
-    if 0 in indexed and max(indexed) < count:  # numbered from 0
-        indexed = {i + 1: r for i, r in indexed.items()}
-    for index, rating in indexed.items():
-        if 1 <= index <= count:
-            out[index - 1] = _to_rating(rating)
+    out = _by_index([(i, r) for i, r in entries if i is not None and r is not None], count)
     found = any(r is not None for r in out)
     # 2. "1: 7, 2: 3" on one line
     for m in _INLINE_PAIR.finditer(text):
@@ -642,6 +665,12 @@ def parse_ratings(text: str, count: int) -> list[float | None]:
     # 3. ratings in order, one per line or a comma-separated list
     sequence = [r for index, r in entries if index is None and r is not None]
     if len(sequence) != count and len(lines) == 1:
+        line_index, line_rating = entries[0]
+        if line_rating is None and line_index is not None and line_index <= count:
+            # "1: N/A", "Memory 1: unclear" (or "0: N/A", numbered from 0): the line's only
+            # number numbers a memory, it is not a rating. "8 - very important" for one memory
+            # cannot number it, so 8 is still read as the rating.
+            return out
         sequence = [_number(n) for n in _ANY_NUMBER.findall(lines[0])]
         if count == 1 and sequence:
             keyword = _find_rating(lines[0])

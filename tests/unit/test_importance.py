@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import threading
 from datetime import datetime
 
@@ -136,6 +138,113 @@ def test_batches_run_concurrently() -> None:
 )
 def test_parse_ratings_forms(text: str, count: int, expected: list[float | None]) -> None:
     assert parse_ratings(text, count) == expected
+
+
+def test_a_huge_number_in_the_answer_cannot_make_parsing_raise(now: datetime) -> None:
+    # int() of a 5000-digit JSON key raised ValueError (Python's 4300-digit limit) through
+    # parse_ratings' "never raises", and MemoryStream.add lost the memory; float() of a
+    # 400-digit JSON integer and int() of an Infinity index raised OverflowError
+    huge_key = '{"' + "9" * 5000 + '": 7, "1": 8}'
+    assert parse_ratings(huge_key, 1) == [8.0]
+    for answer in (
+        "[" + "9" * 400 + "]",
+        '{"1": ' + "9" * 400 + "}",
+        '[{"index": 1, "rating": ' + "9" * 400 + "}]",
+    ):
+        assert parse_ratings(answer, 1) == [None], answer[:30]
+    # an unreadable index is the item's position, like NaN or "first"
+    assert parse_ratings('[{"index": Infinity, "rating": 5}]', 1) == [5.0]
+    model = ScriptedChatModel(overrides={"importance": huge_key})
+    stream = MemoryStream(WordEmbeddings(), importance_scorer=scorer(model))
+    (record,) = stream.add(["My grandmother passed away last night."], now=now)
+    assert (record.importance, record.importance_source) == (0.8, "llm")
+
+
+def test_a_long_run_of_digits_parses_in_linear_time() -> None:
+    """'rating 7/10' is searched from every number; a number could start at any digit of a
+    run, so an answer of 5000 digits took seconds (60,000: minutes) with the GIL held. Parsed in
+    a child process with a hang guard (a thread cannot stop a regular expression)."""
+    script = (
+        "from langchain_reflective.importance import parse_ratings\n"
+        "for answer in ('9' * 100_000, '1e' + '9' * 100_000):\n"
+        "    assert parse_ratings(answer, 1) == [None], answer[:20]\n"
+        "assert len(parse_ratings('{\"' + '9' * 100_000 + '\": 7}', 1)) == 1\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+
+
+def test_a_parser_error_is_an_unparseable_answer(
+    monkeypatch: pytest.MonkeyPatch, now: datetime
+) -> None:
+    """Should a parser bug still let some answer raise, that answer is unusable: the memory
+    gets the fallback (or ImportanceError in strict mode), it is never lost."""
+    from langchain_reflective import importance
+
+    def broken(text: str, count: int) -> list[float | None]:
+        raise ValueError("parser bug")
+
+    monkeypatch.setattr(importance, "parse_ratings", broken)
+    model = ScriptedChatModel(overrides={"importance": "1: 8"})
+    stream = MemoryStream(WordEmbeddings(), importance_scorer=scorer(model))
+    (record,) = stream.add(["My grandmother died"], now=now)
+    assert record.importance_source == "heuristic"
+    assert record.importance == heuristic_rating("My grandmother died") / 10
+    (result,) = scorer(model).score(["x"])
+    assert result.source == "heuristic" and "unparseable" in str(result.error)
+    assert "ValueError" in str(result.error)
+    with pytest.raises(ImportanceError, match="unparseable"):
+        scorer(model, strict=True).score(["x"])
+
+
+@pytest.mark.parametrize(
+    ("answer", "count"),
+    [
+        ("1: I cannot rate this memory.", 1),
+        ("1: N/A", 1),
+        ("Memory 1: unclear", 1),
+        ("0: N/A", 1),
+        ("1e309", 2),  # one number (infinite), not the ratings 1 and 309
+        ("1e309", 1),
+    ],
+)
+def test_a_memory_number_or_an_exponent_is_not_a_rating(answer: str, count: int) -> None:
+    # the single-line fallback read the memory's number as its rating ("1: N/A" -> 1, 'llm'),
+    # and an exponent as a second rating ("1e309" -> [1, 10])
+    assert parse_ratings(answer, count) == [None] * count
+    texts = ["My grandmother passed away last night.", "Got fired today."][:count]
+    model = ScriptedChatModel(overrides={"importance": answer})
+    results = scorer(model).score(texts)
+    assert [r.source for r in results] == ["heuristic"] * count
+    assert [r.value for r in results] == [heuristic_rating(t) / 10 for t in texts]
+
+
+@pytest.mark.parametrize(
+    ("text", "count", "expected"),
+    [
+        ("8 - a life-changing event", 1, [8.0]),  # 8 cannot number the only memory
+        ("7.", 1, [7.0]),
+    ],
+)
+def test_a_single_line_rating_is_still_read(
+    text: str, count: int, expected: list[float | None]
+) -> None:
+    assert parse_ratings(text, count) == expected
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        '{"0": 9, "1": 2}',
+        '[{"index": 0, "rating": 9}, {"index": 1, "rating": 2}]',
+        '{"ratings": [{"index": 0, "rating": 9}, {"index": 1, "rating": 2}]}',
+        "0: 9\n1: 2",
+    ],
+)
+def test_zero_based_json_ratings_are_shifted(answer: str) -> None:
+    # the line parser shifted "0: 9" onto memory 1, but JSON keys and items numbered from 0
+    # put memory 1's rating on memory 2 (and dropped memory 2's)
+    assert parse_ratings(answer, 2) == [9.0, 2.0]
+    assert parse_ratings('{"1": 9, "2": 2}', 2) == [9.0, 2.0]  # 1-based stays
 
 
 # -- the malformed corpus ------------------------------------------------------------------------
@@ -304,6 +413,19 @@ def test_structured_output_with_missing_items() -> None:
     out = scorer(model).score(TEXTS)
     assert [r.source for r in out] == ["heuristic", "llm", "heuristic"]
     assert out[0].error == "no rating for item 1"
+
+
+def test_structured_output_numbered_from_zero() -> None:
+    # {"index": 0} was ignored and memory 2's rating landed on memory 1
+    answer = '{"ratings": [{"index": 0, "rating": 9}, {"index": 1, "rating": 2}]}'
+    model = StructuredScriptedChatModel(overrides={"importance": answer})
+    s = scorer(model)
+    assert s.uses_structured_output
+    out = s.score(["My grandmother passed away last night.", "Had coffee."])
+    assert out == [ImportanceResult(0.9, "llm"), ImportanceResult(0.2, "llm")]
+    answer = '{"ratings": [{"index": 2, "rating": 2}, {"index": 1, "rating": 9}]}'
+    model = StructuredScriptedChatModel(overrides={"importance": answer})
+    assert [r.value for r in scorer(model).score(["a", "b"])] == [0.9, 0.2]  # 1-based stays
 
 
 def test_models_without_structured_output_use_text() -> None:
