@@ -620,7 +620,21 @@ def _from_json(value: Any, count: int) -> list[float | None] | None:
 
 
 def _rating_of(item: Mapping[str, Any]) -> Any:
-    return next((item[k] for k in _RATING_KEYS if k in item), None)
+    """An item's rating: under a rating key, else under the first key that names one
+    (``"importance_rating"``, ``"poignancy_score"``), not an index key."""
+    found = next((item[k] for k in _RATING_KEYS if k in item), None)
+    if found is not None:
+        return found
+    return next(
+        (
+            value
+            for key, value in item.items()
+            if isinstance(key, str)
+            and key.lower() not in _INDEX_KEYS
+            and any(word in key.lower() for word in _RATING_KEYS)
+        ),
+        None,
+    )
 
 
 def parse_ratings(text: str, count: int) -> list[float | None]:
@@ -646,7 +660,9 @@ def parse_ratings(text: str, count: int) -> list[float | None]:
     data = load_json(text)
     if data is not None:
         from_json = _from_json(data, count)
-        if from_json is not None and any(r is not None for r in from_json):
+        if from_json is not None:
+            # numbered JSON items are the whole answer, with ratings or without: read again
+            # as lines, {"1": "N/A", "2": "N/A"} (a refusal) rated the memories 1 and 2
             return from_json
     text = _LABEL_SPLIT.sub("\n", text)
     lines = [s for s in (_strip_markup(line) for line in text.splitlines()) if s]

@@ -196,6 +196,12 @@ def test_a_parser_error_is_an_unparseable_answer(
         scorer(model, strict=True).score(["x"])
 
 
+def test_a_rating_under_a_key_that_names_one_is_read() -> None:
+    """Read as text before, now that numbered JSON items are the whole answer."""
+    assert parse_ratings('[{"id": 1, "importance_rating": 7}]', 1) == [7.0]
+    assert parse_ratings('{"1": {"poignancy_score": 3}, "2": {"rating": 9}}', 2) == [3.0, 9.0]
+
+
 @pytest.mark.parametrize(
     ("answer", "count"),
     [
@@ -205,6 +211,10 @@ def test_a_parser_error_is_an_unparseable_answer(
         ("0: N/A", 1),
         ("1e309", 2),  # one number (infinite), not the ratings 1 and 309
         ("1e309", 1),
+        # numbered JSON items without a rating are a refusal, not ratings 1 and 2
+        ('{"1": "N/A", "2": "N/A"}', 2),
+        ('[{"index": 1, "rating": null}, {"index": 2, "rating": null}]', 2),
+        ('{\n  "1": "unclear",\n  "2": "unclear"\n}', 2),
     ],
 )
 def test_a_memory_number_or_an_exponent_is_not_a_rating(answer: str, count: int) -> None:
