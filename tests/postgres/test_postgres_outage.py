@@ -420,6 +420,7 @@ def test_a_write_cut_off_by_a_real_outage_says_its_outcome_is_unknown_and_names_
         )
         assert isinstance(raised, WriteOutcomeUnknownError), raised
         assert took < 2 * HANG_GUARD, took
+        assert queued[0].id in " ".join(getattr(raised, "__notes__", []))  # (what to look up)
         server.start()
         assert backend.pending() == []
 

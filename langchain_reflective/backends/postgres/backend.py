@@ -433,7 +433,7 @@ class PostgresBackend(BaseMemoryBackend):
             enqueue(conn, items)
             return True
 
-        self._pools.writing(write, lambda conn: queued_outcome(conn, items))
+        self._pools.writing(write, lambda conn: queued_outcome(conn, items), note=ids_note(items))
 
     def pending(
         self, *, namespace: str | None = None, limit: int | None = None, newest: bool = False

@@ -386,9 +386,9 @@ def queued_outcome(conn: psycopg.Connection[Any], items: Sequence[PendingMemory]
     return _all_or_none(len(found), len(wanted), "queueing memories")
 
 
-def ids_note(records: Sequence[MemoryRecord]) -> str | None:
-    """What a ``WriteOutcomeUnknownError`` of a write of ``records`` adds: their ids, to look
-    up before writing them again (``None`` without records)."""
+def ids_note(records: Sequence[MemoryRecord] | Sequence[PendingMemory]) -> str | None:
+    """What a ``WriteOutcomeUnknownError`` of a write of ``records`` (or of queued memories)
+    adds: their ids, to look up before writing them again (``None`` without records)."""
     if not records:
         return None
     shown = ", ".join(r.id for r in records[:5])
