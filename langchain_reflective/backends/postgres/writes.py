@@ -42,6 +42,7 @@ from langchain_reflective.backends.postgres.queries import (
 from langchain_reflective.backends.postgres.rows import (
     INT4_ARRAY_OID,
     TEXT_ARRAY_OID,
+    dump_json,
     int_array_binary,
     text_array_binary,
     vectors_binary,
@@ -220,7 +221,7 @@ def write_memories(
                     r.importance_source,
                     text_array_binary(r.evidence),
                     int(r.depth),
-                    Jsonb(dict(r.metadata)),
+                    Jsonb(dict(r.metadata), dumps=dump_json),
                     encoded_vectors[i],
                 )
             )
@@ -363,7 +364,7 @@ def enqueue(conn: psycopg.Connection[Any], items: Sequence[PendingMemory]) -> No
                 p.kind,
                 p.created_at,
                 p.importance,
-                Jsonb(dict(p.metadata)),
+                Jsonb(dict(p.metadata), dumps=dump_json),
             )
             for p in items
         ],
