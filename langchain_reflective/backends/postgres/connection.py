@@ -614,22 +614,36 @@ class Pools:
         wait = "0" if timeout is None or try_only else str(max(1, math.ceil(timeout * 1000)))
         # only ``timeout`` bounds the wait; held idle (a reflection's model calls), the session
         # must outlive the connection's own timeouts
-        with self.conn() as conn, unbounded(conn, lock_timeout=wait):
-            if try_only:
-                row = conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", key).fetchone()
-                if not row or not row[0]:
-                    raise TimeoutError(f"the lock of {name!r} is held")
-            else:
-                try:
-                    conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", key)
-                except pg_errors.LockNotAvailable as exc:
-                    raise TimeoutError(
-                        f"the lock of {name!r} was not free within {timeout} s"
-                    ) from exc
+        with self.conn() as conn:
+            settled = False  # known not to hold the lock: never taken, or released
             try:
-                yield
+                with unbounded(conn, lock_timeout=wait):
+                    if try_only:
+                        row = conn.execute(
+                            "SELECT pg_try_advisory_lock(%s, hashtext(%s))", key
+                        ).fetchone()
+                        if not row or not row[0]:
+                            settled = True
+                            raise TimeoutError(f"the lock of {name!r} is held")
+                    else:
+                        try:
+                            conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", key)
+                        except pg_errors.LockNotAvailable as exc:
+                            settled = True
+                            raise TimeoutError(
+                                f"the lock of {name!r} was not free within {timeout} s"
+                            ) from exc
+                    try:
+                        yield
+                    finally:
+                        _unlock(conn, key)
+                        settled = True
             finally:
-                _unlock(conn, key)
+                # interrupted while taking or releasing it (Ctrl-C, a cancelled task): the
+                # session may hold the lock, and back in the pool it would keep every other
+                # process from reflecting on the namespace; ending the session releases it
+                if not settled and not conn.closed:
+                    conn.close()
 
     def close(self) -> None:
         """Close every pool whose event loop can still run it. Idempotent. In a forked child
