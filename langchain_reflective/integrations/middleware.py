@@ -141,6 +141,25 @@ def _asked(messages: Sequence[AnyMessage]) -> dict[str, str] | None:
     return None
 
 
+def _with_asked(
+    messages: Sequence[AnyMessage], asked: Mapping[str, str] | None
+) -> list[AnyMessage]:
+    """``messages``, with the run's user message (:data:`ASKED_KEY`) back after the latest
+    conversation summary when a ``SummarizationMiddleware`` replaced it mid-turn: the strategy
+    finds the memories relevant to what the user asked, not to nothing (or to an older
+    message)."""
+    out = list(messages)
+    if not asked or not asked.get("text"):
+        return out
+    at = next((i for i in range(len(out) - 1, -1, -1) if isinstance(out[i], HumanMessage)), None)
+    if at is None or not is_summary(out[at]):
+        return out  # (the user's message is still there, or no summary stands for it)
+    if asked.get("id") and any(m.id == asked["id"] for m in out):
+        return out
+    out.insert(at + 1, HumanMessage(asked["text"], id=asked.get("id") or None))
+    return out
+
+
 def _latest_turn(
     messages: Sequence[AnyMessage], structured: Any = None, asked: Mapping[str, str] | None = None
 ) -> tuple[HumanMessage, AIMessage | None] | None:
@@ -325,7 +344,9 @@ class MemoryMiddleware(AgentMiddleware[MemoryState, Any]):
                 **self.strategy.trace_metadata(),
             },
         }
-        return {"messages": list(request.messages), "namespace": namespace}, config
+        asked = request.state.get("reflective_memory_asked")
+        messages = _with_asked(request.messages, asked if isinstance(asked, Mapping) else None)
+        return {"messages": messages, "namespace": namespace}, config
 
     @staticmethod
     def _with(request: ModelRequest[Any], context: str) -> ModelRequest[Any]:

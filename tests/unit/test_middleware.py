@@ -392,6 +392,42 @@ def test_a_summarised_conversation_records_the_users_message_not_the_summary(
     assert later and all("SUMMARY-TEXT" not in fenced(system_text(c)) for c in later)
 
 
+def test_after_a_summary_the_context_is_still_relevant_to_the_users_message(
+    memory: ReflectiveMemory,
+) -> None:
+    """Once SummarizationMiddleware had replaced the user's message mid-turn, the model calls
+    after it searched memory for nothing: no memory relevant to the question was shown."""
+    from langchain.agents.middleware import SummarizationMiddleware
+    from langchain_core.tools import tool
+
+    @tool
+    def lookup(x: int) -> str:
+        """Look a value up."""
+        return str(x)
+
+    memory.add("Jo sums values with a slide rule", namespace="jo", importances=0.1)
+    memory.add([f"Jo note {i} about the garden" for i in range(12)], namespace="jo")
+    model = FakeChat(
+        script=[
+            tool_call("lookup", {"x": 1}, "c1"),
+            tool_call("lookup", {"x": 2}, "c2"),
+            tool_call("lookup", {"x": 3}, "c3"),
+            "Final answer: 6",
+        ]
+    )
+    summarise = SummarizationMiddleware(
+        FakeChat(default="SUMMARY-TEXT"), trigger=("messages", 4), keep=("messages", 2)
+    )
+    agent = create_agent(
+        model, tools=[lookup], middleware=[summarise, ReflectiveMemoryMiddleware(memory)]
+    )
+    agent.invoke(user("how do I sum the values 1..3"), context={"user_id": "jo"})
+    first, *_ = model.agent_calls
+    assert "slide rule" in fenced(system_text(first))  # (relevant, not among the recent)
+    later = [c for c in model.agent_calls if any("SUMMARY-TEXT" in m.text for m in c)]
+    assert later and all("slide rule" in fenced(system_text(c)) for c in later)
+
+
 def test_two_memory_middlewares_in_one_agent_each_record_the_turn(
     memory: ReflectiveMemory,
 ) -> None:
