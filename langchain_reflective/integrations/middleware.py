@@ -25,6 +25,7 @@ memories.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -33,11 +34,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda, ensure_config
 
 try:
-    from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+    from langchain.agents.middleware import (
+        AgentMiddleware,
+        AgentState,
+        ModelRequest,
+        ModelResponse,
+        ToolCallRequest,
+    )
     from langchain.agents.middleware.types import ExtendedModelResponse, OmitFromSchema
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
@@ -45,6 +52,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from langchain_reflective.integrations.tools import (
+    acting_for,
     agent_run_namespace,
     create_memory_tools,
     namespace_from_run,
@@ -63,6 +71,7 @@ from langchain_reflective.strategies.render import format_context
 if TYPE_CHECKING:
     from langchain_core.tools import BaseTool
     from langgraph.runtime import Runtime
+    from langgraph.types import Command
 
 __all__ = ["MemoryMiddleware", "MemoryState", "ReflectiveMemoryMiddleware", "ReflectiveMemoryState"]
 
@@ -289,7 +298,7 @@ class MemoryMiddleware(AgentMiddleware[MemoryState, Any]):
             default=self.strategy.default_namespace,
         )
 
-    def _turn_namespace(self, state: Mapping[str, Any], runtime: Runtime[Any] | None) -> str:
+    def _turn_namespace(self, state: Mapping[str, Any], runtime: Any) -> str:
         """The namespace the turn started with (:data:`OWNER_KEY`), else the run's. A resumed
         run that names another owner still serves the turn's (logged: the thread holds that
         owner's conversation)."""
@@ -378,6 +387,34 @@ class MemoryMiddleware(AgentMiddleware[MemoryState, Any]):
         inputs, config = self._context_call(request)
         context = await self._context_runnable.ainvoke(inputs, config)
         return await handler(self._with(request, context))
+
+    # -- memory tools ---------------------------------------------------------------------------
+
+    def _acting(self, request: ToolCallRequest) -> contextlib.AbstractContextManager[None]:
+        """One of this middleware's memory tools acts for the turn's owner (a resumed run may
+        not name it); any other tool runs as it is."""
+        tool = request.tool
+        if tool is None or not any(tool is mine for mine in self.tools):
+            return contextlib.nullcontext()
+        return acting_for(tool, self._turn_namespace(request.state, request.runtime))
+
+    def wrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
+    ) -> ToolMessage | Command[Any]:
+        """Run the tool; this middleware's memory tools act for the turn's owner."""
+        with self._acting(request):
+            return handler(request)
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage | Command[Any]:
+        """Async twin of :meth:`wrap_tool_call`."""
+        with self._acting(request):
+            return await handler(request)
 
     # -- recording -----------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ Whose memories a tool reads and writes (its *namespace*) is, in order:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
@@ -228,6 +229,30 @@ def _told_to_model() -> Iterator[None]:
         raise ToolException(f"invalid argument: {exc}") from exc
 
 
+_TURN_OWNER: contextvars.ContextVar[tuple[int, str] | None] = contextvars.ContextVar(
+    "reflective_memory_tool_owner", default=None
+)
+"""While a memory middleware runs one of its own memory tools: (the toolkit's id, the turn's
+owner), which the tool acts for (:func:`acting_for`)."""
+
+
+@contextlib.contextmanager
+def acting_for(tool: BaseTool, namespace: str) -> Iterator[None]:
+    """While open, ``tool`` (one of :func:`create_memory_tools`' without a fixed
+    ``namespace``) acts for ``namespace`` instead of the owner its run names: the agent
+    middleware that gave the agent the tools passes the turn's owner, which a run resumed
+    after an interrupt without its ``context`` does not name."""
+    kit = getattr(getattr(tool, "func", None), "__self__", None)
+    if not isinstance(kit, _MemoryToolkit):
+        yield
+        return
+    token = _TURN_OWNER.set((id(kit), namespace))
+    try:
+        yield
+    finally:
+        _TURN_OWNER.reset(token)
+
+
 class _MemoryToolkit:
     """The state shared by the three tools: the memory and how to find the namespace."""
 
@@ -247,6 +272,9 @@ class _MemoryToolkit:
         """What ``recall_memories`` searches with (``k`` and the namespace given per call)."""
 
     def resolve(self) -> str:
+        owner = _TURN_OWNER.get()
+        if self.namespace is None and owner is not None and owner[0] == id(self):
+            return owner[1]  # (the turn's owner, kept by the middleware: see acting_for)
         ns = self.namespace or namespace_from_run(self.namespace_key)
         if ns is None:
             if self.require_namespace:

@@ -542,6 +542,54 @@ def test_a_resumed_turn_stays_its_owners(
     assert len(warned) == (0 if resumed_by is None else 2)  # (the context, then the record)
 
 
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_memory_tools_after_a_resume_act_for_the_turns_owner(
+    memory: ReflectiveMemory, asynchronous: bool
+) -> None:
+    """The middleware's memory tools (``include_tools=True``) took the owner from the run: a
+    turn resumed without its ``context`` saved to (and recalled from) the default namespace."""
+    import asyncio
+
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+    from langchain_core.tools import tool
+    from langgraph.types import Command
+
+    @tool
+    def send_email(to: str) -> str:
+        """Send an email."""
+        return "sent"
+
+    memory.add("Default: the clinic closes at noon", importances=0.5)
+    model = FakeChat(
+        script=[
+            tool_call("send_email", {"to": "doctor"}),
+            tool_call("save_memory", {"text": "Alice emailed her doctor"}, "c2"),
+            tool_call("recall_memories", {"query": "clinic doctor"}, "c3"),
+            "Done.",
+        ]
+    )
+    agent = create_agent(
+        model,
+        tools=[send_email],
+        checkpointer=InMemorySaver(),
+        middleware=[
+            HumanInTheLoopMiddleware(interrupt_on={"send_email": True}),
+            ReflectiveMemoryMiddleware(memory, include_tools=True, record=False),
+        ],
+    )
+    config: Any = {"configurable": {"thread_id": "t1"}}
+    agent.invoke({"messages": [HumanMessage("email my doctor")]}, config, context=Context("alice"))
+    resume = Command(resume={"decisions": [{"type": "approve"}]})
+    if asynchronous:
+        out = asyncio.run(agent.ainvoke(resume, config))
+    else:
+        out = agent.invoke(resume, config)
+    assert _texts(memory, "alice") == ["Alice emailed her doctor"]
+    assert _texts(memory, memory.stream.namespace) == ["Default: the clinic closes at noon"]
+    recalled = [m.text for m in out["messages"] if m.type == "tool" and m.name == "recall_memories"]
+    assert recalled and "clinic" not in recalled[0]
+
+
 def test_a_run_that_must_name_an_owner_fails_before_any_model_call(
     memory: ReflectiveMemory,
 ) -> None:
