@@ -202,6 +202,28 @@ def fence_block(items: Iterable[str], tag: str, *, max_chars: int | None = None)
     return "\n".join(lines)
 
 
+def fence_text(text: str, tag: str, *, max_chars: int | None = None) -> str:
+    """One text inside a ``<tag>...</tag>`` block, as data for a prompt, its lines kept (code,
+    a task with examples: :func:`fence_block` puts an item on one line, which loses their
+    indentation and line structure).
+
+    Each line starts with ``"| "``, so no line of the text can pass for a line of the prompt
+    (a numbered item, an instruction); fence markers are defused on every line as
+    :func:`neutralise` does; trailing whitespace is dropped; a text longer than ``max_chars`` is
+    cut with ``…``.
+    """
+    if max_chars is not None and len(text) > max_chars:
+        text = text[: max(1, max_chars - 1)].rstrip() + "…"
+    lines = [f"<{tag}>"]
+    for line in text.splitlines() or [""]:
+        line = line.rstrip().translate(_ANGLES)
+        if "<" in line:
+            line = _TAG_CANDIDATE.sub(_defuse, line)
+        lines.append(f"| {line}".rstrip())
+    lines.append(f"</{tag}>")
+    return "\n".join(lines)
+
+
 def neutralise(text: str) -> str:
     """One line of prompt data: whitespace collapsed, tag-like fence markers defused (also
     those written with angle brackets that normalise to ``<`` and ``>``)."""

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from langchain_core.messages import HumanMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
-from langchain_reflective._llm import fence_block
+from langchain_reflective._llm import fence_block, fence_text
 from langchain_reflective.errors import InvalidMemoryError
 from langchain_reflective.reflexion.schema import EvaluatorOutput, SelfReflection
 
@@ -170,8 +170,8 @@ def render_window(
         feedback = EvaluatorOutput.model_validate(last_attempt["evaluator_output"]).feedback()
         sections.append(
             f"Your last attempt (attempt {last_attempt['iteration']}) and what the checks said:\n"
-            + fence_block(
-                [last_attempt.get("attempt") or "(empty)"], "last_attempt", max_chars=max_chars
+            + fence_text(
+                last_attempt.get("attempt") or "(empty)", "last_attempt", max_chars=max_chars
             )
             + "\n"
             + fence_block(feedback or ["(no details)"], "verification", max_chars=max_chars)

@@ -31,7 +31,7 @@ from langchain_reflective._llm import (
     Flow,
     ModelCall,
     Op,
-    fence_block,
+    fence_text,
     load_json,
     resolve_chat_model,
     run_async,
@@ -562,9 +562,8 @@ class _Judge(BaseEvaluator):
         human = "\n\n".join(
             [
                 f"Rubric:\n{self.rubric}",
-                "Task:\n" + fence_block([attempt["task"]], "task", max_chars=self.max_chars),
-                "Attempt:\n"
-                + fence_block([attempt["output"]], "attempt", max_chars=self.max_chars),
+                "Task:\n" + fence_text(attempt["task"], "task", max_chars=self.max_chars),
+                "Attempt:\n" + fence_text(attempt["output"], "attempt", max_chars=self.max_chars),
             ]
         )
         messages = [SystemMessage(self.system), HumanMessage(human)]

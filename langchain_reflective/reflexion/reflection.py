@@ -26,6 +26,7 @@ from langchain_reflective._llm import (
     Op,
     clean_model_text,
     fence_block,
+    fence_text,
     guarded,
     load_json,
 )
@@ -186,13 +187,13 @@ class ReflexionPrompts:
             if prev_items
             else "(none)",
             outcome=_OUTCOME_TEXT[outcome],
-            task=fence_block([task], "task", max_chars=max_chars),
+            task=fence_text(task, "task", max_chars=max_chars),
             actions=fence_block(
                 actions or ["(no separate actions: the attempt below)"],
                 "actions",
                 max_chars=max_chars,
             ),
-            attempt=fence_block([attempt or "(empty)"], "attempt", max_chars=max_chars),
+            attempt=fence_text(attempt or "(empty)", "attempt", max_chars=max_chars),
             reward=evaluation.reward,
             verification=fence_block(
                 evaluation.feedback() or ["(no details)"], "verification", max_chars=max_chars

@@ -196,7 +196,7 @@ def test_a_restart_resumes_the_loop_with_the_same_window(tmp_path: Path) -> None
     "strategy", ["none", "last_attempt", "reflexion", "last_attempt_reflexion"]
 )
 def test_strategies_decide_what_the_actor_sees(stream: MemoryStream, strategy: str) -> None:
-    model = ScriptedReflexionModel(actor_script=["Sydney", "Canberra"])
+    model = ScriptedReflexionModel(actor_script=["It is:\n    Sydney", "Canberra"])
     graph = create_reflexion_graph(
         model,
         match_evaluator("Canberra"),
@@ -211,8 +211,11 @@ def test_strategies_decide_what_the_actor_sees(stream: MemoryStream, strategy: s
     assert len(model.reflection_calls) == (1 if reflects else 0)
     assert ("<reflections>" in second) is reflects
     assert ("<last_attempt>" in second) is strategy.startswith("last_attempt")
-    if strategy.startswith("last_attempt"):
-        assert "Sydney" in second  # the previous attempt itself, fenced
+    if strategy.startswith("last_attempt"):  # the previous attempt itself, fenced, its lines kept
+        assert "<last_attempt>\n| It is:\n|     Sydney\n</last_attempt>" in second
+    if reflects:  # and so does the reflection prompt
+        reflection_prompt = model.reflection_calls[0][-1].text
+        assert "<attempt>\n| It is:\n|     Sydney\n</attempt>" in reflection_prompt
     if strategy == "none":
         assert second == ""
     kinds = [r.kind for r in stream.recent(None)]
