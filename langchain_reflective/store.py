@@ -136,6 +136,7 @@ from langchain_reflective.store_codec import (
 )
 from langchain_reflective.store_locks import Turn, caller_method, lock_table
 from langchain_reflective.stream import MemoryStream
+from langchain_reflective.stream_base import WRITE_STARTED
 
 __all__ = [
     "ReflectiveStore",
@@ -352,7 +353,24 @@ class ReflectiveStore(BaseStore):
             turn.release()
 
     async def _awrite(self, call: _Call, turn: Turn) -> Any:
-        """A write of the stream that, if the batch is cancelled, runs on holding ``turn``."""
+        """A write of the stream that, if the batch is cancelled, runs on holding ``turn``.
+
+        An add is the stream's ``aadd``: cancelled while it embeds or rates, it stops and
+        writes nothing; once its store write started, that write runs on and the turn is
+        handed to it (``WRITE_STARTED``). A delete runs in a worker thread, which the
+        cancellation does not stop: the turn is handed to it."""
+        if call.method == "add":
+            started: list[asyncio.Future[Any]] = []
+            token = WRITE_STARTED.set(started.append)
+            try:
+                return await self._acall(call)
+            except asyncio.CancelledError:
+                running = [task for task in started if not task.done()]
+                if running:
+                    turn.defer_to(running[-1])
+                raise
+            finally:
+                WRITE_STARTED.reset(token)
         task = asyncio.ensure_future(self._acall(call))
         try:
             return await asyncio.shield(task)

@@ -4,7 +4,10 @@ drivers of the stream's flows (:func:`_run`, :func:`_arun`)."""
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping, Sequence
+import asyncio
+import contextlib
+import contextvars
+from collections.abc import Callable, Generator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
@@ -48,16 +51,51 @@ def _run(flow: _Flow) -> Any:
         return done.value
 
 
+_LANDING = frozenset({"put", "replace"})
+"""The backend writes of the flows that, once started, run on when their caller is cancelled."""
+
+WRITE_STARTED: contextvars.ContextVar[Callable[[asyncio.Future[Any]], None] | None] = (
+    contextvars.ContextVar("reflective_write_started", default=None)
+)
+"""Set by a caller that keeps order itself (``ReflectiveStore`` holds its namespace until a
+cancelled write has landed): called with each store write's task as it starts, and a
+cancellation then goes on at once instead of waiting for the write (see :func:`_arun`)."""
+
+
 async def _arun(flow: _Flow) -> Any:
-    """Drive a flow with the async twins of the same calls."""
+    """Drive a flow with the async twins of the same calls.
+
+    A cancelled run stops at once while it waits for a model: nothing is written. Once a
+    store's write (:data:`_LANDING`) has started it runs on (in its worker thread, or on the
+    server), and the cancellation waits for it to finish, so a caller that cancelled an add
+    (``asyncio.wait_for``) and writes again never has the older write land after the newer
+    one; unless :data:`WRITE_STARTED` hands the write to a caller that keeps order itself.
+    """
     try:
         call = next(flow)
         while True:
             target, name, args, kwargs = call
-            result = await getattr(target, "a" + name)(*args, **(kwargs or {}))
+            pending = getattr(target, "a" + name)(*args, **(kwargs or {}))
+            result = await (_landing(pending) if name in _LANDING else pending)
             call = flow.send(result)
     except StopIteration as done:
         return done.value
+
+
+async def _landing(write: Any) -> Any:
+    """``await write``, which a cancellation does not stop (see :func:`_arun`); a second
+    cancellation stops the wait for it, not the write."""
+    task = asyncio.ensure_future(write)
+    handed = WRITE_STARTED.get()
+    if handed is not None:
+        handed(task)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        if handed is None and not task.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(task)
+        raise
 
 
 class StreamBase(Closing):

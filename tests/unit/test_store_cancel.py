@@ -165,3 +165,53 @@ def test_the_lock_table_forgets_namespaces_nobody_writes(stream: MemoryStream) -
     asyncio.run(writes())
     assert len(store._locks) == 0
     assert ReflectiveStore(stream)._locks is store._locks  # (still the stream's table)
+
+
+class SlowEmbeddings(WordEmbeddings):
+    """Embeds after a pause (async), so a cancellation can come while the add embeds."""
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        await asyncio.sleep(0.5)
+        return self.embed_documents(texts)
+
+
+def test_a_put_cancelled_while_it_embeds_writes_nothing_and_frees_its_namespace(
+    tmp_path: Path,
+) -> None:
+    """The first version of the turn kept the whole add running (its embedding, then its
+    write) after a cancellation, and the namespace held meanwhile: a put that timed out while
+    the embedding service hung was written later anyway, and held its namespace as long."""
+
+    async def scenario(store: ReflectiveStore) -> None:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(store.aput(("u",), "k", {"text": "hello"}), 0.1)
+        assert len(store._locks) == 0  # free at once
+        await asyncio.sleep(0.8)  # (past the embedding's pause)
+        assert await store.aget(("u",), "k") is None
+
+    with MemoryStream(SlowEmbeddings(), path=tmp_path / "slow.db") as slow:
+        store = ReflectiveStore(slow)
+        asyncio.run(scenario(store))
+        assert slow.count() == 0
+
+
+def test_a_stream_add_cancelled_in_its_write_returns_once_the_write_has_landed(
+    stream: MemoryStream,
+) -> None:
+    """Without a store keeping order, a cancelled ``aadd`` whose write has started waits for it:
+    the caller that gave up and adds again never has the older write land after the newer.
+    Cancelled while it embeds, it writes nothing."""
+    gate = Gate(stream, "put")
+
+    async def scenario() -> None:
+        adding = asyncio.ensure_future(stream.aadd("the older memory", importances=0.5))
+        await gate.wait_entered()
+        adding.cancel()
+        await asyncio.sleep(0.2)
+        assert not adding.done()  # waits for the write it started
+        gate.opened.set()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(adding, timeout=30)
+        assert [r.text for r in await stream.arecent(None)] == ["the older memory"]
+
+    asyncio.run(scenario())
