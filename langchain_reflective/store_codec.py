@@ -14,6 +14,7 @@ from langgraph.store.base import InvalidNamespaceError, MatchCondition, get_text
 
 from langchain_reflective.errors import InvalidFilterError, InvalidMemoryError
 from langchain_reflective.records import (
+    MAX_IDENTIFIER_BYTES,
     MAX_NESTING,
     MemoryRecord,
     check_json_shape,
@@ -85,7 +86,9 @@ def check_namespace(namespace: object, *, allow_empty: bool) -> tuple[str, ...]:
 
     Raises:
         StoreNamespaceError: not a tuple of non-empty strings without NUL characters (or
-            empty when ``allow_empty`` is false).
+            empty when ``allow_empty`` is false); where items live (``allow_empty`` false),
+            longer than :data:`~langchain_reflective.records.MAX_IDENTIFIER_BYTES` as a stream
+            namespace.
     """
     if not isinstance(namespace, tuple | list):
         raise StoreNamespaceError(
@@ -109,6 +112,13 @@ def check_namespace(namespace: object, *, allow_empty: bool) -> tuple[str, ...]:
             raise StoreNamespaceError(
                 f"namespace label {label!r} is not valid Unicode text (a lone surrogate?)"
             ) from exc
+    if not allow_empty:  # (where items live: a prefix can be any length and match nothing)
+        size = len(_joined(labels).encode("utf-8"))
+        if size > MAX_IDENTIFIER_BYTES:
+            raise StoreNamespaceError(
+                f"namespace is {size:,} bytes long as a stream namespace (labels joined with "
+                f"'/'); the limit is {MAX_IDENTIFIER_BYTES:,}: use shorter labels"
+            )
     return labels
 
 
@@ -122,7 +132,10 @@ def encode_namespace(namespace: tuple[str, ...]) -> str:
         StoreNamespaceError: an empty tuple, or a label that is not a non-empty string
             without NUL characters.
     """
-    labels = check_namespace(namespace, allow_empty=False)
+    return _joined(check_namespace(namespace, allow_empty=False))
+
+
+def _joined(labels: tuple[str, ...]) -> str:
     return "/".join(label.replace("%", "%25").replace("/", "%2F") for label in labels)
 
 

@@ -458,6 +458,23 @@ def test_put_refuses_bad_namespaces(store: Any) -> None:
     assert store.stream.namespaces() == ["langgraph/x.y"]
 
 
+def test_a_namespace_too_long_to_store_is_refused_before_the_batch_writes(store: Any) -> None:
+    """The stream's 1,024-byte limit was first met inside the write: a batch wrote its first
+    put, then failed on the second (validated completely before anything is written, says the
+    docstring), and with another error than every other bad namespace."""
+    doc = {"text": "first"}
+    long = ("a" * 600, "b" * 600)  # (1,201 bytes joined)
+    with pytest.raises(InvalidNamespaceError, match="1,201 bytes"):
+        store.batch([PutOp(("ok",), "k1", doc), PutOp(long, "k2", doc)])
+    assert store.get(("ok",), "k1") is None
+    with pytest.raises(InvalidNamespaceError, match="1,201 bytes"):
+        store.batch([GetOp(long, "k")])
+    assert store.search(long) == []  # (a prefix: nothing lives under it)
+    fits = ("a" * 600, "b" * 423)  # 1,024 bytes
+    store.put(fits, "k", doc)
+    assert store.get(fits, "k").value == doc
+
+
 def test_ttl_is_refused_plainly(store: Any) -> None:
     assert ReflectiveStore.supports_ttl is False
     with pytest.raises(NotImplementedError, match="TTL"):
