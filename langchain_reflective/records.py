@@ -178,16 +178,18 @@ bytes. Every backend indexes them, and Postgres refuses an index entry over ~2.7
 for the entry's overhead. Refused on every backend, so memories move between them."""
 
 
-def check_identifier(value: str, what: str) -> str:
+def check_identifier(value: str, what: str, *, writing: bool = True) -> str:
     """``value`` (an id, namespace, kind or evidence id) if every backend can store it: UTF-8
-    (no lone surrogate), no NUL character, at most :data:`MAX_IDENTIFIER_BYTES` bytes.
+    (no lone surrogate), no NUL character, at most :data:`MAX_IDENTIFIER_BYTES` bytes (only
+    when ``writing``: a file written before the limit may hold longer ones, which reads,
+    deletes and purges must still reach).
 
     Raises:
         InvalidMemoryError: it cannot be stored.
     """
     if "\x00" in value:
         raise InvalidMemoryError(NUL_REFUSED.format(what=what))
-    if len(value) * 4 > MAX_IDENTIFIER_BYTES:  # (a character is 1 to 4 bytes of UTF-8)
+    if writing and len(value) * 4 > MAX_IDENTIFIER_BYTES:  # (1 to 4 bytes of UTF-8 each)
         _check_size(value, what)
     return value if value.isascii() else check_encodable(value, what)
 

@@ -149,7 +149,7 @@ class MemoryStream(StreamTransfer):
                 raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
         if not isinstance(namespace, str) or not namespace:
             raise InvalidMemoryError("namespace must be a non-empty string")
-        self.namespace = check_identifier(namespace, "namespace")
+        self.namespace = check_identifier(namespace, "namespace", writing=False)
         if embedding_model:
             check_identifier(embedding_model, "embedding_model")
         self.embeddings = embeddings
@@ -208,7 +208,7 @@ class MemoryStream(StreamTransfer):
             metadatas=metadatas,
             evidence=evidence,
             ids=ids,
-            namespace=self._ns(namespace),
+            namespace=self._ns(namespace, writing=True),
             now=now,
             reset_reflection_counter=reset_reflection_counter,
             replacing=replacing,

@@ -198,11 +198,13 @@ class StreamBase(Closing):
         """
         return self._ns(namespace)
 
-    def _ns(self, namespace: str | None) -> str:
+    def _ns(self, namespace: str | None, *, writing: bool = False) -> str:
+        """The namespace a call reads (or, ``writing``, stores into), checked; only a write
+        holds it to the length limit (older files may hold longer namespaces)."""
         ns = self.namespace if namespace is None else namespace
         if not isinstance(ns, str) or not ns:
             raise InvalidMemoryError("namespace must be a non-empty string")
-        return check_identifier(ns, "namespace")
+        return check_identifier(ns, "namespace", writing=writing)
 
     # -- reads and deletes ---------------------------------------------------------------------
     #
@@ -228,7 +230,7 @@ class StreamBase(Closing):
         if isinstance(ids, str):
             ids = [ids]
         if isinstance(ids, Sequence | set | frozenset) and all(isinstance(i, str) for i in ids):
-            return [check_identifier(i, "id") for i in ids]
+            return [check_identifier(i, "id", writing=False) for i in ids]
         raise InvalidMemoryError(
             f"ids must be a string or a sequence of strings, got {type(ids).__name__}"
         )
@@ -255,7 +257,7 @@ class StreamBase(Closing):
         kinds = [kinds] if isinstance(kinds, str) else list(kinds)
         if not all(isinstance(k, str) and k for k in kinds):
             raise InvalidMemoryError("kinds must be non-empty strings")
-        return [check_identifier(k, "kind") for k in kinds]
+        return [check_identifier(k, "kind", writing=False) for k in kinds]
 
     def _plan_recent(
         self,
@@ -435,7 +437,7 @@ class StreamBase(Closing):
     ) -> _BackendCall:
         self._check_open()
         when = utc(now) if now is not None else datetime.now(UTC)
-        return "mark_reflected", (self._ns(namespace), when, consumed), {}
+        return "mark_reflected", (self._ns(namespace, writing=True), when, consumed), {}
 
     def mark_reflected(
         self,

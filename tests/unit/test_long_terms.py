@@ -11,6 +11,7 @@ it; SQLite refuses it too, so memories move between backends). The Postgres side
 from __future__ import annotations
 
 import random
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -113,5 +114,41 @@ def test_sqlite_refuses_an_over_long_id_or_namespace(tmp_path: Path) -> None:
         with pytest.raises(InvalidMemoryError, match="kind is 2,000 bytes long"):
             stream.add("hello", kinds="k" * 2_000)  # (one text: the add's quick path)
         assert stream.count() == 0 and stream.pending() == []
-    with pytest.raises(InvalidMemoryError, match="namespace is 3,000 bytes long"):
-        MemoryStream(WordEmbeddings(), path=tmp_path / "n.db", namespace=long)
+    with (
+        MemoryStream(WordEmbeddings(), path=tmp_path / "n.db", namespace=long) as reader,
+        pytest.raises(InvalidMemoryError, match="namespace is 3,000 bytes long"),
+    ):
+        reader.add("hello world")  # (it opens, so an older file's long namespace is readable)
+
+
+def test_memories_stored_before_the_identifier_limit_can_be_read_deleted_and_purged(
+    tmp_path: Path,
+) -> None:
+    """The limit applies to writes: a file written before it may hold longer ids and
+    namespaces, which every read, delete and purge must still reach (they raised)."""
+    import numpy as np
+
+    from langchain_reflective.backends.types import trusted_record
+
+    long_ns, long_id = "n" * 1_500, "y" * 1_500
+    path = tmp_path / "old.db"
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+    with MemoryStream(WordEmbeddings(), path=path) as stream:
+        stream.add(["an ordinary memory"], importances=0.5)
+        vectors = np.asarray(stream.embeddings.embed_documents(["kept", "older"]), np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        old = [  # as the version before the limit stored them (below the stream's checks)
+            trusted_record(
+                i, f"{i[:4]} memory", "observation", when, when, 0.5, "given", (), 0, long_ns, {}
+            )
+            for i in (long_id, "older")
+        ]
+        stream.backend.put(old, vectors)
+    with MemoryStream(WordEmbeddings(), path=path) as stream:
+        assert long_ns in stream.namespaces()
+        assert [r.id for r in stream.get(long_id, namespace=long_ns)] == [long_id]
+        assert {r.id for r in stream.recent(None, namespace=long_ns)} == {long_id, "older"}
+        assert stream.retrieve("yyyy", k=1, namespace=long_ns, touch=False)[0].record.id == long_id
+        assert stream.delete([long_id], namespace=long_ns) == 1
+        assert stream.purge(namespace=long_ns) == 1
+        assert stream.namespaces() == [stream.namespace]

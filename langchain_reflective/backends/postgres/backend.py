@@ -88,7 +88,7 @@ from langchain_reflective.errors import (
     EmbeddingError,
     StorageError,
 )
-from langchain_reflective.records import MemoryRecord
+from langchain_reflective.records import MAX_IDENTIFIER_BYTES, MemoryRecord
 from langchain_reflective.scoring import ScoringConfig
 
 __all__ = ["PostgresBackend"]
@@ -387,6 +387,8 @@ class PostgresBackend(BaseMemoryBackend):
             return delete_memories(conn, namespace, ids)
 
     def purge(self, namespace: str) -> int:
+        if len(namespace.encode("utf-8", "surrogatepass")) > MAX_IDENTIFIER_BYTES:
+            return 0  # (none can be stored here: its counter row, which a purge writes, neither)
         with self._pools.conn() as conn, conn.transaction():
             # the counter row first, as every write: a write of the namespace in flight commits
             # before the purge reads the rows (else its rows would outlive the purge while the
