@@ -274,27 +274,28 @@ inside ``<think>``): everything up to the first closing tag."""
 _CODE_FENCE = re.compile(r"```[a-zA-Z]*\s*\n?(.*?)```", re.DOTALL)
 
 
-def strip_reasoning(text: str) -> str:
+def strip_reasoning(text: str, *, reflection_is_answer: bool = False) -> str:
     """``text`` without its ``<think>``, ``<thinking>``, ``<reasoning>`` and ``<reflection>``
     sections (tag names in any case; an unclosed one runs to the end; a closing tag without
     its opening one ends reasoning that began with the answer, as DeepSeek-R1's does when its
     template writes the ``<think>``). Only these exact tags: the word ``reflection`` elsewhere
     (a JSON key, ``<reflections>``) stays. When nothing but ``<reflection>`` sections is left,
-    their content is kept, only the tags dropped."""
+    their content is kept, only the tags dropped; with ``reflection_is_answer`` (a prompt that
+    asked for a reflection) always."""
     closing = _CLOSING_ONLY.match(text)
     if closing is not None and f"<{closing.group(1).lower()}>" not in closing.group(0).lower():
         text = text[closing.end() :]
     text = _THINK.sub("", text)
     if "<" not in text:
         return text
-    without = _REFLECTION.sub("", text)
+    without = "" if reflection_is_answer else _REFLECTION.sub("", text)
     return without if without.strip() or not text.strip() else _REFLECTION_TAG.sub("", text)
 
 
-def clean_model_text(text: str) -> str:
-    """Drop reasoning sections (:func:`strip_reasoning`) and unwrap a Markdown code fence from
-    a model's answer."""
-    text = strip_reasoning(text)
+def clean_model_text(text: str, *, reflection_is_answer: bool = False) -> str:
+    """Drop reasoning sections (:func:`strip_reasoning`, which ``reflection_is_answer`` goes
+    to) and unwrap a Markdown code fence from a model's answer."""
+    text = strip_reasoning(text, reflection_is_answer=reflection_is_answer)
     m = _CODE_FENCE.search(text)
     if m and m.group(1).strip():
         inner = m.group(1).strip()

@@ -343,7 +343,8 @@ def parse_reflection(parsed: Any, raw: str) -> SelfReflection | None:
             return SelfReflection.model_validate(candidate)
         except (ValidationError, TypeError, ValueError):
             continue
-    text = clean_model_text(raw or "")
+    # (asked for a reflection: a <reflection> section is the answer, not reasoning beside it)
+    text = clean_model_text(raw or "", reflection_is_answer=True)
     if (
         data is None
         and text

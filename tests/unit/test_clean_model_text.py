@@ -59,3 +59,18 @@ def test_a_thinking_section_is_no_insight_and_no_rating() -> None:
     assert parse_ratings("<reasoning>1: 2\n</reasoning>\n1: 9", 1) == [9.0]
     assert parse_ratings("<thinking>1: 2, maybe 3", 1) == [None]
     assert load_json('<thinking>[1, 2]</thinking>{"a": 1}') == {"a": 1}
+
+
+def test_a_reflection_asked_for_keeps_its_reflection_section() -> None:
+    """Reflexion's plain-text fallback stored "Confidence: high" as the reflection: the
+    ``<reflection>`` section, which is what it asked for, was stripped as reasoning."""
+    from langchain_reflective.reflexion.reflection import parse_reflection
+
+    answer = (
+        "<reflection>I returned the sum of the wrong list; next time I will check the input."
+        "</reflection>\nConfidence: high"
+    )
+    parsed = parse_reflection(None, answer)
+    assert parsed is not None
+    assert parsed.reflection_text.startswith("I returned the sum of the wrong list")
+    assert clean_model_text(answer) == "Confidence: high"  # (elsewhere: reasoning beside it)
