@@ -488,6 +488,14 @@ _BLANKS = re.compile(r"[^\S\n]+")
 _LEADING_NUMBER = re.compile(r"^[^\w+-]*(" + _NUMBER + r")")
 _LABEL_SPLIT = re.compile(r"[,;]?[ \t]+(?=(?:memory|item)\s*#?\s*\d)", re.IGNORECASE)
 _ONLY_NUMBER = re.compile(r"^[^\w+-]*(" + _NUMBER + r")\W*$")
+_UNRATED = re.compile(
+    r"^[\s:.,;=)\]-]*(?:n/?a\b|none\b|null\b|unknown|unclear|unrated|not (?:applicable|sure|"
+    r"rated|possible)|no (?:rating|idea|score)|unable|cannot|can['’]?t|won['’]?t|i (?:can|am|"
+    r"do|won|will)|sorry|\?)",
+    re.IGNORECASE,
+)
+"""What follows a memory's number when the model gives it no rating ("N/A", "unclear", "I
+cannot rate this", "?")."""
 _KEY_NUMBER = re.compile(r"(?<!\d)\d{1,4}(?!\d)")
 """A memory number in a JSON key ("3", "memory_3"); at most 4 digits like the line patterns (a
 longer run numbers no memory, and ``int()`` of more than 4300 digits raises)."""
@@ -683,10 +691,12 @@ def parse_ratings(text: str, count: int) -> list[float | None]:
     if len(sequence) != count and len(lines) == 1:
         line_index, line_rating = entries[0]
         if line_rating is None and line_index is not None and line_index <= count:
-            # "1: N/A", "Memory 1: unclear" (or "0: N/A", numbered from 0): the line's only
-            # number numbers a memory, it is not a rating. "8 - very important" for one memory
-            # cannot number it, so 8 is still read as the rating.
-            return out
+            label = _LABELLED.match(lines[0]) or _INDEXED.match(lines[0])
+            if label is not None and _UNRATED.match(label.group(2)):
+                # "1: N/A", "Memory 1: unclear" (or "0: N/A", numbered from 0): the line's
+                # only number numbers a memory, and the model says it gives no rating; "1 -
+                # mundane" for one memory is still the rating 1 (the prompt's own anchor)
+                return out
         sequence = [_number(n) for n in _ANY_NUMBER.findall(lines[0])]
         if count == 1 and sequence:
             keyword = _find_rating(lines[0])

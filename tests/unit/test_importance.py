@@ -233,6 +233,10 @@ def test_a_memory_number_or_an_exponent_is_not_a_rating(answer: str, count: int)
     [
         ("8 - a life-changing event", 1, [8.0]),  # 8 cannot number the only memory
         ("7.", 1, [7.0]),
+        # the prompt's own anchor for "purely mundane", with its label: the rating 1
+        ("1 - mundane", 1, [1.0]),
+        ("1: mundane", 1, [1.0]),
+        ("**1** - purely mundane (brushing teeth)", 1, [1.0]),
     ],
 )
 def test_a_single_line_rating_is_still_read(
