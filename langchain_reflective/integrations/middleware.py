@@ -482,7 +482,7 @@ class MemoryMiddleware(AgentMiddleware[MemoryState, Any]):
         owners = dict(state.get("reflective_memory_owner") or {})
         owners[self.name] = self.resolve_namespace(runtime)
         update: dict[str, Any] = {OWNER_KEY: owners}
-        asked = _asked(state["messages"]) if self.record else None
+        asked = _asked(state["messages"])  # (recorded, and the query after a summary)
         if asked is not None:
             update[ASKED_KEY] = asked
         return update

@@ -392,8 +392,9 @@ def test_a_summarised_conversation_records_the_users_message_not_the_summary(
     assert later and all("SUMMARY-TEXT" not in fenced(system_text(c)) for c in later)
 
 
+@pytest.mark.parametrize("record", [True, False])
 def test_after_a_summary_the_context_is_still_relevant_to_the_users_message(
-    memory: ReflectiveMemory,
+    memory: ReflectiveMemory, record: bool
 ) -> None:
     """Once SummarizationMiddleware had replaced the user's message mid-turn, the model calls
     after it searched memory for nothing: no memory relevant to the question was shown."""
@@ -418,9 +419,8 @@ def test_after_a_summary_the_context_is_still_relevant_to_the_users_message(
     summarise = SummarizationMiddleware(
         FakeChat(default="SUMMARY-TEXT"), trigger=("messages", 4), keep=("messages", 2)
     )
-    agent = create_agent(
-        model, tools=[lookup], middleware=[summarise, ReflectiveMemoryMiddleware(memory)]
-    )
+    middleware = ReflectiveMemoryMiddleware(memory, record=record)  # (inject only: no record)
+    agent = create_agent(model, tools=[lookup], middleware=[summarise, middleware])
     agent.invoke(user("how do I sum the values 1..3"), context={"user_id": "jo"})
     first, *_ = model.agent_calls
     assert "slide rule" in fenced(system_text(first))  # (relevant, not among the recent)
