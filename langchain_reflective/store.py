@@ -91,50 +91,39 @@ import contextlib
 import heapq
 from collections import defaultdict
 from collections.abc import Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from langgraph.store.base import (
     BaseStore,
-    GetOp,
     Item,
     ListNamespacesOp,
-    MatchCondition,
     Op,
     PutOp,
     Result,
     SearchItem,
-    SearchOp,
 )
 
 from langchain_reflective.errors import (
-    InvalidFilterError,
-    InvalidMemoryError,
     StorageError,
 )
 from langchain_reflective.records import (
     MemoryRecord,
-    check_encodable,
-    check_identifier,
-    validate_metadata,
 )
 from langchain_reflective.store_codec import (
     ITEM_METADATA_KEY,
     StoreNamespaceError,
-    check_filter,
-    check_namespace,
-    check_value,
     decode_namespace,
     encode_namespace,
     item_key,
     item_memory_id,
-    item_text,
     matches_condition,
     matches_filter,
     render_value,
 )
 from langchain_reflective.store_locks import Turn, caller_method, lock_table
+from langchain_reflective.store_ops import Call, Put, Search, prepare_ops
 from langchain_reflective.stream import MemoryStream
 from langchain_reflective.stream_base import WRITE_STARTED
 
@@ -154,47 +143,7 @@ _WRITES = frozenset({"add", "delete"})  # the stream calls of the flow that writ
 _FIRST_FETCH = 32  # memories a filtered search reads per namespace before reading them all
 
 
-# -- prepared operations ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Call:
-    """One call of the stream's public API (or, with ``embeddings``, of the stream's embedding
-    model) that the batch flow needs made."""
-
-    method: str
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    embeddings: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class _Put:
-    namespace: tuple[str, ...]
-    key: str
-    value: dict[str, Any] | None
-    text: str
-    indexed: bool
-
-
-@dataclass(frozen=True, slots=True)
-class _Search:
-    prefix: tuple[str, ...]
-    query: str | None
-    filter: dict[str, Any] | None
-    limit: int
-    offset: int
-
-
-@dataclass(slots=True)
-class _Prepared:
-    size: int
-    gets: dict[str, list[tuple[int, tuple[str, ...], str]]] = field(
-        default_factory=lambda: defaultdict(list)
-    )
-    searches: list[tuple[int, _Search]] = field(default_factory=list)
-    lists: list[tuple[int, ListNamespacesOp]] = field(default_factory=list)
-    puts: dict[tuple[tuple[str, ...], str], _Put] = field(default_factory=dict)
+# -- the store's view of a memory ---------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,18 +177,6 @@ def _merge_newest(
         if at + 1 < len(lists[i]):
             heapq.heappush(heads, (-lists[i][at + 1][1].updated_at.timestamp(), i, at + 1))
     return out
-
-
-def _count(value: object, name: str, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidFilterError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
-def _key(key: object) -> str:
-    if not isinstance(key, str):
-        raise InvalidMemoryError(f"an item key must be a string, got {type(key).__name__}")
-    return check_identifier(key, "an item key")  # a NUL too, before any put of the batch is written
 
 
 class ReflectiveStore(BaseStore):
@@ -352,7 +289,7 @@ class ReflectiveStore(BaseStore):
         finally:
             turn.release()
 
-    async def _awrite(self, call: _Call, turn: Turn) -> Any:
+    async def _awrite(self, call: Call, turn: Turn) -> Any:
         """A write of the stream that, if the batch is cancelled, runs on holding ``turn``.
 
         An add is the stream's ``aadd``: cancelled while it embeds or rates, it stops and
@@ -393,108 +330,27 @@ class ReflectiveStore(BaseStore):
                     names.add(encode_namespace(op.namespace))
         return Turn(self._locks, names)
 
-    def _target(self, call: _Call) -> Any:
+    def _target(self, call: Call) -> Any:
         return self.stream.embeddings if call.embeddings else self.stream
 
-    async def _acall(self, call: _Call) -> Any:
+    async def _acall(self, call: Call) -> Any:
         if call.embeddings or call.method in ("add", "retrieve"):  # async twins await models
             return await getattr(self._target(call), "a" + call.method)(*call.args, **call.kwargs)
         return await asyncio.to_thread(getattr(self.stream, call.method), *call.args, **call.kwargs)
 
-    # -- validation ----------------------------------------------------------------------------
-
-    def _prepare_ops(self, ops: Iterable[Op]) -> _Prepared:
-        """Validate every operation and group them; nothing is read or written yet."""
-        ops = list(ops)
-        prepared = _Prepared(size=len(ops))
-        for i, op in enumerate(ops):
-            if isinstance(op, GetOp):
-                ns = check_namespace(op.namespace, allow_empty=False)
-                prepared.gets[encode_namespace(ns)].append((i, ns, _key(op.key)))
-            elif isinstance(op, SearchOp):
-                query = op.query
-                if query is not None and not isinstance(query, str):
-                    raise InvalidFilterError(f"query must be a string, got {type(query).__name__}")
-                if query and not query.isascii():  # before the (one) embedding call
-                    check_encodable(query, "query")
-                search = _Search(
-                    prefix=check_namespace(op.namespace_prefix, allow_empty=True),
-                    query=query if query and query.strip() else None,
-                    filter=check_filter(op.filter),
-                    limit=_count(op.limit, "limit", minimum=0),
-                    offset=_count(op.offset, "offset", minimum=0),
-                )
-                prepared.searches.append((i, search))
-            elif isinstance(op, ListNamespacesOp):
-                prepared.lists.append((i, self._check_list(op)))
-            elif isinstance(op, PutOp):
-                put = self._check_put(op)
-                prepared.puts.pop((put.namespace, put.key), None)  # the last put wins
-                prepared.puts[(put.namespace, put.key)] = put
-            else:
-                raise InvalidMemoryError(f"unknown store operation {type(op).__name__}")
-        return prepared
-
-    @staticmethod
-    def _check_list(op: ListNamespacesOp) -> ListNamespacesOp:
-        conditions = []
-        for cond in op.match_conditions or ():
-            if not isinstance(cond, MatchCondition) or cond.match_type not in ("prefix", "suffix"):
-                raise InvalidFilterError(f"bad namespace match condition {cond!r}")
-            path = tuple(cond.path)
-            if not all(isinstance(p, str) and p for p in path):
-                raise InvalidFilterError(f"match condition path must be labels, got {path!r}")
-            conditions.append(MatchCondition(cond.match_type, path))
-        if op.max_depth is not None:
-            _count(op.max_depth, "max_depth", minimum=0)  # (0: [()], as `InMemoryStore`)
-        return ListNamespacesOp(
-            match_conditions=tuple(conditions),
-            max_depth=op.max_depth,
-            limit=_count(op.limit, "limit", minimum=0),
-            offset=_count(op.offset, "offset", minimum=0),
-        )
-
-    def _check_put(self, op: PutOp) -> _Put:
-        ns = check_namespace(op.namespace, allow_empty=False)
-        key = _key(op.key)
-        if op.ttl is not None:
-            raise NotImplementedError(
-                "ReflectiveStore does not support TTL (supports_ttl = False): memories are kept "
-                "until deleted (their recency fades in ranking instead). Put without ttl, or "
-                "delete items explicitly."
-            )
-        if op.value is None:
-            return _Put(ns, key, None, "", indexed=False)
-        if not isinstance(op.value, Mapping):
-            raise InvalidMemoryError(
-                f"a store value must be a dict with string keys, got {type(op.value).__name__}"
-            )
-        check_value(op.value, f"the value of {key!r}")  # string keys, bounded depth
-        value = validate_metadata(op.value, f"the value of {key!r}")  # a JSON copy, or an error
-        index = op.index
-        if (
-            index is not None
-            and index is not False
-            and (isinstance(index, str) or not all(isinstance(p, str) for p in index))
-        ):
-            raise InvalidMemoryError("index must be None, False or a list of field paths")
-        fields = self.fields if index is None or index is False else list(index)
-        text, indexed = item_text(value, fields, indexed=index is not False)
-        return _Put(ns, key, value, text, indexed=indexed)
-
     # -- the flow ------------------------------------------------------------------------------
 
-    def _flow(self, ops: Iterable[Op]) -> Generator[_Call, Any, list[Result]]:
-        prepared = self._prepare_ops(ops)
+    def _flow(self, ops: Iterable[Op]) -> Generator[Call, Any, list[Result]]:
+        prepared = prepare_ops(ops, self.fields)
         results: list[Result] = [None] * prepared.size
         for name, gets in prepared.gets.items():
             ids = [i for _, _, key in gets for i in (self.memory_id(name, key), key)]
-            records = yield _Call("get", (ids,), {"namespace": name})
+            records = yield Call("get", (ids,), {"namespace": name})
             for index, ns, key in gets:
                 found = self._find(name, key, {r.id: r for r in records})
                 results[index] = None if found is None else self._item(ns, self._view(found))
         if prepared.searches or prepared.lists:
-            names: list[str] = yield _Call("namespaces")
+            names: list[str] = yield Call("namespaces")
             decoded = {n: decode_namespace(n) for n in names}
             known = {n: labels for n, labels in decoded.items() if labels is not None}
             for index, op in prepared.lists:
@@ -569,8 +425,8 @@ class ReflectiveStore(BaseStore):
         return sorted(selected)[op.offset : op.offset + op.limit]
 
     def _search(
-        self, search: _Search, known: Mapping[str, tuple[str, ...]]
-    ) -> Generator[_Call, Any, list[SearchItem]]:
+        self, search: Search, known: Mapping[str, tuple[str, ...]]
+    ) -> Generator[Call, Any, list[SearchItem]]:
         need = search.offset + search.limit
         if search.limit == 0:
             return []
@@ -604,8 +460,8 @@ class ReflectiveStore(BaseStore):
         )
 
     def _ranked(
-        self, names: list[str], search: _Search, need: int
-    ) -> Generator[_Call, Any, list[tuple[str, _View, float]]]:
+        self, names: list[str], search: Search, need: int
+    ) -> Generator[Call, Any, list[tuple[str, _View, float]]]:
         """Up to ``need`` indexed items of the namespaces ``names`` that match the filter, best
         first, ranked as one (``MemoryStream.retrieve(namespaces=...)``; the query embedded
         once, whatever is read again).
@@ -614,10 +470,10 @@ class ReflectiveStore(BaseStore):
         or filtered-out memories left fewer than ``need``.
         """
         assert search.query is not None
-        vector = yield _Call("embed_query", (search.query,), embeddings=True)
+        vector = yield Call("embed_query", (search.query,), embeddings=True)
         n = need if search.filter is None else max(need * 4, _FIRST_FETCH)
         while True:
-            hits = yield _Call(
+            hits = yield Call(
                 "retrieve",
                 (search.query,),
                 {"k": n, "namespaces": names, "touch": False, "query_embedding": vector},
@@ -631,12 +487,12 @@ class ReflectiveStore(BaseStore):
                 return out[:need]
             total = 0  # retrieve needs a number: read every memory
             for name in names:
-                total += yield _Call("count", (), {"namespace": name})
+                total += yield Call("count", (), {"namespace": name})
             if total <= n:
                 return out[:need]
             n = total
 
-    def _recent(self, name: str, search: _Search, need: int) -> Generator[_Call, Any, list[_View]]:
+    def _recent(self, name: str, search: Search, need: int) -> Generator[Call, Any, list[_View]]:
         """Up to ``need`` items of one namespace that match the filter, last written first.
 
         Reads ``need`` memories (more when a filter is set), and everything only when
@@ -644,7 +500,7 @@ class ReflectiveStore(BaseStore):
         """
         n: int | None = need if search.filter is None else max(need * 4, _FIRST_FETCH)
         while True:
-            records = yield _Call("recent", (n,), {"namespace": name})
+            records = yield Call("recent", (n,), {"namespace": name})
             out = [
                 view
                 for view in map(self._view, reversed(records))
@@ -654,17 +510,15 @@ class ReflectiveStore(BaseStore):
                 return out[:need]
             n = None
 
-    def _write(
-        self, puts: Mapping[tuple[tuple[str, ...], str], _Put]
-    ) -> Generator[_Call, Any, None]:
+    def _write(self, puts: Mapping[tuple[tuple[str, ...], str], Put]) -> Generator[Call, Any, None]:
         """Apply the puts: per namespace one read, one delete and one add."""
         now = datetime.now(UTC)
-        by_name: dict[str, list[_Put]] = defaultdict(list)
+        by_name: dict[str, list[Put]] = defaultdict(list)
         for put in puts.values():
             by_name[encode_namespace(put.namespace)].append(put)
         for name, group in by_name.items():
             ids = [i for put in group for i in (self.memory_id(name, put.key), put.key)]
-            records = yield _Call("get", (ids,), {"namespace": name})
+            records = yield Call("get", (ids,), {"namespace": name})
             by_id = {r.id: r for r in records}
             old: list[MemoryRecord] = []
             created: dict[str, datetime] = {}
@@ -679,7 +533,7 @@ class ReflectiveStore(BaseStore):
             old_ids = [r.id for r in old]
             if not adds:
                 if old_ids:
-                    yield _Call("delete", (old_ids,), {"namespace": name})
+                    yield Call("delete", (old_ids,), {"namespace": name})
                 continue
             metadatas = [
                 {
@@ -693,7 +547,7 @@ class ReflectiveStore(BaseStore):
                 for put in adds
             ]
             try:
-                yield _Call(
+                yield Call(
                     "add",
                     ([put.text for put in adds],),
                     {
@@ -708,7 +562,7 @@ class ReflectiveStore(BaseStore):
             except Exception as exc:
                 if old_ids:  # a backend whose replace is not atomic may have deleted them
                     try:
-                        still = yield _Call("get", (old_ids,), {"namespace": name})
+                        still = yield Call("get", (old_ids,), {"namespace": name})
                     except Exception:
                         raise exc from None  # (the storage is unreachable: report the put's error)
                     kept = {r.id for r in still}
@@ -717,11 +571,11 @@ class ReflectiveStore(BaseStore):
 
     def _restore(
         self, name: str, old: Sequence[MemoryRecord], cause: Exception
-    ) -> Generator[_Call, Any, None]:
+    ) -> Generator[Call, Any, None]:
         """Write back the memories an update deleted before its add failed."""
         for record in old:
             try:
-                yield _Call(
+                yield Call(
                     "add",
                     (record.text,),
                     {
