@@ -129,19 +129,10 @@ class ReflectiveRetriever(BaseRetriever):
             many = isinstance(namespaces, Sequence) and not isinstance(namespaces, str)
             extra["namespaces"] = list(namespaces) if many else namespaces
         else:
-            extra["namespace"] = self._namespace_read(kwargs)
+            # (``invoke`` named the namespace read: ``_with_owner``; unchecked here, a bad one
+            # fails in the retrieval with its own error)
+            extra["namespace"] = kwargs.get("namespace", self.namespace)
         return {**params, **extra}  # type: ignore[typeddict-item]
-
-    def _namespace_read(self, kwargs: Mapping[str, Any]) -> Any:
-        """The namespace a retrieval with ``kwargs`` reads, for its run's metadata (as given,
-        unchecked: a bad one fails in the retrieval, with its own error)."""
-        namespace = kwargs.get("namespace", self.namespace)
-        if namespace is None:
-            try:
-                namespace = RetrievalFilter.coerce(kwargs.get("filter", self.filter)).namespace
-            except Exception:  # (an invalid filter is reported by the retrieval itself)
-                namespace = None
-        return self.memory_stream.namespace if namespace is None else namespace
 
     def _call_args(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         unknown = set(kwargs) - {
