@@ -353,11 +353,9 @@ def test_a_user_message_no_memory_can_hold_is_recorded_clipped_and_the_answer_re
     assert texts[1:] == ["Assistant: Long read.", "User: a\ufffdb ? c", "Assistant: Odd bytes."]
 
 
-def test_a_summarised_conversation_records_the_users_message_not_the_summary(
-    memory: ReflectiveMemory,
-) -> None:
-    """LangChain's SummarizationMiddleware replaces earlier messages with a summary, as a
-    HumanMessage, in the middle of a run: the turn recorded is still the user's."""
+def _summarising_agent(middleware: ReflectiveMemoryMiddleware) -> tuple[FakeChat, Any]:
+    """An agent whose turn makes three tool calls before its answer, so LangChain's
+    SummarizationMiddleware (before ``middleware``) replaces the user's message mid-turn."""
     from langchain.agents.middleware import SummarizationMiddleware
     from langchain_core.tools import tool
 
@@ -377,9 +375,16 @@ def test_a_summarised_conversation_records_the_users_message_not_the_summary(
     summarise = SummarizationMiddleware(
         FakeChat(default="SUMMARY-TEXT"), trigger=("messages", 4), keep=("messages", 2)
     )
-    agent = create_agent(
-        model, tools=[lookup], middleware=[summarise, ReflectiveMemoryMiddleware(memory)]
-    )
+    agent = create_agent(model, tools=[lookup], middleware=[summarise, middleware])
+    return model, agent
+
+
+def test_a_summarised_conversation_records_the_users_message_not_the_summary(
+    memory: ReflectiveMemory,
+) -> None:
+    """LangChain's SummarizationMiddleware replaces earlier messages with a summary, as a
+    HumanMessage, in the middle of a run: the turn recorded is still the user's."""
+    model, agent = _summarising_agent(ReflectiveMemoryMiddleware(memory))
     out = agent.invoke(user("add the values 1..3"), context={"user_id": "jo"})
     assert any("SUMMARY-TEXT" in m.text for m in out["messages"])  # (the summary did happen)
     assert not any(m.text == "add the values 1..3" for m in out["messages"])
@@ -398,29 +403,10 @@ def test_after_a_summary_the_context_is_still_relevant_to_the_users_message(
 ) -> None:
     """Once SummarizationMiddleware had replaced the user's message mid-turn, the model calls
     after it searched memory for nothing: no memory relevant to the question was shown."""
-    from langchain.agents.middleware import SummarizationMiddleware
-    from langchain_core.tools import tool
-
-    @tool
-    def lookup(x: int) -> str:
-        """Look a value up."""
-        return str(x)
-
     memory.add("Jo sums values with a slide rule", namespace="jo", importances=0.1)
     memory.add([f"Jo note {i} about the garden" for i in range(12)], namespace="jo")
-    model = FakeChat(
-        script=[
-            tool_call("lookup", {"x": 1}, "c1"),
-            tool_call("lookup", {"x": 2}, "c2"),
-            tool_call("lookup", {"x": 3}, "c3"),
-            "Final answer: 6",
-        ]
-    )
-    summarise = SummarizationMiddleware(
-        FakeChat(default="SUMMARY-TEXT"), trigger=("messages", 4), keep=("messages", 2)
-    )
     middleware = ReflectiveMemoryMiddleware(memory, record=record)  # (inject only: no record)
-    agent = create_agent(model, tools=[lookup], middleware=[summarise, middleware])
+    model, agent = _summarising_agent(middleware)
     agent.invoke(user("how do I sum the values 1..3"), context={"user_id": "jo"})
     first, *_ = model.agent_calls
     assert "slide rule" in fenced(system_text(first))  # (relevant, not among the recent)
