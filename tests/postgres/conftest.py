@@ -201,3 +201,22 @@ def create_database(admin_uri: str) -> str:
 def postgres_url(postgres_server: str) -> str:
     """A fresh database of its own for this test."""
     return create_database(postgres_server)
+
+
+def read_write_role(postgres_url: str, role: str, *, revoke_create: bool = False) -> str:
+    """A login ``role`` that may only read and write the tables and sequences that exist (no
+    DDL), and the URL that connects as it (the backend's tables must exist first)."""
+    import psycopg
+
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        if revoke_create:
+            conn.execute(f"REVOKE CREATE ON SCHEMA public FROM PUBLIC, {role}")
+        conn.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
+        conn.execute(
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}"
+        )
+        conn.execute(f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {role}")
+    head, sep, query = postgres_url.partition("?")
+    scheme, rest = head.split("://", 1)
+    return f"{scheme}://{role}@{rest.split('@', 1)[-1]}{sep}{query}"

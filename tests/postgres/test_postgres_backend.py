@@ -30,6 +30,7 @@ from langchain_reflective.records import MemoryRecord, new_memory_id
 from langchain_reflective.scoring import ScoringConfig, score_candidates, top_k
 from langchain_reflective.stream import MemoryStream
 from tests.fakes import WordEmbeddings
+from tests.postgres.conftest import read_write_role
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 
@@ -131,17 +132,7 @@ def test_a_role_that_may_only_read_and_write_can_call_setup_and_use_the_memory(
         admin.setup()
         with MemoryStream(WordEmbeddings(8), backend=admin) as stream:
             stream.add("set up by the administrator", importances=0.5)  # (binds the dimension)
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute(f"CREATE ROLE {role} LOGIN")
-        conn.execute(f"REVOKE CREATE ON SCHEMA public FROM PUBLIC, {role}")
-        conn.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
-        conn.execute(
-            f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}"
-        )
-        conn.execute(f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {role}")
-    head, sep, query = postgres_url.partition("?")
-    scheme, rest = head.split("://", 1)
-    app_url = f"{scheme}://{role}@{rest.split('@', 1)[-1]}{sep}{query}"
+    app_url = read_write_role(postgres_url, role, revoke_create=True)
     with PostgresBackend.from_conn_string(app_url) as app:
         app.setup()  # (nothing to do: no DDL)
         with MemoryStream(WordEmbeddings(8), backend=app) as stream:

@@ -23,7 +23,7 @@ from langchain_reflective.backends.postgres.vector_index import IndexState, dens
 from langchain_reflective.errors import StorageError
 from langchain_reflective.records import MemoryRecord
 from tests.fakes import WordEmbeddings
-from tests.postgres.conftest import create_database
+from tests.postgres.conftest import create_database, read_write_role
 from tests.postgres.test_postgres_backend import T0
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
@@ -195,16 +195,7 @@ def test_a_build_that_cannot_succeed_is_reported_once_and_reindex_raises_the_pac
         admin.setup()
         with MemoryStream(WordEmbeddings(16), backend=admin) as stream:
             stream.add("set up by the administrator")  # (binds the embeddings)
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute(f"CREATE ROLE {role} LOGIN")
-        conn.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
-        conn.execute(
-            f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}"
-        )
-        conn.execute(f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {role}")
-    head, sep, query = postgres_url.partition("?")
-    scheme, rest = head.split("://", 1)
-    app_url = f"{scheme}://{role}@{rest.split('@', 1)[-1]}{sep}{query}"
+    app_url = read_write_role(postgres_url, role)
     try:
         app = PostgresBackend.from_conn_string(app_url, ivf_min_rows=20, ivf_growth=1.1)
         with MemoryStream(WordEmbeddings(16), backend=app) as stream:
