@@ -234,7 +234,9 @@ def parse_insights(text: str, *, n_statements: int | None = None) -> list[tuple[
     line has either: then every line of 10+ characters is an insight without evidence (seed
     000's plain-text fallback). A JSON item with an evidence field of its own (structured
     output) keeps its text whole: parentheses are content there, not citations. An uncited
-    line that declines or apologises ("I'm sorry, I can't ...") is a refusal, not an insight.
+    line that declines or apologises ("I'm sorry, I can't ...", "I cannot determine ...") is a
+    refusal, not an insight; a first-person insight ("I don't trust the build cache ...") is
+    no refusal.
 
     Args:
         text: the model's answer.
@@ -318,11 +320,38 @@ def format_insights(insights: Sequence[Insight], numbers: Mapping[str, int]) -> 
 _QUESTION_PREFIX = re.compile(r"^(?:q(?:uestion)?\s*\d*\s*[:.)-]\s*)", re.IGNORECASE)
 _QUESTION_KEYS = ("question", "text", "q", "content")
 _REFUSAL = re.compile(
-    r"^(?:i[’']?m sorry|i am sorry|sorry[,.!]|as an ai\b|"
-    r"i (?:can(?:not|[’']?t)|won[’']?t|am unable|do not|don[’']?t)\b)",
-    re.IGNORECASE,
+    r"""^(?:
+      i[’']?m\s+sorry | i\s+am\s+sorry | sorry[,.!]
+    | as\s+an?\s+(?:ai|(?:large\s+)?language\s+model)\b
+    # "I cannot / won't / am unable to" + a verb of the task asked
+    | (?:i\s+(?:can(?:not|[’']?t|\s+not)|won[’']?t|will\s+not|could\s+not|couldn[’']?t)
+        | i(?:\s+am|[’']?m)\s+(?:unable|not\s+able|not\s+in\s+a\s+position))
+      \s+(?:(?:really|currently|simply)\s+)?(?:be\s+able\s+to\s+)?(?:to\s+)?
+      (?:help|assist|answer|respond|reply|comply|fulfil+|provide|give|offer|share|generate
+        |produce|create|formulate|come\s+up|draw|derive|infer|extract|identify|determine
+        |discern|tell|say|comment|speculate|analy[sz]e|summari[sz]e|evaluate|assess|complete
+        |perform|process|do\s+(?:that|this|so|it)|make\s+(?:any|an?|such)|find\s+any
+        |see\s+any|be\s+(?:certain|sure))\b
+    # "I don't" + lacking what the task needs, not knowing, not understanding
+    | i\s+(?:do\s+not|don[’']?t)\s+
+      (?:have\s+(?:(?:enough|sufficient|adequate|any|the)\s+)?
+          (?:information|context|data|details|evidence|knowledge)\b
+        | have\s+(?:personal\s+)?(?:opinions|feelings|beliefs|preferences|emotions)\b
+        | have\s+the\s+(?:ability|capability|capacity)\b
+        | have\s+access\s+to\s+(?:th(?:e|ese|ose)\s+|your\s+|any\s+)?
+          (?:statements|memories|information|data|context|records|personal)\b
+        | know\s*(?:[.,!;:]|$) | know\s+the\s+answer\b
+        | understand\s*(?:[.,!;:]|$) | understand\s+(?:the|your|this)\s+(?:question|request|task)\b
+        | (?:see|find)\s+any\s+(?:\w+\s+)?(?:insights?|patterns?|connections?|information
+          |evidence|relationships?|themes?)\b)
+    )""",
+    re.IGNORECASE | re.VERBOSE,
 )
-"""A line that declines or apologises: never taken as a question when it is not one."""
+"""A line that declines or apologises: never taken as a question when it is not one, nor as
+an uncited insight. Narrow on purpose: an agent's first-person insight ("I don't trust the
+build cache after a dependency bump", "I can't run GPU tests locally") is no refusal; only an
+apology, "As an AI ...", or a negation followed by the task itself ("I cannot determine ...",
+"I don't have enough information to ...", "I don't know.") is."""
 _JSON_KEY = re.compile(r'^[\s\[{]*"\w+"\s*:\s*\[?\s*')
 
 

@@ -193,6 +193,13 @@ def test_a_citation_that_is_no_number_never_raises(citation: str) -> None:
         "I'm sorry, but I can't help with analysing these statements.",
         "I cannot draw insights from these statements.",
         "As an AI, I do not have opinions about Klaus.",
+        "I don't have enough information to say what Klaus values.",
+        "I cannot determine a pattern from these statements.",
+        "I'm unable to help with that.",
+        "I won't be able to answer that.",
+        "I do not have access to those statements.",
+        "I don't see any clear patterns in these statements.",
+        "As a language model, I have no views on Klaus.",
     ],
 )
 def test_an_uncited_refusal_is_not_an_insight(refusal: str) -> None:
@@ -202,6 +209,26 @@ def test_an_uncited_refusal_is_not_an_insight(refusal: str) -> None:
     assert parse_insights("1. I cannot find Klaus at home on Sundays [2]") == [
         ("I cannot find Klaus at home on Sundays", [2])
     ]
+
+
+@pytest.mark.parametrize(
+    "insight",
+    [
+        "I don't trust the build cache after a dependency bump",
+        "I do not merge on Fridays: the deploy runs over the weekend",
+        "I cannot rely on the flaky integration tests to gate a release",
+        "I can't run the GPU tests locally, so CI has to",
+        "I won't skip the migration dry run again",
+        "I am unable to reproduce the timeout on macOS",
+        "I don't have access to the production database",
+    ],
+)
+def test_a_first_person_insight_without_evidence_is_no_refusal(insight: str) -> None:
+    """Every uncited line starting "I don't", "I cannot", "I won't" or "I am unable" was taken
+    for a refusal and dropped, and with it the insights of an agent that keeps insights without
+    evidence (``keep_insights_without_evidence``) and writes them in the first person."""
+    assert parse_insights(insight) == [(insight, [])]
+    assert parse_insights(f"- {insight}") == [(insight, [])]
 
 
 def test_out_of_range_citations_dropped_with_n_statements() -> None:
