@@ -87,6 +87,7 @@ writes nothing.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import heapq
 from collections import defaultdict
@@ -125,7 +126,12 @@ from langchain_reflective.store_codec import (
 from langchain_reflective.store_locks import Turn, caller_method, lock_table
 from langchain_reflective.store_ops import Call, Put, Search, prepare_ops
 from langchain_reflective.stream import MemoryStream
-from langchain_reflective.stream_base import WRITE_STARTED
+from langchain_reflective.stream_base import (
+    WRITE_STARTED,
+    Landed,
+    _retrieved,
+    in_worker_thread,
+)
 
 __all__ = [
     "ReflectiveStore",
@@ -295,25 +301,31 @@ class ReflectiveStore(BaseStore):
         An add is the stream's ``aadd``: cancelled while it embeds or rates, it stops and
         writes nothing; once its store write started, that write runs on and the turn is
         handed to it (``WRITE_STARTED``). A delete runs in a worker thread, which the
-        cancellation does not stop: the turn is handed to it."""
+        cancellation does not stop: the turn is handed to it. Either way the turn ends when
+        the worker thread has, not when the task awaiting it ends (the event loop's teardown
+        cancels that task while the thread still writes)."""
         if call.method == "add":
-            started: list[asyncio.Future[Any]] = []
+            started: list[Landed] = []
             token = WRITE_STARTED.set(started.append)
             try:
                 return await self._acall(call)
             except asyncio.CancelledError:
-                running = [task for task in started if not task.done()]
+                running = [write for write in started if not write.done()]
                 if running:
                     turn.defer_to(running[-1])
                 raise
             finally:
                 WRITE_STARTED.reset(token)
-        task = asyncio.ensure_future(self._acall(call))
+        landed: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        task = asyncio.ensure_future(
+            in_worker_thread(landed, self.stream.delete, call.args, call.kwargs)
+        )
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
             if not task.done():
-                turn.defer_to(task)
+                task.add_done_callback(_retrieved)  # (nobody awaits it now)
+                turn.defer_to(landed)  # the thread's: the loop's teardown cancels the task
             raise
 
     def _turn(self, ops: Sequence[Op]) -> Turn:

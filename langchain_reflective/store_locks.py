@@ -12,6 +12,7 @@ the stream is in flight hands its turn to that write (:meth:`Turn.defer_to`).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
@@ -126,20 +127,23 @@ class Turn:
         if not self._deferred:
             self._release()
 
-    def defer_to(self, task: asyncio.Future[Any]) -> None:
-        """Keep the locks until ``task`` (a write of the cancelled batch) has finished.
+    def defer_to(self, write: asyncio.Future[Any] | concurrent.futures.Future[Any]) -> None:
+        """Keep the locks until ``write`` (a write of the cancelled batch) has finished.
 
         Cancelling the batch does not stop a write already running in a worker thread: were
-        the locks released at once, a later write of the namespace could land before it.
+        the locks released at once, a later write of the namespace could land before it. For
+        such a write ``write`` is the thread's own future (done in that thread, which then
+        releases the locks), not the task awaiting it: the event loop's teardown cancels that
+        task while the thread still writes.
         """
         self._deferred = True
 
-        def finished(done: asyncio.Future[Any]) -> None:
+        def finished(done: asyncio.Future[Any] | concurrent.futures.Future[Any]) -> None:
             if not done.cancelled():
                 done.exception()  # (retrieved: its batch was cancelled, nobody awaits it)
             self._release()
 
-        task.add_done_callback(finished)
+        write.add_done_callback(finished)
 
     def _release(self) -> None:
         if self._released:

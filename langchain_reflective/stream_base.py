@@ -5,6 +5,7 @@ drivers of the stream's flows (:func:`_run`, :func:`_arun`)."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 from collections.abc import Callable, Generator, Mapping, Sequence
@@ -54,12 +55,17 @@ def _run(flow: _Flow) -> Any:
 _LANDING = frozenset({"put", "replace"})
 """The backend writes of the flows that, once started, run on when their caller is cancelled."""
 
-WRITE_STARTED: contextvars.ContextVar[Callable[[asyncio.Future[Any]], None] | None] = (
-    contextvars.ContextVar("reflective_write_started", default=None)
+Landed = asyncio.Future[Any] | concurrent.futures.Future[Any]
+"""A future done once a write has landed (or never will): the thread's own future when the
+write runs in a worker thread, else the task running it."""
+
+WRITE_STARTED: contextvars.ContextVar[Callable[[Landed], None] | None] = contextvars.ContextVar(
+    "reflective_write_started", default=None
 )
 """Set by a caller that keeps order itself (``ReflectiveStore`` holds its namespace until a
-cancelled write has landed): called with each store write's task as it starts, and a
-cancellation then goes on at once instead of waiting for the write (see :func:`_arun`)."""
+cancelled write has landed): called with each store write's :data:`Landed` future as it
+starts, and a cancellation then goes on at once instead of waiting for the write (see
+:func:`_arun`)."""
 
 
 async def _arun(flow: _Flow) -> Any:
@@ -75,26 +81,79 @@ async def _arun(flow: _Flow) -> Any:
         call = next(flow)
         while True:
             target, name, args, kwargs = call
-            pending = getattr(target, "a" + name)(*args, **(kwargs or {}))
-            result = await (_landing(pending) if name in _LANDING else pending)
+            if name in _LANDING:
+                result = await _landing(target, name, args, kwargs or {})
+            else:
+                result = await getattr(target, "a" + name)(*args, **(kwargs or {}))
             call = flow.send(result)
     except StopIteration as done:
         return done.value
 
 
-async def _landing(write: Any) -> Any:
-    """``await write``, which a cancellation does not stop (see :func:`_arun`); a second
-    cancellation stops the wait for it, not the write."""
-    task = asyncio.ensure_future(write)
+async def _landing(target: Any, name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+    """``await target.a<name>(*args, **kwargs)``, which a cancellation does not stop (see
+    :func:`_arun`); a second cancellation stops the wait for it, not the write.
+
+    Handed to a caller (:data:`WRITE_STARTED`), a backend's default async twin (the sync
+    method in a worker thread) runs through :func:`in_worker_thread`, so the caller's
+    :data:`Landed` future is the thread's: the event loop's teardown cancels the task that
+    awaits the thread, not the thread itself."""
     handed = WRITE_STARTED.get()
-    if handed is not None:
-        handed(task)
+    method = getattr(target, "a" + name)
+    if handed is not None and getattr(method, "__func__", None) is getattr(
+        BaseMemoryBackend, "a" + name, None
+    ):
+        landed: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        task = asyncio.ensure_future(in_worker_thread(landed, getattr(target, name), args, kwargs))
+        handed(landed)
+    else:
+        task = asyncio.ensure_future(method(*args, **kwargs))
+        if handed is not None:
+            handed(task)
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
-        if handed is None and not task.done():
+        if handed is not None:
+            task.add_done_callback(_retrieved)  # (nobody awaits it now)
+        elif not task.done():
             with contextlib.suppress(Exception):
                 await asyncio.shield(task)
+        raise
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+async def in_worker_thread(
+    landed: concurrent.futures.Future[Any],
+    function: Callable[..., Any],
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+) -> Any:
+    """``await asyncio.to_thread(function, *args, **kwargs)``, with ``landed`` done (result,
+    exception, or cancelled if the call never started) once the call has ended in its thread.
+
+    Cancelling the awaiting task (as ``asyncio.run`` does to every task left when its coroutine
+    returns) does not stop a call already running in its thread: ``landed`` is then done when
+    that call returns, and is the future to wait on for the write to have landed."""
+
+    def run() -> Any:
+        if not landed.set_running_or_notify_cancel():
+            return None  # (cancelled before it started: it never runs)
+        try:
+            result = function(*args, **(kwargs or {}))
+        except BaseException as exc:
+            landed.set_exception(exc)
+            raise
+        landed.set_result(result)
+        return result
+
+    try:
+        return await asyncio.to_thread(run)
+    except BaseException:
+        landed.cancel()  # (refused once the call runs: then done when it returns)
         raise
 
 

@@ -215,3 +215,45 @@ def test_a_stream_add_cancelled_in_its_write_returns_once_the_write_has_landed(
         assert [r.text for r in await stream.arecent(None)] == ["the older memory"]
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("first", ["put", "delete"])
+def test_a_cancelled_write_keeps_its_namespace_through_the_event_loops_teardown(
+    stream: MemoryStream, first: str
+) -> None:
+    """``asyncio.run`` cancels every task left when its coroutine returns, the task awaiting a
+    cancelled batch's write among them, then waits for the worker threads: the namespace
+    stayed the write's until its thread ended, not until that task was cancelled (a sync put of
+    another thread could land first, and the older write then overwrote it)."""
+    store = ReflectiveStore(stream)
+    store.put(("ns",), "k", {"v": "original"})
+    gate = Gate(stream, "replace" if first == "put" else "delete")
+    returned = threading.Event()
+
+    async def scenario() -> None:
+        if first == "put":
+            stale = asyncio.ensure_future(store.aput(("ns",), "k", {"v": "cancelled"}))
+        else:
+            stale = asyncio.ensure_future(store.adelete(("ns",), "k"))
+        await gate.wait_entered()
+        await _cancelled(stale)
+        returned.set()  # (asyncio.run now cancels the tasks left, then joins the threads)
+
+    loop_thread = threading.Thread(target=asyncio.run, args=(scenario(),))
+    loop_thread.start()
+    later = threading.Thread(target=store.put, args=(("ns",), "k", {"v": "acknowledged"}))
+    try:
+        assert returned.wait(30)
+        loop_thread.join(0.2)  # (the teardown cancels the tasks left at once)
+        assert loop_thread.is_alive()  # (it waits for the held write's thread)
+        later.start()
+        later.join(0.3)
+        assert later.is_alive()  # the namespace is still the cancelled write's
+    finally:
+        gate.opened.set()
+        loop_thread.join(30)
+        if later.ident is not None:
+            later.join(30)
+    item = store.get(("ns",), "k")
+    assert item is not None and item.value == {"v": "acknowledged"}
+    assert len(store._locks) == 0
