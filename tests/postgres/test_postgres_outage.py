@@ -471,3 +471,29 @@ def test_an_outcome_check_that_finds_a_write_stored_in_part_is_raised_as_it_is(
             pools.writing(twice, lambda conn: answers.pop(0))
         assert not isinstance(again.value, WriteOutcomeUnknownError)
         assert len(runs) == 4
+
+
+def test_a_replace_cut_off_by_a_real_outage_says_its_outcome_is_unknown_and_names_its_memories(
+    server: _Server,
+) -> None:
+    """As a put cut off this way (above): the server stops while a replace waits inside its
+    transaction, so its outcome cannot be read, and it raises ``WriteOutcomeUnknownError``
+    naming its memories (it raised the ``ConnectionLostError`` of its own statement, which did
+    not say the write may be stored, and named nothing). Nothing was committed."""
+    url = create_database(server.uri)
+    with PostgresBackend.from_conn_string(url, min_size=2, timeout=POOL_TIMEOUT) as backend:
+        backend.setup()
+        old, _ = _fill(backend, 3)
+        new = [_records(1, seed=6)[0]]
+        vector = _unit(np.random.default_rng(6), 1)
+        raised, took = _stopped_while_waiting(
+            server,
+            url,  # (the replace locks its namespace's counter row first: it waits for this)
+            "SELECT 1 FROM reflective_counters WHERE namespace = 'default' FOR UPDATE",
+            lambda: backend.replace("default", [old[0].id], new, vector),
+        )
+        assert isinstance(raised, WriteOutcomeUnknownError), raised
+        assert took < 2 * HANG_GUARD, took
+        assert new[0].id in " ".join(getattr(raised, "__notes__", []))  # (what to look up)
+        server.start()
+        assert {r.id for r in backend.recent("default")} == {r.id for r in old}

@@ -72,12 +72,12 @@ from langchain_reflective.backends.postgres.vector_index import (
     VectorIndexSettings,
 )
 from langchain_reflective.backends.postgres.writes import (
+    Replacement,
     apply_counter,
     delete_memories,
     enqueue,
     ids_note,
     lock_counter,
-    lock_counters,
     queued_outcome,
     stored_outcome,
     write_batch,
@@ -359,11 +359,8 @@ class PostgresBackend(BaseMemoryBackend):
         """Delete and store in one transaction (see :meth:`BaseMemoryBackend.replace`)."""
         if len(records) != len(vectors):
             raise StorageError(f"{len(records)} records but {len(vectors)} vectors")
-        with self._pools.conn() as conn, conn.transaction():
-            lock_counters(conn, records, counter, also=namespace)  # each row once, in order
-            deleted = delete_memories(conn, namespace, ids, locked=True)
-            oid = self._vector_oid(conn)
-            newest = write_batch(conn, records, vectors, counter, (), oid, locked=True)
+        run = Replacement(namespace, ids, records, vectors, counter, self._vector_oid)
+        deleted, newest = self._pools.writing(run.write, run.outcome, note=ids_note(records))
         self._after_write(newest)
         return deleted
 
@@ -384,7 +381,7 @@ class PostgresBackend(BaseMemoryBackend):
         if not ids:
             return 0
         with self._pools.conn() as conn, conn.transaction():
-            return delete_memories(conn, namespace, ids)
+            return len(delete_memories(conn, namespace, ids))
 
     def purge(self, namespace: str) -> int:
         if len(namespace.encode("utf-8", "surrogatepass")) > MAX_IDENTIFIER_BYTES:

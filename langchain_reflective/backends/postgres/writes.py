@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +59,7 @@ from langchain_reflective.records import OBSERVATION, MemoryRecord
 __all__ = [
     "TOKENIZER",
     "LexicalTotals",
+    "Replacement",
     "delete_memories",
     "lock_counter",
     "lock_counters",
@@ -473,12 +474,12 @@ def write_batch(
 
 def delete_memories(
     conn: psycopg.Connection[Any], namespace: str, ids: Sequence[str], *, locked: bool = False
-) -> int:
+) -> list[int]:
     """Delete memories of ``namespace`` by id in ``conn``'s transaction, relinking their
-    neighbours and updating the BM25 statistics; returns how many were deleted. Locks the
+    neighbours and updating the BM25 statistics; returns the deleted keys, in order. Locks the
     namespace's counter row first unless the caller holds it (``locked``)."""
     if not ids:
-        return 0
+        return []
     if not locked:
         lock_counter(conn, namespace)
     gone = conn.execute(
@@ -488,7 +489,7 @@ def delete_memories(
         (namespace, list(ids)),
     ).fetchall()
     if not gone:
-        return 0
+        return []
     seqs = {r[0] for r in gone}
     # the observations next to deleted ones link to their new neighbours
     near = {s for r in gone for s in r[3:] if s is not None} - seqs
@@ -507,4 +508,73 @@ def delete_memories(
     add_lexical_stats(
         conn, namespace, -len(gone), -sum(r[1] for r in gone), -sum(r[2] for r in gone)
     )
-    return len(gone)  # (the deleted keys are logged by a trigger: schema version 7)
+    return sorted(seqs)  # (also logged by a trigger: schema version 7)
+
+
+@dataclass(slots=True)
+class Replacement:
+    """``PostgresBackend.replace``: ``ids`` of ``namespace`` deleted and ``records`` stored in
+    one transaction, for ``Pools.writing``: :meth:`write` is the transaction's work,
+    :meth:`outcome` tells after a lost connection whether it committed.
+
+    The records usually reuse the deleted ids (a store's put over a key), so their ids cannot
+    tell (``stored_outcome`` would find the old memories and call a lost write stored); keys
+    can, as they are never reused: a key this transaction took exists only if it committed,
+    and a key it deleted only if it did not."""
+
+    namespace: str
+    ids: Sequence[str]
+    records: Sequence[MemoryRecord]
+    vectors: F32
+    counter: CounterUpdate | None
+    vector_oid: Callable[[psycopg.Connection[Any]], int]
+    """The oid of pgvector's ``vector`` type in the database (``PostgresBackend._vector_oid``)."""
+    deleted: list[int] | None = None
+    """The keys the last run deleted; ``None`` until that run's statements all returned."""
+    newest: int = 0
+    """The newest key the last run wrote (0: none)."""
+
+    def write(self, conn: psycopg.Connection[Any]) -> tuple[int, int]:
+        """The memories deleted and the newest key written (0 without records)."""
+        self.deleted = None
+        lock_counters(conn, self.records, self.counter, also=self.namespace)  # in one order
+        deleted = delete_memories(conn, self.namespace, self.ids, locked=True)
+        oid = self.vector_oid(conn)
+        self.newest = write_batch(
+            conn, self.records, self.vectors, self.counter, (), oid, locked=True
+        )
+        self.deleted = deleted  # (only now may its commit be sent)
+        return len(deleted), self.newest
+
+    def outcome(self, conn: psycopg.Connection[Any]) -> tuple[int, int] | None:
+        """What :meth:`write` returned if its transaction committed, ``None`` if it did not.
+
+        Raises:
+            StorageError: its keys cannot tell (the new memory gone and the old ones too:
+                another process changed them since; or nothing deleted nor stored: only the
+                counter changed).
+        """
+        if self.deleted is None:
+            return None  # (lost before its statements all returned: no commit was sent)
+        keys = [*self.deleted, self.newest] if self.newest else self.deleted
+        found = {int(r[0]) for r in conn.execute(_FOUND, (keys,)).fetchall()}
+        if self.newest in found:
+            return len(self.deleted), self.newest
+        if found or (self.newest and not self.deleted):  # (an old one left, or no new one)
+            return None
+        if self.deleted and not self.newest:  # (it only deleted: they are gone)
+            return len(self.deleted), 0
+        raise StorageError(
+            "the connection to Postgres was lost while replacing memories, and whether the "
+            "replace committed cannot be read back: "
+            + (
+                "the memories it stored and those it deleted are both gone now (another "
+                "process changed them since)"
+                if self.deleted
+                else "it deleted and stored no memory (only its counter change would tell)"
+            )
+            + "; look the memories up by id before writing them again"
+        )
+
+
+_FOUND = "SELECT seq FROM reflective_memories WHERE seq = ANY(%s)"
