@@ -262,33 +262,84 @@ def _defuse(match: re.Match[str]) -> str:
     return "‹" + inner + ("›" if closed else "")
 
 
-_THINK = re.compile(r"<(think|thinking|reasoning)>.*?(</\1>|$)", re.IGNORECASE | re.DOTALL)
-"""A reasoning section of a model's answer (an unclosed one runs to the end of the answer)."""
-_REFLECTION = re.compile(r"<reflection>.*?(</reflection>|$)", re.IGNORECASE | re.DOTALL)
-"""A ``<reflection>`` section: reasoning beside an answer, but the answer itself when it is
-all there is (a model asked for a reflection may wrap it so)."""
+_MENTION = r"(?<![`'\"])"
+"""A tag right after a backtick or a quote is mentioned (`` `</think>` ``), not written: it
+neither opens nor closes a section."""
+_THINK_OPEN = re.compile(_MENTION + r"<(think|thinking|reasoning)>", re.IGNORECASE)
+"""The opening tag of a reasoning section."""
+_REFLECTION_OPEN = re.compile(_MENTION + r"<(reflection)>", re.IGNORECASE)
+"""The opening tag of a ``<reflection>`` section: reasoning beside an answer, but the answer
+itself when it is all there is (a model asked for a reflection may wrap it so)."""
+_CLOSING = {
+    name: re.compile(_MENTION + f"</{name}>", re.IGNORECASE)
+    for name in ("think", "thinking", "reasoning", "reflection")
+}
 _REFLECTION_TAG = re.compile(r"</?reflection>", re.IGNORECASE)
-_CLOSING_ONLY = re.compile(r"^.*?</(think|thinking|reasoning)>", re.IGNORECASE | re.DOTALL)
+_CLOSING_ONLY = re.compile(
+    r"^.*?" + _MENTION + r"</(think|thinking|reasoning)>", re.IGNORECASE | re.DOTALL
+)
 """Reasoning whose opening tag the chat template wrote (DeepSeek-R1 served so starts its answer
 inside ``<think>``): everything up to the first closing tag."""
 _CODE_FENCE = re.compile(r"```[a-zA-Z]*\s*\n?(.*?)```", re.DOTALL)
 
 
+def _drop_sections(text: str, opening: re.Pattern[str]) -> str:
+    """``text`` without the sections ``opening`` starts, each up to its closing tag.
+
+    An unclosed section is unfinished reasoning (the answer ran out of tokens inside it) only
+    when it starts the answer: nothing but whitespace, and sections dropped, before it; it then
+    runs to the end. An unclosed tag after some of the answer is a mention ("use the
+    <thinking> tag to ...") and stays, with the text after it. Linear: a closing tag missing
+    after one opening is not looked for again."""
+    out: list[str] = []
+    pos = 0
+    blank = True  # (only whitespace kept so far)
+    unclosed: set[str] = set()
+    while (m := opening.search(text, pos)) is not None:
+        name = m.group(1).lower()
+        before = text[pos : m.start()]
+        blank = blank and not before.strip()
+        close = None if name in unclosed else _CLOSING[name].search(text, m.end())
+        if close is not None:
+            out.append(before)
+            pos = close.end()
+        elif blank:
+            out.append(before)
+            return "".join(out)
+        else:
+            unclosed.add(name)
+            out.append(text[pos : m.end()])
+            pos = m.end()
+    out.append(text[pos:])
+    return "".join(out)
+
+
 def strip_reasoning(text: str, *, reflection_is_answer: bool = False) -> str:
     """``text`` without its ``<think>``, ``<thinking>``, ``<reasoning>`` and ``<reflection>``
-    sections (tag names in any case; an unclosed one runs to the end; a closing tag without
-    its opening one ends reasoning that began with the answer, as DeepSeek-R1's does when its
-    template writes the ``<think>``). Only these exact tags: the word ``reflection`` elsewhere
-    (a JSON key, ``<reflections>``) stays. When nothing but ``<reflection>`` sections is left,
-    their content is kept, only the tags dropped; with ``reflection_is_answer`` (a prompt that
-    asked for a reflection) always."""
+    sections (tag names in any case).
+
+    - A section runs from its opening tag to its closing tag, wherever it is.
+    - An unclosed section counts only at the start of the answer (after whitespace, or after
+      sections dropped): reasoning cut off by the token limit, it runs to the end. An opening
+      tag mentioned later in the answer ("use the <thinking> tag to ...") leaves the text
+      intact.
+    - A closing tag without its opening one ends reasoning that began with the answer, and what
+      precedes it is dropped, wherever the tag is: DeepSeek-R1's template writes the ``<think>``
+      itself, so its answer starts inside the reasoning.
+    - A tag right after a backtick or a quote (`` `</think>` ``, ``"<thinking>"``) is mentioned,
+      not written: it neither opens nor closes a section.
+
+    Only these exact tags: the word ``reflection`` elsewhere (a JSON key, ``<reflections>``)
+    stays. When nothing but ``<reflection>`` sections is left, their content is kept, only the
+    tags dropped; with ``reflection_is_answer`` (a prompt that asked for a reflection)
+    always."""
     closing = _CLOSING_ONLY.match(text)
     if closing is not None and f"<{closing.group(1).lower()}>" not in closing.group(0).lower():
         text = text[closing.end() :]
-    text = _THINK.sub("", text)
+    text = _drop_sections(text, _THINK_OPEN)
     if "<" not in text:
         return text
-    without = "" if reflection_is_answer else _REFLECTION.sub("", text)
+    without = "" if reflection_is_answer else _drop_sections(text, _REFLECTION_OPEN)
     return without if without.strip() or not text.strip() else _REFLECTION_TAG.sub("", text)
 
 

@@ -22,10 +22,11 @@ from langchain_reflective.reflection.parsing import parse_insights
             "<thinking>a <reflection>b</reflection> c</thinking><output>d</output>",
             "<output>d</output>",
         ),
-        # an unclosed section runs to the end, as an unclosed <think> always did
+        # an unclosed section that starts the answer runs to the end (cut off by the limit)
         ("<thinking>1. not this [1]", ""),
-        ("answer\n<reasoning>and then", "answer"),
         ("<think>1: 9", ""),
+        ("\n  <reasoning>and then", ""),
+        ("<think>a</think>\n<thinking>b", ""),
         # only these tags: the word, a JSON key, <reflections> and other tags stay
         ('{"reflection": "tried X", "answer": 4}', '{"reflection": "tried X", "answer": 4}'),
         ("<reflections>kept</reflections>", "<reflections>kept</reflections>"),
@@ -74,3 +75,34 @@ def test_a_reflection_asked_for_keeps_its_reflection_section() -> None:
     assert parsed is not None
     assert parsed.reflection_text.startswith("I returned the sum of the wrong list")
     assert clean_model_text(answer) == "Confidence: high"  # (elsewhere: reasoning beside it)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1. Use the <thinking> tag to wrap the reasoning, then answer [2]",
+        "answer\n<reasoning>and then",
+        "<think>a</think>Klaus writes <think> in his prompts",
+        "Wrap it in `<think>` and `</think>`, then answer.",
+        'Note: "</think>" ends the reasoning of DeepSeek-R1.',
+        "Answer. Use <reflection> to mark a reflection.",
+    ],
+)
+def test_a_tag_mentioned_in_the_answer_leaves_the_text_intact(text: str) -> None:
+    """An unclosed ``<thinking>`` anywhere ran to the end of the answer: "Use the <thinking>
+    tag to ..." in the middle of an answer lost everything after "Use the". Only an unclosed
+    tag that starts the answer is unfinished reasoning; a quoted or backticked tag is a
+    mention, never a section boundary."""
+    kept = text.removeprefix("<think>a</think>")
+    assert clean_model_text(text) == kept
+    if text.startswith("1."):
+        assert parse_insights(text) == [
+            ("Use the <thinking> tag to wrap the reasoning, then answer", [2])
+        ]
+
+
+def test_a_stray_closing_tag_still_ends_the_templates_reasoning() -> None:
+    """DeepSeek-R1's template writes the ``<think>``: its answer starts inside the reasoning,
+    so what precedes a closing tag without its opening one is dropped, even mid-line."""
+    assert clean_model_text("Memory 1 is mundane, so 2.</think>1: 2") == "1: 2"
+    assert clean_model_text("So the rating is 2. </think> 1: 2") == "1: 2"
