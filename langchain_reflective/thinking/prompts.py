@@ -21,6 +21,7 @@ from langchain_core.messages import (
 
 from langchain_reflective._llm import neutralise
 from langchain_reflective.memory import MEMORY_FENCE_CLOSE, MEMORY_FENCE_OPEN, MEMORY_PREAMBLE
+from langchain_reflective.strategies.base import is_summary
 from langchain_reflective.thinking.state import SummaryDict
 from langchain_reflective.thinking.turns import count_text_tokens, summary_text
 
@@ -69,10 +70,13 @@ def _block(tag: str, lines: Sequence[str], *, max_chars: int | None = None) -> s
 
 
 def _conversation_lines(messages: Sequence[BaseMessage | Any]) -> list[str]:
+    """One ``role: text`` line per message; a conversation summary of ``SummarizationMiddleware``
+    (a ``HumanMessage`` the user did not write, :func:`is_summary`) is a ``summary:`` line."""
     lines = []
     for m in convert_to_messages(messages):  # (LangGraph's shorthands: dicts, tuples, strings)
         if isinstance(m, SystemMessage):
             continue
+        role = "summary" if isinstance(m, HumanMessage) and is_summary(m) else m.type
         text = m.text.strip()
         calls = getattr(m, "tool_calls", None) or []
         if calls:
@@ -80,7 +84,7 @@ def _conversation_lines(messages: Sequence[BaseMessage | Any]) -> list[str]:
                 f"[called {c.get('name')}({c.get('args')})]" for c in calls
             )
         if text:
-            lines.append(f"{m.type}: {text}")
+            lines.append(f"{role}: {text}")
     return lines
 
 

@@ -631,6 +631,27 @@ def test_conversation_messages_may_be_langgraph_shorthands(stream: MemoryStream)
     assert "human: hi there" in human_text(first) and "ai: hello" in human_text(first)
 
 
+def test_a_conversation_summary_is_shown_as_a_summary_not_as_the_user(
+    stream: MemoryStream,
+) -> None:
+    """``SummarizationMiddleware``'s summary (a ``HumanMessage``) was shown to the thinking
+    model as a ``human:`` line, as if the user had said it."""
+    model = FakeChat(script=_one_turn())
+    graph = create_thinking_graph(model, stream, retry=NO_RETRY)
+    summary = HumanMessage(
+        "Here is a summary of the conversation to date:\n\nThe user added 1..3: 6.",
+        additional_kwargs={"lc_source": "summarization"},
+    )
+    graph.invoke({"context": "c", "messages": [summary, AIMessage("6"), HumanMessage("hi")]})
+    (first, *_) = thinking_calls(model)
+    conversation = human_text(first).split("<conversation>")[1].split("</conversation>")[0]
+    assert conversation.strip().splitlines() == [
+        "summary: Here is a summary of the conversation to date: The user added 1..3: 6.",
+        "ai: 6",
+        "human: hi",
+    ]
+
+
 def test_a_turn_after_an_import_takes_a_free_number(stream: MemoryStream, tmp_path: Path) -> None:
     """The imported turns are the newest snapshots, so next_turn answered a number the
     namespace already had (3 here, after the imported 2)."""

@@ -388,5 +388,8 @@ async def test_a_conversation_summary_is_not_a_new_user_message(
     # the user's next message (after the summary in the thread) is a new turn, thought about
     await ask("hi")
     assert len(thinker.thinking_calls) == 2
+    second = "\n".join(m.text for m in thinker.thinking_calls[1])
+    assert "summary: Here is a summary of the conversation to date:" in second
+    assert "human: Here is a summary" not in second  # (not shown as the user's words)
     snap = memory.context_by_turn(2, namespace="jo")
     assert snap is not None and snap.context.splitlines() == ["User: hi", "Assistant: Hello."]
