@@ -314,8 +314,10 @@ def candidates_sql(spec: CandidateQuery, flt: RetrievalFilter, params: dict[str,
     )
     pools = ["SELECT seq FROM dense"]
     if spec.lexical:
-        ctes.append("lex AS (SELECT * FROM lexall ORDER BY r DESC, seq LIMIT %(n_lex)s)")
-        pools.append("SELECT seq FROM lex WHERE ok")
+        # the best matches among the filter's (QueryScores.top_among): the namespace's best
+        # may all fail a selective filter, which would leave it no lexical candidate
+        ctes.append("lex AS (SELECT * FROM lexall WHERE ok ORDER BY r DESC, seq LIMIT %(n_lex)s)")
+        pools.append("SELECT seq FROM lex")
     if spec.recent:
         if where:
             ctes.append(
