@@ -214,14 +214,36 @@ def fence_text(text: str, tag: str, *, max_chars: int | None = None) -> str:
     """
     if max_chars is not None and len(text) > max_chars:
         text = text[: max(1, max_chars - 1)].rstrip() + "…"
-    lines = [f"<{tag}>"]
-    for line in text.splitlines() or [""]:
+    return "\n".join([f"<{tag}>", *_guttered(text.splitlines() or [""]), f"</{tag}>"])
+
+
+def fence_items(items: Iterable[str], tag: str, *, max_chars: int | None = None) -> str:
+    """Number ``items`` (1-based) inside a ``<tag>...</tag>`` block, each keeping its lines (a
+    traceback, a tool's multi-line output), behind :func:`fence_text`'s ``"| "`` gutter.
+
+    An item's first line starts with its number; its other lines are indented past the number,
+    so none can pass for the next item. Each item longer than ``max_chars`` is cut with ``…``.
+    """
+    lines: list[str] = []
+    for i, item in enumerate(items, 1):
+        text = item.strip()
+        if max_chars is not None and len(text) > max_chars:
+            text = text[: max(1, max_chars - 1)].rstrip() + "…"
+        first, *rest = text.splitlines() or [""]
+        number = f"{i}. "
+        lines += [number + first, *(" " * len(number) + line for line in rest)]
+    return "\n".join([f"<{tag}>", *_guttered(lines), f"</{tag}>"])
+
+
+def _guttered(lines: Iterable[str]) -> list[str]:
+    """Each line behind ``"| "``, fence markers defused, trailing whitespace dropped."""
+    out = []
+    for line in lines:
         line = line.rstrip().translate(_ANGLES)
         if "<" in line:
             line = _TAG_CANDIDATE.sub(_defuse, line)
-        lines.append(f"| {line}".rstrip())
-    lines.append(f"</{tag}>")
-    return "\n".join(lines)
+        out.append(f"| {line}".rstrip())
+    return out
 
 
 def neutralise(text: str) -> str:

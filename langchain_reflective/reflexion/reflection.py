@@ -26,6 +26,7 @@ from langchain_reflective._llm import (
     Op,
     clean_model_text,
     fence_block,
+    fence_items,
     fence_text,
     guarded,
     load_json,
@@ -195,7 +196,7 @@ class ReflexionPrompts:
             ),
             attempt=fence_text(attempt or "(empty)", "attempt", max_chars=max_chars),
             reward=evaluation.reward,
-            verification=fence_block(
+            verification=fence_items(  # (a traceback keeps its lines)
                 evaluation.feedback() or ["(no details)"], "verification", max_chars=max_chars
             ),
         )
