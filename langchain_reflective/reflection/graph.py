@@ -160,26 +160,38 @@ class _Reflection:
             return call, call.request(document, schema)
         return call, self.prompts.format(stage, **values)
 
-    def _insight_pairs(
-        self, result: Any, *, n_statements: int
-    ) -> tuple[list[tuple[str, list[int]]], str]:
+    def _insight_pairs(self, result: Any) -> tuple[list[tuple[str, list[int]]], str]:
         parsed, raw = self.calls["insights"].unpack(result)
         pairs: list[tuple[str, list[int]]] = []
+        # citations past the statements shown are kept here: map_citations sets them apart
+        # (Insight.dropped) and _cited logs them, so an insight dropped for them says so
         if parsed is not None:
-            pairs = parse_insights(parsed.model_dump_json(), n_statements=n_statements)
+            pairs = parse_insights(parsed.model_dump_json())
         if not pairs:
-            pairs = parse_insights(raw, n_statements=n_statements)
+            pairs = parse_insights(raw)
         # stored as memories: one with a NUL, a lone surrogate (a JSON "\ud83d") or too long
         # for a memory would fail the whole store step, so each is made storable
         return [(storable_text(text), cited) for text, cited in pairs], raw
 
     def _cited(self, stage: Stage, pairs: list[tuple[str, list[int]]], ids: list[str]) -> Any:
-        """``map_citations`` of ``pairs``; insights dropped for citing no shown statement are
-        logged (one warning per step), not lost without a trace."""
+        """``map_citations`` of ``pairs``, not lost without a trace: insights dropped for citing
+        no shown statement are logged (one warning per step) with what they cited (numbers past
+        the statements shown, or nothing); citations of statements not shown that a kept
+        insight made are logged at INFO (:attr:`Insight.dropped`)."""
         resolved = map_citations(pairs, ids, keep_without_evidence=True)
-        if self.config.keep_insights_without_evidence:
-            return resolved
-        dropped = [i.text for i in resolved if not i.evidence]
+        keep_all = self.config.keep_insights_without_evidence
+        kept = resolved if keep_all else [i for i in resolved if i.evidence]
+        miscited = [i for i in kept if i.dropped]
+        if miscited:
+            logger.info(
+                "reflection %s step: %d insight(s) kept, citations of statements not shown "
+                "(only 1-%d were) ignored: %r",
+                stage,
+                len(miscited),
+                len(ids),
+                [_described(i) for i in miscited[:5]],
+            )
+        dropped = [] if keep_all else [i for i in resolved if not i.evidence]
         if dropped:
             logger.warning(
                 "reflection %s step: %d insight(s) dropped, citing none of the %d statements "
@@ -187,9 +199,9 @@ class _Reflection:
                 stage,
                 len(dropped),
                 len(ids),
-                [t[:80] for t in dropped[:5]],
+                [_described(i) for i in dropped[:5]],
             )
-        return [i for i in resolved if i.evidence]
+        return kept
 
     def _unusable(self, stage: Stage, raw: str) -> None:
         if self.config.strict:
@@ -293,7 +305,7 @@ class _Reflection:
             question=neutralise(branch["question"]),
         )
         result = yield self._ask(call, "insights", request, config, ns)
-        pairs, raw = self._insight_pairs(result, n_statements=len(records))
+        pairs, raw = self._insight_pairs(result)
         insights = self._cited("insights", pairs, [r.id for r in records])
         if not insights:
             self._unusable("insights", raw)
@@ -335,7 +347,7 @@ class _Reflection:
             max_insights=cfg.max_insights,
         )
         result = yield self._ask(call, "condense", request, config, ns)
-        pairs, raw = self._insight_pairs(result, n_statements=len(ids))
+        pairs, raw = self._insight_pairs(result)
         condensed = self._cited("condense", pairs, ids)[: cfg.max_insights]
         if not condensed:
             self._unusable("condense", raw)
@@ -418,6 +430,12 @@ class _Reflection:
         return FlowNode(f"reflection.{stage}", step, wrap=wrap)
 
 
+def _described(insight: Insight) -> str:
+    """``"text (cited 7, 9)"`` for a log line: the insight and the citations it lost."""
+    cited = ", ".join(dict.fromkeys(insight.dropped)) or "nothing"
+    return f"{insight.text[:80]} (cited {cited})"
+
+
 def _round_robin(groups: Sequence[Sequence[Insight]]) -> list[Insight]:
     out: list[Insight] = []
     seen: set[str] = set()
@@ -466,7 +484,7 @@ def create_reflection_graph(
     2. ``questions``: one model call asks ``n_questions`` high-level questions about them.
     3. ``insights``: one branch per question, in parallel (``Send``): retrieve evidence
        (relevance >= ``min_relevance``), one model call for insights citing statement numbers,
-       numbers mapped back to record ids (out-of-range citations dropped).
+       numbers mapped back to record ids (out-of-range citations dropped, and logged).
     4. ``condense``: one model call condenses all insights to at most ``max_insights``.
     5. ``store``: one ``stream.add`` stores them as ``reflection`` records with ``evidence``
        and ``depth = 1 + max(depth of evidence)``, importance rated by the stream's scorer

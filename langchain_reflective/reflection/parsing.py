@@ -39,7 +39,8 @@ class Insight:
     evidence: tuple[str, ...] = ()
     """Ids of the cited records, in citation order."""
     dropped: tuple[str, ...] = ()
-    """Citations that were dropped (out of range), for diagnostics."""
+    """Citations that were dropped (out of range), for diagnostics: the reflection graph logs
+    them, with the insights dropped for citing no statement shown."""
 
     def to_dict(self) -> InsightDict:
         """``{"text", "evidence", "citations"}`` as plain JSON values."""

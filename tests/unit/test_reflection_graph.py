@@ -300,16 +300,20 @@ def test_memories_added_while_reflecting_keep_counting(
 def test_insights_citing_nothing_shown_are_dropped_with_a_warning(
     now: datetime, caplog: pytest.LogCaptureFixture
 ) -> None:
-    model = ScriptedChatModel(
-        overrides={"insights": "1. Klaus works hard [1]\n2. Klaus invents things [42]"}
-    )
+    """The warning says what a dropped insight cited, and citations past the statements shown
+    are logged for a kept insight too: ``Insight.dropped`` was never reported (the parser had
+    already thrown those numbers away), so "cited 42 of 5" read like "cited nothing"."""
+    answer = "1. Klaus works hard [1, 9]\n2. Klaus invents things [42]\n3. Klaus naps a lot"
+    model = ScriptedChatModel(overrides={"insights": answer})
     stream = make_stream(model, now)
-    with caplog.at_level("WARNING", logger="langchain_reflective.reflection.graph"):
+    with caplog.at_level("INFO", logger="langchain_reflective.reflection.graph"):
         out = make_graph(model, stream).invoke({"now": later(now)})
     assert [r.text for r in out["reflections"]] == ["Klaus works hard"]
     dropped = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
-    assert len(dropped) == 3 and all("insights step: 1 insight(s)" in m for m in dropped)
-    assert "Klaus invents things" in dropped[0]
+    assert len(dropped) == 3 and all("insights step: 2 insight(s)" in m for m in dropped)
+    assert "'Klaus invents things (cited 42)', 'Klaus naps a lot (cited nothing)'" in dropped[0]
+    ignored = [r.getMessage() for r in caplog.records if "not shown" in r.getMessage()]
+    assert len(ignored) == 3 and "['Klaus works hard (cited 9)']" in ignored[0]
 
 
 @pytest.mark.parametrize(
@@ -475,7 +479,9 @@ def test_custom_synthesis_prompt_with_json_output(now: datetime) -> None:
     assert len(custom) == 3 and "Custom synthesis" in str(custom[0].messages[-1].content)
 
 
-def test_insights_without_evidence_are_kept_only_if_configured(now: datetime) -> None:
+def test_insights_without_evidence_are_kept_only_if_configured(
+    now: datetime, caplog: pytest.LogCaptureFixture
+) -> None:
     seed000 = '[{"insight": "User prefers functional style", "importance": 0.8}]'
     model = ScriptedChatModel(overrides={"insights": seed000})
     stream = make_stream(model, now)
@@ -486,6 +492,13 @@ def test_insights_without_evidence_are_kept_only_if_configured(now: datetime) ->
     assert [(r.text, r.evidence) for r in out["reflections"]] == [
         ("User prefers functional style", ())
     ]
+    model.overrides["insights"] = "1. Klaus prefers deep work [7]"  # (5 statements shown)
+    with caplog.at_level("INFO", logger="langchain_reflective.reflection.graph"):
+        out = make_graph(model, stream, keep_insights_without_evidence=True).invoke(
+            {"now": later(now), "force": True}
+        )
+    assert [(r.text, r.evidence) for r in out["reflections"]] == [("Klaus prefers deep work", ())]
+    assert "'Klaus prefers deep work (cited 7)'" in caplog.text  # (why it has no evidence)
 
 
 def test_prompt_validation() -> None:
