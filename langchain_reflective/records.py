@@ -235,22 +235,36 @@ a little less deep would be stored but break every read of its namespace (decodi
 deeper stack than a read deep inside a graph has)."""
 
 
+MAX_JSON_CHARS = 10_000_000
+"""Longest JSON a memory's metadata (or a store item's value) that holds one dict or list
+several times may be written out as, in characters (counted as a lower bound). JSON writes a
+shared container once per place it appears: a list of two references to one list, nested 40
+times, is a few hundred bytes in memory and a terabyte of JSON, which encoding would build for
+hours. A value without shared containers is as long as it looks and is not measured."""
+
+
 def check_json_shape(value: Mapping[str, Any], what: str, max_depth: int = MAX_NESTING) -> None:
     """Refuse a mapping that JSON cannot keep as given: a key that is not a string at any depth
     (JSON writes ``1``, ``True`` and ``None`` as ``"1"``, ``"true"`` and ``"null"``, merging
     each with the string key equal to it), or dicts and lists nested more than ``max_depth``
-    levels (default :data:`MAX_NESTING`). Each container is walked once per depth it sits at
-    (one shared many times over is not walked per path), without recursion.
+    levels (default :data:`MAX_NESTING`), or one that holds a dict or list in several places
+    and written out as JSON would be longer than :data:`MAX_JSON_CHARS`. Each container is
+    walked once per depth it sits at (one shared many times over is not walked per path),
+    without recursion.
 
     Raises:
         InvalidMemoryError: the message starts with ``what`` and names where.
     """
     seen: dict[int, int] = {}  # id of a container -> the least depth it was walked at
+    shared = False  # some container was reached twice: JSON writes it once per place
     stack: list[tuple[Any, int, str]] = [(value, 1, "")]
     while stack:
         node, depth, path = stack.pop()
-        if seen.get(id(node), depth + 1) <= depth:
-            continue  # walked already with at least as much depth left
+        walked = seen.get(id(node))
+        if walked is not None:
+            shared = True
+            if walked <= depth:
+                continue  # walked already with at least as much depth left
         seen[id(node)] = depth
         if depth > max_depth:
             raise InvalidMemoryError(
@@ -272,6 +286,49 @@ def check_json_shape(value: Mapping[str, Any], what: str, max_depth: int = MAX_N
         for child, where in reversed(children):
             if isinstance(child, Mapping | list | tuple):
                 stack.append((child, depth + 1, where))
+    if shared and _json_chars(value) > MAX_JSON_CHARS:
+        raise InvalidMemoryError(
+            f"{what} holds the same dict or list in many places: written out as JSON, which "
+            f"repeats it in each, it would be longer than {MAX_JSON_CHARS:,} characters. Store "
+            "the shared part once and refer to it instead"
+        )
+
+
+def _json_chars(value: Mapping[str, Any]) -> int:
+    """A lower bound on the length of ``value`` written out as JSON, each shared container
+    counted once per place it appears but measured once (linear in the distinct containers).
+    A container inside itself counts nothing there (``json.dumps`` refuses it anyway)."""
+    chars: dict[int, int] = {}  # id of a container -> its length; -1 while being measured
+    stack: list[tuple[Any, bool]] = [(value, False)]
+    while stack:
+        node, measured = stack.pop()
+        if not measured:
+            if id(node) in chars:
+                continue
+            chars[id(node)] = -1
+            stack.append((node, True))
+            items = node.values() if isinstance(node, Mapping) else node
+            stack.extend(
+                (child, False)
+                for child in items
+                if isinstance(child, Mapping | list | tuple) and id(child) not in chars
+            )
+            continue
+        total = 1 + max(len(node), 1)  # brackets and commas
+        if isinstance(node, Mapping):
+            items = node.values()
+            total += sum(len(key) + 3 for key in node)  # quotes and colon
+        else:
+            items = node
+        for child in items:
+            if isinstance(child, Mapping | list | tuple):
+                total += max(chars[id(child)], 0)
+            elif isinstance(child, str):
+                total += len(child) + 2
+            else:
+                total += 1
+        chars[id(node)] = total
+    return chars[id(value)]
 
 
 def _short(text: str, limit: int = 80) -> str:

@@ -24,6 +24,8 @@ key that is not a string, at any depth (JSON would store ``1``, ``True`` or ``No
 ``"true"`` or ``"null"``, merging it with an equal string key; LangGraph's ``InMemoryStore``
 keeps such keys, so a JSON-backed store refuses them rather than change them), dicts and lists
 nested more than :data:`~langchain_reflective.store_codec.MAX_VALUE_DEPTH` (98) levels deep,
+a value that holds one dict or list in so many places that its JSON (which writes it once per
+place) would be longer than :data:`~langchain_reflective.records.MAX_JSON_CHARS` characters,
 and a NUL character (Postgres cannot store one). The memory's id is derived from the namespace
 and the key, so a put with an existing key replaces that memory under the same id (the old memory is
 deleted in the add's own transaction, ``MemoryStream.add(..., replacing=...)``: a failed or
