@@ -15,6 +15,8 @@ import pytest
 from langchain_reflective.backends.postgres import PostgresBackend
 from langchain_reflective.backends.postgres.queries import REMOVALS_KEPT
 from langchain_reflective.backends.postgres.writes import lock_counter, write_batch
+from langchain_reflective.backends.types import PendingMemory
+from langchain_reflective.records import new_memory_id
 from tests.postgres.test_postgres_backend import DIM, T0, _records, _unit
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
@@ -170,6 +172,54 @@ def test_a_purge_waits_for_a_write_in_flight_and_removes_it(
             "SELECT lex_docs FROM reflective_counters WHERE namespace = 'default'"
         ).fetchone()
     assert docs == (0,)
+
+
+def test_a_purge_gives_a_namespace_without_a_counter_row_none(
+    backend: PostgresBackend, postgres_url: str
+) -> None:
+    """A purge locks the namespace's counter row first, as the writes do; it created the row
+    when missing, so purging a namespace that held only queued memories, or nothing, left a
+    counter row behind (and for one too long for Postgres' index it failed: the backend
+    answered 0 for any namespace over the identifier limit instead). Without a row nothing is
+    stored there (every write makes it): the queue is emptied and no row is made."""
+    queued = [PendingMemory(new_memory_id(), "queued", "q", "observation", T0, None, {})]
+    backend.enqueue(queued)
+    assert backend.purge("queued") == 0 and backend.purge("never") == 0
+    assert backend.count_pending() == 0
+    with psycopg.connect(postgres_url) as conn:
+        assert conn.execute("SELECT namespace FROM reflective_counters").fetchall() == []
+    _put(backend, 2, namespace="queued")  # (its first write makes the row, as before)
+    assert backend.purge("queued") == 2 and backend.count("queued") == 0
+    assert backend.reflection_state("queued").generation == 0
+
+
+def test_a_namespaces_first_write_in_flight_comes_after_a_purge(
+    backend: PostgresBackend, postgres_url: str
+) -> None:
+    """A purge finding no counter row does not wait for the namespace's first write in flight
+    (whose row is not committed yet): the write comes after it, and keeps its memories and its
+    BM25 statistics together."""
+    import numpy as np
+
+    first = _records(2, "first", seed=5)
+    purged: list[int] = []
+    with psycopg.connect(postgres_url) as conn:  # the first write, holding its new row
+        lock_counter(conn, "first")
+        oid = int(conn.execute("SELECT 'vector'::regtype::oid").fetchone()[0])  # type: ignore[index]
+        write_batch(conn, first, _unit(np.random.default_rng(5), 2), None, (), oid, locked=True)
+        thread = threading.Thread(target=lambda: purged.append(backend.purge("first")))
+        thread.start()
+        thread.join(10)
+        waited = thread.is_alive()
+        conn.commit()
+    thread.join(10)
+    assert not waited and purged == [0]
+    assert backend.count("first") == 2
+    with psycopg.connect(postgres_url) as conn:
+        docs = conn.execute(
+            "SELECT lex_docs FROM reflective_counters WHERE namespace = 'first'"
+        ).fetchone()
+    assert docs == (2,)
 
 
 # -- the catch-up statement, sent at once and read later (sent.py) ------------------------------

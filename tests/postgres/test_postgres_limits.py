@@ -26,7 +26,7 @@ from langchain_reflective.backends.postgres.failures import (
     typed_error,
 )
 from langchain_reflective.backends.sqlite.lexical import MAX_TERM_CHARS
-from langchain_reflective.backends.types import trusted_record
+from langchain_reflective.backends.types import CounterUpdate, trusted_record
 from langchain_reflective.errors import InvalidMemoryError, StorageError
 from langchain_reflective.scoring import ScoringConfig
 from tests.fakes import WordEmbeddings
@@ -104,6 +104,26 @@ def test_over_long_ids_and_namespaces_are_refused_up_front(backend: PostgresBack
         assert reader.count() == 0
         with pytest.raises(InvalidMemoryError, match=r"^namespace is 3,000 bytes long"):
             reader.add(["hello world"])
+
+
+def test_an_older_databases_namespace_over_the_limit_is_purged(backend: PostgresBackend) -> None:
+    """Postgres indexes a namespace of up to ~2.7 KB, so a database written before the
+    1,024-byte limit may hold a longer one (written here past the checks: ``trusted_record``); a purge of
+    it returned 0 and left its memories and counter (it took every namespace over the limit for
+    one nothing could be stored in)."""
+    backend.bind_embeddings("test-model", DIM)
+    now, long = datetime(2025, 1, 1, tzinfo=UTC), incompressible(2_000, 14)
+    fields = {
+        "text": "hello", "kind": "observation", "created_at": now, "last_accessed_at": now,
+        "importance": 0.5, "importance_source": "given", "evidence": (), "depth": 0,
+        "namespace": long, "metadata": {},
+    }  # fmt: skip
+    records = [trusted_record(id=f"m{i}", **fields) for i in range(2)]  # type: ignore[arg-type]
+    vectors = np.eye(2, DIM, dtype=np.float32)
+    backend.put(records, vectors, counter=CounterUpdate(long, 1.0, 2))
+    assert backend.count(long) == 2 and backend.reflection_state(long).adds_since == 2
+    assert backend.purge(long) == 2
+    assert backend.count(long) == 0 and backend.reflection_state(long).adds_since == 0
 
 
 def test_a_program_limit_error_names_the_limit_not_a_connection(backend: PostgresBackend) -> None:

@@ -46,7 +46,6 @@ from langchain_reflective.backends.postgres.failures import read_version
 from langchain_reflective.backends.postgres.local_index import LocalIndex
 from langchain_reflective.backends.postgres.pool_settings import sync_pool_settings
 from langchain_reflective.backends.postgres.queries import (
-    PURGE_COUNTER,
     RECORD_COLUMNS,
     RECORDS,
     pending_sql,
@@ -77,7 +76,7 @@ from langchain_reflective.backends.postgres.writes import (
     delete_memories,
     enqueue,
     ids_note,
-    lock_counter,
+    purge_memories,
     queued_outcome,
     stored_outcome,
     write_batch,
@@ -88,7 +87,7 @@ from langchain_reflective.errors import (
     EmbeddingError,
     StorageError,
 )
-from langchain_reflective.records import MAX_IDENTIFIER_BYTES, MemoryRecord
+from langchain_reflective.records import MemoryRecord
 from langchain_reflective.scoring import ScoringConfig
 
 __all__ = ["PostgresBackend"]
@@ -384,22 +383,8 @@ class PostgresBackend(BaseMemoryBackend):
             return len(delete_memories(conn, namespace, ids))
 
     def purge(self, namespace: str) -> int:
-        if len(namespace.encode("utf-8", "surrogatepass")) > MAX_IDENTIFIER_BYTES:
-            return 0  # (none can be stored here: its counter row, which a purge writes, neither)
         with self._pools.conn() as conn, conn.transaction():
-            # the counter row first, as every write: a write of the namespace in flight commits
-            # before the purge reads the rows (else its rows would outlive the purge while the
-            # BM25 statistics were zeroed)
-            lock_counter(conn, namespace)
-            conn.execute(  # in key order, as a touch locks them (see delete_memories)
-                "SELECT 1 FROM reflective_access WHERE namespace = %s ORDER BY seq FOR UPDATE",
-                (namespace,),
-            )
-            cur = conn.execute("DELETE FROM reflective_memories WHERE namespace = %s", (namespace,))
-            n = cur.rowcount
-            conn.execute("DELETE FROM reflective_pending WHERE namespace = %s", (namespace,))
-            conn.execute(PURGE_COUNTER, (namespace,))
-            return n
+            return purge_memories(conn, namespace)
 
     def touch(self, namespace: str, keys: Sequence[int], when: datetime) -> dict[int, MemoryRecord]:
         """One ``UPDATE ... RETURNING`` (one round trip): the new access time and the records;

@@ -35,6 +35,7 @@ from psycopg.types.json import Jsonb
 
 from langchain_reflective.backends.postgres.queries import (
     ADD,
+    PURGE_COUNTER,
     RECORDS,
     RELINK,
     RESET,
@@ -63,6 +64,7 @@ __all__ = [
     "delete_memories",
     "lock_counter",
     "lock_counters",
+    "purge_memories",
     "write_batch",
     "write_memories",
 ]
@@ -305,13 +307,22 @@ def add_lexical_stats(
     )
 
 
-def lock_counter(conn: psycopg.Connection[Any], namespace: str) -> None:
-    """Lock ``namespace``'s counter row (created if missing) until the transaction ends."""
+def lock_counter(conn: psycopg.Connection[Any], namespace: str, *, create: bool = True) -> bool:
+    """Lock ``namespace``'s counter row until the transaction ends; whether it has one.
+
+    A missing row is created, unless ``create`` is false (a purge: see :func:`purge_memories`);
+    then nothing is locked (a write in flight that creates the row is not waited for)."""
+    if not create:
+        row = conn.execute(
+            "SELECT 1 FROM reflective_counters WHERE namespace = %s FOR UPDATE", (namespace,)
+        ).fetchone()
+        return row is not None
     conn.execute(
         "INSERT INTO reflective_counters (namespace) VALUES (%s) "
         "ON CONFLICT (namespace) DO UPDATE SET adds = reflective_counters.adds",
         (namespace,),
     )
+    return True
 
 
 def apply_counter(conn: psycopg.Connection[Any], update: CounterUpdate) -> None:
@@ -509,6 +520,32 @@ def delete_memories(
         conn, namespace, -len(gone), -sum(r[1] for r in gone), -sum(r[2] for r in gone)
     )
     return sorted(seqs)  # (also logged by a trigger: schema version 7)
+
+
+def purge_memories(conn: psycopg.Connection[Any], namespace: str) -> int:
+    """Everything ``PostgresBackend.purge`` deletes, in ``conn``'s transaction: the memories
+    and queued memories of ``namespace``, and its counter zeroed (its generation kept: see
+    :data:`PURGE_COUNTER`); returns how many memories were deleted.
+
+    The counter row is locked first, as every write locks it: a write of the namespace in
+    flight commits before the purge reads the rows (else its rows would outlive the purge while
+    the BM25 statistics were zeroed). A namespace without a counter row holds no memory (the
+    transaction that stores its first memory creates the row, and none deletes one), and the
+    purge gives it none: it deletes its queue and reads neither its memories nor its counter,
+    so a first write in flight comes after it. (Creating the row failed for a namespace over
+    Postgres' ~2.7 KB index entry limit, which a stream may read and purge: nothing stored.)
+    """
+    if not lock_counter(conn, namespace, create=False):
+        conn.execute("DELETE FROM reflective_pending WHERE namespace = %s", (namespace,))
+        return 0
+    conn.execute(  # in key order, as a touch locks them (see delete_memories)
+        "SELECT 1 FROM reflective_access WHERE namespace = %s ORDER BY seq FOR UPDATE",
+        (namespace,),
+    )
+    n = conn.execute("DELETE FROM reflective_memories WHERE namespace = %s", (namespace,)).rowcount
+    conn.execute("DELETE FROM reflective_pending WHERE namespace = %s", (namespace,))
+    conn.execute(PURGE_COUNTER, (namespace,))
+    return n
 
 
 @dataclass(slots=True)
