@@ -108,9 +108,9 @@ def test_over_long_ids_and_namespaces_are_refused_up_front(backend: PostgresBack
 
 def test_an_older_databases_namespace_over_the_limit_is_purged(backend: PostgresBackend) -> None:
     """Postgres indexes a namespace of up to ~2.7 KB, so a database written before the
-    1,024-byte limit may hold a longer one (written here past the checks: ``trusted_record``); a purge of
-    it returned 0 and left its memories and counter (it took every namespace over the limit for
-    one nothing could be stored in)."""
+    1,024-byte limit may hold a longer one (written here past the checks: ``trusted_record``);
+    a purge of it returned 0 and left its memories and counter (it took every namespace over
+    the limit for one nothing could be stored in)."""
     backend.bind_embeddings("test-model", DIM)
     now, long = datetime(2025, 1, 1, tzinfo=UTC), incompressible(2_000, 14)
     fields = {
