@@ -29,8 +29,12 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# The suite runs on TEST_WORKERS pytest-xdist workers; each expensive session server (Postgres,
+# llama.cpp) keeps its tests on one worker (tests/conftest.py). TEST_WORKERS=0 runs it serially.
+TEST_WORKERS ?= 2
+
 test: lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest tests/unit -m "not integration and not slow"

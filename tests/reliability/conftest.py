@@ -121,6 +121,11 @@ def _machine() -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def figures() -> Iterator[Figures]:
     """Collects figures; written to ``$REFLECTIVE_RELIABILITY_RESULTS`` at the end."""
+    if os.environ.get(RESULTS_ENV) and os.environ.get("PYTEST_XDIST_WORKER"):
+        raise pytest.UsageError(
+            f"{RESULTS_ENV} records one run's figures: run these tests without pytest-xdist "
+            "(no -n), or each worker would overwrite the file with its share"
+        )
     fig = Figures()
     started = datetime.now(UTC)
     yield fig

@@ -155,3 +155,14 @@ def test_readme_names_the_two_commands() -> None:
     assert "make demo" in text and "make test" in text
     ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8")
     assert "make test" in ci
+
+
+def test_make_test_keeps_each_session_server_on_one_worker() -> None:
+    """``make test`` runs on pytest-xdist workers; without ``--dist loadgroup`` the groups
+    tests/conftest.py gives the Postgres and llama.cpp tests are ignored and every worker
+    starts its own servers."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    recipe = makefile.split("\ntest: lint", 1)[1].split("\n\n", 1)[0].splitlines()[1]
+    args = shlex.split(recipe.split("-m pytest", 1)[1])
+    assert "-n" in args and args[args.index("--dist") + 1] == "loadgroup", args
+    assert "TEST_WORKERS" in README.read_text(encoding="utf-8")
