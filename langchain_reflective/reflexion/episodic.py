@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from langchain_core.messages import HumanMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
-from langchain_reflective._llm import fence_block, fence_text
+from langchain_reflective._llm import fence_block, fence_items, fence_text
 from langchain_reflective.errors import InvalidMemoryError
 from langchain_reflective.reflexion.schema import EvaluatorOutput, SelfReflection
 
@@ -174,7 +174,9 @@ def render_window(
                 last_attempt.get("attempt") or "(empty)", "last_attempt", max_chars=max_chars
             )
             + "\n"
-            + fence_block(feedback or ["(no details)"], "verification", max_chars=max_chars)
+            + fence_items(  # (a traceback keeps its lines, as in the reflection prompt)
+                feedback or ["(no details)"], "verification", max_chars=max_chars
+            )
         )
     if window:
         sections.append(
