@@ -21,6 +21,7 @@ from langchain_reflective.backends import (
 from langchain_reflective.backends.sqlite import BaseRecordStore, SQLiteBackend, SQLiteRecordStore
 from langchain_reflective.errors import (
     DimensionMismatchError,
+    DuplicateIdError,
     EmbeddingError,
     ExportError,
     ForeignFileError,
@@ -114,6 +115,7 @@ __all__ = [
     "CandidateSet",
     "ContextMemory",
     "DimensionMismatchError",
+    "DuplicateIdError",
     "EmbeddingError",
     "ExportError",
     "ForeignFileError",

@@ -49,6 +49,11 @@ class StorageError(ReflectiveError):
     """The durable store could not be read or written."""
 
 
+class DuplicateIdError(StorageError):
+    """A memory with one of the call's ids is already stored in its namespace (earlier, or by
+    another process or ``MemoryStream`` at the same moment); nothing of the call was stored."""
+
+
 class PendingConflictError(StorageError):
     """A pending memory to complete is no longer queued (another process completed it)."""
 

@@ -363,7 +363,8 @@ class MemoryStream(StreamTransfer):
         Cancelling it (``asyncio.wait_for`` timing out) while the write is under way does not
         stop the write, which runs in a worker thread: the memories may still be stored, whole.
         To retry safely, pass your own ``ids``: a retry of ids already stored fails with a
-        ``StorageError`` (duplicate id) instead of storing the memories twice.
+        :class:`~langchain_reflective.errors.DuplicateIdError` instead of storing the memories
+        twice.
         """
         plan = self._plan(
             texts,

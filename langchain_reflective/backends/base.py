@@ -149,7 +149,9 @@ class BaseMemoryBackend(Closing, ABC):
             ReflectionConflictError: ``counter`` is a reset whose ``consumed.generation`` is
                 no longer the namespace's (see :attr:`CounterUpdate.consumed`); nothing was
                 written.
-            StorageError: the write failed (e.g. an id is already stored); nothing was written.
+            DuplicateIdError: an id is already stored in its namespace (a ``StorageError``);
+                nothing was written.
+            StorageError: the write failed; nothing was written.
         """
 
     @abstractmethod

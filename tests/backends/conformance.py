@@ -43,6 +43,7 @@ from langchain_reflective.backends.sqlite import SQLiteBackend
 from langchain_reflective.backends.types import concat_candidates
 from langchain_reflective.errors import (
     DimensionMismatchError,
+    DuplicateIdError,
     EmbeddingError,
     InvalidFilterError,
     InvalidMemoryError,
@@ -399,7 +400,7 @@ class BackendConformance:
         taken = store.memory_id("alice", "profile")
         (bobs,) = stream.add(["bob w2 tea"], ids=[taken], namespace="bob", now=NOW)
         assert bobs.id == taken
-        with pytest.raises(StorageError, match="duplicate id"):
+        with pytest.raises(DuplicateIdError, match="already stored"):
             stream.add(["bob again"], ids=[taken], namespace="bob", now=NOW)
         assert [r.text for r in stream.get(taken, namespace="alice")] == ["alice w1 tea"]
         assert [r.text for r in stream.get(taken, namespace="bob")] == ["bob w2 tea"]
@@ -419,7 +420,7 @@ class BackendConformance:
         # queued memories: one id per namespace, completed in its own namespace only
         backend.enqueue([_pending("p1", "alice")])
         backend.enqueue([_pending("p1", "bob")])
-        with pytest.raises(StorageError):
+        with pytest.raises(DuplicateIdError):
             backend.enqueue([_pending("p1", "bob")])
         self.fill(backend, [_fresh("bob's p1", id="p1", namespace="bob")], pending=["p1"])
         assert [(p.id, p.namespace) for p in backend.pending()] == [("p1", "alice")]
@@ -434,9 +435,9 @@ class BackendConformance:
         # an id stored in one namespace may be queued in another, never in its own (a memory
         # is pending or stored, not both); a refused batch queues nothing
         backend.enqueue([_pending("p2", "carol")])
-        with pytest.raises(StorageError, match="already stored"):
+        with pytest.raises(DuplicateIdError, match="already stored"):
             backend.enqueue([_pending("p2", "alice")])
-        with pytest.raises(StorageError, match="already stored"):
+        with pytest.raises(DuplicateIdError, match="already stored"):
             backend.enqueue([_pending("p9", "carol"), _pending("p2", "bob")])
         assert [(p.id, p.namespace) for p in backend.pending()] == [
             ("p1", "alice"), ("p2", "carol"),

@@ -16,6 +16,7 @@ from langchain_reflective.backends.base import CounterUpdate, RetrievalFilter
 from langchain_reflective.backends.postgres import PostgresBackend
 from langchain_reflective.backends.postgres.schema import MIGRATIONS, SCHEMA_VERSION
 from langchain_reflective.errors import (
+    DuplicateIdError,
     ReflectionConflictError,
     SchemaVersionError,
     StorageError,
@@ -291,14 +292,14 @@ def test_a_version_7_database_takes_ids_per_namespace(postgres_url: str) -> None
         _undo_version_8(conn)
     theirs = dataclasses.replace(records[0], namespace="bob", text="bob's own")
     with PostgresBackend.from_conn_string(postgres_url) as backend:
-        with pytest.raises(StorageError, match="duplicate id"):  # (version 7's rule)
+        with pytest.raises(DuplicateIdError):  # (version 7's rule)
             backend.put([theirs], vectors[:1])
         backend.setup()
         assert backend.schema_version() == SCHEMA_VERSION == 8
         backend.put([theirs], vectors[:1])
         assert backend.get("bob", [theirs.id]) == [theirs]
         assert backend.get("alice", [records[0].id]) == records[:1]
-        with pytest.raises(StorageError, match="duplicate id"):
+        with pytest.raises(DuplicateIdError):
             backend.put([dataclasses.replace(theirs, text="again")], vectors[:1])
         bob_q = PendingMemory("q1", "bob", "bob's queued", "observation", theirs.created_at,
                               None, {})  # fmt: skip

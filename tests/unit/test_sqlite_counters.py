@@ -337,11 +337,11 @@ def test_index_caches_are_not_saved_over_unseen_writes(tmp_path: Path) -> None:
 
 
 def test_a_failed_single_add_is_a_storage_error(store: SQLiteRecordStore) -> None:
-    from langchain_reflective.errors import StorageError
+    from langchain_reflective.errors import DuplicateIdError, StorageError
 
     rec = _records(1)
     _add(store, rec)
-    with pytest.raises(StorageError, match="duplicate id"):
+    with pytest.raises(DuplicateIdError):
         _add(store, rec)
     state = store.reflection_state("default")
     assert state.adds_since == 1

@@ -10,7 +10,7 @@ from psycopg import errors as pg_errors
 
 from langchain_reflective._llm import Flow, Op
 from langchain_reflective.backends.sqlite.lexical import MAX_TERM_CHARS
-from langchain_reflective.errors import InvalidMemoryError, StorageError
+from langchain_reflective.errors import DuplicateIdError, InvalidMemoryError, StorageError
 from langchain_reflective.records import MAX_IDENTIFIER_BYTES
 
 __all__ = [
@@ -39,8 +39,10 @@ def storage_error(exc: BaseException, version: int | None = None) -> Exception:
     """
     if isinstance(exc, UnicodeEncodeError):
         return InvalidMemoryError(f"text cannot be encoded as UTF-8: {exc}")
+    if isinstance(exc, pg_errors.UniqueViolation):
+        return DuplicateIdError(f"could not store memories: an id is already stored: {exc}")
     if isinstance(exc, pg_errors.IntegrityError):
-        return StorageError(f"could not store memories (duplicate id?): {exc}")
+        return StorageError(f"could not store memories: {exc}")
     if isinstance(exc, MISSING):
         return _missing_error(exc, version)
     if isinstance(exc, pg_errors.QueryCanceled | pg_errors.LockNotAvailable):

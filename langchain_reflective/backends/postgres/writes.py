@@ -51,6 +51,7 @@ from langchain_reflective.backends.postgres.rows import (
 from langchain_reflective.backends.sqlite.lexical import BM25Index
 from langchain_reflective.backends.types import F32, CounterUpdate, PendingMemory, pending_pairs
 from langchain_reflective.errors import (
+    DuplicateIdError,
     PendingConflictError,
     ReflectionConflictError,
     StorageError,
@@ -363,7 +364,7 @@ def enqueue(conn: psycopg.Connection[Any], items: Sequence[PendingMemory]) -> No
         ([p.namespace for p in items], [p.id for p in items]),
     ).fetchone()
     if stored and stored[0]:
-        raise StorageError("could not queue memories: an id is already stored")
+        raise DuplicateIdError("could not queue memories: an id is already stored")
     conn.cursor().executemany(
         "INSERT INTO reflective_pending "
         "(id, namespace, text, kind, created_at, importance, metadata) "

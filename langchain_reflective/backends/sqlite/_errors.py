@@ -6,9 +6,9 @@ import errno
 import os
 import sqlite3
 
-from langchain_reflective.errors import StorageError
+from langchain_reflective.errors import DuplicateIdError, StorageError
 
-__all__ = ["is_environment_failure", "storage_error"]
+__all__ = ["integrity_error", "is_environment_failure", "storage_error"]
 
 _SQLITE_PERM, _SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_FULL, _SQLITE_CANTOPEN = 3, 8, 10, 13, 14
 
@@ -43,6 +43,20 @@ def _cause(exc: BaseException) -> str | None:
         if needle in text:
             return cause
     return None
+
+
+_SQLITE_CONSTRAINT_PRIMARYKEY, _SQLITE_CONSTRAINT_UNIQUE = 1555, 2067
+
+
+def integrity_error(doing: str, exc: sqlite3.IntegrityError) -> StorageError:
+    """``doing: exc`` as :class:`DuplicateIdError` when a stored id is the cause (a unique or
+    primary key constraint), else as :class:`StorageError`."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code in (_SQLITE_CONSTRAINT_PRIMARYKEY, _SQLITE_CONSTRAINT_UNIQUE) or (
+        code is None and "UNIQUE constraint failed" in str(exc)
+    ):
+        return DuplicateIdError(f"{doing}: an id is already stored: {exc}")
+    return StorageError(f"{doing}: {exc}")
 
 
 def is_environment_failure(exc: sqlite3.Error | OSError) -> bool:

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from langchain_reflective.backends.base import PendingMemory
-from langchain_reflective.backends.sqlite._errors import storage_error
+from langchain_reflective.backends.sqlite._errors import integrity_error, storage_error
 from langchain_reflective.backends.sqlite.connection import SQLiteConnection
 from langchain_reflective.backends.sqlite.schema import chunks, dump_metadata, from_us, to_us
 from langchain_reflective.backends.types import pending_pairs
-from langchain_reflective.errors import PendingConflictError, StorageError
+from langchain_reflective.errors import DuplicateIdError, PendingConflictError
 from langchain_reflective.records import MemoryRecord
 
 __all__ = ["PendingQueue"]
@@ -66,7 +66,7 @@ class PendingQueue(SQLiteConnection):
             "SELECT ?1,?2,?3,?4,?5,?6,?7 WHERE NOT EXISTS "
             "(SELECT 1 FROM memories WHERE namespace = ?2 AND id = ?1)"
         )
-        stored = StorageError("could not queue memories: an id is already stored")
+        stored = DuplicateIdError("could not queue memories: an id is already stored")
         try:
             if len(rows) == 1:  # one autocommit statement: the per-turn cheap commit
                 with self._lock:
@@ -80,7 +80,7 @@ class PendingQueue(SQLiteConnection):
                     if c.executemany(sql, rows).rowcount != len(rows):
                         raise stored  # (rolls the transaction back)
         except sqlite3.IntegrityError as exc:
-            raise StorageError(f"could not queue memories (duplicate id?): {exc}") from exc
+            raise integrity_error("could not queue memories", exc) from exc
         except sqlite3.DatabaseError as exc:
             raise storage_error("could not queue memories", exc, self.path) from exc
 

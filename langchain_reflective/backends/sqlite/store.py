@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from langchain_reflective.backends.base import CounterUpdate
-from langchain_reflective.backends.sqlite._errors import storage_error
+from langchain_reflective.backends.sqlite._errors import integrity_error, storage_error
 from langchain_reflective.backends.sqlite.counters import (
     _GENERATION_STRIDE,
     CounterTable,
@@ -172,7 +172,7 @@ class SQLiteRecordStore(CounterTable, PendingQueue, BaseRecordStore):
             with self._transaction() as c:
                 yield c
         except sqlite3.IntegrityError as exc:
-            raise StorageError(f"could not store memories (duplicate id?): {exc}") from exc
+            raise integrity_error("could not store memories", exc) from exc
         except sqlite3.DatabaseError as exc:
             raise storage_error("could not store memories", exc, self.path) from exc
 
@@ -272,7 +272,7 @@ class SQLiteRecordStore(CounterTable, PendingQueue, BaseRecordStore):
             try:
                 seq = c.execute(INSERT, row).lastrowid
             except sqlite3.IntegrityError as exc:
-                raise StorageError(f"could not store memories (duplicate id?): {exc}") from exc
+                raise integrity_error("could not store memories", exc) from exc
             except sqlite3.DatabaseError as exc:
                 raise storage_error("could not store memories", exc, self.path) from exc
             assert seq is not None
