@@ -12,6 +12,7 @@ import json
 import os
 import tempfile
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
@@ -28,8 +29,9 @@ from langchain_reflective.export_file import (
 )
 from langchain_reflective.records import MemoryRecord, utc
 from langchain_reflective.scoring import recency
+from langchain_reflective.store_codec import item_key
 from langchain_reflective.stream_base import StreamBase, _arun, _Flow, _run
-from langchain_reflective.transfer_moves import Mover, plan_moves
+from langchain_reflective.transfer_moves import Mover, _fingerprint, plan_moves
 from langchain_reflective.validation import as_unit_vectors
 
 if TYPE_CHECKING:
@@ -152,7 +154,8 @@ class StreamTransfer(StreamBase):
         namespace: str | None = None,
         batch_size: int = 256,
     ) -> int:
-        """Import a file written by :meth:`export_jsonl`; existing ids are skipped.
+        """Import a file written by :meth:`export_jsonl`; memories already stored are skipped
+        (another memory stored under a record's id is an error, not skipped).
 
         The file's vectors are reused when they come from this embedding model at the
         stream's dimension (else the texts are embedded again); each line is checked as
@@ -171,8 +174,10 @@ class StreamTransfer(StreamBase):
         Raises:
             InvalidMemoryError: the file is not a langchain-reflective export or a line is
                 malformed, or a vector has not the file's dimension, or holds NaN, infinite
-                values or only zeros (the message names the line; nothing from the failing
-                batch is written, and the batches before it are).
+                values or only zeros, or a record's id holds another memory in its namespace
+                (e.g. one deleted and added again under that id since an earlier import;
+                the message names the line; nothing from the failing batch is written, and
+                the batches before it are).
         """
         self._check_open()
         return import_jsonl(self, path, namespace=namespace, batch_size=batch_size)
@@ -401,8 +406,18 @@ def import_jsonl(
 
     Each line is checked as ``add`` checks its arguments: a non-empty id, strings that UTF-8
     can encode and without NUL (id, namespace, kind, evidence, metadata), a known
-    ``importance_source``, a depth in ``[0, 2**31 - 1]``. Evidence is not looked up (a memory
-    the export cites may have been deleted before it was written).
+    ``importance_source``, a depth in ``[0, 2**31 - 1]``. Evidence is not looked up: a
+    record citing ids the file does not hold (deleted before the export, or in another file)
+    is imported as it is, citing them still (moved, the ids it cites are moved alike, so a
+    later import of those memories from that namespace resolves them), as the stream held it;
+    reads skip evidence that is not there.
+
+    A record whose id the namespace holds already is skipped when it is that memory (the same
+    text, kind, creation time and depth: the same file imported again, or a batch that was
+    written before a failure). Another memory under that id (one deleted and added again
+    under its id since the last import, a store item put again, or the file holding two
+    memories of one id) is refused with an ``InvalidMemoryError`` naming both, never skipped
+    in silence; the batches before it stay written.
 
     Memories that ``namespace`` moves out of their own namespace get new ids naming the
     target and the namespace they come from (the same on every run, so importing again skips
@@ -424,7 +439,8 @@ def import_jsonl(
             # the export's dimension: its header's, else its first vector's; every vector has it
             export_dim = dim if type(dim) is int and dim > 0 else None
             reuse: bool | None = None  # decided at the first vector, before anything is written
-            batch: list[tuple[MemoryRecord, list[float] | None]] = []
+            batch: list[_Line] = []
+            items: set[str] = set()  # the ids of the store items moved so far (first one kept)
             for lineno, line in export_lines(fh, source):
                 try:
                     data = json.loads(line)
@@ -444,7 +460,11 @@ def import_jsonl(
                     if mover is None:
                         mover = plan_moves(source, namespace, stream.backend)
                     record = mover.move(record)
-                batch.append((record, vec if reuse else None))
+                if namespace and item_key(record) is not None:
+                    if record.id in items:  # several namespaces' items of one key: the first
+                        continue
+                    items.add(record.id)
+                batch.append(_Line(record, vec if reuse else None, f"{source}:{lineno}"))
                 if len(batch) >= batch_size:
                     imported += _import_batch(stream, batch)
                     batch = []
@@ -499,20 +519,43 @@ def _target_dimension(stream: StreamBase, text: str) -> int:
     return int(as_unit_vectors(raw, 1, type(stream.embeddings).__name__).shape[1])
 
 
-def _import_batch(stream: StreamBase, batch: list[tuple[MemoryRecord, list[float] | None]]) -> int:
+@dataclass(frozen=True, slots=True)
+class _Line:
+    """A record of the file to import, with its vector and where it is (``<path>:<line>``)."""
+
+    record: MemoryRecord
+    vector: list[float] | None
+    where: str
+
+
+def _import_batch(stream: StreamBase, batch: list[_Line]) -> int:
     """Store the records of ``batch`` not stored yet, in one ``put`` (one transaction, whatever
-    namespaces they belong to: a failing batch writes nothing)."""
+    namespaces they belong to: a failing batch writes nothing).
+
+    A record whose id is stored already (or came earlier in the file) is skipped when it is
+    that memory (the same text, kind, creation time and depth: an import run again); another
+    memory under that id is refused, never dropped in silence.
+
+    Raises:
+        InvalidMemoryError: a record's id holds another memory; nothing of the batch is
+            written.
+    """
     backend = stream.backend
-    by_ns: dict[str, list[tuple[MemoryRecord, list[float] | None]]] = {}
-    for item in batch:
-        by_ns.setdefault(item[0].namespace, []).append(item)
+    by_ns: dict[str, list[_Line]] = {}
+    for line in batch:
+        by_ns.setdefault(line.record.namespace, []).append(line)
     fresh: list[tuple[MemoryRecord, list[float] | None]] = []
-    for ns, items in by_ns.items():
-        seen = {r.id for r in backend.get(ns, [r.id for r, _ in items])}
-        for r, v in items:  # skip what is stored, and a second record with one id (moved items)
-            if r.id not in seen:
-                seen.add(r.id)
-                fresh.append((r, v))
+    for ns, lines in by_ns.items():
+        stored = {r.id: r for r in backend.get(ns, [line.record.id for line in lines])}
+        earlier: dict[str, MemoryRecord] = {}  # this batch's, by id
+        for line in lines:
+            r = line.record
+            other = stored.get(r.id) or earlier.get(r.id)
+            if other is None:
+                earlier[r.id] = r
+                fresh.append((r, line.vector))
+            elif _fingerprint(other) != _fingerprint(r):
+                raise _taken(line, other, stored=r.id in stored)
     if not fresh:
         return 0
     need = [i for i, (_, v) in enumerate(fresh) if v is None]
@@ -531,6 +574,29 @@ def _import_batch(stream: StreamBase, batch: list[tuple[MemoryRecord, list[float
         unit[np.asarray(given)[same]] = raw[same]
     backend.bind_embeddings(stream.embedding_model, unit.shape[1])
     return _put_fresh(backend, [r for r, _ in fresh], unit)
+
+
+def _taken(line: _Line, other: MemoryRecord, *, stored: bool) -> InvalidMemoryError:
+    """The error of a record whose id holds another memory (``stored``, else earlier in the
+    file)."""
+    r = line.record
+    there = (
+        f"namespace {r.namespace!r} holds another memory under its id"
+        if stored
+        else "an earlier line of the file holds another memory of that id"
+    )
+    return InvalidMemoryError(
+        f"{line.where}: memory {r.id!r} ({_short(r.text)}, created {r.created_at.isoformat()}) "
+        f"is not imported: {there} ({_short(other.text)}, created "
+        f"{other.created_at.isoformat()}), e.g. one deleted and added again under that id. An "
+        "import skips only the memories it holds already. Delete the other memory to import "
+        "this one, or import into another namespace (namespace=...); nothing of this batch was "
+        "written"
+    )
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
 def _put_fresh(
