@@ -80,10 +80,11 @@ call of that loop writes the namespace raises ``asyncio.InvalidStateError`` (use
 raises ``CancelledError`` at once, but the write it started (in a worker thread, which cannot be
 stopped) still lands, and its namespaces stay locked until it has: no later write can land
 before it; no further write of the batch starts. Two *processes* (or two ``MemoryStream``
-objects over one database) putting the same key at the same moment: for a key that exists, the
-last to commit wins (each put deletes whatever memory holds the key's id in its own
-transaction); for a new key, the second insert of its id fails with a ``StorageError`` and
-writes nothing.
+objects over one database) putting the same key at the same moment: the last to commit wins
+(each put deletes whatever memory holds the key's id in its own transaction). For a new key the
+second insert of its id fails (``DuplicateIdError``) and that put reads the key again and
+replaces it; after three such reads, each overtaken by another writer, the error is raised and
+that put writes nothing.
 """
 
 from __future__ import annotations
@@ -109,6 +110,7 @@ from langgraph.store.base import (
 )
 
 from langchain_reflective.errors import (
+    DuplicateIdError,
     StorageError,
 )
 from langchain_reflective.records import (
@@ -134,6 +136,10 @@ from langchain_reflective.stream_base import (
     _retrieved,
     in_worker_thread,
 )
+
+_WRITE_ATTEMPTS = 3
+"""How many times one namespace's puts are read and written when another writer keeps storing
+one of their new keys between the read and the write."""
 
 __all__ = [
     "ReflectiveStore",
@@ -531,57 +537,72 @@ class ReflectiveStore(BaseStore):
         for put in puts.values():
             by_name[encode_namespace(put.namespace)].append(put)
         for name, group in by_name.items():
-            ids = [i for put in group for i in (self.memory_id(name, put.key), put.key)]
-            records = yield Call("get", (ids,), {"namespace": name})
-            by_id = {r.id: r for r in records}
-            old: list[MemoryRecord] = []
-            created: dict[str, datetime] = {}
-            ids_of: dict[str, str] = {}  # a replaced memory keeps its id (evidence stays valid)
-            for put in group:
-                current = self._find(name, put.key, by_id)
-                if current is not None:
-                    old.append(current)
-                    created[put.key] = self._view(current).created_at
-                    ids_of[put.key] = current.id
-            adds = [put for put in group if put.value is not None]
-            old_ids = [r.id for r in old]
-            if not adds:
-                if old_ids:
-                    yield Call("delete", (old_ids,), {"namespace": name})
-                continue
-            metadatas = [
-                {
-                    ITEM_METADATA_KEY: {
-                        "key": put.key,
-                        "value": put.value,
-                        "created_at": created.get(put.key, now).isoformat(),
-                        "indexed": put.indexed,
-                    }
+            for attempt in range(1, _WRITE_ATTEMPTS + 1):
+                try:
+                    yield from self._write_namespace(name, group, now)
+                    break
+                except DuplicateIdError:
+                    # another writer (process, MemoryStream) stored one of these keys since
+                    # the read: read again, so this put replaces it (the last to commit wins)
+                    if attempt == _WRITE_ATTEMPTS:
+                        raise
+
+    def _write_namespace(
+        self, name: str, group: Sequence[Put], now: datetime
+    ) -> Generator[Call, Any, None]:
+        """Apply one namespace's puts: one read, then one add that deletes what it replaces
+        in its own transaction (or one delete)."""
+        ids = [i for put in group for i in (self.memory_id(name, put.key), put.key)]
+        records = yield Call("get", (ids,), {"namespace": name})
+        by_id = {r.id: r for r in records}
+        old: list[MemoryRecord] = []
+        created: dict[str, datetime] = {}
+        ids_of: dict[str, str] = {}  # a replaced memory keeps its id (evidence stays valid)
+        for put in group:
+            current = self._find(name, put.key, by_id)
+            if current is not None:
+                old.append(current)
+                created[put.key] = self._view(current).created_at
+                ids_of[put.key] = current.id
+        adds = [put for put in group if put.value is not None]
+        old_ids = [r.id for r in old]
+        if not adds:
+            if old_ids:
+                yield Call("delete", (old_ids,), {"namespace": name})
+            return
+        metadatas = [
+            {
+                ITEM_METADATA_KEY: {
+                    "key": put.key,
+                    "value": put.value,
+                    "created_at": created.get(put.key, now).isoformat(),
+                    "indexed": put.indexed,
                 }
-                for put in adds
-            ]
-            try:
-                yield Call(
-                    "add",
-                    ([put.text for put in adds],),
-                    {
-                        "ids": [ids_of.get(put.key, self.memory_id(name, put.key)) for put in adds],
-                        "metadatas": metadatas,
-                        "kinds": self.kind,
-                        "namespace": name,
-                        "now": now,
-                        "replacing": old_ids,  # deleted in the add's own transaction
-                    },
-                )
-            except Exception as exc:
-                if old_ids:  # a backend whose replace is not atomic may have deleted them
-                    try:
-                        still = yield Call("get", (old_ids,), {"namespace": name})
-                    except Exception:
-                        raise exc from None  # (the storage is unreachable: report the put's error)
-                    kept = {r.id for r in still}
-                    yield from self._restore(name, [r for r in old if r.id not in kept], exc)
-                raise
+            }
+            for put in adds
+        ]
+        try:
+            yield Call(
+                "add",
+                ([put.text for put in adds],),
+                {
+                    "ids": [ids_of.get(put.key, self.memory_id(name, put.key)) for put in adds],
+                    "metadatas": metadatas,
+                    "kinds": self.kind,
+                    "namespace": name,
+                    "now": now,
+                    "replacing": old_ids,  # deleted in the add's own transaction
+                },
+            )
+        except Exception as exc:
+            if old_ids:  # a backend whose replace is not atomic may have deleted them
+                try:
+                    still = yield Call("get", (old_ids,), {"namespace": name})
+                except Exception:
+                    raise exc from None  # (the storage is unreachable: report the put's error)
+                kept = {r.id for r in still}
+                yield from self._restore(name, [r for r in old if r.id not in kept], exc)
+            raise
 
     def _restore(
         self, name: str, old: Sequence[MemoryRecord], cause: Exception
