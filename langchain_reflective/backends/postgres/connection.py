@@ -1,5 +1,6 @@
 """Connections of the Postgres backend: the pools, per-connection settings and health checks
-(what a failed statement means is ``failures.py``; the connection string, ``conninfo.py``)."""
+(what a failed statement means is ``failures.py``; the connection string, ``conninfo.py``; the
+users' timeouts and the package's own long work, ``timeouts.py``)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,11 @@ from langchain_reflective.backends.postgres.failures import (
 from langchain_reflective.backends.postgres.failures import call as _call
 from langchain_reflective.backends.postgres.pool_settings import async_pool_settings
 from langchain_reflective.backends.postgres.rows import dump_json
+from langchain_reflective.backends.postgres.timeouts import (  # (re-exported: moved from here)
+    session_setting,
+    unbounded,
+    unbounded_transaction,
+)
 from langchain_reflective.errors import StorageError
 
 if TYPE_CHECKING:
@@ -81,63 +87,6 @@ _IF_SUPPORTED = (  # pgvector >= 0.8: keep scanning the index until the namespac
     "SET hnsw.iterative_scan = relaxed_order",
     "SET ivfflat.iterative_scan = relaxed_order",
 )
-
-
-@contextlib.contextmanager
-def session_setting(conn: psycopg.Connection[Any], name: str, value: str) -> Iterator[None]:
-    """The setting ``name`` at ``value`` on ``conn`` (an autocommit connection, outside a
-    transaction) for the block, then the connection's own value again (it may go back to a
-    pool). The package's own long work runs with ``statement_timeout`` and ``lock_timeout`` at
-    ``"0"``: timeouts set for the role, the database or the connection bound the calls users
-    make, not an index build (23 s at 1M memories here; a cancelled one would be retried, and
-    cancelled, every 10 s) or a lock wait bounded by its own ``timeout``."""
-    row = conn.execute(  # (one round trip: the select list runs in order)
-        "SELECT current_setting(%s), set_config(%s, %s, false)", (name, name, value)
-    ).fetchone()
-    try:
-        yield
-    finally:
-        if not conn.closed:  # (a connection lost meanwhile is discarded by its pool)
-            conn.execute("SELECT set_config(%s, %s, false)", (name, row[0] if row else value))
-
-
-_USERS_TIMEOUTS = (
-    ("statement_timeout", 0),
-    ("lock_timeout", 0),
-    ("idle_in_transaction_session_timeout", 0),
-    ("transaction_timeout", 170000),
-    ("idle_session_timeout", 140000),
-)
-"""Timeouts a role, a database or a connection may set, and the server version that has each.
-They bound the calls users make; the package's own long work is exempt: building the vector
-index (23 s at 1M memories here; a cancelled build would be retried, and cancelled, every
-10 s), setting up or migrating the schema, the local index's load (one snapshot read in
-chunks, with this process's work between them: idle in the transaction), waiting for a lock
-under its own ``timeout``, holding a lock idle through a reflection's model calls.
-``transaction_timeout`` (Postgres 17+) and ``idle_session_timeout`` (14+) end the session."""
-
-
-def users_timeouts(conn: Any) -> list[str]:
-    """The names of :data:`_USERS_TIMEOUTS` that ``conn``'s server has."""
-    version = conn.info.server_version
-    return [name for name, since in _USERS_TIMEOUTS if version >= since]
-
-
-@contextlib.contextmanager
-def unbounded(conn: psycopg.Connection[Any], **values: str) -> Iterator[None]:
-    """None of the users' timeouts (:data:`_USERS_TIMEOUTS`) on ``conn`` (autocommit, outside
-    a transaction) for the block, except those ``values`` sets, then the connection's own
-    again."""
-    with contextlib.ExitStack() as stack:
-        for name in users_timeouts(conn):
-            stack.enter_context(session_setting(conn, name, values.get(name, "0")))
-        yield
-
-
-def unbounded_transaction(conn: psycopg.Connection[Any]) -> None:
-    """None of the users' timeouts (:data:`_USERS_TIMEOUTS`) for the rest of the caller's
-    transaction on ``conn`` (``SET LOCAL``)."""
-    conn.execute("; ".join(f"SET LOCAL {name} = 0" for name in users_timeouts(conn)))
 
 
 def _unlock(conn: psycopg.Connection[Any], key: tuple[int, str]) -> None:

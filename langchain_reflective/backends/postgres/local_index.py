@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from langchain_reflective.backends.postgres.connection import Pools, unbounded_transaction
+from langchain_reflective.backends.postgres.connection import Pools
 from langchain_reflective.backends.postgres.failures import ConnectionLostError
 from langchain_reflective.backends.postgres.queries import (
     BM25_B,
@@ -63,6 +63,7 @@ from langchain_reflective.backends.postgres.queries import (
 )
 from langchain_reflective.backends.postgres.rows import INT8_OID, TEXT_OID, int_from_binary
 from langchain_reflective.backends.postgres.sent import receive_row, send_statement
+from langchain_reflective.backends.postgres.timeouts import unbounded_transaction
 from langchain_reflective.backends.sqlite.ann import maintain_ann
 from langchain_reflective.backends.sqlite.candidates import (
     DEFAULT_ANN_CANDIDATES,

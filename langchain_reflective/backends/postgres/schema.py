@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from langchain_reflective.backends.postgres.connection import unbounded_transaction
+from langchain_reflective.backends.postgres.timeouts import unbounded_transaction
 from langchain_reflective.errors import SchemaVersionError
 
 if TYPE_CHECKING:

@@ -42,10 +42,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
 
-from langchain_reflective.backends.postgres.connection import session_setting, unbounded
 from langchain_reflective.backends.postgres.conninfo import redacted
 from langchain_reflective.backends.postgres.failures import storage_error
 from langchain_reflective.backends.postgres.schema import INDEX_LOCK
+from langchain_reflective.backends.postgres.timeouts import session_setting, unbounded
 
 if TYPE_CHECKING:
     from langchain_reflective.backends.postgres.connection import Pools
