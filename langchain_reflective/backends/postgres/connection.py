@@ -26,6 +26,7 @@ from langchain_reflective.backends.postgres.conninfo import check_connection
 from langchain_reflective.backends.postgres.failures import (
     MISSING,
     ConnectionLostError,
+    TransactionStillOpenError,
     WriteOutcomeUnknownError,
     storage_error,
     typed_error,
@@ -422,14 +423,16 @@ class Pools:
         """``write(conn)`` in one transaction, exactly once even if the server drops the
         connection meanwhile: then whether it committed is unknown (the connection may have gone
         after the commit, before its reply), so ``outcome(conn)`` reads it on a new connection:
-        what the write returned if it is stored, ``None`` if nothing of it is. Only then does
-        the write run again, once (and if that run's connection is lost too, its outcome is
-        read the same way). ``outcome`` raises if the write is stored only in part (a
-        :class:`StorageError` of its own, raised as it is); without one (a write that leaves
-        nothing to read back) the loss is raised. When the outcome cannot be read (the server
-        is down, the new connection is lost too, no connection comes, the statement fails),
-        :class:`WriteOutcomeUnknownError` is raised, with ``note`` (what was written, e.g. its
-        ids) added to it."""
+        what the write returned if it is stored, ``None`` if nothing of it is. It waits first
+        for the lost transaction to end (the server may not have noticed the loss yet, and that
+        transaction could still commit: ``writes.after_writers``). Only then does the write
+        run again, once (and if that run's connection is lost too, its outcome is read the same
+        way). ``outcome`` raises if the write is stored only in part (a :class:`StorageError`
+        of its own, raised as it is); without one (a write that leaves nothing to read back)
+        the loss is raised. When the outcome cannot be read (the server is down, the new
+        connection is lost too, no connection comes, the statement fails, the lost transaction
+        is still open after ``writes.OUTCOME_WAIT``), :class:`WriteOutcomeUnknownError` is
+        raised, with ``note`` (what was written, e.g. its ids) added to it."""
         try:
             with self.conn() as conn, conn.transaction():
                 return write(conn)
@@ -457,6 +460,7 @@ class Pools:
         """``outcome`` of a write whose connection was ``lost``, read on a new connection (see
         :meth:`writing`); :class:`WriteOutcomeUnknownError` when it cannot be read."""
         verdicts: list[BaseException] = []
+        again: StorageError
 
         def read(conn: psycopg.Connection[Any]) -> T | None:
             try:
@@ -469,17 +473,19 @@ class Pools:
 
         try:
             return self.retrying(read)
-        except StorageError as again:
-            if any(again is verdict for verdict in verdicts):
+        except TransactionStillOpenError as still:  # (waited for it in vain)
+            why, again = str(still), still
+        except StorageError as failed:
+            if any(failed is verdict for verdict in verdicts):
                 raise
-            unknown = WriteOutcomeUnknownError(
-                f"{lost}; whether the write committed is unknown (the server could not be "
-                f"asked: {again}): it may be stored, so look its memories up by id before "
-                "writing them again"
-            )
-            if note:
-                unknown.add_note(note)
-            raise unknown from again
+            why, again = f"the server could not be asked: {failed}", failed
+        unknown = WriteOutcomeUnknownError(
+            f"{lost}; whether the write committed is unknown ({why}): it may be stored, so look "
+            "its memories up by id before writing them again"
+        )
+        if note:
+            unknown.add_note(note)
+        raise unknown from again
 
     def rows(self, sql: str, params: Any = None) -> list[TupleRow]:
         """All rows of one statement that may run twice (see :meth:`retrying`)."""

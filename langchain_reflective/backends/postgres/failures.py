@@ -16,6 +16,7 @@ from langchain_reflective.records import MAX_IDENTIFIER_BYTES
 __all__ = [
     "MISSING",
     "ConnectionLostError",
+    "TransactionStillOpenError",
     "call",
     "read_version",
     "storage_error",
@@ -112,6 +113,13 @@ class WriteOutcomeUnknownError(ConnectionLostError):
     """A write's connection was lost, and so was every connection that asked afterwards
     whether it committed: it may be stored. Look its memories up by id before writing them
     again (the message, or a note, names them)."""
+
+
+class TransactionStillOpenError(StorageError):
+    """An outcome check (``Pools.writing``) waited in vain for the transaction of a lost
+    connection to end (the server has not noticed the connection is gone, or its commit is still
+    running): whether it commits is unknown. ``Pools.writing`` raises
+    :class:`WriteOutcomeUnknownError` for it."""
 
 
 def typed_error(exc: BaseException, lost: bool) -> Exception:

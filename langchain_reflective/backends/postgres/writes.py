@@ -23,16 +23,18 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg import errors as pg_errors
 from psycopg import pq
 from psycopg.abc import Buffer
 from psycopg.adapt import Dumper
 from psycopg.types.json import Jsonb
 
+from langchain_reflective.backends.postgres.failures import TransactionStillOpenError
 from langchain_reflective.backends.postgres.queries import (
     ADD,
     PURGE_COUNTER,
@@ -48,6 +50,7 @@ from langchain_reflective.backends.postgres.rows import (
     text_array_binary,
     vectors_binary,
 )
+from langchain_reflective.backends.postgres.timeouts import unbounded_transaction
 from langchain_reflective.backends.sqlite.lexical import BM25Index
 from langchain_reflective.backends.types import F32, CounterUpdate, PendingMemory, pending_pairs
 from langchain_reflective.errors import (
@@ -59,6 +62,7 @@ from langchain_reflective.errors import (
 from langchain_reflective.records import OBSERVATION, MemoryRecord
 
 __all__ = [
+    "OUTCOME_WAIT",
     "TOKENIZER",
     "LexicalTotals",
     "Replacement",
@@ -365,29 +369,81 @@ def enqueue(conn: psycopg.Connection[Any], items: Sequence[PendingMemory]) -> No
     ).fetchone()
     if stored and stored[0]:
         raise DuplicateIdError("could not queue memories: an id is already stored")
-    conn.cursor().executemany(
-        "INSERT INTO reflective_pending "
-        "(id, namespace, text, kind, created_at, importance, metadata) "
-        "VALUES (%s, %s, %s, %s, %s, %s, %s)",
-        [
-            (
-                p.id,
-                p.namespace,
-                p.text,
-                p.kind,
-                p.created_at,
-                p.importance,
-                Jsonb(dict(p.metadata), dumps=dump_json),
-            )
-            for p in items
-        ],
+    conn.cursor().executemany(_QUEUE, _queued_rows(items))
+
+
+_QUEUE = (
+    "INSERT INTO reflective_pending (id, namespace, text, kind, created_at, importance, metadata) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s)"
+)
+
+
+def _queued_rows(items: Sequence[PendingMemory]) -> list[tuple[Any, ...]]:
+    return [
+        (
+            p.id,
+            p.namespace,
+            p.text,
+            p.kind,
+            p.created_at,
+            p.importance,
+            Jsonb(dict(p.metadata), dumps=dump_json),
+        )
+        for p in items
+    ]
+
+
+OUTCOME_WAIT = 10.0
+"""Seconds (at most, per lock) an outcome check waits for the transaction of the lost
+connection to end before it reads whether it committed: the server may not have noticed the
+connection is gone (that transaction still open, idle, or its commit still running), and a
+check that read before it ended could answer "not committed" and have it written twice. Past
+it, ``TransactionStillOpenError`` (``Pools.writing`` then raises
+``WriteOutcomeUnknownError``)."""
+
+
+def _after_open_writers(conn: psycopg.Connection[Any], lock: Callable[[], object]) -> None:
+    """``lock()``, in a transaction of its own on ``conn`` (autocommit) that is rolled back: it
+    takes a lock the lost write held until its transaction ended, so it returns once no
+    transaction holds it (waiting at most :data:`OUTCOME_WAIT` s: the users' timeouts are
+    off)."""
+    try:
+        with conn.transaction(force_rollback=True):
+            unbounded_transaction(conn)
+            wait = str(max(1, math.ceil(OUTCOME_WAIT * 1000)))
+            conn.execute("SELECT set_config('lock_timeout', %s, true)", (wait,))
+            lock()
+    except pg_errors.LockNotAvailable as exc:
+        raise TransactionStillOpenError(
+            f"a transaction that writes its memories was still open on the server after "
+            f"{OUTCOME_WAIT:g} s (that of the lost connection, which the server has not found "
+            "gone yet, or whose commit still runs)"
+        ) from exc
+
+
+def after_writers(conn: psycopg.Connection[Any], namespaces: Collection[str]) -> None:
+    """Returns once no transaction writes to ``namespaces`` (the counter row each write locks,
+    or creates for a namespace's first memory, taken here as a write takes it: see
+    :func:`_after_open_writers`)."""
+    _after_open_writers(conn, lambda: [lock_counter(conn, ns) for ns in sorted(namespaces)])
+
+
+def after_queuers(conn: psycopg.Connection[Any], items: Sequence[PendingMemory]) -> None:
+    """Returns once no transaction queues these ids (:func:`enqueue` locks no counter row: the
+    same queue entries are inserted here, which waits for a transaction inserting them, and
+    rolled back; see :func:`_after_open_writers`)."""
+    _after_open_writers(
+        conn,
+        lambda: conn.cursor().executemany(f"{_QUEUE} ON CONFLICT DO NOTHING", _queued_rows(items)),
     )
 
 
 def queued_outcome(conn: psycopg.Connection[Any], items: Sequence[PendingMemory]) -> bool | None:
     """Whether an :func:`enqueue` of ``items`` committed (for ``Pools.writing``): ``True`` if
     every one is queued or already stored (another process may have completed it since),
-    ``None`` if none is."""
+    ``None`` if none is. Waits first for a transaction still queueing them
+    (:func:`after_queuers`)."""
+    after_queuers(conn, items)
     wanted = {(p.namespace, p.id) for p in items}
     namespaces, ids = [ns for ns, _ in wanted], [i for _, i in wanted]
     found = conn.execute(
@@ -412,7 +468,9 @@ def ids_note(records: Sequence[MemoryRecord] | Sequence[PendingMemory]) -> str |
 
 def stored_outcome(conn: psycopg.Connection[Any], records: Sequence[MemoryRecord]) -> int | None:
     """Whether a :func:`write_batch` of ``records`` committed (for ``Pools.writing``): its
-    newest key if every record is stored in its namespace, ``None`` if none is."""
+    newest key if every record is stored in its namespace, ``None`` if none is. Waits first for
+    a transaction still writing to their namespaces (:func:`after_writers`)."""
+    after_writers(conn, {r.namespace for r in records})
     wanted = {(r.namespace, r.id) for r in records}
     found = conn.execute(
         "SELECT seq FROM reflective_memories "
@@ -591,9 +649,12 @@ class Replacement:
             StorageError: its keys cannot tell (the new memory gone and the old ones too:
                 another process changed them since; or nothing deleted nor stored: only the
                 counter changed).
+            TransactionStillOpenError: a transaction writing to the namespace did not end
+                within ``OUTCOME_WAIT`` (:func:`after_writers`).
         """
         if self.deleted is None:
             return None  # (lost before its statements all returned: no commit was sent)
+        after_writers(conn, {self.namespace})  # (a transaction still open: its end first)
         keys = [*self.deleted, self.newest] if self.newest else self.deleted
         found = {int(r[0]) for r in conn.execute(_FOUND, (keys,)).fetchall()}
         if self.newest in found:
