@@ -366,7 +366,9 @@ def command_evaluator(
         prepare: called with the attempt and ``cwd`` before the commands run (e.g. to write the
             attempt's code to a file).
         env: extra environment variables for the commands.
-        max_output_chars: the tail of each command's output kept in the result.
+        max_output_chars: the tail of each command's output kept in the result (the prompts
+            show a failed check's first and last lines of it, 2,000 characters at most:
+            ``reflexion.schema.FEEDBACK_OUTPUT_CHARS``).
         name: the evaluator's name.
 
     Raises:

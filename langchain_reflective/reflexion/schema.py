@@ -7,12 +7,14 @@ and a record is plain JSON on the way out (episodic memory, export, the JSON Sch
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
     "FAILURE_CATEGORIES",
+    "FEEDBACK_OUTPUT_CHARS",
     "CheckResult",
     "CheckStatus",
     "CreditAssignment",
@@ -86,6 +88,76 @@ class CheckResult(BaseModel):
     metrics: dict[str, float] = Field(default_factory=dict)
 
 
+FEEDBACK_OUTPUT_CHARS = 2000
+"""Most characters of a failed check's output in :meth:`EvaluatorOutput.feedback`, so in the
+reflection and actor prompts (its first and last lines, the middle cut with a marker)."""
+
+_PROGRESS_GAP = re.compile(r"(?<=\S) {2,}(?=\[ *\d+%\]$)")
+_PYTEST_SECTION = re.compile(r"^=+ (?:FAILURES|ERRORS) =+$")
+
+
+def _short_rule(line: str) -> str:
+    """A rule of 5 or more ``=_*~#-`` (spaced ``_ _ _`` too), with a title in the middle or
+    none, shortened to 3 of its characters on each side; other lines unchanged.
+
+    (String operations, no regular expression: a long line costs linear time.)"""
+    text = line.strip()
+    char = text[:1]
+    if not char or char not in "=_*~#-":
+        return line
+    if text.count(char) >= 5 and not text.replace(" ", "").strip(char):
+        return char * 3
+    lead, trail = len(text) - len(text.lstrip(char)), len(text) - len(text.rstrip(char))
+    title = text[lead : len(text) - trail].strip() if lead >= 5 and trail >= 5 else ""
+    return f"{char * 3} {title} {char * 3}" if title else line
+
+
+def _tidy(output: str, tool: str) -> list[str]:
+    """The output's lines without what costs room and says nothing: trailing whitespace,
+    repeated blank lines, terminal-wide rules (``=== FAILURES ===`` is kept as that) and the
+    gap before a ``[100%]`` progress mark, which pytest pads to the terminal's width; pytest's
+    output starts at its FAILURES or ERRORS section (before it: progress and warnings)."""
+    lines = output.strip("\n").splitlines()
+    if tool == "pytest":
+        start = next((i for i, x in enumerate(lines) if _PYTEST_SECTION.match(x.strip())), 0)
+        lines = lines[start:]
+    out: list[str] = []
+    for line in lines:
+        line = _short_rule(_PROGRESS_GAP.sub(" ", line.rstrip()))
+        if line or (out and out[-1]):
+            out.append(line)
+    return out
+
+
+def output_excerpt(output: str, tool: str = "", max_chars: int = FEEDBACK_OUTPUT_CHARS) -> str:
+    """The informative part of a check's output: at most ``max_chars`` characters and a marker.
+
+    Tidied (see :func:`_tidy`), each line cut to a quarter of the budget with ``…``; when still
+    too long, its first lines (up to half the budget: pytest's first failure, with the failing
+    line and the values) and its last lines (the rest: the summary, the short test summary, a
+    crash's exception) are kept, the lines between replaced by ``… (N lines cut) …``.
+    """
+    cap = max(20, max_chars // 4)
+    lines = [x if len(x) <= cap else x[: cap - 1].rstrip() + "…" for x in _tidy(output, tool)]
+    if sum(len(x) + 1 for x in lines) <= max_chars + 1:
+        return "\n".join(lines)
+    head: list[str] = []
+    used = 0
+    for line in lines:
+        if used + len(line) + 1 > max_chars // 2:
+            break
+        head.append(line)
+        used += len(line) + 1
+    tail: list[str] = []
+    for line in reversed(lines[len(head) :]):
+        if used + len(line) + 1 > max_chars:
+            break
+        tail.append(line)
+        used += len(line) + 1
+    cut = len(lines) - len(head) - len(tail)
+    return "\n".join([*head, f"… ({cut} lines cut) …", *reversed(tail)])
+
+
 class EvaluatorOutput(BaseModel):
     """What an evaluator says about one attempt (seed 003's ``EvaluatorOutput``)."""
 
@@ -105,13 +177,27 @@ class EvaluatorOutput(BaseModel):
             raise ValueError("reward must be finite")
         return value
 
-    def feedback(self, *, max_errors: int = 20) -> list[str]:
-        """One line per check and per error, for prompts (not fenced here)."""
-        lines = [
-            f"{r.name} ({r.tool}): {r.status}, score {r.score:.2f}"
-            + (f"; {r.output.strip().splitlines()[-1]}" if r.output.strip() else "")
-            for r in self.results
-        ]
+    def feedback(
+        self, *, max_errors: int = 20, max_output_chars: int = FEEDBACK_OUTPUT_CHARS
+    ) -> list[str]:
+        """One item per check and per error, for prompts (not fenced here).
+
+        A passed check's item ends with the last line of its output (a summary); a check that
+        did not pass keeps its output's informative part on the following lines (pytest's
+        failure details, mypy's and ruff's findings, a crash's traceback), at most about
+        ``max_output_chars`` characters (:func:`output_excerpt`: its first and last lines, the
+        middle cut with a marker). The prompts cut each item to ``ReflexionConfig.max_chars``.
+        """
+        lines = []
+        for r in self.results:
+            head = f"{r.name} ({r.tool}): {r.status}, score {r.score:.2f}"
+            if not r.output.strip():
+                lines.append(head)
+            elif r.status == "passed":
+                lines.append(f"{head}; {r.output.strip().splitlines()[-1]}")
+            else:
+                excerpt = output_excerpt(r.output, r.tool, max_output_chars)
+                lines.append(f"{head}; " + ("output:\n" if "\n" in excerpt else "") + excerpt)
         for err in self.errors[:max_errors]:
             where = f" at {err.file}:{err.line}" if err.file and err.line else ""
             where = where or (f" in {err.file}" if err.file else "")
