@@ -971,27 +971,28 @@ def test_a_write_whose_connection_was_lost_is_stored_exactly_once(
 def test_a_write_whose_outcome_cannot_be_read_says_so_and_names_its_memories(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The write's connection is lost and so is the server for the check that follows: the
-    error said only "the connection to Postgres failed", so a caller retrying the add stored
-    it twice when the first had committed. It now says the outcome is unknown, names the
-    memories, and the write is not run again."""
+    """The write's connection is lost as its commit is sent, and so is the server for the
+    check that follows: the error said only "the connection to Postgres failed", so a caller
+    retrying the add stored it twice when the first had committed. It now says the outcome is
+    unknown, names the memories, and the write is not run again."""
     from langchain_reflective.backends.postgres import backend as backend_module
-    from langchain_reflective.backends.postgres import connection, writes
+    from langchain_reflective.backends.postgres import connection
     from langchain_reflective.backends.postgres.failures import WriteOutcomeUnknownError
 
     monkeypatch.setattr(connection, "IDLE_CHECK_SECONDS", 3600.0)
     with PostgresBackend.from_conn_string(postgres_url, min_size=2) as backend:
         backend.setup()
-        add_stats, calls = writes.add_lexical_stats, []
+        write_batch, calls = backend_module.write_batch, []
 
-        def dropped_midway(*args: Any) -> None:
-            calls.append(_drop_connections(postgres_url))
-            add_stats(*args)
+        def dropped_after(*args: Any) -> int:
+            newest = write_batch(*args)
+            calls.append(_drop_connections(postgres_url))  # (then its commit is sent)
+            return newest
 
         def server_gone(conn: Any, records: Any) -> None:
             raise ConnectionLostError("the connection to Postgres failed: server gone")
 
-        monkeypatch.setattr(writes, "add_lexical_stats", dropped_midway)
+        monkeypatch.setattr(backend_module, "write_batch", dropped_after)
         monkeypatch.setattr(backend_module, "stored_outcome", server_gone)
         records = _records(7, "default", seed=4)
         with pytest.raises(WriteOutcomeUnknownError, match="whether the write committed") as lost:
@@ -1001,7 +1002,7 @@ def test_a_write_whose_outcome_cannot_be_read_says_so_and_names_its_memories(
             records[0].id in " ".join(lost.value.__notes__) and "2 more" in lost.value.__notes__[0]
         )
         assert len(calls) == 1  # (not written again)
-        monkeypatch.setattr(writes, "add_lexical_stats", add_stats)
+        monkeypatch.setattr(backend_module, "write_batch", write_batch)
         assert backend.count("default") == 0  # (dropped before its commit: nothing stored)
 
 

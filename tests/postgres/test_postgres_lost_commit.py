@@ -26,7 +26,10 @@ import psycopg
 import pytest
 
 from langchain_reflective.backends.postgres import PostgresBackend
-from langchain_reflective.backends.postgres.failures import WriteOutcomeUnknownError
+from langchain_reflective.backends.postgres.failures import (
+    ConnectionLostError,
+    WriteOutcomeUnknownError,
+)
 from langchain_reflective.backends.types import CounterUpdate, PendingMemory
 from langchain_reflective.records import MemoryRecord, new_memory_id
 from tests.postgres.test_postgres_backend import T0, _fill, _records, _unit
@@ -36,6 +39,20 @@ pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 GUARD = 15.0
 """Seconds the test waits for a session blocked by the lost transaction before it ends that
 transaction anyway (so a broken check cannot hang the test)."""
+
+
+def cut(conn: psycopg.Connection[Any], *, keep: bool = False) -> int:
+    """Makes ``conn`` unusable on the client's side (another socket, closed at its other end,
+    in place of its own), so its next statement or its commit finds the connection lost; the
+    server's side is closed too, unless ``keep``: then a duplicate of the socket is returned,
+    through which the server's session stays connected (-1 otherwise)."""
+    fd = conn.pgconn.socket
+    kept = os.dup(fd) if keep else -1
+    dead, peer = socket.socketpair()
+    peer.close()
+    os.dup2(dead.fileno(), fd)
+    dead.close()
+    return kept
 
 
 class _LostAtCommit:
@@ -58,12 +75,7 @@ class _LostAtCommit:
             if self.runs == 1:
                 (conn,) = [a for a in args if isinstance(a, psycopg.Connection)]
                 self.pid = conn.info.backend_pid
-                fd = conn.pgconn.socket
-                self.kept = os.dup(fd)  # (the server's session stays connected through it)
-                dead, peer = socket.socketpair()
-                peer.close()
-                os.dup2(dead.fileno(), fd)  # (the commit is sent into a closed socket)
-                dead.close()
+                self.kept = cut(conn, keep=True)  # (the commit is sent into a closed socket)
             return done
 
         return cut_after
@@ -211,3 +223,55 @@ def test_a_lost_transaction_still_open_after_the_wait_is_an_unknown_outcome(
     assert records[0].id in " ".join(raised.value.__notes__)
     assert lost.runs == 1
     assert backend.count("default") == 3  # (never committed: ended by closing its socket)
+
+
+def test_a_write_lost_before_its_commit_runs_again_without_an_outcome_check(
+    backend: PostgresBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write whose connection is lost before its commit was sent stored nothing: it runs
+    again at once, without an outcome check (it asked the server first, and during an outage
+    raised ``WriteOutcomeUnknownError``, "it may be stored", where nothing could be); a write
+    with no outcome to read (a counter change alone) runs again too. Lost again before its
+    commit: a ``ConnectionLostError`` saying nothing is stored."""
+    from langchain_reflective.backends.postgres import backend as backend_module
+
+    pools = backend._pools
+    runs: list[int] = []
+
+    def lost_first(conn: psycopg.Connection[Any]) -> int:
+        runs.append(1)
+        if len(runs) == 1:  # (the server ends the session in the middle of the transaction)
+            conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        return len(runs)
+
+    def lost_always(conn: psycopg.Connection[Any]) -> int:
+        runs.append(1)
+        conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        return 0
+
+    def never(conn: psycopg.Connection[Any]) -> int | None:
+        raise AssertionError("the outcome was checked")
+
+    assert pools.writing(lost_first, never) == 2
+    runs.clear()
+    assert pools.writing(lost_first, None) == 2
+    runs.clear()
+    with pytest.raises(ConnectionLostError, match="nothing of it is stored") as raised:
+        pools.writing(lost_always, never)
+    assert not isinstance(raised.value, WriteOutcomeUnknownError)
+    assert "lost before its commit too" in str(raised.value) and len(runs) == 2
+
+    write_batch, puts = backend_module.write_batch, []
+
+    def put_lost_first(conn: psycopg.Connection[Any], *args: Any) -> int:
+        puts.append(1)
+        if len(puts) == 1:
+            cut(conn)
+        return write_batch(conn, *args)
+
+    monkeypatch.setattr(backend_module, "write_batch", put_lost_first)
+    monkeypatch.setattr(backend_module, "stored_outcome", never)
+    records = _records(3, seed=11)
+    backend.put(records, _unit(np.random.default_rng(11), 3), counter=CounterUpdate("x", 0.5, 3))
+    assert len(puts) == 2 and backend.count("default") == 3
+    assert backend.reflection_state("x").adds_since == 3  # (counted once)

@@ -24,13 +24,22 @@ from psycopg_pool import ConnectionPool
 from langchain_reflective.backends.base import RetrievalFilter
 from langchain_reflective.backends.postgres import PostgresBackend
 from langchain_reflective.backends.postgres.connection import configure_connection
-from langchain_reflective.backends.postgres.failures import WriteOutcomeUnknownError
+from langchain_reflective.backends.postgres.failures import (
+    ConnectionLostError,
+    WriteOutcomeUnknownError,
+)
 from langchain_reflective.backends.types import PendingMemory
 from langchain_reflective.errors import StorageError
 from langchain_reflective.records import new_memory_id
 from langchain_reflective.scoring import ScoringConfig
 from tests.postgres.conftest import _start_server, create_database
-from tests.postgres.test_postgres_backend import T0, _fill, _records, _unit
+from tests.postgres.test_postgres_backend import (
+    T0,
+    _commits_wait_for_a_standby,
+    _fill,
+    _records,
+    _unit,
+)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 
@@ -381,48 +390,74 @@ def _stopped_while_waiting(
     return raised, took
 
 
-def test_a_write_cut_off_by_a_real_outage_says_its_outcome_is_unknown_and_names_its_memories(
+def test_a_write_cut_off_by_a_real_outage_before_its_commit_says_nothing_is_stored(
     server: _Server,
 ) -> None:
-    """The server stops while a put waits inside its transaction, so the outcome check that
-    follows the lost connection cannot reach it either: the put raises
-    ``WriteOutcomeUnknownError`` naming its memories, as docs/reliability.md says (it raised
-    the plain ``StorageError`` of the failed check, "the connection to Postgres failed", with
-    no ids: the check failed while getting a connection, not with ``ConnectionLostError``).
-    An enqueue cut off the same way says so too. Nothing was committed, as the server shows
-    once it is back."""
+    """The server stops while a put, an enqueue or a replace waits inside its transaction (for
+    a lock another session holds): its commit was never sent, so nothing is stored. It runs
+    again, cannot (the server is down), and raises a ``ConnectionLostError`` that says nothing
+    of it is stored, with the server's reason. It asked the server whether the write committed,
+    could not reach it either, and raised ``WriteOutcomeUnknownError``, "it may be stored",
+    where nothing could be. The server shows nothing stored once it is back."""
     url = create_database(server.uri)
+    with PostgresBackend.from_conn_string(url, min_size=2, timeout=POOL_TIMEOUT) as backend:
+        backend.setup()
+        old, _ = _fill(backend, 3)
+        queued = [PendingMemory(new_memory_id(), "default", "q", "observation", T0, None, {})]
+        counter_row = "SELECT 1 FROM reflective_counters WHERE namespace = 'default' FOR UPDATE"
+        calls = [  # (each waits for this lock, taken in another session's transaction)
+            (
+                counter_row,
+                lambda: backend.put(_records(7, seed=5), _unit(np.random.default_rng(5), 7)),
+            ),
+            ("LOCK TABLE reflective_pending IN SHARE MODE", lambda: backend.enqueue(queued)),
+            (
+                counter_row,
+                lambda: backend.replace(
+                    "default", [old[0].id], _records(1, seed=6), _unit(np.random.default_rng(6), 1)
+                ),
+            ),
+        ]
+        for lock, call in calls:
+            raised, took = _stopped_while_waiting(server, url, lock, call)
+            assert isinstance(raised, ConnectionLostError), raised
+            assert not isinstance(raised, WriteOutcomeUnknownError), raised
+            assert took < 2 * HANG_GUARD, took
+            assert "nothing of it is stored" in str(raised)
+            assert "the connection to Postgres failed" in str(raised)  # (and the server's reason)
+            server.start()
+            assert {r.id for r in backend.recent("default")} == {r.id for r in old}
+            assert backend.pending() == []
+
+
+def test_a_write_cut_off_by_a_real_outage_after_its_commit_says_its_outcome_is_unknown(
+    server: _Server,
+) -> None:
+    """The server stops while a put's commit waits for its reply (a synchronous standby that
+    never answers): committed or not is for the server to say, and the outcome check that
+    follows cannot reach it, so the put raises ``WriteOutcomeUnknownError`` naming its memories,
+    as docs/reliability.md says (it raised the plain ``StorageError`` of the failed check, "the
+    connection to Postgres failed", with no ids). Here it did commit, as the server shows once
+    it is back."""
+    url = create_database(server.uri) + "&options=-c%20synchronous_commit%3Don"
     with PostgresBackend.from_conn_string(url, min_size=2, timeout=POOL_TIMEOUT) as backend:
         backend.setup()
         _fill(backend, 3)
         records = _records(7, seed=5)
         vectors = _unit(np.random.default_rng(5), 7)
-        raised, took = _stopped_while_waiting(
-            server,
-            url,  # (the put updates its namespace's counter row: it waits for this lock)
-            "SELECT 1 FROM reflective_counters WHERE namespace = 'default' FOR UPDATE",
-            lambda: backend.put(records, vectors),
-        )
+        with _commits_wait_for_a_standby(url):
+            try:
+                raised, took = _stopped_while_waiting(
+                    server, url, "SELECT 1", lambda: backend.put(records, vectors)
+                )
+            finally:
+                server.start()
         assert isinstance(raised, WriteOutcomeUnknownError), raised
         assert took < 2 * HANG_GUARD, took
         assert "whether the write committed is unknown" in str(raised)
         notes = " ".join(getattr(raised, "__notes__", []))
         assert records[0].id in notes and "2 more" in notes, notes
-        server.start()
-        assert backend.count("default") == 3  # (it waited before its commit: not stored)
-
-        queued = [PendingMemory(new_memory_id(), "default", "q", "observation", T0, None, {})]
-        raised, took = _stopped_while_waiting(
-            server,
-            url,  # (its insert waits for this lock on the queue's table)
-            "LOCK TABLE reflective_pending IN SHARE MODE",
-            lambda: backend.enqueue(queued),
-        )
-        assert isinstance(raised, WriteOutcomeUnknownError), raised
-        assert took < 2 * HANG_GUARD, took
-        assert queued[0].id in " ".join(getattr(raised, "__notes__", []))  # (what to look up)
-        server.start()
-        assert backend.pending() == []
+        assert backend.count("default") == 10  # (committed before it waited for the standby)
 
 
 def test_an_outcome_check_that_finds_a_write_stored_in_part_is_raised_as_it_is(
@@ -432,11 +467,13 @@ def test_an_outcome_check_that_finds_a_write_stored_in_part_is_raised_as_it_is(
     unknown outcome, but the check's own verdict, "stored in part" (a ``StorageError`` that
     another writer with the same ids causes), is raised as it is; a rerun whose connection is
     lost too is checked again: stored, it returns; not stored, the loss is raised (nothing of
-    it is stored, so it may be retried)."""
-    from langchain_reflective.backends.postgres.failures import ConnectionLostError
+    it is stored, so it may be retried). Each write here loses its connection as its commit
+    is sent (one lost before would run again unchecked: ``test_postgres_lost_commit.py``)."""
+    from tests.postgres.test_postgres_lost_commit import cut
 
     def lost(conn: Any) -> int:
-        raise ConnectionLostError("the connection to Postgres failed: gone")
+        cut(conn)  # (its commit goes into a closed socket: it may have reached the server)
+        return 1
 
     with PostgresBackend.from_conn_string(postgres_url) as backend:
         pools = backend._pools
@@ -462,7 +499,7 @@ def test_an_outcome_check_that_finds_a_write_stored_in_part_is_raised_as_it_is(
 
         def twice(conn: Any) -> int:
             runs.append(1)
-            raise ConnectionLostError("the connection to Postgres failed: gone")
+            return lost(conn)
 
         assert pools.writing(twice, lambda conn: answers.pop(0)) == 7
         assert len(runs) == 2
@@ -471,29 +508,3 @@ def test_an_outcome_check_that_finds_a_write_stored_in_part_is_raised_as_it_is(
             pools.writing(twice, lambda conn: answers.pop(0))
         assert not isinstance(again.value, WriteOutcomeUnknownError)
         assert len(runs) == 4
-
-
-def test_a_replace_cut_off_by_a_real_outage_says_its_outcome_is_unknown_and_names_its_memories(
-    server: _Server,
-) -> None:
-    """As a put cut off this way (above): the server stops while a replace waits inside its
-    transaction, so its outcome cannot be read, and it raises ``WriteOutcomeUnknownError``
-    naming its memories (it raised the ``ConnectionLostError`` of its own statement, which did
-    not say the write may be stored, and named nothing). Nothing was committed."""
-    url = create_database(server.uri)
-    with PostgresBackend.from_conn_string(url, min_size=2, timeout=POOL_TIMEOUT) as backend:
-        backend.setup()
-        old, _ = _fill(backend, 3)
-        new = [_records(1, seed=6)[0]]
-        vector = _unit(np.random.default_rng(6), 1)
-        raised, took = _stopped_while_waiting(
-            server,
-            url,  # (the replace locks its namespace's counter row first: it waits for this)
-            "SELECT 1 FROM reflective_counters WHERE namespace = 'default' FOR UPDATE",
-            lambda: backend.replace("default", [old[0].id], new, vector),
-        )
-        assert isinstance(raised, WriteOutcomeUnknownError), raised
-        assert took < 2 * HANG_GUARD, took
-        assert new[0].id in " ".join(getattr(raised, "__notes__", []))  # (what to look up)
-        server.start()
-        assert {r.id for r in backend.recent("default")} == {r.id for r in old}

@@ -203,6 +203,15 @@ def quiet_reconnects() -> None:
             pool_logger.addFilter(_QUIET)
 
 
+def _not_stored(error: StorageError, why: str) -> ConnectionLostError:
+    """The error of a write whose connection was lost before its commit was sent, and that was
+    not stored when run again (``why``; ``error``: that run's)."""
+    return ConnectionLostError(
+        f"the connection to Postgres was lost before the write's commit was sent, so nothing "
+        f"of it is stored; {why}: {error}"
+    )
+
+
 def _release(pool: Any, conn: Any) -> Flow[bool]:
     """Give ``conn`` back; whether the server dropped it in use (then the pool's other dead
     ones are dropped too)."""
@@ -421,35 +430,56 @@ class Pools:
         note: str | None = None,
     ) -> T:
         """``write(conn)`` in one transaction, exactly once even if the server drops the
-        connection meanwhile: then whether it committed is unknown (the connection may have gone
-        after the commit, before its reply), so ``outcome(conn)`` reads it on a new connection:
-        what the write returned if it is stored, ``None`` if nothing of it is. It waits first
-        for the lost transaction to end (the server may not have noticed the loss yet, and that
-        transaction could still commit: ``writes.after_writers``). Only then does the write
-        run again, once (and if that run's connection is lost too, its outcome is read the same
-        way). ``outcome`` raises if the write is stored only in part (a :class:`StorageError`
-        of its own, raised as it is); without one (a write that leaves nothing to read back)
-        the loss is raised. When the outcome cannot be read (the server is down, the new
-        connection is lost too, no connection comes, the statement fails, the lost transaction
-        is still open after ``writes.OUTCOME_WAIT``), :class:`WriteOutcomeUnknownError` is
-        raised, with ``note`` (what was written, e.g. its ids) added to it."""
+        connection meanwhile. Lost before its commit was sent (in its statements, or before
+        them), nothing of it is stored: it runs again at once, and if that run cannot run (the
+        server unreachable) or is lost before its commit too, a :class:`ConnectionLostError`
+        says nothing is stored. Lost once its commit may have been sent, whether it committed
+        is unknown (the connection may have gone after the commit, before its reply), so
+        ``outcome(conn)`` reads it on a new connection: what the write returned if it is
+        stored, ``None`` if nothing of it is. It waits first for the lost transaction to end
+        (the server may not have noticed the loss yet, and that transaction could still
+        commit: ``writes.after_writers``). Only then does the write run again, once (and if
+        that run's connection is lost too, its outcome is read the same way). ``outcome``
+        raises if the write is stored only in part (a :class:`StorageError` of its own, raised
+        as it is); without one (a write that leaves nothing to read back) the loss is raised.
+        When the outcome cannot be read (the server is down, the new connection is lost too,
+        no connection comes, the statement fails, the lost transaction is still open after
+        ``writes.OUTCOME_WAIT``), :class:`WriteOutcomeUnknownError` is raised, with ``note``
+        (what was written, e.g. its ids) added to it."""
+        sent: list[str] = []  # each run's progress: "ran" (it has a connection), "commit"
         try:
-            with self.conn() as conn, conn.transaction():
-                return write(conn)
+            return self._write_once(write, sent)
         except ConnectionLostError as lost:
-            if outcome is None:
-                raise
-            done = self._outcome(outcome, lost, note)
-        if done is not None:
-            return done
+            if "commit" in sent:
+                if outcome is None:
+                    raise
+                done = self._outcome(outcome, lost, note)
+                if done is not None:
+                    return done
+        sent.clear()
         try:
-            with self.conn() as conn, conn.transaction():
-                return write(conn)
+            return self._write_once(write, sent)
         except ConnectionLostError as lost:
-            done = self._outcome(outcome, lost, note)
+            if "commit" not in sent:
+                raise _not_stored(lost, "run again, it was lost before its commit too") from lost
+            done = None if outcome is None else self._outcome(outcome, lost, note)
             if done is None:  # (lost again before its commit: nothing is stored)
                 raise
             return done
+        except StorageError as failed:
+            if "ran" in sent:  # the write's own error (its statements ran)
+                raise
+            raise _not_stored(failed, "it could not run again") from failed
+
+    def _write_once(self, write: Callable[[psycopg.Connection[Any]], T], sent: list[str]) -> T:
+        """``write(conn)`` in one transaction, noting in ``sent`` that it got a connection,
+        then that its statements all returned (its commit goes next)."""
+        with self.conn() as conn:
+            sent.append("ran")
+            with conn.transaction():
+                done = write(conn)
+                sent.append("commit")
+        return done
 
     def _outcome(
         self,
