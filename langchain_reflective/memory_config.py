@@ -4,6 +4,7 @@ background job that failed and of a pending memory set aside (all importable fro
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -27,12 +28,12 @@ class MemoryConfig:
     insight_capacity: int = 10
     """Most important reflections shown in the working context."""
     eviction_threshold: float = 0.3
-    """Recent observations below this importance are left out of the working context (they
-    stay in the stream and can still be retrieved)."""
+    """Recent observations below this importance (in [0, 1]) are left out of the working
+    context (they stay in the stream and can still be retrieved)."""
     retrieve_k: int = 5
     """Memories retrieved for the current input in the working context."""
     token_budget: int = 1500
-    """Approximate token budget of the memory block (4 characters per token)."""
+    """Approximate token budget of the memory block (4 characters per token; an integer >= 1)."""
     background: bool = True
     """Reflect, and complete pending memories, in background threads (``add`` and ``enqueue``
     never wait for them); ``False`` does both inline, before the call returns."""
@@ -52,19 +53,30 @@ class MemoryConfig:
     such a memory again."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.drain_batch, bool) or not isinstance(self.drain_batch, int):
-            raise ValueError(f"drain_batch must be an integer >= 1, got {self.drain_batch!r}")
-        if self.drain_batch < 1:
-            raise ValueError(f"drain_batch must be an integer >= 1, got {self.drain_batch!r}")
-        attempts = self.drain_max_attempts
-        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-            raise ValueError(f"drain_max_attempts must be an integer >= 1, got {attempts!r}")
+        for name in ("drain_batch", "drain_max_attempts", "token_budget"):
+            _integer(name, getattr(self, name), minimum=1)
         for name in ("reflect_every", "recent_capacity", "insight_capacity", "retrieve_k"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-        if self.reflect_threshold < 0 or self.token_budget < 1:
-            raise ValueError("reflect_threshold must be >= 0 and token_budget >= 1")
+            _integer(name, getattr(self, name), minimum=0)
+        _number("reflect_threshold", self.reflect_threshold, "a finite number >= 0")
+        _number("shutdown_timeout", self.shutdown_timeout, "a finite number of seconds >= 0")
+        _number("eviction_threshold", self.eviction_threshold, "an importance in [0, 1]", top=1)
+        if not isinstance(self.background, bool):
+            raise ValueError(f"background must be True or False, got {self.background!r}")
+
+
+def _integer(name: str, value: object, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _number(name: str, value: object, what: str, *, top: float = math.inf) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 <= value <= top
+    ):
+        raise ValueError(f"{name} must be {what}, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
