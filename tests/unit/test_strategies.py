@@ -337,6 +337,12 @@ class _Broken(BaseMemoryStrategy):
             kept = list(self._kept.get(ns, []))
         if self.defect == "unfenced":
             return [SystemMessage(o.text) for o in kept]
+        if self.defect in ("fence_inline", "fence_case"):  # fences the block itself, badly
+            lines = [" ".join(o.text.split()) for o in kept]  # inline: markers kept
+            if self.defect == "fence_case":  # lines kept; only the exact markers defused
+                lines = [o.text.replace("</memory>", "").replace("<memory>", "") for o in kept]
+            body = "\n".join(["<memory>", *lines, "</memory>"])
+            return [SystemMessage(body)] if kept else []
         if self.defect == "duplicates":
             kept = kept + kept[-1:]
         chosen = kept if self.defect == "ignores_budget" else fit_observations(kept, budget)
@@ -354,6 +360,8 @@ class _Broken(BaseMemoryStrategy):
         ("leaks", "test_namespaces_are_isolated"),
         ("ignores_budget", "test_budget_is_respected"),
         ("unfenced", "test_remembered_text_stays_fenced"),
+        ("fence_inline", "test_remembered_text_stays_fenced"),  # '</memory>' mid-line
+        ("fence_case", "test_remembered_text_stays_fenced"),  # full-width '</MEMORY>' line
         ("duplicates", "test_commit_then_context_shows_the_turns"),
         ("forgets_nothing", "test_purge_forgets_one_namespace"),
     ],
