@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
 import threading
 import unicodedata
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import ClassVar
@@ -54,6 +57,22 @@ def _as_read(text: str) -> str:
     return "".join(ch for ch in text if unicodedata.category(ch) != "Cf").casefold()
 
 
+_NAMESPACES = ("ns-even", "ns-odd")
+"""The concurrency tests' namespaces: a group's turns go to the one of its parity."""
+
+
+@contextmanager
+def _switching_often() -> Iterator[None]:
+    """Threads switch every microsecond instead of every 5 ms while it runs, so a race between
+    a read and a write of shared state shows in a short test."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
+
+
 def tag(group: int, index: int) -> str:
     """A tag no other tag contains (``t03x007``)."""
     return f"t{group:02d}x{index:03d}"
@@ -61,12 +80,22 @@ def tag(group: int, index: int) -> str:
 
 class StrategyConformanceTests(ABC):
     """Commit / context / purge semantics, namespaces, budgets, fencing, async twins and
-    concurrency (8 threads committing and reading at once, then exact counts)."""
+    concurrency (8 threads committing and reading at once; 104 ``acommit``/``acontext`` calls
+    awaited at once on one event loop, and on 4 loops in threads; then exact counts)."""
 
     threads: ClassVar[int] = 8
     """Threads of the concurrency test."""
     per_thread: ClassVar[int] = 12
     """Observations each thread commits in the concurrency test."""
+    rounds: ClassVar[int] = 3
+    """Times the threads of the concurrency test run, each time into two new namespaces (a race
+    shows in some runs only; threads switch every microsecond while they run)."""
+    gathered: ClassVar[int] = 104
+    """``acommit`` calls awaited at once on one event loop (half per namespace)."""
+    loops: ClassVar[int] = 4
+    """Event loops (one thread each) of the several-loops test."""
+    per_loop: ClassVar[int] = 13
+    """``acommit`` calls per namespace each loop awaits at once (with ``loops``: 104 in all)."""
 
     # -- what a subclass provides --------------------------------------------------------------
 
@@ -347,18 +376,61 @@ class StrategyConformanceTests(ABC):
         finally:
             self.close_strategy(strategy)
 
+    def _exact(
+        self,
+        strategy: BaseMemoryStrategy,
+        per_namespace: int,
+        namespaces: Sequence[str] = _NAMESPACES,
+    ) -> None:
+        """After the concurrency tests: each namespace shows exactly what the policy keeps of
+        ``per_namespace`` turns, each whole and once, none of the other namespace's."""
+        for parity, namespace in enumerate(namespaces):
+            shown = self._shown_once(strategy.context(self._question(), namespace=namespace))
+            assert len(shown) == self.visible(per_namespace), (namespace, len(shown))
+            assert {int(t[1:3]) % 2 for t in shown} <= {parity}
+
+    async def _gathered(self, strategy: BaseMemoryStrategy, groups: Sequence[int], n: int) -> None:
+        """``n`` acommits per group (each group's namespace by its parity) and an acontext
+        every 4th, all awaited at once; every read is checked while the others write."""
+
+        async def read(namespace: str, parity: int) -> None:
+            shown = self._tags(await strategy.acontext(self._question(), namespace=namespace))
+            mine = {int(t[1:3]) % 2 for t in shown}
+            assert mine <= {parity}, f"{namespace} saw another namespace's turns"
+
+        calls: list[Awaitable[None]] = []
+        for i in range(n):
+            for group in groups:
+                namespace = _NAMESPACES[group % 2]
+                calls.append(strategy.acommit(self.make_observation(group, i, namespace=namespace)))
+                if i % 4 == 0:
+                    calls.append(read(namespace, group % 2))
+        await asyncio.gather(*calls)
+
     def test_concurrent_commits_and_reads_are_exact(self) -> None:
         strategy = self._run("concurrency")
-        namespaces = ("ns-even", "ns-odd")
+        try:
+            with _switching_often():
+                for run in range(self.rounds):
+                    self._threads_at_once(strategy, (f"ns-even-{run}", f"ns-odd-{run}"))
+        finally:
+            self.close_strategy(strategy)
+
+    def _threads_at_once(self, strategy: BaseMemoryStrategy, namespaces: Sequence[str]) -> None:
+        """``threads`` threads commit ``per_thread`` turns each into ``namespaces`` (by the
+        parity of their group) as fast as they can, all at once, and read while the others
+        write; then the counts are exact."""
         barrier = threading.Barrier(self.threads)
+        n = self.per_thread
         errors: list[BaseException] = []
 
         def worker(group: int) -> None:
             namespace = namespaces[group % 2]
             try:
+                turns = [self.make_observation(group, i, namespace=namespace) for i in range(n)]
                 barrier.wait(timeout=30)
-                for i in range(self.per_thread):
-                    strategy.commit(self.make_observation(group, i, namespace=namespace))
+                for i, turn in enumerate(turns):
+                    strategy.commit(turn)
                     if i % 3 == 0:  # while others write: no message twice, no other namespace
                         shown = self._tags(strategy.context(self._question(), namespace=namespace))
                         mine = {int(t[1:3]) % 2 for t in shown}
@@ -367,17 +439,48 @@ class StrategyConformanceTests(ABC):
                 errors.append(exc)
 
         workers = [threading.Thread(target=worker, args=(g,)) for g in range(self.threads)]
+        for thread in workers:
+            thread.start()
+        for thread in workers:
+            thread.join(timeout=120)
+        assert not any(t.is_alive() for t in workers), "a thread did not finish"
+        assert not errors, errors
+        self._exact(strategy, (self.threads // 2) * n, namespaces)
+
+    def test_gathered_async_calls_are_exact(self) -> None:
+        """``gathered`` acommits (half per namespace) and their acontexts awaited at once on
+        one event loop: a native ``acommit`` that reads, awaits, then writes loses turns."""
+        strategy = self._run("async concurrency")
         try:
-            for thread in workers:
-                thread.start()
-            for thread in workers:
-                thread.join(timeout=120)
-            assert not any(t.is_alive() for t in workers), "a thread did not finish"
+            with _switching_often():
+                asyncio.run(self._gathered(strategy, (12, 13), self.gathered // 2))
+            self._exact(strategy, self.gathered // 2)
+        finally:
+            self.close_strategy(strategy)
+
+    def test_async_calls_on_several_loops_are_exact(self) -> None:
+        """``loops`` event loops, one per thread, each awaiting ``per_loop`` acommits per
+        namespace and their acontexts at once, all on one strategy."""
+        strategy = self._run("async concurrency, several loops")
+        barrier = threading.Barrier(self.loops)
+        errors: list[BaseException] = []
+
+        def loop(k: int) -> None:
+            try:
+                barrier.wait(timeout=30)
+                asyncio.run(self._gathered(strategy, (20 + 2 * k, 21 + 2 * k), self.per_loop))
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        workers = [threading.Thread(target=loop, args=(k,)) for k in range(self.loops)]
+        try:
+            with _switching_often():
+                for thread in workers:
+                    thread.start()
+                for thread in workers:
+                    thread.join(timeout=120)
+            assert not any(t.is_alive() for t in workers), "a loop did not finish"
             assert not errors, errors
-            per_namespace = (self.threads // 2) * self.per_thread
-            for parity, namespace in enumerate(namespaces):
-                shown = self._shown_once(strategy.context(self._question(), namespace=namespace))
-                assert len(shown) == self.visible(per_namespace), (namespace, len(shown))
-                assert {int(t[1:3]) % 2 for t in shown} <= {parity}
+            self._exact(strategy, self.loops * self.per_loop)
         finally:
             self.close_strategy(strategy)

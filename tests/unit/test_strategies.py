@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -326,8 +327,22 @@ class _Broken(BaseMemoryStrategy):
 
     def commit(self, observation: Observation) -> None:
         ns = "shared" if self.defect == "leaks" else self.resolve_namespace(observation.namespace)
+        if self.defect == "racy_threads":  # read, work (~50 us of Python), write back: no lock
+            kept = list(self._kept.get(ns, []))
+            for _ in range(3000):
+                pass
+            self._kept[ns] = [*kept, observation]
+            return
         with self._lock:
             self._kept.setdefault(ns, []).append(observation)
+
+    async def acommit(self, observation: Observation) -> None:
+        if self.defect != "racy_async":
+            return await super().acommit(observation)
+        ns = self.resolve_namespace(observation.namespace)
+        kept = list(self._kept.get(ns, []))  # read, await (an async embedding call), write
+        await asyncio.sleep(0)
+        self._kept[ns] = [*kept, observation]
 
     def context(
         self, messages: Any, *, budget: int | None = None, namespace: str | None = None
@@ -364,6 +379,8 @@ class _Broken(BaseMemoryStrategy):
         ("fence_case", "test_remembered_text_stays_fenced"),  # full-width '</MEMORY>' line
         ("duplicates", "test_commit_then_context_shows_the_turns"),
         ("forgets_nothing", "test_purge_forgets_one_namespace"),
+        ("racy_async", "test_gathered_async_calls_are_exact"),
+        ("racy_async", "test_async_calls_on_several_loops_are_exact"),
     ],
 )
 def test_conformance_catches_a_broken_strategy(defect: str, test: str) -> None:
@@ -376,6 +393,26 @@ def test_conformance_catches_a_broken_strategy(defect: str, test: str) -> None:
         suite.test_commit_then_context_shows_the_turns()  # otherwise a working window
     with pytest.raises(AssertionError):
         getattr(suite, test)()
+
+
+def test_conformance_catches_an_unlocked_read_modify_write() -> None:
+    """Threads that switch every microsecond (in three runs of the threads) catch a commit that
+    reads the list, works ~50 us, then writes it back without a lock; at the default 5 ms switch
+    interval the threads never interleaved there and it passed every time."""
+
+    class Suite(StrategyConformanceTests):
+        def make_strategy(self) -> BaseMemoryStrategy:
+            return _Broken("racy_threads")
+
+    before = sys.getswitchinterval()
+    for _ in range(3):  # it fails on the first run in practice
+        try:
+            Suite().test_concurrent_commits_and_reads_are_exact()
+        except AssertionError:
+            break
+    else:
+        pytest.fail("an unlocked read-modify-write passed the concurrency test three times")
+    assert sys.getswitchinterval() == before  # restored
 
 
 def test_default_async_twins_run_the_sync_methods() -> None:
