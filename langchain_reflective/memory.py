@@ -45,17 +45,18 @@ The pending guarantee (``enqueue``):
 from __future__ import annotations
 
 import asyncio
-import atexit
 import logging
 import threading
 import time
-import weakref
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
-from langchain_reflective._background import PendingDrainer, describe_error
+from langchain_reflective._at_exit import drain_at_exit as _drain_at_exit  # noqa: F401 (tests)
+from langchain_reflective._at_exit import track, untrack
+from langchain_reflective._background import PendingDrainer
 from langchain_reflective._closing import Closing
+from langchain_reflective._failures import ERRORS_KEPT, FailureLog  # noqa: F401 (its home once)
 from langchain_reflective._trigger import ReflectionTrigger
 from langchain_reflective.backends._fork import ProcessGuard
 from langchain_reflective.errors import StorageError
@@ -89,20 +90,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-_LIVE: weakref.WeakSet[ReflectiveMemory] = weakref.WeakSet()
-
-ERRORS_KEPT = 100
-"""How many background failures :attr:`ReflectiveMemory.errors` keeps (the newest): a
-long-running process whose reflections or pending batches keep failing (an outage) must not
-grow it without bound. Every failure is also logged."""
-
-
-@atexit.register
-def _drain_at_exit() -> None:  # pragma: no cover - runs at interpreter exit
-    for memory in list(_LIVE):
-        memory.flush(timeout=memory.config.shutdown_timeout)
 
 
 class ReflectiveMemory(Closing):
@@ -149,24 +136,24 @@ class ReflectiveMemory(Closing):
         self._graph_kwargs = dict(graph_kwargs or {})
         self._graph: CompiledStateGraph[Any, Any, Any, Any] | None = None
         self._graph_lock = threading.Lock()
+        self._failures = FailureLog(self.config)
         self._trigger = ReflectionTrigger(
             stream,
             self.config,
             can_reflect=lambda: self.model is not None,
             reflect=lambda namespace: self.reflect(namespace=namespace, force=True),
-            failed=self._record_failure,
+            failed=self._failures.record,
         )
         self._drainer = PendingDrainer(self._drain)
         self._process = ProcessGuard("this ReflectiveMemory")
         """The process whose threads do the background work (a forked child has none)."""
-        self._errors_lock = threading.Lock()
-        self.errors: list[ReflectionFailure] = []
+        self.errors: list[ReflectionFailure] = self._failures.errors
         """The newest :data:`ERRORS_KEPT` background failures (reflections, pending batches),
         oldest first (each also logged as one line)."""
         self._queue = PendingDrain(
             stream, self.config, stored=self._trigger.after_write, failed=self._drain_failed
         )
-        _LIVE.add(self)
+        track(self)
         if self._pending_count():  # left by a process that stopped first
             self._start_drain()
 
@@ -178,7 +165,7 @@ class ReflectiveMemory(Closing):
         and are completed at the next open."""
         self.flush(timeout=self.config.shutdown_timeout)
         self.stream.close()
-        _LIVE.discard(self)
+        untrack(self)
 
     async def aclose(self) -> None:
         """Async twin of :meth:`close`, for async code (an async agent, a LangGraph server):
@@ -187,7 +174,7 @@ class ReflectiveMemory(Closing):
         there leaves them open and warns."""
         await self.aflush(timeout=self.config.shutdown_timeout)
         await self.stream.aclose()
-        _LIVE.discard(self)
+        untrack(self)
 
     # -- reflection ----------------------------------------------------------------------------
 
@@ -280,34 +267,6 @@ class ReflectiveMemory(Closing):
             out = await graph.ainvoke(inputs, config=self._run_config(ns, config))
         return list(out.get("reflections", []))
 
-    def _record_failure(
-        self,
-        namespace: str,
-        exc: Exception,
-        stage: Literal["reflection", "pending"] = "reflection",
-        what: str | None = None,
-        level: int = logging.ERROR,
-    ) -> None:
-        """Log one line with the cause; keep the exception (and its traceback) in ``errors``.
-
-        ``what`` replaces the stage's standard description of what failed.
-        """
-        if what is None and stage == "reflection":
-            what = (
-                f"{'background ' if self.config.background else ''}reflection for namespace "
-                f"{namespace!r} failed; nothing was written"
-            )
-        elif what is None:
-            what = (
-                f"completing pending memories of namespace {namespace!r} failed; they stay "
-                "queued and are retried at the next enqueue, flush or open"
-            )
-        logger.log(level, "%s: %s (details in ReflectiveMemory.errors)", what, describe_error(exc))
-        logger.debug("%s", what, exc_info=exc)
-        with self._errors_lock:
-            self.errors.append(ReflectionFailure(namespace, exc, datetime.now(UTC), stage))
-            del self.errors[:-ERRORS_KEPT]  # (in place: a caller may hold the list)
-
     def flush(self, timeout: float | None = None) -> bool:
         """Complete pending memories, then wait for background reflections.
 
@@ -361,7 +320,7 @@ class ReflectiveMemory(Closing):
         self._queue.run()
 
     def _drain_failed(self, namespace: str, exc: Exception, what: str | None, level: int) -> None:
-        self._record_failure(namespace, exc, "pending", what, level)
+        self._failures.record(namespace, exc, "pending", what, level)
 
     @property
     def quarantined(self) -> list[QuarantinedMemory]:
@@ -551,7 +510,7 @@ class ReflectiveMemory(Closing):
                 with self._trigger.rechecking():  # (checked again under the lock)
                     await self.areflect(namespace=ns, force=True)
             except Exception as exc:
-                self._record_failure(ns, exc)
+                self._failures.record(ns, exc)
         return records
 
     def retrieve(
