@@ -4,9 +4,11 @@ Each keeps its observations per namespace in a dict guarded by one ``threading.R
 only while the lists change or are copied), so one instance can serve every thread and event
 loop of an agent. Nothing is persisted: a restart forgets everything (use
 :class:`~langchain_reflective.strategies.semantic.SemanticMemory` or ``ReflectiveMemory`` for
-memory that survives). A context is chosen in the strategy's priority order, fitted to the
-budget with :func:`~langchain_reflective.strategies.budget.fit_observations`, and returned
-oldest first as the turns' messages.
+memory that survives). A custom importance scorer (it may call a model) runs in a worker
+thread under ``acommit``; everything else of these strategies runs on the event loop. A
+context is chosen in the strategy's priority order, fitted to the budget with
+:func:`~langchain_reflective.strategies.budget.fit_observations`, and returned oldest first as
+the turns' messages.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from langchain_core.messages import BaseMessage
+from langchain_core.runnables.config import run_in_executor
 
 from langchain_reflective.importance import heuristic_rating
 from langchain_reflective.strategies.base import (
@@ -83,6 +86,10 @@ class _ListMemory(BaseMemoryStrategy):
         """The observation as stored (rated, for importance policies); runs outside the lock."""
         return observation
 
+    async def _aprepare(self, observation: Observation) -> Observation:
+        """Async twin of :meth:`_prepare` (default: on the event loop, it is quick)."""
+        return self._prepare(observation)
+
     @abstractmethod
     def _evict(self, kept: list[_Kept]) -> None:
         """Drop what the policy does not keep from ``kept`` (in place, commit order)."""
@@ -91,15 +98,22 @@ class _ListMemory(BaseMemoryStrategy):
     def _ranked(self, kept: Sequence[_Kept]) -> list[_Kept]:
         """What the context shows, most wanted first (the budget drops the tail)."""
 
-    def commit(self, observation: Observation) -> None:
-        """Store ``observation`` in its namespace, then apply the eviction policy."""
-        obs = self._prepare(self.check_observation(observation))
+    def _store(self, obs: Observation) -> None:
         ns = self.resolve_namespace(obs.namespace)
         with self._lock:
             self._seq += 1
             kept = self._spaces.setdefault(ns, [])
             kept.append(_Kept(self._seq, obs))
             self._evict(kept)
+
+    def commit(self, observation: Observation) -> None:
+        """Store ``observation`` in its namespace, then apply the eviction policy."""
+        self._store(self._prepare(self.check_observation(observation)))
+
+    async def acommit(self, observation: Observation) -> None:
+        """Async twin of :meth:`commit`: a custom scorer rates the turn off the event loop, then
+        the turn is stored on it (that takes the lock for microseconds)."""
+        self._store(await self._aprepare(self.check_observation(observation)))
 
     def context(
         self,
@@ -200,7 +214,24 @@ class WindowMemory(_ListMemory):
         return list(reversed(kept))  # newest first
 
 
-class ImportanceMemory(_ListMemory):
+class _RatedMemory(_ListMemory):
+    """A list memory whose turns are rated by ``scorer`` before they are stored."""
+
+    def __init__(self, *, scorer: ImportanceScorer | None, namespace: str) -> None:
+        super().__init__(namespace=namespace)
+        self.scorer: ImportanceScorer = scorer or heuristic_importance
+
+    def _prepare(self, observation: Observation) -> Observation:
+        return replace(observation, importance=min(1.0, max(0.0, float(self.scorer(observation)))))
+
+    async def _aprepare(self, observation: Observation) -> Observation:
+        if self.scorer is heuristic_importance:  # a regular expression or two: on the loop
+            return self._prepare(observation)
+        # a custom scorer may call a model: it runs in a worker thread
+        return await run_in_executor(None, self._prepare, observation)
+
+
+class ImportanceMemory(_RatedMemory):
     """The ``max_size`` most important turns of each namespace.
 
     A new turn is rated (``scorer``; default: its ``importance``, else the package's
@@ -210,7 +241,9 @@ class ImportanceMemory(_ListMemory):
 
     Args:
         max_size: turns kept per namespace.
-        scorer: rates an observation in [0, 1]; its result is stored as the importance.
+        scorer: rates an observation in [0, 1]; its result is stored as the importance. It
+            may call a model: ``acommit`` runs it in a worker thread (the default heuristic
+            runs on the event loop).
         namespace: the default namespace.
     """
 
@@ -221,15 +254,11 @@ class ImportanceMemory(_ListMemory):
         scorer: ImportanceScorer | None = None,
         namespace: str = DEFAULT_NAMESPACE,
     ) -> None:
-        super().__init__(namespace=namespace)
+        super().__init__(scorer=scorer, namespace=namespace)
         self.max_size = _positive("max_size", max_size)
-        self.scorer: ImportanceScorer = scorer or heuristic_importance
 
     def trace_metadata(self) -> dict[str, Any]:
         return {"strategy": type(self).__name__, "max_size": self.max_size}
-
-    def _prepare(self, observation: Observation) -> Observation:
-        return replace(observation, importance=min(1.0, max(0.0, float(self.scorer(observation)))))
 
     def _evict(self, kept: list[_Kept]) -> None:
         while len(kept) > self.max_size:
@@ -243,7 +272,7 @@ def _importance_then_seq(kept: _Kept) -> tuple[float, int]:
     return (kept.observation.importance or 0.0, kept.seq)
 
 
-class HybridMemory(_ListMemory):
+class HybridMemory(_RatedMemory):
     """The recent window plus every older turn above an importance threshold, once each.
 
     Seed 001's hybrid pattern: the last ``capacity`` turns are always kept; a turn rated at
@@ -256,7 +285,8 @@ class HybridMemory(_ListMemory):
         capacity: recent turns kept per namespace.
         threshold: importance at which a turn is kept beyond the window.
         max_important: important turns kept per namespace beyond the window.
-        scorer: rates an observation in [0, 1] (default: its importance, else the heuristic).
+        scorer: rates an observation in [0, 1] (default: its importance, else the heuristic);
+            ``acommit`` runs a custom one in a worker thread, as for :class:`ImportanceMemory`.
         namespace: the default namespace.
     """
 
@@ -269,11 +299,10 @@ class HybridMemory(_ListMemory):
         scorer: ImportanceScorer | None = None,
         namespace: str = DEFAULT_NAMESPACE,
     ) -> None:
-        super().__init__(namespace=namespace)
+        super().__init__(scorer=scorer, namespace=namespace)
         self.capacity = _positive("capacity", capacity)
         self.threshold = _threshold(threshold)
         self.max_important = _positive("max_important", max_important)
-        self.scorer: ImportanceScorer = scorer or heuristic_importance
 
     def trace_metadata(self) -> dict[str, Any]:
         return {
@@ -282,9 +311,6 @@ class HybridMemory(_ListMemory):
             "threshold": self.threshold,
             "max_important": self.max_important,
         }
-
-    def _prepare(self, observation: Observation) -> Observation:
-        return replace(observation, importance=min(1.0, max(0.0, float(self.scorer(observation)))))
 
     def _evict(self, kept: list[_Kept]) -> None:
         if len(kept) <= self.capacity:
