@@ -13,16 +13,21 @@ the turns' messages.
 
 from __future__ import annotations
 
+import inspect
+import logging
+import math
 import threading
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from numbers import Real
+from typing import Any, cast
 
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables.config import run_in_executor
 
-from langchain_reflective.importance import heuristic_rating
+from langchain_reflective.errors import InvalidMemoryError
+from langchain_reflective.importance import BaseImportanceScorer, heuristic_rating
 from langchain_reflective.strategies.base import (
     DEFAULT_NAMESPACE,
     BaseMemoryStrategy,
@@ -42,6 +47,8 @@ __all__ = [
 
 ImportanceScorer = Callable[[Observation], float]
 """Rates an observation in [0, 1]."""
+
+logger = logging.getLogger(__name__)
 
 
 def heuristic_importance(observation: Observation) -> float:
@@ -214,21 +221,100 @@ class WindowMemory(_ListMemory):
         return list(reversed(kept))  # newest first
 
 
-class _RatedMemory(_ListMemory):
-    """A list memory whose turns are rated by ``scorer`` before they are stored."""
+def _checked_scorer(scorer: object) -> ImportanceScorer | BaseImportanceScorer:
+    """``scorer`` if it can rate a turn (``None``: the heuristic).
 
-    def __init__(self, *, scorer: ImportanceScorer | None, namespace: str) -> None:
+    Raises:
+        TypeError: a scorer that is neither a sync callable nor a ``BaseImportanceScorer``.
+    """
+    if scorer is None:
+        return heuristic_importance
+    if isinstance(scorer, BaseImportanceScorer):
+        return scorer
+    if inspect.isclass(scorer):
+        raise TypeError(
+            f"scorer must be a function (Observation) -> float in [0, 1] or a "
+            f"BaseImportanceScorer such as LLMImportanceScorer(model): got the class "
+            f"{scorer.__name__}, pass an instance"
+        )
+    call = getattr(scorer, "__call__", None)  # noqa: B004 (an async __call__, too)
+    if callable(scorer) and not (
+        inspect.iscoroutinefunction(scorer) or inspect.iscoroutinefunction(call)
+    ):
+        return cast("ImportanceScorer", scorer)
+    what = "an async function" if callable(scorer) else type(scorer).__name__
+    raise TypeError(
+        "scorer must be a function (Observation) -> float in [0, 1] or a BaseImportanceScorer "
+        f"such as LLMImportanceScorer(model) (its ascore is used by acommit); got {what}"
+    )
+
+
+def _unit(value: object) -> float:
+    """A scorer's rating, clamped to [0, 1].
+
+    Raises:
+        InvalidMemoryError: not a finite number.
+    """
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
+        raise InvalidMemoryError(f"the scorer returned {value!r}, not a number in [0, 1]")
+    return min(1.0, max(0.0, float(value)))
+
+
+class _RatedMemory(_ListMemory):
+    """A list memory whose turns are rated by ``scorer`` before they are stored.
+
+    A scorer that fails (raises, or returns anything but a finite number) does not lose the
+    turn: it is kept with :func:`heuristic_importance` (its own importance when set), and a
+    warning says so.
+    """
+
+    def __init__(
+        self, *, scorer: ImportanceScorer | BaseImportanceScorer | None, namespace: str
+    ) -> None:
         super().__init__(namespace=namespace)
-        self.scorer: ImportanceScorer = scorer or heuristic_importance
+        self.scorer = _checked_scorer(scorer)
+
+    def _fallback(self, observation: Observation, error: Exception) -> Observation:
+        value = heuristic_importance(observation)
+        logger.warning(
+            "%s: the importance scorer failed on observation %s (%s: %s); it is kept with "
+            "importance %.2f (%s)",
+            type(self).__name__,
+            observation.id,
+            type(error).__name__,
+            error,
+            value,
+            "its own" if observation.importance is not None else "the heuristic's",
+        )
+        return replace(observation, importance=value)
 
     def _prepare(self, observation: Observation) -> Observation:
-        return replace(observation, importance=min(1.0, max(0.0, float(self.scorer(observation)))))
+        scorer = self.scorer
+        try:
+            if not isinstance(scorer, BaseImportanceScorer):
+                value = scorer(observation)
+            elif observation.importance is not None:
+                return observation  # rated already: no model call
+            else:
+                (result,) = scorer.score([observation.text])
+                value = result.value
+            return replace(observation, importance=_unit(value))
+        except Exception as exc:  # the turn is kept all the same (see the class docs)
+            return self._fallback(observation, exc)
 
     async def _aprepare(self, observation: Observation) -> Observation:
-        if self.scorer is heuristic_importance:  # a regular expression or two: on the loop
+        scorer = self.scorer
+        if scorer is heuristic_importance:  # a regular expression or two: on the loop
             return self._prepare(observation)
-        # a custom scorer may call a model: it runs in a worker thread
-        return await run_in_executor(None, self._prepare, observation)
+        if not isinstance(scorer, BaseImportanceScorer):  # it may call a model: in a thread
+            return await run_in_executor(None, self._prepare, observation)
+        if observation.importance is not None:
+            return observation
+        try:
+            (result,) = await scorer.ascore([observation.text])
+            return replace(observation, importance=_unit(result.value))
+        except Exception as exc:
+            return self._fallback(observation, exc)
 
 
 class ImportanceMemory(_RatedMemory):
@@ -241,9 +327,17 @@ class ImportanceMemory(_RatedMemory):
 
     Args:
         max_size: turns kept per namespace.
-        scorer: rates an observation in [0, 1]; its result is stored as the importance. It
-            may call a model: ``acommit`` runs it in a worker thread (the default heuristic
-            runs on the event loop).
+        scorer: rates an observation in [0, 1]; its result is stored as the importance. A
+            function of the observation, which may call a model (``acommit`` runs it in a
+            worker thread; the default heuristic runs on the event loop), or a
+            ``BaseImportanceScorer`` such as ``LLMImportanceScorer(model)`` (it rates the
+            turn's text when the turn has no importance yet; ``acommit`` awaits its
+            ``ascore``). A scorer that fails does not lose the turn: it is kept with the
+            heuristic's importance, and a warning is logged.
+
+    Raises:
+        TypeError: a ``scorer`` that is neither (an async function, an object that is not
+            callable).
         namespace: the default namespace.
     """
 
@@ -251,7 +345,7 @@ class ImportanceMemory(_RatedMemory):
         self,
         max_size: int = 20,
         *,
-        scorer: ImportanceScorer | None = None,
+        scorer: ImportanceScorer | BaseImportanceScorer | None = None,
         namespace: str = DEFAULT_NAMESPACE,
     ) -> None:
         super().__init__(scorer=scorer, namespace=namespace)
@@ -286,7 +380,7 @@ class HybridMemory(_RatedMemory):
         threshold: importance at which a turn is kept beyond the window.
         max_important: important turns kept per namespace beyond the window.
         scorer: rates an observation in [0, 1] (default: its importance, else the heuristic);
-            ``acommit`` runs a custom one in a worker thread, as for :class:`ImportanceMemory`.
+            what it may be, and what happens when it fails, as for :class:`ImportanceMemory`.
         namespace: the default namespace.
     """
 
@@ -296,7 +390,7 @@ class HybridMemory(_RatedMemory):
         *,
         threshold: float = 0.7,
         max_important: int = 50,
-        scorer: ImportanceScorer | None = None,
+        scorer: ImportanceScorer | BaseImportanceScorer | None = None,
         namespace: str = DEFAULT_NAMESPACE,
     ) -> None:
         super().__init__(scorer=scorer, namespace=namespace)

@@ -1,15 +1,26 @@
-"""``ImportanceMemory`` and ``HybridMemory`` with a custom ``scorer``: off the event loop."""
+"""``ImportanceMemory`` and ``HybridMemory`` with a custom ``scorer``: off the event loop, checked
+when built, and a failing one does not lose the turn."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
 import threading
 import time
+from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from blockbuster import blockbuster_ctx
+from langchain_core.language_models import GenericFakeChatModel
 
-from langchain_reflective import HybridMemory, ImportanceMemory, Observation
+from langchain_reflective import HybridMemory, ImportanceMemory, LLMImportanceScorer, Observation
+from langchain_reflective.importance import (
+    BaseImportanceScorer,
+    HeuristicImportanceScorer,
+    ImportanceResult,
+)
 
 RATED = [ImportanceMemory, HybridMemory]
 Rated = type[ImportanceMemory] | type[HybridMemory]
@@ -45,3 +56,82 @@ async def test_the_default_heuristic_still_rates_on_the_loop(cls: Rated) -> None
         await memory.acommit(Observation("I got married", "Congratulations!"))
     (kept,) = memory._spaces["default"]
     assert kept.observation.importance == 0.7
+
+
+# -- what a scorer may be, and when it fails ---------------------------------------------------
+
+
+async def _rate_later(observation: Observation) -> float:
+    return 0.5
+
+
+@pytest.mark.parametrize("cls", RATED)
+@pytest.mark.parametrize(
+    "scorer",
+    [0.7, "heuristic", HeuristicImportanceScorer, _rate_later],
+    ids=["number", "string", "scorer-class", "async-function"],
+)
+def test_a_scorer_that_cannot_rate_is_refused_when_built(cls: Rated, scorer: object) -> None:
+    """They were accepted, and the first commit failed (``'float' object is not callable``)."""
+    with pytest.raises(TypeError, match="BaseImportanceScorer such as LLMImportanceScorer"):
+        cls(scorer=scorer)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("cls", RATED)
+async def test_the_package_llm_scorer_rates_turns(cls: Rated) -> None:
+    """``LLMImportanceScorer`` (a ``BaseImportanceScorer``, not a function of an observation)
+    failed at the first commit (``object is not callable``); it rates the text of an unrated
+    turn, ``acommit`` awaits its ``ascore`` without blocking the loop."""
+    model = GenericFakeChatModel(messages=iter(["8", "3"]))
+    memory = cls(scorer=LLMImportanceScorer(model))
+    memory.commit(Observation("I got married", "Congratulations!"))
+    with blockbuster_ctx("langchain_reflective"):
+        await memory.acommit(Observation("I had coffee", "Nice."))
+    memory.commit(Observation("Given", "rated", importance=0.6))  # no model call
+    kept = [k.observation.importance for k in memory._spaces["default"]]
+    assert kept == [0.8, 0.3, 0.6]
+
+
+class _Down(BaseImportanceScorer):
+    def score(self, texts: Sequence[str]) -> list[ImportanceResult]:
+        raise TimeoutError("rating model timed out")
+
+
+def _raises(observation: Observation) -> float:
+    raise TimeoutError("rating model timed out")
+
+
+@pytest.mark.parametrize("cls", RATED)
+@pytest.mark.parametrize(
+    "scorer",
+    [_raises, lambda obs: math.nan, lambda obs: "0.9", lambda obs: None, _Down()],
+    ids=["raises", "nan", "string", "none", "base-scorer-raises"],
+)
+async def test_a_failing_scorer_keeps_the_turn(
+    cls: Rated, scorer: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A scorer that raised failed the commit and the turn was lost (kept: 0); a NaN was kept
+    as importance 0. The turn is kept with the heuristic's importance, and a warning names the
+    observation and the error."""
+    memory = cls(scorer=scorer)
+    married = Observation("I got married", "Congratulations!")
+    coffee = Observation("I had coffee", "Nice.")
+    with caplog.at_level(logging.WARNING, logger="langchain_reflective.strategies.builtin"):
+        memory.commit(married)
+        await memory.acommit(coffee)
+    kept = [(k.observation.id, k.observation.importance) for k in memory._spaces["default"]]
+    assert kept == [(married.id, 0.7), (coffee.id, 0.2)]
+    assert [m.text for m in memory.context([])][::2] == ["I got married", "I had coffee"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2 and married.id in warnings[0] and coffee.id in warnings[1]
+    assert all("the heuristic's" in w for w in warnings)
+
+
+def test_a_failing_scorer_keeps_the_turn_s_own_importance(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    memory = HybridMemory(scorer=_raises)
+    with caplog.at_level(logging.WARNING, logger="langchain_reflective.strategies.builtin"):
+        memory.commit(Observation("I had coffee", "Nice.", importance=0.4))
+    assert [k.observation.importance for k in memory._spaces["default"]] == [0.4]
+    assert "TimeoutError: rating model timed out" in caplog.text and "(its own)" in caplog.text
