@@ -190,6 +190,9 @@ class ReflectiveMemory(Closing):
                 from langchain_reflective.reflection import create_reflection_graph
 
                 kwargs = dict(self._graph_kwargs)
+                # reflect() from a checkpointed graph's node or tool: the caller's checkpointer
+                # would save the run's state (memory texts) where purge() cannot reach it
+                kwargs.setdefault("checkpointer", False)
                 if self.reflection_config is not None:
                     kwargs.setdefault("config", self.reflection_config)
                 self._graph = create_reflection_graph(self.model, self.stream, **kwargs)

@@ -520,9 +520,14 @@ def create_reflection_graph(
         stream: The memory stream to reflect on and to store reflections in.
         config: Thresholds, sizes, strictness, retries (:class:`ReflectionConfig`).
         prompts: Custom prompts, e.g. a synthesis (insights) prompt (:class:`ReflectionPrompts`).
-        checkpointer: Passed to ``compile``; leave ``None`` inside a parent graph. A thread
-            keeps its inputs as LangGraph state does (``namespace``, ``now`` when given),
-            except ``force``, which holds for one run.
+        checkpointer: Passed to ``compile``. A thread keeps its inputs as LangGraph state
+            does (``namespace``, ``now`` when given), except ``force``, which holds for one
+            run. With ``None`` (the default) a run inside a checkpointed graph -- the graph
+            added as a node, or invoked from a node or a tool -- saves its state in the
+            caller's checkpoints: the texts of the memories it reflects on (``recent``), its
+            questions and insights, which ``MemoryStream.purge`` cannot reach. Pass
+            ``checkpointer=False`` to keep them out (it then keeps no state of its own, and
+            an interrupt cannot resume it); ``ReflectiveMemory`` compiles its graph so.
         name: The compiled graph's name (its run name in traces).
 
     Returns:
