@@ -218,7 +218,7 @@ def test_context_is_fenced_budgeted_and_evicts_low_importance(tmp_path, now) -> 
 def test_context_without_memories(tmp_path) -> None:
     with make(tmp_path, None) as memory:
         context = memory.build_context("anything")
-    assert "(no memories yet)" in context and context.endswith(MEMORY_FENCE_CLOSE)
+    assert "(no memories to show)" in context and context.endswith(MEMORY_FENCE_CLOSE)
 
 
 async def test_async_context_matches_sync(tmp_path, now) -> None:

@@ -36,6 +36,7 @@ from langchain_reflective.strategies import (
     trim_to_budget,
 )
 from langchain_reflective.strategies.testing import StrategyConformanceTests
+from langchain_reflective.working_context import NOTHING_FITS, NOTHING_TO_SHOW
 from tests.fakes import WordEmbeddings
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -287,6 +288,27 @@ def test_reflective_strategy_stores_turns_like_the_middleware(tmp_path: Path) ->
         assert strategy.context([], budget=5, namespace="ana") == []  # not even the fence fits
         strategy.purge(namespace="ana")
         assert stream.count(namespace="ana") == 0
+
+
+def test_reflective_context_never_says_there_are_no_memories_when_there_are() -> None:
+    """A memory too long for the budget (or a budget too small for any memory) left the block
+    saying ``(no memories yet)`` to the model while the namespace held them; it says they
+    exist but do not fit. The block of a namespace with nothing to show says so."""
+    config = MemoryConfig(background=False)
+    with ReflectiveMemory(None, MemoryStream(WordEmbeddings()), config=config) as memory:
+        strategy = ReflectiveMemoryStrategy(memory)
+        history = "My medical history: I am allergic to penicillin. " + "details " * 400
+        strategy.commit(Observation(history, "", namespace="ana"))
+        question = [HumanMessage("Am I allergic to anything?")]
+        (small,) = strategy.context(question, budget=500, namespace="ana")
+        assert count_tokens([small]) <= 500 and "penicillin" not in small.text
+        assert small.text.endswith(f"{MEMORY_FENCE_OPEN}\n{NOTHING_FITS}\n{MEMORY_FENCE_CLOSE}")
+        (large,) = strategy.context(question, budget=5000, namespace="ana")
+        assert "penicillin" in large.text and NOTHING_FITS not in large.text
+        (empty,) = strategy.context(question, namespace="nobody")
+        assert empty.text.endswith(f"{MEMORY_FENCE_OPEN}\n{NOTHING_TO_SHOW}\n{MEMORY_FENCE_CLOSE}")
+        for text in (small.text, empty.text, memory.build_context("x", budget=1, namespace="ana")):
+            assert "no memories yet" not in text
 
 
 def test_the_longest_valid_turn_is_stored_cut_not_refused(tmp_path: Path) -> None:

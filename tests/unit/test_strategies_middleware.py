@@ -153,7 +153,7 @@ def test_each_builtin_gets_exactly_its_context(
     last = system_text(calls[-1])
     assert MEMORY_PREAMBLE in last
     assert "My cat is called Miso" in fenced(last)
-    assert spy.returned[0] == [] or "(no memories yet)" in system_text(calls[0])
+    assert spy.returned[0] == [] or "(no memories to show)" in system_text(calls[0])
 
 
 async def test_async_agent_with_each_builtin(
