@@ -110,7 +110,13 @@ def trim_to_budget(
     token_counter: TokenCounter = count_tokens,
 ) -> list[BaseMessage]:
     """The newest messages of ``messages`` that fit in ``budget`` tokens (LangChain's
-    ``trim_messages`` with ``strategy="last"``), for strategies that build messages directly.
+    ``trim_messages`` with ``strategy="last"``), in whole turns, for strategies that build
+    messages directly.
+
+    A turn is a ``HumanMessage`` and the messages after it up to the next one: when the cut
+    falls inside a turn, the rest of that turn is left out too, so no answer is kept without
+    its question. (LangChain's ``start_on="human"`` would also drop what comes before the
+    first question when nothing is cut, such as a lone answer or a note.)
 
     Raises:
         InvalidMemoryError: a negative budget.
@@ -120,10 +126,14 @@ def trim_to_budget(
         return list(messages)
     if limit == 0 or not messages:
         return []
-    return trim_messages(
+    kept = trim_messages(
         list(messages),
         max_tokens=limit,
         token_counter=token_counter,
         strategy="last",
         allow_partial=False,
     )
+    if len(kept) < len(messages) and kept and not isinstance(kept[0], HumanMessage):
+        question = next((i for i, m in enumerate(kept) if isinstance(m, HumanMessage)), None)
+        kept = [] if question is None else kept[question:]
+    return kept

@@ -10,7 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+)
 
 from langchain_reflective import (
     BaseMemoryStrategy,
@@ -121,6 +127,22 @@ def test_trim_to_budget_keeps_the_newest_messages() -> None:
     trimmed = trim_to_budget(messages, one_pair)
     assert texts(trimmed) == ["question 4", "answer 4"]
     assert trim_to_budget(messages, None) == messages and trim_to_budget(messages, 0) == []
+
+
+def test_trim_to_budget_keeps_no_answer_without_its_question() -> None:
+    """The newest messages that fit used to start with an answer whose question did not fit
+    (``trim_messages`` cuts anywhere): the model read an answer to nothing. A cut turn is left
+    out whole; what comes first when nothing is cut (a lone answer, a note) is kept."""
+    question, answer = HumanMessage("question one " * 3), AIMessage("answer one")
+    messages = [question, answer, HumanMessage("q2"), AIMessage("answer two " * 5)]
+    last_answer = count_tokens(messages[-1:])
+    assert trim_to_budget(messages, last_answer) == []
+    whole = count_tokens(messages[-2:])
+    for budget in (whole, count_tokens(messages) - 1):
+        assert texts(trim_to_budget(messages, budget)) == ["q2", "answer two " * 5]
+    assert trim_to_budget(messages, count_tokens(messages)) == messages
+    lone = [AIMessage("a resumed run's answer"), ChatMessage("a note", role="note"), *messages]
+    assert trim_to_budget(lone, count_tokens(lone)) == lone
 
 
 def test_format_context_fences_data_and_keeps_system_messages() -> None:
