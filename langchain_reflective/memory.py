@@ -48,6 +48,7 @@ import asyncio
 import logging
 import threading
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -92,6 +93,24 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
+def _warn_unused_threshold(reflection: ReflectionConfig | None, config: MemoryConfig) -> None:
+    """Warn about a graph threshold the memory would silently ignore: it reflects on its own
+    triggers and runs the graph forced (which skips the graph's threshold)."""
+    if reflection is None:
+        return
+    threshold, default = reflection.threshold, type(reflection)().threshold
+    if threshold not in (default, config.reflect_threshold):
+        warnings.warn(
+            f"ReflectionConfig.threshold={threshold!r} does not decide when ReflectiveMemory "
+            "reflects: it reflects when the importance summed since the last reflection reaches "
+            f"MemoryConfig.reflect_threshold ({config.reflect_threshold!r}; or every "
+            "reflect_every adds) and runs the graph forced; set "
+            f"MemoryConfig(reflect_threshold={threshold!r}) instead",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
 class ReflectiveMemory(Closing):
     """A memory stream that reflects in the background and renders a working context.
 
@@ -134,6 +153,7 @@ class ReflectiveMemory(Closing):
         self.model = model
         self.reflection_config = reflection
         self._graph_kwargs = dict(graph_kwargs or {})
+        _warn_unused_threshold(self._graph_kwargs.get("config") or reflection, self.config)
         self._graph: CompiledStateGraph[Any, Any, Any, Any] | None = None
         self._graph_lock = threading.Lock()
         self._failures = FailureLog(self.config)

@@ -18,7 +18,14 @@ class ReflectionConfig:
     threshold: float = 15.0
     """Reflect when the importance summed over memories added since the last reflection reaches
     this, in [0, 1] importance units (15.0 = the paper's 150 on the 1-10 scale). Reflections'
-    own importance does not count. ``force=True`` skips the check."""
+    own importance does not count. ``force=True`` skips the check.
+
+    This is the graph's own gate, for runs of :func:`create_reflection_graph` that are not
+    forced (alone or as a node of your graph). A
+    :class:`~langchain_reflective.memory.ReflectiveMemory` does not use it: it decides when to
+    reflect on its ``MemoryConfig.reflect_threshold`` (or ``reflect_every``) and runs the graph
+    forced, so there ``MemoryConfig.reflect_threshold`` rules (a different threshold set here
+    warns)."""
     n_questions: int = 3
     """High-level questions asked about the recent memories (one parallel branch each)."""
     min_relevance: float = 0.5

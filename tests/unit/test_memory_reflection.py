@@ -84,3 +84,30 @@ def test_a_checkpointer_given_in_graph_kwargs_is_kept(tmp_path: Path) -> None:
     stream = MemoryStream(WordEmbeddings(), path=tmp_path / "m.db")
     with ReflectiveMemory(ScriptedChatModel(), stream, graph_kwargs={"checkpointer": saver}) as m:
         assert m.graph.checkpointer is saver
+
+
+def _memory_with(tmp_path: Path, **kwargs: Any) -> None:
+    stream = MemoryStream(WordEmbeddings(), path=tmp_path / "m.db")
+    ReflectiveMemory(ScriptedChatModel(), stream, **kwargs).close()
+
+
+def test_a_graph_threshold_the_memory_would_ignore_warns(tmp_path: Path) -> None:
+    """``ReflectionConfig.threshold`` does not decide when a ``ReflectiveMemory`` reflects
+    (its ``MemoryConfig.reflect_threshold`` does, and it runs the graph forced): one set to
+    something else warns, naming the setting to use, instead of being silently ignored."""
+    with pytest.warns(UserWarning, match=r"MemoryConfig\(reflect_threshold=2\.5\)") as caught:
+        _memory_with(tmp_path, reflection=ReflectionConfig(threshold=2.5))
+    assert caught[0].filename == __file__  # (the line that made the memory)
+    with pytest.warns(UserWarning, match="reflect_threshold"):
+        _memory_with(tmp_path, graph_kwargs={"config": ReflectionConfig(threshold=4.0)})
+
+
+@pytest.mark.filterwarnings("error")
+def test_a_graph_threshold_that_agrees_or_is_left_alone_does_not_warn(tmp_path: Path) -> None:
+    _memory_with(tmp_path, reflection=ReflectionConfig(min_relevance=0.2))
+    _memory_with(
+        tmp_path,
+        config=MemoryConfig(reflect_threshold=2.5),
+        reflection=ReflectionConfig(threshold=2.5),
+    )
+    _memory_with(tmp_path)
