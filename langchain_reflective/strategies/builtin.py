@@ -87,6 +87,8 @@ class _ListMemory(BaseMemoryStrategy):
         self.default_namespace = self.resolve_namespace(namespace)
         self._lock = threading.RLock()
         self._spaces: dict[str, list[_Kept]] = {}
+        self._ids: dict[str, set[str]] = {}
+        """The ids of each namespace's kept observations (a commit of one is dropped)."""
         self._seq = 0
 
     def _prepare(self, observation: Observation) -> Observation:
@@ -98,29 +100,47 @@ class _ListMemory(BaseMemoryStrategy):
         return self._prepare(observation)
 
     @abstractmethod
-    def _evict(self, kept: list[_Kept]) -> None:
-        """Drop what the policy does not keep from ``kept`` (in place, commit order)."""
+    def _evict(self, kept: list[_Kept]) -> list[_Kept]:
+        """Drop what the policy does not keep from ``kept`` (in place, commit order); return
+        what was dropped."""
 
     @abstractmethod
     def _ranked(self, kept: Sequence[_Kept]) -> list[_Kept]:
         """What the context shows, most wanted first (the budget drops the tail)."""
 
+    def _holds(self, obs: Observation) -> bool:
+        """Whether ``obs`` (its id) is kept in its namespace already."""
+        ns = self.resolve_namespace(obs.namespace)
+        with self._lock:
+            return obs.id in self._ids.get(ns, ())
+
     def _store(self, obs: Observation) -> None:
         ns = self.resolve_namespace(obs.namespace)
         with self._lock:
+            ids = self._ids.setdefault(ns, set())
+            if obs.id in ids:  # committed twice at once: kept once
+                return
             self._seq += 1
             kept = self._spaces.setdefault(ns, [])
             kept.append(_Kept(self._seq, obs))
-            self._evict(kept)
+            ids.add(obs.id)
+            for gone in self._evict(kept):
+                ids.discard(gone.observation.id)
 
     def commit(self, observation: Observation) -> None:
-        """Store ``observation`` in its namespace, then apply the eviction policy."""
-        self._store(self._prepare(self.check_observation(observation)))
+        """Store ``observation`` in its namespace, then apply the eviction policy. An
+        observation whose id the namespace keeps already (a retried commit) is not stored
+        again, nor rated."""
+        obs = self.check_observation(observation)
+        if not self._holds(obs):
+            self._store(self._prepare(obs))
 
     async def acommit(self, observation: Observation) -> None:
         """Async twin of :meth:`commit`: a custom scorer rates the turn off the event loop, then
         the turn is stored on it (that takes the lock for microseconds)."""
-        self._store(await self._aprepare(self.check_observation(observation)))
+        obs = self.check_observation(observation)
+        if not self._holds(obs):
+            self._store(await self._aprepare(obs))
 
     def context(
         self,
@@ -144,6 +164,7 @@ class _ListMemory(BaseMemoryStrategy):
         ns = self.resolve_namespace(namespace)
         with self._lock:
             self._spaces.pop(ns, None)
+            self._ids.pop(ns, None)
 
 
 class VoidMemory(BaseMemoryStrategy):
@@ -214,8 +235,10 @@ class WindowMemory(_ListMemory):
     def trace_metadata(self) -> dict[str, Any]:
         return {"strategy": type(self).__name__, "capacity": self.capacity}
 
-    def _evict(self, kept: list[_Kept]) -> None:
-        del kept[: max(0, len(kept) - self.capacity)]
+    def _evict(self, kept: list[_Kept]) -> list[_Kept]:
+        gone = kept[: max(0, len(kept) - self.capacity)]
+        del kept[: len(gone)]
+        return gone
 
     def _ranked(self, kept: Sequence[_Kept]) -> list[_Kept]:
         return list(reversed(kept))  # newest first
@@ -354,9 +377,12 @@ class ImportanceMemory(_RatedMemory):
     def trace_metadata(self) -> dict[str, Any]:
         return {"strategy": type(self).__name__, "max_size": self.max_size}
 
-    def _evict(self, kept: list[_Kept]) -> None:
+    def _evict(self, kept: list[_Kept]) -> list[_Kept]:
+        gone: list[_Kept] = []
         while len(kept) > self.max_size:
-            kept.remove(min(kept, key=_importance_then_seq))
+            gone.append(min(kept, key=_importance_then_seq))
+            kept.remove(gone[-1])
+        return gone
 
     def _ranked(self, kept: Sequence[_Kept]) -> list[_Kept]:
         return sorted(kept, key=_importance_then_seq, reverse=True)
@@ -406,15 +432,16 @@ class HybridMemory(_RatedMemory):
             "max_important": self.max_important,
         }
 
-    def _evict(self, kept: list[_Kept]) -> None:
+    def _evict(self, kept: list[_Kept]) -> list[_Kept]:
         if len(kept) <= self.capacity:
-            return
+            return []
         older = kept[: -self.capacity]
         keep = [k for k in older if (k.observation.importance or 0.0) >= self.threshold]
         if len(keep) > self.max_important:
             keep = sorted(keep, key=_importance_then_seq)[-self.max_important :]
         kept_ids = {k.seq for k in keep}
         kept[: len(older)] = [k for k in older if k.seq in kept_ids]
+        return [k for k in older if k.seq not in kept_ids]
 
     def _ranked(self, kept: Sequence[_Kept]) -> list[_Kept]:
         recent = list(kept[-self.capacity :])

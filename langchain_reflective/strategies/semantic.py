@@ -8,7 +8,8 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMessage
 
-from langchain_reflective.records import MemoryRecord, clip_text
+from langchain_reflective.errors import DuplicateIdError, InvalidMemoryError
+from langchain_reflective.records import MemoryRecord, check_identifier, clip_text
 from langchain_reflective.strategies.base import (
     BaseMemoryStrategy,
     Observation,
@@ -19,6 +20,16 @@ from langchain_reflective.strategies.budget import fit_groups
 from langchain_reflective.stream import MemoryStream
 
 __all__ = ["SemanticMemory"]
+
+
+def _storable(observation_id: str) -> bool:
+    """Whether the stream can store a memory under ``observation_id`` (an id of the caller's
+    own may not be; the memory then gets a new id, and a repeat is not recognised)."""
+    try:
+        check_identifier(observation_id, "id")
+    except InvalidMemoryError:
+        return False
+    return True
 
 
 def _messages(record: MemoryRecord) -> list[BaseMessage]:
@@ -47,7 +58,9 @@ class SemanticMemory(BaseMemoryStrategy):
     written by others in the same namespace (tools, reflections) are shown as notes.
 
     The memory is durable when the stream has a ``path``; namespaces are the stream's. Give it
-    a stream or namespaces of its own: :meth:`purge` deletes every memory of a namespace.
+    a stream or namespaces of its own: :meth:`purge` deletes every memory of a namespace. A
+    turn is stored under its observation's id, so committing it again (a retry after a
+    cancelled ``acommit`` whose write went through) stores nothing.
 
     Args:
         stream: the memory stream to write to and retrieve from.
@@ -88,15 +101,23 @@ class SemanticMemory(BaseMemoryStrategy):
             },
             "namespace": self.resolve_namespace(obs.namespace),
             "now": obs.created_at,
+            "ids": [obs.id] if _storable(obs.id) else None,
         }
 
     def commit(self, observation: Observation) -> None:
-        """Store the turn as one memory of the stream (embedded, rated when unrated)."""
-        self.stream.add(**self._add_args(observation))
+        """Store the turn as one memory of the stream (embedded, rated when unrated), under
+        the observation's id: a turn committed again (a retry) is not stored twice."""
+        try:
+            self.stream.add(**self._add_args(observation))
+        except DuplicateIdError:
+            return  # stored already (by this call's first attempt, or a concurrent one)
 
     async def acommit(self, observation: Observation) -> None:
         """Async twin of :meth:`commit`."""
-        await self.stream.aadd(**self._add_args(observation))
+        try:
+            await self.stream.aadd(**self._add_args(observation))
+        except DuplicateIdError:
+            return
 
     def _render(self, ranked: Sequence[MemoryRecord], budget: int | None) -> list[BaseMessage]:
         groups = [_messages(r) for r in ranked]
