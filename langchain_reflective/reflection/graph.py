@@ -8,7 +8,7 @@ and writes) as :class:`~langchain_reflective._llm.Op`; the node (a
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -17,6 +17,7 @@ from langchain_core.runnables.config import merge_configs
 from langgraph.constants import TAG_NOSTREAM
 from langgraph.errors import GraphBubbleUp
 from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Send
 from pydantic import BaseModel, Field
 
@@ -62,12 +63,17 @@ from langchain_reflective.reflection.state import (
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
-    from langgraph.graph.state import CompiledStateGraph
     from langgraph.types import Checkpointer
 
     from langchain_reflective.stream import MemoryStream
 
-__all__ = ["CitedInsight", "InsightList", "QuestionList", "create_reflection_graph"]
+__all__ = [
+    "CitedInsight",
+    "InsightList",
+    "QuestionList",
+    "ReflectionGraph",
+    "create_reflection_graph",
+]
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -477,7 +483,9 @@ def create_reflection_graph(
     """Build the reflection graph of Generative Agents (seed 002) over a memory stream.
 
     Steps (nodes; in a trace each is one run named after the node, e.g. ``gate``, inside
-    the graph's ``reflection`` run, with its model call ``reflection.<step>.model`` inside it):
+    the graph's ``reflection`` run, with its model call ``reflection.<step>.model`` inside it;
+    every run's metadata names the namespace reflected on, ``namespace``, see
+    :class:`ReflectionGraph`):
 
     1. ``gate``: go on if the importance summed since the last reflection reaches
        ``config.threshold`` (or ``force=True``); read the ``recent_window`` newest memories.
@@ -531,10 +539,11 @@ def create_reflection_graph(
         name: The compiled graph's name (its run name in traces).
 
     Returns:
-        A compiled ``StateGraph`` with input :class:`ReflectionInput` (``force``, ``namespace``,
-        ``now``) and output :class:`ReflectionOutput` (``reflections``, ``questions``,
-        ``skipped``, ``importance_sum``); ``invoke``/``ainvoke``/``stream`` all work, alone or
-        as a node of a parent graph.
+        A compiled ``StateGraph`` (a :class:`ReflectionGraph`) with input
+        :class:`ReflectionInput` (``force``, ``namespace``, ``now``) and output
+        :class:`ReflectionOutput` (``reflections``, ``questions``, ``skipped``,
+        ``importance_sum``); ``invoke``/``ainvoke``/``stream`` all work, alone or as a node of
+        a parent graph.
     """
     cfg = config or ReflectionConfig()
     steps = _Reflection(resolve_chat_model(model), stream, cfg, prompts)
@@ -552,8 +561,47 @@ def create_reflection_graph(
     builder.add_edge("insights", "condense")
     builder.add_edge("condense", "store")
     builder.add_edge("store", END)
-    graph = builder.compile(checkpointer=checkpointer, name=name)
-    return graph.with_config(
-        tags=["langchain-reflective", "reflection"],
-        metadata={"ls_component": "reflection", "default_namespace": stream.namespace},
+    compiled = builder.compile(checkpointer=checkpointer, name=name)
+    graph = ReflectionGraph(
+        default_namespace=stream.namespace,
+        **{k: v for k, v in vars(compiled).items() if k != "__orig_class__"},  # (as copy())
     )
+    return graph.with_config(
+        tags=["langchain-reflective", "reflection"], metadata={"ls_component": "reflection"}
+    )
+
+
+class ReflectionGraph(
+    CompiledStateGraph[ReflectionGraphState, None, ReflectionInput, ReflectionOutput]
+):
+    """The compiled reflection graph: each run's metadata names the namespace it reflects on
+    (``namespace``), so its steps' runs and their calls (model calls, the store step's
+    rating) carry it, run alone or as a node of a parent graph.
+
+    The namespace is the input's; without one, the stream's default, unless the graph keeps
+    threads of its own (a ``checkpointer``), whose state may name another: then only the model
+    calls name it (the steps read it from the state).
+    """
+
+    def __init__(self, *, default_namespace: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.default_namespace = default_namespace
+        """The stream's namespace, reflected on when the input names none."""
+
+    def _traced(self, input: Any, config: RunnableConfig | None) -> RunnableConfig | None:
+        """``config`` with the namespace reflected on in its metadata, when it is known."""
+        ns = input.get("namespace") if isinstance(input, Mapping) else None
+        if ns is None and isinstance(input, Mapping) and self.checkpointer in (None, False):
+            ns = self.default_namespace  # (no state of its own to take one from)
+        if not isinstance(ns, str) or not ns:  # (unknown, or one the gate refuses)
+            return config
+        return merge_configs(config, {"metadata": {"namespace": ns}})
+
+    def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        """LangGraph's ``stream`` (which ``invoke`` runs, alone or as a parent's node), with
+        the namespace in the run's metadata."""
+        return super().stream(input, self._traced(input, config), **kwargs)
+
+    def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        """Async twin of :meth:`stream` (``ainvoke`` runs it)."""
+        return super().astream(input, self._traced(input, config), **kwargs)
