@@ -4,8 +4,9 @@ The parent graph runs ``remember -> reflect -> respond`` on every user message:
 
 * ``remember`` stores the message in a :class:`MemoryStream` (importance rated by the model);
 * ``reflect`` is the compiled graph of :func:`create_reflection_graph`, added directly as a node:
-  it shares the keys ``namespace``/``force`` (its input) and ``reflections``/``skipped`` (its
-  output) with the parent state, and does nothing until enough important things happened;
+  it reads ``namespace``/``force``/``now`` from the parent state and writes back the keys of its
+  output the parent state declares (here ``reflections``, ``skipped`` and ``force``), and does
+  nothing until enough important things happened;
 * ``respond`` answers with the most relevant memories, insights included.
 
 Run it with the embedded local models (no network, no API key; the tiny local chat model's
@@ -38,12 +39,24 @@ from langchain_reflective.reflection import ReflectionConfig, create_reflection_
 
 
 class AgentState(TypedDict, total=False):
+    """The parent's state. The reflection graph, as a node, reads ``namespace``, ``force`` and
+    ``now``, and writes back each of ``reflections``, ``reflection_ids``, ``questions``,
+    ``skipped``, ``importance_sum`` and ``force`` that this state declares (no other key).
+
+    A parent key of one of those names with another meaning (its own ``questions``) would be
+    overwritten: rename it, or call the graph from a node function and return what to keep.
+    Several reflections in one step (a ``Send`` per user) each write those keys: each one
+    declared here then needs a reducer (``Annotated[list[MemoryRecord], operator.add]``), or
+    LangGraph raises ``InvalidUpdateError`` (at ``force`` first: leave it out and put it in the
+    ``Send`` payload).
+    """
+
     messages: Annotated[list[AnyMessage], add_messages]
-    namespace: str | None  # shared with the reflection graph's input
-    force: bool  # shared with the reflection graph's input
+    namespace: str | None  # read by the reflection graph
+    force: bool  # read by the reflection graph, written back (False after a forced run)
     reflections: list[MemoryRecord]  # written by the reflection graph
     skipped: str | None  # written by the reflection graph
-    now: datetime | None  # the clock (shared too)
+    now: datetime | None  # the clock (read by the reflection graph)
 
 
 def build_agent(model: BaseChatModel, stream: MemoryStream) -> Any:

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import operator
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
+from langgraph.types import Send
 
 from langchain_reflective import MemoryStream
 from langchain_reflective.importance import ImportanceConfig, LLMImportanceScorer, RetryConfig
@@ -231,3 +233,64 @@ def test_a_checkpointed_graph_reads_its_reflections_back_under_strict_msgpack() 
     assert done.returncode == 0, done.stderr[-3000:]
     assert "KEPT" in done.stdout and "MemoryRecord" in done.stdout
     assert "Blocked" not in done.stderr and "unregistered" not in done.stderr
+
+
+WRITTEN_BACK = {"reflections", "reflection_ids", "questions", "skipped", "importance_sum", "force"}
+"""The keys the reflection graph writes back to a parent that declares them (the README's
+reflection section and the example list them)."""
+
+
+class EveryKeyState(TypedDict, total=False):
+    namespace: str | None
+    force: bool
+    now: datetime | None
+    reflections: list[MemoryRecord]
+    reflection_ids: list[str]
+    questions: list[str]
+    skipped: str | None
+    importance_sum: float
+    insights: list[str]  # the parent's own
+
+
+def test_a_parent_gets_back_exactly_the_documented_keys(setup: Any) -> None:
+    """A parent declaring every key the graph knows (and one of its own) gets back the
+    documented output keys, ``force`` reset, and its own key untouched."""
+    _, _, graph = setup
+    builder = StateGraph(EveryKeyState)
+    builder.add_node("reflect", graph)
+    builder.add_edge(START, "reflect")
+    builder.add_edge("reflect", END)
+    request = {"namespace": "klaus", "force": True, "insights": ["mine"]}
+    (update,) = builder.compile().stream(request, stream_mode="updates")
+    written = update["reflect"]
+    assert set(written) == WRITTEN_BACK
+    assert written["force"] is False and written["reflection_ids"]
+
+
+class FanOutState(TypedDict, total=False):
+    users: list[str]
+    reflections: Annotated[list[MemoryRecord], operator.add]
+
+
+def test_a_send_fan_out_with_the_documented_state_reflects_for_each(
+    setup: Any, now: datetime
+) -> None:
+    """One reflection per user in one step (``Send``), as documented: the written-back keys
+    the state declares have reducers, ``force`` travels in the payload."""
+    _, stream, graph = setup
+    stream.add(
+        [f"Maria paints landscape {i}" for i in range(5)], importances=0.5, namespace="maria"
+    )
+
+    def fan_out(state: FanOutState) -> list[Send]:
+        return [Send("reflect", {"namespace": u, "force": True}) for u in state["users"]]
+
+    builder = StateGraph(FanOutState)
+    builder.add_node("start", lambda state: {})
+    builder.add_node("reflect", graph)
+    builder.add_edge(START, "start")
+    builder.add_conditional_edges("start", fan_out, ["reflect"])
+    builder.add_edge("reflect", END)
+    parent = builder.compile(checkpointer=InMemorySaver())
+    out = parent.invoke({"users": ["klaus", "maria"]}, {"configurable": {"thread_id": "t"}})
+    assert {r.namespace for r in out["reflections"]} == {"klaus", "maria"}
