@@ -25,6 +25,7 @@ from langchain_reflective.cli._common import (
     CLIError,
     _console,
     _one_line,
+    _visible,
 )
 
 # -- the app -------------------------------------------------------------------------------------
@@ -149,7 +150,7 @@ def _parser_error(exc: Exception) -> int:
 
 
 def _error(message: str) -> None:
-    print(f"error: {_one_line(message)}", file=sys.stderr, flush=True)
+    print(f"error: {_visible(_one_line(message))}", file=sys.stderr, flush=True)
 
 
 def run(argv: Sequence[str] | None = None) -> int:

@@ -75,6 +75,27 @@ def _console() -> Console:
     return Console(width=width, highlight=False)
 
 
+_BIDI_CONTROLS = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+_SHOWN_ESCAPED = {
+    code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    for code in (
+        *(c for c in range(0x20) if chr(c) not in "\t\n"),
+        *range(0x7F, 0xA0),
+        *map(ord, _BIDI_CONTROLS),
+    )
+}
+
+
+def _visible(text: object) -> str:
+    """``text`` safe for a terminal: control characters (C0 but tab and newline, DEL, C1) and
+    the bidi embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069) are shown as
+    escapes (``\\x1b``, ``\\u202e``) instead of being sent to the terminal, where they could
+    clear the screen, set the title, recolour or reorder what follows. For every text that comes
+    from memories, exports or the files read (texts, namespaces, kinds, ids, Reflexion fields);
+    rich markup is escaped separately (``escape(_visible(text))``)."""
+    return str(text).translate(_SHOWN_ESCAPED)
+
+
 def _one_line(message: object) -> str:
     text = " ".join(str(message).split())
     return text or "unknown error"
@@ -85,8 +106,10 @@ def _fail(message: str, code: int = 1) -> NoReturn:
 
 
 def _short(text: str, limit: int = 160) -> str:
+    """``text`` on one line, cut at ``limit`` characters, control characters shown
+    (:func:`_visible`)."""
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return _visible(text if len(text) <= limit else text[: limit - 1] + "…")
 
 
 def _stamp(value: datetime) -> str:

@@ -27,6 +27,7 @@ from langchain_reflective.cli._common import (
     _seconds,
     _short,
     _stamp,
+    _visible,
 )
 from langchain_reflective.cli.scores import _score_legend, _score_table
 from langchain_reflective.errors import ReflectiveError
@@ -100,7 +101,8 @@ def _print_reflection(stream: MemoryStream, out: dict[str, Any]) -> None:
         reason = str(out.get("skipped") or "no_insights")
         console.print(
             Panel(
-                f"No insight was stored ({reason}): {_SKIP_EXPLANATIONS.get(reason, reason)}.\n"
+                f"No insight was stored ({escape(_visible(reason))}): "
+                f"{escape(_visible(_SKIP_EXPLANATIONS.get(reason, reason)))}.\n"
                 "This is expected from the tiny local base model, which proves the pipeline "
                 "(questions, evidence retrieval, cited insights, storage) but writes poor text. "
                 "With a real model (OPENAI_API_KEY or OPENAI_BASE_URL) insights appear here.",
@@ -117,7 +119,7 @@ def _print_reflection(stream: MemoryStream, out: dict[str, Any]) -> None:
     )
     for i, record in enumerate(reflections, 1):
         console.print(
-            f"\n[bold]{i}. {escape(record.text)}[/]  "
+            f"\n[bold]{i}. {escape(_visible(record.text))}[/]  "
             f"[dim](importance {record.importance:.2f}, depth {record.depth})[/]"
         )
         cited = stream.get(list(record.evidence))
@@ -126,7 +128,9 @@ def _print_reflection(stream: MemoryStream, out: dict[str, Any]) -> None:
         for ev in cited:
             dia_id = ev.metadata.get("dia_id") if ev.metadata else None
             label = f"{dia_id}" if dia_id else ev.kind
-            console.print(f"   [dim]evidence {escape(str(label))}:[/] {escape(_short(ev.text))}")
+            console.print(
+                f"   [dim]evidence {escape(_visible(label))}:[/] {escape(_short(ev.text))}"
+            )
 
 
 def _ingest(
@@ -277,7 +281,7 @@ def demo(
     _prepare_demo_file(db, fresh)
 
     choice = model_choice(prefer=prefer.value)
-    body = escape(choice.description)
+    body = escape(_visible(choice.description))
     if choice.provider == "local":
         body += (
             "\n\n[bold yellow]Note:[/] the local chat model is a tiny 270M [bold]base[/] model. "
@@ -290,8 +294,9 @@ def demo(
     console.print(Panel(body, title="Models", title_align="left", border_style="cyan"))
     speakers = sorted({t.speaker for t in turns})
     console.print(
-        f"Conversation: [bold]{escape(str(source))}[/] - {len(turns)} turns in "
-        f"{len({t.session for t in turns})} sessions between {escape(' and '.join(speakers))} "
+        f"Conversation: [bold]{escape(_visible(source))}[/] - {len(turns)} turns in "
+        f"{len({t.session for t in turns})} sessions between "
+        f"{escape(_visible(' and '.join(speakers)))} "
         f"({_stamp(turns[0].created_at)} to {_stamp(turns[-1].created_at)})."
     )
 
@@ -310,7 +315,7 @@ def demo(
         timings.append(("start chat model", time.perf_counter() - mark))
         scorer = LLMImportanceScorer(model, config=ImportanceConfig(batch_size=batch_size))
         with MemoryStream(embeddings, path=db, importance_scorer=scorer) as stream:
-            console.print(f"Memory file: [bold]{escape(str(db))}[/]")
+            console.print(f"Memory file: [bold]{escape(_visible(db))}[/]")
             mark = time.perf_counter()
             sources = _ingest(stream, turns, batch_size)
             timings.append(("ingest + rate importance", time.perf_counter() - mark))
@@ -335,7 +340,7 @@ def demo(
             for i, q in enumerate(asked, 1):
                 hits = stream.retrieve(q.question, k=k, now=as_of)
                 console.print()
-                title = f"Q{i}. {escape(q.question)}"
+                title = f"Q{i}. {escape(_visible(q.question))}"
                 console.print(_score_table(title, hits, q.evidence, stream.scoring))
                 if q.answer:
                     found = {
@@ -343,8 +348,9 @@ def demo(
                     }
                     got = len(set(q.evidence) & found)
                     console.print(
-                        f"   [dim]reference answer: {escape(q.answer)} - evidence turns "
-                        f"{', '.join(q.evidence) or 'none'} ({got} of {len(set(q.evidence))} "
+                        f"   [dim]reference answer: {escape(_visible(q.answer))} - evidence "
+                        f"turns {escape(_visible(', '.join(q.evidence))) or 'none'} ({got} of "
+                        f"{len(set(q.evidence))} "
                         f"in the top {k}, marked ✓)[/]"
                     )
             if asked:
@@ -358,7 +364,7 @@ def demo(
                 except ReflectiveError as exc:
                     console.print(
                         f"[yellow]The reflection failed and wrote nothing:[/] "
-                        f"{escape(_one_line(exc))}"
+                        f"{escape(_visible(_one_line(exc)))}"
                     )
                 else:
                     _print_reflection(stream, out)
@@ -368,7 +374,7 @@ def demo(
     timings.append(("total", time.perf_counter() - started))
     console.rule("Summary")
     console.print(
-        f"{escape(str(db))} holds {total} memories ({len(turns)} observations, "
+        f"{escape(_visible(db))} holds {total} memories ({len(turns)} observations, "
         f"{total - len(turns)} reflection{'' if total - len(turns) == 1 else 's'})."
     )
     table = Table("step", "time", title="Elapsed", title_justify="left")
@@ -376,6 +382,6 @@ def demo(
         table.add_row(step, _seconds(seconds))
     console.print(table)
     console.print(
-        f"Next: [bold]reflective inspect {escape(str(db))} --plot memories.png[/], "
-        f"[bold]reflective export {escape(str(db))} memories.jsonl[/]"
+        f"Next: [bold]reflective inspect {escape(_visible(db))} --plot memories.png[/], "
+        f"[bold]reflective export {escape(_visible(db))} memories.jsonl[/]"
     )

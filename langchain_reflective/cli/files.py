@@ -34,6 +34,7 @@ from langchain_reflective.cli._common import (
     _short,
     _shown,
     _stamp,
+    _visible,
 )
 from langchain_reflective.cli.scores import _score_table
 from langchain_reflective.errors import ExportError
@@ -79,18 +80,18 @@ def _overview(stream: MemoryStream, place: MemoryPlace) -> None:
     info.add_column(style="bold")
     info.add_column()
     if isinstance(place, Path):
-        info.add_row("file", escape(str(place)))
+        info.add_row("file", escape(_visible(place)))
         info.add_row("size", f"{place.stat().st_size:,} bytes")
     else:
         from langchain_reflective.backends.postgres import PostgresBackend
 
-        info.add_row("database", escape(_shown(place)))
+        info.add_row("database", escape(_visible(_shown(place))))
         if isinstance(backend, PostgresBackend):
             info.add_row("schema version", str(backend.schema_version()))
             info.add_row("vector index", _index_text(backend.index_state()))
-    info.add_row("embedding model", escape(str(backend.embedding_model or "(none yet)")))
+    info.add_row("embedding model", escape(_visible(backend.embedding_model or "(none yet)")))
     info.add_row("dimension", str(backend.dimension or "-"))
-    info.add_row("namespaces", escape(", ".join(names)) if names else "(none)")
+    info.add_row("namespaces", escape(_visible(", ".join(names))) if names else "(none)")
     title = "Memory file" if isinstance(place, Path) else "Memory database (Postgres)"
     console.print(Panel(info, title=title, title_align="left", border_style="cyan"))
 
@@ -118,10 +119,10 @@ def _overview(stream: MemoryStream, place: MemoryPlace) -> None:
         else:
             last = "never"
         per_ns.add_row(
-            escape(ns),
+            escape(_visible(ns)),
             str(len(records)),
-            ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())),
-            ", ".join(f"{k} {n}" for k, n in sorted(sources.items())),
+            escape(_visible(", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))),
+            escape(_visible(", ".join(f"{k} {n}" for k, n in sorted(sources.items())))),
             f"{state.adds_since} adds, importance {state.importance_sum:.2f}",
             last,
         )
@@ -134,7 +135,7 @@ def _memory_table(records: Sequence[MemoryRecord], ns: str, limit: int, now: dat
     decay = ScoringConfig().decay
     shown = list(records)[-limit:][::-1]
     table = Table(
-        title=f"Newest {len(shown)} of {len(records)} memories (namespace {escape(ns)!s})",
+        title=f"Newest {len(shown)} of {len(records)} memories (namespace {escape(_visible(ns))})",
         title_justify="left",
         expand=True,
     )
@@ -145,7 +146,7 @@ def _memory_table(records: Sequence[MemoryRecord], ns: str, limit: int, now: dat
         hours = max((now - r.accessed_at).total_seconds() / 3600.0, 0.0)
         table.add_row(
             _stamp(r.created_at),
-            escape(r.kind),
+            escape(_visible(r.kind)),
             f"{r.importance:.2f} {r.importance_source[:1]}",
             f"{decay**hours:.3f}",
             str(r.depth),
@@ -315,10 +316,10 @@ def inspect(
     with stream:
         if query is not None:
             hits = stream.retrieve(query, k=top, namespace=ns, now=now, touch=False)
-            console.print(_score_table(f"Ranked for: {escape(query)}", hits, ()))
+            console.print(_score_table(f"Ranked for: {escape(_visible(query))}", hits, ()))
         if plot is not None:
             _plot(stream, ns, plot, query=query, now=now)
-            console.print(f"Wrote {escape(str(plot))} ({plot.stat().st_size:,} bytes).")
+            console.print(f"Wrote {escape(_visible(plot))} ({plot.stat().st_size:,} bytes).")
 
 
 # -- export / import -------------------------------------------------------------------------------
@@ -375,7 +376,9 @@ def export(
             _fail(str(exc))
         except OSError as exc:  # the message names the file the user gave, not our temp file
             _fail(f"cannot write {out}: {exc.strerror or type(exc).__name__}")
-    _console().print(f"Exported {written} memories ({escape(label)}) to {escape(str(out))}.")
+    _console().print(
+        f"Exported {written} memories ({escape(_visible(label))}) to {escape(_visible(out))}."
+    )
 
 
 def _read_export_header(path: Path) -> tuple[dict[str, Any], bool, int]:
@@ -497,6 +500,5 @@ def import_(
         raise
     there = records - imported
     skipped = f"; {there} of its {records} were stored already" if there else ""
-    _console().print(
-        f"Imported {imported} memories into {escape(_shown(place))} ({how}{escape(skipped)})."
-    )
+    where = escape(_visible(_shown(place)))
+    _console().print(f"Imported {imported} memories into {where} ({how}{escape(skipped)}).")

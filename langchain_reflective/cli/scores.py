@@ -8,9 +8,7 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 from rich.table import Table
 
-from langchain_reflective.cli._common import (
-    _short,
-)
+from langchain_reflective.cli._common import _short, _visible
 
 if TYPE_CHECKING:
     from langchain_reflective.scoring import ScoringConfig
@@ -103,7 +101,7 @@ def _score_table(
             *shares,
             f"{hit.recency:.3f}",
             f"{hit.importance:.2f}",
-            escape(dia_id or hit.record.kind) + mark,
+            escape(_visible(dia_id or hit.record.kind)) + mark,
             escape(_short(hit.record.text, 200)),
         )
     return table

@@ -19,7 +19,14 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from langchain_reflective.cli._common import INSTALL_HINT, _console, _fail, _plot_target, _short
+from langchain_reflective.cli._common import (
+    INSTALL_HINT,
+    _console,
+    _fail,
+    _plot_target,
+    _short,
+    _visible,
+)
 from langchain_reflective.errors import InvalidMemoryError
 from langchain_reflective.reflexion.analytics import (
     LoopAnalysis,
@@ -52,14 +59,14 @@ def _loops_table(analyses: list[LoopAnalysis]) -> Table:
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for a in analyses:
         table.add_row(
-            escape(a.loop_id[:12]),
+            escape(_visible(a.loop_id[:12])),
             escape(_short(a.task, 40)),
-            escape(str(a.strategy)),
-            escape(str(a.status)),
+            escape(_visible(a.strategy)),
+            escape(_visible(a.status)),
             str(a.trials),
             str(a.trials_to_success) if a.trials_to_success is not None else "-",
             _curve(a.rewards),
-            escape(", ".join(a.failure_categories) or "-"),
+            escape(_visible(", ".join(a.failure_categories) or "-")),
             f"{a.avg_confidence:.2f}" if a.avg_confidence is not None else "-",
             str(a.low_quality),
             str(len(a.lessons_reused)),
@@ -82,7 +89,7 @@ def _summary_table(overall: LoopsSummary, by_strategy: dict[str, LoopsSummary]) 
     table.add_column("mean learning rate", justify="right")
     for name, s in rows:
         table.add_row(
-            escape(str(name)),
+            escape(_visible(name)),
             str(s.loops),
             f"{s.success_rate:.2f}",
             *[f"{s.success_at.get(k, s.success_rate):.2f}" for k in ks],
@@ -99,7 +106,7 @@ def _categories_table(overall: LoopsSummary) -> Table:
     table.add_column("category")
     table.add_column("reflections", justify="right")
     for category, n in overall.failure_categories.items():
-        table.add_row(escape(category), str(n))
+        table.add_row(escape(_visible(category)), str(n))
     return table
 
 
@@ -211,7 +218,7 @@ def report(
     if not analyses and overall.malformed:
         _fail(f"{file}: every loop is malformed ({_skipped(overall.malformed)})")
     if not analyses:
-        console.print(f"{escape(str(file))} holds no Reflexion loops.")
+        console.print(f"{escape(_visible(file))} holds no Reflexion loops.")
         if plot is not None:
             _fail(f"{file} holds no loops; there is nothing to plot")
         return
@@ -220,10 +227,10 @@ def report(
     if overall.failure_categories:
         console.print(_categories_table(overall))
     for note in _notes(overall):
-        console.print(f"[yellow]{escape(note)}[/yellow]")
+        console.print(f"[yellow]{escape(_visible(note))}[/yellow]")
     if plot is not None:
         _plot(analyses, by_strategy, plot)
-        console.print(f"Wrote {escape(str(plot))} ({plot.stat().st_size:,} bytes).")
+        console.print(f"Wrote {escape(_visible(plot))} ({plot.stat().st_size:,} bytes).")
 
 
 def build_reflexion_app() -> typer.Typer:

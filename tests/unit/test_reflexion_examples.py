@@ -98,6 +98,39 @@ def test_report_shows_markup_in_an_export_as_text(
     assert "[/bogus]" in out
 
 
+def test_report_shows_control_characters_of_an_export_as_escapes(
+    coding_export: tuple[dict[str, Any], Path, CodingActor],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Task, strategy, status, loop id and failure category reached the terminal raw: an
+    export could clear the screen or set the title. They are shown as escapes."""
+    monkeypatch.setenv("COLUMNS", "400")
+    hostile = "x\x1b[2J\x1b]0;t\x07\u202e"
+    doc = json.loads(coding_export[1].read_text())
+    [loop] = doc["loops"]
+    for field in ("task", "strategy", "status", "loop_id"):
+        loop[field] = f"{field[:4]}{hostile}"
+    for reflection in loop["reflections"]:
+        reflection["self_reflection"]["credit_assignment"]["failure_category"] = f"cat{hostile}"
+    doc["loops"] = [loop, {**loop, "loop_id": f"bad{hostile}", "trials": []}]
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps(doc))
+    cli_common._console.cache_clear()
+    try:
+        code = cli.run(["reflexion", "report", str(path)])
+    finally:
+        cli_common._console.cache_clear()
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert not [c for c in ("\x1b", "\x07", "\u202e") if c in out], repr(out)
+    flat = "".join(out.split())
+    for field in ("task", "stra", "stat", "cat", "bad"):
+        assert f"{field}x\\x1b[2J\\x1b]0;t\\x07\\u202e" in flat, field
+    assert "loopx\\x1b[2J\\x1b" in flat  # (the first 12 characters of the id)
+
+
 def test_report_skips_malformed_loops_and_counts_duplicates(
     coding_export: tuple[dict[str, Any], Path, CodingActor],
     tmp_path: Path,
