@@ -39,10 +39,13 @@ class FailureLog:
         stage: Literal["reflection", "pending"] = "reflection",
         what: str | None = None,
         level: int = logging.ERROR,
+        *,
+        detail: str | None = None,
     ) -> None:
         """Log one line with the cause; keep the exception (and its traceback) in ``errors``.
 
-        ``what`` replaces the stage's standard description of what failed.
+        ``what`` replaces the stage's standard description of what failed; ``detail`` is said
+        after the cause (what happens next, e.g. a backoff).
         """
         if what is None and stage == "reflection":
             what = (
@@ -54,7 +57,8 @@ class FailureLog:
                 f"completing pending memories of namespace {namespace!r} failed; they stay "
                 "queued and are retried at the next enqueue, flush or open"
             )
-        logger.log(level, "%s: %s (details in ReflectiveMemory.errors)", what, describe_error(exc))
+        cause = describe_error(exc) + (f"; {detail}" if detail else "")
+        logger.log(level, "%s: %s (details in ReflectiveMemory.errors)", what, cause)
         logger.debug("%s", what, exc_info=exc)
         with self._lock:
             self.errors.append(ReflectionFailure(namespace, exc, datetime.now(UTC), stage))

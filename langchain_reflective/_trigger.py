@@ -1,23 +1,52 @@
 """When :class:`~langchain_reflective.memory.ReflectiveMemory` reflects after a write: the
 namespace's persisted counter against the configured triggers, and running the due reflection
 on a background thread (one per namespace at a time) or inline, with failures recorded, never
-raised into the write that stored the memory."""
+raised into the write that stored the memory, and backed off (:data:`BACKOFF_FIRST`)."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
+from dataclasses import dataclass
 
 from langchain_reflective._background import ReflectionWorkers, describe_error
+from langchain_reflective.backends.types import ReflectionState
 from langchain_reflective.errors import StorageError
 from langchain_reflective.memory_config import MemoryConfig
 from langchain_reflective.stream import MemoryStream
 
-__all__ = ["ReflectionTrigger"]
+__all__ = ["BACKOFF_FIRST", "BACKOFF_MAX", "ReflectionTrigger"]
 
 logger = logging.getLogger("langchain_reflective.memory")
+
+BACKOFF_FIRST = 8
+"""After a reflection that a write started fails, the next this many reflections that writes
+would start for its namespace (writes that find it due) are skipped; each further failure in a
+row doubles the number, up to :data:`BACKOFF_MAX`. A reflection of the namespace that succeeds
+ends it (``ReflectiveMemory.reflect()``, which is never held back, or one another process ran:
+the counter was reset since). Counted in writes, not seconds: the cost of an error that stays
+follows the traffic (at most one reflection's model calls per :data:`BACKOFF_MAX` writes),
+and a reflection is not put off longer than its namespace's writes warrant. Without it an
+error that never goes away (a model that cannot answer, an exhausted quota) cost a whole
+reflection's model calls again at every write."""
+
+BACKOFF_MAX = 512
+"""The most reflections skipped after failures in a row."""
+
+
+@dataclass(slots=True)
+class _Backoff:
+    failures: int
+    """Failed reflections in a row."""
+    skip: int
+    """Reflections still to skip."""
+    generation: int | None
+    """The counter's generation the failed run read (a different one: another reflection of
+    the namespace succeeded since)."""
+
 
 _RECHECKING: ContextVar[object | None] = ContextVar("reflective_rechecking", default=None)
 """The trigger whose reflection runs in this context (a worker thread's, or an ``aadd``
@@ -32,7 +61,8 @@ class ReflectionTrigger:
         config: the triggers (``reflect_threshold``, ``reflect_every``) and ``background``.
         can_reflect: whether a reflection can run at all (a model is set).
         reflect: runs one reflection of a namespace (forced: the trigger checked the counter).
-        failed: records a failed reflection (the write that triggered it has succeeded).
+        failed: records a failed reflection (the write that triggered it has succeeded) and
+            the backoff it starts (a sentence, also added to the exception's notes).
     """
 
     def __init__(
@@ -42,7 +72,7 @@ class ReflectionTrigger:
         *,
         can_reflect: Callable[[], bool],
         reflect: Callable[[str], object],
-        failed: Callable[[str, Exception], None],
+        failed: Callable[[str, Exception, str], None],
     ) -> None:
         self._stream = stream
         self._config = config
@@ -50,12 +80,14 @@ class ReflectionTrigger:
         self._reflect = reflect
         self._failed = failed
         self._workers = ReflectionWorkers()
+        self._lock = threading.Lock()
+        self._backoff: dict[str, _Backoff] = {}
 
     def due(self, namespace: str) -> bool:
         """Whether ``namespace``'s counter reached a trigger (and a reflection can run)."""
-        if not self._can_reflect():
-            return False
-        state = self._stream.reflection_state(namespace)
+        return self._can_reflect() and self._due(self._stream.reflection_state(namespace))
+
+    def _due(self, state: ReflectionState) -> bool:
         config = self._config
         by_importance = config.reflect_threshold > 0 and (
             state.importance_sum >= config.reflect_threshold
@@ -64,14 +96,55 @@ class ReflectionTrigger:
         return by_importance or by_count
 
     def due_after_write(self, namespace: str) -> bool:
-        """:meth:`due` after a write: the memory is stored, so a failed read of the counter
-        (the stream closed meanwhile) must not fail the write (a retry would store it twice);
-        no reflection starts, the counter keeps the namespace due for the next write."""
+        """:meth:`due` after a write, and not backing off after failures: the memory is
+        stored, so a failed read of the counter (the stream closed meanwhile) must not fail
+        the write (a retry would store it twice); no reflection starts, the counter keeps the
+        namespace due for the next write."""
         try:
-            return self.due(namespace)
+            if not self._can_reflect():
+                return False
+            state = self._stream.reflection_state(namespace)
         except StorageError as exc:
             logger.warning("no reflection check for %r: %s", namespace, describe_error(exc))
             return False
+        return self._due(state) and not self._held_back(namespace, state.generation, skip=True)
+
+    def _held_back(self, namespace: str, generation: int | None, *, skip: bool) -> bool:
+        """Whether ``namespace`` backs off; ``skip``: a reflection is skipped (counted)."""
+        with self._lock:
+            backoff = self._backoff.get(namespace)
+            if backoff is None:
+                return False
+            if backoff.generation is not None and generation != backoff.generation:
+                del self._backoff[namespace]  # another reflection of it succeeded since
+                return False
+            if backoff.skip <= 0:
+                return False
+            if skip:
+                backoff.skip -= 1
+            return True
+
+    def failed(self, namespace: str, exc: Exception, generation: int | None = None) -> None:
+        """Record a failed reflection that a write started, and back off: writes skip the
+        next :data:`BACKOFF_FIRST` reflections of ``namespace``, doubled for each failure in
+        a row (up to :data:`BACKOFF_MAX`), unless one succeeds meanwhile. ``generation``: the
+        counter's, as the failed run read it."""
+        with self._lock:
+            failures = 1 + (backoff.failures if (backoff := self._backoff.get(namespace)) else 0)
+            skip = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** min(failures - 1, 32))
+            self._backoff[namespace] = _Backoff(failures, skip, generation)
+        detail = (
+            f"backing off: writes skip the next {skip} reflection{'s' if skip != 1 else ''} of "
+            f"{namespace!r} ({failures} failure{'s' if failures > 1 else ''} in a row; "
+            "reflect() runs one)"
+        )
+        exc.add_note(detail)
+        self._failed(namespace, exc, detail)
+
+    def succeeded(self, namespace: str) -> None:
+        """A reflection of ``namespace`` completed: writes start them again as due."""
+        with self._lock:
+            self._backoff.pop(namespace, None)
 
     @property
     def rechecks(self) -> bool:
@@ -93,11 +166,17 @@ class ReflectionTrigger:
     def run_due(self, namespace: str) -> None:
         """Reflect on ``namespace`` if it is (still) due; record a failure instead of raising."""
         with self.rechecking():
+            generation = None
             try:  # re-check here: a reflection that just finished may have reset the counter
-                if self.due(namespace):
+                state = self._stream.reflection_state(namespace)
+                generation = state.generation
+                # (held back: a re-run asked for while a reflection that then failed ran)
+                if self._held_back(namespace, generation, skip=False):
+                    return
+                if self._can_reflect() and self._due(state):
                     self._reflect(namespace)
             except Exception as exc:  # (the check too: an exception would escape the thread)
-                self._failed(namespace, exc)
+                self.failed(namespace, exc, generation)
 
     def after_write(self, namespace: str) -> None:
         """Start ``namespace``'s reflection if it is due: on a background thread by default,

@@ -6,7 +6,9 @@ scorer and the reflection graph (:func:`~langchain_reflective.reflection.create_
 * every :meth:`ReflectiveMemory.add` updates the namespace's persisted importance counter; when it
   reaches ``reflect_threshold`` (or every ``reflect_every`` adds) a reflection is scheduled in a
   background thread, so ``add`` returns without waiting for the LLM; at most one reflection runs
-  per namespace at a time; failures are logged and kept in :attr:`ReflectiveMemory.errors`;
+  per namespace at a time; failures are logged and kept in :attr:`ReflectiveMemory.errors`,
+  and make writes skip the namespace's next reflections (8, doubled for each failure in a row,
+  until one succeeds: :data:`~langchain_reflective._trigger.BACKOFF_FIRST`);
 * :meth:`ReflectiveMemory.enqueue` is the write for a hot path (an agent's turn): it stores the
   texts durably as *pending* in one cheap commit, without embedding or rating them, and returns;
   a background drain completes pending memories in batches (see the guarantee below);
@@ -162,7 +164,7 @@ class ReflectiveMemory(Closing):
             self.config,
             can_reflect=lambda: self.model is not None,
             reflect=lambda namespace: self.reflect(namespace=namespace, force=True),
-            failed=self._failures.record,
+            failed=lambda ns, exc, detail: self._failures.record(ns, exc, detail=detail),
         )
         self._drainer = PendingDrainer(self._drain)
         self._process = ProcessGuard("this ReflectiveMemory")
@@ -262,6 +264,7 @@ class ReflectiveMemory(Closing):
                 return []
             inputs["force"] = True
             out = graph.invoke(inputs, config=self._run_config(inputs["namespace"], config))
+        self._trigger.succeeded(inputs["namespace"])  # (ends a backoff after failures)
         return list(out.get("reflections", []))
 
     async def areflect(
@@ -288,6 +291,7 @@ class ReflectiveMemory(Closing):
                 return []
             inputs["force"] = True
             out = await graph.ainvoke(inputs, config=self._run_config(ns, config))
+        self._trigger.succeeded(ns)
         return list(out.get("reflections", []))
 
     def flush(self, timeout: float | None = None) -> bool:
@@ -533,7 +537,7 @@ class ReflectiveMemory(Closing):
                 with self._trigger.rechecking():  # (checked again under the lock)
                     await self.areflect(namespace=ns, force=True)
             except Exception as exc:
-                self._failures.record(ns, exc)
+                self._trigger.failed(ns, exc)  # (recorded, and backed off)
         return records
 
     def retrieve(

@@ -341,9 +341,10 @@ def test_every_public_method_with_io_has_a_twin() -> None:
 def test_errors_keep_only_the_newest_failures(tmp_path, now, monkeypatch) -> None:
     """A process whose reflections keep failing (an outage) keeps the newest ERRORS_KEPT
     failures, not every one since it started."""
-    from langchain_reflective import _failures
+    from langchain_reflective import _failures, _trigger
 
     monkeypatch.setattr(_failures, "ERRORS_KEPT", 3)
+    monkeypatch.setattr(_trigger, "BACKOFF_FIRST", 0)  # (every add reflects, and fails)
     broken = ScriptedChatModel(fail_on={"questions": ValueError("boom")})
     with make(tmp_path, broken, reflect_every=1, background=False) as memory:
         held = memory.errors
