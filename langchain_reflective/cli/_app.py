@@ -153,6 +153,13 @@ def _error(message: str) -> None:
     print(f"error: {_visible(_one_line(message))}", file=sys.stderr, flush=True)
 
 
+def _described(exc: BaseException, message: str | None = None) -> str:
+    """``message`` (default: the exception's text) with the notes the library added to the
+    exception (e.g. how many records an import wrote before it failed), on the same line."""
+    notes = [str(note) for note in getattr(exc, "__notes__", None) or () if str(note).strip()]
+    return " -- ".join([str(exc) if message is None else message, *notes])
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default: ``sys.argv[1:]``); return the exit status.
 
@@ -175,27 +182,34 @@ def run(argv: Sequence[str] | None = None) -> int:
     except CLIError as exc:
         if _STATE["debug"]:
             traceback.print_exc()
-        _error(str(exc))
+        _error(_described(exc))
         return exc.code
     except sqlite3.Error as exc:
         if _STATE["debug"]:
             traceback.print_exc()
-        _error(f"the memory file could not be read or written (corrupt or truncated?): {exc}")
+        _error(
+            _described(
+                exc, f"the memory file could not be read or written (corrupt or truncated?): {exc}"
+            )
+        )
         return 1
     except (ReflectiveError, ImportError, OSError) as exc:
         if _STATE["debug"]:
             traceback.print_exc()
-        _error(str(exc) or type(exc).__name__)
+        _error(_described(exc, str(exc) or type(exc).__name__))
         return 1
     except Exception as exc:
         if _STATE["debug"]:
             traceback.print_exc()
         if type(exc).__module__.split(".")[0] in {"openai", "httpx", "httpcore"}:
-            _error(f"the model API call failed ({type(exc).__name__}): {exc}")
+            _error(_described(exc, f"the model API call failed ({type(exc).__name__}): {exc}"))
         else:
             _error(
-                f"unexpected {type(exc).__name__}: {exc} (run with --debug for the traceback, "
-                "and please report it)"
+                _described(
+                    exc,
+                    f"unexpected {type(exc).__name__}: {exc} (run with --debug for the "
+                    "traceback, and please report it)",
+                )
             )
         return 1
     return result if isinstance(result, int) else 0

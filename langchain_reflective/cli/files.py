@@ -37,7 +37,7 @@ from langchain_reflective.cli._common import (
     _visible,
 )
 from langchain_reflective.cli.scores import _score_table
-from langchain_reflective.errors import ExportError
+from langchain_reflective.errors import ExportError, InvalidMemoryError
 
 if TYPE_CHECKING:
     from langchain_reflective.backends.postgres.vector_index import IndexState
@@ -381,9 +381,16 @@ def export(
     )
 
 
-def _read_export_header(path: Path) -> tuple[dict[str, Any], bool, int]:
+def _read_export(path: Path) -> tuple[dict[str, Any], bool, int]:
     """The export's header, whether every record carries a vector of the right size, and how
-    many records it holds (one pass over the file)."""
+    many records it holds (one pass over the file).
+
+    Every line is read as the import reads it (JSON, a memory record), so a malformed line
+    fails the command before anything is written: the import writes in batches, and a line
+    found bad halfway left the batches before it imported.
+    """
+    from langchain_reflective.records import MemoryRecord
+
     if not path.exists():
         _fail(f"no such export file: {path}")
     if path.is_dir():
@@ -401,18 +408,20 @@ def _read_export_header(path: Path) -> tuple[dict[str, Any], bool, int]:
                 _fail(not_export)
             dim = header.get("dimension")
             usable = bool(header.get("embedding_model")) and isinstance(dim, int)
-            records, checking = 0, usable
-            for line in fh:
+            records = 0
+            for lineno, line in enumerate(fh, start=2):
                 if not line.strip():
                     continue
                 records += 1
-                if checking:
-                    try:
-                        vector = json.loads(line).get("vector")
-                    except (json.JSONDecodeError, AttributeError):
-                        checking = False  # the import reports the bad line with its number
-                        continue
-                    usable = checking = isinstance(vector, list) and len(vector) == dim
+                try:
+                    data = json.loads(line)
+                    MemoryRecord.from_dict(data)
+                except (ValueError, InvalidMemoryError, TypeError, RecursionError) as exc:
+                    # (ValueError: JSON errors, and integers past Python's digit limit)
+                    _fail(f"{path}:{lineno}: {exc} (nothing was imported)")
+                if usable:
+                    vector = data.get("vector")
+                    usable = isinstance(vector, list) and len(vector) == dim
     except UnicodeDecodeError:
         _fail(not_export)
     return header, usable, records
@@ -454,16 +463,20 @@ def import_(
         ),
     ] = Prefer.auto,
 ) -> None:
-    """Import an export into a memory file (created if missing; existing ids are skipped).
+    """Import an export into a memory file (created if missing) or a Postgres database.
 
-    The export's vectors are reused when present and from the file's embedding model;
-    otherwise the texts are embedded again with the default embedding model. Into Postgres
-    (moving a memory file to a server): the memories are written in batches, so an import that
-    fails halfway leaves the batches before the failure; run it again to finish (the ids
-    already there are skipped).
+    A memory stored already (the same id, text, kind and creation time) is skipped, so a file
+    imported again adds only what is new. A different memory stored under one of the export's
+    ids is refused, never skipped: import into another namespace (--namespace), or delete the
+    stored one first (from Python). Every line of the export is checked before anything is
+    written. The export's vectors are reused when present and from the file's embedding model;
+    otherwise the texts are embedded again with the default embedding model. The memories are
+    written in batches: an import into an existing file or a Postgres database that fails
+    halfway keeps the batches before the failure, and the error says how many; run it again,
+    fixed, to finish (what is stored already is skipped). A new file is removed.
     """
     place = _memory_place(file)
-    header, usable, records = _read_export_header(source)
+    header, usable, records = _read_export(source)
     created = False
     if isinstance(place, str):
         with _postgres_backend(place, setup=True) as backend:  # creates or upgrades the tables
@@ -494,9 +507,11 @@ def import_(
     try:
         with _open_stream(place, embeddings, identity) as stream:
             imported = stream.import_jsonl(source, namespace=namespace)
-    except BaseException:
+    except BaseException as exc:
         if created:  # a failed import into a new file leaves nothing behind
             _remove_memory_file(Path(place))
+            if getattr(exc, "__notes__", None):  # ("N records were imported": gone with it)
+                exc.__notes__ = [f"nothing was imported: the new file {place} was removed"]
         raise
     there = records - imported
     skipped = f"; {there} of its {records} were stored already" if there else ""

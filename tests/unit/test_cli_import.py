@@ -1,0 +1,119 @@
+"""``reflective import`` when it cannot import everything: a malformed line fails before anything
+is written, and an import that fails halfway (a memory refused in the second batch) says how
+many records it wrote before the error, in its one line."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from langchain_reflective import MemoryStream
+from tests.fakes import WordEmbeddings
+
+cli = pytest.importorskip("langchain_reflective.cli", reason='needs the cli extra ("[cli]")')
+
+T0 = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
+BATCH = 256
+"""Records the import writes per transaction (``import_jsonl``'s default)."""
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
+    code = cli.run([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line(err: str) -> str:
+    [line] = [ln for ln in err.splitlines() if ln.strip()]
+    assert line.startswith("error: "), line
+    return line
+
+
+def texts(path: Path) -> list[str]:
+    with MemoryStream(WordEmbeddings(), path=path) as stream:
+        return sorted(r.text for r in stream.recent(None))
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> tuple[Path, Path]:
+    """An export of 300 memories whose 290th holds id ``x``, and a memory file holding another
+    memory under ``x``."""
+    source, target = tmp_path / "source.db", tmp_path / "target.db"
+    ids = [f"m{i}" for i in range(300)]
+    ids[289] = "x"
+    with MemoryStream(WordEmbeddings(), path=source) as stream:
+        stream.add([f"memory {i}" for i in range(300)], ids=ids, importances=0.5, now=T0)
+        stream.export_jsonl(tmp_path / "export.jsonl")
+    with MemoryStream(WordEmbeddings(), path=target) as stream:
+        stream.add("the other x", ids=["x"], importances=0.5, now=T0 + timedelta(days=1))
+    return tmp_path / "export.jsonl", target
+
+
+def test_an_import_failing_halfway_says_what_it_imported(
+    files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: the library's note ("256 record(s) ... were imported before this error") was
+    dropped; the user saw only the refusal and could not tell the file had changed."""
+    export, target = files
+    code, _, err = run_cli(capsys, "import", export, target)
+    line = one_line(err)
+    assert code == 1
+    assert "holds another memory under its id" in line
+    assert f"{BATCH} record(s) of {export} were imported before this error" in line
+    assert len(texts(target)) == 1 + BATCH  # what the message says
+
+
+def test_a_failed_import_into_a_new_file_says_nothing_was_imported(
+    files: tuple[Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The new file is removed, so the note that batches were imported would be wrong."""
+    export, _ = files
+    lines = export.read_text(encoding="utf-8").splitlines()
+    twin = json.loads(lines[3])
+    twin["text"] = "another memory under the id of the third"
+    export.write_text("\n".join([*lines, json.dumps(twin)]) + "\n", encoding="utf-8")
+    target = tmp_path / "new.db"
+    code, _, err = run_cli(capsys, "import", export, target)
+    line = one_line(err)
+    assert code == 1 and "another memory" in line and "is not imported" in line
+    assert "were imported before this error" not in line
+    assert f"nothing was imported: the new file {target} was removed" in line
+    assert not target.exists()
+
+
+@pytest.mark.parametrize(
+    ("bad", "says"),
+    [
+        ("{not json", "Expecting property name"),
+        ("[1, 2]", "a memory record is a JSON object, not list"),
+        ('{"text": "no id"}', "malformed memory record"),
+    ],
+)
+def test_a_malformed_line_fails_before_anything_is_written(
+    files: tuple[Path, Path], capsys: pytest.CaptureFixture[str], bad: str, says: str
+) -> None:
+    """Before: the 256 records of the first batch were written, then the line failed."""
+    export, target = files
+    lines = export.read_text(encoding="utf-8").splitlines()
+    lines[290] = bad  # (the 290th record: the second batch)
+    export.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    code, _, err = run_cli(capsys, "import", export, target, "--namespace", "default")
+    line = one_line(err)
+    assert code == 1 and f"{export}:291: " in line and says in line, line
+    assert "nothing was imported" in line
+    assert texts(target) == ["the other x"]
+
+
+def test_import_help_says_a_different_memory_is_refused(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, _ = run_cli(capsys, "import", "--help")
+    flat = " ".join(out.replace("│", " ").split())
+    assert code == 0
+    assert "existing ids are skipped" not in flat
+    assert "A different memory stored under one of the export's ids is refused" in flat
+    assert "the error says how many" in flat
