@@ -590,7 +590,8 @@ def _taken(line: _Line, other: MemoryRecord, *, stored: bool) -> InvalidMemoryEr
         f"is not imported: {there} ({_short(other.text)}, created "
         f"{other.created_at.isoformat()}), e.g. one deleted and added again under that id. An "
         "import skips only the memories it holds already. Delete the other memory to import "
-        "this one, or import into another namespace (namespace=...); nothing of this batch was "
+        "this one (delete() in Python), or import into another namespace (the namespace= "
+        "argument in Python, --namespace with 'reflective import'); nothing of this batch was "
         "written"
     )
 

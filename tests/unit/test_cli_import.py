@@ -66,6 +66,19 @@ def test_an_import_failing_halfway_says_what_it_imported(
     assert len(texts(target)) == 1 + BATCH  # what the message says
 
 
+def test_a_refused_memory_names_the_command_line_option(
+    files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The refusal named only the API (``namespace=...``); it names --namespace too, and both
+    ways to resolve it say where they apply."""
+    export, target = files
+    code, _, err = run_cli(capsys, "import", export, target)
+    line = one_line(err)
+    assert code == 1
+    assert "--namespace with 'reflective import'" in line
+    assert "the namespace= argument in Python" in line and "delete() in Python" in line
+
+
 def test_a_failed_import_into_a_new_file_says_nothing_was_imported(
     files: tuple[Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
