@@ -50,8 +50,10 @@ class FailureLog:
         if what is None and stage == "reflection":
             what = (
                 f"{'background ' if self._config.background else ''}reflection for namespace "
-                f"{namespace!r} failed; nothing was written"
+                f"{namespace!r} failed"
             )
+            if "nothing was written" not in str(exc):  # (a step's error says so itself)
+                what += "; nothing was written"
         elif what is None:
             what = (
                 f"completing pending memories of namespace {namespace!r} failed; they stay "

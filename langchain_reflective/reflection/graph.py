@@ -42,7 +42,11 @@ from langchain_reflective.completion import (
     resolve_prompt_style,
     subjects,
 )
-from langchain_reflective.errors import ReflectionConflictError, ReflectionError
+from langchain_reflective.errors import (
+    InvalidMemoryError,
+    ReflectionConflictError,
+    ReflectionError,
+)
 from langchain_reflective.records import REFLECTION, MemoryRecord, storable_text, utc
 from langchain_reflective.reflection.config import ReflectionConfig
 from langchain_reflective.reflection.parsing import (
@@ -227,6 +231,12 @@ class _Reflection:
     def gate(self, state: ReflectionGraphState, config: RunnableConfig) -> Flow[Update]:
         """Read the counter; go on when it reached the threshold (or when forced)."""
         ns = state.get("namespace") or self.stream.namespace
+        if not isinstance(ns, str):  # (e.g. a parent graph's own namespace key: a tuple)
+            raise InvalidMemoryError(
+                "the namespace reflected on must be a non-empty string (a memory namespace, "
+                f"e.g. 'alice'), got {ns!r:.80} ({type(ns).__name__}); run as a node, the "
+                "reflection graph takes the parent graph's 'namespace' key"
+            )
         raw_now = state.get("now")
         now = utc(raw_now) if raw_now is not None else datetime.now(UTC)
         st = self.stream
@@ -428,9 +438,9 @@ class _Reflection:
         def wrap(exc: Exception) -> Exception:
             if isinstance(exc, ReflectionError | GraphBubbleUp):
                 return exc
+            # (worded to follow "reflection failed: ", as the reflect_now tool reports it)
             return ReflectionError(
-                f"reflection failed at the {stage} step ({type(exc).__name__}: {exc}); "
-                "nothing was written"
+                f"the {stage} step raised {type(exc).__name__}: {exc}; nothing was written"
             )
 
         return FlowNode(f"reflection.{stage}", step, wrap=wrap)
