@@ -28,6 +28,9 @@ from langchain_reflective.cli._common import (
     _visible,
 )
 
+INTERRUPTED = 130
+"""Exit status of an interrupted command (Ctrl-C), as shells report a SIGINT."""
+
 # -- the app -------------------------------------------------------------------------------------
 
 
@@ -178,7 +181,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         return _parser_error(exc)
     except _abort_errors():
         _error("interrupted")
-        return 130
+        return INTERRUPTED
     except CLIError as exc:
         if _STATE["debug"]:
             traceback.print_exc()
@@ -212,6 +215,11 @@ def run(argv: Sequence[str] | None = None) -> int:
                 )
             )
         return 1
+    if result == INTERRUPTED:
+        # typer turns Ctrl-C in a command (KeyboardInterrupt) into exit status 130 itself, so
+        # the handler above never saw it: say it here, in the same one line
+        _error("interrupted")
+        return INTERRUPTED
     return result if isinstance(result, int) else 0
 
 
