@@ -162,9 +162,16 @@ def _plot(stream: MemoryStream, ns: str, out: Path, *, query: str | None, now: d
         import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
     except ImportError:
         _fail(f"--plot needs matplotlib: {INSTALL_HINT}")
+    # a '$' in a namespace, kind or query is text: as math, "$\\x$" failed the plot
+    with matplotlib.rc_context({"text.parse_math": False}):
+        _draw(stream, ns, out, query=query, now=now)
+
+
+def _draw(stream: MemoryStream, ns: str, out: Path, *, query: str | None, now: datetime) -> None:
+    import matplotlib.pyplot as plt
+
     frame = stream.to_dataframe(query, namespace=ns, now=now)
     fig, (timeline, components) = plt.subplots(
         2, 1, figsize=(11, 8.5), gridspec_kw={"height_ratios": [3, 2]}

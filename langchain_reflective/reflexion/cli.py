@@ -138,10 +138,17 @@ def _plot(analyses: list[LoopAnalysis], by_strategy: dict[str, LoopsSummary], ou
         import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import MaxNLocator
     except ImportError:
         _fail(f"--plot needs matplotlib: {INSTALL_HINT}")
+    # a '$' in a strategy's name is text: as math, "$\\x$" failed the plot
+    with matplotlib.rc_context({"text.parse_math": False}):
+        _draw(analyses, by_strategy, out)
+
+
+def _draw(analyses: list[LoopAnalysis], by_strategy: dict[str, LoopsSummary], out: Path) -> None:
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
     fig, (curves, success) = plt.subplots(1, 2, figsize=(12, 4.8))
     colors: dict[str, Any] = {}
     for a in analyses:

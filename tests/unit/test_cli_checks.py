@@ -51,3 +51,19 @@ def test_ctrl_c_in_a_command_prints_one_line(
     code, _, err = run_cli(capsys, "inspect", memory_file)
     assert code == 130
     assert one_line(err) == "error: interrupted"
+
+
+def test_a_dollar_in_plot_titles_is_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: matplotlib parsed "$...$" in the namespace (title) and kind (legend) as math,
+    and an unknown macro failed the plot with "unexpected ValueError"."""
+    path = tmp_path / "dollar.db"
+    namespace = "cost $\\undefinedmacro$ x"
+    with MemoryStream(WordEmbeddings(), path=path) as stream:
+        stream.add(["a", "b"], importances=0.5, now=T0, namespace=namespace)
+        stream.add("c", kinds="$x^$", importances=0.5, now=T0, namespace=namespace)
+    png = tmp_path / "plot.png"
+    code, _, err = run_cli(capsys, "inspect", path, "--plot", png, "-n", "0")
+    assert code == 0, err
+    assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")

@@ -131,6 +131,23 @@ def test_report_shows_control_characters_of_an_export_as_escapes(
     assert "loopx\\x1b[2J\\x1b" in flat  # (the first 12 characters of the id)
 
 
+def test_report_plot_shows_a_dollar_as_text(
+    coding_export: tuple[dict[str, Any], Path, CodingActor],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A strategy named "$\\undefinedmacro$" (a legend label) failed the plot: matplotlib
+    parsed it as math."""
+    doc = json.loads(coding_export[1].read_text())
+    doc["loops"][0]["strategy"] = "$\\undefinedmacro$"
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps(doc))
+    png = tmp_path / "curves.png"
+    code = cli.run(["reflexion", "report", str(path), "--plot", str(png)])
+    assert code == 0, capsys.readouterr().err
+    assert png.read_bytes()[:8] == PNG_MAGIC
+
+
 def test_report_skips_malformed_loops_and_counts_duplicates(
     coding_export: tuple[dict[str, Any], Path, CodingActor],
     tmp_path: Path,
