@@ -64,9 +64,10 @@ from langchain_reflective.strategies.base import is_summary
 from langchain_reflective.strategies.budget import trim_to_budget
 from langchain_reflective.thinking.config import ThinkingConfig
 from langchain_reflective.thinking.context import ContextMemory
-from langchain_reflective.thinking.graph import _Thinker, build_graph
+from langchain_reflective.thinking.graph import build_graph
 from langchain_reflective.thinking.prompts import ThinkingPrompts
 from langchain_reflective.thinking.state import ThinkingInput
+from langchain_reflective.thinking.steps import _Thinker
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
