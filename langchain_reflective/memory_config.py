@@ -38,7 +38,10 @@ class MemoryConfig:
     """Reflect, and complete pending memories, in background threads (``add`` and ``enqueue``
     never wait for them); ``False`` does both inline, before the call returns."""
     shutdown_timeout: float = 30.0
-    """At interpreter exit, wait this long for running reflections before leaving."""
+    """At interpreter exit, wait this long for running reflections (and the pending memories
+    still to complete) before leaving. A model call already running in LangGraph's worker
+    threads when the time runs out still holds the exit until it returns: give the chat model
+    a request timeout to bound that too."""
     drain_batch: int = 64
     """Pending memories (see :meth:`ReflectiveMemory.enqueue`) completed per batch: one
     embedding call and one importance batch each."""
