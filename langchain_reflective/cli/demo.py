@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -46,12 +48,32 @@ _CACHE_SUFFIXES = {".faiss", ".f32", ".cols", ".bm25", ".tmp", ".json"}
 their temporary files): a folder holding only these is ours to remove with the file."""
 
 
+def _check_writable(db: Path) -> None:
+    """Refuse a --db the demo cannot write, before any model loads (which takes seconds): a
+    missing directory (never created behind the user's back) or a read-only one (SQLite
+    writes ``<file>-wal`` and ``<file>-shm`` beside the file)."""
+    folder = db.parent
+    if not folder.is_dir():
+        _fail(f"cannot create {db}: the directory {folder} does not exist")
+    try:  # (an unnamed file where the platform has them: nothing is left behind)
+        with tempfile.TemporaryFile(dir=folder, prefix=".reflective-probe-"):
+            pass
+    except OSError as exc:
+        _fail(
+            f"cannot write {db}: the directory {folder} is not writable "
+            f"({exc.strerror or type(exc).__name__}); a memory file needs write access to its "
+            "directory: choose another --db"
+        )
+
+
 def _prepare_demo_file(db: Path, fresh: bool) -> None:
-    """Delete the previous demo file when asked, never a file that is not a memory file."""
-    if not db.exists():
-        return
+    """Delete the previous demo file when asked, never a file that is not a memory file; refuse
+    a path the demo cannot write (before anything loads)."""
     if db.is_dir():
         _fail(f"{db} is a directory; choose a file path with --db")
+    _check_writable(db)
+    if not db.exists():
+        return
     if db.stat().st_size > 0:
         store = _open_store(db)  # raises ForeignFileError for anything but a memory file
         try:
@@ -63,6 +85,8 @@ def _prepare_demo_file(db: Path, fresh: bool) -> None:
                 f"{db} already holds {held} memories; pass --fresh to start over "
                 "or --db to use another file"
             )
+    if not fresh and not os.access(db, os.W_OK):  # (--fresh deletes it: the folder's write)
+        _fail(f"cannot write {db}: the file is read-only; choose another --db")
     if fresh:
         for extra in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
             extra.unlink(missing_ok=True)

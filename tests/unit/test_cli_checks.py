@@ -3,6 +3,7 @@ what it validates before it prints or loads anything."""
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -67,3 +68,71 @@ def test_a_dollar_in_plot_titles_is_text(
     code, _, err = run_cli(capsys, "inspect", path, "--plot", png, "-n", "0")
     assert code == 0, err
     assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+@pytest.fixture
+def no_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo fails the test if it gets as far as loading a model."""
+    cli_demo = pytest.importorskip("langchain_reflective.cli.demo")
+
+    def loaded(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the demo loaded a model before refusing --db")
+
+    monkeypatch.setattr(cli_demo, "_load_embeddings", loaded)
+
+
+@pytest.mark.usefixtures("no_models")
+def test_demo_refuses_a_missing_directory_before_loading_models(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: the demo created the directory behind the user's back (other commands refuse a
+    missing directory, exit status 1)."""
+    db = tmp_path / "nodir" / "x.db"
+    code, _, err = run_cli(capsys, "demo", "--db", db)
+    line = one_line(err)
+    assert code == 1
+    assert f"the directory {db.parent} does not exist" in line
+    assert not db.parent.exists()
+
+
+@pytest.mark.usefixtures("no_models")
+def test_demo_refuses_a_read_only_directory_before_loading_models(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: a read-only location failed only after the models had loaded (~28 s). The
+    directory is made to fail as a read-only file system does (root writes a chmod 555 one)."""
+    import errno
+    from types import SimpleNamespace
+
+    cli_demo = pytest.importorskip("langchain_reflective.cli.demo")
+
+    def read_only(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(cli_demo, "tempfile", SimpleNamespace(TemporaryFile=read_only))
+    code, _, err = run_cli(capsys, "demo", "--db", tmp_path / "x.db")
+    line = one_line(err)
+    assert code == 1
+    assert f"the directory {tmp_path} is not writable (Read-only file system)" in line
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes read-only folders"
+)
+@pytest.mark.usefixtures("no_models")
+def test_demo_refuses_read_only_places_before_loading_models(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        code, _, err = run_cli(capsys, "demo", "--db", folder / "x.db")
+        assert code == 1 and "is not writable" in one_line(err)
+    finally:
+        folder.chmod(0o755)
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    empty.chmod(0o444)
+    code, _, err = run_cli(capsys, "demo", "--db", empty)
+    assert code == 1 and "the file is read-only" in one_line(err)
