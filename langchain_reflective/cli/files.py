@@ -49,18 +49,24 @@ MEMORY_HELP = "The memory file (SQLite), or a Postgres URL (postgresql://...)."
 # -- inspect ---------------------------------------------------------------------------------------
 
 
-def _parse_as_of(value: str | None, records: Sequence[MemoryRecord]) -> datetime:
+def _parse_as_of(value: str | None) -> datetime | None:
+    """``--as-of`` as a time; ``None`` for 'latest' (see :func:`_latest`)."""
+    if value is None or value == "latest":
+        return None
     if value == "now":
         return datetime.now(UTC)
-    if value is None or value == "latest":
-        if not records:
-            return datetime.now(UTC)
-        return max(max(r.created_at, r.accessed_at) for r in records)
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
         _fail(f"--as-of must be 'now', 'latest' or an ISO date/time, got {value!r}", code=2)
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+def _latest(records: Sequence[MemoryRecord]) -> datetime:
+    """``--as-of latest``: the newest creation or access among ``records`` (now if none)."""
+    if not records:
+        return datetime.now(UTC)
+    return max(max(r.created_at, r.accessed_at) for r in records)
 
 
 def _index_text(state: IndexState) -> str:
@@ -303,17 +309,19 @@ def inspect(
         _check_memory_path(place)
     if plot is not None:
         plot = _plot_target(plot)
+    clock = _parse_as_of(as_of)
     stream = _open_stream(place)
-    with stream:
+    with stream:  # every check before the first line of output: an error prints only itself
         stored = stream.backend.embedding_model
-        _overview(stream, place)
         if not stream.namespaces():
             if plot is not None:
                 _fail(f"{_shown(place)} holds no memories; there is nothing to plot")
+            _overview(stream, place)
             return
         ns = _pick_namespace(stream, namespace)
+        _overview(stream, place)
         records = stream.recent(None, namespace=ns)
-        now = _parse_as_of(as_of, records)
+        now = clock or _latest(records)
         if limit:
             console.print(_memory_table(records, ns, limit, now))
     if query is not None:

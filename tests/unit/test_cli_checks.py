@@ -136,3 +136,36 @@ def test_demo_refuses_read_only_places_before_loading_models(
     empty.chmod(0o444)
     code, _, err = run_cli(capsys, "demo", "--db", empty)
     assert code == 1 and "the file is read-only" in one_line(err)
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "says"),
+    [
+        (["--as-of", "garbage"], 2, "--as-of must be"),
+        (["--namespace", "nope"], 1, "namespace 'nope' not found"),
+    ],
+)
+def test_inspect_checks_its_options_before_printing_anything(
+    memory_file: Path,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    code: int,
+    says: str,
+) -> None:
+    """Before: the whole overview (file, models, counts per namespace) was printed, then the
+    error."""
+    status, out, err = run_cli(capsys, "inspect", memory_file, *args)
+    assert status == code
+    assert says in one_line(err)
+    assert out == ""
+
+
+def test_inspect_with_nothing_to_plot_prints_only_the_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "empty.db"
+    MemoryStream(WordEmbeddings(), path=path).close()
+    code, out, err = run_cli(capsys, "inspect", path, "--plot", tmp_path / "p.png")
+    assert code == 1 and "nothing to plot" in one_line(err) and out == ""
+    code, out, err = run_cli(capsys, "inspect", path)
+    assert code == 0 and "It holds no memories yet." in out, err
