@@ -46,6 +46,14 @@ if TYPE_CHECKING:
 
 MEMORY_HELP = "The memory file (SQLite), or a Postgres URL (postgresql://...)."
 
+
+def _check_namespace_option(namespace: str | None) -> None:
+    """``--namespace ''`` names no namespace (a namespace is never empty): a usage error, not
+    the default namespace in silence."""
+    if namespace == "":
+        _fail("--namespace must not be empty", code=2)
+
+
 # -- inspect ---------------------------------------------------------------------------------------
 
 
@@ -304,6 +312,7 @@ def inspect(
     console = _console()
     if query is not None and not query.strip():
         _fail("--query must not be empty", code=2)
+    _check_namespace_option(namespace)
     place = _memory_place(file)
     if isinstance(place, Path):
         _check_memory_path(place)
@@ -361,6 +370,7 @@ def export(
     ] = True,
 ) -> None:
     """Write a memory file's memories as JSON lines (a header line, then one memory per line)."""
+    _check_namespace_option(namespace)
     place = _memory_place(file)
     if isinstance(place, Path):
         _check_memory_path(place)
@@ -490,6 +500,7 @@ def import_(
     halfway keeps the batches before the failure, and the error says how many; run it again,
     fixed, to finish (what is stored already is skipped). A new file is removed.
     """
+    _check_namespace_option(namespace)
     place = _memory_place(file)
     header, usable, records = _read_export(source)
     created = False

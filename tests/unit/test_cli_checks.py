@@ -169,3 +169,22 @@ def test_inspect_with_nothing_to_plot_prints_only_the_error(
     assert code == 1 and "nothing to plot" in one_line(err) and out == ""
     code, out, err = run_cli(capsys, "inspect", path)
     assert code == 0 and "It holds no memories yet." in out, err
+
+
+@pytest.mark.parametrize("command", ["inspect", "export", "import"])
+def test_an_empty_namespace_option_is_a_usage_error(
+    memory_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """Before: ``import ... --namespace ''`` imported into the memories' own namespaces, as if
+    no --namespace had been given (inspect and export said "not found", exit status 1)."""
+    export = tmp_path / "out.jsonl"
+    assert run_cli(capsys, "export", memory_file, export, "--all-namespaces")[0] == 0
+    args = {
+        "inspect": [memory_file],
+        "export": [memory_file, tmp_path / "again.jsonl"],
+        "import": [export, tmp_path / "copy.db"],
+    }[command]
+    code, _, err = run_cli(capsys, command, *args, "--namespace", "")
+    assert code == 2
+    assert "--namespace must not be empty" in one_line(err)
+    assert not (tmp_path / "copy.db").exists() and not (tmp_path / "again.jsonl").exists()
