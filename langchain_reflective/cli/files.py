@@ -518,6 +518,12 @@ def import_(
             _fail(f"cannot create {place}: the directory {place.parent} does not exist")
         created = True
         target_model = None
+    if not records:  # nothing to embed or write: no model loaded, no new file created
+        made = f"; {_shown(place)} was not created" if created else ""
+        _console().print(
+            f"Imported 0 memories: {escape(_visible(source))} holds none{escape(_visible(made))}."
+        )
+        return
     exported_model = header.get("embedding_model")
     reuse = usable and (target_model is None or target_model == exported_model)
     embeddings: Embeddings

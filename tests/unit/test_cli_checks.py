@@ -188,3 +188,30 @@ def test_an_empty_namespace_option_is_a_usage_error(
     assert code == 2
     assert "--namespace must not be empty" in one_line(err)
     assert not (tmp_path / "copy.db").exists() and not (tmp_path / "again.jsonl").exists()
+
+
+def test_an_export_without_memories_imports_without_loading_a_model(
+    tmp_path: Path,
+    memory_file: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: an export of an empty file (no embedding model in its header) loaded the
+    embedding model (seconds) to import nothing, and created an empty memory file."""
+
+    def loaded(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the import loaded an embedding model for no memories")
+
+    monkeypatch.setattr(cli_files, "_load_embeddings", loaded)
+    empty = tmp_path / "empty.db"
+    MemoryStream(WordEmbeddings(), path=empty).close()
+    export = tmp_path / "none.jsonl"
+    assert run_cli(capsys, "export", empty, export)[0] == 0
+    code, out, err = run_cli(capsys, "import", export, tmp_path / "new.db")
+    assert code == 0, err
+    assert "Imported 0 memories" in out and "was not created" in " ".join(out.split())
+    assert not (tmp_path / "new.db").exists()
+    before = memory_file.read_bytes()
+    code, out, err = run_cli(capsys, "import", export, memory_file)
+    assert code == 0 and "Imported 0 memories" in out, err
+    assert memory_file.read_bytes() == before
