@@ -374,11 +374,13 @@ class ThinkingMiddleware(AgentMiddleware[ThinkingState, Any]):
         :meth:`after_agent` and :meth:`aafter_agent`. A failure is logged once and returned
         as ``record_error`` (nothing of the turn is stored), so the run keeps its answer."""
         mem, ns = self.memory, st["namespace"]
+        tried: list[int] = []
         try:
             st["turn"] = yield Op(mem.next_turn, mem.anext_turn, (), {"namespace": ns})
             config = ensure_config()
             st.update((yield from self._thinker.summarize(st, config)))  # type: ignore[arg-type]
-            st.update((yield from self._thinker.store(st, config)))  # type: ignore[arg-type]
+            stored = self._thinker.store(st, config, attempted=tried)  # type: ignore[arg-type]
+            st.update((yield from stored))
         except GraphBubbleUp:
             raise
         except Exception as exc:
@@ -387,7 +389,7 @@ class ThinkingMiddleware(AgentMiddleware[ThinkingState, Any]):
                 "snapshot (%d characters: the user's message, %d tool calls and the answer) "
                 "and its summary were not stored; the agent's answer is returned. The turn is "
                 "not retried: the next user message starts a new one.",
-                st.get("turn") or "?",
+                tried[-1] if tried else st.get("turn") or "?",
                 ns,
                 type(exc).__name__,
                 exc,

@@ -10,7 +10,10 @@ runs ``summarize`` and ``store`` itself after a turn.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -70,8 +73,15 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 Update = dict[str, Any]
 
-_TURN_ATTEMPTS = 8
-"""Turn numbers tried when others of the same namespace are being recorded at once."""
+_STALE_MOVES = 8
+"""An assigned turn number that is taken moves on as long as another writer is seen storing
+turns of the namespace (each refusal is another turn stored); this many moves in a row without
+that (numbers taken by records left behind, e.g. a summary whose snapshot was deleted) raise
+:class:`TurnTakenError`."""
+_JITTER_STEP = 0.01
+_JITTER_MAX = 0.25
+"""A turn moving on waits up to ``min(_JITTER_MAX, _JITTER_STEP * moves)`` seconds (random),
+so writers that lost the same number do not all try the same next one at once."""
 
 
 class TurnSummary(BaseModel):
@@ -439,16 +449,25 @@ class _Thinker:
             },
         }
 
-    def store(self, state: ThinkingGraphState, config: RunnableConfig) -> Flow[Update]:
+    def store(
+        self,
+        state: ThinkingGraphState,
+        config: RunnableConfig,
+        *,
+        attempted: list[int] | None = None,
+    ) -> Flow[Update]:
         """Store the snapshot and the summary (when recording); assemble the output.
 
         A turn is stored whole or not at all (:meth:`ContextMemory.record_turn`); an error of
         the stream is raised with nothing of the turn left behind.
 
         When the turn number was assigned (``turn_assigned``) and another writer of the
-        namespace stored that number meanwhile (two turns of one user recorded at once), the
-        turn takes the next free number; the number is only a label in the summary prompt, so
-        the summary stays valid. A number the caller gave is never moved: that raises.
+        namespace stored that number meanwhile (turns of one user recorded at once), the turn
+        takes the next free number, as often as other writers take the numbers it tries (after
+        a short random wait, so the writers that lost one number do not all try the next at
+        once); the number is only a label in the summary prompt, so the summary stays valid.
+        A number the caller gave is never moved: that raises. ``attempted`` (the middleware's)
+        receives each number tried, so a failure names the number it was stored as.
         """
         mem = self.memory
         draft = state.get("summary")
@@ -457,7 +476,10 @@ class _Thinker:
         if state.get("record", True) and draft is not None:
             ns = mem.namespace(state.get("namespace"))
             turn = int(state.get("turn") or 0)
-            for attempt in range(_TURN_ATTEMPTS):
+            moves = stale = 0
+            while True:
+                if attempted is not None:
+                    attempted.append(turn)
                 result = yield guarded(
                     Op(
                         mem.record_turn,
@@ -473,19 +495,21 @@ class _Thinker:
                 )
                 if not isinstance(result, Failure):
                     break
-                # "taken" means another writer's records of that number exist (TurnTakenError:
-                # raised only then, with nothing of this turn written); a failed write of this
-                # turn's own is undone by record_turn and raised here, never a reason to move
-                moves = (
-                    state.get("turn_assigned", False)
-                    and attempt + 1 < _TURN_ATTEMPTS
-                    and isinstance(result.error, TurnTakenError)
-                )
-                if not moves:
+                # "taken" means records of that number exist (TurnTakenError: raised only then,
+                # with nothing of this turn written); a failed write of this turn's own is
+                # undone by record_turn and raised here, never a reason to move
+                if not (
+                    state.get("turn_assigned", False) and isinstance(result.error, TurnTakenError)
+                ):
                     raise result.error
                 latest = yield Op(mem.next_turn, mem.anext_turn, (), {"namespace": ns})
+                stale = 0 if latest > turn else stale + 1  # (another writer's turn: progress)
+                if stale >= _STALE_MOVES:
+                    raise result.error
+                moves += 1
+                wait = random.uniform(0.0, min(_JITTER_MAX, _JITTER_STEP * moves))
+                yield Op(time.sleep, asyncio.sleep, (wait,))
                 turn = max(turn + 1, latest)  # (an imported turn may be the newest stored)
-            assert not isinstance(result, Failure)  # the loop broke on success or raised
             _, stored = result
             current = SummaryDict(**stored.to_dict())  # type: ignore[typeddict-item]
             summaries = fit_summaries([*summaries, current], self.config.summary_token_budget)

@@ -176,12 +176,12 @@ def _racing(middleware: ThinkingMiddleware, stream: MemoryStream) -> list[int]:
     taken: list[int] = []
     store = middleware._thinker.store
 
-    def racing_store(state: Any, config: Any) -> Any:
+    def racing_store(state: Any, config: Any, **kwargs: Any) -> Any:
         if not taken:
             taken.append(state["turn"])
             ns = state["namespace"]
             other.record_turn(state["turn"], "User: other turn", "the other turn", namespace=ns)
-        return store(state, config)
+        return store(state, config, **kwargs)
 
     middleware._thinker.store = racing_store  # type: ignore[method-assign]
     return taken
