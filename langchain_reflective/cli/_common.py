@@ -148,8 +148,13 @@ MemoryPlace: TypeAlias = Path | str
 
 
 def _memory_place(value: str) -> MemoryPlace:
-    """The command-line argument as a memory file or a Postgres URL."""
-    return value if value.startswith(POSTGRES_SCHEMES) else Path(value)
+    """The command-line argument as a memory file or a Postgres URL. URL schemes are
+    case-insensitive (RFC 3986): ``POSTGRESQL://`` is a URL too, passed on in lower case
+    (libpq reads only a lower-case scheme)."""
+    scheme, sep, rest = value.partition("://")
+    if sep and f"{scheme.lower()}://" in POSTGRES_SCHEMES:
+        return f"{scheme.lower()}://{rest}"
+    return Path(value)
 
 
 def _shown(place: MemoryPlace) -> str:

@@ -215,3 +215,28 @@ def test_an_export_without_memories_imports_without_loading_a_model(
     code, out, err = run_cli(capsys, "import", export, memory_file)
     assert code == 0 and "Imported 0 memories" in out, err
     assert memory_file.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("given", "place"),
+    [
+        ("postgresql://u@h/db", "postgresql://u@h/db"),
+        ("POSTGRESQL://u:p@h:5/DB", "postgresql://u:p@h:5/DB"),
+        ("Postgres://u@h/db", "postgres://u@h/db"),
+        ("memory.db", Path("memory.db")),
+        ("dir/postgresql:/x.db", Path("dir/postgresql:/x.db")),
+    ],
+)
+def test_a_postgres_scheme_is_read_in_any_case(given: str, place: str | Path) -> None:
+    """Before: ``POSTGRESQL://...`` was taken as a file path ("no such memory file")."""
+    cli_common = pytest.importorskip("langchain_reflective.cli._common")
+    assert cli_common._memory_place(given) == place
+
+
+def test_an_upper_case_postgres_url_is_not_a_missing_file(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _, err = run_cli(capsys, "inspect", "POSTGRESQL://nobody:secret@127.0.0.1:1/nowhere")
+    line = one_line(err)
+    assert code == 1
+    assert "no such memory file" not in line and "secret" not in line
