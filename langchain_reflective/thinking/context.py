@@ -9,10 +9,14 @@ Every thinking turn stores two records in the stream's namespace of the run:
   insights as text (so hybrid retrieval matches either), with ``turn``, ``context_id``,
   ``summary``, ``insights``, ``token_count`` and ``fallback`` in metadata.
 
-A turn is recorded whole or not at all: both texts are checked before the first write, and when
-the summary's add fails (e.g. the embedding service is down) the snapshot just written is
-deleted before the error is raised, so no snapshot is left without its summary and the turn can
-be recorded again under the same number.
+A turn is recorded whole or not at all when an add fails: both texts are checked before the
+first write, and when the summary's add fails (e.g. the embedding service is down) the snapshot
+just written is deleted before the error is raised, so the turn can be recorded again under the
+same number. The two adds are two writes, not one transaction: a process that dies between them
+(killed, power lost), or a snapshot whose deletion fails too, leaves the snapshot without its
+summary. That turn is then missing from the accumulated summaries (a recall by number or id
+still finds its snapshot); recording the same turn number with the same context stores only the
+missing summary, and the next turn recorded after it logs a warning naming it.
 
 Both live in the stream, so they are durable (the stream's file), searchable with its hybrid
 retrieval (dense + BM25, ranked) and namespaced: a namespace never reads another's contexts, even
@@ -36,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from langchain_reflective._llm import Flow, Op, run_async, run_sync, threaded
-from langchain_reflective.errors import InvalidMemoryError, StorageError
+from langchain_reflective.errors import DuplicateIdError, InvalidMemoryError, StorageError
 from langchain_reflective.export_file import export_lines, open_export, read_header
 from langchain_reflective.records import MemoryRecord, validate_text
 from langchain_reflective.stream import MemoryStream
@@ -200,9 +204,14 @@ class ContextMemory(ContextLookups):
         """Store a turn's snapshot, then its summary citing it (two adds, no model call), whole
         or not at all: if the summary's add fails, the snapshot is deleted and the error raised.
 
+        A turn whose snapshot alone is stored, with this same ``context`` (a process stopped
+        between the two adds: see the module docs), is completed: only its summary is added.
+        When the turn before this one is found in that state, a warning is logged.
+
         Raises:
             TurnTakenError: the turn is already stored in the namespace (its ids exist, e.g.
-                another writer stored it meanwhile); nothing was written.
+                another writer stored it meanwhile; or only its snapshot, with another
+                context); nothing was written.
             InvalidMemoryError: bad turn number, or an empty or unstorable context/summary
                 (checked before anything is written).
             StorageError, EmbeddingError, ...: the stream's error when an add fails; the
@@ -249,47 +258,137 @@ class ContextMemory(ContextLookups):
         ns = self.namespace(namespace)
         turn, insights = self._checked(turn, context, summary, insights)
         st = self.stream
-        yield Op(self._check_new, threaded(self._check_new), (turn, ns))
-        snapshot = self._snapshot_args(turn, context, tool_calls, ns, now)
-        try:
-            snap = yield Op(st.add, st.aadd, (), snapshot)
-        except StorageError as exc:
-            yield Op(self._taken_meanwhile, threaded(self._taken_meanwhile), (turn, ns, exc))
-            raise
+        left, previous_orphan = yield Op(
+            self._check_new, threaded(self._check_new), (turn, ns, context)
+        )
+        if left is None:
+            snapshot = self._snapshot_args(turn, context, tool_calls, ns, now)
+            try:
+                snap = (yield Op(st.add, st.aadd, (), snapshot))[0]
+            except StorageError as exc:
+                yield Op(self._taken_meanwhile, threaded(self._taken_meanwhile), (turn, ns, exc))
+                raise
+        else:
+            snap = left  # a crash left this turn's snapshot alone: store only its summary
         try:
             summ = yield Op(
                 st.add, st.aadd, (), self._summary_args(turn, summary, insights, fallback, ns, now)
             )
         except Exception as exc:
-            yield Op(self._undo_snapshot, threaded(self._undo_snapshot), (turn, ns, exc))
+            if left is None:  # (a snapshot left by a crash is not this call's to delete)
+                yield Op(self._undo_snapshot, threaded(self._undo_snapshot), (turn, ns, exc))
             raise
-        return ContextSnapshot.from_record(snap[0]), ContextSummary.from_record(summ[0])
+        if previous_orphan:
+            yield Op(self._report_orphan, threaded(self._report_orphan), (turn - 1, ns))
+        return ContextSnapshot.from_record(snap), ContextSummary.from_record(summ[0])
 
-    def _check_new(self, turn: int, namespace: str) -> None:
-        ids = [
-            self.context_id(turn, namespace=namespace),
-            self.summary_id(turn, namespace=namespace),
-        ]
-        if self.stream.get(ids, namespace=namespace):
-            raise TurnTakenError(
-                f"turn {turn} is already stored in namespace {namespace!r}; "
-                f"the next turn is {self.next_turn(namespace=namespace)}"
+    def _stored(self, turn: int, namespace: str) -> dict[str, MemoryRecord]:
+        """The records stored under the ids of ``turn`` (and of the turn before it), by id."""
+        turns = [turn, turn - 1] if turn > 1 else [turn]
+        ids = [i for t in turns for i in (self._id_of(t, k, namespace) for k in _ORDER)]
+        return {r.id: r for r in self.stream.get(ids, namespace=namespace)}
+
+    def _check_new(
+        self, turn: int, namespace: str, context: str
+    ) -> tuple[MemoryRecord | None, bool]:
+        """Before a turn is written: ``(None, ...)`` when its number is free, ``(snapshot,
+        ...)`` when only its snapshot is stored, with this very context (a crash between the
+        two writes left it: the summary completes the turn); otherwise :class:`TurnTakenError`.
+        The second value says whether the turn before looks left by a crash (a snapshot
+        without its summary), to be read again once this turn is stored."""
+        found = self._stored(turn, namespace)
+        snap = found.get(self.context_id(turn, namespace=namespace))
+        summ = found.get(self.summary_id(turn, namespace=namespace))
+        before = turn > 1 and (
+            self.context_id(turn - 1, namespace=namespace) in found
+            and self.summary_id(turn - 1, namespace=namespace) not in found
+        )
+        if snap is None and summ is None:
+            return None, before
+        if (
+            summ is None
+            and snap is not None
+            and snap.kind == SNAPSHOT_KIND
+            and snap.text == context
+        ):
+            return snap, before
+        raise TurnTakenError(self._taken_message(turn, namespace, snap, summ))
+
+    def _taken_message(
+        self,
+        turn: int,
+        namespace: str,
+        snap: MemoryRecord | None,
+        summ: MemoryRecord | None,
+    ) -> str:
+        if snap is not None and summ is None:
+            what = (
+                "its snapshot, with other contents, and no summary (a crash between the turn's "
+                "two writes?): record it again with its snapshot's context, or delete "
+                f"{snap.id} (MemoryStream.delete)"
             )
+        elif snap is None:
+            what = "its summary, without its snapshot"
+        else:
+            what = "its snapshot and its summary"
+        return (
+            f"turn {turn} is already stored in namespace {namespace!r} ({what}); "
+            f"the next turn is {self.next_turn(namespace=namespace)}"
+        )
 
     def _taken_meanwhile(self, turn: int, namespace: str, error: StorageError) -> None:
         """After a failed snapshot add (which stored nothing): raise :class:`TurnTakenError`
         when the turn's ids exist now, i.e. another writer stored it since the check (the add
         failed on a duplicate id); otherwise return, so the add's own error is raised."""
         try:
-            self._check_new(turn, namespace)
-        except TurnTakenError as taken:
-            raise taken from error
+            found = self._stored(turn, namespace)
+            snap = found.get(self.context_id(turn, namespace=namespace))
+            summ = found.get(self.summary_id(turn, namespace=namespace))
+            taken = None
+            if snap is not None or summ is not None:
+                taken = TurnTakenError(self._taken_message(turn, namespace, snap, summ))
         except Exception:  # the store cannot be read either: report the add's error
             return
+        if taken is not None:
+            raise taken from error
+
+    def _report_orphan(self, turn: int, namespace: str) -> None:
+        """Warn when ``turn`` still has a snapshot and no summary, read after the next turn
+        was stored (so a writer that was storing it at the time has had the time to finish)."""
+        try:
+            found = self._stored(turn, namespace)
+        except Exception:  # (the turn just stored is stored: a failed read only skips this)
+            return
+        cid = self.context_id(turn, namespace=namespace)
+        if cid not in found or self.summary_id(turn, namespace=namespace) in found:
+            return
+        logger.warning(
+            "turn %s of namespace %r has a snapshot (%s) and no summary (the process stopped "
+            "between the turn's two writes?): it is missing from the summaries. Complete it "
+            "with record_turn(%s, <the snapshot's context>, <a summary>), which stores only "
+            "the summary.",
+            turn,
+            namespace,
+            cid,
+            turn,
+        )
 
     def _undo_snapshot(self, turn: int, namespace: str, error: Exception) -> None:
-        """Delete the snapshot of a turn whose summary could not be stored."""
-        cid = self.context_id(turn, namespace=namespace)
+        """Delete the snapshot of a turn whose summary could not be stored; unless the summary
+        failed because another writer stored one meanwhile (recording the same turn and
+        context, which completes the snapshot): the turn is whole, taken by that writer."""
+        cid, sid = (
+            self.context_id(turn, namespace=namespace),
+            self.summary_id(turn, namespace=namespace),
+        )
+        if isinstance(error, DuplicateIdError):
+            try:
+                found = self._stored(turn, namespace)
+            except Exception:
+                found = {}
+            if sid in found:
+                message = self._taken_message(turn, namespace, found.get(cid), found[sid])
+                raise TurnTakenError(message) from error
         try:
             self.stream.delete(cid, namespace=namespace)
         except Exception as exc:
@@ -424,6 +523,9 @@ class ContextMemory(ContextLookups):
         """Async twin of :meth:`import_jsonl`: the file's check and the stream's import run in
         a worker thread (see ``MemoryStream.aimport_jsonl``)."""
         return await asyncio.to_thread(self.import_jsonl, path, namespace=namespace)
+
+
+_ORDER = (SNAPSHOT_KIND, SUMMARY_KIND)
 
 
 def _numbers(turns: Sequence[int]) -> str:

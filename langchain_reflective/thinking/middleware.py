@@ -20,9 +20,11 @@ Needs the ``agents`` extra (``pip install "langchain-reflective[agents]"``).
   the embedding service failing) does not fail the agent run, whose answer is already written:
   it is logged once (an ERROR of this module's logger naming the namespace, the turn and what
   was not stored) and the run returns its answer. Nothing of that turn is stored (never a
-  snapshot without its summary), and it is not retried later: the user's next message starts
-  a new turn, recorded under the number the lost one would have had. Only the same turn ending
-  again (a resumed run of the thread, without a new user message) tries to record it again.
+  snapshot without its summary, unless the process dies between the two writes: see
+  :class:`~langchain_reflective.thinking.ContextMemory`), and it is not retried later: the
+  user's next message starts a new turn, recorded under the number the lost one would have
+  had. Only the same turn ending again (a resumed run of the thread, without a new user
+  message) tries to record it again.
 
 Whose memory is used comes from the run, as for
 :class:`~langchain_reflective.integrations.middleware.MemoryMiddleware`: ``context.<key>``, else

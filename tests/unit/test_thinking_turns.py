@@ -15,6 +15,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import BaseMessage
 
 from langchain_reflective import ContextMemory, MemoryStream, RetryConfig, create_thinking_graph
+from langchain_reflective.thinking import TurnTakenError
 from langchain_reflective.thinking.middleware import ThinkingMiddleware
 from tests.fakes import WordEmbeddings
 from tests.thinking_fakes import FlakyEmbeddings, Rounds, decide, is_summary_call, round_, summary
@@ -105,3 +106,117 @@ def test_a_lost_agent_turn_is_logged_under_the_number_it_was_stored_as(
         [error] = caplog.records
         assert "could not record turn 2 of namespace" in error.getMessage()
         assert memory.last_turn() == 1
+
+
+# -- a snapshot left without its summary (a crash between the two writes) ----------------------
+
+
+def orphan(memory: ContextMemory, turn: int, context: str, namespace: str = "default") -> None:
+    """Store only a turn's snapshot, as a process killed between the turn's two adds leaves."""
+    memory.stream.add(**memory._snapshot_args(turn, context, [], namespace, None))
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+async def test_recording_a_crashed_turn_again_stores_only_its_missing_summary(
+    stream: MemoryStream, use_async: bool
+) -> None:
+    """The same turn with the same context completes it (it was refused as "already stored"
+    forever, and the turn never reached the summaries)."""
+    memory = ContextMemory(stream)
+    orphan(memory, 1, "first context")
+    assert memory.summary_by_turn(1) is None and memory.next_turn() == 2
+    turn = (1, "first context", "read the first context", ["an insight"])
+    if use_async:
+        snap, summ = await memory.arecord_turn(*turn)
+    else:
+        snap, summ = memory.record_turn(*turn)
+    assert (snap.id, summ.context_id) == (memory.context_id(1),) * 2
+    assert stream.count() == 2 and [s.turn for s in memory.recent_summaries()] == [1]
+    with pytest.raises(TurnTakenError, match="already stored"):
+        memory.record_turn(*turn)  # now whole: taken
+
+
+def test_a_crashed_turn_is_not_completed_with_another_context(stream: MemoryStream) -> None:
+    memory = ContextMemory(stream)
+    orphan(memory, 1, "first context")
+    with pytest.raises(TurnTakenError, match=r"its snapshot.*other contents.*no summary"):
+        memory.record_turn(1, "another context", "a summary")
+    assert stream.count() == 1
+
+
+def test_completing_a_crashed_turn_keeps_its_snapshot_when_the_summary_fails(
+    tmp_path: Path,
+) -> None:
+    """The snapshot was not written by this call: a failed summary add does not delete it."""
+    with MemoryStream(FlakyEmbeddings(fail_on="failing"), path=tmp_path / "c.db") as s:
+        memory = ContextMemory(s)
+        orphan(memory, 1, "first context")
+        with pytest.raises(RuntimeError, match="embedding service down"):
+            memory.record_turn(1, "first context", "failing summary")
+        assert memory.context_by_turn(1) is not None and s.count() == 1
+
+
+def test_the_next_turn_reports_a_crashed_one(
+    stream: MemoryStream, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Recording turn 2 (here by the graph, after a restart) warns that turn 1 has a snapshot
+    and no summary, and how to complete it; a whole turn 1 is not reported."""
+    memory = ContextMemory(stream)
+    orphan(memory, 1, "first context")
+    with caplog.at_level(logging.WARNING, logger="langchain_reflective.thinking"):
+        out = create_thinking_graph(one_turn(2), stream, retry=NO_RETRY).invoke(
+            {"context": "second context"}
+        )
+    assert out["turn"] == 2
+    [warning] = [r for r in caplog.records if "no summary" in r.getMessage()]
+    assert "turn 1 of namespace 'default'" in warning.getMessage()
+    assert "record_turn(1" in warning.getMessage()
+    caplog.clear()
+    memory.record_turn(1, "first context", "completed")
+    with caplog.at_level(logging.WARNING, logger="langchain_reflective.thinking"):
+        memory.record_turn(3, "third context", "s")
+    assert not caplog.records
+
+
+def test_a_turn_being_stored_by_another_writer_is_not_reported(
+    stream: MemoryStream, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Turn 1's summary is missing when turn 2 checks its number, but stored by the time turn 2
+    is: no warning (the report reads the previous turn again after its own writes)."""
+    memory = ContextMemory(stream)
+    orphan(memory, 1, "first context")
+    add = stream.add
+
+    def other_writer_finishes(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(stream, "add", add)
+        stream.add(**memory._summary_args(1, "first", [], False, "default", None))
+        return add(*args, **kwargs)
+
+    monkeypatch.setattr(stream, "add", other_writer_finishes)
+    with caplog.at_level(logging.WARNING, logger="langchain_reflective.thinking"):
+        memory.record_turn(2, "second context", "s")
+    assert not caplog.records and stream.count() == 4
+
+
+def test_a_turn_completed_by_another_writer_between_its_writes_is_kept_whole(
+    stream: MemoryStream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two writers of the same turn and context: the second completes the first's snapshot
+    with its summary before the first's summary add, which then fails on the duplicate id;
+    the first must not delete the snapshot the stored summary cites."""
+    memory = ContextMemory(stream)
+    add = stream.add
+    calls: list[int] = []
+
+    def racing_add(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:  # the first writer's summary add: the other one completes first
+            monkeypatch.setattr(stream, "add", add)
+            ContextMemory(stream).record_turn(1, "same context", "the other summary")
+        return add(*args, **kwargs)
+
+    monkeypatch.setattr(stream, "add", racing_add)
+    with pytest.raises(TurnTakenError, match="already stored"):
+        memory.record_turn(1, "same context", "my summary")
+    snap, summ = memory.context_by_turn(1), memory.summary_by_turn(1)
+    assert snap is not None and summ is not None and summ.summary == "the other summary"
