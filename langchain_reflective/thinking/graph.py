@@ -95,7 +95,9 @@ def create_thinking_graph(
         retry: Retries of transient model errors.
         structured_output: Summaries via structured output (``None``: when supported).
         prompts: Custom prompts (:class:`ThinkingPrompts`).
-        checkpointer: Passed to ``compile``; leave ``None`` inside a parent graph.
+        checkpointer: Passed to ``compile``; leave ``None`` inside a parent graph. On a
+            checkpointed thread each run's ``context``, ``messages``, ``tool_calls``, ``record``
+            and ``now`` are reset when it ends; ``namespace`` stays (see :class:`ThinkingInput`).
         name: The compiled graph's name (its run name in traces).
 
     Returns:

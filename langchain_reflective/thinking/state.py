@@ -97,7 +97,14 @@ class SummaryDict(TypedDict):
 
 
 class ThinkingInput(TypedDict, total=False):
-    """Input of the thinking graph (``context`` is required)."""
+    """Input of the thinking graph (``context`` is required).
+
+    With a checkpointer, ``context``, ``messages``, ``tool_calls``, ``record`` and ``now`` apply
+    to their run only: each run ends by setting them back to their defaults in the thread's
+    state (a run that raises leaves them until the next run gives its own). ``namespace`` stays
+    on the thread (its owner) until a run gives another, and the ``turn`` left is the previous
+    run's output, not taken as given.
+    """
 
     context: str
     """The current context of the turn (workspace state, the user's request, ...). When the

@@ -78,6 +78,18 @@ _STALE_MOVES = 8
 turns of the namespace (each refusal is another turn stored); this many moves in a row without
 that (numbers taken by records left behind, e.g. a summary whose snapshot was deleted) raise
 :class:`TurnTakenError`."""
+RUN_INPUTS_RESET: dict[str, Any] = {
+    "context": "",
+    "messages": [],
+    "tool_calls": [],
+    "record": True,
+    "now": None,
+}
+"""The inputs that apply to one run only, set back to their defaults when the run ends: with a
+checkpointer they stayed in the thread's state, and the next run on the thread that did not
+give them was not recorded (``record=False``), stored the earlier tool calls and timestamp,
+showed the earlier conversation, or thought about the earlier context again. The namespace
+stays (the thread's owner), and the turn number left counts as not given (``turn_taken``)."""
 _JITTER_STEP = 0.01
 _JITTER_MAX = 0.25
 """A turn moving on waits up to ``min(_JITTER_MAX, _JITTER_STEP * moves)`` seconds (random),
@@ -519,7 +531,7 @@ class _Thinker:
                 "summary": current,
                 "context_id": stored.context_id,
             }
-        return {**update, **self.output(state, summaries)}
+        return {**update, **self.output(state, summaries), **RUN_INPUTS_RESET}
 
     def output(self, state: Mapping[str, Any], summaries: list[SummaryDict]) -> Update:
         """The output keys built from the state and the summaries to inject."""
