@@ -6,7 +6,10 @@ Needs the ``agents`` extra (``pip install "langchain-reflective[agents]"``).
   rounds (``record=False``) on the user's message (whatever its length: only the snapshot
   recorded after the turn is cut to what a memory holds), with the earlier conversation, the
   accumulated summaries of earlier turns and ``recall_context``. Its result is kept in a private
-  state key, so the later model calls of the same turn (after tool calls) reuse it.
+  state key, so the later model calls of the same turn (after tool calls) reuse it: the
+  thoughts and the rendered action context (each recalled context cut to a line), not the
+  recalled contexts whole. The thinking graph writes no checkpoints of its own (compiled with
+  ``checkpointer=False``): the agent's checkpointer saves the agent's steps only.
 * **Before every model call of the turn**, the accumulated summaries (within
   ``summary_token_budget``; older ones leave the prompt, never the storage), the turn's thoughts
   and recalled contexts are added to the system message, fenced as data.
@@ -206,7 +209,10 @@ class ThinkingMiddleware(AgentMiddleware[ThinkingState, Any]):
         self._thinker = _Thinker(
             resolve_chat_model(model), self.memory, self.config, prompts or ThinkingPrompts()
         )
-        self.graph = build_graph(self._thinker, name="thinking")
+        # (run inside a node: with the agent's checkpointer it would write a checkpoint of its
+        # own per step, each holding the recalled contexts; the agent's own state keeps what
+        # the turn needs)
+        self.graph = build_graph(self._thinker, checkpointer=False, name="thinking")
 
     # -- namespace -----------------------------------------------------------------------------
 
@@ -259,7 +265,6 @@ class ThinkingMiddleware(AgentMiddleware[ThinkingState, Any]):
                 "namespace": namespace,
                 "turn": out.get("turn"),
                 "thoughts": out.get("thoughts") or [],
-                "recalled": out.get("recalled") or [],
                 "action_context": out.get("action_context") or "",
                 "stop_reason": out.get("stop_reason"),
                 "fallbacks": out.get("fallbacks") or [],
@@ -347,7 +352,7 @@ class ThinkingMiddleware(AgentMiddleware[ThinkingState, Any]):
             "turn": 0,  # set by _record: the namespace's next turn at recording time
             "turn_assigned": True,  # so a number another writer takes meanwhile moves on
             "thoughts": kept.get("thoughts") or [],
-            "recalled": kept.get("recalled") or [],
+            "recalled": [],  # (shown in the action context only, which is not rebuilt here)
             "fallbacks": kept.get("fallbacks") or [],
             "past_summaries": [],
             "llm_calls": kept.get("llm_calls", 0),

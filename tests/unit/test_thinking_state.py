@@ -60,3 +60,38 @@ def test_a_runs_inputs_do_not_carry_into_the_next_run_on_the_thread(
     assert not values["tool_calls"] and values["now"] is None and not values["messages"]
     with pytest.raises(Exception, match="non-empty 'context'"):
         graph.invoke({}, cfg)  # the first run's context is not thought about again
+
+
+def test_the_middlewares_thinking_keeps_no_checkpoints_and_no_recalled_contexts(
+    stream: MemoryStream,
+) -> None:
+    """The thinking subgraph ran inside a node and inherited the agent's checkpointer (7 more
+    checkpoints per turn, each holding the recalled contexts), and the private key kept every
+    recalled context whole though only the rendered action context is used."""
+    from langchain.agents import create_agent
+
+    from langchain_reflective.thinking.middleware import ThinkingMiddleware
+    from tests.thinking_fakes import decide, recall, round_
+    from tests.unit.test_middleware import FakeChat
+
+    memory = ContextMemory(stream)
+    memory.record_turn(1, "parseData " + "x" * 150_000, "parseData slow", [], namespace="alice")
+    thinker = Rounds(
+        script=[
+            round_(f"r{i}", recall(f"a{i}", turn_numbers=[1]), decide(True, "more", f"a{i}"))
+            for i in range(3)
+        ]
+    )
+    saver = InMemorySaver()
+    middleware = ThinkingMiddleware(
+        thinker, stream, retry=NO_RETRY, max_rounds=3, thinking_token_budget=10**6
+    )
+    agent: Any = create_agent(FakeChat(), middleware=[middleware], checkpointer=saver)
+    cfg: Any = {"configurable": {"thread_id": "t"}}
+    agent.invoke({"messages": [HumanMessage("hi")]}, cfg, context={"user_id": "alice"})
+    namespaces = {ns for by_ns in saver.storage.values() for ns in by_ns}
+    assert namespaces == {""}  # the agent's own checkpoints only
+    kept = agent.get_state(cfg).values["reflective_thinking"]
+    assert kept["recorded"] and "recalled" not in kept
+    assert len(repr(kept)) < 20_000  # (the action context shows the recall cut to a line)
+    assert "parseData" in kept["action_context"]
