@@ -146,23 +146,20 @@ class ContextLookups:
         wanted = list(dict.fromkeys(_positive_turn(t) for t in turns))
         ids = [self.context_id(t, namespace=ns) for t in wanted]
         by_id = {r.id: r for r in (yield self._get(ids, ns)) if r.kind == SNAPSHOT_KIND}
-        found = {
-            t: by_id[cid] for t in wanted if (cid := self.context_id(t, namespace=ns)) in by_id
-        }
-        if len(found) < len(wanted):
-            for record in (yield self._recent(None, ns, SNAPSHOT_KIND)):
-                turn = record.metadata.get("turn")
-                if turn in wanted and turn not in found:
-                    found[turn] = record
-        return [ContextSnapshot.from_record(found[t]) for t in wanted if t in found]
+        return [
+            ContextSnapshot.from_record(by_id[cid])
+            for t in wanted
+            if (cid := self.context_id(t, namespace=ns)) in by_id
+        ]
 
     def contexts_by_turn(
         self, turns: Iterable[int], *, namespace: str | None = None
     ) -> list[ContextSnapshot]:
         """Snapshots of these turns, in the order given (unknown turns skipped).
 
-        One indexed read by id; records imported under another namespace (whose ids carry the
-        old namespace's hash) are found by their ``turn`` metadata instead.
+        One indexed read by id (:meth:`context_id`: an import gives each turn the id its number
+        has in the namespace), however many turns are missing: a missing turn reads nothing
+        more.
 
         Raises:
             InvalidMemoryError: a turn that is not a positive integer, or a bad namespace.
@@ -213,9 +210,6 @@ class ContextLookups:
         found = yield self._get([self.summary_id(turn, namespace=ns)], ns)
         if found and found[0].kind == SUMMARY_KIND:
             return ContextSummary.from_record(found[0])
-        for record in (yield self._recent(None, ns, SUMMARY_KIND)):
-            if record.metadata.get("turn") == turn:
-                return ContextSummary.from_record(record)
         return None
 
     def summary_by_turn(self, turn: int, *, namespace: str | None = None) -> ContextSummary | None:
