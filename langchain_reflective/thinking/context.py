@@ -44,7 +44,7 @@ from langchain_reflective.errors import DuplicateIdError, InvalidMemoryError, St
 from langchain_reflective.export_file import export_lines, open_export, read_header
 from langchain_reflective.records import MemoryRecord, validate_text
 from langchain_reflective.stream import MemoryStream
-from langchain_reflective.thinking.lookups import ContextLookups, _positive_turn
+from langchain_reflective.thinking.lookups import ContextLookups, _positive_turn, _strings
 from langchain_reflective.thinking.turns import (
     _KINDS,
     SNAPSHOT_KIND,
@@ -133,7 +133,7 @@ class ContextMemory(ContextLookups):
                 {
                     "turn": turn,
                     "token_count": count_text_tokens(context),
-                    "tool_calls": [str(t) for t in tool_calls],
+                    "tool_calls": [str(t) for t in _strings(tool_calls)],
                 }
             ],
             "ids": [self.context_id(turn, namespace=namespace)],
@@ -181,7 +181,7 @@ class ContextMemory(ContextLookups):
         for name, value in (("context", context), ("summary", summary)):
             if not isinstance(value, str) or not value.strip():
                 raise InvalidMemoryError(f"a turn's {name} must be a non-empty string")
-        clean = [str(i).strip() for i in insights if str(i).strip()]
+        clean = [str(i).strip() for i in _strings(insights) if str(i).strip()]
         for name, text in (("context", context), ("summary", summary_text(summary, clean))):
             try:
                 validate_text(text)
@@ -194,15 +194,17 @@ class ContextMemory(ContextLookups):
         turn: int,
         context: str,
         summary: str,
-        insights: Sequence[str] = (),
+        insights: str | Sequence[str] = (),
         *,
-        tool_calls: Sequence[str] = (),
+        tool_calls: str | Sequence[str] = (),
         fallback: bool = False,
         namespace: str | None = None,
         now: datetime | None = None,
     ) -> tuple[ContextSnapshot, ContextSummary]:
         """Store a turn's snapshot, then its summary citing it (two adds, no model call), whole
         or not at all: if the summary's add fails, the snapshot is deleted and the error raised.
+
+        ``insights`` and ``tool_calls`` are lists, or one string each (one item).
 
         A turn whose snapshot alone is stored, with this same ``context`` (a process stopped
         between the two adds: see the module docs), is completed: only its summary is added.
@@ -228,9 +230,9 @@ class ContextMemory(ContextLookups):
         turn: int,
         context: str,
         summary: str,
-        insights: Sequence[str] = (),
+        insights: str | Sequence[str] = (),
         *,
-        tool_calls: Sequence[str] = (),
+        tool_calls: str | Sequence[str] = (),
         fallback: bool = False,
         namespace: str | None = None,
         now: datetime | None = None,

@@ -8,7 +8,7 @@ import dataclasses
 import hashlib
 import re
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from langchain_reflective._llm import Flow, Op, run_async, run_sync
 from langchain_reflective.errors import InvalidMemoryError
@@ -51,6 +51,21 @@ def _positive_turn(turn: object) -> int:
     if isinstance(turn, bool) or not isinstance(turn, int) or turn < 1:
         raise InvalidMemoryError(f"a turn number must be a positive integer, got {turn!r}")
     return turn
+
+
+def _strings(value: str | Iterable[Any]) -> list[Any]:
+    """A list of items given as a list, or as one string (one item, not its characters)."""
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _turn_list(value: int | Iterable[Any]) -> list[Any]:
+    """Turn numbers given as a list, or as one number; a string is refused (its characters
+    were taken as the numbers)."""
+    if isinstance(value, (str, bytes)):
+        raise InvalidMemoryError(
+            f"turn_numbers must be a list of turn numbers (integers), got the string {value!r}"
+        )
+    return [value] if isinstance(value, int) else list(value)
 
 
 class ContextLookups:
@@ -355,14 +370,16 @@ class ContextLookups:
 
     def _recall_flow(
         self,
-        turn_numbers: Sequence[int],
-        context_ids: Sequence[str],
-        keywords: Sequence[str],
+        turn_numbers: int | Sequence[int],
+        context_ids: str | Sequence[str],
+        keywords: str | Sequence[str],
         limit: int,
         namespace: str | None,
     ) -> Flow[RecallResult]:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise InvalidMemoryError(f"limit must be a positive integer, got {limit!r}")
+        turn_numbers = _turn_list(turn_numbers)
+        context_ids, keywords = _strings(context_ids), _strings(keywords)
         ns = self.namespace(namespace)
         found: list[ContextSnapshot] = []
         missing: list[str] = []
@@ -386,14 +403,15 @@ class ContextLookups:
     def recall(
         self,
         *,
-        turn_numbers: Sequence[int] = (),
-        context_ids: Sequence[str] = (),
-        keywords: Sequence[str] = (),
+        turn_numbers: int | Sequence[int] = (),
+        context_ids: str | Sequence[str] = (),
+        keywords: str | Sequence[str] = (),
         limit: int = 3,
         namespace: str | None = None,
     ) -> RecallResult:
         """Recall snapshots by turn number, context id and keywords (in that order), at most
-        ``limit`` in all, each once.
+        ``limit`` in all, each once. Each may be given as a list or as a single item (one
+        number, id or keyword string).
 
         Raises:
             InvalidMemoryError: a bad turn number, limit or namespace.
@@ -403,9 +421,9 @@ class ContextLookups:
     async def arecall(
         self,
         *,
-        turn_numbers: Sequence[int] = (),
-        context_ids: Sequence[str] = (),
-        keywords: Sequence[str] = (),
+        turn_numbers: int | Sequence[int] = (),
+        context_ids: str | Sequence[str] = (),
+        keywords: str | Sequence[str] = (),
         limit: int = 3,
         namespace: str | None = None,
     ) -> RecallResult:

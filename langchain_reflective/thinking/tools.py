@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.tools import StructuredTool
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from langchain_reflective._llm import neutralise
 
@@ -53,6 +53,15 @@ class RecallContextArgs(BaseModel):
     keywords: list[str] = Field(
         default_factory=list, description="Keywords to search earlier contexts and summaries for."
     )
+
+    @field_validator("turn_numbers", "context_ids", "keywords", mode="before")
+    @classmethod
+    def _one_as_a_list(cls, value: Any) -> Any:
+        """One item given without its list (``keywords="parseData"``) is that item; ``None`` is
+        none."""
+        if value is None:
+            return []
+        return [value] if isinstance(value, (str, int)) else value
 
 
 MAX_SHOWN_REQUEST_CHARS = 100

@@ -60,3 +60,47 @@ async def test_a_missing_turn_reads_no_other_snapshot(
         assert memory.summary_by_turn(350) is None and memory.context_by_turn(350) is None
     assert [s.turn for s in found.snapshots] == [1] and found.missing == ["turn 350"]
     assert None not in scans
+
+
+def test_a_single_string_is_one_item_not_its_characters(memory: ContextMemory) -> None:
+    """``recall(keywords="alpha")`` searched for "a l p h a", ``context_ids="ctx_1"`` asked for
+    five one-letter ids and ``record_turn(insights="abc")`` stored the insights a, b and c."""
+    assert [s.turn for s in memory.recall(keywords="alpha").snapshots] == [1]
+    found = memory.recall(context_ids=memory.context_id(2))
+    assert [s.turn for s in found.snapshots] == [2] and found.missing == []
+    assert memory.recall(context_ids="nope").missing == ["id nope"]
+    assert [s.turn for s in memory.recall(turn_numbers=2).snapshots] == [2]  # one number
+    _, summ = memory.record_turn(3, "c", "s", "one insight", tool_calls="grep")
+    assert summ.insights == ("one insight",)
+    snap = memory.context_by_turn(3)
+    assert snap is not None and snap.tool_calls == ("grep",)
+
+
+def test_turn_numbers_given_as_a_string_are_refused_clearly(memory: ContextMemory) -> None:
+    """``recall(turn_numbers="12")`` complained about the turn number '1'."""
+    from langchain_reflective import InvalidMemoryError
+
+    with pytest.raises(InvalidMemoryError, match=r"turn_numbers.*'12'"):
+        memory.recall(turn_numbers="12")  # type: ignore[arg-type]
+
+
+def test_the_model_may_give_one_keyword_id_or_turn_without_a_list(
+    memory: ContextMemory,
+) -> None:
+    """``recall_context(keywords="alpha")`` was a failed recall (a validation error)."""
+    from langchain_reflective import create_thinking_graph
+    from tests.thinking_fakes import Rounds, decide, recall, round_
+
+    thinker = Rounds(
+        script=[
+            round_(
+                "t",
+                recall("a", keywords="alpha", turn_numbers=2, context_ids="nope"),
+                decide(False, "ok", "d"),
+            )
+        ]
+    )
+    graph = create_thinking_graph(thinker, memory.stream, retry=NO_RETRY)
+    out = graph.invoke({"context": "what was alpha?", "record": False})
+    assert out["fallback_counts"] == {}
+    assert sorted(r["turn"] for r in out["recalled"]) == [1, 2]
