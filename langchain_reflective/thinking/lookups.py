@@ -314,6 +314,8 @@ class ContextLookups:
     def _search_flow(
         self, keywords: str | Sequence[str], k: int, namespace: str | None
     ) -> Flow[list[ContextSnapshot]]:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise InvalidMemoryError(f"k must be a positive integer, got {k!r}")
         query = keywords if isinstance(keywords, str) else " ".join(str(w) for w in keywords)
         if not query.strip():
             raise InvalidMemoryError("search needs at least one non-empty keyword")

@@ -104,3 +104,15 @@ def test_the_model_may_give_one_keyword_id_or_turn_without_a_list(
     out = graph.invoke({"context": "what was alpha?", "record": False})
     assert out["fallback_counts"] == {}
     assert sorted(r["turn"] for r in out["recalled"]) == [1, 2]
+
+
+@pytest.mark.parametrize("k", [0, -1, True, 2.5, "3"])
+async def test_search_refuses_a_bad_k_as_it_says(memory: ContextMemory, k: Any) -> None:
+    """``k=0`` and ``k=-1`` returned nothing and ``k=True`` was taken as 1, though the
+    docstring says a bad ``k`` raises."""
+    from langchain_reflective import InvalidMemoryError
+
+    with pytest.raises(InvalidMemoryError, match="k must be a positive integer"):
+        memory.search(["alpha"], k=k)
+    with pytest.raises(InvalidMemoryError, match="k must be a positive integer"):
+        await memory.asearch(["alpha"], k=k)
