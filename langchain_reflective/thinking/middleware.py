@@ -153,12 +153,16 @@ class ThinkingMiddleware(AgentMiddleware[ThinkingState, Any]):
         max_recall_contexts: most contexts one recall returns.
         summary_token_budget: tokens the accumulated summaries may take in a prompt.
         conversation_token_budget: tokens of earlier conversation shown to the thinking model
-            (the newest messages that fit).
+            (the newest messages that fit; 0: none).
         namespace_key: the runtime-context attribute / ``configurable`` key holding the owner.
         require_namespace: raise ``ValueError`` when a run names no owner.
         retry: retries of transient model errors.
         structured_output: summaries via structured output (``None``: when supported).
         prompts: custom prompts.
+
+    Raises:
+        ValueError: an empty ``namespace_key``, a ``conversation_token_budget`` that is not an
+            integer >= 0, or a bad thinking setting (:class:`ThinkingConfig`).
 
     Example:
         .. code-block:: python
@@ -192,6 +196,11 @@ class ThinkingMiddleware(AgentMiddleware[ThinkingState, Any]):
     ) -> None:
         if not namespace_key:
             raise ValueError("namespace_key must be a non-empty string")
+        budget = conversation_token_budget
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+            raise ValueError(
+                f"conversation_token_budget must be an integer >= 0 (tokens), got {budget!r}"
+            )
         super().__init__()
         self.memory = stream if isinstance(stream, ContextMemory) else ContextMemory(stream)
         self.config = ThinkingConfig(

@@ -184,7 +184,13 @@ class ThinkingPrompts:
     summary_system: str = SUMMARY_SYSTEM
     """System prompt of the summary call (asks for JSON ``summary`` + ``insights``)."""
     max_item_chars: int = 4_000
-    """Longest line of data in a prompt (a longer context or message is cut with ``…``)."""
+    """Longest line of data in a prompt (a longer context or message is cut with ``…``); a
+    positive integer."""
+
+    def __post_init__(self) -> None:
+        chars = self.max_item_chars
+        if isinstance(chars, bool) or not isinstance(chars, int) or chars < 1:
+            raise ValueError(f"max_item_chars must be a positive integer, got {chars!r}")
 
     def thinking(
         self,

@@ -116,3 +116,24 @@ async def test_search_refuses_a_bad_k_as_it_says(memory: ContextMemory, k: Any) 
         memory.search(["alpha"], k=k)
     with pytest.raises(InvalidMemoryError, match="k must be a positive integer"):
         await memory.asearch(["alpha"], k=k)
+
+
+@pytest.mark.parametrize("budget", [-5, "x", True, 2.5])
+def test_the_middleware_refuses_a_bad_conversation_budget(
+    stream: MemoryStream, budget: Any
+) -> None:
+    from langchain_reflective.thinking.middleware import ThinkingMiddleware
+    from tests.thinking_fakes import Rounds
+
+    with pytest.raises(ValueError, match="conversation_token_budget"):
+        ThinkingMiddleware(Rounds(), stream, conversation_token_budget=budget)
+    ThinkingMiddleware(Rounds(), stream, conversation_token_budget=0)  # (no earlier messages)
+
+
+@pytest.mark.parametrize("chars", [0, -1, True, "9"])
+def test_prompts_refuse_a_bad_item_length(chars: Any) -> None:
+    """``max_item_chars=0`` was accepted, and every line of data became "…"."""
+    from langchain_reflective.thinking import ThinkingPrompts
+
+    with pytest.raises(ValueError, match="max_item_chars"):
+        ThinkingPrompts(max_item_chars=chars)
