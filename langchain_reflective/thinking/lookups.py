@@ -107,20 +107,28 @@ class ContextLookups:
 
     def _last_turn_flow(self, namespace: str | None) -> Flow[int]:
         ns = self.namespace(namespace)
-        newest = yield self._recent(1, ns, SNAPSHOT_KIND)
+        st = self.stream
+        newest = yield Op(st.recent, st.arecent, (1,), {"namespace": ns, "kinds": list(_KINDS)})
         last = int(newest[0].metadata.get("turn", 0)) if newest else 0
         while True:  # (numbers right after it that an import brought, with older timestamps)
             probe = [last + i for i in range(1, _PROBE + 1)]
-            found = yield self._get([self.context_id(t, namespace=ns) for t in probe], ns)
-            stored = {r.id for r in found if r.kind == SNAPSHOT_KIND}
+            ids = {
+                i: t
+                for t in probe
+                for i in (self.context_id(t, namespace=ns), self.summary_id(t, namespace=ns))
+            }
+            found = yield self._get(list(ids), ns)
+            stored = {ids[r.id] for r in found if r.kind in _KINDS and r.id in ids}
             for t in probe:
-                if self.context_id(t, namespace=ns) not in stored:
+                if t not in stored:
                     return last
                 last = t
 
     def last_turn(self, *, namespace: str | None = None) -> int:
-        """The namespace's last turn number (0 when none): the newest snapshot's, or the last of
-        the numbers stored right after it (an import may bring turns with older timestamps)."""
+        """The namespace's last turn number (0 when none): the newest snapshot's or summary's,
+        or the last of the numbers stored right after it (an import may bring turns with older
+        timestamps). A number holding either record counts (a summary whose snapshot was
+        deleted still holds its number: :meth:`record_turn` refuses it)."""
         return run_sync(self._last_turn_flow(namespace))
 
     async def alast_turn(self, *, namespace: str | None = None) -> int:

@@ -220,3 +220,17 @@ def test_a_turn_completed_by_another_writer_between_its_writes_is_kept_whole(
         memory.record_turn(1, "same context", "my summary")
     snap, summ = memory.context_by_turn(1), memory.summary_by_turn(1)
     assert snap is not None and summ is not None and summ.summary == "the other summary"
+
+
+def test_a_summary_kept_without_its_snapshot_holds_its_number(stream: MemoryStream) -> None:
+    """A user deleted turn 2's snapshot and kept its summary: next_turn said 2, and recording
+    it was refused with "turn 2 is already stored ...; the next turn is 2"."""
+    memory = ContextMemory(stream)
+    memory.record_turn(1, "a", "sa")
+    memory.record_turn(2, "b", "sb")
+    stream.delete(memory.context_id(2))
+    assert memory.last_turn() == 2 and memory.next_turn() == 3
+    with pytest.raises(TurnTakenError, match=r"its summary, without its snapshot.*next turn is 3"):
+        memory.record_turn(2, "c", "sc")
+    snap, _ = memory.record_turn(memory.next_turn(), "c", "sc")
+    assert snap.turn == 3
