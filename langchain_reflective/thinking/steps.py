@@ -113,6 +113,16 @@ def _usage_tokens(result: Any) -> int | None:
     return int(total) if total else None
 
 
+def _unparsed(message: AIMessage) -> list[dict[str, Any]]:
+    """The tool calls whose arguments LangChain could not parse (``invalid_tool_calls``), with
+    their raw text as arguments: read like the others, each fails validation and takes its
+    fallback (it was ignored, so an unreadable ``continue_thinking`` went uncounted)."""
+    return [
+        {"name": call.get("name"), "args": str(call.get("args") or "(no arguments)")}
+        for call in message.invalid_tool_calls
+    ]
+
+
 class _Thinker:
     """The steps of a thinking turn, bound to a model, a context memory and settings."""
 
@@ -291,16 +301,17 @@ class _Thinker:
         decision: ContinueThinkingArgs | None = None
         round_recalled: list[SnapshotDict] = []
         asked_recall = False
-        for call in message.tool_calls:
+        for call in [*message.tool_calls, *_unparsed(message)]:
+            args = call.get("args") or {}  # (a string: arguments that were not even JSON)
             if call["name"] == CONTINUE_THINKING:
                 try:
-                    decision = ContinueThinkingArgs.model_validate(call.get("args") or {})
+                    decision = ContinueThinkingArgs.model_validate(args)
                 except ValidationError as exc:
                     fallbacks.append(
                         self._fallback(
                             state,
                             "malformed_decision",
-                            f"unreadable continue_thinking arguments {call.get('args')!r}: "
+                            f"unreadable continue_thinking arguments {args!r}: "
                             f"{exc.error_count()} error(s); taken as ready to act",
                             number,
                         )
@@ -308,7 +319,7 @@ class _Thinker:
             elif call["name"] == RECALL_CONTEXT and cfg.enable_recall:
                 asked_recall = True
                 try:
-                    request = RecallContextArgs.model_validate(call.get("args") or {})
+                    request = RecallContextArgs.model_validate(args)
                 except ValidationError as exc:
                     found: Any = Failure(exc)
                 else:

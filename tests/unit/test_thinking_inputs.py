@@ -137,3 +137,32 @@ def test_prompts_refuse_a_bad_item_length(chars: Any) -> None:
 
     with pytest.raises(ValueError, match="max_item_chars"):
         ThinkingPrompts(max_item_chars=chars)
+
+
+def test_an_unparsable_tool_call_of_the_model_takes_its_fallback(stream: MemoryStream) -> None:
+    """A ``continue_thinking`` whose arguments are not JSON (LangChain puts it in
+    ``invalid_tool_calls``) was read as "ready to act" with no fallback logged or counted; an
+    unparsable ``recall_context`` went unnoticed too."""
+    from langchain_core.messages import AIMessage
+
+    from langchain_reflective import create_thinking_graph
+    from tests.thinking_fakes import Rounds, decide, round_
+
+    def bad(name: str) -> Any:
+        return {"name": name, "args": "{not json", "id": name, "error": "bad json"}
+
+    thinker = Rounds(
+        script=[
+            AIMessage("thinking", invalid_tool_calls=[bad("continue_thinking")]),
+            AIMessage("recalling", invalid_tool_calls=[bad("recall_context")]),
+            round_("done", decide(False, "ok", "d")),
+        ]
+    )
+    graph = create_thinking_graph(thinker, stream, retry=NO_RETRY)
+    first = graph.invoke({"context": "c", "record": False})
+    assert first["fallback_counts"] == {"malformed_decision": 1}
+    assert "unreadable continue_thinking" in first["fallbacks"][0]["detail"]
+    assert not first["thoughts"][0]["continue_thinking"]
+    second = graph.invoke({"context": "c", "record": False})
+    assert second["fallback_counts"] == {"recall_failed": 1}
+    assert [t["continue_thinking"] for t in second["thoughts"]] == [True, False]
