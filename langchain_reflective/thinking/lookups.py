@@ -47,6 +47,10 @@ def _storable_id(value: str) -> bool:
     return bool(value)
 
 
+def _is_turn(turn: object) -> bool:
+    return isinstance(turn, int) and not isinstance(turn, bool) and turn >= 1
+
+
 def _positive_turn(turn: object) -> int:
     if isinstance(turn, bool) or not isinstance(turn, int) or turn < 1:
         raise InvalidMemoryError(f"a turn number must be a positive integer, got {turn!r}")
@@ -394,9 +398,11 @@ class ContextLookups:
         found: list[ContextSnapshot] = []
         missing: list[str] = []
         if turn_numbers:
-            by_turn = yield from self._contexts_by_turn_flow(turn_numbers, ns)
+            # a number no turn can have (0, -3: a model's) is reported, not the recall's failure
+            numbers = [t for t in turn_numbers if _is_turn(t)]
+            by_turn = yield from self._contexts_by_turn_flow(numbers, ns)
             have = {s.turn for s in by_turn}
-            missing += [f"turn {t}" for t in turn_numbers if t not in have]
+            missing += [f"turn {t}" for t in turn_numbers if not _is_turn(t) or t not in have]
             found += by_turn
         if context_ids:
             by_id = yield from self._contexts_by_id_flow(context_ids, ns)
@@ -423,8 +429,12 @@ class ContextLookups:
         ``limit`` in all, each once. Each may be given as a list or as a single item (one
         number, id or keyword string).
 
+        Requested turns and ids that are not stored are listed in ``missing`` (``"turn 7"``,
+        ``"id ctx_x"``), as is a number no turn can have (``"turn 0"``): it does not fail the
+        recall of the others.
+
         Raises:
-            InvalidMemoryError: a bad turn number, limit or namespace.
+            InvalidMemoryError: a bad limit or namespace, or ``turn_numbers`` given as a string.
         """
         return run_sync(self._recall_flow(turn_numbers, context_ids, keywords, limit, namespace))
 

@@ -166,3 +166,12 @@ def test_an_unparsable_tool_call_of_the_model_takes_its_fallback(stream: MemoryS
     second = graph.invoke({"context": "c", "record": False})
     assert second["fallback_counts"] == {"recall_failed": 1}
     assert [t["continue_thinking"] for t in second["thoughts"]] == [True, False]
+
+
+def test_a_bad_turn_number_is_reported_missing_not_failing_the_recall(
+    memory: ContextMemory,
+) -> None:
+    """``recall(turn_numbers=[0, 1])`` raised, so the model's recall of turn 1 failed whole."""
+    found = memory.recall(turn_numbers=[0, 1, -3, 99])
+    assert [s.turn for s in found.snapshots] == [1]
+    assert found.missing == ["turn 0", "turn -3", "turn 99"]
