@@ -165,6 +165,8 @@ def _thought_lines(thoughts: Sequence[Mapping[str, Any]]) -> list[str]:
             line += f" because {t['reason']}"
         if t.get("next_focus"):
             line += f"; next focus: {t['next_focus']}"
+        if t.get("recall_missing"):
+            line += f"; not stored: {', '.join(t['recall_missing'])}"
         lines.append(line)
     return lines
 

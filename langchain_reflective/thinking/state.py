@@ -9,7 +9,7 @@ node.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal, TypedDict
+from typing import Literal, NotRequired, TypedDict
 
 from langchain_core.messages import AnyMessage
 
@@ -70,6 +70,9 @@ class ThoughtDict(TypedDict):
     """What it wanted to focus on next."""
     recalled_ids: list[str]
     """Ids of the contexts it recalled this round."""
+    recall_missing: NotRequired[list[str]]
+    """What it asked to recall this round that is not stored (``"turn 7"``, ``"id x"``; at most
+    ten, each cut to 100 characters, then ``"N more"``), shown in its next rounds."""
     tokens: int
     """Tokens of the round's call (usage metadata, else estimated)."""
 

@@ -52,6 +52,7 @@ from langchain_reflective.thinking.state import (
 )
 from langchain_reflective.thinking.tools import (
     CONTINUE_THINKING,
+    MAX_SHOWN_REQUEST_CHARS,
     RECALL_CONTEXT,
     ContinueThinkingArgs,
     RecallContextArgs,
@@ -121,6 +122,20 @@ def _unparsed(message: AIMessage) -> list[dict[str, Any]]:
         {"name": call.get("name"), "args": str(call.get("args") or "(no arguments)")}
         for call in message.invalid_tool_calls
     ]
+
+
+_MISSING_SHOWN = 10
+"""Most requests not stored that a round keeps (then ``"N more"``)."""
+
+
+def _shown_missing(missing: list[str]) -> list[str]:
+    """The requests of a round that are not stored, as its thought keeps them: at most
+    :data:`_MISSING_SHOWN`, each cut (a model may ask for thousands, or for a page of text)."""
+    cut = MAX_SHOWN_REQUEST_CHARS
+    shown = [m if len(m) <= cut else m[: cut - 3] + "..." for m in missing[:_MISSING_SHOWN]]
+    if len(missing) > _MISSING_SHOWN:
+        shown.append(f"{len(missing) - _MISSING_SHOWN} more")
+    return shown
 
 
 class _Thinker:
@@ -300,6 +315,7 @@ class _Thinker:
             tokens = estimate + int(count_tokens_approximately([message]))
         decision: ContinueThinkingArgs | None = None
         round_recalled: list[SnapshotDict] = []
+        round_missing: list[str] = []
         asked_recall = False
         for call in [*message.tool_calls, *_unparsed(message)]:
             args = call.get("args") or {}  # (a string: arguments that were not even JSON)
@@ -349,6 +365,7 @@ class _Thinker:
                         )
                     )
                     continue
+                round_missing += found.missing
                 have = {r["id"] for r in recalled} | {r["id"] for r in round_recalled}
                 round_recalled += [
                     SnapshotDict(**s.to_dict())  # type: ignore[typeddict-item]
@@ -365,6 +382,7 @@ class _Thinker:
                 reason=decision.reason if decision else "",
                 next_focus=decision.next_focus if decision else None,
                 recalled_ids=[r["id"] for r in round_recalled],
+                recall_missing=_shown_missing(round_missing),
                 tokens=tokens,
             )
         )

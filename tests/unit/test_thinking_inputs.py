@@ -175,3 +175,33 @@ def test_a_bad_turn_number_is_reported_missing_not_failing_the_recall(
     found = memory.recall(turn_numbers=[0, 1, -3, 99])
     assert [s.turn for s in found.snapshots] == [1]
     assert found.missing == ["turn 0", "turn -3", "turn 99"]
+
+
+def test_the_model_is_told_which_turns_and_ids_it_asked_for_are_not_stored(
+    memory: ContextMemory,
+) -> None:
+    """``RecallResult.missing`` was dropped: the next round showed the recalled contexts only,
+    so the model could not tell a turn that does not exist from one it failed to ask for."""
+    from langchain_reflective import create_thinking_graph
+    from tests.thinking_fakes import Rounds, decide, recall, round_
+
+    thinker = Rounds(
+        script=[
+            round_(
+                "t",
+                recall("a", turn_numbers=[0, 1, 99], context_ids=["nope"]),
+                decide(True, "look", "d"),
+            ),
+            round_("u", recall("b", turn_numbers=list(range(100, 130)))),
+            round_("v", decide(False, "ok", "e")),
+        ]
+    )
+    graph = create_thinking_graph(thinker, memory.stream, retry=NO_RETRY)
+    out = graph.invoke({"context": "what happened?", "record": False})
+    assert out["fallback_counts"] == {} and [r["turn"] for r in out["recalled"]] == [1]
+    first, second, _ = out["thoughts"]
+    assert first["recall_missing"] == ["turn 0", "turn 99", "id nope"]
+    assert len(second["recall_missing"]) == 11 and second["recall_missing"][-1] == "20 more"
+    prompt = thinker.thinking_calls[1][-1].text
+    assert "not stored: turn 0, turn 99, id nope" in prompt
+    assert "not stored: turn 0" in out["action_context"]
