@@ -12,6 +12,7 @@ objects (e.g. the reflection graph compiled on the first ``areflect``) is.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypedDict
@@ -25,6 +26,7 @@ from langgraph.store.base import BaseStore
 
 from langchain_reflective import (
     ContextMemory,
+    InvalidMemoryError,
     MemoryConfig,
     MemoryStream,
     ReflectiveMemory,
@@ -252,3 +254,103 @@ async def test_store_in_a_graph_and_the_retriever(tmp_path: Path) -> None:
 
     _, retriever = await never_blocks(build, run)
     retriever.memory_stream.close()
+
+
+async def test_thinking_graph_turns_recalls_and_collisions(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The thinking graph's async path: its rounds with a recall by number, id and keywords
+    (some not stored), the extractive fallback, a given number already stored, runs of one
+    namespace at once (the numbers they lose move on after an awaited wait), a turn left
+    without its summary reported and completed, and a checkpointed thread."""
+    from langchain_core.messages import AIMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langchain_reflective import create_thinking_graph
+    from tests.thinking_fakes import Rounds, decide, recall, round_
+
+    no_retry = RetryConfig(attempts=1)
+
+    def build() -> tuple[ContextMemory, Any, Any]:
+        n = len(list(tmp_path.iterdir()))
+        memory = ContextMemory(MemoryStream(WordEmbeddings(), path=tmp_path / f"th{n}.db"))
+        memory.record_turn(1, "Files: utils.ts parseData", "parseData slow", ["O(n²)"])
+        memory.stream.add(**memory._snapshot_args(2, "crashed turn", [], "default", None))
+        thinker = Rounds(
+            script=[
+                round_(
+                    "r1",
+                    recall("a", turn_numbers=[1, 99], keywords=["parseData"], context_ids=["x"]),
+                    decide(True, "go", "a"),
+                ),
+                round_("r2", decide(False, "done", "b")),
+            ],
+            summaries=[AIMessage("not json")],
+        )
+        graph = create_thinking_graph(thinker, memory.stream, retry=no_retry)
+        threaded = create_thinking_graph(
+            Rounds(), memory.stream, retry=no_retry, checkpointer=InMemorySaver()
+        )
+        return memory, graph, threaded
+
+    async def run(state: tuple[ContextMemory, Any, Any]) -> None:
+        memory, graph, threaded = state
+        out = await graph.ainvoke({"context": "why is the import slow"})
+        assert out["turn"] == 3 and out["fallback_counts"] == {"summary_malformed": 1}
+        assert [r["turn"] for r in out["recalled"]] == [1]
+        with pytest.raises(InvalidMemoryError, match="already stored"):
+            await graph.ainvoke({"context": "again", "turn": 1})
+        runs = [graph.ainvoke({"context": f"c{i}", "namespace": "ns"}) for i in range(4)]
+        assert sorted(r["turn"] for r in await asyncio.gather(*runs)) == [1, 2, 3, 4]
+        await memory.arecord_turn(2, "crashed turn", "completed")  # only its summary
+        cfg: Any = {"configurable": {"thread_id": "t"}}
+        await threaded.ainvoke({"context": "first", "record": False}, cfg)
+        assert (await threaded.ainvoke({"context": "second"}, cfg))["context_id"] is not None
+        await memory.stream.aclose()
+
+    with caplog.at_level(logging.WARNING, logger="langchain_reflective.thinking"):
+        memory, _, _ = await never_blocks(build, run)
+    assert memory.stream._closed
+    # (the report's read swallows its errors, a BlockingError too: it must have been made)
+    assert sum("no summary" in r.getMessage() for r in caplog.records) == 2
+
+
+async def test_thinking_middleware_in_an_agent(tmp_path: Path) -> None:
+    """ThinkingMiddleware's async hooks in a checkpointed agent: thinking with a recall before
+    the model call, the injected context, and the turn recorded after it."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langchain_reflective.thinking.middleware import ThinkingMiddleware
+    from tests.thinking_fakes import Rounds, decide, recall, round_
+
+    def build() -> tuple[Any, ContextMemory]:
+        n = len(list(tmp_path.iterdir()))
+        memory = ContextMemory(MemoryStream(WordEmbeddings(), path=tmp_path / f"mw{n}.db"))
+        memory.record_turn(1, "Files: utils.ts parseData", "parseData slow", [], namespace="ana")
+        thinker = Rounds(
+            script=[
+                round_(
+                    "r1",
+                    recall("a", turn_numbers=[1], keywords=["parseData"]),
+                    decide(False, "ok", "a"),
+                )
+            ]
+        )
+        middleware = ThinkingMiddleware(thinker, memory, retry=RetryConfig(attempts=1))
+        agent = create_agent(
+            FakeChat(script=["It is parseData."]),
+            middleware=[middleware],
+            checkpointer=InMemorySaver(),
+        )
+        return agent, memory
+
+    async def run(state: tuple[Any, ContextMemory]) -> None:
+        agent, memory = state
+        cfg: Any = {"configurable": {"thread_id": "x", "user_id": "ana"}}
+        out = await agent.ainvoke({"messages": [HumanMessage("why is it slow?")]}, cfg)
+        assert out["messages"][-1].text == "It is parseData."
+        assert await memory.alast_turn(namespace="ana") == 2
+        await memory.stream.aclose()
+
+    _, memory = await never_blocks(build, run)
+    assert memory.stream._closed
