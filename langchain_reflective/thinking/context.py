@@ -277,8 +277,10 @@ class ContextMemory(ContextLookups):
                 st.add, st.aadd, (), self._summary_args(turn, summary, insights, fallback, ns, now)
             )
         except Exception as exc:
-            if left is None:  # (a snapshot left by a crash is not this call's to delete)
+            if left is None:
                 yield Op(self._undo_snapshot, threaded(self._undo_snapshot), (turn, ns, exc))
+            else:  # (a snapshot left by a crash is not this call's to delete)
+                yield Op(self._taken_summary, threaded(self._taken_summary), (turn, ns, exc))
             raise
         if previous_orphan:
             yield Op(self._report_orphan, threaded(self._report_orphan), (turn - 1, ns))
@@ -375,22 +377,28 @@ class ContextMemory(ContextLookups):
             turn,
         )
 
+    def _taken_summary(self, turn: int, namespace: str, error: Exception) -> None:
+        """After a failed summary add: raise :class:`TurnTakenError` when it failed because
+        another writer stored the turn's summary meanwhile (recording the same turn and
+        context, which completes the snapshot: the turn is whole, taken by that writer);
+        otherwise return, so the add's own error is raised. Deletes nothing."""
+        if not isinstance(error, DuplicateIdError):
+            return
+        try:
+            found = self._stored(turn, namespace)
+        except Exception:  # the store cannot be read either: report the add's error
+            return
+        sid = self.summary_id(turn, namespace=namespace)
+        if sid in found:
+            cid = self.context_id(turn, namespace=namespace)
+            message = self._taken_message(turn, namespace, found.get(cid), found[sid])
+            raise TurnTakenError(message) from error
+
     def _undo_snapshot(self, turn: int, namespace: str, error: Exception) -> None:
         """Delete the snapshot of a turn whose summary could not be stored; unless the summary
-        failed because another writer stored one meanwhile (recording the same turn and
-        context, which completes the snapshot): the turn is whole, taken by that writer."""
-        cid, sid = (
-            self.context_id(turn, namespace=namespace),
-            self.summary_id(turn, namespace=namespace),
-        )
-        if isinstance(error, DuplicateIdError):
-            try:
-                found = self._stored(turn, namespace)
-            except Exception:
-                found = {}
-            if sid in found:
-                message = self._taken_message(turn, namespace, found.get(cid), found[sid])
-                raise TurnTakenError(message) from error
+        failed because another writer stored one meanwhile (:meth:`_taken_summary`)."""
+        self._taken_summary(turn, namespace, error)
+        cid = self.context_id(turn, namespace=namespace)
         try:
             self.stream.delete(cid, namespace=namespace)
         except Exception as exc:

@@ -15,6 +15,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import BaseMessage
 
 from langchain_reflective import ContextMemory, MemoryStream, RetryConfig, create_thinking_graph
+from langchain_reflective.errors import DuplicateIdError
 from langchain_reflective.thinking import TurnTakenError
 from langchain_reflective.thinking.middleware import ThinkingMiddleware
 from tests.fakes import WordEmbeddings
@@ -220,6 +221,36 @@ def test_a_turn_completed_by_another_writer_between_its_writes_is_kept_whole(
         memory.record_turn(1, "same context", "my summary")
     snap, summ = memory.context_by_turn(1), memory.summary_by_turn(1)
     assert snap is not None and summ is not None and summ.summary == "the other summary"
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+async def test_completing_a_snapshot_its_writer_then_completes_is_taken(
+    stream: MemoryStream, monkeypatch: pytest.MonkeyPatch, use_async: bool
+) -> None:
+    """Two writers of the same turn and context: the first has stored its snapshot when the
+    second checks the number (snapshot alone, same context: store only the summary), then the
+    first stores its summary before the second does. The second's summary add failed with a
+    raw DuplicateIdError (so the graph did not move on to the next number); it is taken, and
+    nothing is deleted."""
+    memory = ContextMemory(stream)
+    orphan(memory, 1, "same context")  # the first writer, between its two adds
+    check = memory._check_new
+
+    def first_writer_finishes(turn: int, namespace: str, context: str) -> Any:
+        out = check(turn, namespace, context)
+        stream.add(**memory._summary_args(1, "the first summary", [], False, namespace, None))
+        return out
+
+    monkeypatch.setattr(memory, "_check_new", first_writer_finishes)
+    with pytest.raises(TurnTakenError, match=r"turn 1 is already stored.*next turn is 2") as info:
+        if use_async:
+            await memory.arecord_turn(1, "same context", "the second summary")
+        else:
+            memory.record_turn(1, "same context", "the second summary")
+    assert isinstance(info.value.__cause__, DuplicateIdError)
+    snap, summ = memory.context_by_turn(1), memory.summary_by_turn(1)
+    assert snap is not None and summ is not None and summ.summary == "the first summary"
+    assert stream.count() == 2
 
 
 def test_a_summary_kept_without_its_snapshot_holds_its_number(stream: MemoryStream) -> None:
