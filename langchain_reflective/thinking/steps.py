@@ -75,10 +75,13 @@ T = TypeVar("T")
 Update = dict[str, Any]
 
 _STALE_MOVES = 8
-"""An assigned turn number that is taken moves on as long as another writer is seen storing
-turns of the namespace (each refusal is another turn stored); this many moves in a row without
-that (numbers taken by records left behind, e.g. a summary whose snapshot was deleted) raise
-:class:`TurnTakenError`."""
+"""An assigned turn number that is taken moves on to ``next_turn`` with no bound while
+``next_turn`` counts the refused number (is above it): that number was free when read, so each
+such refusal is a turn another writer stored meanwhile. A refused number that ``next_turn``
+does not count (its id held by a record of another kind, which ``next_turn`` skips and
+``record_turn`` refuses; or the refusing records deleted before the read) moves on to the
+number after it; this many such moves in a row raise :class:`TurnTakenError`, so the loop is
+bounded when no writer makes progress."""
 RUN_INPUTS_RESET: dict[str, Any] = {
     "context": "",
     "messages": [],
@@ -544,7 +547,8 @@ class _Thinker:
                 ):
                     raise result.error
                 latest = yield Op(mem.next_turn, mem.anext_turn, (), {"namespace": ns})
-                stale = 0 if latest > turn else stale + 1  # (another writer's turn: progress)
+                # (counted: another writer stored it, progress; not counted: see _STALE_MOVES)
+                stale = 0 if latest > turn else stale + 1
                 if stale >= _STALE_MOVES:
                     raise result.error
                 moves += 1

@@ -18,6 +18,7 @@ from langchain_reflective import ContextMemory, MemoryStream, RetryConfig, creat
 from langchain_reflective.errors import DuplicateIdError
 from langchain_reflective.thinking import TurnTakenError
 from langchain_reflective.thinking.middleware import ThinkingMiddleware
+from langchain_reflective.thinking.steps import _STALE_MOVES
 from tests.fakes import WordEmbeddings
 from tests.thinking_fakes import FlakyEmbeddings, Rounds, decide, is_summary_call, round_, summary
 from tests.unit.test_middleware import FakeChat
@@ -265,3 +266,26 @@ def test_a_summary_kept_without_its_snapshot_holds_its_number(stream: MemoryStre
         memory.record_turn(2, "c", "sc")
     snap, _ = memory.record_turn(memory.next_turn(), "c", "sc")
     assert snap.turn == 3
+
+
+@pytest.mark.parametrize(
+    ("held", "outcome"),
+    [(_STALE_MOVES - 1, _STALE_MOVES), (_STALE_MOVES, None)],
+    ids=["moves", "bounded"],
+)
+def test_numbers_next_turn_does_not_count_move_on_a_bounded_number_of_times(
+    stream: MemoryStream, held: int, outcome: int | None
+) -> None:
+    """Turn ids held by records of another kind: next_turn skips them (it stays 1) and
+    record_turn refuses them, so no writer is seen making progress; the turn tries the numbers
+    after them one by one, and gives up after _STALE_MOVES in a row."""
+    memory = ContextMemory(stream)
+    ids = [memory.context_id(t) for t in range(1, held + 1)]
+    stream.add(texts=[f"note {t}" for t in range(1, held + 1)], ids=ids)
+    assert memory.next_turn() == 1
+    graph = create_thinking_graph(one_turn(1), stream, retry=NO_RETRY)
+    if outcome is None:
+        with pytest.raises(TurnTakenError, match=f"turn {held} is already stored"):
+            graph.invoke({"context": "c"})
+    else:
+        assert graph.invoke({"context": "c"})["turn"] == outcome
