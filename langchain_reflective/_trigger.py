@@ -5,10 +5,11 @@ raised into the write that stored the memory, and backed off (:data:`BACKOFF_FIR
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -61,6 +62,7 @@ class ReflectionTrigger:
         config: the triggers (``reflect_threshold``, ``reflect_every``) and ``background``.
         can_reflect: whether a reflection can run at all (a model is set).
         reflect: runs one reflection of a namespace (forced: the trigger checked the counter).
+        areflect: its async twin (``aadd``'s inline reflections).
         failed: records a failed reflection (the write that triggered it has succeeded) and
             the backoff it starts (a sentence, also added to the exception's notes).
     """
@@ -72,12 +74,14 @@ class ReflectionTrigger:
         *,
         can_reflect: Callable[[], bool],
         reflect: Callable[[str], object],
+        areflect: Callable[[str], Awaitable[object]],
         failed: Callable[[str, Exception, str], None],
     ) -> None:
         self._stream = stream
         self._config = config
         self._can_reflect = can_reflect
         self._reflect = reflect
+        self._areflect = areflect
         self._failed = failed
         self._workers = ReflectionWorkers()
         self._lock = threading.Lock()
@@ -95,19 +99,21 @@ class ReflectionTrigger:
         by_count = config.reflect_every > 0 and state.adds_since >= config.reflect_every
         return by_importance or by_count
 
-    def due_after_write(self, namespace: str) -> bool:
-        """:meth:`due` after a write, and not backing off after failures: the memory is
-        stored, so a failed read of the counter (the stream closed meanwhile) must not fail
-        the write (a retry would store it twice); no reflection starts, the counter keeps the
-        namespace due for the next write."""
+    def due_after_write(self, namespace: str) -> ReflectionState | None:
+        """The namespace's counter if it is :meth:`due` after a write and not backing off
+        after failures, else ``None``. The memory is stored, so a failed read of the counter
+        (the stream closed meanwhile) must not fail the write (a retry would store it twice);
+        no reflection starts, the counter keeps the namespace due for the next write."""
         try:
             if not self._can_reflect():
-                return False
+                return None
             state = self._stream.reflection_state(namespace)
         except StorageError as exc:
             logger.warning("no reflection check for %r: %s", namespace, describe_error(exc))
-            return False
-        return self._due(state) and not self._held_back(namespace, state.generation, skip=True)
+            return None
+        if self._due(state) and not self._held_back(namespace, state.generation, skip=True):
+            return state
+        return None
 
     def _held_back(self, namespace: str, generation: int | None, *, skip: bool) -> bool:
         """Whether ``namespace`` backs off; ``skip``: a reflection is skipped (counted)."""
@@ -156,7 +162,7 @@ class ReflectionTrigger:
     @contextlib.contextmanager
     def rechecking(self) -> Iterator[None]:
         """Mark the reflection run inside as this trigger's (see :attr:`rechecks`): the sync
-        runs of :meth:`run_due`, and ``ReflectiveMemory.aadd``'s inline async one."""
+        runs of :meth:`run_due`, and :meth:`aafter_write`'s inline async one."""
         token = _RECHECKING.set(self)
         try:
             yield
@@ -182,12 +188,29 @@ class ReflectionTrigger:
         """Start ``namespace``'s reflection if it is due: on a background thread by default,
         else inline (its failure is recorded, not raised: the memory is stored, and a caller
         that retried the write would store it twice)."""
-        if not self.due_after_write(namespace):
+        if self.due_after_write(namespace) is None:
             return
         if self._config.background:
             self._workers.submit(namespace, lambda: self.run_due(namespace))
         else:
             self.run_due(namespace)
+
+    async def aafter_write(self, namespace: str) -> None:
+        """Async twin of :meth:`after_write` (``aadd``): the counter is read in a worker
+        thread, not on the event loop; an inline reflection runs as a task of the loop, and
+        its failure is recorded with the generation the check read, as :meth:`run_due` does
+        (so another process's reflection since ends the backoff here too)."""
+        if self._config.background:
+            await asyncio.to_thread(self.after_write, namespace)
+            return
+        state = await asyncio.to_thread(self.due_after_write, namespace)
+        if state is None:
+            return
+        try:
+            with self.rechecking():  # (checked again under the reflection lock)
+                await self._areflect(namespace)
+        except Exception as exc:
+            self.failed(namespace, exc, state.generation)  # (recorded, and backed off)
 
     def busy(self) -> bool:
         """Whether a background reflection is running."""

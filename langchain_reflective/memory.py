@@ -164,6 +164,7 @@ class ReflectiveMemory(Closing):
             self.config,
             can_reflect=lambda: self.model is not None,
             reflect=lambda namespace: self.reflect(namespace=namespace, force=True),
+            areflect=lambda namespace: self.areflect(namespace=namespace, force=True),
             failed=lambda ns, exc, detail: self._failures.record(ns, exc, detail=detail),
         )
         self._drainer = PendingDrainer(self._drain)
@@ -527,17 +528,7 @@ class ReflectiveMemory(Closing):
             metadatas=metadatas,
             now=now,
         )
-        ns = self.stream.resolve_namespace(namespace)
-        # both read the namespace's reflection counter from storage: in a worker thread, not
-        # on the event loop
-        if self.config.background:
-            await asyncio.to_thread(self._trigger.after_write, ns)
-        elif await asyncio.to_thread(self._trigger.due_after_write, ns):
-            try:
-                with self._trigger.rechecking():  # (checked again under the lock)
-                    await self.areflect(namespace=ns, force=True)
-            except Exception as exc:
-                self._trigger.failed(ns, exc)  # (recorded, and backed off)
+        await self._trigger.aafter_write(self.stream.resolve_namespace(namespace))
         return records
 
     def retrieve(

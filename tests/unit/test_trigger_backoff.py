@@ -103,18 +103,32 @@ def test_reflect_is_not_held_back_and_its_success_ends_the_backoff(
         assert model.count("questions") == 3  # the failed one, reflect(), and this write's
 
 
-def test_another_reflection_of_the_namespace_ends_the_backoff(
-    tmp_path: Path, now: datetime
+@pytest.mark.parametrize(
+    ("use_async", "background"),
+    [(False, True), (False, False), (True, True), (True, False)],
+    ids=["add", "add-inline", "aadd", "aadd-inline"],
+)
+async def test_another_reflection_of_the_namespace_ends_the_backoff(
+    tmp_path: Path, now: datetime, use_async: bool, background: bool
 ) -> None:
     """A reset of the namespace's counter by another reflection (another process, a graph
-    run) since the failed run read it means reflecting works again: nothing more skipped."""
+    run) since the failed run read it means reflecting works again: nothing more skipped.
+    Each way a write starts a reflection records the generation its failure read (an
+    ``aadd`` with ``background=False`` recorded none, so its backoff outlived the reset)."""
     model = failing_model()
-    with make(tmp_path, model) as memory:
-        memory.add(EVENTS, importances=0.5, now=now)
-        assert memory.flush(timeout=30) and len(memory.errors) == 1
+    with make(tmp_path, model, background=background) as memory:
+
+        async def write(when: datetime) -> None:
+            if use_async:
+                await memory.aadd(EVENTS, importances=0.5, now=when)
+            else:
+                memory.add(EVENTS, importances=0.5, now=when)
+            assert memory.flush(timeout=30)
+
+        await write(now)
+        assert len(memory.errors) == 1
         memory.stream.mark_reflected(now=now)  # as another process's reflection would
-        memory.add(EVENTS, importances=0.5, now=now + timedelta(hours=1))
-        assert memory.flush(timeout=30)
+        await write(now + timedelta(hours=1))
         assert len(memory.errors) == 2 and model.count("questions") == 2
 
 
