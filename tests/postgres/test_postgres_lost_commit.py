@@ -65,17 +65,20 @@ class _LostAtCommit:
         self.kept = -1
         self.runs = 0
 
-    def wrap(self, write: Callable[..., Any]) -> Callable[..., Any]:
+    def wrap(self, write: Callable[..., Any], *, before_commit: bool = False) -> Callable[..., Any]:
         """``write`` (its connection among its arguments), cut after its first run's
-        statements."""
+        statements (``runs``: how many runs began); ``before_commit``: one more statement is
+        sent after the cut, so the loss is found before the commit is sent."""
 
         def cut_after(*args: Any, **kwargs: Any) -> Any:
-            done = write(*args, **kwargs)
             self.runs += 1
+            done = write(*args, **kwargs)
             if self.runs == 1:
                 (conn,) = [a for a in args if isinstance(a, psycopg.Connection)]
                 self.pid = conn.info.backend_pid
                 self.kept = cut(conn, keep=True)  # (the commit is sent into a closed socket)
+                if before_commit:
+                    conn.execute("SELECT 1")  # (lost here: its commit is never sent)
             return done
 
         return cut_after
@@ -275,3 +278,87 @@ def test_a_write_lost_before_its_commit_runs_again_without_an_outcome_check(
     backend.put(records, _unit(np.random.default_rng(11), 3), counter=CounterUpdate("x", 0.5, 3))
     assert len(puts) == 2 and backend.count("default") == 3
     assert backend.reflection_state("x").adds_since == 3  # (counted once)
+
+
+@pytest.mark.parametrize("how", ["stays open", "aborts"])
+@pytest.mark.parametrize("call", ["put", "replace", "enqueue"])
+def test_a_rerun_after_a_loss_before_the_commit_waits_at_most_outcome_wait(
+    backend: PostgresBackend,
+    postgres_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    call: str,
+    how: str,
+) -> None:
+    """A write whose connection is lost before its commit was sent, while the server keeps its
+    transaction open (it has not noticed the loss: its locks stay held), runs again at once,
+    and that run waits for the lost transaction's locks (its namespaces' counter rows, an
+    enqueue's queue entries) at most ``OUTCOME_WAIT`` seconds when the user set no
+    lock_timeout: then a ``ConnectionLostError`` says nothing of it is stored (the lost
+    transaction never got its commit: it can only roll back), and the call can be retried. It
+    waited as long as the lost transaction stayed open (no lock_timeout by default: unbounded).
+    Ended meanwhile, the rerun stores the write once."""
+    from langchain_reflective.backends.postgres import backend as backend_module
+    from langchain_reflective.backends.postgres import writes
+
+    lost = _LostAtCommit(postgres_url)
+    old, _ = _fill(backend, 3)
+    rng = np.random.default_rng(17)
+    fresh = _records(2, "fresh", seed=18)
+    queued = [PendingMemory(new_memory_id(), "default", "q", "observation", T0, None, {})]
+    new = _over(old[0], "new")
+    if call == "put":
+        target, name = backend_module, "write_batch"
+    elif call == "replace":
+        target, name = writes.Replacement, "write"
+    else:
+        target, name = backend_module, "enqueue"
+    monkeypatch.setattr(target, name, lost.wrap(getattr(target, name), before_commit=True))
+
+    def write() -> None:
+        if call == "put":
+            backend.put(fresh, _unit(rng, 2), counter=CounterUpdate("fresh", 0.5, 2))
+        elif call == "replace":
+            assert backend.replace("default", [old[0].id], [new], _unit(rng, 1))
+        else:
+            backend.enqueue(queued)
+
+    def stored() -> bool:
+        if call == "put":
+            return {r.id for r in backend.recent("fresh")} == {r.id for r in fresh}
+        if call == "replace":
+            return {r.id: r.text for r in backend.recent("default")}[old[0].id] == "new"
+        return backend.pending() == queued
+
+    guard = 5.0  # (before the fix: the rerun waited until this ended the lost transaction)
+    if how == "stays open":
+        monkeypatch.setattr(writes, "OUTCOME_WAIT", 0.5)
+        ender: threading.Thread | threading.Timer = threading.Timer(guard, lost.end)
+        ender.start()
+        seen = [True]
+    else:
+        ender, seen = _settled_meanwhile(lost, "aborts")
+    start = time.monotonic()
+    try:
+        if how == "stays open":
+            with pytest.raises(ConnectionLostError, match="nothing of it is stored") as raised:
+                write()
+            assert not isinstance(raised.value, WriteOutcomeUnknownError)
+            assert "waited 0.5 s" in str(raised.value) and "retried" in str(raised.value)
+        else:
+            write()
+        took = time.monotonic() - start
+    finally:
+        if isinstance(ender, threading.Timer):
+            ender.cancel()
+        ender.join()
+        lost.end()
+    assert seen == [True], "no session waited for the lost transaction"
+    assert lost.runs == 2 and took < guard, (lost.runs, took)
+    if how == "stays open":
+        assert not stored()  # (the lost transaction rolled back once its session ended)
+        write()  # (retried: it runs once more, on a connection of its own)
+        assert lost.runs == 3
+    assert stored()
+    assert backend.count("default") == 3
+    if call == "put":
+        assert backend.reflection_state("fresh").adds_since == 2  # (counted once)

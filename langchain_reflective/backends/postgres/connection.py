@@ -22,6 +22,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed, PoolTi
 
 from langchain_reflective._llm import Flow, Op, run_async, run_sync, threaded
 from langchain_reflective.backends._fork import ProcessGuard
+from langchain_reflective.backends.postgres import writes
 from langchain_reflective.backends.postgres.conninfo import check_connection
 from langchain_reflective.backends.postgres.failures import (
     MISSING,
@@ -36,6 +37,7 @@ from langchain_reflective.backends.postgres.failures import call as _call
 from langchain_reflective.backends.postgres.pool_settings import async_pool_settings
 from langchain_reflective.backends.postgres.rows import dump_json
 from langchain_reflective.backends.postgres.timeouts import (  # (re-exported: moved from here)
+    bound_lock_waits,
     session_setting,
     unbounded,
     unbounded_transaction,
@@ -203,7 +205,7 @@ def quiet_reconnects() -> None:
             pool_logger.addFilter(_QUIET)
 
 
-def _not_stored(error: StorageError, why: str) -> ConnectionLostError:
+def _not_stored(error: object, why: str) -> ConnectionLostError:
     """The error of a write whose connection was lost before its commit was sent, and that was
     not stored when run again (``why``; ``error``: that run's)."""
     return ConnectionLostError(
@@ -433,15 +435,19 @@ class Pools:
         connection meanwhile. Lost before its commit was sent (in its statements, or before
         them), nothing of it is stored: it runs again at once, and if that run cannot run (the
         server unreachable) or is lost before its commit too, a :class:`ConnectionLostError`
-        says nothing is stored. Lost once its commit may have been sent, whether it committed
-        is unknown (the connection may have gone after the commit, before its reply), so
-        ``outcome(conn)`` reads it on a new connection: what the write returned if it is
-        stored, ``None`` if nothing of it is. It waits first for the lost transaction to end
-        (the server may not have noticed the loss yet, and that transaction could still
-        commit: ``writes.after_writers``). Only then does the write run again, once (and if
-        that run's connection is lost too, its outcome is read the same way). ``outcome``
-        raises if the write is stored only in part (a :class:`StorageError` of its own, raised
-        as it is); without one (a write that leaves nothing to read back) the loss is raised.
+        says nothing is stored; so does one that waited ``writes.OUTCOME_WAIT`` s for a lock
+        (the lost transaction, which can only roll back, may hold its locks until the server
+        notices the loss: when the user set no lock_timeout, that bounds the run's lock waits).
+        Lost once its commit may have been sent, whether it committed is unknown (the
+        connection may have gone after the commit, before its reply), so ``outcome(conn)``
+        reads it on a new connection: what the write returned if it is stored, ``None`` if
+        nothing of it is. It waits first for the lost transaction to end (the server may not
+        have noticed the loss yet, and that transaction could still commit:
+        ``writes.after_writers``). Only then does the write run again, once (and if that run's
+        connection is lost too, its outcome is read the same way). ``outcome`` raises if the
+        write is stored only in part (a :class:`StorageError` of its own, raised as it is);
+        without one (a write that leaves nothing to read back: a ``put`` of a counter change
+        alone) the loss is raised.
         When the outcome cannot be read (the server is down, the new connection is lost too,
         no connection comes, the statement fails, the lost transaction is still open after
         ``writes.OUTCOME_WAIT``), :class:`WriteOutcomeUnknownError` is raised, with ``note``
@@ -456,9 +462,10 @@ class Pools:
                 done = self._outcome(outcome, lost, note)
                 if done is not None:
                     return done
+        bound = "commit" not in sent  # (lost before its commit: its locks may still be held)
         sent.clear()
         try:
-            return self._write_once(write, sent)
+            return self._write_once(write, sent, bound=bound)
         except ConnectionLostError as lost:
             if "commit" not in sent:
                 raise _not_stored(lost, "run again, it was lost before its commit too") from lost
@@ -467,16 +474,29 @@ class Pools:
                 raise
             return done
         except StorageError as failed:
-            if "ran" in sent:  # the write's own error (its statements ran)
-                raise
-            raise _not_stored(failed, "it could not run again") from failed
+            if "ran" not in sent:
+                raise _not_stored(failed, "it could not run again") from failed
+            waited = failed.__cause__
+            if "bounded" not in sent or not isinstance(waited, pg_errors.LockNotAvailable):
+                raise  # the write's own error (its statements ran)
+            raise _not_stored(
+                waited.diag.message_primary or waited,
+                f"run again, it waited {writes.OUTCOME_WAIT:g} s in vain for a lock (most likely "
+                "the lost transaction's, rolled back once the server finds its connection gone), "
+                "so it can be retried",
+            ) from failed
 
-    def _write_once(self, write: Callable[[psycopg.Connection[Any]], T], sent: list[str]) -> T:
+    def _write_once(
+        self, write: Callable[[psycopg.Connection[Any]], T], sent: list[str], *, bound: bool = False
+    ) -> T:
         """``write(conn)`` in one transaction, noting in ``sent`` that it got a connection,
-        then that its statements all returned (its commit goes next)."""
+        then that its statements all returned (its commit goes next); ``bound``: its lock waits
+        last at most ``writes.OUTCOME_WAIT`` s unless the user set a lock_timeout ("bounded")."""
         with self.conn() as conn:
             sent.append("ran")
             with conn.transaction():
+                if bound and bound_lock_waits(conn, writes.OUTCOME_WAIT):
+                    sent.append("bounded")
                 done = write(conn)
                 sent.append("commit")
         return done

@@ -4,12 +4,19 @@ work, which runs without them (split out of ``connection.py``)."""
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 
-__all__ = ["session_setting", "unbounded", "unbounded_transaction", "users_timeouts"]
+__all__ = [
+    "bound_lock_waits",
+    "session_setting",
+    "unbounded",
+    "unbounded_transaction",
+    "users_timeouts",
+]
 
 
 @contextlib.contextmanager
@@ -67,3 +74,16 @@ def unbounded_transaction(conn: psycopg.Connection[Any]) -> None:
     """None of the users' timeouts (:data:`_USERS_TIMEOUTS`) for the rest of the caller's
     transaction on ``conn`` (``SET LOCAL``)."""
     conn.execute("; ".join(f"SET LOCAL {name} = 0" for name in users_timeouts(conn)))
+
+
+def bound_lock_waits(conn: psycopg.Connection[Any], seconds: float) -> bool:
+    """``lock_timeout`` at ``seconds`` for the rest of the caller's transaction on ``conn``
+    unless the user set one (the role, the database or the connection); whether it was set."""
+    wait = str(max(1, math.ceil(seconds * 1000)))
+    return bool(
+        conn.execute(
+            "SELECT set_config('lock_timeout', %s, true) "
+            "WHERE current_setting('lock_timeout') = '0'",
+            (wait,),
+        ).fetchone()
+    )
