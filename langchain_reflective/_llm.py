@@ -301,7 +301,7 @@ _CLOSING_ONLY = re.compile(
     r"^.*?" + _MENTION + r"</(think|thinking|reasoning)>", re.IGNORECASE | re.DOTALL
 )
 """Reasoning whose opening tag the chat template wrote (DeepSeek-R1 served so starts its answer
-inside ``<think>``): everything up to the first closing tag."""
+inside ``<think>``): everything up to the first closing tag, if no opening tag precedes it."""
 _CODE_FENCE = re.compile(r"```[a-zA-Z]*\s*\n?(.*?)```", re.DOTALL)
 
 
@@ -345,9 +345,9 @@ def strip_reasoning(text: str, *, reflection_is_answer: bool = False) -> str:
       sections dropped): reasoning cut off by the token limit, it runs to the end. An opening
       tag mentioned later in the answer ("use the <thinking> tag to ...") leaves the text
       intact.
-    - A closing tag without its opening one ends reasoning that began with the answer, and what
-      precedes it is dropped, wherever the tag is: DeepSeek-R1's template writes the ``<think>``
-      itself, so its answer starts inside the reasoning.
+    - A closing tag with no opening tag of the three names before it ends reasoning that began
+      with the answer, and what precedes it is dropped, wherever the tag is: DeepSeek-R1's
+      template writes the ``<think>`` itself, so its answer starts inside the reasoning.
     - A tag right after a backtick or a quote (`` `</think>` ``, ``"<thinking>"``) is mentioned,
       not written: it neither opens nor closes a section.
 
@@ -355,8 +355,8 @@ def strip_reasoning(text: str, *, reflection_is_answer: bool = False) -> str:
     stays. When nothing but ``<reflection>`` sections is left, their content is kept, only the
     tags dropped; with ``reflection_is_answer`` (a prompt that asked for a reflection)
     always."""
-    closing = _CLOSING_ONLY.match(text)
-    if closing is not None and f"<{closing.group(1).lower()}>" not in closing.group(0).lower():
+    closing = _CLOSING_ONLY.match(text)  # (after an opening of any name: inside its section)
+    if closing is not None and _THINK_OPEN.search(text, 0, closing.start(1) - 2) is None:
         text = text[closing.end() :]
     text = _drop_sections(text, _THINK_OPEN)
     if "<" not in text:

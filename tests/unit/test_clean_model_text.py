@@ -41,6 +41,12 @@ from langchain_reflective.reflection.parsing import parse_insights
         ("Memory 1 is mundane, so 2.\n</think>\n1: 2", "1: 2"),
         ("Statement 1 matters [1]\n</THINKING>\n1. Klaus works [2]", "1. Klaus works [2]"),
         ("<think>a</think> b </think> c", "b </think> c"),  # (opened: the usual rule)
+        # a closing tag of another name inside a section does not end it (reasoning leaked)
+        ("<think>I will write </thinking> here</think>Answer", "Answer"),
+        ("<thinking>a </think> b</thinking>\n1: 2", "1: 2"),
+        ("<reasoning>x </THINK> y</reasoning>1. A [1]", "1. A [1]"),
+        # an opening tag mentioned (after a quote) opens nothing: the closing one still ends
+        ('I wrote "<think>" first, so 2.</think>\n1: 2', "1: 2"),
     ],
 )
 def test_reasoning_sections_are_dropped(text: str, expected: str) -> None:
