@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures.thread  # noqa: F401 -- its exit hook must be registered before ours
+import logging
 import threading
 import time
 import weakref
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
     from langchain_reflective.memory import ReflectiveMemory
 
 __all__ = ["drain_at_exit", "track", "untrack"]
+
+logger = logging.getLogger("langchain_reflective.memory")
 
 _LIVE: weakref.WeakSet[ReflectiveMemory] = weakref.WeakSet()
 """The memories made and not yet closed (weakly: a memory dropped unclosed is not kept)."""
@@ -51,11 +54,17 @@ def untrack(memory: ReflectiveMemory) -> None:
 
 def drain_at_exit() -> None:  # pragma: no cover - runs at interpreter exit
     """Flush every live memory, each for at most its ``shutdown_timeout`` from the start of
-    the exit (so the exit waits for the longest one, not for their sum)."""
+    the exit (so the exit waits for the longest one, not for their sum). A flush that raises
+    is logged and the next memory flushed: Python calls :mod:`threading`'s exit hooks without
+    a ``try``, so an exception here would skip the later memories, the later hooks
+    (:mod:`concurrent.futures`') and the join of the threads still running."""
     start = time.monotonic()
     for memory in list(_LIVE):
         left = memory.config.shutdown_timeout - (time.monotonic() - start)
-        memory.flush(timeout=max(0.0, left))
+        try:
+            memory.flush(timeout=max(0.0, left))
+        except Exception:
+            logger.exception("flushing a ReflectiveMemory at exit failed")
 
 
 def _register() -> None:

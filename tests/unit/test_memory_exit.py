@@ -101,3 +101,57 @@ def test_pending_memories_are_completed_at_exit(tmp_path: Path) -> None:
     with MemoryStream(WordEmbeddings(), path=path) as stream:
         assert stream.backend.count_pending() == 0
         assert len(stream.recent(100, kinds=["observation"])) == 30
+
+
+_CHILD_FLUSH_RAISES = """
+import logging, sys, threading, time
+from langchain_reflective import MemoryStream, ReflectiveMemory, _at_exit
+from langchain_reflective.importance import ImportanceConfig, LLMImportanceScorer, RetryConfig
+from langchain_reflective.memory_config import MemoryConfig
+from tests.fakes import WordEmbeddings
+from tests.unit.test_reflection_fakes import ScriptedChatModel
+
+logging.basicConfig(stream=sys.stderr)
+model = ScriptedChatModel()
+scorer = LLMImportanceScorer(model, config=ImportanceConfig(retry=RetryConfig(attempts=1)))
+made = [
+    ReflectiveMemory(
+        model,
+        MemoryStream(WordEmbeddings(), path=p, importance_scorer=scorer),
+        config=MemoryConfig(reflect_threshold=0.0, shutdown_timeout=20.0),
+    )
+    for p in sys.argv[1:3]
+]
+first, second = list(_at_exit._LIVE)  # in the order the exit flushes them
+print("GOOD", sys.argv[1:3][made.index(second)], flush=True)
+def broken(timeout=None):
+    raise RuntimeError("flush broke")
+first.flush = broken
+second.enqueue([f"Klaus works on his research paper topic {i}" for i in range(30)])
+def worker():
+    time.sleep(0.5)
+    print("WORKER DONE", flush=True)
+threading.Thread(target=worker).start()  # not a daemon: the exit joins it
+"""
+
+
+def test_a_flush_that_raises_at_exit_does_not_stop_the_rest(tmp_path: Path) -> None:
+    """One memory's flush raising at exit is logged, and the exit goes on: the next memory's
+    pending memories are completed, and a thread still running is joined. The flush runs as
+    one of :mod:`threading`'s exit hooks, which Python calls without a ``try``: the exception
+    skipped the later memories, the later hooks (``concurrent.futures``') and the join."""
+    paths = [tmp_path / "a.db", tmp_path / "b.db"]
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD_FLUSH_RAISES, *map(str, paths)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=40,
+    )
+    assert "WORKER DONE" in done.stdout, done.stderr[-3000:]
+    assert "flush broke" in done.stderr and "Exception ignored" not in done.stderr
+    (good,) = [x.removeprefix("GOOD ") for x in done.stdout.splitlines() if x.startswith("GOOD ")]
+    with MemoryStream(WordEmbeddings(), path=good) as stream:
+        assert stream.backend.count_pending() == 0
+        assert len(stream.recent(100, kinds=["observation"])) == 30
