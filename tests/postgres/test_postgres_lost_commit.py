@@ -362,3 +362,34 @@ def test_a_rerun_after_a_loss_before_the_commit_waits_at_most_outcome_wait(
     assert backend.count("default") == 3
     if call == "put":
         assert backend.reflection_state("fresh").adds_since == 2  # (counted once)
+
+
+@pytest.mark.parametrize("first", ["at its commit", "before its commit"])
+def test_a_counter_change_alone_lost_at_its_commit_is_raised_not_checked(
+    backend: PostgresBackend, monkeypatch: pytest.MonkeyPatch, first: str
+) -> None:
+    """A put of a counter change alone (no records) leaves nothing to read back, so it passes
+    ``Pools.writing`` no outcome check (``None``): lost once its commit may have been sent, on
+    its first run or on the rerun after a loss before its commit, the loss is raised, a
+    ``ConnectionLostError``, not run again (it could count twice) and not a check that cannot
+    be made (a ``TypeError`` calling ``None``)."""
+    from langchain_reflective.backends.postgres import backend as backend_module
+
+    write_batch, runs = backend_module.write_batch, []
+    _fill(backend, 3)
+
+    def lost(conn: psycopg.Connection[Any], *args: Any) -> int:
+        runs.append(1)
+        done = write_batch(conn, *args)
+        cut(conn)  # (its commit goes into a closed socket: it never reaches the server)
+        if first == "before its commit" and len(runs) == 1:
+            conn.execute("SELECT 1")  # (lost before its commit: run again)
+        return done
+
+    monkeypatch.setattr(backend_module, "write_batch", lost)
+    empty = _unit(np.random.default_rng(3), 0)
+    with pytest.raises(ConnectionLostError) as raised:
+        backend.put([], empty, counter=CounterUpdate("default", 0.5, 1))
+    assert not isinstance(raised.value, WriteOutcomeUnknownError)
+    assert len(runs) == (1 if first == "at its commit" else 2)
+    assert backend.reflection_state("default").adds_since == 0  # (never committed)
