@@ -19,7 +19,7 @@ from langchain_reflective.errors import StorageError
 from langchain_reflective.memory_config import MemoryConfig
 from langchain_reflective.stream import MemoryStream
 
-__all__ = ["BACKOFF_FIRST", "BACKOFF_MAX", "ReflectionTrigger"]
+__all__ = ["BACKOFF_FIRST", "BACKOFF_KEPT", "BACKOFF_MAX", "ReflectionTrigger"]
 
 logger = logging.getLogger("langchain_reflective.memory")
 
@@ -36,6 +36,13 @@ reflection's model calls again at every write."""
 
 BACKOFF_MAX = 512
 """The most reflections skipped after failures in a row."""
+
+BACKOFF_KEPT = 4096
+"""The most namespaces a memory keeps a backoff for: the ones whose reflections failed last.
+With a namespace per user and an outage that lasts, the table otherwise grew by one entry
+per namespace for the life of the process; a namespace dropped from it reflects again at its
+next due write (one reflection's model calls) and, if that fails, backs off again from
+:data:`BACKOFF_FIRST`."""
 
 
 @dataclass(slots=True)
@@ -134,11 +141,16 @@ class ReflectionTrigger:
         """Record a failed reflection that a write started, and back off: writes skip the
         next :data:`BACKOFF_FIRST` reflections of ``namespace``, doubled for each failure in
         a row (up to :data:`BACKOFF_MAX`), unless one succeeds meanwhile. ``generation``: the
-        counter's, as the failed run read it."""
+        counter's, as the failed run read it. Kept for the :data:`BACKOFF_KEPT` namespaces
+        that failed last."""
         with self._lock:
-            failures = 1 + (backoff.failures if (backoff := self._backoff.get(namespace)) else 0)
+            failures = 1 + (
+                backoff.failures if (backoff := self._backoff.pop(namespace, None)) else 0
+            )
             skip = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** min(failures - 1, 32))
-            self._backoff[namespace] = _Backoff(failures, skip, generation)
+            self._backoff[namespace] = _Backoff(failures, skip, generation)  # (the newest last)
+            while len(self._backoff) > BACKOFF_KEPT:  # drop the oldest failures' (see there)
+                del self._backoff[next(iter(self._backoff))]
         detail = (
             f"backing off: writes skip the next {skip} reflection{'s' if skip != 1 else ''} of "
             f"{namespace!r} ({failures} failure{'s' if failures > 1 else ''} in a row; "

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from langchain_reflective import MemoryStream
+from langchain_reflective import MemoryStream, _trigger
 from langchain_reflective._trigger import BACKOFF_FIRST
 from langchain_reflective.importance import RetryConfig
 from langchain_reflective.memory import MemoryConfig, ReflectiveMemory
@@ -150,3 +150,30 @@ async def test_inline_reflections_back_off_too(
         assert "skip the next 8 reflections" in notes(memory)[0]
         memory.add("one more", importances=0.1, now=now + timedelta(hours=10))
         assert len(memory.errors) == 2 and model.count("questions") == 2
+
+
+def test_the_backoff_table_keeps_the_newest_failures(
+    tmp_path: Path, now: datetime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Backoffs are kept for the ``BACKOFF_KEPT`` namespaces that failed last: with a
+    namespace per user and an outage that lasts, the table grew by one entry per namespace
+    for the life of the process. A namespace dropped from it reflects again at its next due
+    write (and backs off again if that fails); one still kept is skipped."""
+    monkeypatch.setattr(_trigger, "BACKOFF_KEPT", 2)
+    model = failing_model()
+    with make(tmp_path, model) as memory:
+        backoff = memory._trigger._backoff
+
+        def write(ns: str, hour: int) -> None:
+            memory.add(EVENTS, importances=0.5, now=now + timedelta(hours=hour), namespace=ns)
+            assert memory.flush(timeout=30)
+
+        for hour, ns in enumerate(["a", "b", "c"]):
+            write(ns, hour)
+        assert len(memory.errors) == 3 and list(backoff) == ["b", "c"]  # a, the oldest, dropped
+        write("a", 3)  # reflected again, and failed
+        assert len(memory.errors) == 4 and list(backoff) == ["c", "a"]
+        write("c", 4)  # still backing off: skipped
+        assert len(memory.errors) == 4 and list(backoff) == ["c", "a"]
+        memory._trigger.failed("c", RuntimeError("again"))  # a failure in a row: the newest
+        assert list(backoff) == ["a", "c"] and backoff["c"].failures == 2
