@@ -357,11 +357,12 @@ class ImportanceMemory(_RatedMemory):
             turn's text when the turn has no importance yet; ``acommit`` awaits its
             ``ascore``). A scorer that fails does not lose the turn: it is kept with the
             heuristic's importance, and a warning is logged.
+        namespace: the default namespace.
 
     Raises:
         TypeError: a ``scorer`` that is neither (an async function, an object that is not
             callable).
-        namespace: the default namespace.
+        ValueError: a ``max_size`` that is not an integer >= 1.
     """
 
     def __init__(
@@ -408,6 +409,12 @@ class HybridMemory(_RatedMemory):
         scorer: rates an observation in [0, 1] (default: its importance, else the heuristic);
             what it may be, and what happens when it fails, as for :class:`ImportanceMemory`.
         namespace: the default namespace.
+
+    Raises:
+        TypeError: a ``scorer`` that is neither a sync function nor a
+            ``BaseImportanceScorer`` (as for :class:`ImportanceMemory`).
+        ValueError: a ``capacity`` or ``max_important`` that is not an integer >= 1, a
+            ``threshold`` outside [0, 1].
     """
 
     def __init__(
