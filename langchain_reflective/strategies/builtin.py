@@ -13,6 +13,7 @@ the turns' messages.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import math
@@ -20,7 +21,6 @@ import threading
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from numbers import Real
 from typing import Any, cast
 
 from langchain_core.messages import BaseMessage
@@ -273,14 +273,25 @@ def _checked_scorer(scorer: object) -> ImportanceScorer | BaseImportanceScorer:
 
 
 def _unit(value: object) -> float:
-    """A scorer's rating, clamped to [0, 1].
+    """A scorer's rating as a float, clamped to [0, 1]: any number ``float()`` takes (an
+    ``int``, a ``Decimal``, a ``Fraction``, a numpy scalar or 0-d array), but not a bool (nor
+    a numpy one), a string or bytes, an array of more than a number, or NaN or infinity.
 
     Raises:
         InvalidMemoryError: not a finite number.
     """
-    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
+    number = math.nan
+    dtype = getattr(value, "dtype", None)
+    if not (
+        isinstance(value, bool | str | bytes | bytearray)
+        or getattr(dtype, "kind", None) == "b"
+        or getattr(value, "ndim", 0) != 0
+    ):
+        with contextlib.suppress(TypeError, ValueError, OverflowError):
+            number = float(value)  # type: ignore[arg-type]
+    if not math.isfinite(number):
         raise InvalidMemoryError(f"the scorer returned {value!r}, not a number in [0, 1]")
-    return min(1.0, max(0.0, float(value)))
+    return min(1.0, max(0.0, number))
 
 
 class _RatedMemory(_ListMemory):

@@ -9,8 +9,11 @@ import math
 import threading
 import time
 from collections.abc import Sequence
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
+import numpy
 import pytest
 from blockbuster import blockbuster_ctx
 from langchain_core.language_models import GenericFakeChatModel
@@ -135,3 +138,66 @@ def test_a_failing_scorer_keeps_the_turn_s_own_importance(
         memory.commit(Observation("I had coffee", "Nice.", importance=0.4))
     assert [k.observation.importance for k in memory._spaces["default"]] == [0.4]
     assert "TimeoutError: rating model timed out" in caplog.text and "(its own)" in caplog.text
+
+
+@pytest.mark.parametrize("cls", RATED)
+@pytest.mark.parametrize(
+    "value",
+    [Decimal("0.8"), numpy.float32(0.8), numpy.float64(0.8), numpy.array(0.8), Fraction(4, 5)],
+    ids=["decimal", "numpy-float32", "numpy-float64", "numpy-0d-array", "fraction"],
+)
+async def test_a_scorer_may_return_any_number_float_takes(
+    cls: Rated, value: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ``Decimal`` or a numpy 0-d array (``model.predict(...)[0]`` of some libraries) rated
+    turns through ``float()``; refused as "not a number" they fell back to the heuristic,
+    with a warning at every commit."""
+    memory = cls(scorer=lambda obs: value)
+    with caplog.at_level(logging.WARNING, logger="langchain_reflective.strategies.builtin"):
+        memory.commit(Observation("I had coffee", "Nice."))
+        await memory.acommit(Observation("I had tea", "Nice."))
+    assert [k.observation.importance for k in memory._spaces["default"]] == [
+        pytest.approx(0.8),
+        pytest.approx(0.8),
+    ]
+    assert all(type(k.observation.importance) is float for k in memory._spaces["default"])
+    assert not caplog.records
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        True,
+        numpy.bool_(True),
+        numpy.array(True),
+        numpy.array([0.8]),
+        Decimal("NaN"),
+        Decimal("sNaN"),
+        Decimal("Infinity"),
+        numpy.float32("inf"),
+        10**400,
+        b"0.8",
+        1j,
+    ],
+    ids=[
+        "bool",
+        "numpy-bool",
+        "numpy-0d-bool",
+        "numpy-1d-array",
+        "decimal-nan",
+        "decimal-snan",
+        "decimal-inf",
+        "numpy-inf",
+        "huge-int",
+        "bytes",
+        "complex",
+    ],
+)
+def test_what_float_takes_but_is_no_rating_is_refused(
+    value: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    memory = ImportanceMemory(scorer=lambda obs: value)  # type: ignore[arg-type,return-value]
+    with caplog.at_level(logging.WARNING, logger="langchain_reflective.strategies.builtin"):
+        memory.commit(Observation("I got married", "Congratulations!"))
+    assert [k.observation.importance for k in memory._spaces["default"]] == [0.7]
+    assert "not a number in [0, 1]" in caplog.text
