@@ -11,10 +11,12 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import errno
 import importlib
 import json
 import logging
 import os
+import socket
 import threading
 import time
 import urllib.error
@@ -187,6 +189,19 @@ def _http_get(url: str, timeout: float) -> tuple[int, bytes]:
             return int(response.status), bytes(response.read())
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
+
+
+def _port_problem(port: int) -> str | None:
+    """Why ``port`` on the loopback address cannot be listened on (e.g. "Address already in
+    use"), or ``None`` when it can (or is 0: any free port)."""
+    if not port:
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((_LOOPBACK, port))
+        except OSError as exc:
+            return exc.strerror or os.strerror(exc.errno or errno.EADDRINUSE)
+    return None
 
 
 _EXIT_WAIT = 300.0
@@ -377,8 +392,9 @@ class LocalChatServer:
 
         Raises:
             ImportError: The ``local`` extra is not installed.
-            LocalModelError: The model could not be loaded or the server did not become
-                healthy within ``startup_timeout`` seconds.
+            LocalModelError: The model could not be loaded, the port cannot be used (the
+                message names it) or the server did not become healthy within
+                ``startup_timeout`` seconds.
         """
         with self._lock:
             if self._server is not None:
@@ -410,10 +426,7 @@ class LocalChatServer:
             try:
                 server = xllamacpp.Server(params)
             except RuntimeError as exc:
-                raise LocalModelError(
-                    f"llama.cpp could not start serving {model_path}: {exc} "
-                    "(pass verbose=True to see its log)"
-                ) from exc
+                raise self._start_error(model_path, exc) from exc
             address = str(server.listening_address).rstrip("/")
             try:
                 self._wait_healthy(address, started + self._startup_timeout)
@@ -431,6 +444,22 @@ class LocalChatServer:
             time.perf_counter() - started,
         )
         return self
+
+    def _start_error(self, model_path: Path, exc: RuntimeError) -> LocalModelError:
+        """What llama.cpp's failure to start means: it names no port ("Failed to init server,
+        please check the input params" for a taken one)."""
+        problem = _port_problem(self._port)
+        if problem is not None:
+            return LocalModelError(
+                f"llama.cpp could not start serving {model_path}: port {self._port} on "
+                f"{_LOOPBACK} cannot be used ({problem}); pass another port=, or port=0 for a "
+                "free one"
+            )
+        where = f"{_LOOPBACK}:{self._port}" if self._port else f"{_LOOPBACK} (a free port)"
+        return LocalModelError(
+            f"llama.cpp could not start serving {model_path} on {where}: {exc} "
+            "(pass verbose=True to see its log)"
+        )
 
     def stop(self, timeout: float = 120.0) -> None:
         """Stop the server and close its port. Stopping a stopped server does nothing.

@@ -224,6 +224,20 @@ def test_server_stop_is_idempotent_and_closes_port() -> None:
         _ = server.base_url
 
 
+@pytest.mark.local_llm
+def test_a_taken_port_is_named() -> None:
+    """llama.cpp says "Failed to init server, please check the input params" for a port in use;
+    the error names the port and what to do."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        with pytest.raises(LocalModelError) as caught:
+            LocalChatServer(port=port, startup_timeout=20).start()
+    assert f"port {port} on 127.0.0.1 cannot be used (Address already in use)" in str(caught.value)
+    assert "port=0 for a free one" in str(caught.value)
+
+
 def _stop_child(mode: str) -> list[str]:
     """Run tests/integration/stop_child.py in ``mode``; a stop that hangs fails the test."""
     try:
