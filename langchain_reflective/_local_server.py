@@ -16,6 +16,7 @@ import importlib
 import json
 import logging
 import os
+import signal
 import socket
 import threading
 import time
@@ -189,6 +190,47 @@ def _http_get(url: str, timeout: float) -> tuple[int, bytes]:
             return int(response.status), bytes(response.read())
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
+
+
+@contextlib.contextmanager
+def _ctrl_c_deferred() -> Iterator[None]:
+    """Block SIGINT on this thread for the ``with`` block, then restore the thread's mask.
+
+    Around ``xllamacpp.Server(params)``: a Ctrl-C meanwhile stays pending and, once unblocked,
+    arrives as a ``KeyboardInterrupt`` raised by the unblocking call, where the server is held
+    and can be released safely (see :func:`_wait_loop_started`), not halfway through its
+    construction, where the new server was dropped at once. The threads llama.cpp spawns there
+    inherit the block: a Ctrl-C is never delivered to one of them. No-op without POSIX signal
+    masks.
+    """
+    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - Windows
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _wait_loop_started(address: str, timeout: float = 30.0) -> None:
+    """Wait until the server's main loop runs: any answer of ``/slots`` (a task the loop
+    answers) shows it, or ``timeout`` passes.
+
+    xllamacpp's constructor returns just before its thread starts the main loop, and its
+    destructor stops the loop, then waits for it: a server dropped in between (a Ctrl-C right
+    after it was built) has its stop overwritten by the loop starting, and the destructor waits
+    forever. So a server :meth:`LocalChatServer.start` gives up is dropped only after this.
+    """
+    deadline = time.perf_counter() + timeout
+    while True:
+        try:
+            _http_get(f"{address}/slots", timeout=5.0)
+            return
+        except OSError:
+            if time.perf_counter() >= deadline:
+                return
+        time.sleep(0.05)
 
 
 def _port_problem(port: int) -> str | None:
@@ -385,7 +427,9 @@ class LocalChatServer:
 
         Starting a running server does nothing. A stop is registered with :mod:`atexit` so
         the server never outlives the interpreter (at exit, it waits for running requests
-        to end: see :meth:`stop`).
+        to end: see :meth:`stop`). A Ctrl-C while llama.cpp builds the server (loading the
+        model) arrives as a ``KeyboardInterrupt`` once the server exists, which is then
+        stopped, its port closed; any other failure releases it too.
 
         Returns:
             This server, for chaining.
@@ -423,15 +467,20 @@ class LocalChatServer:
             params.verbosity = 3 if self._verbose else 0
 
             started = time.perf_counter()
+            server: Any = None
             try:
-                server = xllamacpp.Server(params)
-            except RuntimeError as exc:
-                raise self._start_error(model_path, exc) from exc
-            address = str(server.listening_address).rstrip("/")
-            try:
+                try:
+                    with _ctrl_c_deferred():  # a Ctrl-C arrives once the server is held
+                        server = xllamacpp.Server(params)
+                except RuntimeError as exc:
+                    raise self._start_error(model_path, exc) from exc
+                address = str(server.listening_address).rstrip("/")
                 self._wait_healthy(address, started + self._startup_timeout)
-            except LocalModelError:
-                del server
+            except BaseException:  # (a Ctrl-C, too): the server is released, its port closed
+                if server is not None:
+                    with _ctrl_c_deferred():  # (another Ctrl-C waits for the release)
+                        _wait_loop_started(str(server.listening_address).rstrip("/"))
+                        server = None  # its destructor stops it
                 raise
             self._server = server
             self._address = address

@@ -1,9 +1,19 @@
-"""``LocalChatServer.start()`` with a fake ``xllamacpp``: a port that cannot be used is named
-(llama.cpp says "Failed to init server, please check the input params" whatever the cause)."""
+"""``LocalChatServer.start()`` with a fake ``xllamacpp``: Ctrl-C while llama.cpp builds its
+server, and a port that cannot be used.
+
+A Ctrl-C right after ``xllamacpp.Server(params)`` returned dropped the new server at once, and
+its destructor could wait forever (6 hangs in 12 runs of an audit's reproduction on a busy
+machine): the constructor returns just before its thread starts the main loop, and the stop the
+destructor sends is overwritten when the loop starts. ``start()`` blocks SIGINT on its thread
+around the construction (the threads llama.cpp spawns inherit the block), so a Ctrl-C meanwhile
+arrives as a KeyboardInterrupt once the server is held; the server is then released once its
+main loop answers (its port closed).
+"""
 
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import signal
 import socket
@@ -85,6 +95,46 @@ def fake_llama(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return model
 
 
+def test_sigint_is_blocked_while_llama_cpp_builds_its_threads(fake_llama: Path) -> None:
+    assert not _sigint_blocked()
+    server = LocalChatServer(model_path=fake_llama)
+    server.start()
+    try:
+        built = server._server
+        assert built.blocked_while_built, "SIGINT reached the thread building the server"
+        assert built.blocked_in_its_thread, "a thread llama.cpp spawns could get the Ctrl-C"
+        assert not _sigint_blocked(), "the caller's signal mask was not restored"
+    finally:
+        server._server = server._address = None  # (a fake: nothing to stop)
+
+
+def test_ctrl_c_while_built_arrives_once_the_server_exists_and_releases_it(
+    fake_llama: Path,
+) -> None:
+    FakeServer.ctrl_c_while_built = True
+    server = LocalChatServer(model_path=fake_llama)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        server.start()
+    [made] = FakeServer.instances  # built to the end: not interrupted halfway
+    # dropped only once its main loop runs (dropped before, its destructor waits forever)
+    assert FakeServer.loop_waits == [True]
+    gc.collect()
+    assert made() is None, "the interrupted start kept the server (and its port) alive"
+    assert not server.is_running
+    assert not _sigint_blocked()
+    del caught
+
+
+def test_a_caller_that_blocks_sigint_keeps_it_blocked(fake_llama: Path) -> None:
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
+    try:
+        server = LocalChatServer(model_path=fake_llama).start()
+        server._server = server._address = None
+        assert _sigint_blocked()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def test_a_taken_port_is_named(fake_llama: Path) -> None:
     """Before: "Failed to init server, please check the input params", whatever the port."""
     FakeServer.fail_with = "Failed to init server, please check the input params."
@@ -107,3 +157,34 @@ def test_another_start_failure_names_the_address(fake_llama: Path) -> None:
     message = str(caught.value)
     assert "on 127.0.0.1 (a free port)" in message
     assert "Failed to init server" in message and "verbose=True" in message
+
+
+def test_the_release_waits_for_an_answer_of_the_main_loop() -> None:
+    """``/slots`` answers only once the loop runs: the wait returns at the first answer (here
+    after 0.3 s), and gives up at its timeout when nothing answers."""
+    import http.server
+    import time
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            time.sleep(0.3)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"[]")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow) as httpd:
+        worker = threading.Thread(target=httpd.serve_forever, daemon=True)
+        worker.start()
+        began = time.perf_counter()
+        _local_server._wait_loop_started(f"http://127.0.0.1:{httpd.server_port}")
+        assert 0.25 < time.perf_counter() - began < 5
+        httpd.shutdown()
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # (bound, not listening: connections are refused)
+        began = time.perf_counter()
+        _local_server._wait_loop_started(f"http://127.0.0.1:{port}", timeout=0.3)
+        assert 0.3 <= time.perf_counter() - began < 3
