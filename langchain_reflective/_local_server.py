@@ -27,6 +27,11 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
+from langchain_reflective._gemma import (
+    EMBEDDED_BLANK_TOKEN_IDS,
+    EMBEDDED_GGUF_SHA256,
+    GEMMA_CHAT_TEMPLATE,
+)
 from langchain_reflective.errors import ReflectiveError
 
 if TYPE_CHECKING:
@@ -40,59 +45,6 @@ LOCAL_CHAT_MODEL = "gemma-3-270m"
 _INSTALL_HINT = 'pip install "langchain-reflective[local]"'
 _LOOPBACK = "127.0.0.1"
 _THREADS_ENV = "REFLECTIVE_LOCAL_THREADS"
-
-# SHA-256 of the embedded GGUF whose vocabulary the token ids below belong to.
-_EMBEDDED_GGUF_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
-# Every token of that vocabulary made only of spaces and tabs (runs of 1-31, plus the byte
-# tokens <0x09> and <0x20>); pure-newline tokens are not included. llama.cpp's JSON grammar
-# lets whitespace ("\n"{1,2} [ \t]{0,20}) follow every brace, comma and colon, and the base
-# model fills those slots with long runs of tabs and spaces until the token limit. Banning
-# these tokens through ``logit_bias`` leaves at most two newlines per slot: JSON stays compact
-# and replies end. Found by detokenizing the whole vocabulary of the embedded GGUF.
-_EMBEDDED_BLANK_TOKEN_IDS: tuple[int, ...] = (
-    *range(138, 168),
-    247,
-    270,
-    236743,
-    *range(255968, 255999),
-)
-
-# The GGUF of the base model carries no chat template, so llama.cpp would fall back to ChatML,
-# which Gemma does not know. This is Gemma's turn format, made lenient: system messages are
-# folded into the next user turn (Gemma has no system role), tool results become user turns,
-# roles need not alternate, and list-shaped content keeps only its text parts.
-_GEMMA_CHAT_TEMPLATE = """\
-{{- bos_token -}}
-{%- set ns = namespace(system='') -%}
-{%- for message in messages -%}
-{%- if message['content'] is string -%}
-{%- set content = message['content'] -%}
-{%- elif message['content'] -%}
-{%- set content = message['content'] | selectattr('type', 'equalto', 'text') \
-| map(attribute='text') | join('\\n') -%}
-{%- else -%}
-{%- set content = '' -%}
-{%- endif -%}
-{%- if message['role'] == 'system' or message['role'] == 'developer' -%}
-{%- set ns.system = ns.system + (content | trim) + '\\n\\n' -%}
-{%- else -%}
-{%- set role = 'model' if message['role'] == 'assistant' else 'user' -%}
-{{- '<start_of_turn>' + role + '\\n' -}}
-{%- if role == 'user' and ns.system -%}
-{{- ns.system -}}
-{%- set ns.system = '' -%}
-{%- endif -%}
-{{- content | trim -}}
-{{- '<end_of_turn>\\n' -}}
-{%- endif -%}
-{%- endfor -%}
-{%- if ns.system -%}
-{{- '<start_of_turn>user\\n' + (ns.system | trim) + '<end_of_turn>\\n' -}}
-{%- endif -%}
-{%- if add_generation_prompt -%}
-{{- '<start_of_turn>model\\n' -}}
-{%- endif -%}
-"""
 
 
 class LocalModelError(ReflectiveError, RuntimeError):
@@ -128,7 +80,7 @@ def _local_gguf() -> tuple[Path, bool]:
 
     Returns:
         Path of the ``.gguf`` file, and whether it is the exact file whose vocabulary
-        :data:`_EMBEDDED_BLANK_TOKEN_IDS` describes.
+        :data:`~langchain_reflective._gemma.EMBEDDED_BLANK_TOKEN_IDS` describes.
 
     Raises:
         ImportError: The ``local`` extra is not installed.
@@ -139,7 +91,7 @@ def _local_gguf() -> tuple[Path, bool]:
         path = _assembled(gguf_package)
     except (OSError, ValueError) as exc:
         raise LocalModelError(f"Could not assemble the Gemma 3 270M GGUF file: {exc}") from exc
-    return path, getattr(gguf_package, "EXPECTED_SHA256", None) == _EMBEDDED_GGUF_SHA256
+    return path, getattr(gguf_package, "EXPECTED_SHA256", None) == EMBEDDED_GGUF_SHA256
 
 
 def _assembled(gguf_package: ModuleType) -> Path:
@@ -463,7 +415,7 @@ class LocalChatServer:
             params.cpuparams_batch.n_threads = self._n_threads
             params.sampling.penalty_repeat = self._repeat_penalty
             if self._model_path is None:
-                params.chat_template = _GEMMA_CHAT_TEMPLATE
+                params.chat_template = GEMMA_CHAT_TEMPLATE
             params.verbosity = 3 if self._verbose else 0
 
             started = time.perf_counter()
@@ -484,7 +436,7 @@ class LocalChatServer:
                 raise
             self._server = server
             self._address = address
-            self._blank_token_ids = _EMBEDDED_BLANK_TOKEN_IDS if known_vocabulary else ()
+            self._blank_token_ids = EMBEDDED_BLANK_TOKEN_IDS if known_vocabulary else ()
             atexit.register(self._stop_at_exit)
         logger.info(
             "Started local llama.cpp server for %s at %s in %.1f s",
