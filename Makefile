@@ -22,6 +22,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
+	mkdir -p .demo
 	$(BIN)/reflective demo --fresh --db .demo/reflective-demo.db
 
 lint: $(STAMP)

@@ -166,3 +166,20 @@ def test_make_test_keeps_each_session_server_on_one_worker() -> None:
     args = shlex.split(recipe.split("-m pytest", 1)[1])
     assert "-n" in args and args[args.index("--dist") + 1] == "loadgroup", args
     assert "TEST_WORKERS" in README.read_text(encoding="utf-8")
+
+
+def test_make_demo_creates_the_folder_of_its_memory_file() -> None:
+    """``reflective demo`` refuses a --db whose directory does not exist (it never creates one
+    behind the user's back), so the recipe must create it: on a fresh clone ``make demo``
+    failed at once with "the directory .demo does not exist"."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    recipe = makefile.split("\ndemo:", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    run = next(line for line in recipe if "reflective demo" in line)
+    folder = Path(shlex.split(run)[shlex.split(run).index("--db") + 1]).parent
+    made = [
+        Path(arg)
+        for line in recipe[: recipe.index(run)]
+        if line.strip().startswith("mkdir -p")
+        for arg in shlex.split(line)[2:]
+    ]
+    assert folder == Path(".") or folder in made, recipe
