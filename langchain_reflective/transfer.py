@@ -27,7 +27,7 @@ from langchain_reflective.export_file import (
     open_export,
     read_header,
 )
-from langchain_reflective.records import MemoryRecord, utc
+from langchain_reflective.records import MemoryRecord, _short, utc
 from langchain_reflective.scoring import recency
 from langchain_reflective.store_codec import item_key
 from langchain_reflective.stream_base import StreamBase, _arun, _Flow, _run
@@ -586,18 +586,14 @@ def _taken(line: _Line, other: MemoryRecord, *, stored: bool) -> InvalidMemoryEr
         else "an earlier line of the file holds another memory of that id"
     )
     return InvalidMemoryError(
-        f"{line.where}: memory {r.id!r} ({_short(r.text)}, created {r.created_at.isoformat()}) "
-        f"is not imported: {there} ({_short(other.text)}, created "
-        f"{other.created_at.isoformat()}), e.g. one deleted and added again under that id. An "
-        "import skips only the memories it holds already. Delete the other memory to import "
+        f"{line.where}: memory {r.id!r} ({_short(r.text, 60)!r}, created "
+        f"{r.created_at.isoformat()}) is not imported: {there} ({_short(other.text, 60)!r}, "
+        f"created {other.created_at.isoformat()}), e.g. one deleted and added again under that "
+        "id. An import skips only the memories it holds already. Delete the other memory to import "
         "this one (delete() in Python), or import into another namespace (the namespace= "
         "argument in Python, --namespace with 'reflective import'); nothing of this batch was "
         "written"
     )
-
-
-def _short(text: str, limit: int = 60) -> str:
-    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
 def _put_fresh(
