@@ -8,13 +8,23 @@ per line. These read it for every importer (``MemoryStream``, ``ContextMemory``)
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from langchain_reflective.errors import InvalidMemoryError
+import numpy as np
 
-__all__ = ["JSONL_FORMAT", "JSONL_VERSION", "export_lines", "open_export", "read_header"]
+from langchain_reflective.errors import InvalidMemoryError
+from langchain_reflective.records import MemoryRecord
+
+__all__ = [
+    "JSONL_FORMAT",
+    "JSONL_VERSION",
+    "export_lines",
+    "export_records",
+    "open_export",
+    "read_header",
+]
 
 JSONL_FORMAT = "langchain-reflective/jsonl"
 """The ``format`` of an export's header line."""
@@ -58,3 +68,57 @@ def export_lines(fh: TextIO, source: Path) -> Iterator[tuple[int, str]]:
             f"{source} is not a langchain-reflective export: it holds bytes that are not "
             f"UTF-8 ({exc.reason})"
         ) from exc
+
+
+def export_records(
+    fh: TextIO, source: Path, header: Mapping[str, Any]
+) -> Iterator[tuple[int, MemoryRecord, list[float] | None]]:
+    """The records after the header (read by :func:`read_header`), numbered, each with its
+    vector (``None`` without one): every line checked as an import checks it, so what refuses
+    a line is defined once (the import, and the ``reflective import`` check before it).
+
+    A line must be JSON, a memory record (:meth:`MemoryRecord.from_dict`), and its vector, if
+    any, a non-empty list of finite numbers, not all zero, of the export's dimension (the
+    header's, else the first vector's).
+
+    Raises:
+        InvalidMemoryError: a line is not; the message starts with ``<source>:<line>:``.
+    """
+    dim = header.get("dimension")
+    dimension = dim if type(dim) is int and dim > 0 else None
+    for lineno, line in export_lines(fh, source):
+        try:
+            data = json.loads(line)
+            record = MemoryRecord.from_dict(data)
+            vector = _vector(data, dimension)
+        except (ValueError, InvalidMemoryError, TypeError, RecursionError) as exc:
+            # (ValueError: JSON errors, and integers past Python's digit limit)
+            raise InvalidMemoryError(f"{source}:{lineno}: {exc}") from exc
+        if vector is not None and dimension is None:
+            dimension = len(vector)
+        yield lineno, record, vector
+
+
+def _vector(data: Mapping[str, Any], dimension: int | None) -> list[float] | None:
+    """The line's vector (``None`` without one), checked: finite numbers, not all zero, and
+    ``dimension`` of them when the export's dimension is known.
+
+    Raises:
+        InvalidMemoryError: anything else.
+    """
+    vec = data.get("vector")
+    if vec is None:
+        return None
+    if not isinstance(vec, list) or not vec:
+        raise InvalidMemoryError(f"vector must be a non-empty list of numbers, got {vec!r:.80}")
+    if dimension is not None and len(vec) != dimension:
+        raise InvalidMemoryError(
+            f"the vector has {len(vec)} values; the export's vectors have {dimension}"
+        )
+    if not all(type(x) is float or type(x) is int for x in vec):
+        raise InvalidMemoryError("vector must be a list of numbers")
+    with np.errstate(over="ignore", invalid="ignore"):
+        arr = np.asarray(vec, dtype=np.float64)
+        if not np.isfinite(arr).all() or not arr.any():
+            raise InvalidMemoryError("vector holds NaN or infinite values, or only zeros")
+    return vec

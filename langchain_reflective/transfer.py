@@ -11,7 +11,7 @@ import errno
 import json
 import os
 import tempfile
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +23,7 @@ from langchain_reflective.errors import ExportError, InvalidMemoryError, Storage
 from langchain_reflective.export_file import (
     JSONL_FORMAT,
     JSONL_VERSION,
-    export_lines,
+    export_records,
     open_export,
     read_header,
 )
@@ -435,24 +435,15 @@ def import_jsonl(
         with open_export(source) as fh:
             header = read_header(fh, source)
             same_model = header.get("embedding_model") == stream.embedding_model
-            dim = header.get("dimension")
-            # the export's dimension: its header's, else its first vector's; every vector has it
-            export_dim = dim if type(dim) is int and dim > 0 else None
+            export_dim: int | None = None  # known at the first vector (checked against it)
             reuse: bool | None = None  # decided at the first vector, before anything is written
             batch: list[_Line] = []
             items: set[str] = set()  # the ids of the store items moved so far (first one kept)
-            for lineno, line in export_lines(fh, source):
-                try:
-                    data = json.loads(line)
-                    record = MemoryRecord.from_dict(data)
-                    vec = _vector(data, export_dim)
-                except (ValueError, InvalidMemoryError, TypeError, RecursionError) as exc:
-                    # (ValueError: JSON errors, and integers past Python's digit limit)
-                    raise InvalidMemoryError(f"{source}:{lineno}: {exc}") from exc
+            for lineno, record, vec in export_records(fh, source, header):
                 if keyed is not None:
                     record = keyed(record)
                 if vec is not None:
-                    if export_dim is None:
+                    if export_dim is None:  # (every vector has it: export_records checks)
                         export_dim = len(vec)
                     if reuse is None:  # one probe at most; a model of another dimension re-embeds
                         reuse = same_model and export_dim == _target_dimension(stream, record.text)
@@ -478,31 +469,6 @@ def import_jsonl(
             )
         raise
     return imported
-
-
-def _vector(data: Mapping[str, Any], dimension: int | None) -> list[float] | None:
-    """The line's vector (``None`` without one), checked: finite numbers, not all zero, and
-    ``dimension`` of them when the export's dimension is known.
-
-    Raises:
-        InvalidMemoryError: anything else.
-    """
-    vec = data.get("vector")
-    if vec is None:
-        return None
-    if not isinstance(vec, list) or not vec:
-        raise InvalidMemoryError(f"vector must be a non-empty list of numbers, got {vec!r:.80}")
-    if dimension is not None and len(vec) != dimension:
-        raise InvalidMemoryError(
-            f"the vector has {len(vec)} values; the export's vectors have {dimension}"
-        )
-    if not all(type(x) is float or type(x) is int for x in vec):
-        raise InvalidMemoryError("vector must be a list of numbers")
-    with np.errstate(over="ignore", invalid="ignore"):
-        arr = np.asarray(vec, dtype=np.float64)
-        if not np.isfinite(arr).all() or not arr.any():
-            raise InvalidMemoryError("vector holds NaN or infinite values, or only zeros")
-    return vec
 
 
 def _target_dimension(stream: StreamBase, text: str) -> int:

@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 
 INSTALL_HINT = 'pip install "langchain-reflective[cli]"'
 DEFAULT_DB = Path("reflective-demo.db")
-EXPORT_FORMAT = "langchain-reflective/jsonl"
 _DEMO_MAX_TOKENS = {"local": 320, "openai": 1024}
 """Token limit per model answer in the demo: the tiny local model rambles until the limit."""
 

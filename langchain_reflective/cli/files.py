@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -16,7 +15,6 @@ from rich.panel import Panel
 from rich.table import Table
 
 from langchain_reflective.cli._common import (
-    EXPORT_FORMAT,
     INSTALL_HINT,
     MemoryPlace,
     Prefer,
@@ -407,48 +405,34 @@ def export(
 
 
 def _read_export(path: Path) -> tuple[dict[str, Any], bool, int]:
-    """The export's header, whether every record carries a vector of the right size, and how
-    many records it holds (one pass over the file).
+    """The export's header, whether every record carries a vector of the header's model and
+    dimension, and how many records it holds (one pass over the file).
 
-    Every line is read as the import reads it (JSON, a memory record), so a malformed line
-    fails the command before anything is written: the import writes in batches, and a line
-    found bad halfway left the batches before it imported.
+    Every line is read as the import reads it (:func:`~langchain_reflective.export_file.
+    export_records`: JSON, a memory record, a usable vector), so a malformed line fails the
+    command before anything is written: the import writes in batches, and a line found bad
+    halfway left the batches before it imported.
     """
-    from langchain_reflective.records import MemoryRecord
+    from langchain_reflective.export_file import export_records, open_export, read_header
 
     if not path.exists():
         _fail(f"no such export file: {path}")
     if path.is_dir():
         _fail(f"{path} is a directory, not an export file")
-    not_export = (
-        f"{path} is not a langchain-reflective export (JSON lines from 'reflective export')"
-    )
     try:
-        with path.open(encoding="utf-8") as fh:
+        with open_export(path) as fh:
             try:
-                header = json.loads(fh.readline() or "null")
-            except json.JSONDecodeError:
-                _fail(not_export)
-            if not isinstance(header, dict) or header.get("format") != EXPORT_FORMAT:
-                _fail(not_export)
+                header = read_header(fh, path)
+            except InvalidMemoryError as exc:  # not an export, or one of a newer format
+                _fail(str(exc))
             dim = header.get("dimension")
-            usable = bool(header.get("embedding_model")) and isinstance(dim, int)
+            usable = bool(header.get("embedding_model")) and type(dim) is int and dim > 0
             records = 0
-            for lineno, line in enumerate(fh, start=2):
-                if not line.strip():
-                    continue
+            for _, _, vector in export_records(fh, path, header):
                 records += 1
-                try:
-                    data = json.loads(line)
-                    MemoryRecord.from_dict(data)
-                except (ValueError, InvalidMemoryError, TypeError, RecursionError) as exc:
-                    # (ValueError: JSON errors, and integers past Python's digit limit)
-                    _fail(f"{path}:{lineno}: {exc} (nothing was imported)")
-                if usable:
-                    vector = data.get("vector")
-                    usable = isinstance(vector, list) and len(vector) == dim
-    except UnicodeDecodeError:
-        _fail(not_export)
+                usable = usable and vector is not None
+    except InvalidMemoryError as exc:
+        _fail(f"{exc} (nothing was imported)")
     return header, usable, records
 
 

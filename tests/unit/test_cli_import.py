@@ -5,8 +5,10 @@ many records it wrote before the error, in its one line."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +16,7 @@ from langchain_reflective import MemoryStream
 from tests.fakes import WordEmbeddings
 
 cli = pytest.importorskip("langchain_reflective.cli", reason='needs the cli extra ("[cli]")')
+cli_files = pytest.importorskip("langchain_reflective.cli.files")
 
 T0 = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
 BATCH = 256
@@ -118,6 +121,83 @@ def test_a_malformed_line_fails_before_anything_is_written(
     assert code == 1 and f"{export}:291: " in line and says in line, line
     assert "nothing was imported" in line
     assert texts(target) == ["the other x"]
+
+
+@pytest.mark.parametrize(
+    ("vector", "says"),
+    [
+        (lambda v: ["x"] * len(v), "vector must be a list of numbers"),
+        (lambda v: [float("nan")] * len(v), "vector holds NaN or infinite values, or only zeros"),
+        (lambda v: [0.0] * len(v), "vector holds NaN or infinite values, or only zeros"),
+        (lambda v: [*v, 0.5], f"the vector has {64 + 1} values; the export's vectors have 64"),
+    ],
+    ids=["not-numbers", "nan", "zeros", "dimension"],
+)
+def test_a_bad_vector_fails_before_anything_is_written(
+    files: tuple[Path, Path],
+    capsys: pytest.CaptureFixture[str],
+    vector: Callable[[list[float]], list[Any]],
+    says: str,
+) -> None:
+    """Before: the check before the import read only JSON and the record, not the vector, so
+    the 256 records of the first batch were written into the existing file, then the import
+    refused the vector of the 290th record."""
+    export, target = files
+    lines = export.read_text(encoding="utf-8").splitlines()
+    record = json.loads(lines[290])
+    record["vector"] = vector(record["vector"])
+    lines[290] = json.dumps(record)
+    export.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    code, _, err = run_cli(capsys, "import", export, target)
+    line = one_line(err)
+    assert code == 1 and f"{export}:291: {says}" in line and "nothing was imported" in line
+    assert texts(target) == ["the other x"]
+
+
+@pytest.fixture
+def no_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    def loaded(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the embedding model was loaded")
+
+    monkeypatch.setattr(cli_files, "_load_embeddings", loaded)
+
+
+def test_an_export_of_a_newer_format_is_refused_before_the_model_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_model: None
+) -> None:
+    """Before: the check before the import did not read the header's version; an export
+    without vectors loaded the embedding model, then the import refused the version."""
+    export = tmp_path / "export.jsonl"
+    with MemoryStream(WordEmbeddings(), path=tmp_path / "source.db") as stream:
+        stream.add("a memory", importances=0.5, now=T0)
+        stream.export_jsonl(export, include_vectors=False)
+    header, *lines = export.read_text(encoding="utf-8").splitlines()
+    export.write_text("\n".join([json.dumps({**json.loads(header), "version": 2}), *lines]))
+    code, _, err = run_cli(capsys, "import", export, tmp_path / "new.db")
+    assert code == 1 and "an export of format version 2, newer than" in one_line(err)
+    assert not (tmp_path / "new.db").exists()
+
+
+def test_a_header_dimension_of_true_does_not_pass_for_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``"dimension": true`` is no dimension (the import reads it so): the vectors of one
+    value cannot be reused as they are. Before: the check took it for 1, the import ran
+    without a model and failed ("this command needs the embedding model, but none was
+    loaded"); now the texts are embedded again."""
+    export = tmp_path / "export.jsonl"
+    with MemoryStream(WordEmbeddings(), path=tmp_path / "source.db") as stream:
+        stream.add(["one", "two"], importances=0.5, now=T0)
+        stream.export_jsonl(export)
+    header, *lines = export.read_text(encoding="utf-8").splitlines()
+    records = [{**json.loads(line), "vector": [1.0]} for line in lines]
+    export.write_text(
+        "\n".join(json.dumps(d) for d in [{**json.loads(header), "dimension": True}, *records])
+    )
+    monkeypatch.setattr(cli_files, "_load_embeddings", lambda *a, **k: WordEmbeddings())
+    code, out, err = run_cli(capsys, "import", export, tmp_path / "new.db")
+    assert (code, err) == (0, "") and "Imported 2 memories" in out
+    assert "embedding the texts again" in " ".join(out.split())
 
 
 def test_import_help_says_a_different_memory_is_refused(
