@@ -145,24 +145,42 @@ def _http_get(url: str, timeout: float) -> tuple[int, bytes]:
 
 
 @contextlib.contextmanager
-def _ctrl_c_deferred() -> Iterator[None]:
-    """Block SIGINT on this thread for the ``with`` block, then restore the thread's mask.
+def _ctrl_c_deferred(*, mask: bool = False) -> Iterator[None]:
+    """Hold a Ctrl-C back for the ``with`` block: it arrives once the block is done (the
+    previous SIGINT handler runs then: a ``KeyboardInterrupt`` by default), e.g. once
+    ``server = xllamacpp.Server(params)`` holds the server, or once a server given up is
+    released (see :func:`_wait_loop_started`), not halfway, where the server was dropped.
 
-    Around ``xllamacpp.Server(params)``: a Ctrl-C meanwhile stays pending and, once unblocked,
-    arrives as a ``KeyboardInterrupt`` raised by the unblocking call, where the server is held
-    and can be released safely (see :func:`_wait_loop_started`), not halfway through its
-    construction, where the new server was dropped at once. The threads llama.cpp spawns there
-    inherit the block: a Ctrl-C is never delivered to one of them. No-op without POSIX signal
-    masks.
+    A terminal's Ctrl-C goes to the whole process: the kernel hands it to any thread not
+    blocking SIGINT (numpy's, rich's, ...), and the main thread runs the Python handler at its
+    next bytecode. So on the main thread the handler is swapped for one that only records the
+    signal, and put back at the end. ``mask=True`` also blocks SIGINT on this thread, so the
+    threads llama.cpp spawns inherit the block. Off the main thread the handler cannot be
+    swapped (``signal.signal`` refuses): only the mask applies there, which suffices, as the
+    ``KeyboardInterrupt`` is raised on the main thread, not this one.
     """
-    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - Windows
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
+    caught: list[int] = []  # (not the frame: it may hold the server)
+    previous: Any = None
+    if threading.current_thread() is threading.main_thread():
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler) or handler == signal.SIG_DFL:  # (not SIG_IGN, nor set in C)
+            with contextlib.suppress(ValueError):  # (a subinterpreter's main thread)
+                signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+                previous = handler
+    mask_before = None
+    if mask and hasattr(signal, "pthread_sigmask"):
+        mask_before = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        if mask_before is not None:  # (runs the handler of a Ctrl-C that waited: recorded)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask_before)
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)  # (pending handlers run first: recorded)
+            if caught and previous == signal.SIG_DFL:
+                signal.raise_signal(signal.SIGINT)
+            elif caught:
+                previous(signal.SIGINT, None)
 
 
 def _wait_loop_started(address: str, timeout: float = 30.0) -> None:
@@ -177,7 +195,9 @@ def _wait_loop_started(address: str, timeout: float = 30.0) -> None:
     deadline = time.perf_counter() + timeout
     while True:
         try:
-            _http_get(f"{address}/slots", timeout=5.0)
+            _http_get(
+                f"{address}/slots", timeout=min(5.0, max(deadline - time.perf_counter(), 0.1))
+            )
             return
         except OSError:
             if time.perf_counter() >= deadline:
@@ -381,7 +401,10 @@ class LocalChatServer:
         the server never outlives the interpreter (at exit, it waits for running requests
         to end: see :meth:`stop`). A Ctrl-C while llama.cpp builds the server (loading the
         model) arrives as a ``KeyboardInterrupt`` once the server exists, which is then
-        stopped, its port closed; any other failure releases it too.
+        stopped, its port closed; any other failure releases it too. That release first waits
+        for the server's main loop to answer (a server dropped before its loop runs hangs
+        in its destructor): up to 30 s more when it never answers, e.g. after ``/health``
+        failed for ``startup_timeout`` seconds; a Ctrl-C meanwhile arrives once it is done.
 
         Returns:
             This server, for chaining.
@@ -422,7 +445,7 @@ class LocalChatServer:
             server: Any = None
             try:
                 try:
-                    with _ctrl_c_deferred():  # a Ctrl-C arrives once the server is held
+                    with _ctrl_c_deferred(mask=True):  # a Ctrl-C arrives once it is held
                         server = xllamacpp.Server(params)
                 except RuntimeError as exc:
                     raise self._start_error(model_path, exc) from exc
@@ -430,7 +453,7 @@ class LocalChatServer:
                 self._wait_healthy(address, started + self._startup_timeout)
             except BaseException:  # (a Ctrl-C, too): the server is released, its port closed
                 if server is not None:
-                    with _ctrl_c_deferred():  # (another Ctrl-C waits for the release)
+                    with _ctrl_c_deferred():  # (another Ctrl-C arrives once it is released)
                         _wait_loop_started(str(server.listening_address).rstrip("/"))
                         server = None  # its destructor stops it
                 raise

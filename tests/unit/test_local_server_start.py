@@ -4,10 +4,13 @@ server, and a port that cannot be used.
 A Ctrl-C right after ``xllamacpp.Server(params)`` returned dropped the new server at once, and
 its destructor could wait forever (6 hangs in 12 runs of an audit's reproduction on a busy
 machine): the constructor returns just before its thread starts the main loop, and the stop the
-destructor sends is overwritten when the loop starts. ``start()`` blocks SIGINT on its thread
-around the construction (the threads llama.cpp spawns inherit the block), so a Ctrl-C meanwhile
-arrives as a KeyboardInterrupt once the server is held; the server is then released once its
-main loop answers (its port closed).
+destructor sends is overwritten when the loop starts. ``start()`` holds a Ctrl-C back around the
+construction, so it arrives as a KeyboardInterrupt once the server is held; the server is then
+released once its main loop answers (its port closed), a further Ctrl-C held back meanwhile.
+
+A terminal's Ctrl-C goes to the whole process: the kernel hands it to any thread not blocking
+SIGINT (numpy's, rich's, ...), and the main thread raises at its next bytecode. Blocking SIGINT
+on the starting thread alone did not hold it back; the tests send it so, with another thread up.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ import os
 import signal
 import socket
 import threading
+import time
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, ClassVar
@@ -54,13 +59,29 @@ class FakeServer:
         self.blocked_in_its_thread = seen[0]
         if FakeServer.fail_with is not None:
             raise RuntimeError(FakeServer.fail_with)
-        if FakeServer.ctrl_c_while_built:  # (to this thread: no other thread can take it)
-            signal.pthread_kill(threading.get_ident(), signal.SIGINT)
-            for _ in range(1000):  # time for a delivered signal to become a KeyboardInterrupt
-                pass
+        if FakeServer.ctrl_c_while_built:
+            _ctrl_c()
         self.built = True
         self.listening_address = f"http://127.0.0.1:{params.port or 40000}"
         FakeServer.instances.append(weakref.ref(self))
+
+
+def _ctrl_c() -> None:
+    """What a terminal's Ctrl-C does: SIGINT to the process (any thread not blocking it may
+    take it), then a C call that releases the GIL, as ``xllamacpp.Server(params)`` does."""
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.2)
+
+
+@pytest.fixture
+def other_thread() -> Iterator[None]:
+    """A thread that does not block SIGINT, as numpy's OpenBLAS pool or rich's refresh thread."""
+    done = threading.Event()
+    waiting = threading.Thread(target=done.wait, daemon=True)
+    waiting.start()
+    yield
+    done.set()
+    waiting.join()
 
 
 class Params(SimpleNamespace):
@@ -109,9 +130,12 @@ def test_sigint_is_blocked_while_llama_cpp_builds_its_threads(fake_llama: Path) 
 
 
 def test_ctrl_c_while_built_arrives_once_the_server_exists_and_releases_it(
-    fake_llama: Path,
+    fake_llama: Path, other_thread: None
 ) -> None:
+    """Before: the Ctrl-C, taken by the other thread, was raised on the main thread before
+    the server was held (here halfway through the fake's constructor)."""
     FakeServer.ctrl_c_while_built = True
+    handler = signal.getsignal(signal.SIGINT)
     server = LocalChatServer(model_path=fake_llama)
     with pytest.raises(KeyboardInterrupt) as caught:
         server.start()
@@ -122,7 +146,56 @@ def test_ctrl_c_while_built_arrives_once_the_server_exists_and_releases_it(
     assert made() is None, "the interrupted start kept the server (and its port) alive"
     assert not server.is_running
     assert not _sigint_blocked()
+    assert signal.getsignal(signal.SIGINT) is handler, "the SIGINT handler was not restored"
     del caught
+
+
+def test_a_ctrl_c_while_a_server_given_up_is_released_arrives_once_it_is_released(
+    fake_llama: Path, other_thread: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: a second Ctrl-C cut the wait for the main loop short, skipped the release, and
+    the server lived on in the traceback (destroyed whenever that was freed)."""
+
+    def unhealthy(*args: object) -> None:
+        raise LocalModelError("not healthy")
+
+    def wait_loop(address: str) -> None:
+        _ctrl_c()
+        FakeServer.loop_waits.append(all(ref() is not None for ref in FakeServer.instances))
+
+    monkeypatch.setattr(LocalChatServer, "_wait_healthy", staticmethod(unhealthy))
+    monkeypatch.setattr(_local_server, "_wait_loop_started", wait_loop)
+    handler = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        LocalChatServer(model_path=fake_llama).start()
+    [made] = FakeServer.instances
+    assert FakeServer.loop_waits == [True], "the wait for the main loop was cut short"
+    gc.collect()
+    assert made() is None, "the server given up was not released"
+    assert isinstance(caught.value.__context__, LocalModelError)
+    assert signal.getsignal(signal.SIGINT) is handler
+    del caught
+
+
+def test_a_start_off_the_main_thread_blocks_sigint_there(fake_llama: Path) -> None:
+    """Off the main thread the SIGINT handler cannot be changed: only the mask applies."""
+    built: list[Any] = []
+    failed: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            server = LocalChatServer(model_path=fake_llama).start()
+        except BaseException as exc:  # (reported below)
+            failed.append(exc)
+            return
+        built.append(server._server)
+        server._server = server._address = None
+
+    starter = threading.Thread(target=start)
+    starter.start()
+    starter.join()
+    assert not failed, failed
+    assert built[0].blocked_while_built and built[0].blocked_in_its_thread
 
 
 def test_a_caller_that_blocks_sigint_keeps_it_blocked(fake_llama: Path) -> None:
