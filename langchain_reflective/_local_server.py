@@ -207,10 +207,13 @@ def _wait_loop_started(address: str, timeout: float = 30.0) -> None:
 
 def _port_problem(port: int) -> str | None:
     """Why ``port`` on the loopback address cannot be listened on (e.g. "Address already in
-    use"), or ``None`` when it can (or is 0: any free port)."""
+    use"), or ``None`` when it can (or is 0: any free port). The probe binds as cpp-httplib
+    does (``SO_REUSEADDR``; exclusive on Windows): a port in TIME_WAIT is usable."""
     if not port:
         return None
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        option = getattr(socket, "SO_EXCLUSIVEADDRUSE", socket.SO_REUSEADDR)
+        probe.setsockopt(socket.SOL_SOCKET, option, 1)
         try:
             probe.bind((_LOOPBACK, port))
         except OSError as exc:
@@ -477,7 +480,7 @@ class LocalChatServer:
             return LocalModelError(
                 f"llama.cpp could not start serving {model_path}: port {self._port} on "
                 f"{_LOOPBACK} cannot be used ({problem}); pass another port=, or port=0 for a "
-                "free one"
+                f"free one (llama.cpp said: {exc})"
             )
         where = f"{_LOOPBACK}:{self._port}" if self._port else f"{_LOOPBACK} (a free port)"
         return LocalModelError(

@@ -221,6 +221,36 @@ def test_a_taken_port_is_named(fake_llama: Path) -> None:
     assert f"port {port} on 127.0.0.1 cannot be used" in message, message
     assert os.strerror(errno.EADDRINUSE) in message
     assert "port=" in message  # what to do
+    assert "Failed to init server" in message  # llama.cpp's own words are kept
+
+
+def _port_in_time_wait() -> int:
+    """A port whose last connection was closed by its server side first: it sits in TIME_WAIT,
+    as after the previous run of a program on a fixed port."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = int(listener.getsockname()[1])
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = listener.accept()
+        accepted.close()
+    client.close()
+    return port
+
+
+@pytest.mark.skipif(os.name == "nt", reason="SO_REUSEADDR means another thing on Windows")
+def test_a_port_in_time_wait_is_not_blamed(fake_llama: Path) -> None:
+    """cpp-httplib binds with SO_REUSEADDR, so llama.cpp can listen on a port in TIME_WAIT;
+    before, the probe (without it) blamed the port and llama.cpp's failure went unsaid."""
+    port = _port_in_time_wait()
+    assert _local_server._port_problem(port) is None
+    FakeServer.fail_with = "Failed to init server, please check the input params."
+    with pytest.raises(LocalModelError) as caught:
+        LocalChatServer(model_path=fake_llama, port=port).start()
+    message = str(caught.value)
+    assert "cannot be used" not in message, message
+    assert f"on 127.0.0.1:{port}: Failed to init server" in message
 
 
 def test_another_start_failure_names_the_address(fake_llama: Path) -> None:
