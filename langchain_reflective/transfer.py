@@ -439,6 +439,7 @@ def import_jsonl(
             reuse: bool | None = None  # decided at the first vector, before anything is written
             batch: list[_Line] = []
             items: set[str] = set()  # the ids of the store items moved so far (first one kept)
+            seen: dict[tuple[str, str], str] = {}  # (namespace, id): where the file first has it
             for lineno, record, vec in export_records(fh, source, header):
                 if keyed is not None:
                     record = keyed(record)
@@ -457,10 +458,10 @@ def import_jsonl(
                     items.add(record.id)
                 batch.append(_Line(record, vec if reuse else None, f"{source}:{lineno}"))
                 if len(batch) >= batch_size:
-                    imported += _import_batch(stream, batch)
+                    imported += _import_batch(stream, batch, seen)
                     batch = []
             if batch:
-                imported += _import_batch(stream, batch)
+                imported += _import_batch(stream, batch, seen)
     except Exception as exc:
         if imported:  # (the batches before the failing one are stored: say so)
             exc.add_note(
@@ -494,13 +495,15 @@ class _Line:
     where: str
 
 
-def _import_batch(stream: StreamBase, batch: list[_Line]) -> int:
+def _import_batch(stream: StreamBase, batch: list[_Line], seen: dict[tuple[str, str], str]) -> int:
     """Store the records of ``batch`` not stored yet, in one ``put`` (one transaction, whatever
     namespaces they belong to: a failing batch writes nothing).
 
     A record whose id is stored already (or came earlier in the file) is skipped when it is
     that memory (the same text, kind, creation time and depth: an import run again); another
-    memory under that id is refused, never dropped in silence.
+    memory under that id is refused, never dropped in silence. ``seen``: where the file first
+    holds each (namespace, id) of the lines so far, this batch's added (an earlier line of the
+    file is named as such, even when its batch wrote it).
 
     Raises:
         InvalidMemoryError: a record's id holds another memory; nothing of the batch is
@@ -516,12 +519,13 @@ def _import_batch(stream: StreamBase, batch: list[_Line]) -> int:
         earlier: dict[str, MemoryRecord] = {}  # this batch's, by id
         for line in lines:
             r = line.record
+            first = seen.setdefault((ns, r.id), line.where)
             other = stored.get(r.id) or earlier.get(r.id)
             if other is None:
                 earlier[r.id] = r
                 fresh.append((r, line.vector))
             elif _fingerprint(other) != _fingerprint(r):
-                raise _taken(line, other, stored=r.id in stored)
+                raise _taken(line, other, first=None if first == line.where else first)
     if not fresh:
         return 0
     need = [i for i, (_, v) in enumerate(fresh) if v is None]
@@ -542,23 +546,35 @@ def _import_batch(stream: StreamBase, batch: list[_Line]) -> int:
     return _put_fresh(backend, [r for r, _ in fresh], unit)
 
 
-def _taken(line: _Line, other: MemoryRecord, *, stored: bool) -> InvalidMemoryError:
-    """The error of a record whose id holds another memory (``stored``, else earlier in the
-    file)."""
+def _taken(line: _Line, other: MemoryRecord, *, first: str | None) -> InvalidMemoryError:
+    """The error of a record whose id holds another memory: the namespace's, or (``first``:
+    where) an earlier line's of the file."""
     r = line.record
-    there = (
-        f"namespace {r.namespace!r} holds another memory under its id"
-        if stored
-        else "an earlier line of the file holds another memory of that id"
-    )
+    this = f"memory {r.id!r} ({_short(r.text, 60)!r}, created {r.created_at.isoformat()})"
+    that = f"({_short(other.text, 60)!r}, created {other.created_at.isoformat()})"
+    if first is not None:
+        return InvalidMemoryError(
+            f"{line.where}: {this} is not imported: {twice(first, that)}; nothing of this "
+            "batch was written"
+        )
     return InvalidMemoryError(
-        f"{line.where}: memory {r.id!r} ({_short(r.text, 60)!r}, created "
-        f"{r.created_at.isoformat()}) is not imported: {there} ({_short(other.text, 60)!r}, "
-        f"created {other.created_at.isoformat()}), e.g. one deleted and added again under that "
-        "id. An import skips only the memories it holds already. Delete the other memory to import "
-        "this one (delete() in Python), or import into another namespace (the namespace= "
-        "argument in Python, --namespace with 'reflective import'); nothing of this batch was "
-        "written"
+        f"{line.where}: {this} is not imported: namespace {r.namespace!r} holds another memory "
+        f"under its id {that}, e.g. one deleted and added again under that id. An import "
+        "skips only the memories it holds already. Delete the other memory to import this one "
+        "(delete() in Python), or import into another namespace (the namespace= argument in "
+        "Python, --namespace with 'reflective import'); nothing of this batch was written"
+    )
+
+
+def twice(first: str, other: str = "") -> str:
+    """Why a line is refused whose memory's id an earlier line (at ``first``; its memory:
+    ``other``) of the export holds for another memory in one namespace; the import and the
+    check before ``reflective import`` say it alike."""
+    held = f"another memory {other}" if other else "another memory"
+    return (
+        f"the export itself is inconsistent: {first} holds {held} under that id in that "
+        "namespace (one id, one memory); remove or edit one of the two lines, then import the "
+        "file again"
     )
 
 

@@ -404,16 +404,21 @@ def export(
     )
 
 
-def _read_export(path: Path) -> tuple[dict[str, Any], bool, int]:
+def _read_export(path: Path, namespace: str | None) -> tuple[dict[str, Any], bool, int]:
     """The export's header, whether every record carries a vector of the header's model and
     dimension, and how many records it holds (one pass over the file).
 
     Every line is read as the import reads it (:func:`~langchain_reflective.export_file.
     export_records`: JSON, a memory record, a usable vector), so a malformed line fails the
     command before anything is written: the import writes in batches, and a line found bad
-    halfway left the batches before it imported.
+    halfway left the batches before it imported. Two lines holding different memories under
+    one id in one namespace fail it too (the import refuses the second, in whatever batch),
+    but for LangGraph store items merged by ``--namespace`` (the import keeps the first).
     """
     from langchain_reflective.export_file import export_records, open_export, read_header
+    from langchain_reflective.store_codec import item_key
+    from langchain_reflective.transfer import twice
+    from langchain_reflective.transfer_moves import _fingerprint
 
     if not path.exists():
         _fail(f"no such export file: {path}")
@@ -428,9 +433,19 @@ def _read_export(path: Path) -> tuple[dict[str, Any], bool, int]:
             dim = header.get("dimension")
             usable = bool(header.get("embedding_model")) and type(dim) is int and dim > 0
             records = 0
-            for _, _, vector in export_records(fh, path, header):
+            first: dict[tuple[str, str], tuple[int, int]] = {}  # (ns, id): line, fingerprint
+            for lineno, record, vector in export_records(fh, path, header):
                 records += 1
                 usable = usable and vector is not None
+                if namespace and item_key(record) is not None:
+                    continue
+                mark = hash(_fingerprint(record))
+                held, was = first.setdefault((record.namespace, record.id), (lineno, mark))
+                if was != mark:
+                    _fail(
+                        f"{path}:{lineno}: memory {record.id!r} ({_short(record.text, 60)}) "
+                        f"cannot be imported: {twice(f'{path}:{held}')} (nothing was imported)"
+                    )
     except InvalidMemoryError as exc:
         _fail(f"{exc} (nothing was imported)")
     return header, usable, records
@@ -486,7 +501,7 @@ def import_(
     """
     _check_namespace_option(namespace)
     place = _memory_place(file)
-    header, usable, records = _read_export(source)
+    header, usable, records = _read_export(source, namespace)
     created = False
     if isinstance(place, str):
         with _postgres_backend(place, setup=True) as backend:  # creates or upgrades the tables

@@ -82,22 +82,35 @@ def test_a_refused_memory_names_the_command_line_option(
     assert "the namespace= argument in Python" in line and "delete() in Python" in line
 
 
-def test_a_failed_import_into_a_new_file_says_nothing_was_imported(
-    files: tuple[Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+@pytest.mark.parametrize("namespace", [[], ["--namespace", "elsewhere"]], ids=["kept", "moved"])
+@pytest.mark.parametrize("new", [True, False], ids=["new-file", "existing-file"])
+@pytest.mark.parametrize("twin_of", [3, 1], ids=["same-batch", "next-batch"])
+def test_two_memories_of_one_id_fail_before_anything_is_written(
+    files: tuple[Path, Path],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    twin_of: int,
+    new: bool,
+    namespace: list[str],
 ) -> None:
-    """The new file is removed, so the note that batches were imported would be wrong."""
-    export, _ = files
+    """Before: the import refused the second line when its batch came, with remedies that
+    cannot work (delete the other memory -- in the next batch, the one this import had just
+    written --, or import into another namespace, where both lines get one new id again),
+    after the batches before it were written. Now the check before the import finds it."""
+    export, target = files
     lines = export.read_text(encoding="utf-8").splitlines()
-    twin = json.loads(lines[3])
-    twin["text"] = "another memory under the id of the third"
+    twin = {**json.loads(lines[twin_of]), "text": "another memory under that id"}
     export.write_text("\n".join([*lines, json.dumps(twin)]) + "\n", encoding="utf-8")
-    target = tmp_path / "new.db"
-    code, _, err = run_cli(capsys, "import", export, target)
+    twin_at = len(lines) + 1  # (its line number: the header is line 1)
+    if new:
+        target = tmp_path / "new.db"
+    code, _, err = run_cli(capsys, "import", export, target, *namespace)
     line = one_line(err)
-    assert code == 1 and "another memory" in line and "is not imported" in line
-    assert "were imported before this error" not in line
-    assert f"nothing was imported: the new file {target} was removed" in line
-    assert not target.exists()
+    assert code == 1 and f"{export}:{twin_at}: memory " in line, line
+    assert f"the export itself is inconsistent: {export}:{twin_of + 1} holds another" in line
+    assert "remove or edit one of the two lines" in line and "nothing was imported" in line
+    assert "Delete the other memory" not in line
+    assert not target.exists() if new else texts(target) == ["the other x"]
 
 
 @pytest.mark.parametrize(

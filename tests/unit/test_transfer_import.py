@@ -94,6 +94,32 @@ def test_a_file_holding_two_memories_of_one_id_is_refused(tmp_path: Path, batch_
         assert [r.text for r in copy.recent(None)] == (["older"] if batch_size == 1 else [])
 
 
+@pytest.mark.parametrize("namespace", [None, "moved"])
+@pytest.mark.parametrize("batch_size", [1, 256])
+def test_two_memories_of_one_id_in_the_file_are_named_an_inconsistent_export(
+    tmp_path: Path, batch_size: int, namespace: str | None
+) -> None:
+    """The remedies of a stored memory ("delete the other memory", "import into another
+    namespace") cannot help when the other memory is a line of the same file: with a
+    namespace both get the same new id and clash again; in two batches the "other memory" was
+    the one this import had just written. The error says the export is inconsistent, names
+    the earlier line, and says to remove or edit one of the two."""
+    export = tmp_path / "e.jsonl"
+    with _stream(tmp_path / "a.db") as source:
+        source.add(["one", "two"], ids=["a", "b"], importances=0.5, now=NOW)
+        source.export_jsonl(export)
+    lines = export.read_text(encoding="utf-8").splitlines()
+    twin = {**json.loads(lines[1]), "text": "another memory under id a"}
+    export.write_text("\n".join([*lines, json.dumps(twin)]) + "\n", encoding="utf-8")
+    with _stream(tmp_path / "b.db") as copy, pytest.raises(InvalidMemoryError) as caught:
+        copy.import_jsonl(export, namespace=namespace, batch_size=batch_size)
+    message = str(caught.value)
+    assert message.startswith(f"{export}:4: memory "), message
+    assert f"the export itself is inconsistent: {export}:2 holds another memory ('one'" in message
+    assert "remove or edit one of the two lines" in message
+    assert "Delete the other memory" not in message and "another namespace" not in message
+
+
 def test_merged_items_of_one_key_keep_the_first_and_import_again_as_nothing(
     tmp_path: Path,
 ) -> None:
