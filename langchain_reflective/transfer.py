@@ -392,9 +392,11 @@ def import_jsonl(
     namespace: str | None,
     batch_size: int,
     keyed: Callable[[MemoryRecord], MemoryRecord] | None = None,
+    tally: ImportTally | None = None,
 ) -> int:
     """:meth:`MemoryStream.import_jsonl`; ``keyed``, when given, maps each record before it
-    is stored (a caller's own ids, e.g. ``ContextMemory``'s per turn number).
+    is stored (a caller's own ids, e.g. ``ContextMemory``'s per turn number); ``tally``, when
+    given, counts what was not imported and why (also when the import fails).
 
     Vectors in the file are used when they come from the same embedding model (the header's
     ``embedding_model`` equals the stream's) and have the dimension of the stream's vectors;
@@ -431,6 +433,7 @@ def import_jsonl(
     source = Path(path)
     mover: Mover | None = None  # built at the first record to move (none: no first passes)
     imported = 0
+    tally = ImportTally() if tally is None else tally
     try:
         with open_export(source) as fh:
             header = read_header(fh, source)
@@ -454,14 +457,15 @@ def import_jsonl(
                     record = mover.move(record)
                 if namespace and item_key(record) is not None:
                     if record.id in items:  # several namespaces' items of one key: the first
+                        tally.merged += 1
                         continue
                     items.add(record.id)
                 batch.append(_Line(record, vec if reuse else None, f"{source}:{lineno}"))
                 if len(batch) >= batch_size:
-                    imported += _import_batch(stream, batch, seen)
+                    imported += _import_batch(stream, batch, seen, tally)
                     batch = []
             if batch:
-                imported += _import_batch(stream, batch, seen)
+                imported += _import_batch(stream, batch, seen, tally)
     except Exception as exc:
         if imported:  # (the batches before the failing one are stored: say so)
             exc.add_note(
@@ -486,6 +490,18 @@ def _target_dimension(stream: StreamBase, text: str) -> int:
     return int(as_unit_vectors(raw, 1, type(stream.embeddings).__name__).shape[1])
 
 
+@dataclass(slots=True)
+class ImportTally:
+    """What an import did not store, and why (see :func:`import_jsonl`); the rest of the
+    records it did not import were stored already (by an earlier import, or another process
+    importing at the same time)."""
+
+    repeated: int = 0
+    """Lines repeating the memory of an earlier line (the same id, namespace and memory)."""
+    merged: int = 0
+    """LangGraph store items of one key that a ``namespace`` merged (the first is kept)."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Line:
     """A record of the file to import, with its vector and where it is (``<path>:<line>``)."""
@@ -495,7 +511,9 @@ class _Line:
     where: str
 
 
-def _import_batch(stream: StreamBase, batch: list[_Line], seen: dict[tuple[str, str], str]) -> int:
+def _import_batch(
+    stream: StreamBase, batch: list[_Line], seen: dict[tuple[str, str], str], tally: ImportTally
+) -> int:
     """Store the records of ``batch`` not stored yet, in one ``put`` (one transaction, whatever
     namespaces they belong to: a failing batch writes nothing).
 
@@ -526,6 +544,8 @@ def _import_batch(stream: StreamBase, batch: list[_Line], seen: dict[tuple[str, 
                 fresh.append((r, line.vector))
             elif _fingerprint(other) != _fingerprint(r):
                 raise _taken(line, other, first=None if first == line.where else first)
+            elif first != line.where:  # the same memory on an earlier line of the file
+                tally.repeated += 1
     if not fresh:
         return 0
     need = [i for i, (_, v) in enumerate(fresh) if v is None]

@@ -535,16 +535,29 @@ def import_(
             embeddings = _load_embeddings(prefer, place, target_model)
         identity = None
         how = "embedding the texts again"
+    from langchain_reflective.transfer import ImportTally, import_jsonl
+
+    tally = ImportTally()
     try:
         with _open_stream(place, embeddings, identity) as stream:
-            imported = stream.import_jsonl(source, namespace=namespace)
+            imported = import_jsonl(
+                stream, source, namespace=namespace, batch_size=256, tally=tally
+            )
     except BaseException as exc:
         if created:  # a failed import into a new file leaves nothing behind
             _remove_memory_file(Path(place))
             if getattr(exc, "__notes__", None):  # ("N records were imported": gone with it)
                 exc.__notes__ = [f"nothing was imported: the new file {place} was removed"]
         raise
-    there = records - imported
-    skipped = f"; {there} of its {records} were stored already" if there else ""
+    there = records - imported - tally.repeated - tally.merged
+    skipped = "".join(
+        f"; {count} of its {records} {what}"
+        for count, what in (
+            (there, "were stored already"),
+            (tally.repeated, "repeated an earlier line"),
+            (tally.merged, "were store items merged into the first of their key"),
+        )
+        if count
+    )
     where = escape(_visible(_shown(place)))
     _console().print(f"Imported {imported} memories into {where} ({how}{escape(skipped)}).")

@@ -213,6 +213,46 @@ def test_a_header_dimension_of_true_does_not_pass_for_one(
     assert "embedding the texts again" in " ".join(out.split())
 
 
+def test_what_was_not_imported_is_counted_for_what_it_is(
+    files: tuple[Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Before: into a new file, "1 of its 301 were stored already" for a line repeating an
+    earlier one (in another batch): the file held nothing. Imported again, the 300 are stored
+    already and the repeat is still a repeat."""
+    export, _ = files
+    lines = export.read_text(encoding="utf-8").splitlines()
+    export.write_text("\n".join([*lines, lines[1]]) + "\n", encoding="utf-8")
+    target = tmp_path / "new.db"
+    code, out, _ = run_cli(capsys, "import", export, target)
+    flat = " ".join(out.split())
+    assert code == 0 and "Imported 300 memories" in flat, flat
+    assert "1 of its 301 repeated an earlier line" in flat and "stored already" not in flat
+    code, out, _ = run_cli(capsys, "import", export, target)
+    flat = " ".join(out.split())
+    assert code == 0 and "Imported 0 memories" in flat, flat
+    assert "; 300 of its 301 were stored already; 1 of its 301 repeated an earlier line" in flat
+
+
+def test_store_items_merged_by_a_namespace_are_not_called_stored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: "1 of its 2 were stored already" into a new file, for the item of one key that
+    --namespace merged away (the first in the file is kept)."""
+    from langchain_reflective import ReflectiveStore
+
+    export = tmp_path / "items.jsonl"
+    with MemoryStream(WordEmbeddings(), path=tmp_path / "source.db") as stream:
+        store = ReflectiveStore(stream)
+        store.put(("a",), "k", {"text": "from a"})
+        store.put(("b",), "k", {"text": "from b"})
+        stream.export_jsonl(export, namespaces=["a", "b"])
+    code, out, _ = run_cli(capsys, "import", export, tmp_path / "new.db", "--namespace", "m")
+    flat = " ".join(out.split())
+    assert code == 0 and "Imported 1 memories" in flat, flat
+    assert "1 of its 2 were store items merged into the first of their key" in flat
+    assert "stored already" not in flat
+
+
 def test_import_help_says_a_different_memory_is_refused(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
