@@ -463,17 +463,26 @@ def import_jsonl(
                 batch.append(_Line(record, vec if reuse else None, f"{source}:{lineno}"))
                 if len(batch) >= batch_size:
                     imported += _import_batch(stream, batch, seen, tally)
+                    tally.imported = imported
                     batch = []
             if batch:
                 imported += _import_batch(stream, batch, seen, tally)
-    except Exception as exc:
+                tally.imported = imported
+    except BaseException as exc:  # (Ctrl-C too: what was written stays written)
         if imported:  # (the batches before the failing one are stored: say so)
-            exc.add_note(
-                f"{imported} record(s) of {source} were imported before this error (whole "
-                "batches); importing the file again, fixed, skips them"
-            )
+            exc.add_note(imported_note(exc, imported, source))
         raise
     return imported
+
+
+def imported_note(exc: BaseException, imported: int, source: Path) -> str:
+    """The note :func:`import_jsonl` adds to ``exc`` when it had imported ``imported``
+    records of ``source`` before it (whole batches, which stay written)."""
+    what = "the interruption" if isinstance(exc, KeyboardInterrupt) else "this error"
+    return (
+        f"{imported} record(s) of {source} were imported before {what} (whole batches); "
+        "importing the file again, fixed, skips them"
+    )
 
 
 def _target_dimension(stream: StreamBase, text: str) -> int:
@@ -496,6 +505,8 @@ class ImportTally:
     records it did not import were stored already (by an earlier import, or another process
     importing at the same time)."""
 
+    imported: int = 0
+    """Records imported so far (whole batches: a failed import keeps them)."""
     repeated: int = 0
     """Lines repeating the memory of an earlier line (the same id, namespace and memory)."""
     merged: int = 0

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from langchain_reflective.cli._common import (
     INSTALL_HINT,
+    CLIError,
     MemoryPlace,
     Prefer,
     _check_memory_path,
@@ -535,7 +536,7 @@ def import_(
             embeddings = _load_embeddings(prefer, place, target_model)
         identity = None
         how = "embedding the texts again"
-    from langchain_reflective.transfer import ImportTally, import_jsonl
+    from langchain_reflective.transfer import ImportTally, import_jsonl, imported_note
 
     tally = ImportTally()
     try:
@@ -546,8 +547,16 @@ def import_(
     except BaseException as exc:
         if created:  # a failed import into a new file leaves nothing behind
             _remove_memory_file(Path(place))
-            if getattr(exc, "__notes__", None):  # ("N records were imported": gone with it)
-                exc.__notes__ = [f"nothing was imported: the new file {place} was removed"]
+            gone = imported_note(exc, tally.imported, source)  # (the batches went with it)
+            exc.__notes__ = [
+                *(note for note in getattr(exc, "__notes__", None) or () if note != gone),
+                f"nothing was imported: the new file {place} was removed",
+            ]
+        if isinstance(exc, KeyboardInterrupt) and getattr(exc, "__notes__", None):
+            # typer reports a Ctrl-C as a bare exit status: say what stays written, or not
+            interrupted = CLIError("interrupted", code=130)
+            interrupted.__notes__ = list(exc.__notes__)
+            raise interrupted from exc
         raise
     there = records - imported - tally.repeated - tally.merged
     skipped = "".join(

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from langchain_reflective import MemoryStream
+from langchain_reflective.errors import InvalidMemoryError
 from tests.fakes import WordEmbeddings
 
 cli = pytest.importorskip("langchain_reflective.cli", reason='needs the cli extra ("[cli]")')
@@ -251,6 +252,95 @@ def test_store_items_merged_by_a_namespace_are_not_called_stored(
     assert code == 0 and "Imported 1 memories" in flat, flat
     assert "1 of its 2 were store items merged into the first of their key" in flat
     assert "stored already" not in flat
+
+
+def failing_batches(monkeypatch: pytest.MonkeyPatch, fail_at: int, error: BaseException) -> None:
+    """The import's ``fail_at``-th batch (1: the first) raises ``error``; the others import."""
+    from langchain_reflective import transfer
+
+    real, calls = transfer._import_batch, []
+
+    def batch(*args: Any) -> int:
+        calls.append(1)
+        if len(calls) == fail_at:
+            raise error
+        return real(*args)
+
+    monkeypatch.setattr(transfer, "_import_batch", batch)
+
+
+def test_a_failure_in_the_first_batch_of_a_new_file_says_it_was_removed(
+    files: tuple[Path, Path],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: the "removed" note replaced the import's note, so with no batch imported
+    (no note) the user was not told the new file was removed."""
+    export, _ = files
+    failing_batches(monkeypatch, 1, InvalidMemoryError("the disk broke"))
+    target = tmp_path / "new.db"
+    code, _, err = run_cli(capsys, "import", export, target)
+    line = one_line(err)
+    assert code == 1
+    assert (
+        line == f"error: the disk broke -- nothing was imported: the new file {target} was removed"
+    )
+    assert not target.exists()
+
+
+def test_a_failed_import_into_a_new_file_keeps_notes_not_its_own(
+    files: tuple[Path, Path],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only the note saying batches were imported goes (the file is gone); before, every
+    note of the error was replaced."""
+    export, _ = files
+    error = InvalidMemoryError("the disk broke")
+    error.add_note("a note of the backend")
+    failing_batches(monkeypatch, 2, error)
+    target = tmp_path / "new.db"
+    code, _, err = run_cli(capsys, "import", export, target)
+    line = one_line(err)
+    assert code == 1 and "a note of the backend" in line, line
+    assert "were imported before" not in line
+    assert f"nothing was imported: the new file {target} was removed" in line
+
+
+def test_ctrl_c_halfway_into_an_existing_file_says_what_was_written(
+    files: tuple[Path, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: "error: interrupted" alone, though the first batch was written (the import
+    added its note only to an Exception, and typer reports a Ctrl-C as a bare status)."""
+    export, target = files
+    failing_batches(monkeypatch, 2, KeyboardInterrupt())
+    code, _, err = run_cli(capsys, "import", export, target)
+    line = one_line(err)
+    assert code == 130
+    assert line.startswith(
+        f"error: interrupted -- {BATCH} record(s) of {export} were imported before the "
+        "interruption (whole batches)"
+    ), line
+    assert len(texts(target)) == 1 + BATCH
+
+
+def test_ctrl_c_into_a_new_file_says_it_was_removed(
+    files: tuple[Path, Path],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    export, _ = files
+    failing_batches(monkeypatch, 2, KeyboardInterrupt())
+    target = tmp_path / "new.db"
+    code, _, err = run_cli(capsys, "import", export, target)
+    assert code == 130
+    assert one_line(err) == (
+        f"error: interrupted -- nothing was imported: the new file {target} was removed"
+    )
+    assert not target.exists()
 
 
 def test_import_help_says_a_different_memory_is_refused(
