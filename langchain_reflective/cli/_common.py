@@ -71,7 +71,7 @@ _STATE: dict[str, bool] = {"debug": False}
 def _console() -> Console:
     # In a pipe rich would wrap tables at 80 columns; 120 keeps the score tables readable.
     width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "120"))
-    return Console(width=width, highlight=False)
+    return Console(width=width, highlight=False, emoji=False)  # ":warning:" in a text is text
 
 
 _BIDI_CONTROLS = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"

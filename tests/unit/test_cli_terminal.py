@@ -123,3 +123,23 @@ def test_demo_insights_show_control_characters(
     flat = "".join(out.split())
     for shown in ("whya\\x1b[2J", "insighta\\x1b[2J", "turna\\x1b[2J", "evidencea\\x1b[2J"):
         assert shown in flat, shown
+
+
+def test_emoji_codes_in_memories_stay_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: the console kept rich's emoji codes, so a memory reading ":warning: check the
+    :fire: alarm" was shown with emoji in place of its words."""
+    path = tmp_path / "m.db"
+    with MemoryStream(WordEmbeddings(), path=path) as stream:
+        stream.add(":warning: check the :fire: alarm", importances=0.5, now=T0, namespace=":x:")
+    monkeypatch.setenv("COLUMNS", "400")
+    cli_common._console.cache_clear()
+    try:
+        code = cli.run(["inspect", str(path), "-n", "5"])
+    finally:
+        cli_common._console.cache_clear()
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert ":warning: check the :fire: alarm" in out and ":x:" in out
+    assert not {"\u26a0", "\U0001f525", "\u274c"} & set(out), out
