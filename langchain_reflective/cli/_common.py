@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TypeAlias
@@ -310,6 +312,21 @@ def _plot_target(path: Path) -> Path:
     if not path.parent.is_dir():
         _fail(f"cannot write --plot {path}: the directory {path.parent} does not exist")
     return path
+
+
+@contextlib.contextmanager
+def _plotting() -> Iterator[None]:
+    """matplotlib set up for a ``--plot``: the file backend (Agg), and ``$`` in titles and
+    labels taken as text (namespaces, kinds, queries, strategy names: as math, ``"$\\x$"``
+    failed the plot). A missing matplotlib is an error naming the extra."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+    except ImportError:
+        _fail(f"--plot needs matplotlib: {INSTALL_HINT}")
+    with matplotlib.rc_context({"text.parse_math": False}):
+        yield
 
 
 def _load_embeddings(

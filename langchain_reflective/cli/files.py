@@ -15,7 +15,6 @@ from rich.panel import Panel
 from rich.table import Table
 
 from langchain_reflective.cli._common import (
-    INSTALL_HINT,
     CLIError,
     MemoryPlace,
     Prefer,
@@ -29,6 +28,7 @@ from langchain_reflective.cli._common import (
     _open_stream,
     _pick_namespace,
     _plot_target,
+    _plotting,
     _postgres_backend,
     _short,
     _shown,
@@ -171,14 +171,7 @@ def _memory_table(records: Sequence[MemoryRecord], ns: str, limit: int, now: dat
 
 
 def _plot(stream: MemoryStream, ns: str, out: Path, *, query: str | None, now: datetime) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-    except ImportError:
-        _fail(f"--plot needs matplotlib: {INSTALL_HINT}")
-    # a '$' in a namespace, kind or query is text: as math, "$\\x$" failed the plot
-    with matplotlib.rc_context({"text.parse_math": False}):
+    with _plotting():
         _draw(stream, ns, out, query=query, now=now)
 
 

@@ -20,10 +20,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from langchain_reflective.cli._common import (
-    INSTALL_HINT,
     _console,
     _fail,
     _plot_target,
+    _plotting,
     _short,
     _visible,
 )
@@ -134,14 +134,7 @@ def _notes(overall: LoopsSummary) -> list[str]:
 
 
 def _plot(analyses: list[LoopAnalysis], by_strategy: dict[str, LoopsSummary], out: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-    except ImportError:
-        _fail(f"--plot needs matplotlib: {INSTALL_HINT}")
-    # a '$' in a strategy's name is text: as math, "$\\x$" failed the plot
-    with matplotlib.rc_context({"text.parse_math": False}):
+    with _plotting():
         _draw(analyses, by_strategy, out)
 
 
