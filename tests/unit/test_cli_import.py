@@ -15,6 +15,7 @@ import pytest
 from langchain_reflective import MemoryStream
 from langchain_reflective.errors import InvalidMemoryError
 from tests.fakes import WordEmbeddings
+from tests.unit.cli_run import one_line, run_cli
 
 cli = pytest.importorskip("langchain_reflective.cli", reason='needs the cli extra ("[cli]")')
 cli_files = pytest.importorskip("langchain_reflective.cli.files")
@@ -22,18 +23,6 @@ cli_files = pytest.importorskip("langchain_reflective.cli.files")
 T0 = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
 BATCH = 256
 """Records the import writes per transaction (``import_jsonl``'s default)."""
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
-    code = cli.run([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line(err: str) -> str:
-    [line] = [ln for ln in err.splitlines() if ln.strip()]
-    assert line.startswith("error: "), line
-    return line
 
 
 def texts(path: Path) -> list[str]:
