@@ -309,9 +309,19 @@ def _plot_target(path: Path) -> Path:
         )
     if path.is_dir():
         _fail(f"--plot {path} is a directory; give a file name such as {path / 'memory.png'}")
-    if not path.parent.is_dir():
-        _fail(f"cannot write --plot {path}: the directory {path.parent} does not exist")
+    _check_folder(path, "write --plot")
     return path
+
+
+def _check_folder(path: Path, doing: str) -> None:
+    """Refuse ``path`` (to ``doing``: "create", "write") when its folder is missing, or is a
+    file (saying so: "the directory X does not exist" was wrong for a file)."""
+    folder = path.parent
+    if folder.is_dir():
+        return
+    if folder.exists():
+        _fail(f"cannot {doing} {path}: {folder} is a file, not a directory")
+    _fail(f"cannot {doing} {path}: the directory {folder} does not exist")
 
 
 @contextlib.contextmanager

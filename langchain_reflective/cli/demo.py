@@ -21,6 +21,7 @@ from langchain_reflective.cli._common import (
     _DEMO_MAX_TOKENS,
     DEFAULT_DB,
     Prefer,
+    _check_folder,
     _console,
     _fail,
     _load_embeddings,
@@ -52,9 +53,8 @@ def _check_writable(db: Path) -> None:
     """Refuse a --db the demo cannot write, before any model loads (which takes seconds): a
     missing directory (never created behind the user's back) or a read-only one (SQLite
     writes ``<file>-wal`` and ``<file>-shm`` beside the file)."""
+    _check_folder(db, "create")
     folder = db.parent
-    if not folder.is_dir():
-        _fail(f"cannot create {db}: the directory {folder} does not exist")
     try:  # (an unnamed file where the platform has them: nothing is left behind)
         with tempfile.TemporaryFile(dir=folder, prefix=".reflective-probe-"):
             pass

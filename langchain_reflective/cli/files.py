@@ -18,6 +18,7 @@ from langchain_reflective.cli._common import (
     CLIError,
     MemoryPlace,
     Prefer,
+    _check_folder,
     _check_memory_path,
     _console,
     _fail,
@@ -370,8 +371,7 @@ def export(
             _fail("the output file is the memory file itself; choose another output path", code=2)
     if out.is_dir():
         _fail(f"{out} is a directory; give a file path for the export")
-    if not out.parent.is_dir():
-        _fail(f"cannot write {out}: the directory {out.parent} does not exist")
+    _check_folder(out, "write")
     if out.is_file() and out.stat().st_size:
         with out.open("rb") as fh:
             if fh.read(16).startswith(b"SQLite format 3"):
@@ -507,8 +507,7 @@ def import_(
         target_model = store.embedding_model
         store.close()
     else:
-        if not place.parent.is_dir():
-            _fail(f"cannot create {place}: the directory {place.parent} does not exist")
+        _check_folder(place, "create")
         created = True
         target_model = None
     if not records:  # nothing to embed or write: no model loaded, no new file created

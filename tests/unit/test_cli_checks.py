@@ -85,6 +85,29 @@ def test_demo_refuses_a_missing_directory_before_loading_models(
 
 
 @pytest.mark.usefixtures("no_models")
+@pytest.mark.parametrize("command", ["demo", "import", "export", "inspect"])
+def test_a_folder_that_is_a_file_is_called_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], memory_file: Path, command: str
+) -> None:
+    """Before: "the directory X does not exist" for an X that is a file."""
+    folder = tmp_path / "a-file"
+    folder.write_text("not a folder")
+    inside = folder / "x.db"
+    export = tmp_path / "e.jsonl"
+    assert run_cli(capsys, "export", memory_file, export)[0] == 0
+    args = {
+        "demo": ["demo", "--db", inside],
+        "import": ["import", export, inside],
+        "export": ["export", memory_file, folder / "e.jsonl"],
+        "inspect": ["inspect", memory_file, "--plot", folder / "p.png"],
+    }[command]
+    code, _, err = run_cli(capsys, *args)
+    line = one_line(err)
+    assert code == 1 and f"{folder} is a file, not a directory" in line, line
+    assert "does not exist" not in line
+
+
+@pytest.mark.usefixtures("no_models")
 def test_demo_refuses_a_read_only_directory_before_loading_models(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
