@@ -73,6 +73,16 @@ def _ctrl_c() -> None:
     time.sleep(0.2)
 
 
+@pytest.fixture(autouse=True)
+def python_handles_ctrl_c() -> Iterator[None]:
+    """SIGINT handled by Python (a KeyboardInterrupt), as in a process started from a terminal:
+    one a non-interactive shell starts in the background (a CI runner's ``cmd &``) inherits
+    SIGINT ignored, where a Ctrl-C does nothing, and these tests would prove nothing there."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.fixture
 def other_thread() -> Iterator[None]:
     """A thread that does not block SIGINT, as numpy's OpenBLAS pool or rich's refresh thread."""
