@@ -23,6 +23,25 @@ cli_common = pytest.importorskip("langchain_reflective.cli._common")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+def _report(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
+    """``reflective reflexion report ARGS`` on a console built for this test's ``COLUMNS``
+    (the console is cached with its width); returns the exit status, stdout and stderr."""
+    cli_common._console.cache_clear()
+    try:
+        code = cli.run(["reflexion", "report", *map(str, args)])
+    finally:
+        cli_common._console.cache_clear()
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _written(doc: dict[str, Any], tmp_path: Path) -> Path:
+    """``doc`` written as an export file."""
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
 @pytest.fixture(scope="module")
 def coding_export(
     tmp_path_factory: pytest.TempPathFactory,
@@ -60,12 +79,7 @@ def test_report_and_plot_run_on_the_examples_output(
     monkeypatch.setenv("COLUMNS", "200")  # the console is cached with its width: rebuild it
     _, target, _ = coding_export
     png = tmp_path / "curves"
-    cli_common._console.cache_clear()
-    try:
-        code = cli.run(["reflexion", "report", str(target), "--plot", str(png)])
-    finally:
-        cli_common._console.cache_clear()
-    out, err = capsys.readouterr()
+    code, out, err = _report(capsys, target, "--plot", png)
     assert code == 0, err
     flat = " ".join(out.split())
     assert "Reflexion loops (1)" in flat and "edge_case_miss" in flat
@@ -86,14 +100,7 @@ def test_report_shows_markup_in_an_export_as_text(
     monkeypatch.setenv("COLUMNS", "200")
     doc = json.loads(coding_export[1].read_text())
     doc["loops"][0][field] = "[/bogus]"  # was: unexpected MarkupError
-    path = tmp_path / "export.json"
-    path.write_text(json.dumps(doc))
-    cli_common._console.cache_clear()
-    try:
-        code = cli.run(["reflexion", "report", str(path)])
-    finally:
-        cli_common._console.cache_clear()
-    out, err = capsys.readouterr()
+    code, out, err = _report(capsys, _written(doc, tmp_path))
     assert code == 0, err
     assert "[/bogus]" in out
 
@@ -115,14 +122,7 @@ def test_report_shows_control_characters_of_an_export_as_escapes(
     for reflection in loop["reflections"]:
         reflection["self_reflection"]["credit_assignment"]["failure_category"] = f"cat{hostile}"
     doc["loops"] = [loop, {**loop, "loop_id": f"bad{hostile}", "trials": []}]
-    path = tmp_path / "export.json"
-    path.write_text(json.dumps(doc))
-    cli_common._console.cache_clear()
-    try:
-        code = cli.run(["reflexion", "report", str(path)])
-    finally:
-        cli_common._console.cache_clear()
-    out, err = capsys.readouterr()
+    code, out, err = _report(capsys, _written(doc, tmp_path))
     assert code == 0, err
     assert not [c for c in ("\x1b", "\x07", "\u202e") if c in out], repr(out)
     flat = "".join(out.split())
@@ -140,11 +140,9 @@ def test_report_plot_shows_a_dollar_as_text(
     parsed it as math."""
     doc = json.loads(coding_export[1].read_text())
     doc["loops"][0]["strategy"] = "$\\undefinedmacro$"
-    path = tmp_path / "export.json"
-    path.write_text(json.dumps(doc))
     png = tmp_path / "curves.png"
-    code = cli.run(["reflexion", "report", str(path), "--plot", str(png)])
-    assert code == 0, capsys.readouterr().err
+    code, _, err = _report(capsys, _written(doc, tmp_path), "--plot", png)
+    assert code == 0, err
     assert png.read_bytes()[:8] == PNG_MAGIC
 
 
@@ -164,14 +162,7 @@ def test_report_skips_malformed_loops_and_counts_duplicates(
     twice = {**good["trials"][0], "record_id": "old-copy", "created_at": "2999-01-01T00:00:00"}
     good["trials"].append(twice)
     doc["loops"] = [good, empty, nan]
-    path = tmp_path / "export.json"
-    path.write_text(json.dumps(doc))
-    cli_common._console.cache_clear()
-    try:
-        code = cli.run(["reflexion", "report", str(path)])
-    finally:
-        cli_common._console.cache_clear()
-    out, err = capsys.readouterr()
+    code, out, err = _report(capsys, _written(doc, tmp_path))
     assert code == 0, err
     flat = " ".join(out.split())
     tables = flat.split("malformed loops skipped")[0]
@@ -184,9 +175,9 @@ def test_report_skips_malformed_loops_and_counts_duplicates(
     assert "1 duplicate copy of trials or reflections (stored twice by an older version)" in flat
     # nothing left to report: an error, not empty tables
     doc["loops"] = [empty, nan]
-    path.write_text(json.dumps(doc))
-    assert cli.run(["reflexion", "report", str(path)]) == 1
-    [line] = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    code, _, err = _report(capsys, _written(doc, tmp_path))
+    assert code == 1
+    [line] = [ln for ln in err.splitlines() if ln.strip()]
     assert "every loop is malformed (loop 0 ('no-trials'): no trials; loop 1" in line
 
 
