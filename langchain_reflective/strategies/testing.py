@@ -73,6 +73,17 @@ def _switching_often() -> Iterator[None]:
         sys.setswitchinterval(before)
 
 
+def _run_all(workers: list[threading.Thread], errors: list[BaseException]) -> None:
+    """Start ``workers``, wait for them (two minutes each at most), and fail if one is still
+    running or any put an exception in ``errors``."""
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join(timeout=120)
+    assert not any(t.is_alive() for t in workers), "a worker thread did not finish"
+    assert not errors, errors
+
+
 def tag(group: int, index: int) -> str:
     """A tag no other tag contains (``t03x007``)."""
     return f"t{group:02d}x{index:03d}"
@@ -438,13 +449,7 @@ class StrategyConformanceTests(ABC):
             except BaseException as exc:  # reported below, with the thread's exception
                 errors.append(exc)
 
-        workers = [threading.Thread(target=worker, args=(g,)) for g in range(self.threads)]
-        for thread in workers:
-            thread.start()
-        for thread in workers:
-            thread.join(timeout=120)
-        assert not any(t.is_alive() for t in workers), "a thread did not finish"
-        assert not errors, errors
+        _run_all([threading.Thread(target=worker, args=(g,)) for g in range(self.threads)], errors)
         self._exact(strategy, (self.threads // 2) * n, namespaces)
 
     def test_gathered_async_calls_are_exact(self) -> None:
@@ -472,15 +477,11 @@ class StrategyConformanceTests(ABC):
             except BaseException as exc:  # reported below
                 errors.append(exc)
 
-        workers = [threading.Thread(target=loop, args=(k,)) for k in range(self.loops)]
         try:
             with _switching_often():
-                for thread in workers:
-                    thread.start()
-                for thread in workers:
-                    thread.join(timeout=120)
-            assert not any(t.is_alive() for t in workers), "a loop did not finish"
-            assert not errors, errors
+                _run_all(
+                    [threading.Thread(target=loop, args=(k,)) for k in range(self.loops)], errors
+                )
             self._exact(strategy, self.loops * self.per_loop)
         finally:
             self.close_strategy(strategy)
