@@ -57,6 +57,13 @@ async def _cancelled(task: asyncio.Task[Any]) -> None:
         await task
 
 
+def _stale_write(store: ReflectiveStore, first: str) -> asyncio.Task[None]:
+    """The write the test cancels: a put of key ``k`` of ``("ns",)``, or its delete."""
+    if first == "put":
+        return asyncio.create_task(store.aput(("ns",), "k", {"v": "cancelled"}))
+    return asyncio.create_task(store.adelete(("ns",), "k"))
+
+
 @pytest.mark.parametrize("first", ["put", "delete"])
 def test_a_cancelled_write_keeps_its_namespace_until_it_has_landed(
     stream: MemoryStream, first: str
@@ -69,10 +76,7 @@ def test_a_cancelled_write_keeps_its_namespace_until_it_has_landed(
     gate = Gate(stream, "replace" if first == "put" else "delete")
 
     async def scenario() -> None:
-        if first == "put":
-            stale = asyncio.ensure_future(store.aput(("ns",), "k", {"v": "cancelled"}))
-        else:
-            stale = asyncio.ensure_future(store.adelete(("ns",), "k"))
+        stale = _stale_write(store, first)
         await gate.wait_entered()
         await asyncio.wait_for(_cancelled(stale), timeout=5)  # at once, the write still held
         assert not gate.opened.is_set()
@@ -231,10 +235,7 @@ def test_a_cancelled_write_keeps_its_namespace_through_the_event_loops_teardown(
     returned = threading.Event()
 
     async def scenario() -> None:
-        if first == "put":
-            stale = asyncio.ensure_future(store.aput(("ns",), "k", {"v": "cancelled"}))
-        else:
-            stale = asyncio.ensure_future(store.adelete(("ns",), "k"))
+        stale = _stale_write(store, first)
         await gate.wait_entered()
         await _cancelled(stale)
         returned.set()  # (asyncio.run now cancels the tasks left, then joins the threads)
