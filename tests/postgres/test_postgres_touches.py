@@ -107,6 +107,7 @@ def test_a_touch_of_records_held_is_answered_in_memory_and_written_after(
     later = NOW + timedelta(hours=2)
     counted = _Counted(monkeypatch)
     second = local.touch("default", keys, later)
+    local._touches.settle()
     assert writes.n == 1  # answered in memory, written by the writer
     assert set(second) == set(first)
     for key, record in second.items():
@@ -158,7 +159,7 @@ def test_a_catch_up_that_reads_back_only_its_own_touches_ranks_once(
     already, so nothing is applied and the ranking made meanwhile stands."""
     keys, vector = _ranked(local, server, 30, seed=9)
     local.touch("default", keys, NOW)
-    monkeypatch.setattr(LocalIndex, "own_clock", lambda self, namespace, clock: None)
+    monkeypatch.setattr(LocalIndex, "own_clock", lambda self, namespace, clock, stamps: None)
     local.touch("default", keys, NOW + timedelta(minutes=5))  # answered in memory
     local._touches.settle()
     counted = _Counted(monkeypatch)
@@ -210,6 +211,7 @@ def test_an_async_touch_is_answered_in_memory_too(
         first = await local.atouch("default", keys, NOW)
         assert writes.n == 0
         answered = await local.atouch("default", keys, later)
+        await asyncio.to_thread(local._touches.settle)
         assert writes.n == 1 and set(answered) == set(first)
         ids = [answered[k].id for k in keys]
         try:
@@ -250,3 +252,80 @@ def test_a_naive_time_goes_to_the_server(
     assert writes.n == 0 and set(answered) == set(keys)
     assert {r.last_accessed_at for r in answered.values()} == {NOW + timedelta(hours=1)}
     _assert_same(local, server)
+
+
+def _local_access_times(local: PostgresBackend, keys: list[int]) -> list[float]:
+    part = _index(local)._replicas["default"].part
+    return [float(t) for t in part.accessed.view[part.rows_of(sorted(keys))]]
+
+
+def test_touches_made_together_are_written_in_one_statement(
+    local: PostgresBackend,
+    server: PostgresBackend,
+    postgres_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Touches answered in memory while the writer gathers are written by one statement for
+    their namespace; a memory touched twice gets the last access time given to it, on the
+    server as on the local index (to the bit)."""
+    keys = _touched_once(local, server, 30, seed=14)
+    monkeypatch.setattr(touches, "GATHER", 60.0)  # gathering until something settles them
+    writes = _Writes(monkeypatch)
+    local.touch("default", keys[:6], NOW + timedelta(hours=2))
+    local.touch("default", keys[3:], NOW + timedelta(hours=1))  # (an earlier time: it wins too)
+    assert writes.n == 0
+    local._touches.settle()
+    assert writes.n == 1
+    want = {k: NOW + timedelta(hours=2 if i < 3 else 1) for i, k in enumerate(keys)}
+    assert {k: r.last_accessed_at for k, r in server.fetch("default", keys).items()} == want
+    assert _local_access_times(local, keys) == _server_access_times(postgres_url, sorted(keys))
+    _assert_same(local, server)
+
+
+def test_a_touch_caught_up_from_elsewhere_before_this_one_is_written_is_overwritten(
+    local: PostgresBackend,
+    server: PostgresBackend,
+    postgres_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another process touches the same memories after this process's touch was answered in
+    memory, before the writer wrote it, and this process's next retrieval applies that touch.
+    The writer's statement commits last, so the server keeps this process's access times: the
+    local index must hold them again, not the other process's."""
+    keys, vector = _ranked(local, server, 30, seed=15)
+    local.touch("default", keys, NOW)  # through the server: the records are kept from now on
+    monkeypatch.setattr(touches, "GATHER", 60.0)
+    mine = NOW + timedelta(hours=1)
+    local.touch("default", keys, mine)  # answered in memory, gathered
+    server.touch("default", keys, NOW + timedelta(hours=2))  # elsewhere, committed first
+    counted = _Counted(monkeypatch)
+    _ranking(local, vector)  # catches up: the other touch is applied
+    assert counted.applied == 1
+    local._touches.settle()  # this process's touch, committed last
+    assert {r.last_accessed_at for r in server.fetch("default", keys).values()} == {mine}
+    assert _local_access_times(local, keys) == _server_access_times(postgres_url, sorted(keys))
+    _assert_same(local, server)
+
+
+def test_reads_and_close_write_the_gathered_touches_at_once(
+    postgres_url: str, server: PostgresBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read of the process's own records and ``close`` end the writer's wait: neither waits
+    out :data:`touches.GATHER` (here a minute), and both leave the touches on the server."""
+    local = _open(postgres_url, local_index=True, local_index_wait=True)
+    monkeypatch.setattr(touches, "GATHER", 60.0)
+    try:
+        keys = _touched_once(local, server, 20, seed=16)
+        ids = [r.id for r in server.fetch("default", keys).values()]
+        local.touch("default", keys, NOW + timedelta(hours=3))  # answered in memory
+        started = time.monotonic()
+        assert {r.last_accessed_at for r in local.get("default", ids)} == {NOW + timedelta(hours=3)}
+        assert {r.last_accessed_at for r in server.get("default", ids)} == {
+            NOW + timedelta(hours=3)
+        }
+        local.touch("default", keys, NOW + timedelta(hours=4))  # gathered again
+    finally:
+        local.close()
+    assert time.monotonic() - started < 30  # (far below the minute either would wait)
+    stored = server.fetch("default", keys)
+    assert {r.last_accessed_at for r in stored.values()} == {NOW + timedelta(hours=4)}

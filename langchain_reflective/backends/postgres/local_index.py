@@ -276,13 +276,25 @@ class LocalIndex:
                 rep.part.set_accessed(rows, stamps[known])
             rep.touches = clock
 
-    def own_clock(self, namespace: str, clock: int) -> None:
+    def own_clock(self, namespace: str, clock: int, stamps: dict[int, datetime]) -> None:
         """Count a touch of this process that :meth:`held` applied already (the namespace's
-        touch clock ``clock``), when it directly follows the touches applied: the next
-        catch-up then does not read it back. Never waits."""
+        touch clock ``clock``; the access times it wrote, by key), when it directly follows
+        the touches applied: the next catch-up then does not read it back. Its access times
+        are applied again, as the server now has them: a catch-up may have applied another
+        process's touch of the same memories in between, which committed before this one and
+        so was overwritten on the server. Never waits."""
         with self._idle(namespace) as rep:
-            if rep is not None and rep.touches == clock - 1:
-                rep.touches = clock
+            if rep is None or rep.touches != clock - 1:
+                return
+            if stamps:
+                seqs = np.fromiter(stamps, dtype=np.int64, count=len(stamps))
+                at = np.fromiter(
+                    (w.timestamp() for w in stamps.values()), dtype=np.float64, count=len(stamps)
+                )
+                rows, known = _rows_of(rep.part, seqs)
+                if rows.shape[0]:
+                    rep.part.set_accessed(rows, at[known])
+            rep.touches = clock
 
     def held(
         self, namespace: str, keys: Sequence[int], when: datetime

@@ -410,9 +410,10 @@ ON CONFLICT (namespace) DO UPDATE SET importance_sum = c.importance_sum + EXCLUD
 """
 
 
-def _touch(ns: str, keys: str, when: str, returning: str, joined: str) -> str:
+def _touch(ns: str, keys: str, when: str, returning: str, joined: str, where: str = "") -> str:
     """The touch statement with these placeholders for its parameters, returning ``returning``
-    (``joined``: the memories' table and a comma, when it returns the records)."""
+    (``joined``: more tables and a comma, e.g. the memories' when it returns the records, with
+    ``where`` joining them)."""
     return (
         "WITH lazy AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)), "
         "clock AS MATERIALIZED (INSERT INTO reflective_touches AS c (namespace, clock) "
@@ -426,13 +427,18 @@ def _touch(ns: str, keys: str, when: str, returning: str, joined: str) -> str:
         "ORDER BY a.seq FOR UPDATE) "
         f"UPDATE reflective_access a SET last_accessed_at = {when}, "
         f"touched = (SELECT clock FROM clock) FROM locked l, {joined}lazy "
-        f"WHERE a.seq = l.seq {'AND m.seq = a.seq ' if joined else ''}"
+        f"WHERE a.seq = l.seq {where}"
         f"RETURNING {returning}"
     )
 
 
 TOUCH = _touch(
-    "%(ns)s", "%(keys)s", "%(when)s", f"a.touched, {RECORD_COLUMNS}", "reflective_memories m, "
+    "%(ns)s",
+    "%(keys)s",
+    "%(when)s",
+    f"a.touched, {RECORD_COLUMNS}",
+    "reflective_memories m, ",
+    "AND m.seq = a.seq ",
 )
 """New access times, returning the records: one statement, its own transaction (autocommit),
 committed without waiting for the WAL flush (``synchronous_commit`` off for this transaction
@@ -444,10 +450,18 @@ their commit order (~0.04 ms more per touch here); then it locks the rows in key
 delete does. Each row returned is the clock, then the record (:data:`RECORD_COLUMNS`): a local
 index applies its own touch from them (``LocalIndex.own_touch``)."""
 
-TOUCH_CLOCK = _touch("$1", "$2::int8[]", "$3::timestamptz", "a.touched", "").encode()
-""":data:`TOUCH` returning only the clock, for a touch whose records the local index returned
-(``touches.py``): sent with ``sent.send_statement`` (``$1`` the namespace, ``$2`` the keys as
-an ``int8[]`` literal, ``$3`` the time in ISO format)."""
+TOUCH_CLOCK = _touch(
+    "$1",
+    "$2::int8[]",
+    "g.at",
+    "a.touched",
+    "unnest($2::int8[], $3::timestamptz[]) AS g (seq, at), ",
+    "AND g.seq = a.seq ",
+).encode()
+""":data:`TOUCH` returning only the clock, for the touches whose records the local index
+returned (``touches.py``), each memory with its own access time: sent with
+``sent.send_statement`` (``$1`` the namespace, ``$2`` the keys as an ``int8[]`` literal, ``$3``
+their times, in the same order, as a ``timestamptz[]`` literal of ISO times; no key twice)."""
 
 REMOVALS_KEPT = 1000
 """Removals of a namespace whose keys ``reflective_removed`` keeps: the number written into

@@ -29,6 +29,7 @@ __all__ = [
     "INT8_OID",
     "TEXT_ARRAY_OID",
     "TEXT_OID",
+    "TIMESTAMPTZ_ARRAY_OID",
     "TIMESTAMPTZ_OID",
     "candidate_set",
     "dump_json",
@@ -54,6 +55,8 @@ INT8_ARRAY_OID = 1016
 """``bigint[]``."""
 TIMESTAMPTZ_OID = 1184
 """``timestamp with time zone``."""
+TIMESTAMPTZ_ARRAY_OID = 1185
+"""``timestamp with time zone[]``."""
 _INT4_OID = 23
 _ARRAY_HEAD = struct.Struct(">iiiii")  # ndim, has-nulls, element oid, length, lower bound
 _EMPTY_HEAD = struct.Struct(">iii")  # ndim 0, has-nulls, element oid

@@ -8,16 +8,22 @@ local-index retrieval of 3-4 ms here (docs/benchmarks.md). With the local index,
 process has touched before are kept in memory (a memory's content never changes under its key:
 an update deletes it and stores a new one), so a retrieval that returns only such records
 takes them from there: the local index applies the new access times at once, and the statement
-is sent by this module's writer thread while the caller goes on.
+is sent by this module's writer thread while the caller goes on: :data:`GATHER` seconds later,
+with every touch the process made meanwhile, one statement per namespace (each memory with the
+last access time given to it). Retrievals in quick succession (a web service, a benchmark)
+then cost the server one write per namespace and moment instead of one each, and take that
+much less CPU from the retrievals that follow (docs/benchmarks.md, "Touches written
+together").
 
 What that changes, and what it keeps:
 
 - The process reads its own touches: its reads of records (``get``, ``fetch``, ``recent``,
   ``iter_records``) and its next touch that the local index cannot answer first wait for the
   touches still being written (:meth:`Touches.settle`). Its next retrieval ranks with them.
-- Other processes see a touch once the writer's statement commits: a round trip after the
-  retrieval returned (plus the moment the thread waits for the interpreter), instead of
-  before it returned.
+- Other processes see a touch once the writer's statement commits: :data:`GATHER` seconds and
+  a round trip after the retrieval returned (plus the moment the thread waits for the
+  interpreter), instead of before it returned. The process's reads that settle (above) and
+  :meth:`Touches.close` write the touches gathered at once.
 - A memory another process deleted after this retrieval's catch-up can be returned (it was in
   the snapshot the retrieval ranked); without the cache it would be left out.
 - A touch the writer cannot write (the server is down past the pool's retry) is logged as a
@@ -44,7 +50,7 @@ from langchain_reflective.backends.postgres.queries import TOUCH, TOUCH_CLOCK
 from langchain_reflective.backends.postgres.rows import (
     INT8_ARRAY_OID,
     TEXT_OID,
-    TIMESTAMPTZ_OID,
+    TIMESTAMPTZ_ARRAY_OID,
     int_from_binary,
     record_of,
 )
@@ -56,7 +62,12 @@ __all__ = ["Touches"]
 logger = logging.getLogger(__name__)
 
 _THREAD = "langchain-reflective-touch"
-_CLOCK_TYPES = (TEXT_OID, INT8_ARRAY_OID, TIMESTAMPTZ_OID)
+GATHER = 0.02
+"""Seconds the writer waits after a touch answered in memory before it writes it, together
+with the touches made meanwhile (a read of the process's own records, or ``close``, ends the
+wait). An access time is a recency signal, decaying by the hour: other processes see it 20 ms
+later."""
+_CLOCK_TYPES = (TEXT_OID, INT8_ARRAY_OID, TIMESTAMPTZ_ARRAY_OID)
 """The types of :data:`TOUCH_CLOCK`'s parameters."""
 
 
@@ -74,7 +85,9 @@ class Touches:
         self._local = local
         self._lock = threading.Lock()
         self._last: Future[None] | None = None
-        """The touch the writer was given last (it writes them in order)."""
+        """The last round given to the writer (it writes them in order)."""
+        self._round: _Round | None = None
+        """The round still gathering touches (its wait not over), if any."""
         self._writer: ThreadPoolExecutor | None = None
 
     def touch(self, namespace: str, keys: Sequence[int], when: datetime) -> dict[int, MemoryRecord]:
@@ -115,8 +128,12 @@ class Touches:
         return last is not None and not last.done()
 
     def settle(self) -> None:
-        """Wait until every touch given to the writer has been written (or given up)."""
-        last = self._last
+        """Write the touches gathered now, and wait until every touch given to the writer has
+        been written (or given up)."""
+        with self._lock:
+            gathering, last = self._round, self._last
+        if gathering is not None:
+            gathering.now.set()
         if last is not None:
             last.result()  # (the writer logs its failures; it raises none)
 
@@ -124,34 +141,54 @@ class Touches:
         """Write the touches still pending, then stop the writer. Idempotent."""
         with self._lock:
             writer, self._writer = self._writer, None
+            gathering = self._round
+        if gathering is not None:
+            gathering.now.set()
         if writer is not None:
             writer.shutdown(wait=True)
 
     def _behind(
         self, namespace: str, keys: list[int], when: datetime
     ) -> dict[int, MemoryRecord] | None:
-        """The records from the local index, their touch handed to the writer; ``None`` when
-        the local index cannot answer (then nothing was done)."""
+        """The records from the local index, their touch gathered for the writer; ``None``
+        when the local index cannot answer (then nothing was done)."""
         if self._local is None:
             return None
         records = self._local.held(namespace, keys, when)
         if records is None:
             return None
         with self._lock:
-            if self._writer is None:
-                self._writer = ThreadPoolExecutor(1, thread_name_prefix=_THREAD)
-            self._last = self._writer.submit(self._write, namespace, keys, when)
+            gathering = self._round
+            if gathering is None:
+                if self._writer is None:
+                    self._writer = ThreadPoolExecutor(1, thread_name_prefix=_THREAD)
+                gathering = self._round = _Round()
+                self._last = self._writer.submit(self._write_round, gathering)
+            stamps = gathering.touches.setdefault(namespace, {})
+            for key in keys:
+                stamps.pop(key, None)  # (the last time given wins, as on the local index)
+                stamps[key] = when
         return records
 
-    def _write(self, namespace: str, keys: list[int], when: datetime) -> None:
-        """The writer thread's statement for a touch the local index answered: it returns only
-        the clock, and is sent and read with libpq's own calls (``sent.py``), which wait
-        without the interpreter's lock, so the thread takes little from the caller's next
-        retrieval."""
+    def _write_round(self, gathering: _Round) -> None:
+        """The writer thread's work: wait :data:`GATHER` seconds (or until told to write
+        now), then write the round's touches, one statement per namespace."""
+        gathering.now.wait(GATHER)
+        with self._lock:
+            if self._round is gathering:
+                self._round = None  # touches from now on go to the next round
+        for namespace, stamps in gathering.touches.items():
+            self._write(namespace, stamps)
+
+    def _write(self, namespace: str, stamps: dict[int, datetime]) -> None:
+        """One namespace's touches of a round (each memory's last access time, by key): the
+        statement returns only the clock, and is sent and read with libpq's own calls
+        (``sent.py``), which wait without the interpreter's lock, so the thread takes little
+        from the caller's next retrieval."""
         params = [
             namespace.encode(),
-            ("{" + ",".join(map(str, keys)) + "}").encode(),
-            when.isoformat().encode(),
+            ("{" + ",".join(map(str, stamps)) + "}").encode(),
+            ("{" + ",".join(f'"{w.isoformat()}"' for w in stamps.values()) + "}").encode(),
         ]
 
         def write(conn: psycopg.Connection[Any]) -> list[bytes | None] | None:
@@ -162,9 +199,9 @@ class Touches:
             row = self._pools.retrying(write)
         except Exception:
             logger.warning(
-                "could not write the access time of %d memories of namespace %r (a touch "
-                "written after its retrieval); the local index loads the namespace again",
-                len(keys),
+                "could not write the access time of %d memories of namespace %r (touches "
+                "written after their retrievals); the local index loads the namespace again",
+                len(stamps),
                 namespace,
                 exc_info=True,
             )
@@ -173,7 +210,7 @@ class Touches:
             return
         clock = None if row is None else int_from_binary(row[0])
         if clock is not None and self._local is not None:
-            self._local.own_clock(namespace, clock)
+            self._local.own_clock(namespace, clock, stamps)
 
     def _touched(self, namespace: str, rows: list[Any]) -> dict[int, MemoryRecord]:
         """A touch's records (rows: its clock, then the record), applied to the local index."""
@@ -181,6 +218,17 @@ class Touches:
         if self._local is not None and rows:
             self._local.own_touch(namespace, int(rows[0][0]), records)
         return records
+
+
+class _Round:
+    """The touches the writer writes together: each namespace's keys with their access times
+    (the last one given), and the event that ends its wait."""
+
+    __slots__ = ("now", "touches")
+
+    def __init__(self) -> None:
+        self.touches: dict[str, dict[int, datetime]] = {}
+        self.now = threading.Event()
 
 
 def _params(namespace: str, keys: list[int], when: datetime) -> dict[str, Any]:
