@@ -128,7 +128,6 @@ def as_unit_vectors(raw: Any, expected_rows: int, source: str) -> F32:
 
 
 @dataclass
-@dataclass
 class AddPlan:
     """Validated arguments of one add (or of the pending memories of one namespace)."""
 
