@@ -13,7 +13,8 @@ timed inside each retrieval:
   neighbours: ``partition_candidates``), once while the statement runs, and again if it
   reports a change (the runs count how often: ``reranked``);
 * **touch**: what the retrieval waits for of the touch: the records from the local index,
-  whose touch the backend's writer thread writes after the retrieval returned, when the
+  whose touch the backend's writer thread writes after the retrieval returned (gathered with
+  the touches of the next 20 ms, ``touches.GATHER``: one statement per namespace), when the
   local index keeps every hit's record (those of memories the process touched before: in the
   timed passes, which repeat the untimed pass's queries, every touch; the runs count them:
   ``touches_in_memory``); else the one ``UPDATE ... RETURNING`` that stamps the hits and

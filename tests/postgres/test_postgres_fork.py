@@ -81,3 +81,29 @@ def test_a_forked_child_cannot_use_the_parents_connections(
     stream.add(["music at night"], importances=0.5)  # the parent carries on
     assert [h.record.text for h in stream.retrieve("music", k=1)] == ["music at night"]
     stream.close()
+
+
+def test_a_forked_child_raises_for_touches_its_parent_had_gathered(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Touches answered in memory wait ``touches.GATHER`` before the parent's writer thread
+    writes them; a child forked meanwhile has no writer. Its reads, which first wait for the
+    process's own touches, raise instead of waiting for a write that never comes."""
+    from langchain_reflective.backends.postgres import touches
+
+    monkeypatch.setattr(touches, "GATHER", 60.0)
+    backend = PostgresBackend.from_conn_string(
+        postgres_url, min_size=1, max_size=2, local_index=True, local_index_wait=True
+    )
+    backend.setup()
+    stream = MemoryStream(WordEmbeddings(), backend=backend)
+    try:
+        [record] = stream.add(["tea by the river"], importances=0.5)
+        stream.retrieve("tea", k=1)  # through the server: the record is kept from now on
+        stream.retrieve("tea", k=1)  # answered in memory: its touch is gathered
+        assert backend._touches.pending
+        out = in_child(lambda: [r.text for r in stream.get([record.id])])
+        assert out["error"][0] == "StorageError"
+        assert f"opened in process {os.getpid()}" in out["error"][1]
+    finally:
+        stream.close()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -329,3 +329,44 @@ def test_reads_and_close_write_the_gathered_touches_at_once(
     assert time.monotonic() - started < 30  # (far below the minute either would wait)
     stored = server.fetch("default", keys)
     assert {r.last_accessed_at for r in stored.values()} == {NOW + timedelta(hours=4)}
+
+
+_EXIT_WITHOUT_CLOSE = """
+import sys
+from datetime import datetime, timedelta, timezone
+from langchain_reflective import MemoryStream, PostgresBackend
+from langchain_reflective.backends.postgres import touches
+from tests.fakes import WordEmbeddings
+
+touches.GATHER = 1.0  # (still gathering when the interpreter starts to exit)
+backend = PostgresBackend.from_conn_string(sys.argv[1], local_index=True, local_index_wait=True)
+backend.setup()
+stream = MemoryStream(WordEmbeddings(), backend=backend, namespace="exiting")
+stream.add(["tea by the river"], importances=0.5)
+when = datetime(2030, 1, 1, tzinfo=timezone.utc)
+stream.retrieve("tea", k=1, now=when)  # through the server: the record is kept
+stream.retrieve("tea", k=1, now=when + timedelta(hours=1))  # answered in memory, gathered
+assert backend._touches.pending
+"""
+
+
+def test_a_process_that_exits_without_closing_still_writes_its_gathered_touches(
+    postgres_url: str,
+) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT_WITHOUT_CLOSE, postgres_url],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "could not write" not in done.stderr
+    with PostgresBackend.from_conn_string(postgres_url) as reader:
+        [record] = reader.recent("exiting")
+    assert record.last_accessed_at == datetime(2030, 1, 1, 1, tzinfo=UTC)

@@ -129,7 +129,9 @@ class Touches:
 
     def settle(self) -> None:
         """Write the touches gathered now, and wait until every touch given to the writer has
-        been written (or given up)."""
+        been written (or given up). In a forked child it raises ``StorageError`` first: the
+        parent's writer thread is not there to write them (and may have held the lock)."""
+        self._pools.check_process()
         with self._lock:
             gathering, last = self._round, self._last
         if gathering is not None:
