@@ -95,7 +95,10 @@ class Observation:
     """An embedding of the turn for similarity search, if the caller has one."""
     metadata: Mapping[str, Any] = field(default_factory=dict)
     """JSON-serialisable extras. The agent middleware sets ``source="agent"``, ``thread_id``,
-    ``query_message_id`` and ``reply_message_id`` when it knows them."""
+    ``query_message_id`` and ``reply_message_id`` when it knows them. The built-in strategies
+    (except ``ReflectiveMemoryStrategy``) keep each message once per namespace, by its thread
+    and id: a part whose message they hold already is left out (a turn re-run from a
+    checkpoint)."""
     id: str = field(default_factory=new_memory_id)
     """A unique, time-ordered id."""
 

@@ -28,6 +28,7 @@ from langchain_core.runnables.config import run_in_executor
 
 from langchain_reflective.errors import InvalidMemoryError
 from langchain_reflective.importance import BaseImportanceScorer, heuristic_rating
+from langchain_reflective.strategies._recorded import observation_keys, without_held
 from langchain_reflective.strategies.base import (
     DEFAULT_NAMESPACE,
     BaseMemoryStrategy,
@@ -89,6 +90,10 @@ class _ListMemory(BaseMemoryStrategy):
         self._spaces: dict[str, list[_Kept]] = {}
         self._ids: dict[str, set[str]] = {}
         """The ids of each namespace's kept observations (a commit of one is dropped)."""
+        self._messages: dict[str, dict[str, int]] = {}
+        """The chat messages each namespace's kept observations carry (their keys, see
+        :mod:`~langchain_reflective.strategies._recorded`), with how many carry each: a
+        message kept already is not stored again (a turn re-run from an earlier checkpoint)."""
         self._seq = 0
 
     def _prepare(self, observation: Observation) -> Observation:
@@ -108,38 +113,60 @@ class _ListMemory(BaseMemoryStrategy):
     def _ranked(self, kept: Sequence[_Kept]) -> list[_Kept]:
         """What the context shows, most wanted first (the budget drops the tail)."""
 
-    def _holds(self, obs: Observation) -> bool:
-        """Whether ``obs`` (its id) is kept in its namespace already."""
+    def _new_part(self, obs: Observation) -> Observation | None:
+        """What the namespace does not keep of ``obs``: ``None`` when it keeps its id (a retried
+        commit) or each of its messages, else ``obs`` without the messages it keeps. Call it
+        with the lock held."""
         ns = self.resolve_namespace(obs.namespace)
+        if obs.id in self._ids.get(ns, ()):
+            return None
+        messages = self._messages.get(ns)
+        return without_held(obs, messages) if messages else obs
+
+    def _fresh(self, obs: Observation) -> Observation | None:
+        """:meth:`_new_part`, under the lock."""
         with self._lock:
-            return obs.id in self._ids.get(ns, ())
+            return self._new_part(obs)
+
+    def _count(self, ns: str, obs: Observation, step: int) -> None:
+        """Add ``step`` to the count of each message ``obs`` carries (lock held)."""
+        messages = self._messages.setdefault(ns, {})
+        for key in observation_keys(obs).values():
+            left = messages.get(key, 0) + step
+            if left > 0:
+                messages[key] = left
+            else:
+                messages.pop(key, None)
 
     def _store(self, obs: Observation) -> None:
         ns = self.resolve_namespace(obs.namespace)
         with self._lock:
-            ids = self._ids.setdefault(ns, set())
-            if obs.id in ids:  # committed twice at once: kept once
+            new = self._new_part(obs)  # (committed twice at once: kept once)
+            if new is None:
                 return
             self._seq += 1
             kept = self._spaces.setdefault(ns, [])
-            kept.append(_Kept(self._seq, obs))
-            ids.add(obs.id)
+            kept.append(_Kept(self._seq, new))
+            self._ids.setdefault(ns, set()).add(new.id)
+            self._count(ns, new, 1)
             for gone in self._evict(kept):
-                ids.discard(gone.observation.id)
+                self._ids[ns].discard(gone.observation.id)
+                self._count(ns, gone.observation, -1)
 
     def commit(self, observation: Observation) -> None:
         """Store ``observation`` in its namespace, then apply the eviction policy. An
         observation whose id the namespace keeps already (a retried commit) is not stored
-        again, nor rated."""
-        obs = self.check_observation(observation)
-        if not self._holds(obs):
+        again, nor rated; a message it carries that the namespace keeps already (by its
+        thread and id: a turn re-run from an earlier checkpoint) is left out of it."""
+        obs = self._fresh(self.check_observation(observation))
+        if obs is not None:
             self._store(self._prepare(obs))
 
     async def acommit(self, observation: Observation) -> None:
         """Async twin of :meth:`commit`: a custom scorer rates the turn off the event loop, then
         the turn is stored on it (that takes the lock for microseconds)."""
-        obs = self.check_observation(observation)
-        if not self._holds(obs):
+        obs = self._fresh(self.check_observation(observation))
+        if obs is not None:
             self._store(await self._aprepare(obs))
 
     def context(
@@ -165,6 +192,7 @@ class _ListMemory(BaseMemoryStrategy):
         with self._lock:
             self._spaces.pop(ns, None)
             self._ids.pop(ns, None)
+            self._messages.pop(ns, None)
 
 
 class VoidMemory(BaseMemoryStrategy):

@@ -10,6 +10,12 @@ from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMe
 
 from langchain_reflective.errors import DuplicateIdError, InvalidMemoryError
 from langchain_reflective.records import MemoryRecord, check_identifier, clip_text
+from langchain_reflective.strategies._recorded import (
+    message_keys,
+    message_memory_id,
+    observation_keys,
+    without_held,
+)
 from langchain_reflective.strategies.base import (
     BaseMemoryStrategy,
     Observation,
@@ -20,6 +26,13 @@ from langchain_reflective.strategies.budget import fit_groups
 from langchain_reflective.stream import MemoryStream
 
 __all__ = ["SemanticMemory"]
+
+_SCOPE = "SemanticMemory"
+"""Whose memory ids :func:`message_memory_id` derives (another strategy on the same stream
+derives others)."""
+_ATTEMPTS = 3
+"""Tries to store a turn: each refusal means one of its messages was stored meanwhile, which
+the next try leaves out (a turn carries two)."""
 
 
 def _storable(observation_id: str) -> bool:
@@ -60,7 +73,12 @@ class SemanticMemory(BaseMemoryStrategy):
     The memory is durable when the stream has a ``path``; namespaces are the stream's. Give it
     a stream or namespaces of its own: :meth:`purge` deletes every memory of a namespace. A
     turn is stored under its observation's id, so committing it again (a retry after a
-    cancelled ``acommit`` whose write went through) stores nothing.
+    cancelled ``acommit`` whose write went through) stores nothing. A turn of the agent
+    middleware is stored under an id derived from the namespace, the thread and the id of its
+    first message instead, and a message the namespace holds already is left out of it: a
+    thread re-run from an earlier checkpoint (a "regenerate") stores the new answer alone,
+    not the user's message again (turns stored before this version have other ids: the first
+    regenerate of one of them still stores the message again, once).
 
     Args:
         stream: the memory stream to write to and retrieve from.
@@ -88,8 +106,26 @@ class SemanticMemory(BaseMemoryStrategy):
     def trace_metadata(self) -> dict[str, Any]:
         return {"strategy": type(self).__name__, "k": self.k, "scoring": self.stream.scoring.name}
 
-    def _add_args(self, observation: Observation) -> dict[str, Any]:
-        obs = self.check_observation(observation)
+    def _message_ids(self, obs: Observation) -> list[str]:
+        """The memory ids of the messages ``obs`` carries (see :func:`message_memory_id`)."""
+        ns = self.resolve_namespace(obs.namespace)
+        return [message_memory_id(_SCOPE, ns, key) for key in observation_keys(obs).values()]
+
+    @staticmethod
+    def _held(records: Sequence[MemoryRecord]) -> set[str]:
+        """The keys of the messages ``records`` hold (as :func:`message_keys`)."""
+        held: set[str] = set()
+        for record in records:
+            meta = record.metadata
+            query, reply = meta.get("query"), meta.get("reply")
+            if isinstance(query, str) and isinstance(reply, str):
+                held.update(message_keys(meta, query, reply).values())
+        return held
+
+    def _add_args(self, obs: Observation) -> dict[str, Any]:
+        """The stream's ``add`` arguments of ``obs``: under the memory id of its first message
+        when it carries any, else under its own id."""
+        first = self._message_ids(obs)[:1]
         return {
             "texts": [clip_text(obs.text)],  # query + reply may be too long together
             "importances": obs.importance,
@@ -101,23 +137,54 @@ class SemanticMemory(BaseMemoryStrategy):
             },
             "namespace": self.resolve_namespace(obs.namespace),
             "now": obs.created_at,
-            "ids": [obs.id] if _storable(obs.id) else None,
+            "ids": first or ([obs.id] if _storable(obs.id) else None),
         }
 
     def commit(self, observation: Observation) -> None:
         """Store the turn as one memory of the stream (embedded, rated when unrated), under
-        the observation's id: a turn committed again (a retry) is not stored twice."""
-        try:
-            self.stream.add(**self._add_args(observation))
-        except DuplicateIdError:
-            return  # stored already (by this call's first attempt, or a concurrent one)
+        the observation's id: a turn committed again (a retry) is not stored twice.
+
+        A turn of the agent middleware (its metadata names its messages) is stored under the
+        id of its first message instead, and a message the namespace holds already (a turn
+        re-run from an earlier checkpoint: the same user message, a new answer) is left out
+        of it: one lookup by id first, and the stream refuses a copy stored meanwhile.
+        """
+        obs: Observation | None = self.check_observation(observation)
+        for _ in range(_ATTEMPTS):
+            if obs is None:
+                return
+            mine = self._message_ids(obs)
+            if mine:
+                ns = self.resolve_namespace(obs.namespace)
+                obs = without_held(obs, self._held(self.stream.get(mine, namespace=ns)))
+                if obs is None:
+                    return
+            try:
+                self.stream.add(**self._add_args(obs))
+                return
+            except DuplicateIdError:
+                if not mine:
+                    return  # stored already (by this call's first attempt, or a concurrent one)
+                # a message stored meanwhile: look again
 
     async def acommit(self, observation: Observation) -> None:
         """Async twin of :meth:`commit`."""
-        try:
-            await self.stream.aadd(**self._add_args(observation))
-        except DuplicateIdError:
-            return
+        obs: Observation | None = self.check_observation(observation)
+        for _ in range(_ATTEMPTS):
+            if obs is None:
+                return
+            mine = self._message_ids(obs)
+            if mine:
+                ns = self.resolve_namespace(obs.namespace)
+                obs = without_held(obs, self._held(await self.stream.aget(mine, namespace=ns)))
+                if obs is None:
+                    return
+            try:
+                await self.stream.aadd(**self._add_args(obs))
+                return
+            except DuplicateIdError:
+                if not mine:
+                    return
 
     def _render(self, ranked: Sequence[MemoryRecord], budget: int | None) -> list[BaseMessage]:
         groups = [_messages(r) for r in ranked]
