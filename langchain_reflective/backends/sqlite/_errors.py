@@ -8,7 +8,7 @@ import sqlite3
 
 from langchain_reflective.errors import DuplicateIdError, StorageError
 
-__all__ = ["integrity_error", "is_environment_failure", "storage_error"]
+__all__ = ["integrity_error", "is_environment_failure", "is_read_only_failure", "storage_error"]
 
 _SQLITE_PERM, _SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_FULL, _SQLITE_CANTOPEN = 3, 8, 10, 13, 14
 
@@ -62,6 +62,11 @@ def integrity_error(doing: str, exc: sqlite3.IntegrityError) -> StorageError:
 def is_environment_failure(exc: sqlite3.Error | OSError) -> bool:
     """Whether ``exc`` comes from the disk or the permissions (not from a damaged file)."""
     return _cause(exc) is not None
+
+
+def is_read_only_failure(exc: sqlite3.Error | OSError) -> bool:
+    """Whether ``exc`` says a file could not be written or created (read-only storage)."""
+    return _cause(exc) in ("readonly", "cantopen")
 
 
 def storage_error(

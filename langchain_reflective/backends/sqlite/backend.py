@@ -90,6 +90,9 @@ class SQLiteBackend(BaseMemoryBackend):
             filter keeping less than a quarter of the namespace).
         synchronous: SQLite's ``synchronous`` pragma (see :class:`SQLiteRecordStore`).
         timeout: seconds to wait for another writer's lock.
+        read_only: open ``path`` read-only (``SQLiteRecordStore(path, read_only=True)``: on
+            read-only storage too; nothing written, created or upgraded): its index caches are
+            read, never written, and every write raises :class:`StorageError`.
 
     Raises:
         ValueError: ``exact_limit``, ``ann_candidates`` or ``ann_nprobe`` is not a positive
@@ -108,6 +111,7 @@ class SQLiteBackend(BaseMemoryBackend):
         ann_nprobe: int = DEFAULT_ANN_NPROBE,
         synchronous: Literal["OFF", "NORMAL", "FULL"] = "NORMAL",
         timeout: float = 30.0,
+        read_only: bool = False,
     ) -> None:
         if exact_limit is not None and not _positive_int(exact_limit):
             raise ValueError(f"exact_limit must be a positive integer or None, got {exact_limit!r}")
@@ -119,9 +123,11 @@ class SQLiteBackend(BaseMemoryBackend):
         self.ann_nprobe = int(ann_nprobe)
         self.path = memory_file(path) if store is None else None
         self.store: BaseRecordStore = store or SQLiteRecordStore(
-            path, synchronous=synchronous, timeout=timeout
+            path, synchronous=synchronous, timeout=timeout, read_only=read_only
         )
         """The durable record layer."""
+        self.read_only = bool(getattr(self.store, "read_only", False))
+        """Whether the file was opened read-only: :meth:`close` writes no index caches."""
         self._lock = ProcessLock(f"the memory file {self.path}", guard=self.path is not None)
         """Serialises partitions and writes; refuses a forked child (``backends/_fork.py``)."""
         self.files = PartitionFiles(self.store, self.path, self._lock)
@@ -171,8 +177,9 @@ class SQLiteBackend(BaseMemoryBackend):
             raise StorageError("the memory backend is closed")
 
     def close(self) -> None:
-        """Write the vector-index caches and close the file. Idempotent. In a forked child
-        of the process that opened the file it only forgets it (``backends/_fork.py``)."""
+        """Write the vector-index caches (not when read-only) and close the file. Idempotent.
+        In a forked child of the process that opened the file it only forgets it
+        (``backends/_fork.py``)."""
         if self._lock.process.forked or self.store.forked:  # (not waiting for the parent lock)
             self._closed = True
             self._partitions = {}
@@ -182,7 +189,8 @@ class SQLiteBackend(BaseMemoryBackend):
             if self._closed:
                 return
             try:
-                self.files.save_all(self._partitions, self.exact_limit)
+                if not self.read_only:
+                    self.files.save_all(self._partitions, self.exact_limit)
             finally:
                 self._closed = True
                 self._partitions.clear()

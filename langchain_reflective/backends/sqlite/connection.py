@@ -15,7 +15,13 @@ from typing import Any, Literal
 
 from langchain_reflective.backends._fork import ProcessLock
 from langchain_reflective.backends.sqlite._errors import is_environment_failure, storage_error
-from langchain_reflective.backends.sqlite.schema import check_file, init_schema, is_busy
+from langchain_reflective.backends.sqlite.read_only import connect_read_only
+from langchain_reflective.backends.sqlite.schema import (
+    check_file,
+    check_schema,
+    init_schema,
+    is_busy,
+)
 from langchain_reflective.errors import ForeignFileError, StorageError
 
 __all__ = ["SQLiteConnection"]
@@ -115,10 +121,15 @@ class SQLiteConnection:
             (nothing is written).
         synchronous: SQLite's ``synchronous`` pragma.
         timeout: seconds to wait for another writer's lock before failing.
+        read_only: only read the existing file ``path``: nothing is ever written (every write
+            raises :class:`StorageError`), a missing file is not created and an older file is
+            not upgraded (an error says how to read it). It reads files this process cannot
+            write, on read-only storage too (see ``backends/sqlite/read_only.py``).
 
     Raises:
         ForeignFileError: the file is not a langchain-reflective memory file.
         SchemaVersionError: the file was written by a newer version of the package.
+        ValueError: ``read_only`` without a file.
     """
 
     def __init__(
@@ -127,8 +138,13 @@ class SQLiteConnection:
         *,
         synchronous: Literal["OFF", "NORMAL", "FULL"] = "NORMAL",
         timeout: float = 30.0,
+        read_only: bool = False,
     ) -> None:
         self.path = memory_file(path)
+        if read_only and self.path is None:
+            raise ValueError("read_only=True needs a memory file to read (a path)")
+        self.read_only = read_only
+        """Whether the file was opened read-only (``read_only=True``)."""
         self._lock = ProcessLock(f"the memory file {self.path}", guard=self.path is not None)
         """Serialises the connection's use; refuses a forked child (``backends/_fork.py``)."""
         self._closed = False
@@ -138,18 +154,28 @@ class SQLiteConnection:
         self._checkpointer: _Checkpointer | None = None
         if self.path is not None:
             try:
+                if read_only and not self.path.exists():
+                    raise StorageError(f"{self.path} does not exist (read-only: not created)")
                 check_file(self.path)
             except OSError as exc:  # no permission to create or read it, a full disk
                 raise storage_error(f"cannot open memory file {self.path}", exc, self.path) from exc
         target = ":memory:" if self.path is None else str(self.path)
         try:
-            self._conn = sqlite3.connect(
-                target, timeout=timeout, check_same_thread=False, isolation_level=None
-            )
+            if self.path is not None and read_only:
+                self._conn = connect_read_only(self.path, timeout)
+            else:
+                self._conn = sqlite3.connect(
+                    target, timeout=timeout, check_same_thread=False, isolation_level=None
+                )
         except sqlite3.Error as exc:
             raise storage_error(f"cannot open memory file {self.path}", exc, self.path) from exc
         try:
-            init_schema(self._conn, self.path, synchronous, self._transaction, busy_timeout=timeout)
+            if self.path is not None and read_only:
+                check_schema(self._conn, self.path)
+            else:
+                init_schema(
+                    self._conn, self.path, synchronous, self._transaction, busy_timeout=timeout
+                )
         except sqlite3.DatabaseError as exc:
             self._conn.close()
             if is_environment_failure(exc) or is_busy(exc):
@@ -164,7 +190,7 @@ class SQLiteConnection:
             raise
         self._data_version = self._read_data_version()
         self._external_change = False
-        if self.path is not None:
+        if self.path is not None and not read_only:
             self._conn.execute("PRAGMA wal_autocheckpoint=0")
             self._checkpointer = _Checkpointer(self.path, timeout)
             # a store that is never closed must not leave its thread behind
@@ -206,7 +232,13 @@ class SQLiteConnection:
                 self.store._lock.release()
 
     def _transaction(self) -> SQLiteConnection._Tx:
+        self._ensure_writable()
         return SQLiteConnection._Tx(self)
+
+    def _ensure_writable(self) -> None:
+        """Refuse a write to a file opened read-only (every write path calls this first)."""
+        if self.read_only:
+            raise StorageError(f"{self.path} was opened read-only (read_only=True): not written")
 
     def _after_commit(self) -> None:
         """Keep the WAL short: wake the checkpoint thread, or checkpoint here if asked to."""

@@ -57,6 +57,7 @@ class CounterTable(SQLiteConnection):
         *,
         synchronous: Literal["OFF", "NORMAL", "FULL"] = "NORMAL",
         timeout: float = 30.0,
+        read_only: bool = False,
     ) -> None:
         self._counters: dict[str, tuple[int, int]] = {}
         """Per namespace ``(bumps, counted_seq)`` as of ``_data_version`` (see ``_counter_row``);
@@ -64,7 +65,7 @@ class CounterTable(SQLiteConnection):
         self._unfolded: dict[str, tuple[int, int, int, float, int]] = {}
         """Per namespace, what :meth:`reflection_state` summed last: ``(bumps, counted_seq,
         newest seq summed, importance, rows)``; valid while bumps and ``counted_seq`` are."""
-        super().__init__(path, synchronous=synchronous, timeout=timeout)
+        super().__init__(path, synchronous=synchronous, timeout=timeout, read_only=read_only)
         self.last_generation = 0
         """The generation returned by the last write (see :meth:`generation`)."""
 

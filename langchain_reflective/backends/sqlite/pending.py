@@ -69,6 +69,7 @@ class PendingQueue(SQLiteConnection):
         stored = DuplicateIdError("could not queue memories: an id is already stored")
         try:
             if len(rows) == 1:  # one autocommit statement: the per-turn cheap commit
+                self._ensure_writable()
                 with self._lock:
                     self._ensure_open()
                     queued = self._conn.execute(sql, rows[0]).rowcount

@@ -33,6 +33,7 @@ __all__ = [
     "RAISE_SEQ_FLOOR",
     "SCHEMA_VERSION",
     "check_file",
+    "check_schema",
     "chunks",
     "dump_evidence",
     "dump_metadata",
@@ -337,16 +338,7 @@ def init_schema(
         with transaction():
             if _check_identity(c, path) == 0:  # (else another process created it meanwhile)
                 _create(c)
-    version_row = c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-    if version_row is None:
-        raise ForeignFileError(f"{path} has no schema version; it is not a memory file")
-    version = int(version_row[0])
-    if version > SCHEMA_VERSION:
-        raise SchemaVersionError(
-            f"{path} has schema version {version}, newer than this "
-            f"langchain-reflective supports ({SCHEMA_VERSION}); upgrade the package"
-        )
-    if version < SCHEMA_VERSION:
+    if _schema_version(c, path) < SCHEMA_VERSION:
         migrate(transaction)
     if c.execute(
         "SELECT 1 FROM sqlite_master WHERE type='index' "
@@ -360,6 +352,37 @@ def init_schema(
                 "CREATE INDEX IF NOT EXISTS memories_insight_importance ON memories "
                 f"(namespace, kind, importance) WHERE {NOT_OBSERVATION}"
             )
+
+
+def _schema_version(c: sqlite3.Connection, path: Path | None) -> int:
+    """The file's schema version, after refusing one without a version or a newer one."""
+    version_row = c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    if version_row is None:
+        raise ForeignFileError(f"{path} has no schema version; it is not a memory file")
+    version = int(version_row[0])
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{path} has schema version {version}, newer than this "
+            f"langchain-reflective supports ({SCHEMA_VERSION}); upgrade the package"
+        )
+    return version
+
+
+def check_schema(c: sqlite3.Connection, path: Path) -> None:
+    """Check the schema of a file opened read-only, writing nothing: its identity and version
+    as :func:`init_schema` checks them, but an empty database is not a memory file and an
+    older version is an error (a read-only open never upgrades). A file with the index of
+    earlier versions is read as it is (its reads use that index as they did)."""
+    if _check_identity(c, path) == 0:
+        raise ForeignFileError(f"{path} is an empty SQLite database, not a memory file")
+    version = _schema_version(c, path)
+    if version < SCHEMA_VERSION:
+        raise StorageError(
+            f"{path} has schema version {version}, older than this langchain-reflective "
+            f"reads ({SCHEMA_VERSION}), and was opened read-only, which never upgrades a file: "
+            "open it once where it can be written (that upgrades it), or copy it to a "
+            "writable directory and read the copy"
+        )
 
 
 def migrate(transaction: Callable[[], AbstractContextManager[sqlite3.Connection]]) -> None:

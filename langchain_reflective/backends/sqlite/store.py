@@ -76,6 +76,8 @@ class SQLiteRecordStore(CounterTable, PendingQueue, BaseRecordStore):
             loses a committed transaction when the process crashes; ``"FULL"`` also survives
             power loss at some cost per write.
         timeout: seconds to wait for another writer's lock before failing.
+        read_only: only read the existing file ``path``, on read-only storage too: nothing is
+            written, created or upgraded (see :class:`SQLiteConnection`).
 
     Raises:
         ForeignFileError: the file is not a langchain-reflective memory file.
@@ -266,6 +268,7 @@ class SQLiteRecordStore(CounterTable, PendingQueue, BaseRecordStore):
         before it saves an index cache. Until then :attr:`last_generation` is as of this
         store's last look at the file.
         """
+        self._ensure_writable()
         with self._lock:
             self._ensure_open()
             c = self._conn
@@ -369,6 +372,7 @@ class SQLiteRecordStore(CounterTable, PendingQueue, BaseRecordStore):
         wanted = [int(s) for s in seqs]
         try:
             if len(wanted) <= MAX_VARS:
+                self._ensure_writable()
                 with self._lock:
                     self._ensure_open()
                     self._touch_chunk(self._conn, us, wanted, out, namespace)

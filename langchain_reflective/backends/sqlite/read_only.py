@@ -1,0 +1,102 @@
+"""Opening a memory file read-only (``read_only=True``), also on storage this process cannot
+write: a read-only mount or directory, a file it may not write, a backup copy.
+
+The file is opened with SQLite's ``mode=ro``: SQLite reads it and its WAL as any reader does,
+through ``<file>-shm``, which it creates beside the file or uses as it finds it (one it cannot
+write too). Where there is no ``-shm`` and none can be created, SQLite refuses, as it cannot
+coordinate with a writer. The file is then opened ``immutable=1``: no locks, no WAL, no check
+for changes. That is correct only while nobody writes the file, so it is done only when
+
+* no ``<file>-shm`` exists: every connection that has the file open in WAL mode keeps one
+  (one left by a crashed writer counts too), so no process has it open now;
+* no ``<file>-wal`` holds anything: the main file then holds every committed change. A WAL left
+  by a crash, or copied along, may hold commits the main file lacks, which an immutable read
+  would miss in silence: that is an error that says what to do instead;
+* nobody can start writing it meanwhile: its file system is mounted read-only, or its
+  directory or the file itself has no write permission for anyone (a writer needs both: it
+  writes the file and creates ``-wal`` and ``-shm`` beside it). Root, or a ``chmod``, could
+  still write it: read-only storage is a promise this code takes the permission bits for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import stat
+from pathlib import Path
+
+from langchain_reflective.backends.sqlite._errors import is_read_only_failure
+from langchain_reflective.errors import StorageError
+
+__all__ = ["connect_read_only"]
+
+_PROBE = "SELECT count(*) FROM sqlite_master"
+"""A first read: SQLite opens the WAL and ``-shm`` only when it reads."""
+
+
+def _connect(uri: str, timeout: float) -> sqlite3.Connection:
+    return sqlite3.connect(
+        uri, uri=True, timeout=timeout, check_same_thread=False, isolation_level=None
+    )
+
+
+def connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
+    """A connection that can only read the existing memory file ``path`` (see the module).
+
+    A failure other than SQLite's refusal to share the WAL's index (a damaged file, a busy
+    one) is left to the connection's first query, which the caller checks and reports.
+
+    Raises:
+        StorageError: SQLite cannot read the file where it is without ``-shm``, and reading
+            it without (``immutable``) could miss changes; the message says what to do.
+    """
+    uri = path.absolute().as_uri()  # (percent-encodes "?", "#" and "%" of the path)
+    conn = _connect(f"{uri}?mode=ro", timeout)
+    try:
+        conn.execute(_PROBE).fetchall()
+    except sqlite3.Error as exc:
+        if not is_read_only_failure(exc):
+            return conn
+        conn.close()
+        refused = _unsafe_unlocked(path)
+        if refused is not None:
+            raise StorageError(f"cannot read {path}: {refused}") from exc
+        return _connect(f"{uri}?mode=ro&immutable=1", timeout)
+    return conn
+
+
+def _unsafe_unlocked(path: Path) -> str | None:
+    """Why ``path`` must not be read ``immutable`` (the module's conditions), or ``None``."""
+    wal, shm = (path.with_name(path.name + suffix) for suffix in ("-wal", "-shm"))
+    folder = path.parent
+    if shm.exists():
+        return (
+            f"SQLite cannot use {shm} (a process may have the file open for writing): retry "
+            f"when it is closed, or copy {path} with its -wal to a writable directory and read "
+            "the copy"
+        )
+    with contextlib.suppress(FileNotFoundError):
+        if wal.stat().st_size:
+            return (
+                f"{wal} holds changes that may not be in the file yet, and SQLite cannot read "
+                f"them without creating {shm} in {folder}, which this process cannot write: "
+                "open the file once where it can be written (that copies the changes into "
+                "it), or copy it with its -wal to a writable directory and read the copy"
+            )
+    if not _nobody_writes(path):
+        return (
+            f"SQLite cannot create {shm} in {folder}, which this process cannot write, and "
+            "others may write the file meanwhile (reading it without could see a half-written "
+            f"change): copy {path} to a writable directory and read the copy"
+        )
+    return None
+
+
+def _nobody_writes(path: Path) -> bool:
+    """Whether nobody can write ``path``: a read-only mount, or no write permission bit on
+    its directory or on the file."""
+    statvfs = getattr(os, "statvfs", None)
+    if statvfs is not None and statvfs(path.parent).f_flag & os.ST_RDONLY:
+        return True
+    return any(stat.S_IMODE(p.stat().st_mode) & 0o222 == 0 for p in (path.parent, path))

@@ -1,0 +1,132 @@
+"""``read_only=True`` of the SQLite store and backend: a memory file read without writing
+anything (on read-only storage, where SQLite cannot create ``<file>-shm``, too), never
+created, never upgraded."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from langchain_reflective import MemoryStream
+from langchain_reflective.backends.sqlite import SQLiteBackend
+from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
+from langchain_reflective.errors import StorageError
+from tests.fakes import WordEmbeddings
+from tests.unit.read_only_storage import listing, permission_bits_apply, read_only
+
+T0 = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    """A closed memory file of two memories, alone in its folder."""
+    (tmp_path / "live").mkdir()
+    live = tmp_path / "live" / "memory.db"
+    with MemoryStream(WordEmbeddings(), path=live) as stream:
+        stream.add(["Ana adopted a greyhound", "It rained"], importances=0.5, now=T0)
+    (tmp_path / "files").mkdir()
+    return Path(shutil.copy2(live, tmp_path / "files" / live.name))
+
+
+def _schema_version(path: Path) -> str:
+    conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+    try:
+        return str(conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_reads_a_read_only_folder_and_refuses_every_write(db: Path) -> None:
+    before = listing(db.parent)
+    with read_only(db.parent, files=True):
+        store = SQLiteRecordStore(db, read_only=True)
+        try:
+            assert store.read_only
+            assert store.namespaces() == ["default"] and store.count("default") == 2
+            assert store.embedding_model is not None
+            with pytest.raises(StorageError, match="opened read-only"):
+                store.set_meta("x", "y")
+            with pytest.raises(StorageError, match="opened read-only"):
+                store.purge("default")
+        finally:
+            store.close()
+    assert listing(db.parent) == before
+
+
+def test_reads_the_wal_of_a_copy_through_its_shared_memory(tmp_path: Path, db: Path) -> None:
+    """A copy with its ``-wal`` and ``-shm`` is read through them (``mode=ro``), WAL and all."""
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    with MemoryStream(WordEmbeddings(), path=db) as stream:
+        stream.add("Ben likes chess", importances=0.5, now=T0)
+        for suffix in ("", "-wal", "-shm"):
+            shutil.copy2(db.with_name(db.name + suffix), copy / (db.name + suffix))
+    with read_only(copy, files=True):
+        store = SQLiteRecordStore(copy / db.name, read_only=True)
+        try:
+            assert store.count("default") == 3
+        finally:
+            store.close()
+
+
+def test_never_creates_a_missing_file(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.db"
+    with pytest.raises(StorageError, match="does not exist"):
+        SQLiteRecordStore(missing, read_only=True)
+    assert not missing.exists()
+    with pytest.raises(ValueError, match="read_only"):
+        SQLiteRecordStore(None, read_only=True)
+
+
+def test_never_upgrades_and_a_normal_open_still_does(db: Path) -> None:
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("UPDATE meta SET value='5' WHERE key='schema_version'")
+    conn.close()
+    with pytest.raises(StorageError, match="schema version 5") as caught:
+        SQLiteRecordStore(db, read_only=True)  # (in a writable folder: still no upgrade)
+    assert "writable" in str(caught.value) and "copy" in str(caught.value)
+    assert _schema_version(db) == "5"
+    SQLiteRecordStore(db).close()
+    assert _schema_version(db) == "6"
+
+
+def test_the_backend_writes_no_caches_nor_memories(db: Path) -> None:
+    """A read-only backend retrieves, and writes no index caches beside the file; a write
+    (an access time, an add, a queued memory) says the file was opened read-only."""
+    cache = db.with_name(db.name + ".index")
+    assert not cache.exists()
+    backend = SQLiteBackend(db, read_only=True)
+    with MemoryStream(WordEmbeddings(), backend=backend) as stream:
+        [hit] = stream.retrieve("greyhound", k=1, now=T0, touch=False)
+        assert hit.record.text == "Ana adopted a greyhound"
+        for write in (
+            lambda: stream.retrieve("greyhound", k=1, now=T0),  # records the access time
+            lambda: stream.add("Ben likes chess", importances=0.5, now=T0),
+            lambda: stream.enqueue("Ben likes chess"),
+        ):
+            with pytest.raises(StorageError, match="opened read-only"):
+                write()
+    assert not cache.exists()
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0, reason="gives a folder to another user"
+)
+def test_a_folder_another_user_may_write_is_not_read_unlocked(db: Path) -> None:
+    """Where SQLite cannot create ``-shm`` but the folder's owner could start writing the
+    file, reading it unlocked (``immutable``) could see a half-copied change: refused, with
+    what to do."""
+    os.chown(db.parent, 65534, 65534)
+    try:
+        with permission_bits_apply(), pytest.raises(StorageError, match="copy") as caught:
+            SQLiteRecordStore(db, read_only=True)
+    finally:
+        os.chown(db.parent, 0, 0)
+    assert f"{db}-shm" in str(caught.value)
+    assert listing(db.parent) == {db.name: db.read_bytes()}
