@@ -215,32 +215,60 @@ def _check_memory_path(path: Path) -> None:
         _fail(f"{path} is empty: it is not a langchain-reflective memory file")
 
 
-def _open_store(path: Path) -> SQLiteRecordStore:
+def _open_store(path: Path, *, reading: bool = False) -> SQLiteRecordStore:
+    """The memory file's store, opened as any program opens it (an older file is upgraded).
+    With ``reading`` (a command that only reads), a file that cannot be opened so, on
+    read-only storage (SQLite cannot create ``<file>-wal`` or ``-shm`` beside it) or one this
+    process may not write, is opened read-only instead: nothing written, never upgraded."""
     from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
+    from langchain_reflective.errors import ForeignFileError, SchemaVersionError, StorageError
 
-    return SQLiteRecordStore(path)
+    try:
+        return SQLiteRecordStore(path)
+    except (ForeignFileError, SchemaVersionError):
+        raise
+    except StorageError:
+        if not reading:
+            raise
+    # (its own error, if any, says why the file cannot be read: that is what the user asked)
+    return SQLiteRecordStore(path, read_only=True)
 
 
 def _open_stream(
-    place: MemoryPlace, embeddings: Embeddings | None = None, identity: str | None = None
+    place: MemoryPlace,
+    embeddings: Embeddings | None = None,
+    identity: str | None = None,
+    *,
+    reading: bool = False,
 ) -> MemoryStream:
     """A stream over a memory file or a Postgres database whose tables exist (created for a
     new file). Without ``embeddings``, none is loaded: the stored vectors' identity stands in
-    (for commands that only read)."""
+    (for commands that only read). With ``reading`` or without ``embeddings`` (the command
+    only reads), a file that cannot be written is read read-only (see :func:`_open_store`)."""
     from langchain_reflective.stream import MemoryStream
 
     if isinstance(place, Path):
         if embeddings is not None:
             if identity is None and place.exists() and place.stat().st_size:
                 _check_memory_path(place)
-                store = _open_store(place)
+                store = _open_store(place, reading=reading)
                 stored = store.embedding_model
+                read_only = store.read_only
                 store.close()
                 _check_same_model(place, stored, embeddings)
+                if read_only:  # by a backend for the path: its index caches are read, not kept
+                    from langchain_reflective.backends.sqlite import SQLiteBackend
+
+                    reader = SQLiteBackend(place, read_only=True)
+                    try:
+                        return MemoryStream(embeddings, backend=reader, embedding_model=identity)
+                    except BaseException:
+                        reader.close()
+                        raise
             # by path, so the file's index caches are read and kept (not with ``store=``)
             return MemoryStream(embeddings, path=place, embedding_model=identity)
         _check_memory_path(place)
-        store = _open_store(place)
+        store = _open_store(place, reading=True)
         identity = store.embedding_model or "unknown"
         return MemoryStream(_NoEmbeddings(identity), store=store, embedding_model=identity)
     backend = _postgres_backend(place, setup=False)

@@ -327,7 +327,7 @@ def inspect(
         if limit:
             console.print(_memory_table(records, ns, limit, now))
     if query is not None:
-        stream = _open_stream(place, _load_embeddings(prefer, place, stored))
+        stream = _open_stream(place, _load_embeddings(prefer, place, stored), reading=True)
     else:
         stream = _open_stream(place)
     with stream:
