@@ -361,7 +361,13 @@ def apply_counter(conn: psycopg.Connection[Any], update: CounterUpdate) -> None:
 
 
 def enqueue(conn: psycopg.Connection[Any], items: Sequence[PendingMemory]) -> None:
-    """Queue memories to embed later; none of their ids may be stored already."""
+    """Queue memories to embed later (in the caller's transaction); none of their ids may be
+    stored already. Checked after the insert: a completion of the same id under way (its
+    queue row deleted, its memory inserted, not committed yet) makes the insert wait for it,
+    and the check, a statement of its own, then sees the memory. Checked first, the memory
+    was not there yet, and the id ended up both stored and queued again, a queue entry no
+    completion could ever store."""
+    conn.cursor().executemany(_QUEUE, _queued_rows(items))
     stored = conn.execute(
         "SELECT count(*) FROM reflective_memories m "
         "JOIN unnest(%s::text[], %s::text[]) AS q(namespace, id) USING (namespace, id)",
@@ -369,7 +375,6 @@ def enqueue(conn: psycopg.Connection[Any], items: Sequence[PendingMemory]) -> No
     ).fetchone()
     if stored and stored[0]:
         raise DuplicateIdError("could not queue memories: an id is already stored")
-    conn.cursor().executemany(_QUEUE, _queued_rows(items))
 
 
 _QUEUE = (
