@@ -414,6 +414,7 @@ class ReflectiveMemory(Closing):
         importances: float | Sequence[float | None] | None = None,
         metadatas: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
         now: datetime | None = None,
+        ids: Sequence[str] | None = None,
     ) -> list[str]:
         """Store memories durably as *pending* and return at once (the hot-path write).
 
@@ -432,12 +433,15 @@ class ReflectiveMemory(Closing):
                 rated by the stream's importance scorer when they are completed.
             metadatas: JSON-serialisable metadata per text (or one for all).
             now: creation time of the memories (default: the current time).
+            ids: the memories' ids, one per text (default: new ones).
 
         Returns:
             The ids the memories have now (pending) and keep once stored.
 
         Raises:
-            InvalidMemoryError: bad text, kind, importance or metadata (nothing is queued).
+            InvalidMemoryError: bad text, kind, importance, metadata or id (nothing is queued).
+            DuplicateIdError: an id is queued or stored in the namespace already (nothing is
+                queued).
         """
         items = self.stream.enqueue(
             texts,
@@ -446,6 +450,7 @@ class ReflectiveMemory(Closing):
             importances=importances,
             metadatas=metadatas,
             now=now,
+            ids=ids,
         )
         if items:
             self._start_drain()
@@ -460,6 +465,7 @@ class ReflectiveMemory(Closing):
         importances: float | Sequence[float | None] | None = None,
         metadatas: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
         now: datetime | None = None,
+        ids: Sequence[str] | None = None,
     ) -> list[str]:
         """Async twin of :meth:`enqueue` (the commit runs in a worker thread)."""
         return await asyncio.to_thread(
@@ -470,6 +476,7 @@ class ReflectiveMemory(Closing):
             importances=importances,
             metadatas=metadatas,
             now=now,
+            ids=ids,
         )
 
     @property

@@ -391,6 +391,7 @@ class MemoryStream(StreamTransfer):
         metadatas: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None,
         namespace: str | None,
         now: datetime | None,
+        ids: Sequence[str] | None = None,
     ) -> list[PendingMemory]:
         plan = self._plan(
             texts,
@@ -398,7 +399,7 @@ class MemoryStream(StreamTransfer):
             kinds=kinds,
             metadatas=metadatas,
             evidence=None,
-            ids=None,
+            ids=ids,
             namespace=namespace,
             now=now,
             reset_reflection_counter=False,
@@ -414,20 +415,24 @@ class MemoryStream(StreamTransfer):
         metadatas: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
         namespace: str | None = None,
         now: datetime | None = None,
+        ids: Sequence[str] | None = None,
     ) -> list[PendingMemory]:
         """Write memories durably as *pending*: one commit, no embedding, no importance call.
 
         They are not retrievable until :meth:`complete_pending` embeds and rates them and
         stores them under the same ids (:class:`~langchain_reflective.memory.ReflectiveMemory`
-        does that in the background). The arguments are validated like :meth:`add`'s.
+        does that in the background). The arguments are validated like :meth:`add`'s;
+        ``ids`` (one per text; new ones by default) are the ids the memories keep once stored.
 
         Returns:
             The queued memories, in order.
 
         Raises:
-            InvalidMemoryError: bad text, kind, importance or metadata (nothing is queued).
+            InvalidMemoryError: bad text, kind, importance, metadata or id (nothing is queued).
+            DuplicateIdError: an id is queued or stored in the namespace already (nothing is
+                queued: a memory is queued or stored, never both).
         """
-        items = self._plan_enqueue(texts, importances, kinds, metadatas, namespace, now)
+        items = self._plan_enqueue(texts, importances, kinds, metadatas, namespace, now, ids)
         self._backend.enqueue(items)
         return items
 
@@ -440,10 +445,11 @@ class MemoryStream(StreamTransfer):
         metadatas: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
         namespace: str | None = None,
         now: datetime | None = None,
+        ids: Sequence[str] | None = None,
     ) -> list[PendingMemory]:
         """Async twin of :meth:`enqueue`: it awaits the backend's ``aenqueue``. Cancelled
         while the commit is under way, the memories may still be queued, whole."""
-        items = self._plan_enqueue(texts, importances, kinds, metadatas, namespace, now)
+        items = self._plan_enqueue(texts, importances, kinds, metadatas, namespace, now, ids)
         await self._backend.aenqueue(items)
         return items
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from langchain_core.messages import BaseMessage, SystemMessage
 
+from langchain_reflective.errors import DuplicateIdError
 from langchain_reflective.memory import ReflectiveMemory
-from langchain_reflective.records import MemoryRecord, clip_text
+from langchain_reflective.records import MemoryRecord, clip_text, new_memory_id
+from langchain_reflective.strategies._recorded import message_memory_id, observation_keys
 from langchain_reflective.strategies.base import (
     BaseMemoryStrategy,
     Observation,
@@ -23,6 +26,7 @@ __all__ = ["ReflectiveMemoryStrategy"]
 
 _Parts = tuple[list[MemoryRecord], list[MemoryRecord], list[ScoredMemory]]
 _MESSAGE_ID_KEYS = {"user": "query_message_id", "assistant": "reply_message_id"}
+_SCOPE = "ReflectiveMemoryStrategy"
 
 
 class ReflectiveMemoryStrategy(BaseMemoryStrategy):
@@ -79,6 +83,9 @@ class ReflectiveMemoryStrategy(BaseMemoryStrategy):
         shared = {k: v for k, v in obs.metadata.items() if k not in set(_MESSAGE_ID_KEYS.values())}
         texts: list[str] = []
         metadatas: list[dict[str, Any]] = []
+        ids: list[str] = []
+        ns = self.resolve_namespace(obs.namespace)
+        keys = observation_keys(obs)
         for text, role, prefix in (
             (obs.query, "user", self.user_prefix),
             (obs.reply, "assistant", self.assistant_prefix),
@@ -91,22 +98,46 @@ class ReflectiveMemoryStrategy(BaseMemoryStrategy):
             if message_id:
                 meta["message_id"] = message_id
             metadatas.append(meta)
+            key = keys.get("query" if role == "user" else "reply")
+            ids.append(message_memory_id(_SCOPE, ns, key) if key else new_memory_id())
         return {
             "texts": texts,
-            "namespace": self.resolve_namespace(obs.namespace),
+            "namespace": ns,
             "importances": obs.importance,
             "metadatas": metadatas,
             "now": obs.created_at,
+            "ids": ids,
         }
+
+    @staticmethod
+    def _one_by_one(args: dict[str, Any]) -> list[dict[str, Any]]:
+        """``args`` as one enqueue per memory (after a refused batch: one was queued already)."""
+        return [
+            {**args, "texts": [t], "metadatas": [m], "ids": [i]}
+            for t, m, i in zip(args["texts"], args["metadatas"], args["ids"], strict=True)
+        ]
 
     def commit(self, observation: Observation) -> None:
         """Write the turn's user message and answer as *pending* observations: one commit, no
-        embedding and no LLM call (see :meth:`ReflectiveMemory.enqueue` for the guarantee)."""
-        self.memory.enqueue(**self._add_args(observation))
+        embedding and no LLM call (see :meth:`ReflectiveMemory.enqueue` for the guarantee). A
+        message the namespace holds already (by its thread and id) is refused by the store."""
+        args = self._add_args(observation)
+        try:
+            self.memory.enqueue(**args)
+        except DuplicateIdError:
+            for one in self._one_by_one(args):
+                with contextlib.suppress(DuplicateIdError):
+                    self.memory.enqueue(**one)
 
     async def acommit(self, observation: Observation) -> None:
         """Async twin of :meth:`commit`."""
-        await self.memory.aenqueue(**self._add_args(observation))
+        args = self._add_args(observation)
+        try:
+            await self.memory.aenqueue(**args)
+        except DuplicateIdError:
+            for one in self._one_by_one(args):
+                with contextlib.suppress(DuplicateIdError):
+                    await self.memory.aenqueue(**one)
 
     # -- context -------------------------------------------------------------------------------
 

@@ -236,11 +236,6 @@ async def test_an_async_retry_of_a_racing_write_stores_the_answer_once(tmp_path:
         assert kept(memory) == {"I live in Lisbon": 1, "A0": 1, "A1": 1, "A2": 1, "A3": 1}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ReflectiveMemoryStrategy queues a turn as pending memories under new ids: "
-    "MemoryStream.enqueue takes no ids, so the store cannot refuse the message's second copy",
-)
 def test_a_regenerate_with_a_reflective_memory_stores_the_users_message_once(
     tmp_path: Path,
 ) -> None:
