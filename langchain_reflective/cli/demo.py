@@ -85,7 +85,10 @@ def _prepare_demo_file(db: Path, fresh: bool) -> None:
                 f"{db} already holds {held} memories; pass --fresh to start over "
                 "or --db to use another file"
             )
-    if not fresh and not os.access(db, os.W_OK):  # (--fresh deletes it: the folder's write)
+    # (--fresh deletes it: the folder's write); checked with the ids and capabilities the
+    # process writes with, not the real ones access() checks by default
+    effective = os.access in os.supports_effective_ids
+    if not fresh and not os.access(db, os.W_OK, effective_ids=effective):
         _fail(f"cannot write {db}: the file is read-only; choose another --db")
     if fresh:
         for extra in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):

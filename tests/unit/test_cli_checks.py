@@ -3,7 +3,6 @@ what it validates before it prints or loads anything."""
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 from langchain_reflective import MemoryStream
 from tests.fakes import WordEmbeddings
 from tests.unit.cli_run import one_line, run_cli
+from tests.unit.read_only_storage import permission_bits_apply
 
 cli = pytest.importorskip("langchain_reflective.cli", reason='needs the cli extra ("[cli]")')
 cli_files = pytest.importorskip("langchain_reflective.cli.files")
@@ -128,26 +128,25 @@ def test_demo_refuses_a_read_only_directory_before_loading_models(
     assert f"the directory {tmp_path} is not writable (Read-only file system)" in line
 
 
-@pytest.mark.skipif(
-    not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes read-only folders"
-)
 @pytest.mark.usefixtures("no_models")
 def test_demo_refuses_read_only_places_before_loading_models(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Real read-only places (as root too: the permission bits apply to this thread)."""
     folder = tmp_path / "ro"
     folder.mkdir()
     folder.chmod(0o555)
-    try:
-        code, _, err = run_cli(capsys, "demo", "--db", folder / "x.db")
-        assert code == 1 and "is not writable" in one_line(err)
-    finally:
-        folder.chmod(0o755)
     empty = tmp_path / "empty.db"
     empty.touch()
     empty.chmod(0o444)
-    code, _, err = run_cli(capsys, "demo", "--db", empty)
-    assert code == 1 and "the file is read-only" in one_line(err)
+    try:
+        with permission_bits_apply():
+            code, _, err = run_cli(capsys, "demo", "--db", folder / "x.db")
+            assert code == 1 and "is not writable" in one_line(err)
+            code, _, err = run_cli(capsys, "demo", "--db", empty)
+            assert code == 1 and "the file is read-only" in one_line(err)
+    finally:
+        folder.chmod(0o755)
 
 
 @pytest.mark.parametrize(
