@@ -370,3 +370,45 @@ def test_a_process_that_exits_without_closing_still_writes_its_gathered_touches(
     with PostgresBackend.from_conn_string(postgres_url) as reader:
         [record] = reader.recent("exiting")
     assert record.last_accessed_at == datetime(2030, 1, 1, 1, tzinfo=UTC)
+
+
+def test_a_touch_the_writer_cannot_take_is_written_by_the_caller(
+    local: PostgresBackend, server: PostgresBackend
+) -> None:
+    """When the writer takes no new work (the interpreter is exiting), a touch answered in
+    memory is written before it returns, and the next touch gathers again as usual."""
+    keys = _touched_once(local, server, 20, seed=17)
+    stopped = touches.ThreadPoolExecutor(1)
+    stopped.shutdown()
+    local._touches._writer = stopped  # (submit raises RuntimeError, as at exit)
+    answered = local.touch("default", keys, NOW + timedelta(hours=5))
+    assert set(answered) == set(keys)
+    stored = server.fetch("default", keys)  # (written: nothing to settle)
+    assert {r.last_accessed_at for r in stored.values()} == {NOW + timedelta(hours=5)}
+    local._touches._writer = None
+    local.touch("default", keys, NOW + timedelta(hours=6))
+    local._touches.settle()
+    stored = server.fetch("default", keys)
+    assert {r.last_accessed_at for r in stored.values()} == {NOW + timedelta(hours=6)}
+    _assert_same(local, server)
+
+
+def test_a_failure_applying_written_times_reloads_the_namespace_and_raises_into_no_read(
+    local: PostgresBackend,
+    server: PostgresBackend,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    keys = _touched_once(local, server, 20, seed=18)
+
+    def broken(*args: Any) -> None:
+        raise RuntimeError("applying failed")
+
+    monkeypatch.setattr(LocalIndex, "own_clock", broken)
+    with caplog.at_level(logging.WARNING, logger=touches.__name__):
+        local.touch("default", keys, NOW + timedelta(hours=7))  # answered in memory
+        records = local.fetch("default", keys)  # settles: the writer raised nothing into it
+    assert {r.last_accessed_at for r in records.values()} == {NOW + timedelta(hours=7)}
+    assert "could not apply the access times" in caplog.text
+    assert "default" not in _held(local)  # forgotten: loaded again at its next retrieval
+    _assert_same(local, server)

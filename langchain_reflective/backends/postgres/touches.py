@@ -164,12 +164,21 @@ class Touches:
             if gathering is None:
                 if self._writer is None:
                     self._writer = ThreadPoolExecutor(1, thread_name_prefix=_THREAD)
-                gathering = self._round = _Round()
-                self._last = self._writer.submit(self._write_round, gathering)
-            stamps = gathering.touches.setdefault(namespace, {})
-            for key in keys:
-                stamps.pop(key, None)  # (the last time given wins, as on the local index)
-                stamps[key] = when
+                gathering = _Round()
+                try:  # (submitted first: a round no writer takes must gather no touches)
+                    self._last = self._writer.submit(self._write_round, gathering)
+                except RuntimeError:  # no new work now: the interpreter is exiting
+                    gathering = None
+                else:
+                    self._round = gathering
+            if gathering is not None:
+                stamps = gathering.touches.setdefault(namespace, {})
+                for key in keys:
+                    stamps.pop(key, None)  # (the last time given wins, as on the local index)
+                    stamps[key] = when
+        if gathering is None:  # written here, after the rounds before it
+            self.settle()
+            self._write(namespace, dict.fromkeys(keys, when))
         return records
 
     def _write_round(self, gathering: _Round) -> None:
@@ -211,8 +220,19 @@ class Touches:
                 self._local.forget(namespace)
             return
         clock = None if row is None else int_from_binary(row[0])
-        if clock is not None and self._local is not None:
+        if clock is None or self._local is None:
+            return
+        try:
             self._local.own_clock(namespace, clock, stamps)
+        except Exception:  # (the writer raises nothing: settle() would raise it into a read)
+            logger.warning(
+                "could not apply the access times of %d memories of namespace %r to the local "
+                "index after writing them; it loads the namespace again",
+                len(stamps),
+                namespace,
+                exc_info=True,
+            )
+            self._local.forget(namespace)
 
     def _touched(self, namespace: str, rows: list[Any]) -> dict[int, MemoryRecord]:
         """A touch's records (rows: its clock, then the record), applied to the local index."""
