@@ -21,6 +21,7 @@ from langchain_reflective.backends.postgres.failures import ConnectionLostError
 from langchain_reflective.backends.postgres.schema import SCHEMA_VERSION
 from langchain_reflective.errors import (
     DimensionMismatchError,
+    DuplicateIdError,
     EmbeddingError,
     PendingConflictError,
     SchemaVersionError,
@@ -1008,8 +1009,9 @@ def test_a_write_whose_outcome_cannot_be_read_says_so_and_names_its_memories(
 
 def test_a_lost_write_stored_in_part_is_reported_not_repeated(postgres_url: str) -> None:
     """What a write's outcome check reads: all of it stored (the newest key), none (run it
-    again), or a part, which only another writer with the same ids can cause: a StorageError
-    that says so, rather than a second write failing on duplicates."""
+    again), or a part, which only another write holding some of the ids can cause: this one
+    did not commit, and it is refused as a duplicate (``DuplicateIdError``, a StorageError), so
+    a caller can write again without those ids, rather than a second write failing."""
     from langchain_reflective.backends.postgres.writes import queued_outcome, stored_outcome
 
     with PostgresBackend.from_conn_string(postgres_url) as backend:
@@ -1025,12 +1027,12 @@ def test_a_lost_write_stored_in_part_is_reported_not_repeated(postgres_url: str)
             assert stored_outcome(conn, [r.with_access(T0) for r in stored[:1]]) is not None
             moved = [MemoryRecord(id=stored[0].id, text="x", namespace="elsewhere")]
             assert stored_outcome(conn, moved) is None  # (that id is another namespace's)
-            with pytest.raises(StorageError, match="1 of 2 are stored now"):
+            with pytest.raises(DuplicateIdError, match="1 of 2 of the ids are taken now"):
                 stored_outcome(conn, [stored[0], *other])
             assert queued_outcome(conn, queued) is True
             fresh = [PendingMemory(new_memory_id(), "default", "n", "observation", T0, None, {})]
             assert queued_outcome(conn, fresh) is None
-            with pytest.raises(StorageError, match="1 of 2 are stored now"):
+            with pytest.raises(DuplicateIdError, match="1 of 2 of the ids are taken now"):
                 queued_outcome(conn, queued + fresh)
             elsewhere = [dataclasses.replace(queued[0], namespace="elsewhere")]
             assert queued_outcome(conn, elsewhere) is None  # (that id is another namespace's)

@@ -41,7 +41,9 @@ def storage_error(exc: BaseException, version: int | None = None) -> Exception:
     if isinstance(exc, UnicodeEncodeError):
         return InvalidMemoryError(f"text cannot be encoded as UTF-8: {exc}")
     if isinstance(exc, pg_errors.UniqueViolation):
-        return DuplicateIdError(f"could not store memories: an id is already stored: {exc}")
+        return DuplicateIdError(
+            f"could not store memories: an id is already stored (or queued): {exc}"
+        )
     if isinstance(exc, pg_errors.IntegrityError):
         return StorageError(f"could not store memories: {exc}")
     if isinstance(exc, MISSING):

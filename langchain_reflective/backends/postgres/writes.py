@@ -487,14 +487,20 @@ def stored_outcome(conn: psycopg.Connection[Any], records: Sequence[MemoryRecord
 
 
 def _all_or_none(found: int, wanted: int, what: str) -> bool | None:
+    """Whether a write whose connection was lost committed, from how many of its ``wanted``
+    ids are ``found`` now: none (``None``: it did not), all (``True``), or some: it did not
+    (it would hold them all), and the ids found are another write's, made before it or at the
+    same time, so it was refused as a duplicate would have been (:class:`DuplicateIdError`:
+    a caller that writes again without those ids, as a strategy queueing a regenerated turn
+    does, can)."""
     if found == 0:
         return None
     if found == wanted:
         return True
-    raise StorageError(
-        f"the connection to Postgres was lost while {what}, and {found} of {wanted} are "
-        "stored now: another writer used the same ids at the same time. Nothing was written "
-        "twice; check those ids before writing again"
+    raise DuplicateIdError(
+        f"the connection to Postgres was lost while {what}, and {found} of {wanted} of the "
+        "ids are taken now, by another write (this one did not commit: nothing was written "
+        "twice); write again without those ids"
     )
 
 
