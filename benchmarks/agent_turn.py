@@ -156,7 +156,9 @@ class TimedSyncAdd(Timed):
     def commit_turn(self, observation: Observation) -> None:
         strategy = self.strategy
         assert isinstance(strategy, ReflectiveMemoryStrategy)
-        strategy.memory.add(**strategy._add_args(observation))
+        args = strategy._add_args(observation)
+        args.pop("ids", None)  # (the queue's ids, derived from the messages: add makes its own)
+        strategy.memory.add(**args)
 
 
 def build(path: Path, size: int, dim: int, seed: int) -> float:
