@@ -1,4 +1,4 @@
-"""Each chat message of an agent's turns is stored once per namespace, by its id.
+"""Each chat message of an agent's turns is stored once per namespace, by its id and text.
 
 :class:`~langchain_reflective.integrations.middleware.MemoryMiddleware` puts the ids of the
 messages an :class:`~langchain_reflective.strategies.base.Observation` carries in its metadata:
@@ -10,10 +10,14 @@ new message (a new id). So the built-in strategies keep each message of a namesp
 part of an observation whose message they hold already is dropped (its text emptied, its id
 key removed), and what is left (the new answer) is stored.
 
-A message is known by its thread and its id (:func:`message_keys`): ids are unique in
-LangGraph (``add_messages`` gives each message a UUID), but an application may number its
-messages per conversation, and two threads' "message 1" are different messages. A part whose
-message has no id is always new (as before this check existed).
+A message is known by its thread, its id, its part and its text (:func:`message_keys`): ids
+are unique in LangGraph (``add_messages`` gives each message a UUID), but an application may
+number its messages per conversation, and two threads' "message 1" are different messages.
+An edited message keeps its id (LangGraph's edit: ``update_state`` with a message of the same
+id and new content, then a re-run) but is another message, stored with its new answer, so the
+key holds a digest of the text. The part (``"query"``, ``"reply"``) keeps a question and an
+answer apart when an application gives both one id. A part whose message has no id is always
+new (as before this check existed).
 """
 
 from __future__ import annotations
@@ -31,16 +35,25 @@ REPLY_MESSAGE_ID = "reply_message_id"
 _PARTS = (("query", QUERY_MESSAGE_ID), ("reply", REPLY_MESSAGE_ID))
 
 
+def _text_digest(text: str) -> str:
+    """A short digest of a message's text (16 hex digits): an edit (same id, other text) makes
+    another message of it."""
+    data = text.encode("utf-8", "surrogatepass")  # (a lone surrogate digests too)
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
 def message_keys(metadata: Mapping[str, Any], query: str, reply: str) -> dict[str, str]:
     """``part -> key`` for each part (``"query"``, ``"reply"``) that has text and a message id
-    in ``metadata`` (the key names the thread and the message)."""
+    in ``metadata``. The key names the thread, the message id, the part and the text's digest:
+    the same message committed again (a regenerate) has the same key, an edited one (same id,
+    new text) another, and the two parts of one observation never share a key."""
     thread = metadata.get("thread_id")
     thread = thread if isinstance(thread, str) else ""
     keys: dict[str, str] = {}
     for (part, id_key), text in zip(_PARTS, (query, reply), strict=True):
         message_id = metadata.get(id_key)
         if text.strip() and isinstance(message_id, str) and message_id:
-            keys[part] = json.dumps([thread, message_id])
+            keys[part] = json.dumps([thread, message_id, part, _text_digest(text)])
     return keys
 
 

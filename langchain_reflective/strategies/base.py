@@ -96,9 +96,9 @@ class Observation:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     """JSON-serialisable extras. The agent middleware sets ``source="agent"``, ``thread_id``,
     ``query_message_id`` and ``reply_message_id`` when it knows them. The built-in strategies
-    (except ``ReflectiveMemoryStrategy``) keep each message once per namespace, by its thread
-    and id: a part whose message they hold already is left out (a turn re-run from a
-    checkpoint)."""
+    keep each message once per namespace, by its thread, id and text: a part whose message
+    they hold already is left out (a turn re-run from a checkpoint), an edited message (same
+    id, new text) is stored."""
     id: str = field(default_factory=new_memory_id)
     """A unique, time-ordered id."""
 

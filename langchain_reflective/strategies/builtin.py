@@ -157,7 +157,8 @@ class _ListMemory(BaseMemoryStrategy):
         """Store ``observation`` in its namespace, then apply the eviction policy. An
         observation whose id the namespace keeps already (a retried commit) is not stored
         again, nor rated; a message it carries that the namespace keeps already (by its
-        thread and id: a turn re-run from an earlier checkpoint) is left out of it."""
+        thread, id and text: a turn re-run from an earlier checkpoint) is left out of it (an
+        edited message, same id and new text, is another message)."""
         obs = self._fresh(self.check_observation(observation))
         if obs is not None:
             self._store(self._prepare(obs))

@@ -98,6 +98,9 @@ class ReflectiveMemoryStrategy(BaseMemoryStrategy):
             if message_id:
                 meta["message_id"] = message_id
             metadatas.append(meta)
+            # Never one id twice in the batch (the store refuses the whole batch, and the turn
+            # is lost): a part with a message id gets the id derived from its key, which names
+            # the part (the question and the answer may share a message id), else a new one.
             key = keys.get("query" if role == "user" else "reply")
             ids.append(message_memory_id(_SCOPE, ns, key) if key else new_memory_id())
         return {
@@ -120,7 +123,9 @@ class ReflectiveMemoryStrategy(BaseMemoryStrategy):
     def commit(self, observation: Observation) -> None:
         """Write the turn's user message and answer as *pending* observations: one commit, no
         embedding and no LLM call (see :meth:`ReflectiveMemory.enqueue` for the guarantee). A
-        message the namespace holds already (by its thread and id) is refused by the store."""
+        message the namespace holds already (by its thread, id and text: a turn re-run from an
+        earlier checkpoint) is refused by the store and left out; an edited message (same id,
+        new text) is another message, queued with its new answer."""
         args = self._add_args(observation)
         try:
             self.memory.enqueue(**args)

@@ -74,11 +74,12 @@ class SemanticMemory(BaseMemoryStrategy):
     a stream or namespaces of its own: :meth:`purge` deletes every memory of a namespace. A
     turn is stored under its observation's id, so committing it again (a retry after a
     cancelled ``acommit`` whose write went through) stores nothing. A turn of the agent
-    middleware is stored under an id derived from the namespace, the thread and the id of its
-    first message instead, and a message the namespace holds already is left out of it: a
-    thread re-run from an earlier checkpoint (a "regenerate") stores the new answer alone,
-    not the user's message again (turns stored before this version have other ids: the first
-    regenerate of one of them still stores the message again, once).
+    middleware is stored under an id derived from the namespace, the thread, the id and the
+    text of its first message instead, and a message the namespace holds already is left out
+    of it: a thread re-run from an earlier checkpoint (a "regenerate") stores the new answer
+    alone, not the user's message again; an edited message (same id, new text) is stored with
+    its new answer (turns stored before this version have other ids: the first regenerate of
+    one of them still stores the message again, once).
 
     Args:
         stream: the memory stream to write to and retrieve from.

@@ -3,8 +3,9 @@
 Re-running a thread from the checkpoint before the model call processes the same
 ``HumanMessage`` (same id) again; the state forked from that checkpoint does not say it was
 recorded, so the middleware commits it again with the new answer. The built-in strategies keep
-each message of a namespace once (by its thread and id): the new answer (a new message) is
-stored, the user's message is not; a new message with the same text (another id) still is.
+each message of a namespace once (by its thread, id, part and text): the new answer (a new
+message) is stored, the user's message is not; a new message with the same text (another id)
+still is, and so is an edited message (LangGraph's edit: the same id with new text).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from langchain_reflective import (
     MemoryStream,
     Observation,
     ReflectiveMemory,
+    ReflectiveMemoryStrategy,
     SemanticMemory,
     WindowMemory,
 )
@@ -250,3 +252,130 @@ def test_a_regenerate_with_a_reflective_memory_stores_the_users_message_once(
         assert memory.flush(timeout=30)
         texts = Counter(r.text for r in stream.recent(None, namespace="ana"))
         assert texts == {"User: I live in Lisbon": 1, "Assistant: A1": 1, "Assistant: A2": 1}
+
+
+def edited(agent: Any, cfg: dict[str, Any], text: str) -> dict[str, Any]:
+    """LangGraph's way to edit the user's message: the same message (same id) with new text,
+    written over the checkpoint before the model call; the fork's config (``invoke(None, it)``
+    re-runs the turn)."""
+    snapshot = next(s for s in agent.get_state_history(cfg) if s.next == ("model",))
+    human = [m for m in snapshot.values["messages"] if isinstance(m, HumanMessage)][-1]
+    edit = {"messages": [HumanMessage(text, id=human.id)]}
+    fork: dict[str, Any] = agent.update_state(snapshot.config, edit)
+    return fork
+
+
+async def aedited(agent: Any, cfg: dict[str, Any], text: str) -> dict[str, Any]:
+    async for snapshot in agent.aget_state_history(cfg):
+        if snapshot.next == ("model",):
+            human = [m for m in snapshot.values["messages"] if isinstance(m, HumanMessage)][-1]
+            edit = {"messages": [HumanMessage(text, id=human.id)]}
+            fork: dict[str, Any] = await agent.aupdate_state(snapshot.config, edit)
+            return fork
+    raise AssertionError("no checkpoint before the model call")
+
+
+EDITED = {"I like cats": 1, "Cats are great.": 1, "I like dogs": 1, "Dogs are great.": 1}
+"""What memory holds after "I like cats" is answered, then edited to "I like dogs"."""
+
+
+def test_an_edited_message_is_stored_with_its_new_answer(strategy: BaseMemoryStrategy) -> None:
+    """An edit keeps the message's id but not its text: it is another message (the old one
+    stays remembered, as said); a regenerate of the edited message stores its answer alone."""
+    agent = agent_of(strategy, "Cats are great.", "Dogs are great.", "Dogs, indeed.")
+    agent.invoke({"messages": [HumanMessage("I like cats", id="m1")]}, config())
+    out = agent.invoke(None, edited(agent, config(), "I like dogs"))
+    assert [m.text for m in out["messages"]] == ["I like dogs", "Dogs are great."]
+    assert kept(strategy) == EDITED
+    agent.invoke(None, before_the_model(agent, config()))  # regenerate the edited message
+    assert kept(strategy) == {**EDITED, "Dogs, indeed.": 1}
+
+
+async def test_an_async_edit_stores_the_edited_message_with_its_new_answer(
+    strategy: BaseMemoryStrategy,
+) -> None:
+    agent = agent_of(strategy, "Cats are great.", "Dogs are great.", "Dogs, indeed.")
+    await agent.ainvoke({"messages": [HumanMessage("I like cats", id="m1")]}, config())
+    await agent.ainvoke(None, await aedited(agent, config(), "I like dogs"))
+    assert kept(strategy) == EDITED
+    await agent.ainvoke(None, await abefore_the_model(agent, config()))
+    assert kept(strategy) == {**EDITED, "Dogs, indeed.": 1}
+
+
+def reflective_agent(memory: ReflectiveMemory, *answers: str) -> Any:
+    model = GenericFakeChatModel(messages=iter([AIMessage(a) for a in answers]))
+    return create_agent(model, middleware=[MemoryMiddleware(memory)], checkpointer=InMemorySaver())
+
+
+def stored(memory: ReflectiveMemory, namespace: str = "ana") -> Counter[str]:
+    """How often each text is in the namespace's memories, once the queue is drained."""
+    assert memory.flush(timeout=30)
+    return Counter(r.text for r in memory.stream.recent(None, namespace=namespace))
+
+
+REFLECTIVE_EDITED = {
+    "User: I like cats": 1,
+    "Assistant: Cats are great.": 1,
+    "User: I like dogs": 1,
+    "Assistant: Dogs are great.": 1,
+}
+
+
+def test_an_edited_message_with_a_reflective_memory_is_stored_with_its_answer(
+    tmp_path: Path,
+) -> None:
+    stream = MemoryStream(WordEmbeddings(), path=tmp_path / "reflective.db")
+    with ReflectiveMemory(None, stream, config=MemoryConfig()) as memory:
+        agent = reflective_agent(memory, "Cats are great.", "Dogs are great.", "Dogs, indeed.")
+        agent.invoke({"messages": [HumanMessage("I like cats", id="m1")]}, config())
+        agent.invoke(None, edited(agent, config(), "I like dogs"))
+        assert stored(memory) == REFLECTIVE_EDITED
+        agent.invoke(None, before_the_model(agent, config()))
+        assert stored(memory) == {**REFLECTIVE_EDITED, "Assistant: Dogs, indeed.": 1}
+
+
+async def test_an_async_edit_with_a_reflective_memory_stores_the_edited_message(
+    tmp_path: Path,
+) -> None:
+    stream = MemoryStream(WordEmbeddings(), path=tmp_path / "reflective.db")
+    with ReflectiveMemory(None, stream, config=MemoryConfig()) as memory:
+        agent = reflective_agent(memory, "Cats are great.", "Dogs are great.", "Dogs, indeed.")
+        await agent.ainvoke({"messages": [HumanMessage("I like cats", id="m1")]}, config())
+        await agent.ainvoke(None, await aedited(agent, config(), "I like dogs"))
+        assert stored(memory) == REFLECTIVE_EDITED
+        await agent.ainvoke(None, await abefore_the_model(agent, config()))
+        assert stored(memory) == {**REFLECTIVE_EDITED, "Assistant: Dogs, indeed.": 1}
+
+
+SHARED_IDS = [("ping", "pong", "m1"), ("echo", "echo", "m2")]
+"""Turns whose question and answer carry the same message id (an application's own ids; the
+second one's texts are the same too)."""
+
+
+async def test_a_question_and_an_answer_with_one_id_are_both_stored(
+    strategy: BaseMemoryStrategy,
+) -> None:
+    for query, reply, message_id in SHARED_IDS:
+        strategy.commit(_turn(query, reply, message_id, message_id))
+        await strategy.acommit(_turn(query, reply, message_id, message_id))  # a regenerate
+    assert kept(strategy) == {"ping": 1, "pong": 1, "echo": 2}
+
+
+async def test_a_question_and_an_answer_with_one_id_are_both_queued_by_a_reflective_memory(
+    tmp_path: Path,
+) -> None:
+    """The two parts of a turn are queued in one batch under ids derived from their messages:
+    the question's and the answer's never coincide (a batch with one id twice is refused
+    whole, and the turn was lost)."""
+    stream = MemoryStream(WordEmbeddings(), path=tmp_path / "reflective.db")
+    with ReflectiveMemory(None, stream, config=MemoryConfig()) as memory:
+        strategy = ReflectiveMemoryStrategy(memory)
+        for query, reply, message_id in SHARED_IDS:
+            strategy.commit(_turn(query, reply, message_id, message_id))
+            await strategy.acommit(_turn(query, reply, message_id, message_id))
+        assert stored(memory) == {
+            "User: ping": 1,
+            "Assistant: pong": 1,
+            "User: echo": 1,
+            "Assistant: echo": 1,
+        }
