@@ -15,9 +15,11 @@ Its metadata names the thread and the messages (``thread_id``, ``query_message_i
 ``reply_message_id``). A thread re-run from an earlier checkpoint (LangGraph time travel: a
 "regenerate") forks a state that does not say its user message was committed, so the turn is
 committed again, with the same user message and a new answer: the built-in strategies keep
-each message once per namespace (by its thread and id) and store only the new answer
-(docs/MEMORY.md, "A message committed again"). A message without an id (a state built by hand)
-is committed each time, as before.
+each message once per namespace (by its thread, id and text) and store only the new answer
+(docs/MEMORY.md, "A message committed again"). An edited message (LangGraph's edit: the same id
+with new text, written with ``update_state``, then a re-run) is another message: it is stored
+with its new answer. A message without an id (a state built by hand) is committed each time,
+as before.
 
 :class:`ReflectiveMemoryMiddleware` is this middleware with a
 :class:`~langchain_reflective.memory.ReflectiveMemory` (its working context, background
