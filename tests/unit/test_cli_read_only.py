@@ -121,6 +121,21 @@ def test_a_wal_that_cannot_be_read_is_an_error_never_stale_memories(
     assert not out_file.exists()
 
 
+def test_a_link_to_a_copy_whose_wal_cannot_be_read_is_an_error_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: through a link the WAL was looked for beside the link, not found, and inspect
+    showed the file without the WAL's memory (exit 0)."""
+    copy = _copy_while_open(tmp_path, ("", "-wal"))
+    link = tmp_path / "link.db"
+    link.symlink_to(copy)
+    with read_only(copy.parent, files=True):
+        code, out, err = run_cli(capsys, "inspect", link)
+    line = one_line(err)
+    assert code == 1 and out == "", out
+    assert f"{copy}-wal" in line and "copy" in line, line
+
+
 def test_a_file_that_needs_an_upgrade_is_not_upgraded_on_read_only_storage(
     backup: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

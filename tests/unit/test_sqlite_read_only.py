@@ -130,3 +130,49 @@ def test_a_folder_another_user_may_write_is_not_read_unlocked(db: Path) -> None:
         os.chown(db.parent, 0, 0)
     assert f"{db}-shm" in str(caught.value)
     assert listing(db.parent) == {db.name: db.read_bytes()}
+
+
+def _copy_while_open(tmp_path: Path, db: Path) -> Path:
+    """A copy of ``db`` and its ``-wal`` (no ``-shm``) taken while a writer had it open: its
+    third memory is only in the WAL."""
+    backup = tmp_path / "backup"
+    backup.mkdir()
+    with MemoryStream(WordEmbeddings(), path=db) as stream:
+        stream.add("Ben likes chess", importances=0.5, now=T0)
+        assert db.with_name(db.name + "-wal").stat().st_size > 0
+        for suffix in ("", "-wal"):
+            shutil.copy2(db.with_name(db.name + suffix), backup / (db.name + suffix))
+    return backup / db.name
+
+
+def test_a_link_to_a_copy_whose_wal_cannot_be_read_is_refused_as_the_copy_is(
+    tmp_path: Path, db: Path
+) -> None:
+    """SQLite keeps ``-wal`` and ``-shm`` beside a link's target, not beside the link. Before:
+    through ``link.db -> backup/memory.db`` the checks looked beside the link, found no WAL,
+    read the file ``immutable`` and silently missed the WAL's memory (2 instead of 3)."""
+    copy = _copy_while_open(tmp_path, db)
+    link = tmp_path / "link.db"
+    link.symlink_to(copy)
+    before = listing(copy.parent)
+    with read_only(copy.parent, files=True):
+        for path in (copy, link):
+            with pytest.raises(StorageError, match="holds changes") as caught:
+                SQLiteRecordStore(path, read_only=True)
+            assert f"{copy}-wal" in str(caught.value), str(caught.value)
+    assert listing(copy.parent) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["backup", "files", "link.db", "live"]
+
+
+def test_a_link_to_a_closed_copy_is_read(tmp_path: Path, db: Path) -> None:
+    """A link to a file that holds every commit, on read-only storage, reads it whole."""
+    link = tmp_path / "link.db"
+    link.symlink_to(db)
+    before = listing(db.parent)
+    with read_only(db.parent, files=True):
+        store = SQLiteRecordStore(link, read_only=True)
+        try:
+            assert store.count("default") == 2
+        finally:
+            store.close()
+    assert listing(db.parent) == before

@@ -16,6 +16,9 @@ for changes. That is correct only while nobody writes the file, so it is done on
   directory or the file itself has no write permission for anyone (a writer needs both: it
   writes the file and creates ``-wal`` and ``-shm`` beside it). Root, or a ``chmod``, could
   still write it: read-only storage is a promise this code takes the permission bits for.
+
+A symbolic link is resolved first: SQLite keeps ``-wal`` and ``-shm`` beside the file the link
+points to, so that is where the checks look (beside the link they would miss the WAL).
 """
 
 from __future__ import annotations
@@ -51,7 +54,10 @@ def connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
         StorageError: SQLite cannot read the file where it is without ``-shm``, and reading
             it without (``immutable``) could miss changes; the message says what to do.
     """
-    uri = path.absolute().as_uri()  # (percent-encodes "?", "#" and "%" of the path)
+    # SQLite keeps -wal and -shm beside the file a link points to, not beside the link: the
+    # checks look where SQLite does (a link's folder is not the file's)
+    real = path.resolve()
+    uri = real.as_uri()  # (percent-encodes "?", "#" and "%" of the path)
     conn = _connect(f"{uri}?mode=ro", timeout)
     try:
         conn.execute(_PROBE).fetchall()
@@ -59,7 +65,7 @@ def connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
         if not is_read_only_failure(exc):
             return conn
         conn.close()
-        refused = _unsafe_unlocked(path)
+        refused = _unsafe_unlocked(real)
         if refused is not None:
             raise StorageError(f"cannot read {path}: {refused}") from exc
         return _connect(f"{uri}?mode=ro&immutable=1", timeout)
