@@ -217,12 +217,19 @@ def _check_memory_path(path: Path) -> None:
 
 def _open_store(path: Path, *, reading: bool = False) -> SQLiteRecordStore:
     """The memory file's store, opened as any program opens it (an older file is upgraded).
-    With ``reading`` (a command that only reads), a file that cannot be opened so, on
-    read-only storage (SQLite cannot create ``<file>-wal`` or ``-shm`` beside it) or one this
-    process may not write, is opened read-only instead: nothing written, never upgraded."""
+    With ``reading`` (a command that only reads), a file this process may not write is opened
+    read-only (``read_only=True``: never written nor upgraded; what SQLite may still create
+    beside it: ``backends/sqlite/read_only.py``); so is one that cannot be opened for writing,
+    on read-only storage (SQLite cannot create ``<file>-wal`` or ``-shm`` beside it)."""
     from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
     from langchain_reflective.errors import ForeignFileError, SchemaVersionError, StorageError
 
+    # (SQLite opens a file it may not write for reading without a word, and leaves -wal and
+    # -shm beside it with the file's bits: a 0444 file's stopped every later write.) Checked
+    # with the ids and capabilities the process opens files with, not the real ones.
+    effective = os.access in os.supports_effective_ids
+    if reading and not os.access(path, os.W_OK, effective_ids=effective):
+        return SQLiteRecordStore(path, read_only=True)
     try:
         return SQLiteRecordStore(path)
     except (ForeignFileError, SchemaVersionError):

@@ -16,7 +16,7 @@ import pytest
 from langchain_reflective import MemoryStream
 from tests.fakes import WordEmbeddings
 from tests.unit.cli_run import one_line, run_cli
-from tests.unit.read_only_storage import listing, read_only
+from tests.unit.read_only_storage import listing, permission_bits_apply, read_only
 
 cli_files = pytest.importorskip("langchain_reflective.cli.files", reason="needs the cli extra")
 
@@ -90,6 +90,35 @@ def test_inspect_query_reads_a_file_in_a_read_only_folder(
     assert (code, err) == (0, ""), err
     assert "Ranked for: greyhound" in out and "Ana adopted a greyhound" in out
     assert listing(backup.parent) == before
+
+
+def test_a_file_the_user_may_not_write_is_read_leaving_nothing_beside_it(
+    backup: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """A backup the user may not write (0444) in a folder they may write: read read-only,
+    nothing created beside it. Before: inspect opened it as any program does (SQLite opens an
+    unwritable file for reading without a word), which left ``-wal`` and ``-shm`` with the
+    file's bits (0444) beside it; once the file was made writable again, every write failed
+    ("attempt to write a readonly database")."""
+    monkeypatch.setattr(cli_files, "_load_embeddings", lambda *a, **k: WordEmbeddings())
+    backup.chmod(0o444)
+    before = listing(backup.parent)
+    with permission_bits_apply():
+        for args in (
+            ["inspect", backup],
+            ["inspect", backup, "--query", "greyhound", "-n", "0"],
+            ["export", backup, tmp_path / "export.jsonl"],
+        ):
+            code, out, err = run_cli(capsys, *args)
+            assert (code, err) == (0, ""), err
+            assert "greyhound" in out or "Exported 2 memories" in out, out
+            assert listing(backup.parent) == before, args
+    backup.chmod(0o644)
+    with permission_bits_apply(), MemoryStream(WordEmbeddings(), path=backup) as stream:
+        stream.add("Ben likes chess", importances=0.5, now=T0)
 
 
 def test_a_copy_with_its_wal_and_shared_memory_is_read_whole(

@@ -176,3 +176,38 @@ def test_a_link_to_a_closed_copy_is_read(tmp_path: Path, db: Path) -> None:
         finally:
             store.close()
     assert listing(db.parent) == before
+
+
+def test_a_file_nobody_may_write_is_read_leaving_nothing_beside_it(db: Path) -> None:
+    """A file without write permission in a folder this process may write (a backup the owner
+    made read-only) is read ``immutable``: nothing is created beside it. Before: ``mode=ro``
+    created ``-wal`` and ``-shm`` with the file's bits (0444) and left them, and once the owner
+    made the file writable again every write failed ("attempt to write a readonly database")."""
+    db.chmod(0o444)
+    before = listing(db.parent)
+    with permission_bits_apply():
+        store = SQLiteRecordStore(db, read_only=True)
+        try:
+            assert store.count("default") == 2
+        finally:
+            store.close()
+    assert listing(db.parent) == before
+    db.chmod(0o644)
+    with permission_bits_apply(), MemoryStream(WordEmbeddings(), path=db) as stream:
+        stream.add("Ben likes chess", importances=0.5, now=T0)
+        assert stream.count() == 3
+
+
+def test_a_file_others_may_write_is_read_as_any_sqlite_reader_reads_it(db: Path) -> None:
+    """Where the file may be written meanwhile, the read goes through SQLite's WAL index, as
+    every reader's does: ``-wal`` and ``-shm`` are created beside the file with its permission
+    bits and left there (a reader does not remove them); the next writer uses them, and
+    removes them when it closes the file."""
+    db.chmod(0o640)
+    store = SQLiteRecordStore(db, read_only=True)
+    store.close()
+    for suffix in ("-wal", "-shm"):
+        assert (db.parent / (db.name + suffix)).stat().st_mode & 0o777 == 0o640
+    with permission_bits_apply(), MemoryStream(WordEmbeddings(), path=db) as stream:
+        stream.add("Ben likes chess", importances=0.5, now=T0)
+    assert not {f"{db.name}-wal", f"{db.name}-shm"} & set(listing(db.parent))

@@ -91,8 +91,10 @@ class SQLiteBackend(BaseMemoryBackend):
         synchronous: SQLite's ``synchronous`` pragma (see :class:`SQLiteRecordStore`).
         timeout: seconds to wait for another writer's lock.
         read_only: open ``path`` read-only (``SQLiteRecordStore(path, read_only=True)``: on
-            read-only storage too; nothing written, created or upgraded): its index caches are
-            read, never written, and every write raises :class:`StorageError`.
+            read-only storage too; the file is never written nor upgraded, a missing one not
+            created, and what SQLite may create beside it is in ``backends/sqlite/read_only.py``):
+            its index caches are read, never written, and every write raises
+            :class:`StorageError`.
 
     Raises:
         ValueError: ``exact_limit``, ``ann_candidates`` or ``ann_nprobe`` is not a positive

@@ -121,10 +121,13 @@ class SQLiteConnection:
             (nothing is written).
         synchronous: SQLite's ``synchronous`` pragma.
         timeout: seconds to wait for another writer's lock before failing.
-        read_only: only read the existing file ``path``: nothing is ever written (every write
+        read_only: only read the existing file ``path``: it is never written (every write
             raises :class:`StorageError`), a missing file is not created and an older file is
             not upgraded (an error says how to read it). It reads files this process cannot
-            write, on read-only storage too (see ``backends/sqlite/read_only.py``).
+            write, on read-only storage too. Beside a file nobody can be writing it creates
+            nothing; beside another, in a directory this process may write, SQLite creates a
+            missing ``<file>-wal`` and ``<file>-shm`` as for any reader, and leaves them
+            (``backends/sqlite/read_only.py`` says when).
 
     Raises:
         ForeignFileError: the file is not a langchain-reflective memory file.

@@ -1,21 +1,31 @@
 """Opening a memory file read-only (``read_only=True``), also on storage this process cannot
-write: a read-only mount or directory, a file it may not write, a backup copy.
+write: a read-only mount or directory, a file it may not write, a backup copy. The memory file
+itself is never written.
 
-The file is opened with SQLite's ``mode=ro``: SQLite reads it and its WAL as any reader does,
-through ``<file>-shm``, which it creates beside the file or uses as it finds it (one it cannot
-write too). Where there is no ``-shm`` and none can be created, SQLite refuses, as it cannot
-coordinate with a writer. The file is then opened ``immutable=1``: no locks, no WAL, no check
-for changes. That is correct only while nobody writes the file, so it is done only when
+Where nobody can be writing the file, it is opened ``immutable=1``: SQLite reads the file alone,
+takes no locks, and creates nothing beside it. That is correct only while nobody writes the
+file, so it is done only when
 
 * no ``<file>-shm`` exists: every connection that has the file open in WAL mode keeps one
   (one left by a crashed writer counts too), so no process has it open now;
 * no ``<file>-wal`` holds anything: the main file then holds every committed change. A WAL left
   by a crash, or copied along, may hold commits the main file lacks, which an immutable read
-  would miss in silence: that is an error that says what to do instead;
+  would miss in silence;
 * nobody can start writing it meanwhile: its file system is mounted read-only, or its
   directory or the file itself has no write permission for anyone (a writer needs both: it
   writes the file and creates ``-wal`` and ``-shm`` beside it). Root, or a ``chmod``, could
   still write it: read-only storage is a promise this code takes the permission bits for.
+
+Otherwise the file is opened with SQLite's ``mode=ro`` and read as any reader reads it: through
+its WAL and the WAL's index ``<file>-shm``, used as SQLite finds them (a ``-shm`` it cannot
+write too). Where ``-wal`` or ``-shm`` is missing and the directory can be written, SQLite
+creates it with the file's permission bits and owner, and leaves it when it closes
+(a reader does not remove them; the next writer to close the file last does). That happens
+only where someone may write the file (the bits then let its owner write them too), or where
+its ``-wal`` holds changes the file lacks: a file nobody may write then gets a ``-shm`` nobody
+may write either, which must be deleted (or made writable) before the file is written again.
+Where SQLite cannot create them (read-only storage), it refuses, as it cannot coordinate with
+a writer, and so does :func:`connect_read_only`, with an error that says what to do.
 
 A symbolic link is resolved first: SQLite keeps ``-wal`` and ``-shm`` beside the file the link
 points to, so that is where the checks look (beside the link they would miss the WAL).
@@ -45,7 +55,8 @@ def _connect(uri: str, timeout: float) -> sqlite3.Connection:
 
 
 def connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
-    """A connection that can only read the existing memory file ``path`` (see the module).
+    """A connection that can only read the existing memory file ``path`` (see the module:
+    ``immutable`` where nobody can be writing it, creating nothing; ``mode=ro`` otherwise).
 
     A failure other than SQLite's refusal to share the WAL's index (a damaged file, a busy
     one) is left to the connection's first query, which the caller checks and reports.
@@ -58,6 +69,12 @@ def connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
     # checks look where SQLite does (a link's folder is not the file's)
     real = path.resolve()
     uri = real.as_uri()  # (percent-encodes "?", "#" and "%" of the path)
+    try:
+        refused = _unsafe_unlocked(real)
+    except OSError as exc:  # cannot look: read it as any reader does, refused if that fails
+        refused = f"cannot check who may write it ({exc})"
+    if refused is None:  # read it as it is: mode=ro would create -wal and -shm beside it
+        return _connect(f"{uri}?mode=ro&immutable=1", timeout)
     conn = _connect(f"{uri}?mode=ro", timeout)
     try:
         conn.execute(_PROBE).fetchall()
@@ -65,10 +82,7 @@ def connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
         if not is_read_only_failure(exc):
             return conn
         conn.close()
-        refused = _unsafe_unlocked(real)
-        if refused is not None:
-            raise StorageError(f"cannot read {path}: {refused}") from exc
-        return _connect(f"{uri}?mode=ro&immutable=1", timeout)
+        raise StorageError(f"cannot read {path}: {refused}") from exc
     return conn
 
 

@@ -76,8 +76,9 @@ class SQLiteRecordStore(CounterTable, PendingQueue, BaseRecordStore):
             loses a committed transaction when the process crashes; ``"FULL"`` also survives
             power loss at some cost per write.
         timeout: seconds to wait for another writer's lock before failing.
-        read_only: only read the existing file ``path``, on read-only storage too: nothing is
-            written, created or upgraded (see :class:`SQLiteConnection`).
+        read_only: only read the existing file ``path``, on read-only storage too: it is never
+            written nor upgraded, a missing one is not created (what SQLite may create beside
+            it: :class:`SQLiteConnection`).
 
     Raises:
         ForeignFileError: the file is not a langchain-reflective memory file.
