@@ -1,12 +1,15 @@
-"""``read_only=True`` of the SQLite store and backend: a memory file read without writing
-anything (on read-only storage, where SQLite cannot create ``<file>-shm``, too), never
-created, never upgraded."""
+"""``read_only=True`` of the SQLite store and backend: a memory file read and never written
+(on read-only storage, where SQLite cannot create ``<file>-shm``, too), never created, never
+upgraded; and the read-only storage helper the tests use (``read_only_storage.py``)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import sqlite3
+import stat
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -211,3 +214,43 @@ def test_a_file_others_may_write_is_read_as_any_sqlite_reader_reads_it(db: Path)
     with permission_bits_apply(), MemoryStream(WordEmbeddings(), path=db) as stream:
         stream.add("Ben likes chess", importances=0.5, now=T0)
     assert not {f"{db.name}-wal", f"{db.name}-shm"} & set(listing(db.parent))
+
+
+def test_a_thread_left_running_with_the_bits_applied_fails_the_test() -> None:
+    """Linux copies a thread's capabilities when it starts: one started inside
+    ``permission_bits_apply()`` keeps root's DAC capabilities dropped for good. Before: it was
+    left running in silence, and a later test in the worker could fail on it."""
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, name="left-behind")
+    try:
+        with pytest.raises(AssertionError, match="left-behind"), permission_bits_apply():
+            thread.start()
+    finally:
+        stop.set()
+        thread.join()
+    done = threading.Thread(target=lambda: None, name="joined-inside")
+    with permission_bits_apply():  # a thread that ends inside the block is fine
+        done.start()
+        done.join()
+
+
+def test_a_failing_chmod_leaves_the_folder_as_it_was(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: ``read_only()`` made the folder 0555 before its ``try``, so a file's ``chmod``
+    failing left the folder read-only."""
+    folder_mode, file_mode = (stat.S_IMODE(p.stat().st_mode) for p in (db.parent, db))
+    chmod = Path.chmod
+
+    def failing(self: Path, mode: int, **kwargs: bool) -> None:
+        if mode == 0o444:
+            raise PermissionError(errno.EPERM, "Operation not permitted", str(self))
+        chmod(self, mode, **kwargs)
+
+    monkeypatch.setattr(Path, "chmod", failing)
+    with pytest.raises(PermissionError), read_only(db.parent, files=True):
+        pytest.fail("the block must not run")
+    monkeypatch.undo()
+    found = [stat.S_IMODE(p.stat().st_mode) for p in (db.parent, db)]
+    db.parent.chmod(folder_mode)  # (so pytest can remove it, whatever the test finds)
+    assert found == [folder_mode, file_mode]
