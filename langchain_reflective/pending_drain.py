@@ -16,9 +16,11 @@ halved until each memory that fails is alone, so every other memory of the batch
 each memory that failed alone counts one attempt, is skipped for the rest of the pass and,
 after ``MemoryConfig.drain_max_attempts``, is quarantined: still pending (nothing is lost),
 skipped by this process's passes until released or discarded. A store failure
-(``StorageError``) is never counted against a memory. Attempt counts and the quarantine live in
-this process only (no schema change): another process, or a restart, tries such a memory
-again.
+(``StorageError``) is never counted against a memory, but for one: a pending memory whose id is
+stored already (a memory was added under that id while it was queued) can never be completed,
+so it is quarantined at once, and the rest of the queue goes on. Attempt counts and the
+quarantine live in this process only (no schema change): another process, or a restart, tries
+such a memory again.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from langchain_reflective.errors import PendingConflictError, StorageError
+from langchain_reflective.errors import DuplicateIdError, PendingConflictError, StorageError
 from langchain_reflective.memory_config import MemoryConfig, QuarantinedMemory
 
 if TYPE_CHECKING:
@@ -118,6 +120,9 @@ class PendingDrain:
             try:
                 try:
                     self._complete(batch)
+                except DuplicateIdError as exc:
+                    if not self._set_aside_stored(batch, exc):
+                        raise  # none of them is stored: the store's failure, see below
                 except StorageError:  # the store's failure, not the memories': see below
                     raise
                 except Exception as exc:
@@ -137,6 +142,27 @@ class PendingDrain:
                 self._failed(batch[0].namespace, exc, None, logging.ERROR)
                 return
             batch, skip = self._next_batch(failed)
+
+    def _set_aside_stored(self, batch: Sequence[PendingMemory], exc: DuplicateIdError) -> bool:
+        """Quarantine the memories of ``batch`` whose id is stored in their namespace already
+        (completing them can only fail again); whether there were any."""
+        found: list[PendingMemory] = []
+        for namespace in dict.fromkeys(p.namespace for p in batch):
+            mine = [p for p in batch if p.namespace == namespace]
+            stored = {r.id for r in self.stream.get([p.id for p in mine], namespace=namespace)}
+            found += [p for p in mine if p.id in stored]
+        for item in found:
+            with self._lock:
+                self._attempts.pop(_key(item), None)
+                self._quarantine[_key(item)] = QuarantinedMemory(item, exc, 1, datetime.now(UTC))
+            what = (
+                f"pending memory {item.id!r} of namespace {item.namespace!r} cannot be "
+                "completed: a memory is stored under its id already (added under that id while "
+                "it was queued); quarantined: it stays pending but this process's drains skip "
+                "it (see ReflectiveMemory.quarantined, discard_quarantined)"
+            )
+            self._failed(item.namespace, exc, what, logging.WARNING)
+        return bool(found)
 
     def _complete(self, items: Sequence[PendingMemory]) -> None:
         """Complete ``items`` in one call (raises as ``complete_pending``), then report them."""

@@ -25,7 +25,12 @@ from langchain_reflective import MemoryStream
 from langchain_reflective.backends.base import PendingMemory
 from langchain_reflective.backends.sqlite import store as sqlite_store
 from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
-from langchain_reflective.errors import InvalidMemoryError, PendingConflictError, StorageError
+from langchain_reflective.errors import (
+    DuplicateIdError,
+    InvalidMemoryError,
+    PendingConflictError,
+    StorageError,
+)
 from langchain_reflective.importance import BaseImportanceScorer, ImportanceResult
 from langchain_reflective.integrations.middleware import ReflectiveMemoryMiddleware
 from langchain_reflective.memory import MemoryConfig, ReflectiveMemory
@@ -553,3 +558,28 @@ def test_isolating_a_refused_memory_keeps_each_namespace_in_queue_order(
             stored = [r.text for r in memory.stream.recent(None, namespace=ns)]
             assert stored == [f"{ns} turn {i}" for i in range(1, 5)]
         assert len(memory.stream.pending(None, all_namespaces=True)) == 2
+
+
+def test_a_queued_memory_whose_id_was_stored_meanwhile_is_set_aside(
+    tmp_path: Path, now, caplog
+) -> None:
+    """A memory added under the id of a queued one (``add(ids=...)`` with an id ``enqueue``
+    returned) leaves that id stored and queued: its completion can only fail. It failed every
+    pass, and the memories queued after it were never stored; it is quarantined at once now."""
+    caplog.set_level(logging.WARNING, logger="langchain_reflective.memory")
+    with open_inline(tmp_path / "m.db", WordEmbeddings()) as memory:
+        memory.stream.enqueue(["queued first"], ids=["x1"], now=now)
+        memory.stream.enqueue(["queued second"], ids=["x2"], now=now)
+        memory.stream.add(["added under x1"], ids=["x1"], importances=0.5, now=now)
+        assert not memory.flush(timeout=30)  # x1 stays pending (quarantined)
+        assert [r.text for r in memory.stream.get(["x1", "x2"])] == [
+            "added under x1",
+            "queued second",
+        ]
+        (quarantined,) = memory.quarantined
+        assert quarantined.item.id == "x1"
+        assert isinstance(quarantined.error, DuplicateIdError)
+        assert "a memory is stored under its id already" in caplog.text
+        assert [p.id for p in memory.stream.pending()] == ["x1"]
+        assert memory.discard_quarantined() == 1
+        assert memory.stream.pending() == [] and memory.flush(timeout=30)
