@@ -224,9 +224,9 @@ def _open_store(path: Path, *, reading: bool = False) -> SQLiteRecordStore:
     from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
     from langchain_reflective.errors import ForeignFileError, SchemaVersionError, StorageError
 
-    # (SQLite opens a file it may not write for reading without a word, and leaves -wal and
-    # -shm beside it with the file's bits: a 0444 file's stopped every later write.) Checked
-    # with the ids and capabilities the process opens files with, not the real ones.
+    # (A normal open would take a file it may not write for reading without a word, and
+    # upgrade nothing it could not write either: read_only says so plainly.) Checked with the
+    # ids and capabilities the process opens files with, not the real ones.
     effective = os.access in os.supports_effective_ids
     if reading and not os.access(path, os.W_OK, effective_ids=effective):
         return SQLiteRecordStore(path, read_only=True)

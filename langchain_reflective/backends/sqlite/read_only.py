@@ -12,20 +12,25 @@ file, so it is done only when
   by a crash, or copied along, may hold commits the main file lacks, which an immutable read
   would miss in silence;
 * nobody can start writing it meanwhile: its file system is mounted read-only, or its
-  directory or the file itself has no write permission for anyone (a writer needs both: it
-  writes the file and creates ``-wal`` and ``-shm`` beside it). Root, or a ``chmod``, could
-  still write it: read-only storage is a promise this code takes the permission bits for.
+  directory has no write permission for anyone (a writer creates ``-wal`` and ``-shm``
+  there). A file without write permission in a directory someone may write does not count:
+  its owner can make it writable and write it while the connection is open, and an
+  immutable connection would go on answering from the file as it was, in silence. Root, or
+  a ``chmod`` of the directory, could still write it: read-only storage is a promise this
+  code takes the permission bits for.
 
 Otherwise the file is opened with SQLite's ``mode=ro`` and read as any reader reads it: through
 its WAL and the WAL's index ``<file>-shm``, used as SQLite finds them (a ``-shm`` it cannot
-write too). Where ``-wal`` or ``-shm`` is missing and the directory can be written, SQLite
-creates it with the file's permission bits and owner, and leaves it when it closes
-(a reader does not remove them; the next writer to close the file last does). That happens
-only where someone may write the file (the bits then let its owner write them too), or where
-its ``-wal`` holds changes the file lacks: a file nobody may write then gets a ``-shm`` nobody
-may write either, which must be deleted (or made writable) before the file is written again.
-Where SQLite cannot create them (read-only storage), it refuses, as it cannot coordinate with
-a writer, and so does :func:`connect_read_only`, with an error that says what to do.
+write too), so it sees every write committed meanwhile. Where ``-wal`` or ``-shm`` is missing
+and the directory can be written, SQLite creates it with the file's permission bits, owned by
+this process's user, and leaves it when it closes (a reader does not remove them; the next
+writer to close the file last does). Beside a file without write permission (a backup made
+read-only, 0444) they get no write permission either: before the file is written again (made
+writable), they must be deleted or made writable too, or every write fails ("attempt to write
+a readonly database"); the same holds for any SQLite reader, and for files another user's
+reader created. Where SQLite cannot create them (read-only storage), it refuses, as it cannot
+coordinate with a writer, and so does :func:`connect_read_only`, with an error that says what
+to do.
 
 A symbolic link is resolved first: SQLite keeps ``-wal`` and ``-shm`` beside the file the link
 points to, so that is where the checks look (beside the link they would miss the WAL).
@@ -114,9 +119,12 @@ def _unsafe_unlocked(path: Path) -> str | None:
 
 
 def _nobody_writes(path: Path) -> bool:
-    """Whether nobody can write ``path``: a read-only mount, or no write permission bit on
-    its directory or on the file."""
+    """Whether nobody can start writing ``path``: a read-only mount, or no write permission
+    bit on its directory (a writer must create ``-wal`` and ``-shm`` there). A file without
+    write bits in a directory someone may write does not count: its owner can make it
+    writable and write it while this connection is open, and an ``immutable`` one would go on
+    answering from the file as it was, in silence."""
     statvfs = getattr(os, "statvfs", None)
     if statvfs is not None and statvfs(path.parent).f_flag & os.ST_RDONLY:
         return True
-    return any(stat.S_IMODE(p.stat().st_mode) & 0o222 == 0 for p in (path.parent, path))
+    return stat.S_IMODE(path.parent.stat().st_mode) & 0o222 == 0
