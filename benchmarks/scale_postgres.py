@@ -163,10 +163,12 @@ def server_options(parser: argparse.ArgumentParser, output: Path) -> None:
 def finish(args: argparse.Namespace, rows: list[dict[str, Any]], table: Any) -> None:
     """Print the whole table of ``rows`` and write them with the server settings."""
     print(table(rows))
-    write_results(
-        args.output,
-        {"settings": {"shared_buffers": args.shared_buffers or "default"}, "results": rows},
+    settings = (
+        {"shared_buffers": args.shared_buffers or "default"}
+        if args.url is None
+        else {"server": "given by --url, with its own settings"}
     )
+    write_results(args.output, {"settings": settings, "results": rows})
 
 
 def exact_top_ids(

@@ -499,8 +499,9 @@ def _all_or_none(found: int, wanted: int, what: str) -> bool | None:
         return True
     raise DuplicateIdError(
         f"the connection to Postgres was lost while {what}, and {found} of {wanted} of the "
-        "ids are taken now, by another write (this one did not commit: nothing was written "
-        "twice); write again without those ids"
+        "ids are taken now, by another write (this one did not commit, or some of what it "
+        "wrote was removed since: nothing was written twice); check those ids, and write "
+        "again without them"
     )
 
 
