@@ -257,3 +257,26 @@ def test_a_failing_chmod_leaves_the_folder_as_it_was(
     found = [stat.S_IMODE(p.stat().st_mode) for p in (db.parent, db)]
     db.parent.chmod(folder_mode)  # (so pytest can remove it, whatever the test finds)
     assert found == [folder_mode, file_mode]
+
+
+def test_files_a_reader_left_without_write_permission_give_a_clear_error(db: Path) -> None:
+    """A reader of a file without write permission (a backup made read-only) leaves ``-wal`` and
+    ``-shm`` without it too (SQLite's way, see the module). Once the file is writable again, a
+    write fails with a ``StorageError`` that says what to do, not SQLite's bare "attempt to
+    write a readonly database"; once they are removed, it works."""
+    db.chmod(0o444)
+    with permission_bits_apply():
+        SQLiteRecordStore(db, read_only=True).close()
+    db.chmod(0o644)
+    advice = "delete them when no process has the file open"
+    with (
+        permission_bits_apply(),
+        MemoryStream(WordEmbeddings(), path=db) as stream,
+        pytest.raises(StorageError, match=advice),
+    ):
+        stream.add("Ben likes chess", importances=0.5, now=T0)
+    for suffix in ("-wal", "-shm"):
+        db.with_name(db.name + suffix).unlink()
+    with permission_bits_apply(), MemoryStream(WordEmbeddings(), path=db) as stream:
+        stream.add("Ben likes chess", importances=0.5, now=T0)
+        assert stream.count() == 3

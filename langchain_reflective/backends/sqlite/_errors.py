@@ -78,8 +78,10 @@ def storage_error(
         "full": f"the disk holding {where} is full: free space (or move the file) and retry; "
         "the failed call wrote nothing and what was stored before is intact",
         "readonly": f"{where} cannot be written by this process: a memory file needs write "
-        "access to the file and to its directory (SQLite keeps <file>-wal and <file>-shm next "
-        "to it)",
+        "access to the file and to its directory, and to <file>-wal and <file>-shm next to it "
+        "if they exist (a reader of the file while it could not be written may have left them "
+        "without write permission: delete them when no process has the file open, or make "
+        "them writable)",
         "cantopen": f"{where} or a file next to it cannot be opened: check that its directory "
         "exists and is writable",
         "ioerr": f"writing {where} failed (the disk may be full, over a size limit or failing): "

@@ -212,7 +212,12 @@ class SQLiteConnection:
             self.store._lock.acquire()
             try:
                 self.store._ensure_open()
-                self.store._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    self.store._conn.execute("BEGIN IMMEDIATE")
+                except sqlite3.Error as exc:  # (busy past the timeout, a read-only file or -shm)
+                    where = self.store.path
+                    doing = f"could not write {where or 'the memory store'}"
+                    raise storage_error(doing, exc, where) from exc
                 self.store._check_data_version()
             except BaseException:
                 self.store._lock.release()
