@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 from langchain_core.messages import BaseMessage, SystemMessage
 
+from langchain_reflective._llm import Flow, Op, run_async, run_sync
 from langchain_reflective.errors import DuplicateIdError
 from langchain_reflective.memory import ReflectiveMemory
 from langchain_reflective.records import MemoryRecord, clip_text, new_memory_id
@@ -126,23 +127,22 @@ class ReflectiveMemoryStrategy(BaseMemoryStrategy):
         message the namespace holds already (by its thread, id and text: a turn re-run from an
         earlier checkpoint) is refused by the store and left out; an edited message (same id,
         new text) is another message, queued with its new answer."""
-        args = self._add_args(observation)
-        try:
-            self.memory.enqueue(**args)
-        except DuplicateIdError:
-            for one in self._one_by_one(args):
-                with contextlib.suppress(DuplicateIdError):
-                    self.memory.enqueue(**one)
+        run_sync(self._commit(observation))
 
     async def acommit(self, observation: Observation) -> None:
         """Async twin of :meth:`commit`."""
+        await run_async(self._commit(observation))
+
+    def _commit(self, observation: Observation) -> Flow[None]:
+        """:meth:`commit`'s flow, for both worlds."""
+        enqueue, aenqueue = self.memory.enqueue, self.memory.aenqueue
         args = self._add_args(observation)
         try:
-            await self.memory.aenqueue(**args)
-        except DuplicateIdError:
+            yield Op(enqueue, aenqueue, (), args)
+        except DuplicateIdError:  # (a part is held: queue the others, one by one)
             for one in self._one_by_one(args):
                 with contextlib.suppress(DuplicateIdError):
-                    await self.memory.aenqueue(**one)
+                    yield Op(enqueue, aenqueue, (), one)
 
     # -- context -------------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMessage
 
+from langchain_reflective._llm import Flow, Op, run_async, run_sync
 from langchain_reflective.errors import DuplicateIdError, InvalidMemoryError
 from langchain_reflective.records import MemoryRecord, check_identifier, clip_text
 from langchain_reflective.strategies._recorded import (
@@ -150,6 +151,14 @@ class SemanticMemory(BaseMemoryStrategy):
         re-run from an earlier checkpoint: the same user message, a new answer) is left out
         of it: one lookup by id first, and the stream refuses a copy stored meanwhile.
         """
+        run_sync(self._commit(observation))
+
+    async def acommit(self, observation: Observation) -> None:
+        """Async twin of :meth:`commit`."""
+        await run_async(self._commit(observation))
+
+    def _commit(self, observation: Observation) -> Flow[None]:
+        """:meth:`commit`'s flow, for both worlds."""
         obs: Observation | None = self.check_observation(observation)
         for _ in range(_ATTEMPTS):
             if obs is None:
@@ -157,35 +166,17 @@ class SemanticMemory(BaseMemoryStrategy):
             mine = self._message_ids(obs)
             if mine:
                 ns = self.resolve_namespace(obs.namespace)
-                obs = without_held(obs, self._held(self.stream.get(mine, namespace=ns)))
+                held = yield Op(self.stream.get, self.stream.aget, (mine,), {"namespace": ns})
+                obs = without_held(obs, self._held(held))
                 if obs is None:
                     return
             try:
-                self.stream.add(**self._add_args(obs))
+                yield Op(self.stream.add, self.stream.aadd, (), self._add_args(obs))
                 return
             except DuplicateIdError:
                 if not mine:
                     return  # stored already (by this call's first attempt, or a concurrent one)
                 # a message stored meanwhile: look again
-
-    async def acommit(self, observation: Observation) -> None:
-        """Async twin of :meth:`commit`."""
-        obs: Observation | None = self.check_observation(observation)
-        for _ in range(_ATTEMPTS):
-            if obs is None:
-                return
-            mine = self._message_ids(obs)
-            if mine:
-                ns = self.resolve_namespace(obs.namespace)
-                obs = without_held(obs, self._held(await self.stream.aget(mine, namespace=ns)))
-                if obs is None:
-                    return
-            try:
-                await self.stream.aadd(**self._add_args(obs))
-                return
-            except DuplicateIdError:
-                if not mine:
-                    return
 
     def _render(self, ranked: Sequence[MemoryRecord], budget: int | None) -> list[BaseMessage]:
         groups = [_messages(r) for r in ranked]
