@@ -54,6 +54,13 @@ Key = tuple[str, str]
 """A pending memory's ``(namespace, id)``: an id is unique within its namespace only."""
 
 
+_QUARANTINED = (
+    "quarantined: it stays pending but this process's drains skip it (see "
+    "ReflectiveMemory.quarantined, retry_quarantined, discard_quarantined)"
+)
+"""What the warning of a quarantine says of it."""
+
+
 def _key(item: PendingMemory) -> Key:
     return (item.namespace, item.id)
 
@@ -153,16 +160,19 @@ class PendingDrain:
             found += [p for p in mine if p.id in stored]
         for item in found:
             with self._lock:
-                self._attempts.pop(_key(item), None)
-                self._quarantine[_key(item)] = QuarantinedMemory(item, exc, 1, datetime.now(UTC))
+                self._set_aside(item, exc, 1)
             what = (
                 f"pending memory {item.id!r} of namespace {item.namespace!r} cannot be "
                 "completed: a memory is stored under its id already (added under that id while "
-                "it was queued); quarantined: it stays pending but this process's drains skip "
-                "it (see ReflectiveMemory.quarantined, discard_quarantined)"
+                f"it was queued); {_QUARANTINED}"
             )
             self._failed(item.namespace, exc, what, logging.WARNING)
         return bool(found)
+
+    def _set_aside(self, item: PendingMemory, exc: Exception, attempts: int) -> None:
+        """Quarantine ``item`` after ``attempts`` (the caller holds the lock)."""
+        self._attempts.pop(_key(item), None)
+        self._quarantine[_key(item)] = QuarantinedMemory(item, exc, attempts, datetime.now(UTC))
 
     def _complete(self, items: Sequence[PendingMemory]) -> None:
         """Complete ``items`` in one call (raises as ``complete_pending``), then report them."""
@@ -222,10 +232,7 @@ class PendingDrain:
             attempts = self._attempts.get(_key(item), 0) + 1
             self._attempts[_key(item)] = attempts
             if attempts >= limit:
-                del self._attempts[_key(item)]
-                self._quarantine[_key(item)] = QuarantinedMemory(
-                    item, exc, attempts, datetime.now(UTC)
-                )
+                self._set_aside(item, exc, attempts)
         where = f"pending memory {item.id!r} of namespace {item.namespace!r}"
         if attempts < limit:
             what = (
@@ -236,9 +243,7 @@ class PendingDrain:
             return
         what = (
             f"{where} failed on its own in {attempts} drain(s) while other memories were "
-            "completed; "
-            "quarantined: it stays pending but this process's drains skip it (see "
-            "ReflectiveMemory.quarantined, retry_quarantined, discard_quarantined)"
+            f"completed; {_QUARANTINED}"
         )
         self._failed(item.namespace, exc, what, logging.WARNING)
 
