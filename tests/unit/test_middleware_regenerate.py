@@ -13,12 +13,10 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import pytest
 from langchain.agents import create_agent
 from langchain_core.language_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage
@@ -39,8 +37,8 @@ from langchain_reflective import (
     WindowMemory,
 )
 from tests.fakes import WordEmbeddings
+from tests.unit.strategy_fixtures import Make, strategy_fixture
 
-Make = Callable[[Path], BaseMemoryStrategy]
 BUILT_INS: dict[str, Make] = {
     "window": lambda _: WindowMemory(capacity=20),
     "importance": lambda _: ImportanceMemory(max_size=20),
@@ -51,12 +49,7 @@ BUILT_INS: dict[str, Make] = {
 }
 
 
-@pytest.fixture(params=list(BUILT_INS))
-def strategy(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseMemoryStrategy]:
-    made = BUILT_INS[request.param](tmp_path)
-    yield made
-    if isinstance(made, SemanticMemory):
-        made.stream.close()
+strategy = strategy_fixture(BUILT_INS)
 
 
 def kept(strategy: BaseMemoryStrategy, namespace: str = "ana") -> Counter[str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,8 @@ from langchain_reflective import (
     WindowMemory,
 )
 from tests.fakes import WordEmbeddings
+from tests.unit.strategy_fixtures import Make, strategy_fixture
 
-Make = Callable[[Path], BaseMemoryStrategy]
 BUILT_INS: dict[str, Make] = {
     "window": lambda _: WindowMemory(),
     "importance": lambda _: ImportanceMemory(),
@@ -35,12 +34,7 @@ BUILT_INS: dict[str, Make] = {
 }
 
 
-@pytest.fixture(params=list(BUILT_INS))
-def strategy(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseMemoryStrategy]:
-    made = BUILT_INS[request.param](tmp_path)
-    yield made
-    if isinstance(made, SemanticMemory):
-        made.stream.close()
+strategy = strategy_fixture(BUILT_INS)
 
 
 def questions(strategy: BaseMemoryStrategy, namespace: str) -> list[str]:

@@ -6,7 +6,7 @@ and each finished turn must be committed once, to the run's namespace.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from langchain_reflective import (
 from langchain_reflective.memory import MEMORY_PREAMBLE
 from langchain_reflective.strategies import count_tokens, format_context
 from tests.fakes import WordEmbeddings
+from tests.unit.strategy_fixtures import strategy_fixture
 from tests.unit.test_middleware import FakeChat, fenced, system_text
 
 SYSTEM = "You are a helpful assistant."
@@ -110,14 +111,7 @@ FACTORIES: dict[str, Callable[[Path], BaseMemoryStrategy]] = {
 }
 
 
-@pytest.fixture(params=sorted(FACTORIES))
-def strategy(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseMemoryStrategy]:
-    made = FACTORIES[request.param](tmp_path)
-    yield made
-    if isinstance(made, SemanticMemory):
-        made.stream.close()
-    if isinstance(made, ReflectiveMemoryStrategy):
-        made.memory.close()
+strategy = strategy_fixture(dict(sorted(FACTORIES.items())))
 
 
 def expected_system(returned: list[BaseMessage]) -> str:
