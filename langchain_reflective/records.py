@@ -194,6 +194,16 @@ def check_identifier(value: str, what: str, *, writing: bool = True) -> str:
     return value if value.isascii() else check_encodable(value, what)
 
 
+def storable_id(value: str) -> bool:
+    """Whether a memory can be stored under the id ``value``: not empty, and accepted by
+    :func:`check_identifier` (an id given by a caller or a model may not be)."""
+    try:
+        check_identifier(value, "id")
+    except InvalidMemoryError:
+        return False
+    return bool(value)
+
+
 def _check_size(value: str, what: str) -> None:
     """Refuse ``value`` if it is over :data:`MAX_IDENTIFIER_BYTES` bytes of UTF-8."""
     size = len(value) if value.isascii() else len(value.encode("utf-8", "surrogatepass"))

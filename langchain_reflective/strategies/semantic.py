@@ -9,8 +9,8 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMessage
 
 from langchain_reflective._llm import Flow, Op, run_async, run_sync
-from langchain_reflective.errors import DuplicateIdError, InvalidMemoryError
-from langchain_reflective.records import MemoryRecord, check_identifier, clip_text
+from langchain_reflective.errors import DuplicateIdError
+from langchain_reflective.records import MemoryRecord, clip_text, storable_id
 from langchain_reflective.strategies._recorded import (
     message_keys,
     message_memory_id,
@@ -34,16 +34,6 @@ derives others)."""
 _ATTEMPTS = 3
 """Tries to store a turn: each refusal means one of its messages was stored meanwhile, which
 the next try leaves out (a turn carries two)."""
-
-
-def _storable(observation_id: str) -> bool:
-    """Whether the stream can store a memory under ``observation_id`` (an id of the caller's
-    own may not be; the memory then gets a new id, and a repeat is not recognised)."""
-    try:
-        check_identifier(observation_id, "id")
-    except InvalidMemoryError:
-        return False
-    return True
 
 
 def _messages(record: MemoryRecord) -> list[BaseMessage]:
@@ -139,7 +129,7 @@ class SemanticMemory(BaseMemoryStrategy):
             },
             "namespace": self.resolve_namespace(obs.namespace),
             "now": obs.created_at,
-            "ids": first or ([obs.id] if _storable(obs.id) else None),
+            "ids": first or ([obs.id] if storable_id(obs.id) else None),
         }
 
     def commit(self, observation: Observation) -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from langchain_reflective._llm import Flow, Op, run_async, run_sync
 from langchain_reflective.errors import InvalidMemoryError
-from langchain_reflective.records import MemoryRecord, check_identifier
+from langchain_reflective.records import MemoryRecord, storable_id
 from langchain_reflective.stream import RetrievalFilter
 from langchain_reflective.thinking.turns import (
     _KINDS,
@@ -37,14 +37,6 @@ one read."""
 
 def _suffix(namespace: str) -> str:
     return hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:10]
-
-
-def _storable_id(value: str) -> bool:
-    try:
-        check_identifier(value, "id")
-    except InvalidMemoryError:
-        return False
-    return bool(value)
 
 
 def _is_turn(turn: object) -> bool:
@@ -204,7 +196,7 @@ class ContextLookups:
     ) -> Flow[list[ContextSnapshot]]:
         ns = self.namespace(namespace)
         # ids a model asks for: one no memory can have (a NUL, too long) is simply not stored
-        wanted = [i for i in dict.fromkeys(str(i) for i in ids) if _storable_id(i)]
+        wanted = [i for i in dict.fromkeys(str(i) for i in ids) if storable_id(i)]
         records = [r for r in (yield self._get(wanted, ns)) if r.kind in _KINDS]
         snapshot_ids = [
             r.id if r.kind == SNAPSHOT_KIND else ContextSummary.from_record(r).context_id
