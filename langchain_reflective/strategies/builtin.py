@@ -24,8 +24,8 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from langchain_core.messages import BaseMessage
-from langchain_core.runnables.config import run_in_executor
 
+from langchain_reflective._llm import Flow, Op, run_async, run_sync, threaded
 from langchain_reflective.errors import InvalidMemoryError
 from langchain_reflective.importance import BaseImportanceScorer, heuristic_rating
 from langchain_reflective.strategies._recorded import observation_keys, without_held
@@ -352,31 +352,27 @@ class _RatedMemory(_ListMemory):
         return replace(observation, importance=value)
 
     def _prepare(self, observation: Observation) -> Observation:
+        return run_sync(self._rate(observation))
+
+    async def _aprepare(self, observation: Observation) -> Observation:
+        return await run_async(self._rate(observation))
+
+    def _rate(self, observation: Observation) -> Flow[Observation]:
+        """The observation with its importance, for both worlds: a function scorer may call a
+        model, so the async twin runs it in a worker thread (the default heuristic, a regular
+        expression or two, on the loop); a ``BaseImportanceScorer`` is awaited."""
         scorer = self.scorer
         try:
             if not isinstance(scorer, BaseImportanceScorer):
-                value = scorer(observation)
+                on_loop = scorer is heuristic_importance
+                value = yield Op(scorer, None if on_loop else threaded(scorer), (observation,))
             elif observation.importance is not None:
                 return observation  # rated already: no model call
             else:
-                (result,) = scorer.score([observation.text])
+                (result,) = yield Op(scorer.score, scorer.ascore, ([observation.text],))
                 value = result.value
             return replace(observation, importance=_unit(value))
         except Exception as exc:  # the turn is kept all the same (see the class docs)
-            return self._fallback(observation, exc)
-
-    async def _aprepare(self, observation: Observation) -> Observation:
-        scorer = self.scorer
-        if scorer is heuristic_importance:  # a regular expression or two: on the loop
-            return self._prepare(observation)
-        if not isinstance(scorer, BaseImportanceScorer):  # it may call a model: in a thread
-            return await run_in_executor(None, self._prepare, observation)
-        if observation.importance is not None:
-            return observation
-        try:
-            (result,) = await scorer.ascore([observation.text])
-            return replace(observation, importance=_unit(result.value))
-        except Exception as exc:
             return self._fallback(observation, exc)
 
 
