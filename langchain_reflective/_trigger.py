@@ -14,6 +14,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from langchain_reflective._background import ReflectionWorkers, describe_error
+from langchain_reflective._llm import Flow, Op, run_async, run_sync, threaded
 from langchain_reflective.backends.types import ReflectionState
 from langchain_reflective.errors import StorageError
 from langchain_reflective.memory_config import MemoryConfig
@@ -173,8 +174,8 @@ class ReflectionTrigger:
 
     @contextlib.contextmanager
     def rechecking(self) -> Iterator[None]:
-        """Mark the reflection run inside as this trigger's (see :attr:`rechecks`): the sync
-        runs of :meth:`run_due`, and :meth:`aafter_write`'s inline async one."""
+        """Mark the reflection run inside as this trigger's (see :attr:`rechecks`): the runs
+        of :meth:`run_due` (background) and the inline ones after a write."""
         token = _RECHECKING.set(self)
         try:
             yield
@@ -200,27 +201,30 @@ class ReflectionTrigger:
         """Start ``namespace``'s reflection if it is due: on a background thread by default,
         else inline (its failure is recorded, not raised: the memory is stored, and a caller
         that retried the write would store it twice)."""
-        if self.due_after_write(namespace) is None:
-            return
-        if self._config.background:
+        if not self._config.background:
+            run_sync(self._inline(namespace))
+        elif self.due_after_write(namespace) is not None:
             self._workers.submit(namespace, lambda: self.run_due(namespace))
-        else:
-            self.run_due(namespace)
 
     async def aafter_write(self, namespace: str) -> None:
         """Async twin of :meth:`after_write` (``aadd``): the counter is read in a worker
-        thread, not on the event loop; an inline reflection runs as a task of the loop, and
-        its failure is recorded with the generation the check read, as :meth:`run_due` does
-        (so another process's reflection since ends the backoff here too)."""
+        thread, not on the event loop, and an inline reflection runs as a task of the loop."""
         if self._config.background:
             await asyncio.to_thread(self.after_write, namespace)
-            return
-        state = await asyncio.to_thread(self.due_after_write, namespace)
+        else:
+            await run_async(self._inline(namespace))
+
+    def _inline(self, namespace: str) -> Flow[None]:
+        """An inline reflection after a write, for both worlds: the counter read once, then
+        the reflection, which checks it again under the reflection lock; a failure is recorded
+        with the generation the check read (so another process's reflection since ends the
+        backoff here too), not raised."""
+        state = yield Op(self.due_after_write, threaded(self.due_after_write), (namespace,))
         if state is None:
             return
         try:
-            with self.rechecking():  # (checked again under the reflection lock)
-                await self._areflect(namespace)
+            with self.rechecking():
+                yield Op(self._reflect, self._areflect, (namespace,))
         except Exception as exc:
             self.failed(namespace, exc, state.generation)  # (recorded, and backed off)
 
