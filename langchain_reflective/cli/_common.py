@@ -18,6 +18,7 @@ from langchain_core.embeddings import Embeddings
 try:  # _MISSING covers every package of the cli extra the commands import
     import typer  # noqa: F401
     from rich.console import Console
+    from rich.markup import escape
 
     _MISSING: ImportError | None = None
 except ImportError as _exc:  # pragma: no cover - exercised in a subprocess test
@@ -92,9 +93,22 @@ def _visible(text: object) -> str:
     the bidi embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069) are shown as
     escapes (``\\x1b``, ``\\u202e``) instead of being sent to the terminal, where they could
     clear the screen, set the title, recolour or reorder what follows. For every text that comes
-    from memories, exports or the files read (texts, namespaces, kinds, ids, Reflexion fields);
-    rich markup is escaped separately (``escape(_visible(text))``)."""
+    from memories, exports or the files read (texts, namespaces, kinds, ids, Reflexion fields)
+    printed as plain text (an error line); for rich output use :func:`_safe`, which also
+    escapes rich markup."""
     return str(text).translate(_SHOWN_ESCAPED)
+
+
+def _safe(text: object) -> str:
+    """``text`` safe to put into rich output (``console.print``, a table cell or title, a
+    panel) as plain text: what :func:`_visible` guarantees (no control or bidi character
+    reaches the terminal, each is shown as an escape) and its rich markup escaped, so
+    ``[bold red]x[/]`` in a memory is shown as written, never as a style (nor a broken tag,
+    which would fail the command). For every text in rich output that comes from memories,
+    exports, files, paths or the command line; the markup around it is the caller's. Apply it
+    once (twice shows the first one's markup escapes) and last: to text :func:`_visible` or
+    :func:`_short` made already, not inside it (their escapes are text, rich's are not)."""
+    return escape(_visible(text))
 
 
 def _one_line(message: object) -> str:
@@ -108,7 +122,7 @@ def _fail(message: str, code: int = 1) -> NoReturn:
 
 def _short(text: str, limit: int = 160) -> str:
     """``text`` on one line, cut at ``limit`` characters, control characters shown
-    (:func:`_visible`)."""
+    (:func:`_visible`); rich markup is kept: wrap it in :func:`_safe` for rich output."""
     text = " ".join(text.split())
     return _visible(text if len(text) <= limit else text[: limit - 1] + "…")
 
