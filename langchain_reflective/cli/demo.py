@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
@@ -27,10 +26,10 @@ from langchain_reflective.cli._common import (
     _load_embeddings,
     _one_line,
     _open_store,
+    _safe,
     _seconds,
     _short,
     _stamp,
-    _visible,
 )
 from langchain_reflective.cli.scores import _score_legend, _score_table
 from langchain_reflective.errors import ReflectiveError
@@ -122,14 +121,14 @@ def _print_reflection(stream: MemoryStream, out: dict[str, Any]) -> None:
     if questions:
         console.print("Questions the model asked itself:")
         for q in questions:
-            console.print(f"  • {escape(_short(str(q), 200))}")
+            console.print(f"  • {_safe(_short(str(q), 200))}")
     reflections: list[MemoryRecord] = list(out.get("reflections") or [])
     if not reflections:
         reason = str(out.get("skipped") or "no_insights")
         console.print(
             Panel(
-                f"No insight was stored ({escape(_visible(reason))}): "
-                f"{escape(_visible(_SKIP_EXPLANATIONS.get(reason, reason)))}.\n"
+                f"No insight was stored ({_safe(reason)}): "
+                f"{_safe(_SKIP_EXPLANATIONS.get(reason, reason))}.\n"
                 "This is expected from the tiny local base model, which proves the pipeline "
                 "(questions, evidence retrieval, cited insights, storage) but writes poor text. "
                 "With a real model (OPENAI_API_KEY or OPENAI_BASE_URL) insights appear here.",
@@ -146,7 +145,7 @@ def _print_reflection(stream: MemoryStream, out: dict[str, Any]) -> None:
     )
     for i, record in enumerate(reflections, 1):
         console.print(
-            f"\n[bold]{i}. {escape(_visible(record.text))}[/]  "
+            f"\n[bold]{i}. {_safe(record.text)}[/]  "
             f"[dim](importance {record.importance:.2f}, depth {record.depth})[/]"
         )
         cited = stream.get(list(record.evidence))
@@ -155,9 +154,7 @@ def _print_reflection(stream: MemoryStream, out: dict[str, Any]) -> None:
         for ev in cited:
             dia_id = ev.metadata.get("dia_id") if ev.metadata else None
             label = f"{dia_id}" if dia_id else ev.kind
-            console.print(
-                f"   [dim]evidence {escape(_visible(label))}:[/] {escape(_short(ev.text))}"
-            )
+            console.print(f"   [dim]evidence {_safe(label)}:[/] {_safe(_short(ev.text))}")
 
 
 def _ingest(
@@ -234,7 +231,7 @@ def _reflect(
                 else:
                     step = node
                 console.print(
-                    f"  [dim]reflection.{escape(step)} done after "
+                    f"  [dim]reflection.{_safe(step)} done after "
                     f"{_seconds(time.perf_counter() - started)}[/]"
                 )
                 if node == "questions":
@@ -308,7 +305,7 @@ def demo(
     _prepare_demo_file(db, fresh)
 
     choice = model_choice(prefer=prefer.value)
-    body = escape(_visible(choice.description))
+    body = _safe(choice.description)
     if choice.provider == "local":
         body += (
             "\n\n[bold yellow]Note:[/] the local chat model is a tiny 270M [bold]base[/] model. "
@@ -321,9 +318,9 @@ def demo(
     console.print(Panel(body, title="Models", title_align="left", border_style="cyan"))
     speakers = sorted({t.speaker for t in turns})
     console.print(
-        f"Conversation: [bold]{escape(_visible(source))}[/] - {len(turns)} turns in "
+        f"Conversation: [bold]{_safe(source)}[/] - {len(turns)} turns in "
         f"{len({t.session for t in turns})} sessions between "
-        f"{escape(_visible(' and '.join(speakers)))} "
+        f"{_safe(' and '.join(speakers))} "
         f"({_stamp(turns[0].created_at)} to {_stamp(turns[-1].created_at)})."
     )
 
@@ -342,7 +339,7 @@ def demo(
         timings.append(("start chat model", time.perf_counter() - mark))
         scorer = LLMImportanceScorer(model, config=ImportanceConfig(batch_size=batch_size))
         with MemoryStream(embeddings, path=db, importance_scorer=scorer) as stream:
-            console.print(f"Memory file: [bold]{escape(_visible(db))}[/]")
+            console.print(f"Memory file: [bold]{_safe(db)}[/]")
             mark = time.perf_counter()
             sources = _ingest(stream, turns, batch_size)
             timings.append(("ingest + rate importance", time.perf_counter() - mark))
@@ -367,7 +364,7 @@ def demo(
             for i, q in enumerate(asked, 1):
                 hits = stream.retrieve(q.question, k=k, now=as_of)
                 console.print()
-                title = f"Q{i}. {escape(_visible(q.question))}"
+                title = f"Q{i}. {_safe(q.question)}"
                 console.print(_score_table(title, hits, q.evidence, stream.scoring))
                 if q.answer:
                     found = {
@@ -375,8 +372,8 @@ def demo(
                     }
                     got = len(set(q.evidence) & found)
                     console.print(
-                        f"   [dim]reference answer: {escape(_visible(q.answer))} - evidence "
-                        f"turns {escape(_visible(', '.join(q.evidence))) or 'none'} ({got} of "
+                        f"   [dim]reference answer: {_safe(q.answer)} - evidence "
+                        f"turns {_safe(', '.join(q.evidence)) or 'none'} ({got} of "
                         f"{len(set(q.evidence))} "
                         f"in the top {k}, marked ✓)[/]"
                     )
@@ -391,7 +388,7 @@ def demo(
                 except ReflectiveError as exc:
                     console.print(
                         f"[yellow]The reflection failed and wrote nothing:[/] "
-                        f"{escape(_visible(_one_line(exc)))}"
+                        f"{_safe(_one_line(exc))}"
                     )
                 else:
                     _print_reflection(stream, out)
@@ -401,7 +398,7 @@ def demo(
     timings.append(("total", time.perf_counter() - started))
     console.rule("Summary")
     console.print(
-        f"{escape(_visible(db))} holds {total} memories ({len(turns)} observations, "
+        f"{_safe(db)} holds {total} memories ({len(turns)} observations, "
         f"{total - len(turns)} reflection{'' if total - len(turns) == 1 else 's'})."
     )
     table = Table("step", "time", title="Elapsed", title_justify="left")
@@ -409,6 +406,6 @@ def demo(
         table.add_row(step, _seconds(seconds))
     console.print(table)
     console.print(
-        f"Next: [bold]reflective inspect {escape(_visible(db))} --plot memories.png[/], "
-        f"[bold]reflective export {escape(_visible(db))} memories.jsonl[/]"
+        f"Next: [bold]reflective inspect {_safe(db)} --plot memories.png[/], "
+        f"[bold]reflective export {_safe(db)} memories.jsonl[/]"
     )

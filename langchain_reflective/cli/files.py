@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from langchain_core.embeddings import Embeddings
-from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
@@ -31,10 +30,10 @@ from langchain_reflective.cli._common import (
     _plot_target,
     _plotting,
     _postgres_backend,
+    _safe,
     _short,
     _shown,
     _stamp,
-    _visible,
 )
 from langchain_reflective.cli.scores import _score_table
 from langchain_reflective.errors import ExportError, InvalidMemoryError
@@ -94,18 +93,18 @@ def _overview(stream: MemoryStream, place: MemoryPlace) -> None:
     info.add_column(style="bold")
     info.add_column()
     if isinstance(place, Path):
-        info.add_row("file", escape(_visible(place)))
+        info.add_row("file", _safe(place))
         info.add_row("size", f"{place.stat().st_size:,} bytes")
     else:
         from langchain_reflective.backends.postgres import PostgresBackend
 
-        info.add_row("database", escape(_visible(_shown(place))))
+        info.add_row("database", _safe(_shown(place)))
         if isinstance(backend, PostgresBackend):
             info.add_row("schema version", str(backend.schema_version()))
             info.add_row("vector index", _index_text(backend.index_state()))
-    info.add_row("embedding model", escape(_visible(backend.embedding_model or "(none yet)")))
+    info.add_row("embedding model", _safe(backend.embedding_model or "(none yet)"))
     info.add_row("dimension", str(backend.dimension or "-"))
-    info.add_row("namespaces", escape(_visible(", ".join(names))) if names else "(none)")
+    info.add_row("namespaces", _safe(", ".join(names)) if names else "(none)")
     title = "Memory file" if isinstance(place, Path) else "Memory database (Postgres)"
     console.print(Panel(info, title=title, title_align="left", border_style="cyan"))
 
@@ -133,10 +132,10 @@ def _overview(stream: MemoryStream, place: MemoryPlace) -> None:
         else:
             last = "never"
         per_ns.add_row(
-            escape(_visible(ns)),
+            _safe(ns),
             str(len(records)),
-            escape(_visible(", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))),
-            escape(_visible(", ".join(f"{k} {n}" for k, n in sorted(sources.items())))),
+            _safe(", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))),
+            _safe(", ".join(f"{k} {n}" for k, n in sorted(sources.items()))),
             f"{state.adds_since} adds, importance {state.importance_sum:.2f}",
             last,
         )
@@ -149,7 +148,7 @@ def _memory_table(records: Sequence[MemoryRecord], ns: str, limit: int, now: dat
     decay = ScoringConfig().decay
     shown = list(records)[-limit:][::-1]
     table = Table(
-        title=f"Newest {len(shown)} of {len(records)} memories (namespace {escape(_visible(ns))})",
+        title=f"Newest {len(shown)} of {len(records)} memories (namespace {_safe(ns)})",
         title_justify="left",
         expand=True,
     )
@@ -160,12 +159,12 @@ def _memory_table(records: Sequence[MemoryRecord], ns: str, limit: int, now: dat
         hours = max((now - r.accessed_at).total_seconds() / 3600.0, 0.0)
         table.add_row(
             _stamp(r.created_at),
-            escape(_visible(r.kind)),
+            _safe(r.kind),
             f"{r.importance:.2f} {r.importance_source[:1]}",
             f"{decay**hours:.3f}",
             str(r.depth),
             str(len(r.evidence)) if r.evidence else "",
-            escape(_short(r.text, 240)),
+            _safe(_short(r.text, 240)),
         )
     table.caption = "importance source: l = LLM, h = heuristic, g = given"
     return table
@@ -333,10 +332,10 @@ def inspect(
     with stream:
         if query is not None:
             hits = stream.retrieve(query, k=top, namespace=ns, now=now, touch=False)
-            console.print(_score_table(f"Ranked for: {escape(_visible(query))}", hits, ()))
+            console.print(_score_table(f"Ranked for: {_safe(query)}", hits, ()))
         if plot is not None:
             _plot(stream, ns, plot, query=query, now=now)
-            console.print(f"Wrote {escape(_visible(plot))} ({plot.stat().st_size:,} bytes).")
+            console.print(f"Wrote {_safe(plot)} ({plot.stat().st_size:,} bytes).")
 
 
 # -- export / import -------------------------------------------------------------------------------
@@ -393,9 +392,7 @@ def export(
             _fail(str(exc))
         except OSError as exc:  # the message names the file the user gave, not our temp file
             _fail(f"cannot write {out}: {exc.strerror or type(exc).__name__}")
-    _console().print(
-        f"Exported {written} memories ({escape(_visible(label))}) to {escape(_visible(out))}."
-    )
+    _console().print(f"Exported {written} memories ({_safe(label)}) to {_safe(out)}.")
 
 
 def _read_export(path: Path, namespace: str | None) -> tuple[dict[str, Any], bool, int]:
@@ -512,9 +509,7 @@ def import_(
         target_model = None
     if not records:  # nothing to embed or write: no model loaded, no new file created
         made = f"; {_shown(place)} was not created" if created else ""
-        _console().print(
-            f"Imported 0 memories: {escape(_visible(source))} holds none{escape(_visible(made))}."
-        )
+        _console().print(f"Imported 0 memories: {_safe(source)} holds none{_safe(made)}.")
         return
     exported_model = header.get("embedding_model")
     reuse = usable and (target_model is None or target_model == exported_model)
@@ -560,5 +555,5 @@ def import_(
         )
         if count
     )
-    where = escape(_visible(_shown(place)))
-    _console().print(f"Imported {imported} memories into {where} ({how}{escape(skipped)}).")
+    where = _safe(_shown(place))
+    _console().print(f"Imported {imported} memories into {where} ({how}{_safe(skipped)}).")

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from rich.markup import escape
 from rich.table import Table
 
-from langchain_reflective.cli._common import _short, _visible
+from langchain_reflective.cli._common import _safe, _short
 
 if TYPE_CHECKING:
     from langchain_reflective.scoring import ScoringConfig
@@ -101,7 +100,7 @@ def _score_table(
             *shares,
             f"{hit.recency:.3f}",
             f"{hit.importance:.2f}",
-            escape(_visible(dia_id or hit.record.kind)) + mark,
-            escape(_short(hit.record.text, 200)),
+            _safe(dia_id or hit.record.kind) + mark,
+            _safe(_short(hit.record.text, 200)),
         )
     return table

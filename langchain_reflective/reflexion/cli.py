@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from langchain_reflective.cli._common import (
@@ -24,8 +23,8 @@ from langchain_reflective.cli._common import (
     _fail,
     _plot_target,
     _plotting,
+    _safe,
     _short,
-    _visible,
 )
 from langchain_reflective.errors import InvalidMemoryError
 from langchain_reflective.reflexion.analytics import (
@@ -59,14 +58,14 @@ def _loops_table(analyses: list[LoopAnalysis]) -> Table:
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for a in analyses:
         table.add_row(
-            escape(_visible(a.loop_id[:12])),
-            escape(_short(a.task, 40)),
-            escape(_visible(a.strategy)),
-            escape(_visible(a.status)),
+            _safe(a.loop_id[:12]),
+            _safe(_short(a.task, 40)),
+            _safe(a.strategy),
+            _safe(a.status),
             str(a.trials),
             str(a.trials_to_success) if a.trials_to_success is not None else "-",
             _curve(a.rewards),
-            escape(_visible(", ".join(a.failure_categories) or "-")),
+            _safe(", ".join(a.failure_categories) or "-"),
             f"{a.avg_confidence:.2f}" if a.avg_confidence is not None else "-",
             str(a.low_quality),
             str(len(a.lessons_reused)),
@@ -89,7 +88,7 @@ def _summary_table(overall: LoopsSummary, by_strategy: dict[str, LoopsSummary]) 
     table.add_column("mean learning rate", justify="right")
     for name, s in rows:
         table.add_row(
-            escape(_visible(name)),
+            _safe(name),
             str(s.loops),
             f"{s.success_rate:.2f}",
             *[f"{s.success_at.get(k, s.success_rate):.2f}" for k in ks],
@@ -106,7 +105,7 @@ def _categories_table(overall: LoopsSummary) -> Table:
     table.add_column("category")
     table.add_column("reflections", justify="right")
     for category, n in overall.failure_categories.items():
-        table.add_row(escape(_visible(category)), str(n))
+        table.add_row(_safe(category), str(n))
     return table
 
 
@@ -218,7 +217,7 @@ def report(
     if not analyses and overall.malformed:
         _fail(f"{file}: every loop is malformed ({_skipped(overall.malformed)})")
     if not analyses:
-        console.print(f"{escape(_visible(file))} holds no Reflexion loops.")
+        console.print(f"{_safe(file)} holds no Reflexion loops.")
         if plot is not None:
             _fail(f"{file} holds no loops; there is nothing to plot")
         return
@@ -227,10 +226,10 @@ def report(
     if overall.failure_categories:
         console.print(_categories_table(overall))
     for note in _notes(overall):
-        console.print(f"[yellow]{escape(_visible(note))}[/yellow]")
+        console.print(f"[yellow]{_safe(note)}[/yellow]")
     if plot is not None:
         _plot(analyses, by_strategy, plot)
-        console.print(f"Wrote {escape(_visible(plot))} ({plot.stat().st_size:,} bytes).")
+        console.print(f"Wrote {_safe(plot)} ({plot.stat().st_size:,} bytes).")
 
 
 def build_reflexion_app() -> typer.Typer:
