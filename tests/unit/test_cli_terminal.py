@@ -63,6 +63,17 @@ def test_helper_shows_controls_and_keeps_text() -> None:
     assert visible("\u202a\u202e\u2066\u2069") == "\\u202a\\u202e\\u2066\\u2069"
 
 
+def test_safe_escapes_markup_and_shows_controls() -> None:
+    """``_safe`` is ``_visible`` and rich's markup escape at once: rich prints the markup and
+    a lone closing tag (which would fail the command) as written, and no control character."""
+    safe = cli_common._safe
+    assert safe("a[/]b") != "a[/]b"  # escaped for rich
+    assert render(safe("[bold red]x[/] \x1b[2J [/] \u202e")).rstrip("\n") == (
+        "[bold red]x[/] \\x1b[2J [/] \\u202e"
+    )
+    assert safe(cli_common._visible("\x1b[b]")) == safe("\x1b[b]")  # (_visible's escapes are)
+
+
 def test_inspect_shows_control_characters_of_memories(
     hostile_file: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -143,3 +154,27 @@ def test_emoji_codes_in_memories_stay_text(
     assert code == 0, err
     assert ":warning: check the :fire: alarm" in out and ":x:" in out
     assert not {"\u26a0", "\U0001f525", "\u274c"} & set(out), out
+
+
+def test_inspect_query_shows_markup_and_escapes_literally(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``inspect --query`` (a search): rich markup and an escape sequence in a memory text and
+    in the query are shown as written, in the ranked table and its title."""
+    cli_files = pytest.importorskip("langchain_reflective.cli.files")
+    path = tmp_path / "m.db"
+    text = "alarm [bold red]x[/] then \x1b[2J cleared"
+    with MemoryStream(WordEmbeddings(), path=path) as stream:
+        stream.add([text, "unrelated note"], importances=0.5, now=T0)
+    monkeypatch.setattr(cli_files, "_load_embeddings", lambda *a, **k: WordEmbeddings())
+    monkeypatch.setenv("COLUMNS", "400")
+    cli_common._console.cache_clear()
+    try:
+        code = cli.run(["inspect", str(path), "-n", "0", "--query", "alarm [bold]q[/] \x1b[2J"])
+    finally:
+        cli_common._console.cache_clear()
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "\x1b" not in out, repr(out)
+    assert "Ranked for: alarm [bold]q[/] \\x1b[2J" in out  # the title
+    assert "alarm [bold red]x[/] then \\x1b[2J cleared" in out  # the ranked memory
