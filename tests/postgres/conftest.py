@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import alive
+
 psycopg = pytest.importorskip("psycopg", reason="the 'postgres' extra is not installed")
 
 _TEMPLATE = "reflective_template"
@@ -106,16 +108,6 @@ def _owner_id() -> str:
     return f"{os.getpid()} {namespace}"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # (someone else's process)
-        return True
-    return True
-
-
 def _stopped_postmaster(root: Path) -> bool:
     """Whether no server runs on ``root``'s data any more (stopping it if it does: SIGQUIT,
     an immediate shutdown, as the data is thrown away). A pid whose command line does not
@@ -130,7 +122,7 @@ def _stopped_postmaster(root: Path) -> bool:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGQUIT)
     deadline = time.monotonic() + 10
-    while _alive(pid):
+    while alive(pid):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
@@ -149,7 +141,7 @@ def _sweep_abandoned_servers(parent: str | None) -> None:
             owner = int(pid)
         except (OSError, ValueError):
             continue
-        if namespace != mine or mine == "unknown" or _alive(owner):
+        if namespace != mine or mine == "unknown" or alive(owner):
             continue
         if _stopped_postmaster(root):
             shutil.rmtree(root, ignore_errors=True)

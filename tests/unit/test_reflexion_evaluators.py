@@ -4,7 +4,6 @@ reward, the LLM judge, callables and answer matching."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import time
@@ -24,6 +23,7 @@ from langchain_reflective.reflexion import (
     match_evaluator,
 )
 from langchain_reflective.reflexion.parsers import parse_mypy, parse_pytest, parse_ruff
+from tests.processes import alive
 from tests.unit.reflexion_fakes import ScriptedReflexionModel, failing_with_traceback
 
 PY = sys.executable
@@ -79,18 +79,6 @@ def test_all_checks_passing_gives_reward_one(tmp_path: Path) -> None:
     assert out.metrics["tests_passed"] == 2 and out.metrics["checks_passed"] == 2
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    status = Path(f"/proc/{pid}/status")
-    if status.exists():
-        state = next((ln for ln in status.read_text().splitlines() if ln.startswith("State:")), "")
-        return "Z" not in state  # a zombie is dead, only not reaped yet
-    return True
-
-
 def test_a_hanging_command_is_killed_at_its_timeout_with_its_children(tmp_path: Path) -> None:
     hang = (
         "import subprocess, sys, time\n"
@@ -111,9 +99,9 @@ def test_a_hanging_command_is_killed_at_its_timeout_with_its_children(tmp_path: 
     assert any(e.type == "timeout" and "killed" in e.message for e in out.errors)
     child = int((tmp_path / "child.pid").read_text())
     deadline = time.monotonic() + 10
-    while _alive(child) and time.monotonic() < deadline:
+    while alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(child), "the hanging command's child survived the timeout"
+    assert not alive(child), "the hanging command's child survived the timeout"
 
 
 def test_a_missing_program_is_a_failed_check_not_a_crash(tmp_path: Path) -> None:
