@@ -28,14 +28,16 @@ twins run the sync method in a worker thread.
 
 from __future__ import annotations
 
+import inspect
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.messages.utils import count_tokens_approximately
 from langchain_core.runnables.config import run_in_executor
 
 from langchain_reflective.errors import InvalidMemoryError
@@ -56,6 +58,14 @@ __all__ = [
 
 DEFAULT_NAMESPACE = "default"
 """The namespace used when neither a call nor a strategy names one (as in ``MemoryStream``)."""
+
+TokenCounter = Callable[[Sequence[BaseMessage]], int]
+"""Counts the tokens of a list of messages."""
+
+
+def count_tokens(messages: Sequence[BaseMessage]) -> int:
+    """Approximate tokens of ``messages`` (LangChain's ``count_tokens_approximately``)."""
+    return count_tokens_approximately(messages)
 
 
 def _now() -> datetime:
@@ -183,6 +193,37 @@ def check_budget(budget: int | None) -> int | None:
     return budget
 
 
+def check_token_counter(token_counter: object) -> TokenCounter:
+    """``token_counter`` if it can count a context's tokens (``None``: :func:`count_tokens`).
+
+    Raises:
+        InvalidMemoryError: not a sync function of a list of messages (not callable, a class,
+            an async function).
+    """
+    if token_counter is None:
+        return count_tokens
+    call = getattr(token_counter, "__call__", None)  # noqa: B004 (an async __call__, too)
+    if callable(token_counter) and not (
+        inspect.isclass(token_counter)
+        or inspect.iscoroutinefunction(token_counter)
+        or inspect.iscoroutinefunction(call)
+    ):
+        return token_counter
+    if inspect.isclass(token_counter):
+        what = f"the class {token_counter.__name__}, not a function"
+    elif hasattr(token_counter, "get_num_tokens_from_messages"):
+        what = f"a {type(token_counter).__name__}: pass its get_num_tokens_from_messages"
+    elif callable(token_counter):
+        what = "an async function"
+    else:
+        what = f"{token_counter!r:.60} ({type(token_counter).__name__})"
+    raise InvalidMemoryError(
+        "token_counter must be a function (list of messages) -> int >= 0, such as a chat "
+        "model's get_num_tokens_from_messages or LangChain's count_tokens_approximately "
+        f"(None: the approximate count); got {what}"
+    )
+
+
 class BaseMemoryStrategy(ABC):
     """What an agent remembers of its turns, and what it is shown of them.
 
@@ -205,6 +246,14 @@ class BaseMemoryStrategy(ABC):
     """The namespace of calls and observations that name none."""
     context_run_name: ClassVar[str] = "memory_context"
     """The LangSmith run name of a context call made by the agent middleware."""
+    token_counter: TokenCounter = staticmethod(count_tokens)
+    """What a ``budget`` is counted with: a function of a list of messages returning their
+    tokens (default: :func:`count_tokens`, LangChain's approximate count). The built-ins fit
+    their contexts with it, and the conformance tests check budgets with it, so a strategy that
+    counts exactly (a chat model's ``get_num_tokens_from_messages``, a tiktoken function)
+    assigns it in ``__init__``: ``self.token_counter = counter`` (a function set in the class
+    body would be bound as a method). ``SemanticMemory`` and ``ReflectiveMemoryStrategy`` take
+    ``token_counter=``."""
     blocking: ClassVar[bool] = True
     """Whether the sync methods may block (I/O, a model call). The default async twins run
     them in a worker thread when ``True`` and directly on the event loop when ``False`` (for
@@ -252,12 +301,14 @@ class BaseMemoryStrategy(ABC):
         Args:
             messages: the conversation the model is about to see (the latest user message is
                 the natural query for relevance); never modified.
-            budget: the most tokens the returned messages may take, counted with LangChain's
-                ``count_tokens_approximately``; ``None``: the strategy's own limits only.
+            budget: the most tokens the returned messages may take, counted with
+                :attr:`token_counter` (default: LangChain's ``count_tokens_approximately``);
+                ``None``: the strategy's own limits only.
             namespace: whose memory (default: :attr:`default_namespace`).
 
         Raises:
-            InvalidMemoryError: a negative budget or a bad namespace.
+            InvalidMemoryError: a negative budget or a bad namespace (and, in the built-ins,
+                a :attr:`token_counter` that fails or returns no count).
         """
 
     @abstractmethod

@@ -4,17 +4,25 @@ Tokens are counted with ``langchain_core.messages.utils.count_tokens_approximate
 characters per token plus a few per message), the counter LangChain's ``trim_messages`` and
 LangGraph's summarisation use; it adds up per message, so a context can be filled greedily.
 Pass another ``token_counter`` (e.g. a chat model's ``get_num_tokens_from_messages``) for
-exact counts.
+exact counts; a strategy's own is its
+:attr:`~langchain_reflective.strategies.base.BaseMemoryStrategy.token_counter`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import contextlib
+import operator
+from collections.abc import Iterable, Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, trim_messages
-from langchain_core.messages.utils import count_tokens_approximately
 
-from langchain_reflective.strategies.base import Observation, check_budget
+from langchain_reflective.errors import InvalidMemoryError
+from langchain_reflective.strategies.base import (
+    Observation,
+    TokenCounter,
+    check_budget,
+    count_tokens,
+)
 
 __all__ = [
     "TokenCounter",
@@ -25,13 +33,35 @@ __all__ = [
     "trim_to_budget",
 ]
 
-TokenCounter = Callable[[Sequence[BaseMessage]], int]
-"""Counts the tokens of a list of messages."""
+
+def _name(token_counter: object) -> str:
+    return getattr(token_counter, "__qualname__", None) or repr(token_counter)
 
 
-def count_tokens(messages: Sequence[BaseMessage]) -> int:
-    """Approximate tokens of ``messages`` (LangChain's ``count_tokens_approximately``)."""
-    return count_tokens_approximately(messages)
+def count_checked(token_counter: TokenCounter, messages: Sequence[BaseMessage]) -> int:
+    """``token_counter(messages)``, an integer >= 0 (any integer type: a numpy one too).
+
+    Raises:
+        InvalidMemoryError: the counter raised, or returned anything else (a float, a bool,
+            a negative number, ``None``); the message names the counter.
+    """
+    try:
+        value = token_counter(messages)
+    except Exception as exc:
+        raise InvalidMemoryError(
+            f"token_counter {_name(token_counter)} failed on {len(messages)} message(s) "
+            f"({type(exc).__name__}: {exc}); it must count the tokens of a list of messages"
+        ) from exc
+    count = -1
+    if not isinstance(value, bool):
+        with contextlib.suppress(TypeError):
+            count = operator.index(value)
+    if count < 0:
+        raise InvalidMemoryError(
+            f"token_counter {_name(token_counter)} returned {value!r}, not a token count: it "
+            "must return an integer >= 0 for a list of messages"
+        )
+    return count
 
 
 def observation_messages(observations: Iterable[Observation]) -> list[BaseMessage]:
@@ -70,7 +100,7 @@ def fit_observations(
         The admitted observations, in ``ranked`` order.
 
     Raises:
-        InvalidMemoryError: a negative budget.
+        InvalidMemoryError: a negative budget, a counter that fails or returns no count.
     """
     items = list(ranked)
     admitted = fit_groups([observation_messages([obs]) for obs in items], budget, token_counter)
@@ -86,7 +116,7 @@ def fit_groups(
     (a group that does not fit is skipped; ``None`` admits all). See :func:`fit_observations`.
 
     Raises:
-        InvalidMemoryError: a negative budget.
+        InvalidMemoryError: a negative budget, a counter that fails or returns no count.
     """
     limit = check_budget(budget)
     if limit is None:
@@ -96,7 +126,7 @@ def fit_groups(
     for i, group in enumerate(groups):
         if left <= 0:
             break
-        cost = token_counter(group)
+        cost = count_checked(token_counter, group)
         if cost <= left:
             chosen.append(i)
             left -= cost

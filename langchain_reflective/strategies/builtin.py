@@ -183,7 +183,9 @@ class _ListMemory(BaseMemoryStrategy):
         with self._lock:
             ranked = self._ranked(list(self._spaces.get(ns, ())))
         order = {id(k.observation): k.seq for k in ranked}
-        chosen = fit_observations([k.observation for k in ranked], budget)
+        chosen = fit_observations(
+            [k.observation for k in ranked], budget, token_counter=self.token_counter
+        )
         chosen.sort(key=lambda o: (o.created_at, order[id(o)]))
         return observation_messages(chosen)
 

@@ -17,10 +17,12 @@ from langchain_reflective.strategies._recorded import message_memory_id, observa
 from langchain_reflective.strategies.base import (
     BaseMemoryStrategy,
     Observation,
+    TokenCounter,
     check_budget,
+    check_token_counter,
     latest_query,
 )
-from langchain_reflective.strategies.budget import count_tokens
+from langchain_reflective.strategies.budget import count_checked
 from langchain_reflective.stream import ScoredMemory
 
 __all__ = ["ReflectiveMemoryStrategy"]
@@ -28,6 +30,10 @@ __all__ = ["ReflectiveMemoryStrategy"]
 _Parts = tuple[list[MemoryRecord], list[MemoryRecord], list[ScoredMemory]]
 _MESSAGE_ID_KEYS = {"user": "query_message_id", "assistant": "reply_message_id"}
 _SCOPE = "ReflectiveMemoryStrategy"
+_STEPS = 64
+"""How many renders :meth:`ReflectiveMemoryStrategy._fit` steps down by the overshoot before it
+bisects (with the approximate counter: usually a few; a budget near the size of the block
+without memory lines steps a token or two at a time)."""
 
 
 class ReflectiveMemoryStrategy(BaseMemoryStrategy):
@@ -45,6 +51,14 @@ class ReflectiveMemoryStrategy(BaseMemoryStrategy):
         memory: the reflective memory.
         user_prefix: prefix of a stored user message.
         assistant_prefix: prefix of a stored answer.
+        token_counter: counts the tokens of a list of messages, for the context's ``budget``
+            (e.g. a chat model's ``get_num_tokens_from_messages``); ``None``: LangChain's
+            approximate count. See :attr:`BaseMemoryStrategy.token_counter`.
+
+    Raises:
+        TypeError: ``memory`` is not a ``ReflectiveMemory``.
+        InvalidMemoryError: ``token_counter`` is not a function (``context`` raises it too
+            when the counter fails or returns anything but an integer >= 0).
     """
 
     context_run_name: ClassVar[str] = "reflective_memory_context"
@@ -55,12 +69,14 @@ class ReflectiveMemoryStrategy(BaseMemoryStrategy):
         *,
         user_prefix: str = "User: ",
         assistant_prefix: str = "Assistant: ",
+        token_counter: TokenCounter | None = None,
     ) -> None:
         if not isinstance(memory, ReflectiveMemory):
             raise TypeError(f"memory must be a ReflectiveMemory, got {type(memory).__name__}")
         self.memory = memory
         self.user_prefix = user_prefix
         self.assistant_prefix = assistant_prefix
+        self.token_counter = check_token_counter(token_counter)
         self.default_namespace = memory.stream.namespace
 
     def trace_metadata(self) -> dict[str, Any]:
@@ -147,17 +163,46 @@ class ReflectiveMemoryStrategy(BaseMemoryStrategy):
     # -- context -------------------------------------------------------------------------------
 
     def _fit(self, parts: _Parts, budget: int | None) -> list[BaseMessage]:
-        """The working context as one system message of at most ``budget`` tokens."""
+        """The working context as one system message of at most ``budget`` tokens by
+        :attr:`token_counter` (``[]`` when not even the block without memory lines fits).
+
+        The memory lines are budgeted at 4 characters per token: from the whole budget, each
+        render that does not fit gives up its overshoot (a few renders with a counter near
+        that). With a counter far from it the steps may overshoot zero (one token per
+        character) or be many: then the most lines that fit are bisected. Every render is
+        counted; none over the budget is returned.
+        """
         if budget is None:
             return [SystemMessage(self.memory.render_context(*parts))]
-        lines = budget  # token budget of the memory lines; the fence and titles cost extra
-        while lines >= 0:
+
+        def render(lines: int) -> tuple[SystemMessage, int]:
             message = SystemMessage(self.memory.render_context(*parts, budget=lines))
-            cost = count_tokens([message])
+            return message, count_checked(self.token_counter, [message])
+
+        lines = budget  # token budget of the memory lines; the fence and titles cost extra
+        high = budget  # the most lines that may still fit
+        for _ in range(_STEPS):
+            message, cost = render(lines)
             if cost <= budget:
                 return [message]
-            lines -= cost - budget
-        return []  # not even the empty block fits
+            high = lines - 1
+            lines -= cost - budget  # (fewer each time: the cost is over the budget)
+            if lines < 0:
+                break
+        if high < 0:
+            return []
+        best, cost = render(0)
+        if cost > budget:
+            return []  # not even the block without memory lines fits
+        low = 0
+        while low < high:  # bisect: the most lines whose render fits
+            middle = (low + high + 1) // 2
+            message, cost = render(middle)
+            if cost <= budget:
+                low, best = middle, message
+            else:
+                high = middle - 1
+        return [best]
 
     def context(
         self,

@@ -20,7 +20,9 @@ from langchain_reflective.strategies._recorded import (
 from langchain_reflective.strategies.base import (
     BaseMemoryStrategy,
     Observation,
+    TokenCounter,
     check_budget,
+    check_token_counter,
     latest_query,
 )
 from langchain_reflective.strategies.budget import fit_groups
@@ -75,6 +77,15 @@ class SemanticMemory(BaseMemoryStrategy):
     Args:
         stream: the memory stream to write to and retrieve from.
         k: memories retrieved per context.
+        token_counter: counts the tokens of a list of messages, for the context's ``budget``
+            (e.g. a chat model's ``get_num_tokens_from_messages``); ``None``: LangChain's
+            approximate count. See :attr:`BaseMemoryStrategy.token_counter`.
+
+    Raises:
+        TypeError: ``stream`` is not a ``MemoryStream``.
+        ValueError: ``k`` is not an integer >= 1.
+        InvalidMemoryError: ``token_counter`` is not a function (``context`` raises it too
+            when the counter fails or returns anything but an integer >= 0).
 
     Example:
         .. code-block:: python
@@ -86,13 +97,16 @@ class SemanticMemory(BaseMemoryStrategy):
             memory.commit(Observation("My cat is called Miso", "What a nice name!"))
     """
 
-    def __init__(self, stream: MemoryStream, *, k: int = 4) -> None:
+    def __init__(
+        self, stream: MemoryStream, *, k: int = 4, token_counter: TokenCounter | None = None
+    ) -> None:
         if not isinstance(stream, MemoryStream):
             raise TypeError(f"stream must be a MemoryStream, got {type(stream).__name__}")
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError(f"k must be an integer >= 1, got {k!r}")
         self.stream = stream
         self.k = k
+        self.token_counter = check_token_counter(token_counter)
         self.default_namespace = stream.namespace
 
     def trace_metadata(self) -> dict[str, Any]:
@@ -170,7 +184,9 @@ class SemanticMemory(BaseMemoryStrategy):
 
     def _render(self, ranked: Sequence[MemoryRecord], budget: int | None) -> list[BaseMessage]:
         groups = [_messages(r) for r in ranked]
-        chosen = sorted(fit_groups(groups, budget), key=lambda i: ranked[i].created_at)
+        chosen = sorted(
+            fit_groups(groups, budget, self.token_counter), key=lambda i: ranked[i].created_at
+        )
         return [m for i in chosen for m in groups[i]]
 
     def context(
