@@ -14,7 +14,10 @@ The tests use plain ``assert``\\ s and ``asyncio.run`` (no fixtures, no plugins)
 clock, and observations whose query and reply carry a unique tag, so they can count exactly
 which turns a context shows. Override :meth:`~StrategyConformanceTests.visible` when the
 strategy shows fewer turns than were committed (a capacity, a top-k), and
-:meth:`~StrategyConformanceTests.close_strategy` to release resources.
+:meth:`~StrategyConformanceTests.close_strategy` to release resources. Budgets are checked
+with the strategy's own
+:attr:`~langchain_reflective.strategies.base.BaseMemoryStrategy.token_counter` (LangChain's
+approximate count unless the strategy sets another).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_reflective.errors import InvalidMemoryError
 from langchain_reflective.memory import MEMORY_FENCE_CLOSE, MEMORY_FENCE_OPEN
 from langchain_reflective.strategies.base import BaseMemoryStrategy, Observation
-from langchain_reflective.strategies.budget import count_tokens
+from langchain_reflective.strategies.budget import count_checked
 from langchain_reflective.strategies.render import format_context
 
 __all__ = ["StrategyConformanceTests"]
@@ -276,7 +279,8 @@ class StrategyConformanceTests(ABC):
                 )
             for budget in (0, 1, 10, 60, 120, 250, 500):
                 context = strategy.context(self._question(), budget=budget, namespace="alice")
-                assert count_tokens(context) <= budget, (budget, count_tokens(context))
+                used = count_checked(strategy.token_counter, context)
+                assert used <= budget, (budget, used, strategy.token_counter)
                 self._tags(context)
             unlimited = strategy.context(self._question(), budget=100_000, namespace="alice")
             assert len(self._shown_once(unlimited)) == self.visible(6)
@@ -372,7 +376,7 @@ class StrategyConformanceTests(ABC):
                 await strategy.acommit(self.make_observation(8, i, namespace="bob"))
             shown = self._shown_once(await strategy.acontext(self._question(), namespace="alice"))
             budgeted = await strategy.acontext(self._question(), budget=10, namespace="alice")
-            assert count_tokens(budgeted) <= 10
+            assert count_checked(strategy.token_counter, budgeted) <= 10
             await strategy.apurge(namespace="alice")
             after = self._tags(await strategy.acontext(self._question(), namespace="alice"))
             bob = self._shown_once(await strategy.acontext(self._question(), namespace="bob"))
