@@ -1,0 +1,319 @@
+"""The built-in strategies count a context's budget with the user's own ``token_counter``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pytest
+from langchain_core.language_models import FakeListChatModel
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+
+from langchain_reflective import (
+    BaseMemoryStrategy,
+    InvalidMemoryError,
+    MemoryConfig,
+    MemoryStream,
+    Observation,
+    ReflectiveMemory,
+    ReflectiveMemoryStrategy,
+    SemanticMemory,
+    WindowMemory,
+)
+from langchain_reflective.strategies import (
+    count_tokens,
+    fit_observations,
+    format_context,
+    observation_messages,
+)
+from langchain_reflective.strategies.testing import StrategyConformanceTests
+from tests.fakes import WordEmbeddings
+
+T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+QUESTION = [HumanMessage("Which cities and pets did I tell you about?")]
+FACTS = [
+    ("I live in Lisbon, near the river", "Noted: you live in Lisbon."),
+    ("My cat is called Miso and she is nine", "Miso, a lovely name for a cat."),
+    ("I moved from Porto three years ago", "So Porto before Lisbon."),
+    ("My sister lives in Oslo with two dogs", "Oslo, and two dogs: noted."),
+    ("I am allergic to penicillin", "I will remember the penicillin allergy."),
+    ("I drink my coffee black, no sugar", "Black coffee, no sugar."),
+]
+
+
+def per_char(messages: Sequence[BaseMessage]) -> int:
+    """One token per character: about four times the approximate count."""
+    return sum(len(m.text) for m in messages)
+
+
+def per_word(messages: Sequence[BaseMessage]) -> int:
+    """One token per word: under the approximate count for plain words."""
+    return sum(len(m.text.split()) for m in messages)
+
+
+def texts(messages: Sequence[BaseMessage]) -> list[tuple[str, str]]:
+    """What a context shows (the message ids name each build's observations)."""
+    return [(m.type, m.text) for m in messages]
+
+
+Make = Callable[..., BaseMemoryStrategy]
+
+
+@pytest.fixture(params=["semantic", "reflective"])
+def make(request: pytest.FixtureRequest) -> Iterator[Make]:
+    """Builds the parameter's strategy (``make(token_counter=...)``), with :data:`FACTS`
+    committed to namespace ``ana``; closes what it built."""
+    built: list[Any] = []
+
+    def build(**kwargs: Any) -> BaseMemoryStrategy:
+        strategy: BaseMemoryStrategy
+        if request.param == "semantic":
+            stream = MemoryStream(WordEmbeddings())
+            built.append(stream)
+            strategy = SemanticMemory(stream, k=len(FACTS), **kwargs)
+        else:
+            config = MemoryConfig(recent_capacity=100, token_budget=100_000, background=False)
+            memory = ReflectiveMemory(None, MemoryStream(WordEmbeddings()), config=config)
+            built.append(memory)
+            strategy = ReflectiveMemoryStrategy(memory, **kwargs)
+        for i, (query, reply) in enumerate(FACTS):
+            when = T0 + timedelta(minutes=i)
+            strategy.commit(Observation(query, reply, namespace="ana", created_at=when))
+        return strategy
+
+    yield build
+    for thing in built:
+        thing.close()
+
+
+# -- the budget is counted with the strategy's counter ------------------------------------------
+
+
+@pytest.mark.parametrize("budget", [250, 300, 350])
+def test_the_context_fits_the_budget_by_the_given_counter(make: Make, budget: int) -> None:
+    exact = make(token_counter=per_char)
+    assert exact.token_counter is per_char
+    context = exact.context(QUESTION, budget=budget, namespace="ana")
+    assert context, "something fits"
+    assert per_char(context) <= budget
+    # counted approximately, the same budget takes more than the counter allows
+    approximate = make().context(QUESTION, budget=budget, namespace="ana")
+    assert per_char(approximate) > budget
+
+
+async def test_acontext_fits_the_budget_by_the_given_counter(make: Make) -> None:
+    exact = make(token_counter=per_char)
+    context = await exact.acontext(QUESTION, budget=300, namespace="ana")
+    assert context and per_char(context) <= 300
+    assert texts(context) == texts(exact.context(QUESTION, budget=300, namespace="ana"))
+    approximate = await make().acontext(QUESTION, budget=300, namespace="ana")
+    assert per_char(approximate) > 300
+
+
+def test_a_cheaper_counter_fits_more(make: Make) -> None:
+    """One token per word: more fits than counted approximately, never more than the budget."""
+    context = make(token_counter=per_word).context(QUESTION, budget=120, namespace="ana")
+    approximate = make().context(QUESTION, budget=120, namespace="ana")
+    assert per_word(context) <= 120 < count_tokens(context)
+    assert len(format_context(context)) > len(format_context(approximate))
+
+
+@pytest.mark.parametrize("counter", [per_char, per_word], ids=["per_char", "per_word"])
+def test_the_reflective_fit_never_overshoots_and_never_gives_up(
+    counter: Callable[[Sequence[BaseMessage]], int],
+) -> None:
+    """For every budget: at most ``budget`` tokens by the counter, and a block (with as many
+    memory lines as fit, at least none) whenever the block without memory lines fits."""
+    config = MemoryConfig(recent_capacity=100, token_budget=100_000, background=False)
+    with ReflectiveMemory(None, MemoryStream(WordEmbeddings()), config=config) as memory:
+        strategy = ReflectiveMemoryStrategy(memory, token_counter=counter)
+        for query, reply in FACTS:
+            strategy.commit(Observation(query, reply, namespace="ana"))
+        parts = memory.context_parts(QUESTION[0].text, namespace="ana")
+        bare = counter([SystemMessage(memory.render_context(*parts, budget=0))])
+        for budget in [*range(0, 1200, 7), 5000]:
+            context = strategy.context(QUESTION, budget=budget, namespace="ana")
+            assert counter(context) <= budget, budget
+            assert bool(context) == (budget >= bare), budget
+        assert "Miso" in strategy.context(QUESTION, budget=5000, namespace="ana")[0].text
+
+
+def test_the_reflective_fit_ends_when_nothing_ever_fits() -> None:
+    """A counter that always overshoots by one token: the old loop rendered budget + 1 times;
+    a bounded number of renders, then ``[]`` as when nothing fits."""
+    calls: list[int] = []
+
+    def one_over(messages: Sequence[BaseMessage]) -> int:
+        calls.append(1)
+        return 5001
+
+    with ReflectiveMemory(None, MemoryStream(WordEmbeddings())) as memory:
+        strategy = ReflectiveMemoryStrategy(memory, token_counter=one_over)
+        assert strategy.context(QUESTION, budget=5000) == []
+        assert len(calls) <= 100
+
+
+def test_the_fitting_helpers_name_a_bad_counter() -> None:
+    turns = [Observation(q, r) for q, r in FACTS]
+    with pytest.raises(InvalidMemoryError, match="token_counter _raises failed"):
+        fit_observations(turns, 100, token_counter=_raises)
+    with pytest.raises(InvalidMemoryError, match=r"returned -3, not a token count"):
+        fit_observations(turns, 100, token_counter=lambda messages: -3)
+
+
+def test_list_memories_count_with_their_attribute() -> None:
+    """The in-process built-ins take no ``token_counter=``, but count with the attribute."""
+    exact, approximate = WindowMemory(capacity=10), WindowMemory(capacity=10)
+    for memory in (exact, approximate):
+        for query, reply in FACTS:
+            memory.commit(Observation(query, reply))
+    exact.token_counter = per_char
+    context = exact.context([], budget=200)
+    assert context and per_char(context) <= 200 < per_char(approximate.context([], budget=200))
+
+
+# -- the default is unchanged -------------------------------------------------------------------
+
+
+def _reference_fit(strategy: ReflectiveMemoryStrategy, parts: Any, budget: int) -> list[str]:
+    """``ReflectiveMemoryStrategy._fit`` before counters could be chosen (the texts)."""
+    lines = budget
+    while lines >= 0:
+        message = SystemMessage(strategy.memory.render_context(*parts, budget=lines))
+        cost = count_tokens([message])
+        if cost <= budget:
+            return [message.text]
+        lines -= cost - budget
+    return []
+
+
+def test_the_default_counter_is_the_approximate_one(make: Make) -> None:
+    default, explicit = make(), make(token_counter=count_tokens)
+    assert default.token_counter is count_tokens is BaseMemoryStrategy.token_counter
+    assert make(token_counter=None).token_counter is count_tokens
+    for budget in [None, 0, 20, 60, 61, 80, 100, 150, 333, 1000]:
+        got = default.context(QUESTION, budget=budget, namespace="ana")
+        assert texts(got) == texts(explicit.context(QUESTION, budget=budget, namespace="ana"))
+        assert budget is None or count_tokens(got) <= budget
+        if isinstance(default, ReflectiveMemoryStrategy) and budget is not None:
+            parts = default.memory.context_parts(QUESTION[0].text, namespace="ana")
+            assert [m.text for m in got] == _reference_fit(default, parts, budget), budget
+
+
+# -- a bad counter is a clear error -------------------------------------------------------------
+
+
+async def _not_sync(messages: Sequence[BaseMessage]) -> int:
+    return 1
+
+
+@pytest.mark.parametrize(
+    ("counter", "says"),
+    [
+        (3, "got 3 (int)"),
+        ("cl100k_base", "got 'cl100k_base' (str)"),
+        (int, "the class int"),
+        (_not_sync, "an async function"),
+        (FakeListChatModel(responses=["x"]), "pass its get_num_tokens_from_messages"),
+    ],
+    ids=["int", "str", "class", "async", "model"],
+)
+def test_a_counter_that_is_not_a_function_is_refused(make: Make, counter: Any, says: str) -> None:
+    with pytest.raises(InvalidMemoryError, match="token_counter must be a function") as error:
+        make(token_counter=counter)
+    assert says in str(error.value)
+
+
+def _raises(messages: Sequence[BaseMessage]) -> int:
+    raise KeyError("encoding")
+
+
+@pytest.mark.parametrize("value", [2.5, -1, None, True, "12", [3]])
+def test_a_counter_that_returns_no_count_is_named(make: Make, value: Any) -> None:
+    def no_count(messages: Sequence[BaseMessage]) -> Any:
+        return value
+
+    strategy = make(token_counter=no_count)
+    with pytest.raises(InvalidMemoryError, match=r"token_counter .*no_count returned") as error:
+        strategy.context(QUESTION, budget=500, namespace="ana")
+    assert repr(value) in str(error.value)
+    with pytest.raises(InvalidMemoryError, match="no_count returned"):
+        asyncio.run(strategy.acontext(QUESTION, budget=500, namespace="ana"))
+    assert strategy.context(QUESTION, namespace="ana") is not None  # no budget: not counted
+
+
+def test_a_counter_that_raises_is_named(make: Make) -> None:
+    strategy = make(token_counter=_raises)
+    with pytest.raises(InvalidMemoryError, match=r"token_counter _raises failed") as error:
+        strategy.context(QUESTION, budget=500, namespace="ana")
+    assert isinstance(error.value.__cause__, KeyError) and "KeyError" in str(error.value)
+
+
+def test_any_integer_type_is_a_count(make: Make) -> None:
+    strategy = make(token_counter=lambda messages: np.int64(per_char(messages)))
+    assert per_char(strategy.context(QUESTION, budget=600, namespace="ana")) <= 600
+
+
+# -- the conformance class checks budgets with the strategy's counter ----------------------------
+
+
+class _Budgets(StrategyConformanceTests):
+    """The conformance budget tests alone (the name keeps pytest from collecting all)."""
+
+    def __init__(self, strategy: Callable[[], BaseMemoryStrategy]) -> None:
+        self._make = strategy
+
+    def make_strategy(self) -> BaseMemoryStrategy:
+        return self._make()
+
+    def close_strategy(self, strategy: BaseMemoryStrategy) -> None:
+        if isinstance(strategy, SemanticMemory):
+            strategy.stream.close()
+
+    def check(self) -> None:
+        self.test_budget_is_respected()
+        self.test_async_twins()
+
+
+def test_conformance_passes_a_strategy_that_counts_exactly() -> None:
+    """Fitted by words, the conformance turns overshoot the approximate count (see the guide):
+    the budget is the strategy's counter's, so the strategy conforms."""
+    _Budgets(
+        lambda: SemanticMemory(MemoryStream(WordEmbeddings()), k=60, token_counter=per_word)
+    ).check()
+
+
+class _Overshooting(BaseMemoryStrategy):
+    """Says it counts characters, fits approximately: over its own budget."""
+
+    blocking = False
+
+    def __init__(self) -> None:
+        self.token_counter = per_char
+        self._kept: list[Observation] = []
+
+    def commit(self, observation: Observation) -> None:
+        self._kept.append(self.check_observation(observation))
+
+    def context(
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        budget: int | None = None,
+        namespace: str | None = None,
+    ) -> list[BaseMessage]:
+        ns = self.resolve_namespace(namespace)
+        kept = [o for o in self._kept if self.resolve_namespace(o.namespace) == ns]
+        return observation_messages(fit_observations(kept, budget))
+
+    def purge(self, *, namespace: str | None = None) -> None:
+        ns = self.resolve_namespace(namespace)
+        self._kept = [o for o in self._kept if self.resolve_namespace(o.namespace) != ns]
+
+
+def test_conformance_fails_a_strategy_over_its_own_counter() -> None:
+    with pytest.raises(AssertionError):
+        _Budgets(_Overshooting).test_budget_is_respected()
