@@ -308,7 +308,8 @@ class BaseMemoryStrategy(ABC):
 
         Raises:
             InvalidMemoryError: a negative budget or a bad namespace (and, in the built-ins,
-                a :attr:`token_counter` that fails or returns no count).
+                a :attr:`token_counter` that returns no count; what the counter raises
+                propagates).
         """
 
     @abstractmethod

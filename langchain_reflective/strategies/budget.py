@@ -41,17 +41,14 @@ def _name(token_counter: object) -> str:
 def count_checked(token_counter: TokenCounter, messages: Sequence[BaseMessage]) -> int:
     """``token_counter(messages)``, an integer >= 0 (any integer type: a numpy one too).
 
+    What the counter raises is raised as it is (a tokenizer that cannot load, a remote counter
+    that times out: the caller's to handle or retry, not a fault of the memories).
+
     Raises:
-        InvalidMemoryError: the counter raised, or returned anything else (a float, a bool,
-            a negative number, ``None``); the message names the counter.
+        InvalidMemoryError: the counter returned anything but an integer >= 0 (a float, a
+            bool, a negative number, ``None``); the message names the counter.
     """
-    try:
-        value = token_counter(messages)
-    except Exception as exc:
-        raise InvalidMemoryError(
-            f"token_counter {_name(token_counter)} failed on {len(messages)} message(s) "
-            f"({type(exc).__name__}: {exc}); it must count the tokens of a list of messages"
-        ) from exc
+    value = token_counter(messages)
     count = -1
     if not isinstance(value, bool):
         with contextlib.suppress(TypeError):
@@ -100,7 +97,7 @@ def fit_observations(
         The admitted observations, in ``ranked`` order.
 
     Raises:
-        InvalidMemoryError: a negative budget, a counter that fails or returns no count.
+        InvalidMemoryError: a negative budget, or a counter that returns no count.
     """
     items = list(ranked)
     admitted = fit_groups([observation_messages([obs]) for obs in items], budget, token_counter)
@@ -116,7 +113,7 @@ def fit_groups(
     (a group that does not fit is skipped; ``None`` admits all). See :func:`fit_observations`.
 
     Raises:
-        InvalidMemoryError: a negative budget, a counter that fails or returns no count.
+        InvalidMemoryError: a negative budget, or a counter that returns no count.
     """
     limit = check_budget(budget)
     if limit is None:

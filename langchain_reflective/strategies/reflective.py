@@ -58,7 +58,7 @@ class ReflectiveMemoryStrategy(BaseMemoryStrategy):
     Raises:
         TypeError: ``memory`` is not a ``ReflectiveMemory``.
         InvalidMemoryError: ``token_counter`` is not a function (``context`` raises it too
-            when the counter fails or returns anything but an integer >= 0).
+            when the counter returns anything but an integer >= 0).
     """
 
     context_run_name: ClassVar[str] = "reflective_memory_context"

@@ -85,7 +85,7 @@ class SemanticMemory(BaseMemoryStrategy):
         TypeError: ``stream`` is not a ``MemoryStream``.
         ValueError: ``k`` is not an integer >= 1.
         InvalidMemoryError: ``token_counter`` is not a function (``context`` raises it too
-            when the counter fails or returns anything but an integer >= 0).
+            when the counter returns anything but an integer >= 0).
 
     Example:
         .. code-block:: python
