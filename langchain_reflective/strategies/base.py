@@ -252,8 +252,7 @@ class BaseMemoryStrategy(ABC):
     their contexts with it, and the conformance tests check budgets with it, so a strategy that
     counts exactly (a chat model's ``get_num_tokens_from_messages``, a tiktoken function)
     assigns it in ``__init__``: ``self.token_counter = counter`` (a function set in the class
-    body would be bound as a method). ``SemanticMemory`` and ``ReflectiveMemoryStrategy`` take
-    ``token_counter=``."""
+    body would be bound as a method). Every built-in strategy takes ``token_counter=``."""
     blocking: ClassVar[bool] = True
     """Whether the sync methods may block (I/O, a model call). The default async twins run
     them in a worker thread when ``True`` and directly on the event loop when ``False`` (for

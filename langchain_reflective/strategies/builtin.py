@@ -33,7 +33,9 @@ from langchain_reflective.strategies.base import (
     DEFAULT_NAMESPACE,
     BaseMemoryStrategy,
     Observation,
+    TokenCounter,
     check_budget,
+    check_token_counter,
 )
 from langchain_reflective.strategies.budget import fit_observations, observation_messages
 
@@ -84,8 +86,11 @@ class _ListMemory(BaseMemoryStrategy):
 
     blocking = False  # in-process and quick: the async twins run on the loop
 
-    def __init__(self, *, namespace: str = DEFAULT_NAMESPACE) -> None:
+    def __init__(
+        self, *, namespace: str = DEFAULT_NAMESPACE, token_counter: TokenCounter | None = None
+    ) -> None:
         self.default_namespace = self.resolve_namespace(namespace)
+        self.token_counter = check_token_counter(token_counter)
         self._lock = threading.RLock()
         self._spaces: dict[str, list[_Kept]] = {}
         self._ids: dict[str, set[str]] = {}
@@ -247,6 +252,9 @@ class WindowMemory(_ListMemory):
     Args:
         capacity: turns kept per namespace.
         namespace: the default namespace.
+        token_counter: counts the tokens of a list of messages, for the context's ``budget``
+            (see :attr:`BaseMemoryStrategy.token_counter`); ``None``: LangChain's approximate
+            count.
 
     Example:
         .. code-block:: python
@@ -259,8 +267,14 @@ class WindowMemory(_ListMemory):
             assert [m.text for m in memory.context([])][0] == "question 1"
     """
 
-    def __init__(self, capacity: int = 20, *, namespace: str = DEFAULT_NAMESPACE) -> None:
-        super().__init__(namespace=namespace)
+    def __init__(
+        self,
+        capacity: int = 20,
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        token_counter: TokenCounter | None = None,
+    ) -> None:
+        super().__init__(namespace=namespace, token_counter=token_counter)
         self.capacity = _positive("capacity", capacity)
 
     def trace_metadata(self) -> dict[str, Any]:
@@ -334,9 +348,13 @@ class _RatedMemory(_ListMemory):
     """
 
     def __init__(
-        self, *, scorer: ImportanceScorer | BaseImportanceScorer | None, namespace: str
+        self,
+        *,
+        scorer: ImportanceScorer | BaseImportanceScorer | None,
+        namespace: str,
+        token_counter: TokenCounter | None,
     ) -> None:
-        super().__init__(namespace=namespace)
+        super().__init__(namespace=namespace, token_counter=token_counter)
         self.scorer = _checked_scorer(scorer)
 
     def _fallback(self, observation: Observation, error: Exception) -> Observation:
@@ -396,11 +414,15 @@ class ImportanceMemory(_RatedMemory):
             ``ascore``). A scorer that fails does not lose the turn: it is kept with the
             heuristic's importance, and a warning is logged.
         namespace: the default namespace.
+        token_counter: counts the tokens of a list of messages, for the context's ``budget``
+            (see :attr:`BaseMemoryStrategy.token_counter`); ``None``: LangChain's approximate
+            count.
 
     Raises:
         TypeError: a ``scorer`` that is neither (an async function, an object that is not
             callable).
         ValueError: a ``max_size`` that is not an integer >= 1.
+        InvalidMemoryError: a ``token_counter`` that is not a function.
     """
 
     def __init__(
@@ -409,8 +431,9 @@ class ImportanceMemory(_RatedMemory):
         *,
         scorer: ImportanceScorer | BaseImportanceScorer | None = None,
         namespace: str = DEFAULT_NAMESPACE,
+        token_counter: TokenCounter | None = None,
     ) -> None:
-        super().__init__(scorer=scorer, namespace=namespace)
+        super().__init__(scorer=scorer, namespace=namespace, token_counter=token_counter)
         self.max_size = _positive("max_size", max_size)
 
     def trace_metadata(self) -> dict[str, Any]:
@@ -447,12 +470,16 @@ class HybridMemory(_RatedMemory):
         scorer: rates an observation in [0, 1] (default: its importance, else the heuristic);
             what it may be, and what happens when it fails, as for :class:`ImportanceMemory`.
         namespace: the default namespace.
+        token_counter: counts the tokens of a list of messages, for the context's ``budget``
+            (see :attr:`BaseMemoryStrategy.token_counter`); ``None``: LangChain's approximate
+            count.
 
     Raises:
         TypeError: a ``scorer`` that is neither a sync function nor a
             ``BaseImportanceScorer`` (as for :class:`ImportanceMemory`).
         ValueError: a ``capacity`` or ``max_important`` that is not an integer >= 1, a
             ``threshold`` outside [0, 1].
+        InvalidMemoryError: a ``token_counter`` that is not a function.
     """
 
     def __init__(
@@ -463,8 +490,9 @@ class HybridMemory(_RatedMemory):
         max_important: int = 50,
         scorer: ImportanceScorer | BaseImportanceScorer | None = None,
         namespace: str = DEFAULT_NAMESPACE,
+        token_counter: TokenCounter | None = None,
     ) -> None:
-        super().__init__(scorer=scorer, namespace=namespace)
+        super().__init__(scorer=scorer, namespace=namespace, token_counter=token_counter)
         self.capacity = _positive("capacity", capacity)
         self.threshold = _threshold(threshold)
         self.max_important = _positive("max_important", max_important)

@@ -14,6 +14,8 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from langchain_reflective import (
     BaseMemoryStrategy,
+    HybridMemory,
+    ImportanceMemory,
     InvalidMemoryError,
     MemoryConfig,
     MemoryStream,
@@ -164,15 +166,19 @@ def test_the_fitting_helpers_name_a_bad_counter() -> None:
         fit_observations(turns, 100, token_counter=lambda messages: -3)
 
 
-def test_list_memories_count_with_their_attribute() -> None:
-    """The in-process built-ins take no ``token_counter=``, but count with the attribute."""
-    exact, approximate = WindowMemory(capacity=10), WindowMemory(capacity=10)
+@pytest.mark.parametrize("kind", [WindowMemory, ImportanceMemory, HybridMemory])
+def test_list_memories_count_with_their_counter(kind: type[Any]) -> None:
+    """The in-process built-ins take ``token_counter=`` too, and refuse one that is not a
+    function when built."""
+    exact, approximate = kind(token_counter=per_char), kind()
     for memory in (exact, approximate):
         for query, reply in FACTS:
-            memory.commit(Observation(query, reply))
-    exact.token_counter = per_char
+            memory.commit(Observation(query, reply, importance=0.9))
+    assert exact.token_counter is per_char and approximate.token_counter is count_tokens
     context = exact.context([], budget=200)
     assert context and per_char(context) <= 200 < per_char(approximate.context([], budget=200))
+    with pytest.raises(InvalidMemoryError, match="token_counter must be a function"):
+        kind(token_counter="cl100k_base")
 
 
 # -- the default is unchanged -------------------------------------------------------------------
