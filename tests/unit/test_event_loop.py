@@ -44,9 +44,21 @@ FAST = ReflectionConfig(min_relevance=-1.0, retry=RetryConfig(initial_wait=0.0, 
 EVENTS = ["Klaus writes a paper on gentrification", "Klaus discussed the paper with Maria"]
 
 
-async def never_blocks(build: Callable[[], Any], run: Callable[[Any], Awaitable[None]]) -> Any:
-    """Run ``run(build())`` once, then on new objects under blockbuster; return those."""
-    await run(build())
+async def never_blocks(
+    build: Callable[[], Any],
+    run: Callable[[Any], Awaitable[None]],
+    close: Callable[[Any], Awaitable[None]] | None = None,
+) -> Any:
+    """Run ``run(build())`` once, then on new objects under blockbuster; return those.
+
+    ``close`` closes the first objects when ``run`` leaves them open (the test reads the
+    returned ones after it): a file store left to the garbage collector stops its checkpoint
+    thread whenever a collection runs, under a later test's blockbuster too, which fails
+    that stop as a blocking call (reported only as an unraisable exception)."""
+    first = build()
+    await run(first)
+    if close is not None:
+        await close(first)
     fresh = build()
     with blockbuster_ctx("langchain_reflective"):
         await run(fresh)
@@ -148,7 +160,11 @@ async def test_reflective_memory_add_reads_its_counter_off_the_loop(
         await mem.aadd(EVENTS, importances=0.5)  # reflect_every=2: due
         await mem.aflush(30)
 
-    mem = await never_blocks(lambda: memory(tmp_path, background=background, reflect_every=2), run)
+    mem = await never_blocks(
+        lambda: memory(tmp_path, background=background, reflect_every=2),
+        run,
+        close=lambda first: first.aclose(),
+    )
     assert mem.stream.recent(kinds=["reflection"]) and not mem.errors
     mem.close()
 
@@ -187,7 +203,7 @@ async def test_first_areflect_compiles_its_graph_off_the_loop(
         assert await mem.adiscard_quarantined() == 0
         await mem.apurge(namespace="nobody")
 
-    mem = await never_blocks(build, run)
+    mem = await never_blocks(build, run, close=lambda first: first.aclose())
     assert compiled_on_loop == [False, False]  # once per memory
     assert mem.stream.recent(kinds=["reflection"])
     mem.close()
@@ -216,7 +232,7 @@ async def test_agent_with_memory_middleware_and_tools(tmp_path: Path) -> None:
         await agent.ainvoke({"messages": [HumanMessage("What do I play?")]}, cfg)
         await mem.aflush(30)
 
-    _, mem = await never_blocks(build, run)
+    _, mem = await never_blocks(build, run, close=lambda first: first[1].aclose())
     assert mem.stream.recent(namespace="carol", kinds=["reflection"])
     mem.close()
 
@@ -252,7 +268,9 @@ async def test_store_in_a_graph_and_the_retriever(tmp_path: Path) -> None:
         assert (await graph.ainvoke({}))["found"] == ["tea"]
         assert len(await retriever.ainvoke("green tea")) == 1
 
-    _, retriever = await never_blocks(build, run)
+    _, retriever = await never_blocks(
+        build, run, close=lambda first: first[1].memory_stream.aclose()
+    )
     retriever.memory_stream.close()
 
 
