@@ -8,6 +8,7 @@ too; a failed update loses nothing; filters read past the first candidates.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import sqlite3
 from collections.abc import Iterator
@@ -290,7 +291,7 @@ def test_an_update_failing_in_storage_never_deleted_the_old_memory(
     original = store.get(("u",), "k")
 
     def seq_of_k() -> list[tuple[int]]:
-        with sqlite3.connect(tmp_path / "m.db") as conn:
+        with contextlib.closing(sqlite3.connect(tmp_path / "m.db")) as conn:
             rows = conn.execute("SELECT seq FROM memories WHERE text = 'the original value'")
             return rows.fetchall()
 

@@ -269,10 +269,11 @@ def test_other_dimension_is_a_typed_error_and_file_untouched(db_path, now) -> No
 def test_other_embedding_model_is_refused(db_path, now) -> None:
     with MemoryStream(WordEmbeddings(64), path=db_path, embedding_model="model-a") as s:
         s.add(FACTS, importances=0.5, now=now)
-    with pytest.raises(EmbeddingError, match="model-a"):
-        MemoryStream(WordEmbeddings(64), path=db_path, embedding_model="model-b").add(
-            ["x"], importances=0.5
-        )
+    with (
+        MemoryStream(WordEmbeddings(64), path=db_path, embedding_model="model-b") as other,
+        pytest.raises(EmbeddingError, match="model-a"),
+    ):
+        other.add(["x"], importances=0.5)
 
 
 def test_foreign_truncated_and_newer_files(tmp_path: Path, embeddings) -> None:
