@@ -1,4 +1,4 @@
-"""The ``BaseStore`` contract tests of ``tests/unit/test_store.py``, run against a
+"""The ``BaseStore`` contract tests of ``tests/unit/test_store_contract_*.py``, run against a
 ReflectiveStore whose stream lives in Postgres (a real server): the store's puts, replaces,
 deletes, prefix searches and namespace listings go through the Postgres backend as they do
 through SQLite.
@@ -15,7 +15,11 @@ import pytest
 
 from langchain_reflective import MemoryStream, PostgresBackend, ReflectiveStore
 from tests.fakes import WordEmbeddings
-from tests.unit.test_store import *  # noqa: F403 - the same tests, collected again here
+from tests.unit.test_store_contract_batches import *  # noqa: F403 - collected again here
+from tests.unit.test_store_contract_filters import *  # noqa: F403 - collected again here
+from tests.unit.test_store_contract_namespaces import *  # noqa: F403 - collected again here
+from tests.unit.test_store_contract_query import *  # noqa: F403 - collected again here
+from tests.unit.test_store_contract_values import *  # noqa: F403 - collected again here
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 
