@@ -6,6 +6,7 @@ import importlib.util
 import logging
 import operator
 import sys
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -45,16 +46,16 @@ class IdsOnlyState(TypedDict, total=False):
 
 
 @pytest.fixture
-def setup(now: datetime) -> tuple[ScriptedChatModel, MemoryStream, Any]:
+def setup(now: datetime) -> Iterator[tuple[ScriptedChatModel, MemoryStream, Any]]:
     model = ScriptedChatModel()
     scorer = LLMImportanceScorer(model, config=ImportanceConfig(retry=FAST))
-    stream = MemoryStream(WordEmbeddings(), importance_scorer=scorer)
-    texts = [f"Klaus works on his research paper topic {i}" for i in range(5)]
-    stream.add(texts, importances=0.5, namespace="klaus", now=now)
-    graph = create_reflection_graph(
-        model, stream, config=ReflectionConfig(threshold=2.5, retry=FAST)
-    )
-    return model, stream, graph
+    with MemoryStream(WordEmbeddings(), importance_scorer=scorer) as stream:
+        texts = [f"Klaus works on his research paper topic {i}" for i in range(5)]
+        stream.add(texts, importances=0.5, namespace="klaus", now=now)
+        graph = create_reflection_graph(
+            model, stream, config=ReflectionConfig(threshold=2.5, retry=FAST)
+        )
+        yield model, stream, graph
 
 
 def _count_turn(state: ParentState) -> dict[str, Any]:

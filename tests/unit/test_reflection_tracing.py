@@ -4,6 +4,7 @@ run alone or as a node of a parent graph."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any, TypedDict
 
@@ -40,14 +41,14 @@ class MetadataRecorder(BaseCallbackHandler):
 
 
 @pytest.fixture
-def graph(now: datetime) -> Any:
+def graph(now: datetime) -> Iterator[Any]:
     model = ScriptedChatModel()
     scorer = LLMImportanceScorer(model, config=ImportanceConfig(retry=FAST))
-    stream = MemoryStream(WordEmbeddings(), importance_scorer=scorer)
-    for ns in ("alice", None):
-        texts = [f"Klaus works on his research paper topic {i}" for i in range(5)]
-        stream.add(texts, importances=0.5, now=now, namespace=ns)
-    return create_reflection_graph(model, stream, config=ReflectionConfig(retry=FAST))
+    with MemoryStream(WordEmbeddings(), importance_scorer=scorer) as stream:
+        for ns in ("alice", None):
+            texts = [f"Klaus works on his research paper topic {i}" for i in range(5)]
+            stream.add(texts, importances=0.5, now=now, namespace=ns)
+        yield create_reflection_graph(model, stream, config=ReflectionConfig(retry=FAST))
 
 
 class ParentState(TypedDict, total=False):
