@@ -38,42 +38,44 @@ def retrieve_all(stream: MemoryStream, query: str, now: datetime) -> list:
 
 def test_context_column_is_what_the_neighbours_added(now: datetime) -> None:
     scoring = ScoringConfig.hybrid()
-    stream = MemoryStream(WordEmbeddings(), scoring=scoring)
-    records = stream.add(TURNS, importances=0.5, now=now)
-    hits = retrieve_all(stream, "what did Tomás have for dinner", now + timedelta(hours=1))
-    by_id = {h.record.id: h for h in hits}
-    assert set(by_id) == {r.id for r in records}
+    with MemoryStream(WordEmbeddings(), scoring=scoring) as stream:
+        records = stream.add(TURNS, importances=0.5, now=now)
+        hits = retrieve_all(stream, "what did Tomás have for dinner", now + timedelta(hours=1))
+        by_id = {h.record.id: h for h in hits}
+        assert set(by_id) == {r.id for r in records}
 
-    def own(i: int) -> float:  # a turn's relevance + lexical, as the formula weighs them
-        h = by_id[records[i].id]
-        return scoring.relevance_weight * h.relevance + scoring.lexical_weight * h.lexical
+        def own(i: int) -> float:  # a turn's relevance + lexical, as the formula weighs them
+            h = by_id[records[i].id]
+            return scoring.relevance_weight * h.relevance + scoring.lexical_weight * h.lexical
 
-    for i, record in enumerate(records):
-        sides = [own(j) for j in (i - 1, i + 1) if 0 <= j < len(records)]
-        expected = scoring.neighbor_weight * max(0.0, *sides)
-        assert cli._context_share(by_id[record.id], scoring) == pytest.approx(expected, abs=1e-6)
-    # the answer right after the matching question owes part of its score to it
-    assert cli._context_share(by_id[records[1].id], scoring) > 0.1
+        for i, record in enumerate(records):
+            sides = [own(j) for j in (i - 1, i + 1) if 0 <= j < len(records)]
+            expected = scoring.neighbor_weight * max(0.0, *sides)
+            assert cli._context_share(by_id[record.id], scoring) == pytest.approx(
+                expected, abs=1e-6
+            )
+        # the answer right after the matching question owes part of its score to it
+        assert cli._context_share(by_id[records[1].id], scoring) > 0.1
 
-    text = render(cli._score_table("Q1", hits, [], scoring))
-    assert "context" in text.splitlines()[2]  # a header column
-    legend = cli._score_legend(scoring)
-    assert "turn before it" in legend and "context:" in legend
-    assert "0.6·relevance + 0.4·lexical + context" in legend
+        text = render(cli._score_table("Q1", hits, [], scoring))
+        assert "context" in text.splitlines()[2]  # a header column
+        legend = cli._score_legend(scoring)
+        assert "turn before it" in legend and "context:" in legend
+        assert "0.6·relevance + 0.4·lexical + context" in legend
 
 
 def test_without_neighbours_there_is_no_context_column(now: datetime) -> None:
     paper = ScoringConfig.paper()
-    stream = MemoryStream(WordEmbeddings(), scoring=paper)
-    stream.add(TURNS, importances=0.5, now=now)
-    hits = retrieve_all(stream, "dinner", now + timedelta(hours=1))
-    assert "context" not in render(cli._score_table("Q1", hits, [], paper))
-    legend = cli._score_legend(paper)
-    assert "context" not in legend and "lexical" not in legend
-    assert "min-max normalised" in legend
-    facts = ScoringConfig.hybrid(context=False)
-    assert "turn before it" not in cli._score_legend(facts)
-    assert "lexical: BM25 of the turn, relative" in cli._score_legend(facts)
+    with MemoryStream(WordEmbeddings(), scoring=paper) as stream:
+        stream.add(TURNS, importances=0.5, now=now)
+        hits = retrieve_all(stream, "dinner", now + timedelta(hours=1))
+        assert "context" not in render(cli._score_table("Q1", hits, [], paper))
+        legend = cli._score_legend(paper)
+        assert "context" not in legend and "lexical" not in legend
+        assert "min-max normalised" in legend
+        facts = ScoringConfig.hybrid(context=False)
+        assert "turn before it" not in cli._score_legend(facts)
+        assert "lexical: BM25 of the turn, relative" in cli._score_legend(facts)
 
 
 @pytest.mark.parametrize("suffix", [".faiss", ".f32", ".cols", ".bm25"])

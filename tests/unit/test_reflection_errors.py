@@ -31,17 +31,17 @@ class StoreNamespaceState(TypedDict, total=False):
 def test_a_namespace_that_is_not_a_string_is_named_in_the_error() -> None:
     """A tuple (a parent graph's LangGraph store namespace under the same key) or a number
     failed with "namespace must be a non-empty string", without the value received."""
-    stream = MemoryStream(WordEmbeddings())
-    graph = create_reflection_graph(ScriptedChatModel(), stream)
-    builder = StateGraph(StoreNamespaceState)
-    builder.add_node("reflect", graph)
-    builder.add_edge(START, "reflect")
-    builder.add_edge("reflect", END)
-    with pytest.raises(ReflectionError, match=r"got \('alice', 'memories'\) \(tuple\)") as info:
-        builder.compile().invoke({"namespace": ("alice", "memories")})
-    assert "parent graph's 'namespace' key" in str(info.value)
-    with pytest.raises(ReflectionError, match=r"got 123 \(int\)"):
-        graph.invoke({"namespace": 123, "force": True})
+    with MemoryStream(WordEmbeddings()) as stream:
+        graph = create_reflection_graph(ScriptedChatModel(), stream)
+        builder = StateGraph(StoreNamespaceState)
+        builder.add_node("reflect", graph)
+        builder.add_edge(START, "reflect")
+        builder.add_edge("reflect", END)
+        with pytest.raises(ReflectionError, match=r"got \('alice', 'memories'\) \(tuple\)") as info:
+            builder.compile().invoke({"namespace": ("alice", "memories")})
+        assert "parent graph's 'namespace' key" in str(info.value)
+        with pytest.raises(ReflectionError, match=r"got 123 \(int\)"):
+            graph.invoke({"namespace": 123, "force": True})
 
 
 def test_a_failed_step_is_said_once(
