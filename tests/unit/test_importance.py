@@ -68,18 +68,18 @@ def test_one_call_rates_a_batch() -> None:
 
 def test_100_memories_take_at_most_10_calls_with_defaults(now: datetime) -> None:
     model = ScriptedChatModel()
-    stream = MemoryStream(WordEmbeddings(), importance_scorer=LLMImportanceScorer(model))
-    records = stream.add([f"Observation {i} about the garden" for i in range(100)], now=now)
-    assert model.count("importance") == 10
-    assert all(r.importance_source == "llm" and r.importance == 0.4 for r in records)
+    with MemoryStream(WordEmbeddings(), importance_scorer=LLMImportanceScorer(model)) as stream:
+        records = stream.add([f"Observation {i} about the garden" for i in range(100)], now=now)
+        assert model.count("importance") == 10
+        assert all(r.importance_source == "llm" and r.importance == 0.4 for r in records)
 
 
 async def test_100_memories_async(now: datetime) -> None:
     model = ScriptedChatModel()
-    stream = MemoryStream(WordEmbeddings(), importance_scorer=LLMImportanceScorer(model))
-    records = await stream.aadd([f"Observation {i}" for i in range(100)], now=now)
-    assert model.count("importance") == 10
-    assert {r.importance_source for r in records} == {"llm"}
+    with MemoryStream(WordEmbeddings(), importance_scorer=LLMImportanceScorer(model)) as stream:
+        records = await stream.aadd([f"Observation {i}" for i in range(100)], now=now)
+        assert model.count("importance") == 10
+        assert {r.importance_source for r in records} == {"llm"}
 
 
 def test_batch_size_is_configurable() -> None:
@@ -155,9 +155,9 @@ def test_a_huge_number_in_the_answer_cannot_make_parsing_raise(now: datetime) ->
     # an unreadable index is the item's position, like NaN or "first"
     assert parse_ratings('[{"index": Infinity, "rating": 5}]', 1) == [5.0]
     model = ScriptedChatModel(overrides={"importance": huge_key})
-    stream = MemoryStream(WordEmbeddings(), importance_scorer=scorer(model))
-    (record,) = stream.add(["My grandmother passed away last night."], now=now)
-    assert (record.importance, record.importance_source) == (0.8, "llm")
+    with MemoryStream(WordEmbeddings(), importance_scorer=scorer(model)) as stream:
+        (record,) = stream.add(["My grandmother passed away last night."], now=now)
+        assert (record.importance, record.importance_source) == (0.8, "llm")
 
 
 def test_a_long_run_of_digits_parses_in_linear_time() -> None:
@@ -185,15 +185,15 @@ def test_a_parser_error_is_an_unparseable_answer(
 
     monkeypatch.setattr(importance, "parse_ratings", broken)
     model = ScriptedChatModel(overrides={"importance": "1: 8"})
-    stream = MemoryStream(WordEmbeddings(), importance_scorer=scorer(model))
-    (record,) = stream.add(["My grandmother died"], now=now)
-    assert record.importance_source == "heuristic"
-    assert record.importance == heuristic_rating("My grandmother died") / 10
-    (result,) = scorer(model).score(["x"])
-    assert result.source == "heuristic" and "unparseable" in str(result.error)
-    assert "ValueError" in str(result.error)
-    with pytest.raises(ImportanceError, match="unparseable"):
-        scorer(model, strict=True).score(["x"])
+    with MemoryStream(WordEmbeddings(), importance_scorer=scorer(model)) as stream:
+        (record,) = stream.add(["My grandmother died"], now=now)
+        assert record.importance_source == "heuristic"
+        assert record.importance == heuristic_rating("My grandmother died") / 10
+        (result,) = scorer(model).score(["x"])
+        assert result.source == "heuristic" and "unparseable" in str(result.error)
+        assert "ValueError" in str(result.error)
+        with pytest.raises(ImportanceError, match="unparseable"):
+            scorer(model, strict=True).score(["x"])
 
 
 def test_a_rating_under_a_key_that_names_one_is_read() -> None:
@@ -295,11 +295,11 @@ def test_malformed_rating_corpus(case: RatingCase) -> None:
 async def test_malformed_rating_corpus_through_aadd(case: RatingCase, now: datetime) -> None:
     fail = {"importance": case.error} if case.error else {}
     model = ScriptedChatModel(overrides={"importance": case.output}, fail_on=fail)
-    stream = MemoryStream(WordEmbeddings(), importance_scorer=scorer(model))
-    texts = _texts(case)
-    records = await stream.aadd(texts, now=now)  # never raises in non-strict mode
-    results = [ImportanceResult(r.importance, r.importance_source) for r in records]
-    _check(case, results, texts, why=False)
+    with MemoryStream(WordEmbeddings(), importance_scorer=scorer(model)) as stream:
+        texts = _texts(case)
+        records = await stream.aadd(texts, now=now)  # never raises in non-strict mode
+        results = [ImportanceResult(r.importance, r.importance_source) for r in records]
+        _check(case, results, texts, why=False)
 
 
 def test_corpus_is_large_enough() -> None:
@@ -313,18 +313,18 @@ def test_corpus_is_large_enough() -> None:
 
 def test_add_never_fails_because_the_model_did(now: datetime) -> None:
     model = ScriptedChatModel(fail_on={"importance": RuntimeError("boom")})
-    stream = MemoryStream(WordEmbeddings(), importance_scorer=scorer(model))
-    records = stream.add(["My grandmother died", "I had coffee"], now=now)
-    assert [r.importance_source for r in records] == ["heuristic", "heuristic"]
-    assert records[0].importance == heuristic_rating("My grandmother died") / 10
+    with MemoryStream(WordEmbeddings(), importance_scorer=scorer(model)) as stream:
+        records = stream.add(["My grandmother died", "I had coffee"], now=now)
+        assert [r.importance_source for r in records] == ["heuristic", "heuristic"]
+        assert records[0].importance == heuristic_rating("My grandmother died") / 10
 
 
 def test_strict_mode_raises_and_add_stores_nothing(now: datetime) -> None:
     model = ScriptedChatModel(fail_on={"importance": RuntimeError("boom")})
-    stream = MemoryStream(WordEmbeddings(), importance_scorer=scorer(model, strict=True))
-    with pytest.raises(ImportanceError, match="could not be rated"):
-        stream.add(["My grandmother died"], now=now)
-    assert len(stream) == 0
+    with MemoryStream(WordEmbeddings(), importance_scorer=scorer(model, strict=True)) as stream:
+        with pytest.raises(ImportanceError, match="could not be rated"):
+            stream.add(["My grandmother died"], now=now)
+        assert len(stream) == 0
 
 
 def test_strict_mode_raises_on_unparseable_output() -> None:
@@ -341,11 +341,11 @@ def test_an_answer_the_parser_cannot_survive_falls_back(now: datetime) -> None:
     (result,) = scorer(model).score(["My grandmother died"])
     assert result.source == "heuristic" and "unparseable" in str(result.error)
     assert result.value == heuristic_rating("My grandmother died") / 10
-    stream = MemoryStream(WordEmbeddings(), importance_scorer=scorer(model))
-    (record,) = stream.add(["My grandmother died"], now=now)
-    assert record.importance_source == "heuristic"
-    with pytest.raises(ImportanceError, match="unparseable"):
-        scorer(model, strict=True).score(["x"])
+    with MemoryStream(WordEmbeddings(), importance_scorer=scorer(model)) as stream:
+        (record,) = stream.add(["My grandmother died"], now=now)
+        assert record.importance_source == "heuristic"
+        with pytest.raises(ImportanceError, match="unparseable"):
+            scorer(model, strict=True).score(["x"])
 
 
 def test_one_failed_batch_only_affects_its_memories() -> None:
