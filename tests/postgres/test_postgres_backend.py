@@ -602,8 +602,11 @@ def test_a_database_without_setup_is_a_clear_error(postgres_url: str) -> None:
     from langchain_reflective import MemoryStream
     from tests.fakes import WordEmbeddings
 
-    with pytest.raises(StorageError, match=r"setup\(\)"):
-        MemoryStream(WordEmbeddings(), backend=PostgresBackend.from_conn_string(postgres_url))
+    with (
+        PostgresBackend.from_conn_string(postgres_url) as backend,
+        pytest.raises(StorageError, match=r"setup\(\)"),
+    ):
+        MemoryStream(WordEmbeddings(), backend=backend)
 
 
 def test_a_pool_too_small_for_the_reflection_lock_is_refused(postgres_url: str) -> None:
