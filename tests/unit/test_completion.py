@@ -349,34 +349,35 @@ def test_reflection_asks_well_formed_questions_and_cites_only_shown_statements(
 ) -> None:
     model = SchemaChatModel()
     stream, out = run_reflection(model, now)
-    assert len(out["questions"]) == 3
-    assert all(re.fullmatch(question_pattern(["Tomás", "Priya"]), q) for q in out["questions"])
-    # one call per stage and branch, each with its own schema
-    assert [len(model.stage(t)) for t in ("QuestionList", "InsightList")] == [1, 4]
-    for schema, prompt in model.stage("InsightList"):
-        tag = "insights" if prompt.rstrip().endswith("evidence numbers:") else "statements"
-        shown = numbered(prompt, tag)
-        evidence = schema["properties"]["insights"]["items"]["properties"]["evidence"]
-        if tag == "statements":
-            assert evidence["items"]["enum"] == list(range(1, len(shown) + 1))
-    # stored reflections cite stored observations only
-    stored = {r.id: r for r in stream.recent(kinds=["observation"])}
-    assert out["reflections"] and not out["skipped"]
-    for reflection in out["reflections"]:
-        assert reflection.kind == "reflection"
-        assert reflection.evidence and set(reflection.evidence) <= set(stored)
-        assert reflection.text.split()[0] in ("Tomás", "Priya")
+    with stream:
+        assert len(out["questions"]) == 3
+        assert all(re.fullmatch(question_pattern(["Tomás", "Priya"]), q) for q in out["questions"])
+        # one call per stage and branch, each with its own schema
+        assert [len(model.stage(t)) for t in ("QuestionList", "InsightList")] == [1, 4]
+        for schema, prompt in model.stage("InsightList"):
+            tag = "insights" if prompt.rstrip().endswith("evidence numbers:") else "statements"
+            shown = numbered(prompt, tag)
+            evidence = schema["properties"]["insights"]["items"]["properties"]["evidence"]
+            if tag == "statements":
+                assert evidence["items"]["enum"] == list(range(1, len(shown) + 1))
+        # stored reflections cite stored observations only
+        stored = {r.id: r for r in stream.recent(kinds=["observation"])}
+        assert out["reflections"] and not out["skipped"]
+        for reflection in out["reflections"]:
+            assert reflection.kind == "reflection"
+            assert reflection.evidence and set(reflection.evidence) <= set(stored)
+            assert reflection.text.split()[0] in ("Tomás", "Priya")
 
 
 async def test_reflection_async_takes_the_same_path(now: datetime) -> None:
     model = SchemaChatModel()
-    stream = make_stream(now)
-    cfg = ReflectionConfig(prompt_style="completion", min_relevance=-1.0, retry=FAST)
-    out = await create_reflection_graph(model, stream, config=cfg).ainvoke(
-        {"force": True, "now": now + timedelta(hours=1)}
-    )
-    assert len(out["questions"]) == 3 and out["reflections"]
-    assert {t for t, _, _ in model.requests} == {"QuestionList", "InsightList"}
+    with make_stream(now) as stream:
+        cfg = ReflectionConfig(prompt_style="completion", min_relevance=-1.0, retry=FAST)
+        out = await create_reflection_graph(model, stream, config=cfg).ainvoke(
+            {"force": True, "now": now + timedelta(hours=1)}
+        )
+        assert len(out["questions"]) == 3 and out["reflections"]
+        assert {t for t, _, _ in model.requests} == {"QuestionList", "InsightList"}
 
 
 def test_citations_outside_the_prompt_are_dropped_even_without_a_grammar(now: datetime) -> None:
@@ -386,15 +387,16 @@ def test_citations_outside_the_prompt_are_dropped_even_without_a_grammar(now: da
         return valid_answer(stage, schema, prompt)
 
     stream, out = run_reflection(SchemaChatModel(answer=out_of_range, enforce=False), now)
-    assert out["reflections"] == [] and out["skipped"] == "no_insights"
-    assert stream.recent(kinds=["reflection"]) == []
+    with stream:
+        assert out["reflections"] == [] and out["skipped"] == "no_insights"
+        assert stream.recent(kinds=["reflection"]) == []
 
 
 def test_chat_models_keep_the_seed_prompts(now: datetime) -> None:
     model = ScriptedChatModel()
-    stream = make_stream(now)
-    graph = create_reflection_graph(
-        model, stream, config=ReflectionConfig(min_relevance=-1.0, retry=FAST)
-    )
-    graph.invoke({"force": True, "now": now + timedelta(hours=1)})
-    assert model.count("questions") == 1 and model.count("insights") >= 1
+    with make_stream(now) as stream:
+        graph = create_reflection_graph(
+            model, stream, config=ReflectionConfig(min_relevance=-1.0, retry=FAST)
+        )
+        graph.invoke({"force": True, "now": now + timedelta(hours=1)})
+        assert model.count("questions") == 1 and model.count("insights") >= 1

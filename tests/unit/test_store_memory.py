@@ -468,7 +468,9 @@ def test_the_docstring_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
 
     doc = ReflectiveStore.__doc__ or ""
     code = textwrap.dedent(doc.split(".. code-block:: python", 1)[1]).strip()
-    exec(compile(code, "ReflectiveStore.__doc__", "exec"), {})
+    names: dict[str, Any] = {}
+    exec(compile(code, "ReflectiveStore.__doc__", "exec"), names)
+    names["store"].stream.close()  # (the example leaves its in-memory stream open)
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "{'text': 'Alice drinks green tea'}"
     assert out[1].startswith("tea ")
