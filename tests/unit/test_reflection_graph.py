@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,16 @@ FAST = RetryConfig(initial_wait=0.0, max_wait=0.0, jitter=0.0)
 OBSERVATIONS = [f"Klaus works on his research paper topic {i}" for i in range(1, 6)]
 SNAPSHOT = Path(__file__).parent / "snapshots" / "reflection_graph.mmd"
 
+_OPENED: list[MemoryStream] = []
+"""The streams ``make_stream`` opened for the running test: closed after it."""
+
+
+@pytest.fixture(autouse=True)
+def _close_opened_streams() -> Iterator[None]:
+    yield
+    while _OPENED:
+        _OPENED.pop().close()
+
 
 def make_stream(
     model: ScriptedChatModel,
@@ -49,6 +59,7 @@ def make_stream(
 ) -> MemoryStream:
     scorer = LLMImportanceScorer(model, config=ImportanceConfig(retry=FAST, strict=strict))
     stream = MemoryStream(WordEmbeddings(), path=path, importance_scorer=scorer)
+    _OPENED.append(stream)
     stream.add(OBSERVATIONS, importances=0.5, now=now, namespace=namespace)  # sum 2.5, no call
     return stream
 
@@ -408,8 +419,8 @@ def test_default_threshold_is_the_papers_150(now: datetime) -> None:
 
 def test_forced_on_an_empty_stream(now: datetime) -> None:
     model = ScriptedChatModel()
-    stream = MemoryStream(WordEmbeddings())
-    out = make_graph(model, stream).invoke({"force": True})
+    with MemoryStream(WordEmbeddings()) as stream:
+        out = make_graph(model, stream).invoke({"force": True})
     assert out["skipped"] == "no_memories" and model.count() == 0
 
 
@@ -613,15 +624,16 @@ def test_stream_updates_per_node(now: datetime) -> None:
 
 
 def test_mermaid_snapshot(now: datetime) -> None:
-    graph = make_graph(ScriptedChatModel(), MemoryStream(WordEmbeddings()))
-    assert graph.name == "reflection"
-    drawing = graph.get_graph().draw_mermaid()
+    with MemoryStream(WordEmbeddings()) as stream:
+        graph = make_graph(ScriptedChatModel(), stream)
+        assert graph.name == "reflection"
+        drawing = graph.get_graph().draw_mermaid()
     assert drawing == SNAPSHOT.read_text(encoding="utf-8")
 
 
 def test_model_must_be_a_chat_model_or_string(now: datetime) -> None:
-    with pytest.raises(TypeError, match="BaseChatModel"):
-        create_reflection_graph(42, MemoryStream(WordEmbeddings()))  # type: ignore[arg-type]
+    with MemoryStream(WordEmbeddings()) as stream, pytest.raises(TypeError, match="BaseChatModel"):
+        create_reflection_graph(42, stream)  # type: ignore[arg-type]
 
 
 # -- the malformed corpus ------------------------------------------------------------------------
