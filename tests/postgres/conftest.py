@@ -23,10 +23,15 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.postgres.sample_memories import DIM
 from tests.processes import alive
+
+if TYPE_CHECKING:
+    from langchain_reflective.backends.postgres import PostgresBackend
 
 psycopg = pytest.importorskip("psycopg", reason="the 'postgres' extra is not installed")
 
@@ -193,6 +198,19 @@ def create_database(admin_uri: str) -> str:
 def postgres_url(postgres_server: str) -> str:
     """A fresh database of its own for this test."""
     return create_database(postgres_server)
+
+
+@pytest.fixture
+def backend(postgres_url: str) -> Iterator[PostgresBackend]:
+    """A backend set up on this test's database, bound to a ``DIM``-dimensional model, with a
+    pool of 4 connections (a test module may define its own ``backend``)."""
+    from langchain_reflective.backends.postgres import PostgresBackend
+
+    b = PostgresBackend.from_conn_string(postgres_url, max_size=4)
+    b.setup()
+    b.bind_embeddings("test-model", DIM)
+    yield b
+    b.close()
 
 
 def read_write_role(postgres_url: str, role: str, *, revoke_create: bool = False) -> str:

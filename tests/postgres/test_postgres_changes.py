@@ -17,7 +17,7 @@ from langchain_reflective.backends.postgres.queries import REMOVALS_KEPT
 from langchain_reflective.backends.postgres.writes import lock_counter, write_batch
 from langchain_reflective.backends.types import PendingMemory
 from langchain_reflective.records import new_memory_id
-from tests.postgres.test_postgres_backend import DIM, T0, _records, _unit
+from tests.postgres.sample_memories import DIM, T0, _records, _unit
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 

@@ -16,7 +16,7 @@ from langchain_reflective import DuplicateIdError, PostgresBackend
 from langchain_reflective.backends.base import PendingMemory
 from langchain_reflective.backends.postgres import writes
 from langchain_reflective.records import MemoryRecord
-from tests.postgres.test_postgres_backend import DIM, T0, _unit
+from tests.postgres.sample_memories import DIM, T0, _unit
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 

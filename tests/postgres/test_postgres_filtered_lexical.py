@@ -13,7 +13,7 @@ from langchain_reflective.backends.base import RetrievalFilter
 from langchain_reflective.backends.postgres import PostgresBackend
 from langchain_reflective.records import MemoryRecord, new_memory_id
 from langchain_reflective.scoring import ScoringConfig, score_candidates, top_k
-from tests.postgres.test_postgres_backend import DIM, T0
+from tests.postgres.sample_memories import DIM, T0
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 

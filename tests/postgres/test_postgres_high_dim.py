@@ -24,7 +24,7 @@ from langchain_reflective.errors import StorageError
 from langchain_reflective.records import MemoryRecord
 from tests.fakes import WordEmbeddings
 from tests.postgres.conftest import create_database, read_write_role
-from tests.postgres.test_postgres_backend import T0
+from tests.postgres.sample_memories import T0
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 

@@ -23,7 +23,7 @@ from langchain_reflective.backends.postgres.queries import REMOVALS_KEPT
 from langchain_reflective.errors import StorageError
 from langchain_reflective.records import MemoryRecord
 from langchain_reflective.scoring import ScoringConfig, score_candidates, top_k
-from tests.postgres.test_postgres_backend import DIM, T0, _fill, _records, _unit
+from tests.postgres.sample_memories import DIM, T0, _fill, _records, _unit
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 

@@ -14,7 +14,7 @@ import pytest
 
 from langchain_reflective.backends.base import RetrievalFilter
 from langchain_reflective.backends.postgres import PostgresBackend, local_index
-from tests.postgres.test_postgres_backend import T0, _fill, _unit
+from tests.postgres.sample_memories import T0, _fill, _unit
 from tests.postgres.test_postgres_local_index import (
     CONFIG,
     _assert_same,

@@ -15,7 +15,7 @@ from langchain_reflective.backends.postgres import PostgresBackend
 from langchain_reflective.errors import StorageError
 from langchain_reflective.records import MemoryRecord, new_memory_id
 from langchain_reflective.scoring import ScoringConfig, score_candidates
-from tests.postgres.test_postgres_backend import DIM, T0, WORDS, _unit
+from tests.postgres.sample_memories import DIM, T0, WORDS, _unit
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 

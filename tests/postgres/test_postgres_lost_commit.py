@@ -32,7 +32,7 @@ from langchain_reflective.backends.postgres.failures import (
 )
 from langchain_reflective.backends.types import CounterUpdate, PendingMemory
 from langchain_reflective.records import MemoryRecord, new_memory_id
-from tests.postgres.test_postgres_backend import T0, _fill, _records, _unit
+from tests.postgres.sample_memories import T0, _fill, _records, _unit
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 

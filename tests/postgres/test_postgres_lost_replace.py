@@ -22,13 +22,12 @@ from langchain_reflective.backends.postgres.writes import Replacement
 from langchain_reflective.backends.types import CounterUpdate
 from langchain_reflective.errors import StorageError
 from langchain_reflective.records import MemoryRecord
-from tests.postgres.test_postgres_backend import (
+from tests.postgres.connection_faults import (
     _commits_wait_for_a_standby,
     _drop_connections,
-    _fill,
     _terminated_while_waiting_for_the_standby,
-    _unit,
 )
+from tests.postgres.sample_memories import _fill, _unit
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 

@@ -24,7 +24,7 @@ from langchain_reflective.errors import (
 from langchain_reflective.records import MemoryRecord
 from langchain_reflective.scoring import ScoringConfig
 from tests.postgres.conftest import create_database
-from tests.postgres.test_postgres_backend import DIM, _fill
+from tests.postgres.sample_memories import DIM, _fill
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 

@@ -33,13 +33,8 @@ from langchain_reflective.errors import StorageError
 from langchain_reflective.records import new_memory_id
 from langchain_reflective.scoring import ScoringConfig
 from tests.postgres.conftest import _start_server, create_database
-from tests.postgres.test_postgres_backend import (
-    T0,
-    _commits_wait_for_a_standby,
-    _fill,
-    _records,
-    _unit,
-)
+from tests.postgres.connection_faults import _commits_wait_for_a_standby
+from tests.postgres.sample_memories import T0, _fill, _records, _unit
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 

@@ -15,7 +15,7 @@ from langchain_reflective.backends.base import RetrievalFilter
 from langchain_reflective.backends.postgres import PostgresBackend
 from langchain_reflective.errors import StorageError
 from langchain_reflective.scoring import ScoringConfig
-from tests.postgres.test_postgres_backend import _fill
+from tests.postgres.sample_memories import _fill
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 

@@ -21,7 +21,7 @@ from langchain_reflective.backends.postgres import PostgresBackend, local_index
 from langchain_reflective.backends.postgres.schema import APP_LOCK
 from langchain_reflective.backends.sqlite.lexical import BM25Index
 from langchain_reflective.errors import StorageError
-from tests.postgres.test_postgres_backend import DIM, _fill, _records, _unit
+from tests.postgres.sample_memories import DIM, _fill, _records, _unit
 from tests.postgres.test_postgres_vector_index import _vector_indexes
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]

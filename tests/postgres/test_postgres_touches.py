@@ -17,7 +17,7 @@ import pytest
 from langchain_reflective.backends.postgres import PostgresBackend, touches
 from langchain_reflective.backends.postgres.local_index import LocalIndex
 from tests.postgres import test_postgres_local_index as local_index_tests
-from tests.postgres.test_postgres_backend import _fill, _unit
+from tests.postgres.sample_memories import _fill, _unit
 from tests.postgres.test_postgres_local_index import (
     NOW,
     _assert_same,

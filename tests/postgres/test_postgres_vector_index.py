@@ -18,7 +18,7 @@ from langchain_reflective.backends.postgres import PostgresBackend
 from langchain_reflective.backends.postgres.schema import MIGRATIONS, SCHEMA_VERSION
 from langchain_reflective.backends.postgres.vector_index import VectorIndexSettings
 from langchain_reflective.scoring import ScoringConfig, score_candidates, top_k
-from tests.postgres.test_postgres_backend import DIM, T0, WORDS, _fill, _records, _unit
+from tests.postgres.sample_memories import DIM, T0, WORDS, _fill, _records, _unit
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 
