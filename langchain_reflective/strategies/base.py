@@ -193,6 +193,13 @@ def check_budget(budget: int | None) -> int | None:
     return budget
 
 
+def counts_in_thread(token_counter: TokenCounter, budget: int | None) -> bool:
+    """Whether an async context fits ``budget`` in a worker thread: only a counter other than
+    :func:`count_tokens` runs then, and it may block (a model's
+    ``get_num_tokens_from_messages`` may call its provider), so it never runs on the loop."""
+    return budget is not None and token_counter is not count_tokens
+
+
 def check_token_counter(token_counter: object) -> TokenCounter:
     """``token_counter`` if it can count a context's tokens (``None``: :func:`count_tokens`).
 
@@ -256,7 +263,9 @@ class BaseMemoryStrategy(ABC):
     blocking: ClassVar[bool] = True
     """Whether the sync methods may block (I/O, a model call). The default async twins run
     them in a worker thread when ``True`` and directly on the event loop when ``False`` (for
-    quick in-process strategies, where a thread hop would cost more than the call)."""
+    quick in-process strategies, where a thread hop would cost more than the call); a context
+    with a ``budget`` counted by a :attr:`token_counter` of the user's runs in a worker thread
+    either way (the counter may block)."""
 
     def resolve_namespace(self, namespace: str | None = None) -> str:
         """The namespace a call with ``namespace`` reads or writes.
@@ -333,7 +342,9 @@ class BaseMemoryStrategy(ABC):
         def call() -> list[BaseMessage]:
             return self.context(messages, budget=budget, namespace=namespace)
 
-        return call() if not self.blocking else await run_in_executor(None, call)
+        if self.blocking or counts_in_thread(self.token_counter, budget):
+            return await run_in_executor(None, call)
+        return call()
 
     async def apurge(self, *, namespace: str | None = None) -> None:
         """Async twin of :meth:`purge`."""

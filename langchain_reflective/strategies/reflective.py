@@ -20,6 +20,7 @@ from langchain_reflective.strategies.base import (
     TokenCounter,
     check_budget,
     check_token_counter,
+    counts_in_thread,
     latest_query,
 )
 from langchain_reflective.strategies.budget import count_checked
@@ -231,6 +232,8 @@ class ReflectiveMemoryStrategy(BaseMemoryStrategy):
         check_budget(budget)
         ns = self.resolve_namespace(namespace)
         parts = await self.memory.acontext_parts(latest_query(messages), namespace=ns)
+        if counts_in_thread(self.token_counter, budget):  # the user's counter may block
+            return await asyncio.to_thread(self._fit, parts, budget)
         return self._fit(parts, budget)
 
     # -- purge ---------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from langchain_reflective.strategies.base import (
     TokenCounter,
     check_budget,
     check_token_counter,
+    counts_in_thread,
     latest_query,
 )
 from langchain_reflective.strategies.budget import fit_groups
@@ -223,6 +224,8 @@ class SemanticMemory(BaseMemoryStrategy):
         else:
             hits = await self.stream.aretrieve(query, k=self.k, namespace=ns)
             ranked = [h.record for h in hits]
+        if counts_in_thread(self.token_counter, budget):  # the user's counter may block
+            return await asyncio.to_thread(self._render, ranked, budget)
         return self._render(ranked, budget)
 
     def purge(self, *, namespace: str | None = None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -326,3 +327,42 @@ class _Overshooting(BaseMemoryStrategy):
 def test_conformance_fails_a_strategy_over_its_own_counter() -> None:
     with pytest.raises(AssertionError):
         _Budgets(_Overshooting).test_budget_is_respected()
+
+
+# -- a counter of the user's never runs on the event loop ---------------------------------------
+
+
+def _thread_counter(threads: list[int]) -> Callable[[Sequence[BaseMessage]], int]:
+    def counting(messages: Sequence[BaseMessage]) -> int:
+        threads.append(threading.get_ident())
+        return per_char(messages)
+
+    return counting
+
+
+def _acontext_thread(strategy: BaseMemoryStrategy, namespace: str) -> tuple[int, int]:
+    """The event loop's thread, and how many messages the context holds."""
+
+    async def run() -> tuple[int, int]:
+        context = await strategy.acontext(QUESTION, budget=600, namespace=namespace)
+        return threading.get_ident(), len(context)
+
+    return asyncio.run(run())
+
+
+def test_an_async_context_counts_in_a_worker_thread(make: Make) -> None:
+    """A model's ``get_num_tokens_from_messages`` may call its provider: ``acontext`` with a
+    budget runs the user's counter off the event loop."""
+    threads: list[int] = []
+    loop_thread, shown = _acontext_thread(make(token_counter=_thread_counter(threads)), "ana")
+    assert shown and threads and loop_thread not in threads
+
+
+def test_a_list_memory_counts_in_a_worker_thread_too() -> None:
+    """The list memories run on the loop (``blocking = False``), but not a user's counter."""
+    threads: list[int] = []
+    strategy = WindowMemory(token_counter=_thread_counter(threads))
+    for query, reply in FACTS:
+        strategy.commit(Observation(query, reply))
+    loop_thread, shown = _acontext_thread(strategy, strategy.default_namespace)
+    assert shown and threads and loop_thread not in threads
