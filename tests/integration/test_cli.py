@@ -12,6 +12,7 @@ wording.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -548,7 +549,7 @@ def bad_files(tmp_path: Path, memory_file: Path) -> Iterator[dict[str, Path]]:
     text = tmp_path / "notes.txt"
     text.write_text("just some notes\n", encoding="utf-8")
     other = tmp_path / "other.sqlite"
-    with sqlite3.connect(other) as conn:
+    with contextlib.closing(sqlite3.connect(other)) as conn:
         conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
     truncated = tmp_path / "truncated.db"
     truncated.write_bytes(memory_file.read_bytes()[:4096])
