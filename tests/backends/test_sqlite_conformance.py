@@ -48,8 +48,8 @@ def test_the_path_shortcut_builds_the_sqlite_backend(tmp_path: Path) -> None:
     with MemoryStream(WordEmbeddings(), path=tmp_path / "m.db", exact_limit=50) as stream:
         assert isinstance(stream.backend, SQLiteBackend)
         assert stream.backend.path == tmp_path / "m.db" and stream.exact_limit == 50
-    with pytest.raises(ValueError, match="either backend"):
-        MemoryStream(WordEmbeddings(), path=tmp_path / "x.db", backend=SQLiteBackend(None))
+    with SQLiteBackend(None) as refused, pytest.raises(ValueError, match="either backend"):
+        MemoryStream(WordEmbeddings(), path=tmp_path / "x.db", backend=refused)
     with pytest.raises(TypeError, match="BaseMemoryBackend"):
         MemoryStream(WordEmbeddings(), backend=object())  # type: ignore[arg-type]
 
@@ -71,21 +71,21 @@ def test_the_reflection_lock_of_a_file_holds_across_processes(tmp_path: Path) ->
         backend.close()
         """
     )
-    proc = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-c", holder], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
-        with SQLiteBackend(db) as backend:
-            with pytest.raises(TimeoutError), backend.reflection_lock("alice", timeout=0.2):
-                pass
-            with backend.reflection_lock("bob", timeout=0):  # other namespaces are free
-                pass
-            assert proc.stdin is not None
-            proc.stdin.write("\n")
-            proc.stdin.flush()
-            assert proc.wait(timeout=30) == 0
-            with backend.reflection_lock("alice", timeout=5):  # released by the other process
-                pass
-    finally:
-        proc.kill()
+    ) as proc:  # (its exit closes the pipes)
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+            with SQLiteBackend(db) as backend:
+                with pytest.raises(TimeoutError), backend.reflection_lock("alice", timeout=0.2):
+                    pass
+                with backend.reflection_lock("bob", timeout=0):  # other namespaces are free
+                    pass
+                assert proc.stdin is not None
+                proc.stdin.write("\n")
+                proc.stdin.flush()
+                assert proc.wait(timeout=30) == 0
+                with backend.reflection_lock("alice", timeout=5):  # released by the other process
+                    pass
+        finally:
+            proc.kill()
