@@ -58,7 +58,8 @@ class Zygote:
             stderr=self._stderr,
         )
         self.lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -90,6 +91,9 @@ class Zygote:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        self._reader.join(timeout=30)  # (until the end of the child's output)
+        if self.proc.stdout is not None and not self._reader.is_alive():
+            self.proc.stdout.close()
         self._stderr.close()
 
 

@@ -392,10 +392,10 @@ def test_completion_documents_and_schemas_name_no_role_or_instruction_word(now: 
 
     model = SchemaChatModel()
     scorer = LLMImportanceScorer(model, config=ImportanceConfig(prompt_style="completion"))
-    stream = MemoryStream(WordEmbeddings(), importance_scorer=scorer)
-    stream.add(HOSTILE_SPEAKERS, now=now)
-    config = ReflectionConfig(prompt_style="completion", min_relevance=-1.0)
-    out = create_reflection_graph(model, stream, config=config).invoke({"force": True})
+    with MemoryStream(WordEmbeddings(), importance_scorer=scorer) as stream:
+        stream.add(HOSTILE_SPEAKERS, now=now)
+        config = ReflectionConfig(prompt_style="completion", min_relevance=-1.0)
+        out = create_reflection_graph(model, stream, config=config).invoke({"force": True})
     stages = {title for title, _, _ in model.requests}
     assert {"ImportanceRatings", "QuestionList", "InsightList"} <= stages
     for title, schema, prompt in model.requests:
