@@ -207,8 +207,8 @@ def check_token_counter(token_counter: object) -> TokenCounter:
         InvalidMemoryError: not a sync function of a list of messages (not callable, a class,
             an async function).
     """
-    if token_counter is None:
-        return count_tokens
+    if token_counter is None or token_counter is count_tokens_approximately:
+        return count_tokens  # (the same count: contexts counted with it stay on the loop)
     call = getattr(token_counter, "__call__", None)  # noqa: B004 (an async __call__, too)
     if callable(token_counter) and not (
         inspect.isclass(token_counter)

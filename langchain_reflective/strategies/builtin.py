@@ -256,6 +256,10 @@ class WindowMemory(_ListMemory):
             (see :attr:`BaseMemoryStrategy.token_counter`); ``None``: LangChain's approximate
             count.
 
+    Raises:
+        ValueError: a ``capacity`` that is not an integer >= 1.
+        InvalidMemoryError: a ``token_counter`` that is not a function.
+
     Example:
         .. code-block:: python
 

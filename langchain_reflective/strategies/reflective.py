@@ -23,7 +23,7 @@ from langchain_reflective.strategies.base import (
     counts_in_thread,
     latest_query,
 )
-from langchain_reflective.strategies.budget import count_checked
+from langchain_reflective.strategies.budget import count_checked, count_tokens
 from langchain_reflective.stream import ScoredMemory
 
 __all__ = ["ReflectiveMemoryStrategy"]
@@ -33,8 +33,12 @@ _MESSAGE_ID_KEYS = {"user": "query_message_id", "assistant": "reply_message_id"}
 _SCOPE = "ReflectiveMemoryStrategy"
 _STEPS = 64
 """How many renders :meth:`ReflectiveMemoryStrategy._fit` steps down by the overshoot before it
-bisects (with the approximate counter: usually a few; a budget near the size of the block
-without memory lines steps a token or two at a time)."""
+bisects, with the approximate counter (usually a few; a budget near the size of the block
+without memory lines steps a token or two at a time: 63 seen, and the steps give the lines
+contexts always had)."""
+_STEPS_COUNTED = 8
+"""The same with a counter of the user's, which may be a request each (a provider's token
+count): a few steps, then the bisection (about ``log2(budget)`` renders more)."""
 
 
 class ReflectiveMemoryStrategy(BaseMemoryStrategy):
@@ -171,7 +175,10 @@ class ReflectiveMemoryStrategy(BaseMemoryStrategy):
         render that does not fit gives up its overshoot (a few renders with a counter near
         that). With a counter far from it the steps may overshoot zero (one token per
         character) or be many: then the most lines that fit are bisected. Every render is
-        counted; none over the budget is returned.
+        counted; none over the budget is returned. With the default counter the result is the
+        steps' whenever they find one (as before counters could be chosen); where they
+        overshot zero, the bisection may still find a fit the steps missed (the block without
+        memory lines, saying memories exist but none fit, instead of no block).
         """
         if budget is None:
             return [SystemMessage(self.memory.render_context(*parts))]
@@ -182,7 +189,7 @@ class ReflectiveMemoryStrategy(BaseMemoryStrategy):
 
         lines = budget  # token budget of the memory lines; the fence and titles cost extra
         high = budget  # the most lines that may still fit
-        for _ in range(_STEPS):
+        for _ in range(_STEPS if self.token_counter is count_tokens else _STEPS_COUNTED):
             message, cost = render(lines)
             if cost <= budget:
                 return [message]

@@ -92,6 +92,25 @@ def tag(group: int, index: int) -> str:
     return f"t{group:02d}x{index:03d}"
 
 
+_SAMPLE = HumanMessage(" ".join(["lorem ipsum dolor sit amet"] * 20))  # 539 characters
+"""A message any real tokenizer counts as more than a dozen tokens."""
+
+
+def _check_counter(strategy: BaseMemoryStrategy) -> None:
+    """The budgets below are checked with ``strategy.token_counter``: refuse one that cannot
+    tell a long message from nothing (at least one token per 40 characters, a longer list never
+    fewer), so a counter that undercounts cannot pass them."""
+    counter = strategy.token_counter
+    one = count_checked(counter, [_SAMPLE])
+    assert one * 40 >= len(_SAMPLE.text), (
+        f"token_counter {counter!r} counts {one} tokens for {len(_SAMPLE.text)} characters of "
+        "text: a counter must count at least one token per 40 characters"
+    )
+    assert count_checked(counter, [_SAMPLE, _SAMPLE]) >= one, (
+        f"token_counter {counter!r} counts two messages as fewer tokens than one"
+    )
+
+
 class StrategyConformanceTests(ABC):
     """Commit / context / purge semantics, namespaces, budgets, fencing, async twins and
     concurrency (8 threads committing and reading at once; 104 ``acommit``/``acontext`` calls
@@ -271,6 +290,7 @@ class StrategyConformanceTests(ABC):
     def test_budget_is_respected(self) -> None:
         strategy = self._run("budget")
         try:
+            _check_counter(strategy)
             for i in range(6):
                 obs = self.make_observation(5, i, namespace="alice")
                 padding = " ".join(["lorem ipsum dolor sit amet"] * 6)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 from langchain_core.language_models import FakeListChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages.utils import count_tokens_approximately
 
 from langchain_reflective import (
     BaseMemoryStrategy,
@@ -19,10 +21,12 @@ from langchain_reflective import (
     ImportanceMemory,
     InvalidMemoryError,
     MemoryConfig,
+    MemoryRecord,
     MemoryStream,
     Observation,
     ReflectiveMemory,
     ReflectiveMemoryStrategy,
+    ScoredMemory,
     SemanticMemory,
     WindowMemory,
 )
@@ -156,7 +160,7 @@ def test_the_reflective_fit_ends_when_nothing_ever_fits() -> None:
     with ReflectiveMemory(None, MemoryStream(WordEmbeddings())) as memory:
         strategy = ReflectiveMemoryStrategy(memory, token_counter=one_over)
         assert strategy.context(QUESTION, budget=5000) == []
-        assert len(calls) <= 100
+        assert len(calls) <= 30  # a few steps, then about log2(5000) renders bisected
 
 
 def test_the_fitting_helpers_name_a_bad_counter() -> None:
@@ -201,6 +205,8 @@ def test_the_default_counter_is_the_approximate_one(make: Make) -> None:
     default, explicit = make(), make(token_counter=count_tokens)
     assert default.token_counter is count_tokens is BaseMemoryStrategy.token_counter
     assert make(token_counter=None).token_counter is count_tokens
+    # LangChain's own function is the same count: its contexts stay on the event loop too
+    assert make(token_counter=count_tokens_approximately).token_counter is count_tokens
     for budget in [None, 0, 20, 60, 61, 80, 100, 150, 333, 1000]:
         got = default.context(QUESTION, budget=budget, namespace="ana")
         assert texts(got) == texts(explicit.context(QUESTION, budget=budget, namespace="ana"))
@@ -208,6 +214,40 @@ def test_the_default_counter_is_the_approximate_one(make: Make) -> None:
         if isinstance(default, ReflectiveMemoryStrategy) and budget is not None:
             parts = default.memory.context_parts(QUESTION[0].text, namespace="ana")
             assert [m.text for m in got] == _reference_fit(default, parts, budget), budget
+
+
+def _random_parts(rng: random.Random) -> Any:
+    """Insights, recent and relevant memories of random lengths (a few characters to ~300)."""
+
+    def records(prefix: str) -> list[MemoryRecord]:
+        return [
+            MemoryRecord(id=f"{prefix}{i}", text="x" * rng.choice([3, 8, 40, 60, 100, 300]))
+            for i in range(rng.randint(0, 5))
+        ]
+
+    relevant = [ScoredMemory(r, 0.5, 0.5, 0.0, 1.0, 0.5) for r in records("s")]
+    return records("i"), records("r"), relevant
+
+
+def test_the_default_fit_keeps_every_context_the_steps_found() -> None:
+    """With the default counter ``_fit`` returns the old loop's context wherever that loop found
+    one; where its steps went below zero lines it returned nothing, and the bisection may now
+    find a fit (the block saying memories exist but none fit): never over the budget."""
+    rng = random.Random(7)
+    found_more = 0
+    with ReflectiveMemory(None, MemoryStream(WordEmbeddings())) as memory:
+        strategy = ReflectiveMemoryStrategy(memory)
+        for _ in range(60):
+            parts = _random_parts(rng)
+            for budget in range(0, 260, 3):
+                got = [m.text for m in strategy._fit(parts, budget)]
+                old = _reference_fit(strategy, parts, budget)
+                assert count_tokens([SystemMessage(t) for t in got]) <= budget
+                if old:
+                    assert got == old, budget
+                else:
+                    found_more += bool(got)
+    assert found_more  # (the steps overshot zero where a fit existed: seen with these shapes)
 
 
 # -- a bad counter is a clear error -------------------------------------------------------------
@@ -249,7 +289,7 @@ def test_a_counter_that_returns_no_count_is_named(make: Make, value: Any) -> Non
     assert repr(value) in str(error.value)
     with pytest.raises(InvalidMemoryError, match="no_count returned"):
         asyncio.run(strategy.acontext(QUESTION, budget=500, namespace="ana"))
-    assert strategy.context(QUESTION, namespace="ana") is not None  # no budget: not counted
+    assert strategy.context(QUESTION, namespace="ana")  # no budget: not counted
 
 
 def test_what_a_counter_raises_reaches_the_caller(make: Make) -> None:
@@ -325,8 +365,30 @@ class _Overshooting(BaseMemoryStrategy):
 
 
 def test_conformance_fails_a_strategy_over_its_own_counter() -> None:
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match="per_char"):
         _Budgets(_Overshooting).test_budget_is_respected()
+
+
+class _Undercounting(_Overshooting):
+    """Counts one token per message: every budget above is "respected"."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.token_counter = len
+
+
+@pytest.mark.parametrize("counter", [len, lambda messages: 0], ids=["per_message", "zero"])
+def test_conformance_fails_a_counter_that_undercounts(counter: Any) -> None:
+    """The budgets are checked with the strategy's own counter: one that cannot tell a long
+    message from nothing would let any context through, so it fails the conformance class."""
+
+    def undercounting() -> _Undercounting:
+        strategy = _Undercounting()
+        strategy.token_counter = counter
+        return strategy
+
+    with pytest.raises(AssertionError, match="at least one token per 40 characters"):
+        _Budgets(undercounting).test_budget_is_respected()
 
 
 # -- a counter of the user's never runs on the event loop ---------------------------------------
