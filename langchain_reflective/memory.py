@@ -634,7 +634,8 @@ class ReflectiveMemory(Closing):
 
         Items are admitted in priority order (relevant memories, insights, recent observations)
         until the token budget (4 characters per token; ``budget``, default
-        ``config.token_budget``) is spent; each memory appears once.
+        ``config.token_budget``) is spent; each memory appears once, and one longer than the
+        whole budget is shown cut (see ``working_context.render_working_context``).
         """
         return render_working_context(
             insights,

@@ -38,6 +38,10 @@ NOTHING_TO_SHOW = "(no memories to show)"
 NOTHING_FITS = "(memories exist but none fit in this block)"
 """The memory block when memories were chosen but none fits in the budget (saying there are
 none would be false)."""
+CUT_MIN_CHARS = 200
+"""A memory longer than the whole block's budget is shown cut to what is left of it (marked
+``[... N more characters]``) when at least this many characters (~50 tokens) are left: whole,
+it could never be shown, however relevant."""
 
 
 def context_window(
@@ -86,12 +90,16 @@ def render_working_context(
     """System text, then the fenced memory block.
 
     Items are admitted in priority order (relevant memories, insights, recent observations)
-    until ``budget`` tokens (4 characters per token) are spent; each memory appears once.
-    When none is admitted the block says why, truthfully: :data:`NOTHING_TO_SHOW` (no memory
+    until ``budget`` tokens (4 characters per token) are spent; each memory appears once. One
+    that does not fit in what is left is skipped (a shorter one after it may fit), unless it
+    is longer than the whole budget: then it is cut to what is left, when at least
+    :data:`CUT_MIN_CHARS` characters are (its beginning, and how many characters are not
+    shown). When none is admitted the block says why, truthfully: :data:`NOTHING_TO_SHOW` (no memory
     was given: the namespace is empty, or holds only what the working context leaves out) or
     :data:`NOTHING_FITS` (memories were given, none fits in ``budget``).
     """
     budget = budget * 4  # characters: ~4 per token
+    whole = budget
     seen: set[str] = set()
     chosen: dict[str, list[str]] = {"insights": [], "recent": [], "relevant": []}
 
@@ -102,7 +110,9 @@ def render_working_context(
         stamp = record.created_at.strftime("%Y-%m-%d %H:%M")
         line = f"- [{stamp}] {neutralise(record.text)}"
         if len(line) + 1 > budget:
-            return
+            if len(line) + 1 <= whole or budget < CUT_MIN_CHARS:
+                return
+            line = _cut(line, budget - 1)
         budget -= len(line) + 1
         seen.add(record.id)
         chosen[section].append(line)
@@ -132,3 +142,12 @@ def render_working_context(
     parts.append(MEMORY_PREAMBLE)
     parts.append("\n".join(body))
     return "\n\n".join(parts)
+
+
+def _cut(line: str, room: int) -> str:
+    """``line``'s beginning (at a space among its last 20 characters, if any) and how many
+    characters are left out, in at most ``room`` characters."""
+    keep = room - len(f" [... {len(line)} more characters]")
+    space = line.rfind(" ", keep - 20, keep + 1)
+    kept = line[: space if space > 0 else keep].rstrip()
+    return f"{kept} [... {len(line) - len(kept)} more characters]"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 import threading
 from datetime import UTC, datetime, timedelta
@@ -313,17 +314,21 @@ def test_reflective_strategy_stores_turns_like_the_middleware(tmp_path: Path) ->
 
 
 def test_reflective_context_never_says_there_are_no_memories_when_there_are() -> None:
-    """A memory too long for the budget (or a budget too small for any memory) left the block
-    saying ``(no memories yet)`` to the model while the namespace held them; it says they
-    exist but do not fit. The block of a namespace with nothing to show says so."""
+    """A budget too small for any memory left the block saying ``(no memories yet)`` to the
+    model while the namespace held them; it says they exist but do not fit. A memory longer
+    than the whole budget is shown cut (it was never shown at all: the allergy below). The
+    block of a namespace with nothing to show says so."""
     config = MemoryConfig(background=False)
     with ReflectiveMemory(None, MemoryStream(WordEmbeddings()), config=config) as memory:
         strategy = ReflectiveMemoryStrategy(memory)
         history = "My medical history: I am allergic to penicillin. " + "details " * 400
         strategy.commit(Observation(history, "", namespace="ana"))
         question = [HumanMessage("Am I allergic to anything?")]
-        (small,) = strategy.context(question, budget=500, namespace="ana")
-        assert count_tokens([small]) <= 500 and "penicillin" not in small.text
+        (cut,) = strategy.context(question, budget=500, namespace="ana")
+        assert count_tokens([cut]) <= 500 and "allergic to penicillin" in cut.text
+        assert re.search(r" details \[\.\.\. \d+ more characters\]\n</memory>$", cut.text)
+        (small,) = strategy.context(question, budget=100, namespace="ana")  # ~45 tokens left
+        assert count_tokens([small]) <= 100 and "penicillin" not in small.text
         assert small.text.endswith(f"{MEMORY_FENCE_OPEN}\n{NOTHING_FITS}\n{MEMORY_FENCE_CLOSE}")
         (large,) = strategy.context(question, budget=5000, namespace="ana")
         assert "penicillin" in large.text and NOTHING_FITS not in large.text
