@@ -286,11 +286,16 @@ class ContextMemory(ContextLookups):
             yield Op(self._report_orphan, threaded(self._report_orphan), (turn - 1, ns))
         return ContextSnapshot.from_record(snap), ContextSummary.from_record(summ[0])
 
-    def _stored(self, turn: int, namespace: str) -> dict[str, MemoryRecord]:
-        """The records stored under the ids of ``turn`` (and of the turn before it), by id."""
-        turns = [turn, turn - 1] if turn > 1 else [turn]
-        ids = [i for t in turns for i in (self._id_of(t, k, namespace) for k in _ORDER)]
-        return {r.id: r for r in self.stream.get(ids, namespace=namespace)}
+    def _parts(self, turns: Sequence[int], namespace: str) -> list[_Parts]:
+        """The ``(snapshot, summary)`` records stored under the ids of each of ``turns`` (in
+        their order; ``None`` where an id holds nothing), read at once."""
+        ids = [
+            (self.context_id(t, namespace=namespace), self.summary_id(t, namespace=namespace))
+            for t in turns
+        ]
+        wanted = [i for pair in ids for i in pair]
+        found = {r.id: r for r in self.stream.get(wanted, namespace=namespace)}
+        return [(found.get(cid), found.get(sid)) for cid, sid in ids]
 
     def _check_new(
         self, turn: int, namespace: str, context: str
@@ -300,13 +305,8 @@ class ContextMemory(ContextLookups):
         two writes left it: the summary completes the turn); otherwise :class:`TurnTakenError`.
         The second value says whether the turn before looks left by a crash (a snapshot
         without its summary), to be read again once this turn is stored."""
-        found = self._stored(turn, namespace)
-        snap = found.get(self.context_id(turn, namespace=namespace))
-        summ = found.get(self.summary_id(turn, namespace=namespace))
-        before = turn > 1 and (
-            self.context_id(turn - 1, namespace=namespace) in found
-            and self.summary_id(turn - 1, namespace=namespace) not in found
-        )
+        (snap, summ), *previous = self._parts([turn, turn - 1] if turn > 1 else [turn], namespace)
+        before = any(s is not None and m is None for s, m in previous)
         if snap is None and summ is None:
             return None, before
         if (
@@ -345,9 +345,7 @@ class ContextMemory(ContextLookups):
         when the turn's ids exist now, i.e. another writer stored it since the check (the add
         failed on a duplicate id); otherwise return, so the add's own error is raised."""
         try:
-            found = self._stored(turn, namespace)
-            snap = found.get(self.context_id(turn, namespace=namespace))
-            summ = found.get(self.summary_id(turn, namespace=namespace))
+            [(snap, summ)] = self._parts([turn], namespace)
             taken = None
             if snap is not None or summ is not None:
                 taken = TurnTakenError(self._taken_message(turn, namespace, snap, summ))
@@ -360,11 +358,10 @@ class ContextMemory(ContextLookups):
         """Warn when ``turn`` still has a snapshot and no summary, read after the next turn
         was stored (so a writer that was storing it at the time has had the time to finish)."""
         try:
-            found = self._stored(turn, namespace)
+            [(snap, summ)] = self._parts([turn], namespace)
         except Exception:  # (the turn just stored is stored: a failed read only skips this)
             return
-        cid = self.context_id(turn, namespace=namespace)
-        if cid not in found or self.summary_id(turn, namespace=namespace) in found:
+        if snap is None or summ is not None:
             return
         logger.warning(
             "turn %s of namespace %r has a snapshot (%s) and no summary (the process stopped "
@@ -373,7 +370,7 @@ class ContextMemory(ContextLookups):
             "the summary.",
             turn,
             namespace,
-            cid,
+            snap.id,
             turn,
         )
 
@@ -385,14 +382,11 @@ class ContextMemory(ContextLookups):
         if not isinstance(error, DuplicateIdError):
             return
         try:
-            found = self._stored(turn, namespace)
+            [(snap, summ)] = self._parts([turn], namespace)
         except Exception:  # the store cannot be read either: report the add's error
             return
-        sid = self.summary_id(turn, namespace=namespace)
-        if sid in found:
-            cid = self.context_id(turn, namespace=namespace)
-            message = self._taken_message(turn, namespace, found.get(cid), found[sid])
-            raise TurnTakenError(message) from error
+        if summ is not None:
+            raise TurnTakenError(self._taken_message(turn, namespace, snap, summ)) from error
 
     def _undo_snapshot(self, turn: int, namespace: str, error: Exception) -> None:
         """Delete the snapshot of a turn whose summary could not be stored; unless the summary
@@ -535,7 +529,8 @@ class ContextMemory(ContextLookups):
         return await asyncio.to_thread(self.import_jsonl, path, namespace=namespace)
 
 
-_ORDER = (SNAPSHOT_KIND, SUMMARY_KIND)
+_Parts = tuple[MemoryRecord | None, MemoryRecord | None]
+"""A turn's snapshot and summary records (``None``: not stored)."""
 
 
 def _numbers(turns: Sequence[int]) -> str:
