@@ -8,7 +8,7 @@ import dataclasses
 import hashlib
 import re
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
 from langchain_reflective._llm import Flow, Op, run_async, run_sync
 from langchain_reflective.errors import InvalidMemoryError
@@ -39,12 +39,12 @@ def _suffix(namespace: str) -> str:
     return hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:10]
 
 
-def _is_turn(turn: object) -> bool:
+def _is_turn(turn: object) -> TypeGuard[int]:
     return isinstance(turn, int) and not isinstance(turn, bool) and turn >= 1
 
 
 def _positive_turn(turn: object) -> int:
-    if isinstance(turn, bool) or not isinstance(turn, int) or turn < 1:
+    if not _is_turn(turn):
         raise InvalidMemoryError(f"a turn number must be a positive integer, got {turn!r}")
     return turn
 
