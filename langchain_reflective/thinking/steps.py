@@ -52,10 +52,10 @@ from langchain_reflective.thinking.state import (
 )
 from langchain_reflective.thinking.tools import (
     CONTINUE_THINKING,
-    MAX_SHOWN_REQUEST_CHARS,
     RECALL_CONTEXT,
     ContinueThinkingArgs,
     RecallContextArgs,
+    _cut_request,
     create_thinking_tools,
 )
 from langchain_reflective.thinking.turns import TurnTakenError, count_text_tokens, summary_text
@@ -134,8 +134,7 @@ _MISSING_SHOWN = 10
 def _shown_missing(missing: list[str]) -> list[str]:
     """The requests of a round that are not stored, as its thought keeps them: at most
     :data:`_MISSING_SHOWN`, each cut (a model may ask for thousands, or for a page of text)."""
-    cut = MAX_SHOWN_REQUEST_CHARS
-    shown = [m if len(m) <= cut else m[: cut - 3] + "..." for m in missing[:_MISSING_SHOWN]]
+    shown = [_cut_request(m) for m in missing[:_MISSING_SHOWN]]
     if len(missing) > _MISSING_SHOWN:
         shown.append(f"{len(missing) - _MISSING_SHOWN} more")
     return shown

@@ -69,10 +69,18 @@ MAX_SHOWN_REQUEST_CHARS = 100
 id is a UUID; anything longer is the model's text, not an id)."""
 
 
-def _shown_request(missing: str) -> str:
+def _cut_request(missing: str) -> str:
+    """A requested turn or id that is not stored, cut to :data:`MAX_SHOWN_REQUEST_CHARS`."""
     if len(missing) > MAX_SHOWN_REQUEST_CHARS:
-        missing = missing[: MAX_SHOWN_REQUEST_CHARS - 3] + "..."
-    return neutralise(missing)
+        return missing[: MAX_SHOWN_REQUEST_CHARS - 3] + "..."
+    return missing
+
+
+def _shown_request(missing: str) -> str:
+    """As the recall tool echoes it: cut, and neutralised item by item (it is the tool's
+    output); the thinking step's copy (``steps._shown_missing``) is neutralised whole, line by
+    line, when its prompt is rendered."""
+    return neutralise(_cut_request(missing))
 
 
 def format_recall(result: RecallResult) -> str:
