@@ -33,7 +33,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -334,8 +334,10 @@ def _measure(
     ), result
 
 
-def _our_stream(model: SleepyChatModel) -> MemoryStream:
-    stream = MemoryStream(WordEmbeddings(), importance_scorer=LLMImportanceScorer(model))
+def _our_stream(model: SleepyChatModel, opened: ExitStack) -> MemoryStream:
+    stream = opened.enter_context(
+        MemoryStream(WordEmbeddings(), importance_scorer=LLMImportanceScorer(model))
+    )
     for (text, rating), at in zip(SEED_MEMORIES, _seed_times(), strict=True):
         stream.add(text, importances=rating / 10, now=at)
     return stream
@@ -344,14 +346,19 @@ def _our_stream(model: SleepyChatModel) -> MemoryStream:
 def run_ours(delay: float, runs: int) -> list[Measure]:
     """Our reflection (sync and async) and importance of ``N_IMPORTANCE`` memories."""
     model = SleepyChatModel(delay=delay)
+    with ExitStack() as opened:  # every stream a setup opens is closed at the end
+        return _run_ours(model, runs, opened)
+
+
+def _run_ours(model: SleepyChatModel, runs: int, opened: ExitStack) -> list[Measure]:
     out: list[Measure] = []
 
     def reflection() -> Callable[[], Any]:
-        graph = create_reflection_graph(model, _our_stream(model))
+        graph = create_reflection_graph(model, _our_stream(model, opened))
         return lambda: graph.invoke({"force": True, "now": NOW})
 
     def areflection() -> Callable[[], Any]:
-        graph = create_reflection_graph(model, _our_stream(model))
+        graph = create_reflection_graph(model, _our_stream(model, opened))
         return lambda: asyncio.run(graph.ainvoke({"force": True, "now": NOW}))
 
     for label, setup in (
@@ -368,7 +375,9 @@ def run_ours(delay: float, runs: int) -> list[Measure]:
     texts = importance_texts()
 
     def importance() -> Callable[[], Any]:
-        stream = MemoryStream(WordEmbeddings(), importance_scorer=LLMImportanceScorer(model))
+        stream = opened.enter_context(
+            MemoryStream(WordEmbeddings(), importance_scorer=LLMImportanceScorer(model))
+        )
         return lambda: stream.add(texts, now=NOW)
 
     m, records = _measure("ours", f"importance x{len(texts)}", model, importance, runs)

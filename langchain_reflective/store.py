@@ -221,11 +221,12 @@ class ReflectiveStore(BaseStore):
             from langchain_core.embeddings import DeterministicFakeEmbedding
             from langchain_reflective import MemoryStream, ReflectiveStore
 
-            store = ReflectiveStore(MemoryStream(DeterministicFakeEmbedding(size=64)))
-            store.put(("alice", "memories"), "tea", {"text": "Alice drinks green tea"})
-            print(store.get(("alice", "memories"), "tea").value)
-            for hit in store.search(("alice",), query="What does Alice drink?"):
-                print(hit.key, hit.score)
+            with MemoryStream(DeterministicFakeEmbedding(size=64)) as stream:
+                store = ReflectiveStore(stream)
+                store.put(("alice", "memories"), "tea", {"text": "Alice drinks green tea"})
+                print(store.get(("alice", "memories"), "tea").value)
+                for hit in store.search(("alice",), query="What does Alice drink?"):
+                    print(hit.key, hit.score)
     """
 
     supports_ttl: bool = False
