@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from langchain_reflective.records import ScoredMemory
 
 __all__ = [
+    "IMPORT_BATCH",
     "JSONL_FORMAT",
     "StreamTransfer",
     "dataframe_flow",
@@ -49,6 +50,9 @@ __all__ = [
     "import_jsonl",
     "load_pandas",
 ]
+
+IMPORT_BATCH = 256
+"""Records an import stores per transaction (the default of ``import_jsonl``, and the CLI's)."""
 
 _COLUMNS = [
     "id",
@@ -152,7 +156,7 @@ class StreamTransfer(StreamBase):
         path: str | os.PathLike[str],
         *,
         namespace: str | None = None,
-        batch_size: int = 256,
+        batch_size: int = IMPORT_BATCH,
     ) -> int:
         """Import a file written by :meth:`export_jsonl`; memories already stored are skipped
         (another memory stored under a record's id is an error, not skipped).
@@ -187,7 +191,7 @@ class StreamTransfer(StreamBase):
         path: str | os.PathLike[str],
         *,
         namespace: str | None = None,
-        batch_size: int = 256,
+        batch_size: int = IMPORT_BATCH,
     ) -> int:
         """Async twin of :meth:`import_jsonl`: the import (the file read line by line between
         embedding calls and writes) runs in a worker thread. Cancelled, it goes on there; the

@@ -523,13 +523,18 @@ def import_(
             embeddings = _load_embeddings(prefer, place, target_model)
         identity = None
         how = "embedding the texts again"
-    from langchain_reflective.transfer import ImportTally, import_jsonl, imported_note
+    from langchain_reflective.transfer import (
+        IMPORT_BATCH,
+        ImportTally,
+        import_jsonl,
+        imported_note,
+    )
 
     tally = ImportTally()
     try:
         with _open_stream(place, embeddings, identity) as stream:
             imported = import_jsonl(
-                stream, source, namespace=namespace, batch_size=256, tally=tally
+                stream, source, namespace=namespace, batch_size=IMPORT_BATCH, tally=tally
             )
     except BaseException as exc:
         if created:  # a failed import into a new file leaves nothing behind
