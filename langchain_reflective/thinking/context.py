@@ -44,7 +44,12 @@ from langchain_reflective.errors import DuplicateIdError, InvalidMemoryError, St
 from langchain_reflective.export_file import export_lines, open_export, read_header
 from langchain_reflective.records import MemoryRecord, validate_text
 from langchain_reflective.stream import MemoryStream
-from langchain_reflective.thinking.lookups import ContextLookups, _positive_turn, _strings
+from langchain_reflective.thinking.lookups import (
+    ContextLookups,
+    _is_turn,
+    _positive_turn,
+    _strings,
+)
 from langchain_reflective.thinking.turns import (
     _KINDS,
     SNAPSHOT_KIND,
@@ -482,7 +487,7 @@ class ContextMemory(ContextLookups):
             raise InvalidMemoryError(f"{where}: a {kind!r} record is not a thinking context")
         metadata = record.get("metadata")
         turn = metadata.get("turn") if isinstance(metadata, dict) else None
-        if isinstance(turn, bool) or not isinstance(turn, int) or turn < 1:
+        if not _is_turn(turn):
             raise InvalidMemoryError(f"{where}: a {kind} record without a turn number")
         return turn, kind, str(record.get("text"))
 
