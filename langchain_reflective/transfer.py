@@ -11,7 +11,7 @@ import errno
 import json
 import os
 import tempfile
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,7 +44,9 @@ if TYPE_CHECKING:
 __all__ = [
     "IMPORT_BATCH",
     "JSONL_FORMAT",
+    "ExportCheck",
     "StreamTransfer",
+    "check_export",
     "dataframe_flow",
     "export_jsonl",
     "import_jsonl",
@@ -479,6 +481,50 @@ def import_jsonl(
     return imported
 
 
+@dataclass(frozen=True, slots=True)
+class ExportCheck:
+    """What :func:`check_export` found in an export an import accepts."""
+
+    records: int
+    """The records after the header."""
+    vectors: bool
+    """Whether every record has a vector and the header names their model and dimension (an
+    import into a store of that model can reuse them instead of embedding the texts again)."""
+
+
+def check_export(
+    fh: TextIO, source: Path, header: Mapping[str, Any], *, namespace: str | None
+) -> ExportCheck:
+    """Read the records of the export ``source`` (``fh`` after :func:`read_header`) as
+    :func:`import_jsonl` checks them, writing nothing, so that what the import would refuse
+    halfway (after the batches before it were written) is found before it starts: every line
+    (:func:`export_records`), and two lines holding different memories under one id in one
+    namespace (the import refuses the second, in whatever batch), but for LangGraph store
+    items that ``namespace`` merges (the import keeps the first).
+
+    Raises:
+        InvalidMemoryError: a line the import refuses; the message starts with
+            ``<source>:<line>:``.
+    """
+    dim = header.get("dimension")
+    vectors = bool(header.get("embedding_model")) and type(dim) is int and dim > 0
+    records = 0
+    first: dict[tuple[str, str], tuple[int, int]] = {}  # (ns, id): line, fingerprint's hash
+    for lineno, record, vector in export_records(fh, source, header):
+        records += 1
+        vectors = vectors and vector is not None
+        if namespace and item_key(record) is not None:
+            continue
+        mark = hash(_fingerprint(record))  # (a hash: the file's texts are not kept in memory)
+        held, was = first.setdefault((record.namespace, record.id), (lineno, mark))
+        if was != mark:
+            raise InvalidMemoryError(
+                f"{source}:{lineno}: memory {record.id!r} ({_short(record.text, 60)}) "
+                f"cannot be imported: {twice(f'{source}:{held}')}"
+            )
+    return ExportCheck(records, vectors)
+
+
 def imported_note(exc: BaseException, imported: int, source: Path) -> str:
     """The note :func:`import_jsonl` adds to ``exc`` when it had imported ``imported``
     records of ``source`` before it (whole batches, which stay written)."""
@@ -603,8 +649,8 @@ def _taken(line: _Line, other: MemoryRecord, *, first: str | None) -> InvalidMem
 
 def twice(first: str, other: str = "") -> str:
     """Why a line is refused whose memory's id an earlier line (at ``first``; its memory:
-    ``other``) of the export holds for another memory in one namespace; the import and the
-    check before ``reflective import`` say it alike."""
+    ``other``) of the export holds for another memory in one namespace; the import and
+    :func:`check_export` say it alike."""
     held = f"another memory {other}" if other else "another memory"
     return (
         f"the export itself is inconsistent: {first} holds {held} under that id in that "

@@ -397,19 +397,16 @@ def export(
 
 def _read_export(path: Path, namespace: str | None) -> tuple[dict[str, Any], bool, int]:
     """The export's header, whether every record carries a vector of the header's model and
-    dimension, and how many records it holds (one pass over the file).
+    dimension, and how many records it holds, with every line checked as the import checks
+    it (:func:`~langchain_reflective.transfer.check_export`).
 
-    Every line is read as the import reads it (:func:`~langchain_reflective.export_file.
-    export_records`: JSON, a memory record, a usable vector), so a malformed line fails the
-    command before anything is written: the import writes in batches, and a line found bad
-    halfway left the batches before it imported. Two lines holding different memories under
-    one id in one namespace fail it too (the import refuses the second, in whatever batch),
-    but for LangGraph store items merged by ``--namespace`` (the import keeps the first).
+    This reads the whole file once before the import reads it again, on purpose: the import
+    writes in batches as it reads, so a line it refuses halfway (malformed, or another memory
+    under an earlier line's id) left the batches before it written; checked first, the command
+    fails before anything is written (or the model loaded: the vectors decide which one).
     """
-    from langchain_reflective.export_file import export_records, open_export, read_header
-    from langchain_reflective.store_codec import item_key
-    from langchain_reflective.transfer import twice
-    from langchain_reflective.transfer_moves import _fingerprint
+    from langchain_reflective.export_file import open_export, read_header
+    from langchain_reflective.transfer import check_export
 
     if not path.exists():
         _fail(f"no such export file: {path}")
@@ -421,25 +418,10 @@ def _read_export(path: Path, namespace: str | None) -> tuple[dict[str, Any], boo
                 header = read_header(fh, path)
             except InvalidMemoryError as exc:  # not an export, or one of a newer format
                 _fail(str(exc))
-            dim = header.get("dimension")
-            usable = bool(header.get("embedding_model")) and type(dim) is int and dim > 0
-            records = 0
-            first: dict[tuple[str, str], tuple[int, int]] = {}  # (ns, id): line, fingerprint
-            for lineno, record, vector in export_records(fh, path, header):
-                records += 1
-                usable = usable and vector is not None
-                if namespace and item_key(record) is not None:
-                    continue
-                mark = hash(_fingerprint(record))
-                held, was = first.setdefault((record.namespace, record.id), (lineno, mark))
-                if was != mark:
-                    _fail(
-                        f"{path}:{lineno}: memory {record.id!r} ({_short(record.text, 60)}) "
-                        f"cannot be imported: {twice(f'{path}:{held}')} (nothing was imported)"
-                    )
+            check = check_export(fh, path, header, namespace=namespace)
     except InvalidMemoryError as exc:
         _fail(f"{exc} (nothing was imported)")
-    return header, usable, records
+    return header, check.vectors, check.records
 
 
 def _remove_memory_file(path: Path) -> None:

@@ -160,3 +160,42 @@ def test_evidence_the_file_does_not_hold_is_imported_as_it_is(tmp_path: Path) ->
         assert copy.import_jsonl(tmp_path / "fact.jsonl", namespace="moved") == 1  # (r: held)
         cited = copy.get(list(moved.evidence), namespace="moved")
         assert [r.text for r in cited] == ["a fact"]
+
+
+def _checked(export: Path, namespace: str | None = None) -> tuple[int, bool]:
+    from langchain_reflective.export_file import open_export, read_header
+    from langchain_reflective.transfer import check_export
+
+    with open_export(export) as fh:
+        check = check_export(fh, export, read_header(fh, export), namespace=namespace)
+    return check.records, check.vectors
+
+
+def test_check_export_refuses_before_the_import_what_it_would_refuse_halfway(
+    tmp_path: Path,
+) -> None:
+    """``check_export`` (run by ``reflective import`` before it writes) counts the records,
+    tells whether their vectors can be reused, and refuses a second memory under one id in
+    one namespace, naming both lines, as the import would in a later batch; store items that
+    a namespace merges pass, as the import keeps the first."""
+    export, bare, items = tmp_path / "e.jsonl", tmp_path / "bare.jsonl", tmp_path / "i.jsonl"
+    with _stream(tmp_path / "a.db") as source:
+        source.add(["one", "two"], ids=["a", "b"], importances=0.5, now=NOW)
+        source.export_jsonl(export)
+        source.export_jsonl(bare, include_vectors=False)
+        store = ReflectiveStore(source)
+        store.put(("x",), "k", {"text": "from x"})
+        store.put(("y",), "k", {"text": "from y"})
+        source.export_jsonl(items, namespaces=["x", "y"])
+    assert _checked(export) == (2, True) and _checked(bare) == (2, False)
+    assert _checked(items, namespace="merged") == (2, True)
+    lines = export.read_text(encoding="utf-8").splitlines()
+    export.write_text("\n".join([*lines, lines[1]]) + "\n", encoding="utf-8")  # a repeat: fine
+    assert _checked(export) == (3, True)
+    twin = {**json.loads(lines[1]), "text": "another memory under id a"}
+    export.write_text("\n".join([*lines, json.dumps(twin)]) + "\n", encoding="utf-8")
+    with pytest.raises(InvalidMemoryError) as caught:
+        _checked(export)
+    message = str(caught.value)
+    assert message.startswith(f"{export}:4: memory 'a' "), message
+    assert f"the export itself is inconsistent: {export}:2 holds another memory " in message
