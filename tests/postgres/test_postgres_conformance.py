@@ -16,12 +16,12 @@ from langchain_reflective.backends.postgres import PostgresBackend
 from langchain_reflective.backends.sqlite import SQLiteBackend
 from langchain_reflective.records import OBSERVATION
 from langchain_reflective.scoring import ScoringConfig, score_candidates, top_k
-from tests.backends.conformance import (
+from tests.backends.conformance import BackendConformance
+from tests.backends.conformance_base import (
     MODEL,
     NOW,
     QUERIES,
     SHARED_SCORINGS,
-    BackendConformance,
     corpus,
     query_vector,
 )
