@@ -469,14 +469,13 @@ def import_jsonl(
                 batch.append(_Line(record, vec if reuse else None, f"{source}:{lineno}"))
                 if len(batch) >= batch_size:
                     imported += _import_batch(stream, batch, seen, tally)
-                    tally.imported = imported
                     batch = []
             if batch:
                 imported += _import_batch(stream, batch, seen, tally)
-                tally.imported = imported
     except BaseException as exc:  # (Ctrl-C too: what was written stays written)
         if imported:  # (the batches before the failing one are stored: say so)
-            exc.add_note(imported_note(exc, imported, source))
+            tally.note = _imported_note(exc, imported, source)
+            exc.add_note(tally.note)
         raise
     return imported
 
@@ -525,7 +524,7 @@ def check_export(
     return ExportCheck(records, vectors)
 
 
-def imported_note(exc: BaseException, imported: int, source: Path) -> str:
+def _imported_note(exc: BaseException, imported: int, source: Path) -> str:
     """The note :func:`import_jsonl` adds to ``exc`` when it had imported ``imported``
     records of ``source`` before it (whole batches, which stay written)."""
     what = "the interruption" if isinstance(exc, KeyboardInterrupt) else "this error"
@@ -553,10 +552,11 @@ def _target_dimension(stream: StreamBase, text: str) -> int:
 class ImportTally:
     """What an import did not store, and why (see :func:`import_jsonl`); the rest of the
     records it did not import were stored already (by an earlier import, or another process
-    importing at the same time)."""
+    importing at the same time), and the note a failed import added to its exception."""
 
-    imported: int = 0
-    """Records imported so far (whole batches: a failed import keeps them)."""
+    note: str | None = None
+    """The note a failed import added to its exception, saying how many records it imported
+    before (whole batches, which stay written); ``None`` when it had imported none."""
     repeated: int = 0
     """Lines repeating the memory of an earlier line (the same id, namespace and memory)."""
     merged: int = 0

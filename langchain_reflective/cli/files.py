@@ -505,12 +505,7 @@ def import_(
             embeddings = _load_embeddings(prefer, place, target_model)
         identity = None
         how = "embedding the texts again"
-    from langchain_reflective.transfer import (
-        IMPORT_BATCH,
-        ImportTally,
-        import_jsonl,
-        imported_note,
-    )
+    from langchain_reflective.transfer import IMPORT_BATCH, ImportTally, import_jsonl
 
     tally = ImportTally()
     try:
@@ -521,9 +516,8 @@ def import_(
     except BaseException as exc:
         if created:  # a failed import into a new file leaves nothing behind
             _remove_memory_file(Path(place))
-            gone = imported_note(exc, tally.imported, source)  # (the batches went with it)
-            exc.__notes__ = [
-                *(note for note in getattr(exc, "__notes__", None) or () if note != gone),
+            exc.__notes__ = [  # but the import's note of the batches it wrote: they went too
+                *(n for n in getattr(exc, "__notes__", None) or () if n is not tally.note),
                 f"nothing was imported: the new file {place} was removed",
             ]
         if isinstance(exc, KeyboardInterrupt) and getattr(exc, "__notes__", None):
