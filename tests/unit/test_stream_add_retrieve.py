@@ -8,12 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from langchain_reflective import (
-    InvalidMemoryError,
-    MemoryStream,
-    RetrievalFilter,
-    ScoringConfig,
-)
+from langchain_reflective import InvalidMemoryError, MemoryStream, RetrievalFilter, ScoringConfig
 from tests.fakes import WordEmbeddings
 from tests.unit.stream_facts import FACTS
 

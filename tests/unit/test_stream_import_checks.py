@@ -10,11 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from langchain_reflective import (
-    InvalidMemoryError,
-    MemoryStream,
-    StorageError,
-)
+from langchain_reflective import InvalidMemoryError, MemoryStream, StorageError
 from tests.fakes import WordEmbeddings
 from tests.unit.stream_facts import FACTS
 

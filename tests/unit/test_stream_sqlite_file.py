@@ -13,12 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from langchain_reflective import (
-    ForeignFileError,
-    MemoryStream,
-    SchemaVersionError,
-    StorageError,
-)
+from langchain_reflective import ForeignFileError, MemoryStream, SchemaVersionError, StorageError
 from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
 from tests.unit.stream_facts import FACTS
 

@@ -11,11 +11,7 @@ from typing import Any
 
 import pytest
 
-from langchain_reflective import (
-    InvalidMemoryError,
-    MemoryStream,
-    StorageError,
-)
+from langchain_reflective import InvalidMemoryError, MemoryStream, StorageError
 from langchain_reflective.records import MemoryRecord
 from tests.fakes import WordEmbeddings
 from tests.unit.stream_facts import FACTS
