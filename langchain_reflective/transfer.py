@@ -499,7 +499,9 @@ def check_export(
     halfway (after the batches before it were written) is found before it starts: every line
     (:func:`export_records`), and two lines holding different memories under one id in one
     namespace (the import refuses the second, in whatever batch), but for LangGraph store
-    items that ``namespace`` merges (the import keeps the first).
+    items that ``namespace`` merges (the import keeps the first). With ``namespace``, a
+    record is checked under the id the import moves it to (:func:`plan_moves`, but for the
+    old copies the target stores, which only the import looks up).
 
     Raises:
         InvalidMemoryError: a line the import refuses; the message starts with
@@ -509,9 +511,13 @@ def check_export(
     vectors = bool(header.get("embedding_model")) and type(dim) is int and dim > 0
     records = 0
     first: dict[tuple[str, str], tuple[int, int]] = {}  # (ns, id): line, fingerprint's hash
+    mover: Mover | None = None  # built at the first record to move, as the import does
     for lineno, record, vector in export_records(fh, source, header):
         records += 1
         vectors = vectors and vector is not None
+        if namespace and record.namespace != namespace:
+            mover = mover or plan_moves(source, namespace, None)
+            record = mover.move(record)
         if namespace and item_key(record) is not None:
             continue
         mark = hash(_fingerprint(record))  # (a hash: the file's texts are not kept in memory)

@@ -73,7 +73,7 @@ def _fingerprint(record: MemoryRecord) -> tuple[str, str, float, int]:
     return (record.text, record.kind, round(record.created_at.timestamp(), 3), record.depth)
 
 
-def plan_moves(source: Path, namespace: str, backend: BaseMemoryBackend) -> Mover:
+def plan_moves(source: Path, namespace: str, backend: BaseMemoryBackend | None) -> Mover:
     """The :class:`Mover` of an import of ``source`` into ``namespace``, from two passes over
     the file before anything is written, so neither the batches nor the order of imports
     changes the outcome.
@@ -89,7 +89,8 @@ def plan_moves(source: Path, namespace: str, backend: BaseMemoryBackend) -> Move
 
     The first pass parses only the lines naming that form (the target's own old copies in the
     file); the second parses every moved record (without its vector) and looks the old form
-    up in batches. Malformed lines are left to the import's own pass, which reports them."""
+    up in batches. Malformed lines are left to the import's own pass, which reports them.
+    Without a backend (the check before an import), only the file's old copies are found."""
     suffix = f"@{namespace_tag(namespace)}"
     in_file: dict[str, tuple[str, str, float, int]] = {}
     for line in _lines(source):
@@ -103,7 +104,8 @@ def plan_moves(source: Path, namespace: str, backend: BaseMemoryBackend) -> Move
 
     def settle(chunk: list[MemoryRecord]) -> None:
         ids = [r.id + suffix for r in chunk]
-        stored = {r.id: _fingerprint(r) for r in backend.get(namespace, ids)}
+        found = backend.get(namespace, ids) if backend is not None else []
+        stored = {r.id: _fingerprint(r) for r in found}
         for r, old in zip(chunk, ids, strict=True):
             copy = stored.get(old) or in_file.get(old)
             if copy is not None and old not in taken and copy == _fingerprint(r):

@@ -342,3 +342,31 @@ def test_import_help_says_a_different_memory_is_refused(
     assert "existing ids are skipped" not in flat
     assert "A different memory stored under one of the export's ids is refused" in flat
     assert "the error says how many" in flat
+
+
+def test_a_moved_memory_landing_on_another_line_s_id_fails_before_anything_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An export of namespaces ``t`` and ``a`` where ``t`` holds an earlier copy of a's
+    memory ``m299`` (under the id --namespace t gives it) and a's ``m299`` is another memory
+    now. Before: the check keyed the lines by the ids they had in the file, not the ones the
+    import gives them, so it passed; the import refused line 302 after the 256 records of
+    the first batch were written into the existing file."""
+    from langchain_reflective.transfer_moves import namespace_tag
+
+    export, target = tmp_path / "e.jsonl", tmp_path / "target.db"
+    copy = f"m299@{namespace_tag('t')}@{namespace_tag('a')}"
+    with MemoryStream(WordEmbeddings(), path=tmp_path / "source.db") as stream:
+        ids = [f"m{i}" for i in range(300)]
+        stream.add(ids, ids=ids, importances=0.5, namespace="a", now=T0)
+        stream.add("the earlier m299", ids=[copy], importances=0.5, namespace="t", now=T0)
+        stream.export_jsonl(export, namespaces=["t", "a"])
+    with MemoryStream(WordEmbeddings(), path=target) as stream:
+        stream.add("already there", importances=0.5, namespace="t", now=T0)
+    code, _, err = run_cli(capsys, "import", export, target, "--namespace", "t")
+    line = one_line(err)
+    assert code == 1 and f"{export}:302: memory " in line, line
+    assert f"the export itself is inconsistent: {export}:2 holds another" in line
+    assert "nothing was imported" in line and "were imported before" not in line
+    with MemoryStream(WordEmbeddings(), path=target) as stream:
+        assert [r.text for r in stream.recent(None, namespace="t")] == ["already there"]
