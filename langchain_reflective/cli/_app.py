@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import sqlite3
 import sys
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 from langchain_reflective.errors import ReflectiveError
 
@@ -87,7 +88,38 @@ def _build_app() -> typer.Typer:
     from langchain_reflective.reflexion.cli import build_reflexion_app
 
     application.add_typer(build_reflexion_app(), name="reflexion")
+    _report_interruptions(application)
     return application
+
+
+def _report_interruptions(application: typer.Typer) -> None:
+    """Make every command of ``application`` (and of its groups) report a Ctrl-C with the notes
+    it carries (e.g. what an import wrote before it), as :func:`run` reports errors.
+
+    typer turns a ``KeyboardInterrupt`` raised in a command into a bare exit status 130, so
+    :func:`run` would only know that the command was interrupted. Wrapped here, where commands
+    are registered, rather than in each command."""
+    for info in application.registered_commands:
+        if info.callback is not None:
+            info.callback = _interruptible(info.callback)
+    for group in application.registered_groups:
+        if group.typer_instance is not None:
+            _report_interruptions(group.typer_instance)
+
+
+def _interruptible(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``command``, raising a ``KeyboardInterrupt`` as a :class:`CLIError` with its notes."""
+
+    @functools.wraps(command)  # (typer reads the parameters through __wrapped__)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except KeyboardInterrupt as exc:
+            interrupted = CLIError("interrupted", code=INTERRUPTED)
+            interrupted.__notes__ = list(getattr(exc, "__notes__", None) or ())
+            raise interrupted from exc
+
+    return wrapper
 
 
 if _MISSING is None:
@@ -216,8 +248,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             )
         return 1
     if result == INTERRUPTED:
-        # typer turns Ctrl-C in a command (KeyboardInterrupt) into exit status 130 itself, so
-        # the handler above never saw it: say it here, in the same one line
+        # typer turns a Ctrl-C outside the commands (in the root callback, while parsing) into
+        # exit status 130 itself, so the handlers above never saw it: say it in the same line
         _error("interrupted")
         return INTERRUPTED
     return result if isinstance(result, int) else 0

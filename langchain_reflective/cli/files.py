@@ -14,7 +14,6 @@ from rich.panel import Panel
 from rich.table import Table
 
 from langchain_reflective.cli._common import (
-    CLIError,
     MemoryPlace,
     Prefer,
     _check_folder,
@@ -168,11 +167,6 @@ def _memory_table(records: Sequence[MemoryRecord], ns: str, limit: int, now: dat
         )
     table.caption = "importance source: l = LLM, h = heuristic, g = given"
     return table
-
-
-def _plot(stream: MemoryStream, ns: str, out: Path, *, query: str | None, now: datetime) -> None:
-    with _plotting():
-        _draw(stream, ns, out, query=query, now=now)
 
 
 def _draw(stream: MemoryStream, ns: str, out: Path, *, query: str | None, now: datetime) -> None:
@@ -334,7 +328,8 @@ def inspect(
             hits = stream.retrieve(query, k=top, namespace=ns, now=now, touch=False)
             console.print(_score_table(f"Ranked for: {_safe(query)}", hits, ()))
         if plot is not None:
-            _plot(stream, ns, plot, query=query, now=now)
+            with _plotting():
+                _draw(stream, ns, plot, query=query, now=now)
             console.print(f"Wrote {_safe(plot)} ({plot.stat().st_size:,} bytes).")
 
 
@@ -520,11 +515,6 @@ def import_(
                 *(n for n in getattr(exc, "__notes__", None) or () if n is not tally.note),
                 f"nothing was imported: the new file {place} was removed",
             ]
-        if isinstance(exc, KeyboardInterrupt) and getattr(exc, "__notes__", None):
-            # typer reports a Ctrl-C as a bare exit status: say what stays written, or not
-            interrupted = CLIError("interrupted", code=130)
-            interrupted.__notes__ = list(exc.__notes__)
-            raise interrupted from exc
         raise
     there = records - imported - tally.repeated - tally.merged
     skipped = "".join(

@@ -43,6 +43,39 @@ def test_ctrl_c_in_a_command_prints_one_line(
     assert one_line(err) == "error: interrupted"
 
 
+def test_ctrl_c_says_what_the_command_noted(
+    memory_file: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: "error: interrupted" alone: only the import command turned an interruption
+    into an error with its notes; every command now does, where commands are registered."""
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        exc = KeyboardInterrupt()
+        exc.add_note("the file was left as it was")
+        raise exc
+
+    monkeypatch.setattr(cli_files, "_open_stream", interrupted)
+    code, _, err = run_cli(capsys, "inspect", memory_file)
+    assert code == 130
+    assert one_line(err) == "error: interrupted -- the file was left as it was"
+
+
+def test_every_command_reports_interruptions() -> None:
+    """The wrapper reaches the commands of groups too (``reflective reflexion ...``), and
+    typer still reads each command's parameters through it."""
+    app = cli.app
+
+    def commands(application: object) -> list[object]:
+        found = [info.callback for info in application.registered_commands]  # type: ignore[attr-defined]
+        for group in application.registered_groups:  # type: ignore[attr-defined]
+            found += commands(group.typer_instance)
+        return found
+
+    callbacks = commands(app)
+    assert len(callbacks) > 4
+    assert all(getattr(callback, "__wrapped__", None) for callback in callbacks)
+
+
 def test_a_dollar_in_plot_titles_is_text(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
