@@ -231,6 +231,38 @@ def check_token_counter(token_counter: object) -> TokenCounter:
     )
 
 
+class _CheckedTokenCounter:
+    """:attr:`BaseMemoryStrategy.token_counter`: every assignment goes through
+    :func:`check_token_counter`, as the built-ins' ``token_counter=`` does, so an async
+    function, a class or a chat model object is refused where it is set, not at the first
+    budgeted context (where it fails obscurely, or, async, counts a coroutine).
+
+    Read on the class it is the class's default counter; read on a strategy, the counter the
+    strategy was given (kept in the instance's ``__dict__`` under the same name, so copies and
+    pickles keep it), else the class's default. ``del strategy.token_counter`` restores the
+    default.
+    """
+
+    def __init__(self, default: TokenCounter) -> None:
+        self.default = default
+        self.name = "token_counter"
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance: object | None, owner: type | None = None) -> TokenCounter:
+        if instance is None:
+            return self.default
+        counter: TokenCounter = vars(instance).get(self.name, self.default)
+        return counter
+
+    def __set__(self, instance: object, value: TokenCounter | None) -> None:
+        vars(instance)[self.name] = check_token_counter(value)
+
+    def __delete__(self, instance: object) -> None:
+        vars(instance).pop(self.name, None)
+
+
 class BaseMemoryStrategy(ABC):
     """What an agent remembers of its turns, and what it is shown of them.
 
@@ -253,19 +285,40 @@ class BaseMemoryStrategy(ABC):
     """The namespace of calls and observations that name none."""
     context_run_name: ClassVar[str] = "memory_context"
     """The LangSmith run name of a context call made by the agent middleware."""
-    token_counter: TokenCounter = staticmethod(count_tokens)
+    token_counter: TokenCounter = _CheckedTokenCounter(count_tokens)  # type: ignore[assignment]
     """What a ``budget`` is counted with: a function of a list of messages returning their
     tokens (default: :func:`count_tokens`, LangChain's approximate count). The built-ins fit
     their contexts with it, and the conformance tests check budgets with it, so a strategy that
     counts exactly (a chat model's ``get_num_tokens_from_messages``, a tiktoken function)
-    assigns it in ``__init__``: ``self.token_counter = counter`` (a function set in the class
-    body would be bound as a method). Every built-in strategy takes ``token_counter=``."""
+    assigns it in ``__init__``: ``self.token_counter = counter``, or for all its instances in
+    the class body: ``token_counter = staticmethod(counter)`` (a plain function there would be
+    bound as a method). Every built-in strategy takes ``token_counter=``. Whichever way it is
+    set, it is checked as the built-ins' argument is (:func:`check_token_counter`: ``None`` is
+    the default count; an async function, a class or a chat model object is an
+    :class:`~langchain_reflective.errors.InvalidMemoryError` where it is set). A method
+    ``def token_counter(self, messages)`` is left a method, unchecked."""
     blocking: ClassVar[bool] = True
     """Whether the sync methods may block (I/O, a model call). The default async twins run
     them in a worker thread when ``True`` and directly on the event loop when ``False`` (for
     quick in-process strategies, where a thread hop would cost more than the call); a context
     with a ``budget`` counted by a :attr:`token_counter` of the user's runs in a worker thread
     either way (the counter may block)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Check a counter a subclass sets in its class body (``staticmethod(counter)``, or a
+        callable that is not a descriptor, such as ``len``) when the class is made, and keep
+        assignments to its instances checked; a method or a property is the subclass's own."""
+        super().__init_subclass__(**kwargs)
+        if "token_counter" not in cls.__dict__:
+            return  # (the parent's counter, checked already)
+        value = cls.__dict__["token_counter"]
+        if isinstance(value, staticmethod):
+            value = value.__func__
+        elif hasattr(type(value), "__get__"):  # a method, a property, the checked attribute
+            return
+        checked = _CheckedTokenCounter(check_token_counter(value))
+        checked.__set_name__(cls, "token_counter")
+        cls.token_counter = checked  # type: ignore[assignment]  # (the descriptor of it)
 
     def resolve_namespace(self, namespace: str | None = None) -> str:
         """The namespace a call with ``namespace`` reads or writes.
