@@ -34,6 +34,11 @@ from langchain_reflective.backends.postgres.failures import (
     version_after,
 )
 from langchain_reflective.backends.postgres.failures import call as _call
+from langchain_reflective.backends.postgres.pool_logs import (  # (_QUIET re-exported: moved)
+    _QUIET,  # noqa: F401
+    outage_over,
+    quiet_reconnects,
+)
 from langchain_reflective.backends.postgres.pool_settings import async_pool_settings
 from langchain_reflective.backends.postgres.rows import dump_json
 from langchain_reflective.backends.postgres.timeouts import (  # (re-exported: moved from here)
@@ -142,7 +147,7 @@ def _configure(conn: Any) -> Flow[None]:
         with contextlib.suppress(psycopg.Error):
             yield _call(conn, "execute", statement)
     _LAST_USED[conn] = time.monotonic()  # (just opened: no check before its first use)
-    _QUIET.reported = False  # (a connection opened: a later outage warns again)
+    outage_over()  # (a connection opened: a later outage warns again)
 
 
 def _checkout(pool: Any, timeout: float | None = None) -> Flow[Any]:
@@ -166,43 +171,6 @@ PROBE_AFTER = 3.0
 caller gets the server's reason at once, not the pool's "couldn't get a connection"), or up
 while the pool still waits out its reconnection backoff (the pool is replaced: the caller runs
 on a new connection)."""
-
-
-class _QuietReconnects(logging.Filter):
-    """Lets one of psycopg_pool's "error connecting in 'langchain-reflective...'" warnings
-    through per outage (it repeats one per attempt, with a growing backoff, for as long as the
-    server is down); the next connection the backend opens ends the outage. Records of other
-    applications' pools pass untouched. Installed on psycopg_pool's logger by
-    :func:`quiet_reconnects` when this package opens its first pool, not on import."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.reported = False
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        args = record.args if isinstance(record.args, tuple) else ()
-        if record.msg != "error connecting in %r: %s" or not args:
-            return True
-        if not str(args[0]).startswith("langchain-reflective"):
-            return True  # (another application's pool)
-        if self.reported:
-            return False
-        self.reported = True
-        return True
-
-
-_QUIET = _QuietReconnects()
-_QUIET_LOCK = threading.Lock()
-
-
-def quiet_reconnects() -> None:
-    """Install the filter (:class:`_QuietReconnects`) on psycopg_pool's logger, once per
-    process; called just before this package opens a pool of its own. Importing this module
-    changes no logging or warning configuration."""
-    pool_logger = logging.getLogger("psycopg.pool")
-    with _QUIET_LOCK:
-        if _QUIET not in pool_logger.filters:
-            pool_logger.addFilter(_QUIET)
 
 
 def _not_stored(error: object, why: str) -> ConnectionLostError:
