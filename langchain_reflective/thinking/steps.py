@@ -55,7 +55,7 @@ from langchain_reflective.thinking.tools import (
     RECALL_CONTEXT,
     ContinueThinkingArgs,
     RecallContextArgs,
-    _cut_request,
+    _shown_missing,
     create_thinking_tools,
 )
 from langchain_reflective.thinking.turns import TurnTakenError, count_text_tokens, summary_text
@@ -125,19 +125,6 @@ def _unparsed(message: AIMessage) -> list[dict[str, Any]]:
         {"name": call.get("name"), "args": str(call.get("args") or "(no arguments)")}
         for call in message.invalid_tool_calls
     ]
-
-
-_MISSING_SHOWN = 10
-"""Most requests not stored that a round keeps (then ``"N more"``)."""
-
-
-def _shown_missing(missing: list[str]) -> list[str]:
-    """The requests of a round that are not stored, as its thought keeps them: at most
-    :data:`_MISSING_SHOWN`, each cut (a model may ask for thousands, or for a page of text)."""
-    shown = [_cut_request(m) for m in missing[:_MISSING_SHOWN]]
-    if len(missing) > _MISSING_SHOWN:
-        shown.append(f"{len(missing) - _MISSING_SHOWN} more")
-    return shown
 
 
 class _Thinker:

@@ -69,6 +69,11 @@ MAX_SHOWN_REQUEST_CHARS = 100
 id is a UUID; anything longer is the model's text, not an id)."""
 
 
+_MAX_SHOWN_MISSING = 10
+"""At most this many requested turns or ids that are not stored are echoed, then how many more
+(a model may ask for thousands)."""
+
+
 def _cut_request(missing: str) -> str:
     """A requested turn or id that is not stored, cut to :data:`MAX_SHOWN_REQUEST_CHARS`."""
     if len(missing) > MAX_SHOWN_REQUEST_CHARS:
@@ -76,11 +81,14 @@ def _cut_request(missing: str) -> str:
     return missing
 
 
-def _shown_request(missing: str) -> str:
-    """As the recall tool echoes it: cut, and neutralised item by item (it is the tool's
-    output); the thinking step's copy (``steps._shown_missing``) is neutralised whole, line by
-    line, when its prompt is rendered."""
-    return neutralise(_cut_request(missing))
+def _shown_missing(missing: list[str]) -> list[str]:
+    """The requests that are not stored as the recall tool and a thought show them: at most
+    :data:`_MAX_SHOWN_MISSING`, each cut, then ``"N more"``. Not neutralised: the tool
+    neutralises each item (its output), the thinking step its prompt when rendered."""
+    shown = [_cut_request(m) for m in missing[:_MAX_SHOWN_MISSING]]
+    if len(missing) > _MAX_SHOWN_MISSING:
+        shown.append(f"{len(missing) - _MAX_SHOWN_MISSING} more")
+    return shown
 
 
 def format_recall(result: RecallResult) -> str:
@@ -91,7 +99,8 @@ def format_recall(result: RecallResult) -> str:
     if not result.snapshots:
         lines.append("(nothing found)")
     if result.missing:
-        lines.append("Not stored: " + ", ".join(_shown_request(m) for m in result.missing))
+        shown = _shown_missing(result.missing)
+        lines.append("Not stored: " + ", ".join(neutralise(m) for m in shown))
     lines.append("</recalled>")
     return "\n".join(lines)
 
