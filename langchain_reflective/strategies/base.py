@@ -231,6 +231,19 @@ def check_token_counter(token_counter: object) -> TokenCounter:
     )
 
 
+def counter_name(token_counter: object) -> str:
+    """A short name of ``token_counter`` for traces: ``ChatOpenAI.get_num_tokens_from_messages``
+    for a model's bound method (its class, not where the method is defined), else its
+    qualified name, else its type's name (a ``functools.partial``, a callable object)."""
+    owner = getattr(token_counter, "__self__", None)
+    name = getattr(token_counter, "__name__", None)
+    if owner is not None and not inspect.ismodule(owner) and isinstance(name, str):
+        cls = owner if inspect.isclass(owner) else type(owner)  # (a classmethod: its class)
+        return f"{cls.__name__}.{name}"
+    qualname = getattr(token_counter, "__qualname__", None)
+    return qualname if isinstance(qualname, str) else type(token_counter).__name__
+
+
 class _CheckedTokenCounter:
     """:attr:`BaseMemoryStrategy.token_counter`: every assignment goes through
     :func:`check_token_counter`, as the built-ins' ``token_counter=`` does, so an async
@@ -333,8 +346,11 @@ class BaseMemoryStrategy(ABC):
         return namespace
 
     def trace_metadata(self) -> dict[str, Any]:
-        """Metadata for the traced context run (the strategy's name and its settings)."""
-        return {"strategy": type(self).__name__}
+        """Metadata for the traced context run: the strategy's name and what its budgets are
+        counted with (:func:`counter_name` of :attr:`token_counter`: a context that differs
+        between two runs may differ by its counter). Subclasses add their settings to
+        ``super().trace_metadata()``."""
+        return {"strategy": type(self).__name__, "token_counter": counter_name(self.token_counter)}
 
     @abstractmethod
     def commit(self, observation: Observation) -> None:

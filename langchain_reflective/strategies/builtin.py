@@ -282,7 +282,7 @@ class WindowMemory(_ListMemory):
         self.capacity = _positive("capacity", capacity)
 
     def trace_metadata(self) -> dict[str, Any]:
-        return {"strategy": type(self).__name__, "capacity": self.capacity}
+        return {**super().trace_metadata(), "capacity": self.capacity}
 
     def _evict(self, kept: list[_Kept]) -> list[_Kept]:
         gone = kept[: max(0, len(kept) - self.capacity)]
@@ -441,7 +441,7 @@ class ImportanceMemory(_RatedMemory):
         self.max_size = _positive("max_size", max_size)
 
     def trace_metadata(self) -> dict[str, Any]:
-        return {"strategy": type(self).__name__, "max_size": self.max_size}
+        return {**super().trace_metadata(), "max_size": self.max_size}
 
     def _evict(self, kept: list[_Kept]) -> list[_Kept]:
         gone: list[_Kept] = []
@@ -503,7 +503,7 @@ class HybridMemory(_RatedMemory):
 
     def trace_metadata(self) -> dict[str, Any]:
         return {
-            "strategy": type(self).__name__,
+            **super().trace_metadata(),
             "capacity": self.capacity,
             "threshold": self.threshold,
             "max_important": self.max_important,

@@ -87,7 +87,7 @@ class ReflectiveMemoryStrategy(BaseMemoryStrategy):
     def trace_metadata(self) -> dict[str, Any]:
         scoring = self.memory.stream.scoring
         return {
-            "strategy": type(self).__name__,
+            **super().trace_metadata(),
             "k": self.memory.config.retrieve_k,
             "scoring": scoring.name,
             "weights": {

@@ -111,7 +111,7 @@ class SemanticMemory(BaseMemoryStrategy):
         self.default_namespace = stream.namespace
 
     def trace_metadata(self) -> dict[str, Any]:
-        return {"strategy": type(self).__name__, "k": self.k, "scoring": self.stream.scoring.name}
+        return {**super().trace_metadata(), "k": self.k, "scoring": self.stream.scoring.name}
 
     def _message_ids(self, obs: Observation) -> list[str]:
         """The memory ids of the messages ``obs`` carries (see :func:`message_memory_id`)."""

@@ -3,6 +3,8 @@ and the trace metadata of a context run names the counter in use."""
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -226,3 +228,33 @@ def test_a_counter_method_stays_a_method() -> None:
     strategy = _filled(_MethodCounter())
     context = strategy.context([], budget=120)
     assert context and per_char(context) <= 120
+
+
+# -- the trace metadata names the counter ------------------------------------------------------
+
+
+def test_the_trace_metadata_names_the_counter(make: Callable[..., BaseMemoryStrategy]) -> None:
+    """The context run's metadata (``trace_metadata``) says what the budget was counted with,
+    next to the strategy's settings; it follows an assigned counter."""
+    default = make().trace_metadata()
+    assert default["strategy"] and default["token_counter"] == "count_tokens"
+    assert len(default) >= 3  # (and each built-in's settings, at least one)
+    strategy = make(token_counter=per_char)
+    assert strategy.trace_metadata()["token_counter"] == "per_char"
+    strategy.token_counter = functools.partial(per_char)
+    assert strategy.trace_metadata()["token_counter"] == "partial"
+    model = FakeListChatModel(responses=["x"])
+    strategy.token_counter = model.get_num_tokens_from_messages
+    assert strategy.trace_metadata() == {
+        **default,
+        "token_counter": "FakeListChatModel.get_num_tokens_from_messages",
+    }
+    json.dumps(strategy.trace_metadata())  # (run metadata: JSON)
+
+
+def test_a_custom_strategys_trace_metadata_names_its_counter() -> None:
+    assert _SetInClassBody().trace_metadata() == {
+        "strategy": "_SetInClassBody",
+        "token_counter": "per_char",
+    }
+    assert _AssignsInInit(lambda messages: 1).trace_metadata()["token_counter"].endswith("<lambda>")
