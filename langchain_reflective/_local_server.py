@@ -221,6 +221,8 @@ def _port_problem(port: int) -> str | None:
     return None
 
 
+_SLOTS_TIMEOUT = 2.0
+"""Seconds one ``/slots`` request of :meth:`LocalChatServer.stop` waits for an answer."""
 _EXIT_WAIT = 300.0
 """Seconds the interpreter's exit waits for a local server's running requests to end."""
 
@@ -551,8 +553,9 @@ class LocalChatServer:
 
         Idle means two answers of ``/slots`` in a row with no slot processing, so a request
         queued behind a finishing one is seen (one answer, once the deadline has passed). A
-        server that does not answer ``/slots`` is taken as idle (there is nothing better to
-        go on).
+        server that refuses ``/slots`` (an error status, a closed port) is taken as idle (there
+        is nothing better to go on); one that is slow to answer (a loaded machine) is asked
+        again, and is not idle if it never answers before the deadline.
 
         Args:
             address: Root address of the server.
@@ -564,10 +567,12 @@ class LocalChatServer:
         idle_answers = 0
         while True:
             try:
-                status, body = _http_get(f"{address}/slots", timeout=2.0)
+                status, body = _http_get(f"{address}/slots", timeout=_SLOTS_TIMEOUT)
                 slots = json.loads(body) if status == 200 else None
-            except (OSError, ValueError):
-                slots = None
+            except (OSError, ValueError) as exc:
+                if not isinstance(getattr(exc, "reason", exc), TimeoutError):
+                    return True
+                slots = [{"is_processing": True}]  # no answer in time: it may be generating
             if not isinstance(slots, list):
                 return True
             busy = any(isinstance(slot, dict) and slot.get("is_processing") for slot in slots)

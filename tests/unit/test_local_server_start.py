@@ -301,3 +301,48 @@ def test_the_release_waits_for_an_answer_of_the_main_loop() -> None:
         began = time.perf_counter()
         _local_server._wait_loop_started(f"http://127.0.0.1:{port}", timeout=0.3)
         assert 0.3 <= time.perf_counter() - began < 3
+
+
+def test_stopping_waits_for_a_server_too_slow_to_say_it_is_busy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: a ``/slots`` request that timed out (a machine loaded by the generation itself)
+    counted as "idle", and the server would be torn down under its running request (llama.cpp
+    then waits for that request forever). Slow answers are now asked again until the deadline;
+    a refused ``/slots`` (error status, closed port) still counts as idle."""
+    import http.server
+    import time
+
+    monkeypatch.setattr(_local_server, "_SLOTS_TIMEOUT", 0.1)
+    answered = threading.Event()
+    statuses = {"/slots": 200}
+
+    class Stalled(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if not answered.is_set():
+                time.sleep(0.3)  # longer than the request's timeout: no answer in time
+                return
+            self.send_response(statuses.get(self.path, 404))
+            self.end_headers()
+            self.wfile.write(b'[{"is_processing": false}]')
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    wait_idle = LocalChatServer._wait_idle
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stalled) as httpd:
+        worker = threading.Thread(target=httpd.serve_forever, daemon=True)
+        worker.start()
+        address = f"http://127.0.0.1:{httpd.server_port}"
+        began = time.perf_counter()
+        assert wait_idle(address, time.perf_counter() + 0.5) is False  # never answered
+        assert time.perf_counter() - began >= 0.5
+        answered.set()
+        assert wait_idle(address, time.perf_counter() + 5) is True  # answers: idle twice
+        statuses["/slots"] = 501  # (a server started without the slots endpoint)
+        assert wait_idle(address, time.perf_counter() + 5) is True
+        httpd.shutdown()
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # (bound, not listening: connections are refused)
+        assert wait_idle(f"http://127.0.0.1:{port}", time.perf_counter() + 5) is True
