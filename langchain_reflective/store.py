@@ -395,14 +395,19 @@ class ReflectiveStore(BaseStore):
         raw = by_id.get(key)
         if raw is None or not self._is_item(raw):
             return raw
-        return raw if raw.metadata[ITEM_METADATA_KEY]["key"] == key else None  # put over it
+        return raw if item_key(raw) == key else None  # put over it
 
     @staticmethod
     def _is_item(record: MemoryRecord) -> bool:
         return item_key(record) is not None
 
     def _view(self, record: MemoryRecord) -> _View:
-        if self._is_item(record):
+        key = item_key(record)
+        if key is not None and ITEM_METADATA_KEY not in record.metadata:
+            # stored too deep to read (records.UNREADABLE_METADATA_KEY): its value says why
+            value = dict(record.metadata)
+            return _View(key, value, record.created_at, record.created_at, indexed=True)
+        if key is not None:
             meta = record.metadata[ITEM_METADATA_KEY]
             try:
                 created = datetime.fromisoformat(meta.get("created_at", ""))

@@ -16,6 +16,7 @@ from langchain_reflective.errors import InvalidFilterError, InvalidMemoryError
 from langchain_reflective.records import (
     MAX_IDENTIFIER_BYTES,
     MAX_NESTING,
+    UNREADABLE_METADATA_KEY,
     MemoryRecord,
     check_json_shape,
     clip_text,
@@ -71,10 +72,30 @@ def item_key(record: MemoryRecord) -> str | None:
     """
     meta = record.metadata.get(ITEM_METADATA_KEY)
     if not isinstance(meta, Mapping):
-        return None
+        return _unreadable_item_key(record)
     key = meta.get("key")
     if not isinstance(key, str) or not isinstance(meta.get("value"), dict):
         return None
+    return key if record.id in (item_memory_id(record.namespace, key), key) else None
+
+
+_STORED_ITEM_KEY = re.compile(r'\{"%s": \{"key": ("(?:[^"\\]|\\.)*")' % ITEM_METADATA_KEY)
+"""The start of an item's stored metadata, up to its key: as ``json.dumps`` writes it, and as
+Postgres prints ``jsonb`` (which puts the shortest keys first)."""
+
+
+def _unreadable_item_key(record: MemoryRecord) -> str | None:
+    """The key of an item whose stored metadata the backend could not read (its value was
+    stored nested too deep by an earlier version: see
+    :data:`~langchain_reflective.records.UNREADABLE_METADATA_KEY`), taken from the start of
+    the stored text, so the item keeps its key (a put to it replaces it, a delete deletes it)
+    though its value cannot be given. ``None`` for any other memory."""
+    marker = record.metadata.get(UNREADABLE_METADATA_KEY)
+    stored = marker.get("json") if isinstance(marker, Mapping) else None
+    found = _STORED_ITEM_KEY.match(stored) if isinstance(stored, str) else None
+    if found is None:
+        return None
+    key = json.loads(found[1])
     return key if record.id in (item_memory_id(record.namespace, key), key) else None
 
 

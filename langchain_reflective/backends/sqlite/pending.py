@@ -6,7 +6,6 @@ pending or stored, never both and never neither.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
@@ -17,7 +16,7 @@ from langchain_reflective.backends.sqlite.connection import SQLiteConnection
 from langchain_reflective.backends.sqlite.schema import chunks, dump_metadata, from_us, to_us
 from langchain_reflective.backends.types import pending_pairs
 from langchain_reflective.errors import DuplicateIdError, PendingConflictError
-from langchain_reflective.records import MemoryRecord
+from langchain_reflective.records import MemoryRecord, load_stored_metadata
 
 __all__ = ["PendingQueue"]
 
@@ -109,7 +108,7 @@ class PendingQueue(SQLiteConnection):
                 kind=r[3],
                 created_at=from_us(r[4]),
                 importance=None if r[5] is None else float(r[5]),
-                metadata=json.loads(r[6]) if r[6] != "{}" else {},
+                metadata=load_stored_metadata(r[6], r[1], r[0]) if r[6] != "{}" else {},
             )
             for r in rows
         ]

@@ -22,7 +22,7 @@ import tenacity
 
 from langchain_reflective.backends.base import trusted_record
 from langchain_reflective.errors import ForeignFileError, SchemaVersionError, StorageError
-from langchain_reflective.records import MemoryRecord
+from langchain_reflective.records import MemoryRecord, load_stored_json, load_stored_metadata
 
 __all__ = [
     "APPLICATION_ID",
@@ -167,11 +167,19 @@ def row_to_record(row: Sequence[Any]) -> MemoryRecord:
         from_us(accessed),
         float(importance),
         source,
-        tuple(str(e) for e in json.loads(evidence)) if evidence != "[]" else (),
+        _evidence(evidence, ns, id_) if evidence != "[]" else (),
         int(depth),
         ns,
-        json.loads(meta) if meta != "{}" else {},
+        load_stored_metadata(meta, ns, id_) if meta != "{}" else {},
     )
+
+
+def _evidence(raw: Any, namespace: str, memory_id: str) -> tuple[str, ...]:
+    """The evidence ids of a stored row; none when its JSON cannot be read (too deep, broken,
+    not a list: see :func:`~langchain_reflective.records.load_stored_json`), so that row does
+    not make its namespace unreadable."""
+    ids, problem = load_stored_json(raw, "evidence", namespace, memory_id, list)
+    return () if problem else tuple(str(e) for e in ids)
 
 
 def dump_evidence(evidence: tuple[str, ...]) -> str:
