@@ -41,9 +41,12 @@ __all__ = [
 
 RECORD_COLUMNS = (
     "m.seq, m.id, m.text, m.kind, m.created_at, a.last_accessed_at, m.importance, "
-    "m.importance_source, m.evidence, m.depth, m.namespace, m.metadata"
+    "m.importance_source, m.evidence, m.depth, m.namespace, m.metadata::text"
 )
-"""The columns ``_record`` (in ``backend``) reads, in order, from :data:`RECORDS`."""
+"""The columns :func:`~langchain_reflective.backends.postgres.rows.record_of` reads, in order,
+from :data:`RECORDS`. The metadata comes as text, decoded row by row by ``record_of``: psycopg
+would decode ``jsonb`` while fetching, where one row nested too deep for ``json.loads`` (stored
+before ``records.MAX_NESTING``, or by hand) raised ``RecursionError`` for the whole read."""
 RECORDS = "reflective_memories m JOIN reflective_access a ON a.seq = m.seq"
 """A memory and its access time."""
 
@@ -503,8 +506,9 @@ def pending_sql(namespace: str | None, *, limit: int | None, newest: bool) -> tu
     first (``newest``), as :func:`~langchain_reflective.backends.postgres.rows.pending_of`
     reads them."""
     sql = (
-        "SELECT id, namespace, text, kind, created_at, importance, metadata FROM reflective_pending"
-    )
+        "SELECT id, namespace, text, kind, created_at, importance, metadata::text "
+        "FROM reflective_pending"
+    )  # (metadata as text: see RECORD_COLUMNS)
     params: list[Any] = []
     if namespace is not None:
         sql += " WHERE namespace = %s"

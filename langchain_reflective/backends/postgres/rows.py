@@ -20,7 +20,7 @@ from langchain_reflective.backends.types import (
     PendingMemory,
     trusted_record,
 )
-from langchain_reflective.records import MemoryRecord
+from langchain_reflective.records import MemoryRecord, load_stored_metadata
 from langchain_reflective.scoring import ScoringConfig
 
 __all__ = [
@@ -151,7 +151,9 @@ def vectors_from_binary(blobs: Sequence[bytes], dimension: int) -> F32:
 
 
 def record_of(row: Sequence[Any]) -> tuple[int, MemoryRecord]:
-    """``(seq, record)`` from a row of :data:`RECORD_COLUMNS`."""
+    """``(seq, record)`` from a row of :data:`RECORD_COLUMNS` (metadata as ``jsonb`` text: a
+    row that cannot be read is read with a marker instead, see
+    :func:`~langchain_reflective.records.load_stored_metadata`)."""
     seq, id_, text, kind, created, accessed, imp, source, evidence, depth, ns, meta = row
     return int(seq), trusted_record(
         id=id_,
@@ -164,12 +166,13 @@ def record_of(row: Sequence[Any]) -> tuple[int, MemoryRecord]:
         evidence=tuple(evidence),
         depth=int(depth),
         namespace=ns,
-        metadata=meta,
+        metadata=load_stored_metadata(meta, ns, id_) if meta != "{}" else {},
     )
 
 
 def pending_of(row: Sequence[Any]) -> PendingMemory:
-    """A queued memory from a row of ``queries.pending_sql``."""
+    """A queued memory from a row of ``queries.pending_sql`` (metadata as text, read as
+    :func:`record_of` reads it)."""
     id_, namespace, text, kind, created, importance, metadata = row
     return PendingMemory(
         id=id_,
@@ -178,7 +181,7 @@ def pending_of(row: Sequence[Any]) -> PendingMemory:
         kind=kind,
         created_at=created,
         importance=None if importance is None else float(importance),
-        metadata=metadata,
+        metadata=load_stored_metadata(metadata, namespace, id_) if metadata != "{}" else {},
     )
 
 
