@@ -222,3 +222,23 @@ def test_a_store_item_too_deep_to_read_can_be_read_and_replaced(
     again = store.get(("users", "alice"), "prefs")
     assert again is not None and again.value == {"theme": "blue"}
     assert stream.count(namespace="users/alice") == 2
+
+
+def test_too_deep_cache_bookkeeping_is_rebuilt_not_raised(tmp_path: Path) -> None:
+    """The ``meta`` rows that describe a namespace's caches are JSON too: a tampered one is
+    treated as missing (the cache is rebuilt from the rows); one nested too deep raised
+    ``RecursionError`` from the namespace's load instead."""
+    path = tmp_path / "m.db"
+    with MemoryStream(WordEmbeddings(16), path=path) as s:
+        s.add(FACTS, importances=0.5)
+        want = [h.record.id for h in s.retrieve("Bob violin", k=3, touch=False)]
+        namespace = s.namespace
+    deep = deep_json(5_000)
+    for prefix in ("columns_cache", "vector_cache", "index_cache", "lexical_cache"):
+        _write_by_hand(
+            path,
+            "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+            (f"{prefix}:{namespace}", deep),
+        )
+    with MemoryStream(WordEmbeddings(16), path=path) as s:
+        assert [h.record.id for h in s.retrieve("Bob violin", k=3, touch=False)] == want

@@ -142,7 +142,7 @@ class PartitionFiles:
             )
             if int(info["dimension"]) != dim or rows < 1:
                 return None
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             return None
         if saved != generation and not (
             isinstance(self.store, SQLiteRecordStore)
@@ -178,7 +178,7 @@ class PartitionFiles:
             rows, newest = int(info["rows"]), int(info["newest_seq"])
             saved = int(info["generation"])
             digest, kinds = str(info["sha256"]), [str(k) for k in info["kinds"]]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             return 0
         if (
             rows < 1
@@ -326,7 +326,7 @@ class PartitionFiles:
                 and file.stat().st_size == int(info["rows"]) * dim * 4
             ):
                 start = int(info["rows"])  # a prefix of the live rows: append the rest
-        except (ValueError, KeyError, TypeError, OSError):
+        except (ValueError, KeyError, TypeError, RecursionError, OSError):
             start = 0
         vectors = part.index.vectors()
         if start:
@@ -359,7 +359,7 @@ class PartitionFiles:
             if not isinstance(info, dict) or int(info["generation"]) != generation:
                 logger.info("vector index cache for %r is stale; rebuilding", namespace)
                 return None
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             return None
         return info
 
@@ -489,7 +489,7 @@ class PartitionFiles:
             rows, newest = int(info["rows"]), int(info["newest_seq"])
             generation, digest = int(info["generation"]), str(info["sha256"])
             context, last = bool(info["context"]), info["last_observation"]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             return None
         if context != self.lexical_context or not 0 < rows <= len(part):
             return None
