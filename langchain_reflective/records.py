@@ -391,6 +391,10 @@ _STORED_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 """A JSON string (whose brackets are not nesting)."""
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 
+_SHALLOW_CHARS = 2 * MAX_NESTING + 1
+"""JSON text this short cannot nest deeper than :data:`MAX_NESTING` (a level takes two
+characters)."""
+
 _warned: set[tuple[str, str, str]] = set()  # (what, namespace, id) warned of in this process
 _WARNED_MAX = 10_000
 _warned_lock = threading.Lock()
@@ -401,7 +405,7 @@ def _nesting(raw: str) -> int:
     level 1; 0 for a text too short or with too few brackets to nest past
     :data:`MAX_NESTING`), counted without decoding it: decoding recurses once per level, and
     how many levels a thread can afford depends on how deep in the stack the read is."""
-    if len(raw) <= 2 * MAX_NESTING + 1 or raw.count("[") + raw.count("{") <= MAX_NESTING:
+    if len(raw) <= _SHALLOW_CHARS or raw.count("[") + raw.count("{") <= MAX_NESTING:
         return 0  # (each level takes at least two characters and one opening bracket)
     import numpy as np  # (loaded already by every backend; only wide or deep rows get here)
 
@@ -457,6 +461,15 @@ def load_stored_metadata(raw: object, namespace: str, memory_id: str) -> dict[st
     the row cannot be read (see :func:`load_stored_json`), the marker
     ``{UNREADABLE_METADATA_KEY: {"problem": ..., "json": <raw as text>}}`` (see
     :data:`UNREADABLE_METADATA_KEY`), so one bad row does not make its namespace unreadable."""
+    if type(raw) is str and (
+        len(raw) <= _SHALLOW_CHARS or raw.count("[") + raw.count("{") <= MAX_NESTING
+    ):  # (the usual row, read without the checks' calls: reads run this per record)
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = None  # (load_stored_json says what is wrong)
+        if type(value) is dict:
+            return value
     value, problem = load_stored_json(raw, "metadata", namespace, memory_id, dict)
     if not problem:
         return cast(dict[str, Any], value)
