@@ -248,7 +248,8 @@ mapping itself being level 1.
 
 Deeper values are refused: encoding one raises ``RecursionError`` from about 985 levels, and one
 a little less deep would be stored but break every read of its namespace (decoding it needs a
-deeper stack than a read deep inside a graph has)."""
+deeper stack than a read deep inside a graph has). The backends read a row stored deeper (by an
+earlier version, or by hand) with its metadata withheld: see :data:`UNREADABLE_METADATA_KEY`."""
 
 
 MAX_JSON_CHARS = 10_000_000
