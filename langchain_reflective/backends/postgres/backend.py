@@ -64,6 +64,7 @@ from langchain_reflective.backends.postgres.schema import (
     newer_schema_error,
 )
 from langchain_reflective.backends.postgres.touches import Touches
+from langchain_reflective.backends.postgres.unclosed import finalizer, held_weakly
 from langchain_reflective.backends.postgres.vector_index import (
     IndexKind,
     IndexState,
@@ -182,7 +183,7 @@ class PostgresBackend(BaseMemoryBackend):
         if local_index:
             local = LocalIndex(
                 self._pools,
-                lambda: self.dimension,
+                held_weakly(self, lambda backend: backend.dimension),
                 max_memories=local_index_max_memories,
                 wait=local_index_wait,
             )
@@ -198,6 +199,8 @@ class PostgresBackend(BaseMemoryBackend):
         self._model: str | None = None
         self._vector_type: int | None = None
         self._version_checked = False
+        stops = [self._touches.close, self._index.close, *([local.close] if local else [])]
+        self._unclosed = finalizer(self, self._pools, stops)  # (freed unclosed: closes them)
 
     @classmethod
     def from_conn_string(
@@ -658,13 +661,17 @@ class PostgresBackend(BaseMemoryBackend):
     def close(self) -> None:
         """Close the connection pools (cancelling a background index rebuild and dropping the
         local index). Idempotent. In a forked child it only forgets them (the parent's
-        connections and threads are left alone; see ``backends/_fork.py``)."""
+        connections and threads are left alone; see ``backends/_fork.py``). A backend never
+        closed is closed when it is freed, in any thread (not at interpreter exit:
+        ``unclosed.py``)."""
+        self._unclosed.detach()
         if not self._pools.forked:
             self._close_threads()
         self._pools.close()
 
     async def aclose(self) -> None:
         """Async twin of :meth:`close`."""
+        self._unclosed.detach()
         if not self._pools.forked:
             await asyncio.to_thread(self._close_threads)
         await self._pools.aclose()

@@ -652,6 +652,20 @@ class Pools:
                 left[key] = (loop, pool)  # for a later aclose() in that loop
         self._apools = left
 
+    def abandon(self) -> None:
+        """Close the sync pool of a backend freed unclosed (``unclosed.py``) and forget the
+        async ones: only their event loops may close them, and this may run in any thread
+        (their connections close as they are freed). In a forked child it only forgets."""
+        self._apools = {}
+        if self.forked:  # (before the lock: a parent's thread may have held it at the fork)
+            self.closed = True
+            return
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+        self.pool.close()
+
     async def aclose(self) -> None:
         """Async twin of :meth:`close` (closes the running loop's pool in that loop)."""
         if self.forked:
