@@ -38,7 +38,46 @@ without memory lines steps a token or two at a time: 63 seen, and the steps give
 contexts always had)."""
 _STEPS_COUNTED = 8
 """The same with a counter of the user's, which may be a request each (a provider's token
-count): a few steps, then the bisection (about ``log2(budget)`` renders more)."""
+count): a few steps, then the bisection (about ``log2(budget)`` counts more). When a step fits,
+the counts the steps did not take grow that fit (:meth:`ReflectiveMemoryStrategy._grow`): this
+many counts in all. A text rendered again is not counted again."""
+
+
+class _Renders:
+    """The renders of one context's working context at line budgets, and their counts by the
+    strategy's counter: each text is counted once (a render is local, a count of the user's
+    counter may be a provider's request, and many line budgets render the same text)."""
+
+    def __init__(self, strategy: ReflectiveMemoryStrategy, parts: _Parts) -> None:
+        self._strategy = strategy
+        self._parts = parts
+        self._costs: dict[str, int] = {}
+
+    def message(self, lines: int) -> SystemMessage:
+        """The render with ``lines`` tokens of memory lines (not counted)."""
+        return SystemMessage(self._strategy.memory.render_context(*self._parts, budget=lines))
+
+    def counted(self, message: SystemMessage) -> bool:
+        """Whether ``message``'s text was counted already (its cost needs no count)."""
+        return message.text in self._costs
+
+    @property
+    def counts(self) -> int:
+        """How many times the counter was called."""
+        return len(self._costs)
+
+    def cost(self, message: SystemMessage) -> int:
+        """``message``'s tokens by the strategy's counter (counted once per text)."""
+        cost = self._costs.get(message.text)
+        if cost is None:
+            cost = count_checked(self._strategy.token_counter, [message])
+            self._costs[message.text] = cost
+        return cost
+
+    def __call__(self, lines: int) -> tuple[SystemMessage, int]:
+        """The render with ``lines`` tokens of memory lines, and its cost."""
+        message = self.message(lines)
+        return message, self.cost(message)
 
 
 class ReflectiveMemoryStrategy(BaseMemoryStrategy):
@@ -175,24 +214,25 @@ class ReflectiveMemoryStrategy(BaseMemoryStrategy):
         render that does not fit gives up its overshoot (a few renders with a counter near
         that). With a counter far from it the steps may overshoot zero (one token per
         character) or be many: then the most lines that fit are bisected. Every render is
-        counted; none over the budget is returned. With the default counter the result is the
-        steps' whenever they find one (as before counters could be chosen); where they
-        overshot zero, the bisection may still find a fit the steps missed (the block without
-        memory lines, saying memories exist but none fit, instead of no block).
+        counted (each text once); none over the budget is returned. With the default counter
+        the result is the steps' whenever they find one (as before counters could be chosen);
+        where they overshot zero, the bisection may still find a fit the steps missed (the
+        block without memory lines, saying memories exist but none fit, instead of no block).
+        With a counter of the user's, a fit the steps found is grown with the counts they left
+        (:meth:`_grow`).
         """
         if budget is None:
             return [SystemMessage(self.memory.render_context(*parts))]
-
-        def render(lines: int) -> tuple[SystemMessage, int]:
-            message = SystemMessage(self.memory.render_context(*parts, budget=lines))
-            return message, count_checked(self.token_counter, [message])
-
+        render = _Renders(self, parts)
+        approximate = self.token_counter is count_tokens
         lines = budget  # token budget of the memory lines; the fence and titles cost extra
         high = budget  # the most lines that may still fit
-        for _ in range(_STEPS if self.token_counter is count_tokens else _STEPS_COUNTED):
+        for _ in range(_STEPS if approximate else _STEPS_COUNTED):
             message, cost = render(lines)
             if cost <= budget:
-                return [message]
+                if approximate:  # (the contexts it always gave)
+                    return [message]
+                return [self._grow(render, budget, lines, high, message)]
             high = lines - 1
             lines -= cost - budget  # (fewer each time: the cost is over the budget)
             if lines < 0:
@@ -211,6 +251,34 @@ class ReflectiveMemoryStrategy(BaseMemoryStrategy):
             else:
                 high = middle - 1
         return [best]
+
+    @staticmethod
+    def _grow(
+        render: _Renders, budget: int, low: int, high: int, fits: SystemMessage
+    ) -> SystemMessage:
+        """The render of the most memory lines in ``low..high`` that fits ``budget``, bisected
+        with the counts the steps left of :data:`_STEPS_COUNTED` (``fits``: the render of
+        ``low``, which fits; ``high``: one below the last render that did not).
+
+        A step gives up its overshoot in tokens, but lines go whole: with a counter of about 3
+        characters per token a step may drop a line or two more than needed, and the steps
+        stop at the first fit. The counts left grow it back, without ever counting more than
+        the steps alone could have. A fit shorter than ``fits`` (a long memory cut at another
+        length) narrows the bisection but is not taken.
+        """
+        best = fits
+        while low < high:
+            middle = (low + high + 1) // 2
+            message = render.message(middle)
+            if not render.counted(message) and render.counts >= _STEPS_COUNTED:
+                break  # (no count left: the largest fit found so far)
+            if render.cost(message) <= budget:
+                low = middle
+                if len(message.text) >= len(best.text):
+                    best = message
+            else:
+                high = middle - 1
+        return best
 
     def context(
         self,

@@ -36,6 +36,7 @@ from langchain_reflective.strategies import (
     format_context,
     observation_messages,
 )
+from langchain_reflective.strategies.reflective import _STEPS_COUNTED
 from langchain_reflective.strategies.testing import StrategyConformanceTests
 from tests.fakes import WordEmbeddings
 
@@ -161,6 +162,98 @@ def test_the_reflective_fit_ends_when_nothing_ever_fits() -> None:
         strategy = ReflectiveMemoryStrategy(memory, token_counter=one_over)
         assert strategy.context(QUESTION, budget=5000) == []
         assert len(calls) <= 30  # a few steps, then about log2(5000) renders bisected
+
+
+def _thirds(counts: list[int]) -> Callable[[Sequence[BaseMessage]], int]:
+    """A counter of about 3 characters per token (4 are assumed), noting each count."""
+
+    def thirds(messages: Sequence[BaseMessage]) -> int:
+        counts.append(1)
+        return sum(len(m.text) for m in messages) // 3
+
+    return thirds
+
+
+def _largest_fit(memory: ReflectiveMemory, parts: Any, budget: int, counter: Any) -> str | None:
+    """The render of the largest line budget within ``budget`` by ``counter``: what bisecting
+    with unlimited counts finds (renders fit up to some line budget, none above it)."""
+    for lines in range(budget, -1, -1):
+        message = SystemMessage(memory.render_context(*parts, budget=lines))
+        if counter([message]) <= budget:
+            return message.text
+    return None
+
+
+def _steps_fit(memory: ReflectiveMemory, parts: Any, budget: int, counter: Any) -> str | None:
+    """The first fit of ``_fit``'s steps with a user's counter (what it returned before it
+    grew that fit), ``None`` when the steps find none."""
+    lines = budget
+    for _ in range(_STEPS_COUNTED):
+        message = SystemMessage(memory.render_context(*parts, budget=lines))
+        cost = counter([message])
+        if cost <= budget:
+            return message.text
+        lines -= cost - budget
+        if lines < 0:
+            break
+    return None
+
+
+def _lines(text: str | None) -> int:
+    """How many memory lines a reflective context text shows (``-1``: no block)."""
+    return -1 if text is None else sum(line.startswith("- [") for line in text.splitlines())
+
+
+def test_a_counter_near_three_characters_per_token_fills_the_block() -> None:
+    """About 3 characters per token (4 assumed): a render over the budget gives up its
+    overshoot in tokens, which drops whole lines, so the steps' first fit showed a line or two
+    fewer than fit. The counts the steps did not use grow it to the largest fit."""
+    counts: list[int] = []
+    thirds = _thirds(counts)
+    with ReflectiveMemory(None, MemoryStream(WordEmbeddings())) as memory:
+        strategy = ReflectiveMemoryStrategy(memory, token_counter=thirds)
+        recent = [MemoryRecord(id=f"r{i}", text=f"{i} " + "x" * 58) for i in range(10)]
+        parts = ([], recent, [])
+        grown = 0
+        for budget in range(100, 400, 10):
+            counts.clear()
+            fitted = strategy._fit(parts, budget)
+            assert len(counts) <= _STEPS_COUNTED + 1 + budget.bit_length(), budget
+            assert thirds(fitted) <= budget
+            largest = _largest_fit(memory, parts, budget, thirds)
+            assert [m.text for m in fitted] == [largest], budget
+            grown += _lines(_steps_fit(memory, parts, budget, thirds)) < _lines(largest)
+        assert grown >= 10  # (of 30 budgets: 12 where the steps alone fell short)
+
+
+def test_growing_the_fit_counts_no_more_than_the_steps_could() -> None:
+    """Random memories and budgets, about 3 characters per token: never over the budget; where
+    the steps found a fit, the grown one is no shorter and takes no count beyond the steps'
+    :data:`_STEPS_COUNTED` (each may be a provider's request); elsewhere the bisection counts
+    each text once. Almost always the largest fit (a long memory cut at another length may
+    leave one a little short)."""
+    rng = random.Random(11)
+    counts: list[int] = []
+    thirds = _thirds(counts)
+    cases = largest_found = 0
+    with ReflectiveMemory(None, MemoryStream(WordEmbeddings())) as memory:
+        strategy = ReflectiveMemoryStrategy(memory, token_counter=thirds)
+        for _ in range(15):
+            parts = _random_parts(rng)
+            for budget in range(0, 700, 19):
+                counts.clear()
+                fitted = [m.text for m in strategy._fit(parts, budget)]
+                used = len(counts)
+                assert thirds([SystemMessage(t) for t in fitted]) <= budget
+                stepped = _steps_fit(memory, parts, budget, thirds)
+                if stepped is not None:
+                    assert used <= _STEPS_COUNTED, budget
+                    assert len(fitted[0]) >= len(stepped), budget
+                assert used <= _STEPS_COUNTED + 1 + budget.bit_length(), budget
+                cases += 1
+                largest = _largest_fit(memory, parts, budget, thirds)
+                largest_found += fitted == ([] if largest is None else [largest])
+    assert largest_found >= 0.95 * cases, (largest_found, cases)
 
 
 def test_the_fitting_helpers_name_a_bad_counter() -> None:
