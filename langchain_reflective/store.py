@@ -404,7 +404,7 @@ class ReflectiveStore(BaseStore):
     def _view(self, record: MemoryRecord) -> _View:
         key = item_key(record)
         if key is not None and ITEM_METADATA_KEY not in record.metadata:
-            # stored too deep to read (records.UNREADABLE_METADATA_KEY): its value says why
+            # stored too deep to read (stored_json.UNREADABLE_METADATA_KEY): its value says why
             value = dict(record.metadata)
             return _View(key, value, record.created_at, record.created_at, indexed=True)
         if key is not None:

@@ -16,12 +16,12 @@ from langchain_reflective.errors import InvalidFilterError, InvalidMemoryError
 from langchain_reflective.records import (
     MAX_IDENTIFIER_BYTES,
     MAX_NESTING,
-    UNREADABLE_METADATA_KEY,
     MemoryRecord,
     check_json_shape,
     clip_text,
     validate_text,
 )
+from langchain_reflective.stored_json import UNREADABLE_METADATA_KEY
 
 __all__ = [
     "ITEM_METADATA_KEY",
@@ -79,7 +79,7 @@ def item_key(record: MemoryRecord) -> str | None:
     return key if record.id in (item_memory_id(record.namespace, key), key) else None
 
 
-_STORED_ITEM_KEY = re.compile(r'\{"%s": \{"key": ("(?:[^"\\]|\\.)*")' % ITEM_METADATA_KEY)
+_STORED_ITEM_KEY = re.compile(r'\{"' + ITEM_METADATA_KEY + r'": \{"key": ("(?:[^"\\]|\\.)*")')
 """The start of an item's stored metadata, up to its key: as ``json.dumps`` writes it, and as
 Postgres prints ``jsonb`` (which puts the shortest keys first)."""
 
@@ -87,7 +87,7 @@ Postgres prints ``jsonb`` (which puts the shortest keys first)."""
 def _unreadable_item_key(record: MemoryRecord) -> str | None:
     """The key of an item whose stored metadata the backend could not read (its value was
     stored nested too deep by an earlier version: see
-    :data:`~langchain_reflective.records.UNREADABLE_METADATA_KEY`), taken from the start of
+    :data:`~langchain_reflective.stored_json.UNREADABLE_METADATA_KEY`), taken from the start of
     the stored text, so the item keeps its key (a put to it replaces it, a delete deletes it)
     though its value cannot be given. ``None`` for any other memory."""
     marker = record.metadata.get(UNREADABLE_METADATA_KEY)

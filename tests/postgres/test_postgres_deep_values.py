@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 
 from langchain_reflective import MemoryStream, PostgresBackend
-from langchain_reflective.records import MAX_NESTING, UNREADABLE_METADATA_KEY
+from langchain_reflective.records import MAX_NESTING
 from langchain_reflective.store import ReflectiveStore
+from langchain_reflective.stored_json import UNREADABLE_METADATA_KEY
 from tests.fakes import WordEmbeddings
 
 psycopg = pytest.importorskip("psycopg", reason="the 'postgres' extra is not installed")

@@ -20,8 +20,9 @@ from langchain_reflective.backends.types import (
     PendingMemory,
     trusted_record,
 )
-from langchain_reflective.records import MemoryRecord, load_stored_metadata
+from langchain_reflective.records import MemoryRecord
 from langchain_reflective.scoring import ScoringConfig
+from langchain_reflective.stored_json import load_stored_metadata
 
 __all__ = [
     "INT4_ARRAY_OID",
@@ -153,7 +154,7 @@ def vectors_from_binary(blobs: Sequence[bytes], dimension: int) -> F32:
 def record_of(row: Sequence[Any]) -> tuple[int, MemoryRecord]:
     """``(seq, record)`` from a row of :data:`RECORD_COLUMNS` (metadata as ``jsonb`` text: a
     row that cannot be read is read with a marker instead, see
-    :func:`~langchain_reflective.records.load_stored_metadata`)."""
+    :func:`~langchain_reflective.stored_json.load_stored_metadata`)."""
     seq, id_, text, kind, created, accessed, imp, source, evidence, depth, ns, meta = row
     return int(seq), trusted_record(
         id=id_,

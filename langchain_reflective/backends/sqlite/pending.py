@@ -16,7 +16,8 @@ from langchain_reflective.backends.sqlite.connection import SQLiteConnection
 from langchain_reflective.backends.sqlite.schema import chunks, dump_metadata, from_us, to_us
 from langchain_reflective.backends.types import pending_pairs
 from langchain_reflective.errors import DuplicateIdError, PendingConflictError
-from langchain_reflective.records import MemoryRecord, load_stored_metadata
+from langchain_reflective.records import MemoryRecord
+from langchain_reflective.stored_json import load_stored_metadata
 
 __all__ = ["PendingQueue"]
 

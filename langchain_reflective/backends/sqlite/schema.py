@@ -22,7 +22,8 @@ import tenacity
 
 from langchain_reflective.backends.base import trusted_record
 from langchain_reflective.errors import ForeignFileError, SchemaVersionError, StorageError
-from langchain_reflective.records import MemoryRecord, load_stored_json, load_stored_metadata
+from langchain_reflective.records import MemoryRecord
+from langchain_reflective.stored_json import load_stored_json, load_stored_metadata
 
 __all__ = [
     "APPLICATION_ID",
@@ -176,7 +177,7 @@ def row_to_record(row: Sequence[Any]) -> MemoryRecord:
 
 def _evidence(raw: Any, namespace: str, memory_id: str) -> tuple[str, ...]:
     """The evidence ids of a stored row; none when its JSON cannot be read (too deep, broken,
-    not a list: see :func:`~langchain_reflective.records.load_stored_json`), so that row does
+    not a list: see :func:`~langchain_reflective.stored_json.load_stored_json`), so that row does
     not make its namespace unreadable."""
     ids, problem = load_stored_json(raw, "evidence", namespace, memory_id, list)
     return () if problem else tuple(str(e) for e in ids)
