@@ -43,7 +43,7 @@ def read_header(fh: TextIO, source: Path) -> dict[str, Any]:
     """The export's header line, read from ``fh``; refuses anything else."""
     try:
         header = json.loads(fh.readline() or "null")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # (not JSON or UTF-8, too deep, huge numbers)
         raise InvalidMemoryError(f"{source} is not a langchain-reflective export") from exc
     if not isinstance(header, dict) or header.get("format") != JSONL_FORMAT:
         raise InvalidMemoryError(f"{source} is not a langchain-reflective export")

@@ -56,6 +56,12 @@ def test_import_rejects_foreign_and_malformed(tmp_path: Path, stream) -> None:
     )
     with pytest.raises(InvalidMemoryError, match="format version 99, newer than"):
         stream.import_jsonl(bad)
+    # a first line nested too deep to decode, or with an integer past Python's digit limit:
+    # a raw RecursionError / ValueError escaped before
+    for first in ("[" * 100_000 + "]" * 100_000, '{"format": ' + "9" * 5_000 + "}"):
+        bad.write_text(first + "\n" + json.dumps(line) + "\n")
+        with pytest.raises(InvalidMemoryError, match="not a langchain-reflective export"):
+            stream.import_jsonl(bad)
     assert len(stream) == 0
 
 
