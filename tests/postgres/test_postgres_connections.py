@@ -1,16 +1,24 @@
 """PostgresBackend's connections against a real server: a wrong or malformed connection string
-fails at once (never showing its password), and connections the server dropped are replaced,
-while idle unseen, in use by running reads again (never writes)."""
+fails at once (never showing its password), the connections get TCP keepalives unless the
+connection string sets them, and connections the server dropped are replaced, while idle
+unseen, in use by running reads again (never writes)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
+import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from langchain_reflective.backends.base import RetrievalFilter
 from langchain_reflective.backends.postgres import PostgresBackend
+from langchain_reflective.backends.postgres.conninfo import KEEPALIVES, with_keepalives
 from langchain_reflective.backends.postgres.failures import ConnectionLostError
 from langchain_reflective.errors import (
     StorageError,
@@ -60,6 +68,113 @@ def test_a_malformed_connection_string_never_shows_its_password(url: str) -> Non
         PostgresBackend.from_conn_string(url)
     assert "S3cret" not in str(bad.value) and bad.value.__cause__ is None
     assert "***" in str(bad.value) or "port" in str(bad.value)
+
+
+_DEFAULTS = {key: str(value) for key, value in KEEPALIVES.items()}
+
+
+@pytest.mark.parametrize(
+    ("url", "own"),
+    [
+        ("postgresql://ana:pw@db.example:5432/memories?sslmode=require", {}),
+        ("host=db.example dbname=memories", {}),
+        ("postgresql://ana@db.example/memories?keepalives_idle=300", {"keepalives_idle": "300"}),
+        ("host=db.example keepalives=0", {"keepalives": "0"}),
+        (
+            "host=db.example keepalives_count=9 keepalives_interval=1",
+            {"keepalives_count": "9", "keepalives_interval": "1"},
+        ),
+    ],
+)
+def test_the_connections_get_tcp_keepalives_unless_the_connection_string_sets_them(
+    url: str, own: dict[str, str]
+) -> None:
+    """Each keepalive setting the connection string leaves out gets its default; the ones it
+    sets keep their value (``keepalives=0`` keeps them off), and everything else is kept."""
+    given = conninfo_to_dict(url)
+    assert conninfo_to_dict(with_keepalives(url)) == {**given, **_DEFAULTS, **own}
+
+
+def test_a_connection_string_naming_a_service_is_left_as_it_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The service file may set the keepalives, and the connection string would override it."""
+    assert with_keepalives("service=memories") == "service=memories"
+    monkeypatch.setenv("PGSERVICE", "memories")
+    assert with_keepalives("dbname=memories") == "dbname=memories"
+
+
+def _settings(conn: psycopg.Connection[object]) -> dict[str, str]:
+    """The connection's libpq settings in effect (with the ones it was not given)."""
+    return {
+        option.keyword.decode(): (option.val or b"").decode()
+        for option in conn.pgconn.info
+        if option.keyword.decode().startswith("keepalives")
+    }
+
+
+@contextlib.contextmanager
+def _tcp_port_to(socket_path: str) -> Iterator[int]:
+    """A local TCP port whose connections are relayed to the server's Unix socket (the test
+    server listens on no TCP port)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    opened: list[socket.socket] = [listener]
+
+    def relay(source: socket.socket, target: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                target.sendall(data)
+        with contextlib.suppress(OSError):
+            target.shutdown(socket.SHUT_WR)
+
+    def serve() -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:  # (closed: the test is over)
+                return
+            server = socket.socket(socket.AF_UNIX)
+            server.connect(socket_path)
+            opened.extend((client, server))
+            for pair in ((client, server), (server, client)):
+                threading.Thread(target=relay, args=pair, daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        for sock in opened:
+            sock.close()
+
+
+def test_the_pools_tcp_connections_carry_the_keepalives_and_unix_sockets_still_connect(
+    postgres_url: str,
+) -> None:
+    """Over the server's Unix socket (libpq ignores keepalives there) the backend connects and
+    works as before; over TCP its pooled connections' sockets carry the settings."""
+    with PostgresBackend.from_conn_string(postgres_url) as backend:
+        backend.setup()
+        assert backend.count() == 0
+        with backend._pools.conn() as conn:
+            assert _settings(conn) == _DEFAULTS
+            host, port = conn.info.host, conn.info.port
+    with _tcp_port_to(f"{host}/.s.PGSQL.{port}") as tcp:
+        url = make_conninfo(postgres_url, host="127.0.0.1", port=tcp)
+        with PostgresBackend.from_conn_string(url) as backend:
+            assert backend.count() == 0
+            with backend._pools.conn() as conn:
+                sock = socket.socket(fileno=conn.fileno())
+                try:
+                    assert sock.family == socket.AF_INET
+                    got = [
+                        sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
+                        sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
+                        sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL),
+                        sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT),
+                    ]
+                finally:
+                    sock.detach()  # (the socket stays the connection's)
+    assert got == [1, 30, 10, 3]
 
 
 def test_connections_the_server_dropped_while_idle_are_replaced_unseen(

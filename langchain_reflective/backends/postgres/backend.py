@@ -41,7 +41,7 @@ from langchain_reflective.backends.base import (
 )
 from langchain_reflective.backends.postgres.candidates import CandidateSource
 from langchain_reflective.backends.postgres.connection import Pools, open_pool
-from langchain_reflective.backends.postgres.conninfo import check_connection
+from langchain_reflective.backends.postgres.conninfo import check_connection, with_keepalives
 from langchain_reflective.backends.postgres.failures import read_version
 from langchain_reflective.backends.postgres.local_index import LocalIndex
 from langchain_reflective.backends.postgres.pool_settings import sync_pool_settings
@@ -216,7 +216,11 @@ class PostgresBackend(BaseMemoryBackend):
         """A backend over a new connection pool to ``conninfo`` (a libpq URL or DSN).
 
         Args:
-            conninfo: e.g. ``"postgresql://user:password@host:5432/dbname"``.
+            conninfo: e.g. ``"postgresql://user:password@host:5432/dbname"``. The connections
+                get TCP keepalives unless it sets ``keepalives*`` itself or names a service
+                (probed after 30 s of silence, then every 10 s, dropped after 3 unanswered
+                probes: a host that stops answering fails a call within about a minute, while a
+                live server's long statements are never cut; ``conninfo.KEEPALIVES``).
             min_size: connections the pool keeps open (each event loop's async pool keeps one).
             max_size: most connections the pool opens (per process, and per event loop for the
                 async ones; a held reflection lock uses one, so at least 2).
@@ -244,6 +248,7 @@ class PostgresBackend(BaseMemoryBackend):
             min_size=min_size, max_size=max_size, timeout=timeout, pool_kwargs=pool_kwargs
         )
         check_connection(conninfo)
+        conninfo = with_keepalives(conninfo)
         new_pool = functools.partial(open_pool, conninfo, settings)
         pool = new_pool()
         try:

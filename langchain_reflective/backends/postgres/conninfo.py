@@ -1,10 +1,12 @@
 """The Postgres connection string: one checked connection at start-up (a wrong URL, a missing
-database or bad credentials fail at once, with the server's reason), and passwords kept out of
-the error messages that quote it."""
+database or bad credentials fail at once, with the server's reason), TCP keepalives by default
+(a server that stops answering is noticed within a minute), and passwords kept out of the
+error messages that quote it."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import urllib.parse
 
@@ -13,12 +15,47 @@ import psycopg
 from langchain_reflective.backends.postgres.failures import storage_error
 from langchain_reflective.errors import StorageError
 
-__all__ = ["CONNECT_TIMEOUT", "check_connection", "redacted"]
+__all__ = ["CONNECT_TIMEOUT", "KEEPALIVES", "check_connection", "redacted", "with_keepalives"]
 
 
 CONNECT_TIMEOUT = 10
 """Seconds :func:`check_connection` waits for the server (unless ``conninfo`` sets
 ``connect_timeout``)."""
+
+KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+}
+"""libpq's TCP keepalive settings the backend's connections get unless the connection string
+sets them (:func:`with_keepalives`): a connection with nothing to send, e.g. waiting for a
+statement's result, is probed after 30 s of silence, then every 10 s, and dropped after 3
+unanswered probes. So a server host that stops answering (a network partition, a frozen or
+powered-off host) fails the call after about a minute (as a lost connection: reads are run
+again, writes say what became of them) instead of the operating system's default, over two
+hours of silence. A live server's kernel answers the probes, however long its statement runs
+(an index build, a lock wait): only a silent host is cut off. libpq ignores them on a Unix
+socket.
+
+``tcp_user_timeout`` is not set: it bounds data sent and not yet acknowledged (keepalives are
+not sent then: a statement sent to a host that has just gone waits for TCP's retransmissions,
+~15 minutes on Linux), but Linux also applies it to a server that stops reading the connection
+(a ``COPY`` whose rows wait for a lock), which it would cut off. Add it to the connection
+string (milliseconds, e.g. ``tcp_user_timeout=60000``) if no statement ever waits that long."""
+
+
+def with_keepalives(conninfo: str) -> str:
+    """``conninfo`` with each :data:`KEEPALIVES` setting it does not set itself. One that names
+    a service (``service=``, or ``PGSERVICE`` in the environment) is left as it is: its service
+    file may set them, and the connection string's settings would override the file's.
+    ``conninfo`` must be valid (:func:`check_connection` says what is wrong with one that is
+    not, without its password: call it first)."""
+    given = psycopg.conninfo.conninfo_to_dict(conninfo)
+    if "service" in given or os.environ.get("PGSERVICE"):
+        return conninfo
+    missing = {key: value for key, value in KEEPALIVES.items() if key not in given}
+    return psycopg.conninfo.make_conninfo(conninfo, **missing) if missing else conninfo
 
 
 def check_connection(conninfo: str) -> None:
