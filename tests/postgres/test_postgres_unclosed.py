@@ -175,3 +175,34 @@ def test_a_closed_backend_is_not_closed_again_when_freed(postgres_url: str) -> N
     backend = PostgresBackend.from_conn_string(postgres_url)
     backend.close()
     assert not backend._unclosed.alive
+
+
+def test_a_pool_of_the_users_outlives_a_backend_freed_unclosed(postgres_url: str) -> None:
+    """A pool the user built and passed (to share it with other code) is the user's: the
+    backend freed unclosed leaves it open (``close()``, asked for, still closes it)."""
+    from psycopg_pool import ConnectionPool
+
+    from langchain_reflective.backends.postgres.connection import configure_connection
+
+    pool: ConnectionPool[Any] = ConnectionPool(
+        postgres_url,
+        min_size=1,
+        max_size=2,
+        kwargs={"autocommit": True},
+        configure=configure_connection,
+        open=True,
+    )
+    try:
+        backend = PostgresBackend(pool, conninfo=postgres_url)
+        backend.setup()
+        with _collected_only_when_asked():
+            del backend
+            gc.collect()
+        assert not pool.closed
+        with pool.connection() as conn:  # (the other code's use of it goes on)
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        again = PostgresBackend(pool, conninfo=postgres_url)
+        again.close()
+        assert pool.closed
+    finally:
+        pool.close()

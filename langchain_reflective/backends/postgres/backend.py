@@ -110,7 +110,8 @@ class PostgresBackend(BaseMemoryBackend):
             statements rely on). It is used as it is: after an outage it is not replaced, as
             the backend's own pools are, but reconnects by itself after a backoff that only its
             ``reconnect_timeout`` bounds (300 s by default), so give it a short one (e.g. 10
-            s). :meth:`close` closes it. The async pools copy its size and settings.
+            s). :meth:`close` closes it; a backend freed unclosed leaves it open (it is yours).
+            The async pools copy its size and settings.
         conninfo: the connection string, for the async pools (one per event loop, opened on
             first use) and to ask the server directly why no connection comes.
         dense_candidates: nearest neighbours (vector index) gathered per retrieval on the

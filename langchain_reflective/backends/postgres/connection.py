@@ -655,7 +655,9 @@ class Pools:
     def abandon(self) -> None:
         """Close the sync pool of a backend freed unclosed (``unclosed.py``) and forget the
         async ones: only their event loops may close them, and this may run in any thread
-        (their connections close as they are freed). In a forked child it only forgets."""
+        (their connections close as they are freed). In a forked child it only forgets. A pool
+        the user passed (no ``new_pool``: shared with other code, perhaps) is the user's to
+        close; only :meth:`close`, asked for, closes it."""
         self._apools = {}
         if self.forked:  # (before the lock: a parent's thread may have held it at the fork)
             self.closed = True
@@ -664,7 +666,8 @@ class Pools:
             if self.closed:
                 return
             self.closed = True
-        self.pool.close()
+        if self.new_pool is not None:
+            self.pool.close()
 
     async def aclose(self) -> None:
         """Async twin of :meth:`close` (closes the running loop's pool in that loop)."""
