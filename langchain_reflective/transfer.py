@@ -598,7 +598,7 @@ def _import_batch(
     by_ns: dict[str, list[_Line]] = {}
     for line in batch:
         by_ns.setdefault(line.record.namespace, []).append(line)
-    fresh: list[tuple[MemoryRecord, list[float] | None]] = []
+    fresh: list[_Line] = []
     for ns, lines in by_ns.items():
         stored = {r.id: r for r in backend.get(ns, [line.record.id for line in lines])}
         earlier: dict[str, MemoryRecord] = {}  # this batch's, by id
@@ -608,21 +608,21 @@ def _import_batch(
             other = stored.get(r.id) or earlier.get(r.id)
             if other is None:
                 earlier[r.id] = r
-                fresh.append((r, line.vector))
+                fresh.append(line)
             elif _fingerprint(other) != _fingerprint(r):
                 raise _taken(line, other, first=None if first == line.where else first)
             elif first != line.where:  # the same memory on an earlier line of the file
                 tally.repeated += 1
     if not fresh:
         return 0
-    need = [i for i, (_, v) in enumerate(fresh) if v is None]
-    vectors: list[Any] = [v for _, v in fresh]
+    need = [i for i, line in enumerate(fresh) if line.vector is None]
+    vectors: list[Any] = [line.vector for line in fresh]
     if need:
-        embedded = stream.embeddings.embed_documents([fresh[i][0].text for i in need])
+        embedded = stream.embeddings.embed_documents([fresh[i].record.text for i in need])
         for i, vec in zip(need, embedded, strict=True):
             vectors[i] = vec
     unit = as_unit_vectors(vectors, len(fresh), type(stream.embeddings).__name__)
-    given = [i for i, (_, v) in enumerate(fresh) if v is not None]
+    given = [i for i, line in enumerate(fresh) if line.vector is not None]
     if given:  # exported unit vectors come back bit for bit (renormalising may move a bit)
         with np.errstate(over="ignore", invalid="ignore"):  # huge values: not unit anyway
             raw = np.asarray([vectors[i] for i in given], dtype=np.float32)
@@ -630,7 +630,7 @@ def _import_batch(
         same = np.abs(norms - 1.0) < 1e-5
         unit[np.asarray(given)[same]] = raw[same]
     backend.bind_embeddings(stream.embedding_model, unit.shape[1])
-    return _put_fresh(backend, [r for r, _ in fresh], unit)
+    return _put_fresh(backend, fresh, unit)
 
 
 def _taken(line: _Line, other: MemoryRecord, *, first: str | None) -> InvalidMemoryError:
@@ -666,12 +666,14 @@ def twice(first: str, other: str = "") -> str:
 
 
 def _put_fresh(
-    backend: BaseMemoryBackend, records: list[MemoryRecord], unit: npt.NDArray[np.float32]
+    backend: BaseMemoryBackend, lines: list[_Line], unit: npt.NDArray[np.float32]
 ) -> int:
-    """Store ``records`` (none was stored when they were looked up): no counter, imports do not
-    trigger reflection. When another process imported some of them since the lookup (the same
-    file imported by several workers at once), the put fails on their ids: those are skipped
-    as stored, and the rest put again."""
+    """Store the records of ``lines`` (none was stored when they were looked up): no counter,
+    imports do not trigger reflection. When another process imported some of them since the
+    lookup (the same file imported by several workers at once), the put fails on their ids:
+    those are skipped as stored, and the rest put again; an id stored meanwhile for another
+    memory is refused, as it is when the lookup finds it."""
+    records = [line.record for line in lines]
     try:
         backend.put(records, unit)
         return len(records)
@@ -679,9 +681,13 @@ def _put_fresh(
         by_ns: dict[str, list[str]] = {}
         for r in records:
             by_ns.setdefault(r.namespace, []).append(r.id)
-        stored = {(ns, r.id) for ns, ids in by_ns.items() for r in backend.get(ns, ids)}
+        stored = {(ns, r.id): r for ns, ids in by_ns.items() for r in backend.get(ns, ids)}
         if not stored:  # (not a concurrent import: its own error)
             raise
+    for line in lines:
+        other = stored.get((line.record.namespace, line.record.id))
+        if other is not None and _fingerprint(other) != _fingerprint(line.record):
+            raise _taken(line, other, first=None)
     keep = [i for i, r in enumerate(records) if (r.namespace, r.id) not in stored]
     if keep:
         backend.put([records[i] for i in keep], unit[keep])

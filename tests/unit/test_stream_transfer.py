@@ -128,21 +128,44 @@ def test_a_raced_import_skips_only_the_namespace_whose_id_was_stored(
     record with that id, bob's too (compared by id alone)."""
     stream.add(["alice likes tea"], ids=["x1"], namespace="alice", importances=0.5)
     stream.add(["bob likes coffee"], ids=["x1"], namespace="bob", importances=0.5)
-    path = tmp_path / "all.jsonl"
+    path, alices = tmp_path / "all.jsonl", tmp_path / "alice.jsonl"
     assert stream.export_jsonl(path, namespaces="all") == 2
+    assert stream.export_jsonl(alices, namespaces=["alice"]) == 1
     shared = tmp_path / "shared.db"
     with (
         MemoryStream(WordEmbeddings(), path=shared) as first,
         MemoryStream(WordEmbeddings(), path=shared) as second,
     ):
-        _race_after_lookup(  # the other worker stores alice's memory
-            monkeypatch,
-            first,
-            lambda: second.add(["alice likes tea"], ids=["x1"], namespace="alice"),
+        _race_after_lookup(  # the other worker imports alice's memory
+            monkeypatch, first, lambda: second.import_jsonl(alices)
         )
         assert first.import_jsonl(path) == 1
         assert [r.text for r in first.recent(None, namespace="bob")] == ["bob likes coffee"]
         assert first.count(namespace="alice") == 1
+
+
+def test_a_raced_import_refuses_an_id_another_worker_stored_for_another_memory(
+    tmp_path: Path, stream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: an id stored by another worker between the import's lookup and its write was
+    skipped as "stored already" without comparing, so the file's memory was silently not
+    imported when the id held another one; found at the lookup, the same id is refused."""
+    stream.add(["alice likes tea"], ids=["x1"], namespace="alice", importances=0.5)
+    path = tmp_path / "alice.jsonl"
+    assert stream.export_jsonl(path, namespaces="all") == 1
+    shared = tmp_path / "shared.db"
+    with (
+        MemoryStream(WordEmbeddings(), path=shared) as first,
+        MemoryStream(WordEmbeddings(), path=shared) as second,
+    ):
+        _race_after_lookup(  # the other worker stores another memory under that id
+            monkeypatch,
+            first,
+            lambda: second.add(["alice hates tea"], ids=["x1"], namespace="alice"),
+        )
+        with pytest.raises(InvalidMemoryError, match="holds another memory under its id"):
+            first.import_jsonl(path)
+        assert [r.text for r in first.recent(None, namespace="alice")] == ["alice hates tea"]
 
 
 def _merged(stream: MemoryStream) -> list[tuple[str, list[str]]]:
