@@ -65,6 +65,7 @@ from langchain_reflective.integrations.tools import (
     agent_run_namespace,
     create_memory_tools,
     namespace_from_run,
+    reads_owner_as,
 )
 from langchain_reflective.memory import ReflectiveMemory
 from langchain_reflective.records import storable_text
@@ -400,10 +401,21 @@ class MemoryMiddleware(AgentMiddleware[MemoryState, Any]):
     # -- memory tools ---------------------------------------------------------------------------
 
     def _acting(self, request: ToolCallRequest) -> contextlib.AbstractContextManager[None]:
-        """One of this middleware's memory tools acts for the turn's owner (a resumed run may
-        not name it); any other tool runs as it is."""
+        """One of this middleware's memory tools, or a memory tool of its ``ReflectiveMemory``
+        given to the agent beside it (``tools=create_memory_tools(memory)``) that reads the
+        owner as it does, acts for the turn's owner (a resumed run may not name it); any other
+        tool runs as it is."""
         tool = request.tool
-        if tool is None or not any(tool is mine for mine in self.tools):
+        if tool is None:
+            return contextlib.nullcontext()
+        mine = any(tool is own for own in self.tools)
+        memory = (
+            self.strategy.memory if isinstance(self.strategy, ReflectiveMemoryStrategy) else None
+        )
+        if not mine and not (
+            memory is not None
+            and reads_owner_as(tool, memory, self.namespace_key, required=self.require_namespace)
+        ):
             return contextlib.nullcontext()
         return acting_for(tool, self._turn_namespace(request.state, request.runtime))
 

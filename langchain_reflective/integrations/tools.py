@@ -242,8 +242,8 @@ def acting_for(tool: BaseTool, namespace: str) -> Iterator[None]:
     ``namespace``) acts for ``namespace`` instead of the owner its run names: the agent
     middleware that gave the agent the tools passes the turn's owner, which a run resumed
     after an interrupt without its ``context`` does not name."""
-    kit = getattr(getattr(tool, "func", None), "__self__", None)
-    if not isinstance(kit, _MemoryToolkit):
+    kit = _toolkit(tool)
+    if kit is None:
         yield
         return
     token = _TURN_OWNER.set((id(kit), namespace))
@@ -251,6 +251,30 @@ def acting_for(tool: BaseTool, namespace: str) -> Iterator[None]:
         yield
     finally:
         _TURN_OWNER.reset(token)
+
+
+def _toolkit(tool: BaseTool) -> _MemoryToolkit | None:
+    """The toolkit behind one of :func:`create_memory_tools`' tools (``None``: another tool)."""
+    kit = getattr(getattr(tool, "func", None), "__self__", None)
+    return kit if isinstance(kit, _MemoryToolkit) else None
+
+
+def reads_owner_as(
+    tool: BaseTool, memory: ReflectiveMemory, namespace_key: str, *, required: bool
+) -> bool:
+    """Whether ``tool`` is one of :func:`create_memory_tools`' tools of ``memory`` that reads
+    its owner from the run as a middleware of ``memory`` does (no fixed ``namespace``, the same
+    ``namespace_key``; a tool that requires an owner only when the middleware does too, so a
+    run naming none is not given the default namespace the tool refuses): such a tool may act
+    for the turn's owner the middleware kept (:func:`acting_for`)."""
+    kit = _toolkit(tool)
+    return (
+        kit is not None
+        and kit.memory is memory
+        and kit.namespace is None
+        and kit.namespace_key == namespace_key
+        and (required or not kit.require_namespace)
+    )
 
 
 class _MemoryToolkit:
