@@ -251,8 +251,8 @@ class _CheckedTokenCounter:
     budgeted context (where it fails obscurely, or, async, counts a coroutine).
 
     Read on the class it is the class's default counter; read on a strategy, the counter the
-    strategy was given (kept in the instance's ``__dict__`` under the same name, so copies and
-    pickles keep it), else the class's default. ``del strategy.token_counter`` restores the
+    strategy was given (kept in the instance's ``__dict__`` under the same name, so a copy
+    keeps it), else the class's default. ``del strategy.token_counter`` restores the
     default.
     """
 
