@@ -1,9 +1,9 @@
 """How an import moves memories into another namespace: new ids, the evidence that
 follows them, LangGraph store items keyed anew, and copies that earlier versions made.
 
-:func:`langchain_reflective.transfer.import_jsonl` with ``namespace=`` builds a :class:`Mover`
-with :func:`plan_moves` (two first passes over the file), then moves each record of its main
-pass with it.
+:func:`langchain_reflective.transfer_import.import_jsonl` with ``namespace=`` builds a
+:class:`Mover` with :func:`plan_moves` (two first passes over the file), then moves each record
+of its main pass with it.
 """
 
 from __future__ import annotations

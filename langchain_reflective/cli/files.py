@@ -393,7 +393,7 @@ def export(
 def _read_export(path: Path, namespace: str | None) -> tuple[dict[str, Any], bool, int]:
     """The export's header, whether every record carries a vector of the header's model and
     dimension, and how many records it holds, with every line checked as the import checks
-    it (:func:`~langchain_reflective.transfer.check_export`).
+    it (:func:`~langchain_reflective.transfer_import.check_export`).
 
     This reads the whole file once before the import reads it again, on purpose: the import
     writes in batches as it reads, so a line it refuses halfway (malformed, or another memory
@@ -401,7 +401,7 @@ def _read_export(path: Path, namespace: str | None) -> tuple[dict[str, Any], boo
     fails before anything is written (or the model loaded: the vectors decide which one).
     """
     from langchain_reflective.export_file import open_export, read_header
-    from langchain_reflective.transfer import check_export
+    from langchain_reflective.transfer_import import check_export
 
     if not path.exists():
         _fail(f"no such export file: {path}")
@@ -500,7 +500,7 @@ def import_(
             embeddings = _load_embeddings(prefer, place, target_model)
         identity = None
         how = "embedding the texts again"
-    from langchain_reflective.transfer import IMPORT_BATCH, ImportTally, import_jsonl
+    from langchain_reflective.transfer_import import IMPORT_BATCH, ImportTally, import_jsonl
 
     tally = ImportTally()
     try:

@@ -60,7 +60,8 @@ from langchain_reflective.thinking.turns import (
     count_text_tokens,
     summary_text,
 )
-from langchain_reflective.transfer import export_jsonl, import_jsonl
+from langchain_reflective.transfer import export_jsonl
+from langchain_reflective.transfer_import import import_jsonl
 
 __all__ = ["ContextMemory"]  # (the values it stores: thinking/turns.py)
 

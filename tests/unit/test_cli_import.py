@@ -245,7 +245,7 @@ def test_store_items_merged_by_a_namespace_are_not_called_stored(
 
 def failing_batches(monkeypatch: pytest.MonkeyPatch, fail_at: int, error: BaseException) -> None:
     """The import's ``fail_at``-th batch (1: the first) raises ``error``; the others import."""
-    from langchain_reflective import transfer
+    from langchain_reflective import transfer_import as transfer
 
     real, calls = transfer._import_batch, []
 

@@ -296,7 +296,7 @@ def test_an_import_with_nothing_to_move_reads_the_file_once(
 ) -> None:
     """``namespace=`` naming the namespace the records already hold (as ``ContextMemory``'s
     import always does) moves nothing: the first passes, which decide moved ids, never run."""
-    from langchain_reflective import transfer
+    from langchain_reflective import transfer_import as transfer
 
     stream.add(["tea", "coffee"], namespace="alice", importances=0.5)
     export = tmp_path / "e.jsonl"

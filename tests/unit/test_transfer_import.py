@@ -164,7 +164,7 @@ def test_evidence_the_file_does_not_hold_is_imported_as_it_is(tmp_path: Path) ->
 
 def _checked(export: Path, namespace: str | None = None) -> tuple[int, bool]:
     from langchain_reflective.export_file import open_export, read_header
-    from langchain_reflective.transfer import check_export
+    from langchain_reflective.transfer_import import check_export
 
     with open_export(export) as fh:
         check = check_export(fh, export, read_header(fh, export), namespace=namespace)
