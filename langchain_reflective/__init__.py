@@ -60,7 +60,11 @@ from langchain_reflective.reflection import (
     create_reflection_graph,
     parse_insights,
 )
-from langchain_reflective.reflexion import create_reflexion_graph, search_reflections
+from langchain_reflective.reflexion import (
+    asearch_reflections,
+    create_reflexion_graph,
+    search_reflections,
+)
 from langchain_reflective.scoring import ScoringConfig
 from langchain_reflective.store import ReflectiveStore
 from langchain_reflective.strategies import (
@@ -165,6 +169,7 @@ __all__ = [
     "VoidMemory",
     "WindowMemory",
     "__version__",
+    "asearch_reflections",
     "create_memory_tools",
     "create_reflection_graph",
     "create_reflexion_graph",

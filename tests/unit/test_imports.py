@@ -25,6 +25,21 @@ def test_public_names_are_documented() -> None:
             assert obj.__doc__, f"{name} has no docstring"
 
 
+def test_every_error_of_the_root_is_in_errors_all() -> None:
+    """``from langchain_reflective.errors import *`` gives every error the root exports
+    (``DuplicateIdError`` was left out); the root's async twins are beside their sync ones."""
+    from langchain_reflective import errors
+
+    exported = {
+        name
+        for name in langchain_reflective.__all__
+        if isinstance(getattr(langchain_reflective, name), type)
+        and issubclass(getattr(langchain_reflective, name), Exception)
+    }
+    assert exported - set(errors.__all__) == set()
+    assert "asearch_reflections" in langchain_reflective.__all__
+
+
 def test_version_is_the_projects() -> None:
     """``__version__`` is the version pyproject.toml declares (not the source-tree fallback)."""
     with (Path(__file__).parents[2] / "pyproject.toml").open("rb") as f:

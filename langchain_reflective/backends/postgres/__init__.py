@@ -1,4 +1,5 @@
-"""Scale-out backend: Postgres + pgvector (HNSW) + BM25 in SQL (extra ``postgres``).
+"""Scale-out backend: Postgres + pgvector (IVFFlat by default, or HNSW) + BM25 terms in SQL,
+optionally ranked in each process from a local index (extra ``postgres``).
 
 Importing this package imports psycopg; the package root exposes :class:`PostgresBackend`
 lazily, so ``import langchain_reflective`` works without the extra.

@@ -17,6 +17,7 @@ __all__ = [
     "MISSING",
     "ConnectionLostError",
     "TransactionStillOpenError",
+    "WriteOutcomeUnknownError",
     "call",
     "read_version",
     "storage_error",
