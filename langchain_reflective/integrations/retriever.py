@@ -13,7 +13,7 @@ from langchain_core.callbacks import (
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever, LangSmithRetrieverParams
 from langchain_core.runnables import RunnableConfig, ensure_config
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, ValidatorFunctionWrapHandler, field_validator
 
 from langchain_reflective.scoring import ScoringConfig
 from langchain_reflective.stream import MemoryStream, RetrievalFilter
@@ -64,6 +64,17 @@ class ReflectiveRetriever(BaseRetriever):
     require_namespace: bool = False
     """Raise ``ValueError`` when a retrieval names no namespace and the run no owner,
     instead of reading the stream's default namespace (recommended for multi-user apps)."""
+
+    @field_validator("filter", mode="wrap")
+    @classmethod
+    def _check_filter(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        """A mapping is checked as a per-call filter is (unknown keys, bad values:
+        ``InvalidFilterError``) and kept as given: pydantic made it a ``RetrievalFilter`` by
+        its field names, dropping any other key (``kind``, a typo) without a word."""
+        if isinstance(value, Mapping):
+            RetrievalFilter.coerce(value)
+            return dict(value)
+        return handler(value)
 
     def invoke(
         self, input: str, config: RunnableConfig | None = None, **kwargs: Any

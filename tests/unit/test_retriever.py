@@ -166,3 +166,19 @@ def test_a_retriever_without_a_namespace_reads_the_runs_owner(stream, now) -> No
     assert [
         d.page_content for d in strict.invoke("diary", {"configurable": {"user_id": "bob"}})
     ] == ["Bob's diary"]
+
+
+def test_the_retrievers_own_filter_keeps_every_key_or_says_which_it_refuses(stream, now) -> None:
+    """A mapping given as the retriever's ``filter`` was turned into a ``RetrievalFilter`` by
+    pydantic, by field name: ``kind`` (a key filters accept) and any unknown key were dropped
+    without a word, so ``filter={"kind": "plan"}`` returned every kind; the same mapping per
+    call filtered, and an unknown key per call is an ``InvalidFilterError``."""
+    from pydantic import ValidationError
+
+    stream.add(["team diary"], namespace="team", importances=0.5, now=now)
+    stream.add(["team plan"], namespace="team", kinds="plan", importances=0.5, now=now)
+    plans = ReflectiveRetriever(memory_stream=stream, filter={"namespace": "team", "kind": "plan"})
+    assert [d.page_content for d in plans.invoke("team")] == ["team plan"]
+    assert plans.filter == {"namespace": "team", "kind": "plan"}
+    with pytest.raises(ValidationError, match=r"unknown filter key\(s\) \['knd'\]"):
+        ReflectiveRetriever(memory_stream=stream, filter={"namespace": "team", "knd": "plan"})
