@@ -327,7 +327,13 @@ class SQLiteBackend(BaseMemoryBackend):
 
     def _drop_rows(self, namespace: str, part: Partition, seqs: Sequence[int]) -> None:
         """Take rows just deleted from the file out of the loaded partition."""
-        part.delete_rows(part.rows_of(seqs))
+        newest = part.delete_rows(part.rows_of(seqs))
+        if newest >= 0:  # the next observation's lexical context: the newest one left
+            found = self.store.get_by_seq([int(part.seqs.view[newest])])
+            if found:
+                part.last_observation = next(iter(found.values())).text
+            else:  # deleted meanwhile by another process: rebuild the index from the file
+                part.lexical = None
         part.generation = self.store.last_generation
         part.dirty = True
         if part.index.n_deleted * 2 > len(part) and len(part) > 1024:

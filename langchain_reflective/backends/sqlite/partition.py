@@ -270,11 +270,25 @@ class Partition:
             return None
         return table
 
-    def delete_rows(self, rows: npt.NDArray[np.int64]) -> None:
+    def delete_rows(self, rows: npt.NDArray[np.int64]) -> int:
+        """Delete ``rows``; returns the row of the newest live observation when it was among
+        them and the lexical context now comes from another (whose text the caller sets as
+        :attr:`last_observation`; ``-1`` for none left), else ``-2``: nothing to do."""
+        newest = -2
+        if self.lexical is not None and self.lexical_context:
+            observations = self.observation_rows()
+            if observations.shape[0] and bool((rows == observations[-1]).any()):
+                newest = -1
         self.index.delete(rows)
         if self.lexical is not None:
             self.lexical.remove(rows.tolist())
         self._observations = None
+        if newest == -1:
+            left = self.observation_rows()
+            newest = int(left[-1]) if left.shape[0] else -1
+            if newest == -1:
+                self.last_observation = None
+        return newest
 
     # retrieval caches derived from the arrays above, built lazily (see neighbor_table)
     _neighbor_buf: I64 | None = None
