@@ -121,6 +121,13 @@ def partition_candidates(
         relevance = part.index.scores(vector, rows).astype(np.float64)
         if filter.min_relevance is not None:
             keep = relevance >= filter.min_relevance
+            if not complete and int(np.count_nonzero(keep)) < k:
+                # the threshold removed too many candidates (as a filter's rows may, see
+                # gather): score every matching row, so k of them are found if k exist
+                complete = True
+                rows = np.flatnonzero(part.index.alive if mask is None else mask)
+                relevance = part.index.scores(vector, rows).astype(np.float64)
+                keep = relevance >= filter.min_relevance
             rows, relevance = rows[keep], relevance[keep]
             if rows.size == 0:
                 return CandidateSet.empty()
