@@ -525,13 +525,14 @@ class SQLiteBackend(BaseMemoryBackend):
         with self._lock:
             self._check_open()
             part = self._partition(namespace)
-            if part is None or len(part) == 0:
-                return CandidateSet.empty()
-            if vector.shape[0] != part.index.dimension:
+            held = part.index.dimension if part is not None and len(part) else self.dimension
+            if held is not None and vector.shape[0] != held:  # (an empty namespace too)
                 raise DimensionMismatchError(
                     f"the query vector has {vector.shape[0]} dimensions but the memories have "
-                    f"{part.index.dimension}; use the embedding model the memories were made with"
+                    f"{held}; use the embedding model the memories were made with"
                 )
+            if part is None or len(part) == 0:
+                return CandidateSet.empty()
             maintain_ann(part, self.exact_limit)
             lexical = self._lexical(part) if config.uses_lexical else None
             return cand.partition_candidates(
