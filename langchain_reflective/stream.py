@@ -596,14 +596,14 @@ class MemoryStream(StreamTransfer):
         return out
 
     def _namespaces(self, namespaces: Sequence[str], namespace: str | None) -> list[str]:
-        """The checked names of ``retrieve(namespaces=...)``, each once."""
+        """The checked names of ``retrieve(namespaces=...)``: each once, sorted."""
         if namespace is not None:
             raise InvalidMemoryError("give retrieve() namespace or namespaces, not both")
         if isinstance(namespaces, str) or not isinstance(namespaces, Sequence):
             raise InvalidMemoryError(
                 "namespaces must be a list of namespace names (for one, pass namespace=...)"
             )
-        names = list(dict.fromkeys(self._ns(n) for n in namespaces))
+        names = sorted({self._ns(n) for n in namespaces})
         if not names:
             raise InvalidMemoryError("namespaces must name at least one namespace")
         return names

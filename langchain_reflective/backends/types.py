@@ -515,10 +515,12 @@ def trusted_candidates(
 def concat_candidates(sets: list[CandidateSet]) -> tuple[CandidateSet, I64]:
     """Several namespaces' candidate sets for one query as one, to be scored as one ranking.
 
-    The candidates of every set come first (in the sets' order), then every set's neighbour
-    rows, their links remapped; kinds are re-indexed into one list; ``lexical_max`` is the
-    best of the sets' (each namespace's BM25 statistics stay its own). Keys may repeat across
-    sets: the second array returned says which set each candidate row came from.
+    The candidates of every set come first, in increasing key order as in one set (so equal
+    scores rank the older memory first, whichever namespace holds it; a key in several sets:
+    in the sets' order), then every set's neighbour rows, their links remapped; kinds are
+    re-indexed into one list; ``lexical_max`` is the best of the sets' (each namespace's BM25
+    statistics stay its own). Keys may repeat across sets: the second array returned says
+    which set each candidate row came from.
     """
     sizes = np.array([s.size for s in sets], dtype=np.int64)
     extra = np.array([s.keys.shape[0] - s.size for s in sets], dtype=np.int64)
@@ -527,10 +529,16 @@ def concat_candidates(sets: list[CandidateSet]) -> tuple[CandidateSet, I64]:
     first = np.concatenate(([0], np.cumsum(sizes)[:-1]))
     first_extra = total + np.concatenate(([0], np.cumsum(extra)[:-1]))
     names = tuple(dict.fromkeys(name for s in sets for name in s.kind_names))
+    # the candidates by key (a stable sort: a key held by several sets keeps the sets' order)
+    order = np.argsort(np.concatenate([s.keys[: s.size] for s in sets]), kind="stable")
+    place = np.empty(total, dtype=np.int64)
+    place[order] = np.arange(total, dtype=np.int64)
     where: list[I64] = []  # each set's row -> its row in the whole
     for s, at, at_extra in zip(sets, first.tolist(), first_extra.tolist(), strict=True):
-        own = np.arange(s.keys.shape[0], dtype=np.int64)
-        where.append(np.where(own < s.size, at + own, at_extra + own - s.size))
+        own = np.empty(s.keys.shape[0], dtype=np.int64)
+        own[: s.size] = place[at : at + s.size]
+        own[s.size :] = np.arange(at_extra, at_extra + own.shape[0] - s.size)
+        where.append(own)
 
     def joined(column: str, dtype: Any, missing: float = 0.0) -> Any:
         out = np.full(rows, missing, dtype=dtype)
@@ -570,4 +578,4 @@ def concat_candidates(sets: list[CandidateSet]) -> tuple[CandidateSet, I64]:
         next=links("next"),
         exact=all(s.exact for s in sets),
     )
-    return found, np.repeat(np.arange(len(sets), dtype=np.int64), sizes)
+    return found, np.repeat(np.arange(len(sets), dtype=np.int64), sizes)[order]
