@@ -538,6 +538,7 @@ class MemoryStream(StreamTransfer):
         else:
             names = self._namespaces(namespaces, flt.namespace or namespace)
         config = scoring or self.scoring
+        when = utc(now) if now is not None else datetime.now(UTC)
         if query_embedding is None:
             raw = yield (self.embeddings, "embed_query", (query,), None)
         else:  # checked below exactly as the model's answer would be
@@ -545,7 +546,6 @@ class MemoryStream(StreamTransfer):
         # a numpy vector as a (1, dim) view: converting a list holding it costs more
         one = raw[None] if type(raw) is np.ndarray and raw.ndim == 1 else [raw]
         vector = as_unit_vectors(one, 1, type(self.embeddings).__name__)[0]
-        when = utc(now) if now is not None else datetime.now(UTC)
         self._check_open()
         sets = []
         for ns in names:
