@@ -143,7 +143,12 @@ def utc(value: datetime) -> datetime:
         raise InvalidMemoryError(
             "naive datetime: pass a timezone-aware datetime, e.g. datetime.now(UTC)"
         )
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError as exc:  # e.g. 9999-12-31 23:00 at UTC-5: past datetime.max in UTC
+        raise InvalidMemoryError(
+            f"{value.isoformat()} is outside the datetimes Python can hold in UTC (years 1-9999)"
+        ) from exc
 
 
 def validate_text(text: object) -> str:

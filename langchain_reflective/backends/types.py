@@ -5,7 +5,7 @@ candidate set a backend hands to pure scoring (see :mod:`langchain_reflective.ba
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from types import MemberDescriptorType
@@ -321,7 +321,13 @@ class RetrievalFilter:
 
     def __post_init__(self) -> None:
         if self.kinds is not None:
-            kinds = [self.kinds] if isinstance(self.kinds, str) else list(self.kinds)
+            given: Any = self.kinds
+            if isinstance(given, str):
+                kinds = [given]
+            elif isinstance(given, Iterable) and not isinstance(given, (bytes, Mapping)):
+                kinds = list(given)
+            else:
+                kinds = []  # (not a string or a list of them: refused below)
             if not kinds or not all(isinstance(k, str) and k for k in kinds):
                 raise InvalidFilterError("filter 'kinds' must be a non-empty list of strings")
             if any("\x00" in k for k in kinds):  # (no backend stores one: nothing to find)

@@ -4,7 +4,7 @@ arguments it cannot use; how vectors are normalised."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +30,9 @@ from tests.unit.stream_facts import FACTS
         {"created_after": "yesterday"},
         {"created_after": datetime(2020, 1, 1)},  # naive
         {"kinds": []},
+        {"kind": 3},  # was a raw TypeError ('int' object is not iterable)
+        {"kinds": {"plan": True}},  # (a mapping's keys were taken as the kinds)
+        {"created_before": datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-5)))},
         {"namespace": ""},
         ["kind", "plan"],
     ],
@@ -62,6 +65,9 @@ def test_bad_texts_are_rejected_and_nothing_is_written(stream, texts) -> None:
         {"evidence": [["no-such-id"], []]},
         {"ids": ["same", "same"]},
         {"now": datetime(2020, 1, 1)},
+        # past datetime.max once in UTC: was a raw OverflowError
+        {"now": datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-5)))},
+        {"now": datetime(1, 1, 1, 1, tzinfo=timezone(timedelta(hours=5)))},
     ],
 )
 def test_bad_fields_are_rejected_and_nothing_is_written(stream, kwargs) -> None:
