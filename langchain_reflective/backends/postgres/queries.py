@@ -302,10 +302,16 @@ def candidates_sql(spec: CandidateQuery, flt: RetrievalFilter, params: dict[str,
     )
     # the nearest memories: by sorting the namespace's own rows when it is small against the
     # table, else from the vector index (see _DENSE_BY_SORT); one branch runs, the other's
-    # one-time filter is false
+    # one-time filter is false. They are the nearest the filter keeps, the relevance threshold
+    # included, as a kind or time filter is: the index scan goes on (iterative_scan,
+    # connection.py) until it has them, so a threshold that few memories pass finds all of
+    # them, not those among the index's nearest unfiltered rows (k asked, fewer returned)
+    dense_min_rel = ""
+    if flt.min_relevance is not None:
+        dense_min_rel = " AND -(m.embedding <#> (SELECT v FROM q)) >= %(min_rel)s"
     near_rows = (
         "SELECT m.seq, m.kind, m.embedding <=> (SELECT v FROM q) AS d "
-        f"FROM reflective_memories m WHERE m.namespace = %(ns)s{where} AND "
+        f"FROM reflective_memories m WHERE m.namespace = %(ns)s{where}{dense_min_rel} AND "
     )
     params["depth_from"] = DENSE_DEPTH_FROM
     ctes += [_DEPTH, _DENSE_BY_SORT]
