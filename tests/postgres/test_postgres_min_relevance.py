@@ -109,3 +109,25 @@ def test_the_local_index_returns_every_memory_passing_up_to_k(postgres_url: str)
         part = local._replicas["default"].part
         assert part.live > EXACT_LIMIT and part.ann is not None  # the approximate path
         _assert_exact_under_thresholds(b)
+
+
+@pytest.mark.parametrize("k", [10**6, 3 * 10**18, 10**30])
+def test_a_very_large_k_returns_every_memory(indexed: PostgresBackend, k: int) -> None:
+    """The statement gathers ``4 * k`` candidates of each kind: ``k = 10**6`` asks for more
+    than the namespace holds and gets all of it (the dense ones sorted from the namespace's
+    own rows, as for a small namespace: one read of it), as the SQLite backend does; a ``k``
+    whose ``4 * k`` did not fit a ``bigint`` failed with ``StorageError: ... bigint out of
+    range``, as if the database were at fault."""
+    vec = _unit(np.random.default_rng(5), 1)[0]
+    every = indexed.candidates(
+        "default", "tea", vec, k=K, filter=RetrievalFilter(), config=CONFIG, exact=True
+    )
+    keys = every.keys[: every.size]
+    relevance = every.relevance[: every.size]
+    threshold = float(np.sort(relevance)[-PASSING])
+    for flt, want in (
+        (RetrievalFilter(), keys),
+        (RetrievalFilter(min_relevance=threshold), keys[relevance >= threshold]),
+    ):
+        found = indexed.candidates("default", "tea", vec, k=k, filter=flt, config=CONFIG)
+        assert sorted(found.keys[: found.size].tolist()) == sorted(want.tolist())

@@ -22,6 +22,7 @@ __all__ = [
     "BM25_B",
     "BM25_K1",
     "DENSE_DEPTH_FROM",
+    "K_MAX",
     "LOCAL_CHANGES",
     "LOCAL_HEAD",
     "PURGE_COUNTER",
@@ -94,6 +95,14 @@ def _lexical_ctes(p: str, where: str) -> list[str]:
     ]
 
 
+K_MAX = 2**40
+"""The largest ``k`` the candidate statement is written for: its limits (``4 * k``, and more
+dense candidates in a large namespace) are ``bigint``s, which ``k = 3 * 10**18`` overflowed
+(``StorageError: bigint out of range``, where the SQLite backend returns every memory). A
+table holds fewer than ``4 * K_MAX`` rows (at most 2**32 pages of at most 291 rows), so a
+larger ``k`` gathers the same candidates: every memory of the namespace."""
+
+
 @dataclass(frozen=True, slots=True)
 class CandidateQuery:
     """How many candidates of each kind to gather (see ``PostgresBackend.candidates``)."""
@@ -133,8 +142,10 @@ class CandidateQuery:
         """The candidate counts the SQLite backend's approximate path uses, for ``config``.
 
         Dense and lexical candidates: at least ``4 * k``; the most recent and most important
-        memories: as many as their weight can matter against relevance's.
+        memories: as many as their weight can matter against relevance's. A ``k`` above
+        :data:`K_MAX` counts as ``K_MAX``: it asks for every memory all the same.
         """
+        k = min(k, K_MAX)
         want_dense = max(dense, 4 * k)
         top = max(config.relevance_weight, config.lexical_weight, 1e-12)
 
