@@ -53,6 +53,25 @@ _UNRATED = re.compile(
 )
 """What follows a memory's number when the model gives it no rating ("N/A", "unclear", "I
 cannot rate this", "?")."""
+_REFUSAL = re.compile(
+    r"""^\W*
+    # an apology or "As an AI ...", then the refusal in the same line
+    (?:(?:i[’']?m\s+sorry|i\s+am\s+sorry|sorry|i\s+apologi[sz]e|apologies|unfortunately
+        |as\s+an?\s+(?:ai|(?:large\s+)?language\s+model)\b)[^\n]{0,80}?)?
+    \b(?:i|we)(?:\s+am|[’']m|\s+are|[’']re)?\s+
+    (?:cannot|can[’']?t|can\s+not|could\s+not|couldn[’']?t|won[’']?t|will\s+not
+      |unable\s+to|not\s+able\s+to|(?:must\s+|have\s+to\s+)?(?:decline|refuse)\s+to
+      |(?:do\s+not|don[’']?t)\s+feel\s+comfortable|not\s+comfortable)
+    (?:\s+[\w’']+){0,3}?\s+
+    (?:rat(?:e|es|ed|ing|ings)|provide|give|assign|score|assess|evaluate|judge|determine|help
+      |assist|comply|answer|respond|complete|fulfil+|process|do\s+(?:that|this|so|it))\b""",
+    re.IGNORECASE | re.VERBOSE,
+)
+"""A line (or what follows a memory's number) that declines to rate: "I'm sorry, but I can't
+rate this memory on a scale of 1 to 10", "As an AI, I cannot rate memories 1 and 2". Its numbers
+are the scale's or the memories', not ratings: read as ratings, a refusal rated one memory 10
+(the maximum) and another 1, as the model's own ratings. A hedge that still rates ("I can't be
+sure, but 7", "I don't have feelings, but I'd rate it 5") is no refusal."""
 _KEY_NUMBER = re.compile(r"(?<!\d)\d{1,4}(?!\d)")
 """A memory number in a JSON key ("3", "memory_3"); at most 4 digits like the line patterns (a
 longer run numbers no memory, and ``int()`` of more than 4300 digits raises)."""
@@ -66,6 +85,8 @@ def _to_rating(value: Any) -> float | None:
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, str):
+        if _refused(value):
+            return None
         value = _find_rating(value)
         if value is None:
             return None
@@ -76,6 +97,13 @@ def _to_rating(value: Any) -> float | None:
     if not math.isfinite(number):
         return None
     return max(1.0, min(10.0, number))
+
+
+def _refused(line: str) -> bool:
+    """Whether ``line`` (after a memory's number, if it starts with one) declines to rate."""
+    line = _strip_markup(line)
+    label = _LABELLED.match(line) or _INDEXED.match(line)
+    return _REFUSAL.match(label.group(2) if label else line) is not None
 
 
 def _number(text: str) -> float:
@@ -210,7 +238,9 @@ def parse_ratings(text: str, count: int) -> list[float | None]:
     by its rating), one rating per line in order, ``"7, 3, 5"``, ``"1: 7, 2: 3"``, and JSON
     (``[7, 3]``, ``[{"index": 1, "rating": 7}]``, ``{"ratings": ...}``, ``{"1": 7}``), also
     inside a Markdown code fence. Reasoning sections (``<think>``, ``<thinking>``,
-    ``<reasoning>``: see :func:`~langchain_reflective._llm.strip_reasoning`) are ignored.
+    ``<reasoning>``: see :func:`~langchain_reflective._llm.strip_reasoning`) are ignored, and
+    so are lines that decline to rate ("I'm sorry, but I can't rate this on a scale of 1 to
+    10"): their numbers are no ratings.
 
     Returns:
         One entry per memory: its rating, or ``None`` when the answer has none for it (then the
@@ -229,6 +259,8 @@ def parse_ratings(text: str, count: int) -> list[float | None]:
             # numbered JSON items are the whole answer, with ratings or without: read again
             # as lines, {"1": "N/A", "2": "N/A"} (a refusal) rated the memories 1 and 2
             return from_json
+    # a line that declines to rate rates nothing, whatever numbers it holds (the scale's)
+    text = "\n".join(line for line in text.splitlines() if not _refused(line))
     text = _LABEL_SPLIT.sub("\n", text)
     lines = [s for s in (_strip_markup(line) for line in text.splitlines()) if s]
     entries = [_line_rating(line) for line in lines]
