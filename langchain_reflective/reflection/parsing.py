@@ -236,8 +236,11 @@ def parse_insights(text: str, *, n_statements: int | None = None) -> list[tuple[
     000's plain-text fallback). A JSON item with an evidence field of its own (structured
     output) keeps its text whole: parentheses are content there, not citations. An uncited
     line that declines or apologises ("I'm sorry, I can't ...", "I cannot determine ...") is a
-    refusal, not an insight; a first-person insight ("I don't trust the build cache ...") is
-    no refusal.
+    refusal, not an insight, and so is a cited one that apologises or declines to work on the
+    statements ("I cannot infer insights from statements [1, 2]"); a note on the statements or
+    insights ("Note: statement [3] is unrelated", "These insights are based on [2, 3]") is
+    no insight either. A first-person insight ("I don't trust the build cache ...") is no
+    refusal.
 
     Args:
         text: the model's answer.
@@ -263,8 +266,43 @@ def parse_insights(text: str, *, n_statements: int | None = None) -> list[tuple[
     return [
         (t, [n for n in c if n >= 1 and (n_statements is None or n <= n_statements)])
         for t, c in parsed
-        if _plausible(t) and (c or not _REFUSAL.match(t))  # (a refusal cites nothing)
+        if _plausible(t) and not _commentary(t, cited=bool(c))
     ]
+
+
+_APOLOGY = re.compile(
+    r"^(?:i[’']?m\s+sorry|i\s+am\s+sorry|sorry[,.!]|(?:i\s+)?apologi[sz]e|unfortunately,"
+    r"|as\s+an?\s+(?:ai|(?:large\s+)?language\s+model)\b)",
+    re.IGNORECASE,
+)
+_ABOUT_THE_DATA = re.compile(
+    r"\b(?:statements?|insights?|evidence)\b"
+    r"|\b(?:from|in|of|on|by|with|about|using)\W*$",  # ("... from statement [3]", cite taken out)
+    re.IGNORECASE,
+)
+_NOTE = re.compile(
+    r"^(?:(?:note|n\.\s?b\.|p\.\s?s\.)\s*[:.-]"
+    r"|(?:these|the\s+above|all(?:\s+of)?(?:\s+(?:the|these|my))?)\s+insights\b)",
+    re.IGNORECASE,
+)
+
+
+def _commentary(text: str, *, cited: bool) -> bool:
+    """Whether ``text`` is the model talking about the task, not an insight: an apology or "As
+    an AI ...", a refusal (:data:`_REFUSAL`), or a note on the statements or insights ("Note:
+    statement [3] is unrelated", "These insights are based on statements [2, 3]").
+
+    Such a line may cite the statements it declines or comments on ("I'm sorry, but I cannot
+    infer any insights from statements [1, 2]"), and stored it was a reflection pointing at
+    them. A cited line is taken for a refusal only when it names the statements, insights or
+    evidence (or ends where its citation was taken out: "... from statement [3]"): a
+    first-person insight with evidence ("I cannot complete tasks that need the network [2]")
+    stays an insight."""
+    if _APOLOGY.match(text):
+        return True
+    if _REFUSAL.match(text):
+        return not cited or _ABOUT_THE_DATA.search(text) is not None
+    return _NOTE.match(text) is not None and _ABOUT_THE_DATA.search(text) is not None
 
 
 _WORD = re.compile(r"[^\W\d_]{2,}")
