@@ -44,6 +44,7 @@ from langchain_reflective.backends.sqlite.candidates import (
     DEFAULT_EXACT_LIMIT,
 )
 from langchain_reflective.backends.sqlite.connection import memory_file
+from langchain_reflective.backends.sqlite.lexical_rows import relink_context
 from langchain_reflective.backends.sqlite.partition import Partition
 from langchain_reflective.backends.sqlite.record_store import BaseRecordStore
 from langchain_reflective.backends.sqlite.store import SQLiteRecordStore
@@ -327,13 +328,9 @@ class SQLiteBackend(BaseMemoryBackend):
 
     def _drop_rows(self, namespace: str, part: Partition, seqs: Sequence[int]) -> None:
         """Take rows just deleted from the file out of the loaded partition."""
-        newest = part.delete_rows(part.rows_of(seqs))
-        if newest >= 0:  # the next observation's lexical context: the newest one left
-            found = self.store.get_by_seq([int(part.seqs.view[newest])])
-            if found:
-                part.last_observation = next(iter(found.values())).text
-            else:  # deleted meanwhile by another process: rebuild the index from the file
-                part.lexical = None
+        newest, moved = part.delete_rows(part.rows_of(seqs))
+        if newest >= 0 or moved.shape[0]:
+            relink_context(part, self.store, newest, moved)
         part.generation = self.store.last_generation
         part.dirty = True
         if part.index.n_deleted * 2 > len(part) and len(part) > 1024:

@@ -473,6 +473,7 @@ class PartitionFiles:
             "newest_seq": int(live_seqs[-1]),
             "context": part.lexical_context,
             "last_observation": part.last_observation,
+            "relinked": True,  # deletes gave the next observations their context anew
         }
         self.store.set_meta(f"lexical_cache:{ns}", json.dumps(info))
         part.lexical_generation = part.generation
@@ -493,6 +494,8 @@ class PartitionFiles:
             return None
         if context != self.lexical_context or not 0 < rows <= len(part):
             return None
+        if context and generation >= _GENERATION_STRIDE and not info.get("relinked"):
+            return None  # saved by a version whose deletes left the next observation's context
         if int(part.seqs.view[rows - 1]) != newest:
             return None
         if generation != part.generation and not (

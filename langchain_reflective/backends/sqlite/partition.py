@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from langchain_reflective.backends.sqlite.index.ivf import IVFCandidateIndex
     from langchain_reflective.backends.sqlite.lexical import BM25Index
 
-__all__ = ["Partition", "top_cache_rows", "unique_rows"]
+__all__ = ["Partition", "context_document", "context_moves", "top_cache_rows", "unique_rows"]
 
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
@@ -143,8 +143,7 @@ class Partition:
         docs: list[str] = []
         for text, kind in zip(texts, kinds, strict=True):
             if kind == OBSERVATION:
-                prev = self.last_observation
-                docs.append(text if prev is None else prev + "\n" + text)
+                docs.append(context_document(self.last_observation, text))
                 self.last_observation = text
             else:
                 docs.append(text)
@@ -270,15 +269,26 @@ class Partition:
             return None
         return table
 
-    def delete_rows(self, rows: npt.NDArray[np.int64]) -> int:
-        """Delete ``rows``; returns the row of the newest live observation when it was among
-        them and the lexical context now comes from another (whose text the caller sets as
-        :attr:`last_observation`; ``-1`` for none left), else ``-2``: nothing to do."""
+    def delete_rows(self, rows: npt.NDArray[np.int64]) -> tuple[int, I64]:
+        """Delete ``rows``; returns what changes in the lexical context of the observations
+        left (when the index holds one: :attr:`lexical_context`):
+
+        - the row of the newest live observation when it was among them and the next one's
+          context now comes from another (whose text the caller sets as
+          :attr:`last_observation`; ``-1`` for none left), else ``-2``: nothing to do;
+        - ``(n, 3)`` rows: each live observation whose previous observation was deleted, that
+          previous observation (the deleted one its document holds) and the live observation
+          before it now (``-1``: none), whose text the caller puts in its document instead
+          (``lexical_rows.revise_text``): the document a rebuild gives it.
+        """
         newest = -2
+        moved: I64 = np.zeros((0, 3), dtype=np.int64)
         if self.lexical is not None and self.lexical_context:
             observations = self.observation_rows()
-            if observations.shape[0] and bool((rows == observations[-1]).any()):
+            gone = np.isin(observations, rows)
+            if observations.shape[0] and bool(gone[-1]):
                 newest = -1
+            moved = context_moves(observations, gone)
         self.index.delete(rows)
         if self.lexical is not None:
             self.lexical.remove(rows.tolist())
@@ -288,7 +298,7 @@ class Partition:
             newest = int(left[-1]) if left.shape[0] else -1
             if newest == -1:
                 self.last_observation = None
-        return newest
+        return newest, moved
 
     # retrieval caches derived from the arrays above, built lazily (see neighbor_table)
     _neighbor_buf: I64 | None = None
@@ -371,6 +381,31 @@ class Partition:
             self._neighbor_upto = n
         out: I64 = buf[:n]
         return out
+
+
+def context_document(previous: str | None, text: str) -> str:
+    """The BM25 document of an observation whose previous observation's text is ``previous``
+    (``None``: it is the first), with the lexical context: at insert, at a rebuild from the file
+    and when a delete gives it another previous observation."""
+    return text if previous is None else previous + "\n" + text
+
+
+def context_moves(observations: I64, gone: npt.NDArray[np.bool_]) -> I64:
+    """``(n, 3)`` rows of (observation, its previous one, the one before it that is left) for
+    each observation of ``observations`` (rows in order) not ``gone`` whose previous one is
+    (the last column ``-1`` when none before it is left)."""
+    after = np.flatnonzero(gone[:-1] & ~gone[1:]) + 1  # left, just after a gone one
+    if not after.shape[0]:
+        return np.zeros((0, 3), dtype=np.int64)
+    at = np.arange(observations.shape[0])
+    left_before = np.maximum.accumulate(np.where(gone, -1, at))  # the last left up to each
+    before = after - 1
+    kept = left_before[before]
+    out = np.empty((after.shape[0], 3), dtype=np.int64)
+    out[:, 0] = observations[after]
+    out[:, 1] = observations[before]
+    out[:, 2] = np.where(kept >= 0, observations[np.maximum(kept, 0)], -1)
+    return out
 
 
 def top_cache_rows(part: Partition, cache: TopRows) -> I64:

@@ -51,6 +51,11 @@ class PartitionChunk:
 class BaseRecordStore(ABC):
     """Durable storage of memory records and vectors."""
 
+    deleted_texts: dict[int, str] | None = None
+    """The texts of the observations this store's last delete (or replace) removed, by
+    sequence number, for the lexical context of the observations after them (``None``: the
+    store does not keep them; the backend then rebuilds its BM25 index from the store)."""
+
     last_generation: int = 0
     """The namespace generation produced by this store's last write (insert/delete/purge), as
     of the store's last look at the file: if another writer changed it unseen, the next

@@ -312,13 +312,17 @@ class SQLiteRecordStore(CounterTable, PendingQueue, BaseRecordStore):
     def _delete_in(self, c: Any, ids: Sequence[str], namespace: str) -> list[int]:
         """The statements of :meth:`delete` in the open transaction ``c``."""
         deleted: list[int] = []
+        texts: dict[int, str] = {}  # (observations': the lexical context of the next ones)
+        self.deleted_texts = texts
         for chunk in chunks(list(ids)):
             marks = ",".join("?" * len(chunk))
             found = c.execute(
-                f"SELECT seq FROM memories WHERE namespace=? AND id IN ({marks})",
+                "SELECT seq, CASE WHEN kind = 'observation' THEN text END FROM memories "
+                f"WHERE namespace=? AND id IN ({marks})",
                 (namespace, *chunk),
             ).fetchall()
             seqs = [int(r[0]) for r in found]
+            texts.update((int(r[0]), r[1]) for r in found if r[1] is not None)
             if seqs and not deleted:
                 c.execute(RAISE_SEQ_FLOOR)
             for part in chunks(seqs):
