@@ -42,6 +42,7 @@ from langchain_reflective.backends.postgres.queries import (
     RELINK,
     RESET,
 )
+from langchain_reflective.backends.postgres.queue_writes import QUEUE, dequeue, enqueue, queued_rows
 from langchain_reflective.backends.postgres.rows import (
     INT4_ARRAY_OID,
     TEXT_ARRAY_OID,
@@ -52,10 +53,9 @@ from langchain_reflective.backends.postgres.rows import (
 )
 from langchain_reflective.backends.postgres.timeouts import unbounded_transaction
 from langchain_reflective.backends.sqlite.lexical import BM25Index
-from langchain_reflective.backends.types import F32, CounterUpdate, PendingMemory, pending_pairs
+from langchain_reflective.backends.types import F32, CounterUpdate, PendingMemory
 from langchain_reflective.errors import (
     DuplicateIdError,
-    PendingConflictError,
     ReflectionConflictError,
     StorageError,
 )
@@ -63,13 +63,17 @@ from langchain_reflective.records import OBSERVATION, MemoryRecord
 
 __all__ = [
     "OUTCOME_WAIT",
+    "QUEUE",
     "TOKENIZER",
     "LexicalTotals",
     "Replacement",
     "delete_memories",
+    "dequeue",
+    "enqueue",
     "lock_counter",
     "lock_counters",
     "purge_memories",
+    "queued_rows",
     "write_batch",
     "write_memories",
 ]
@@ -279,25 +283,6 @@ def write_memories(
 # -- the counter rows and the pending queue (the other statements of a write) ------------------
 
 
-def dequeue(
-    conn: psycopg.Connection[Any], ids: Sequence[str], records: Sequence[MemoryRecord]
-) -> None:
-    """Remove these ids from the pending queue, each from the namespace of the record that
-    completes it (a record of another namespace cannot take a queued memory away); all of
-    them must still be queued there."""
-    pairs = pending_pairs(ids, records)
-    cur = conn.execute(
-        "DELETE FROM reflective_pending p USING unnest(%s::text[], %s::text[]) AS w(ns, id) "
-        "WHERE p.id = w.id AND p.namespace = w.ns",
-        ([ns for ns, _ in pairs], [i for _, i in pairs]),
-    )
-    if cur.rowcount != len(pairs):
-        raise PendingConflictError(
-            f"{len(pairs) - cur.rowcount} of {len(pairs)} pending memories are no longer "
-            "queued (completed or purged by another process)"
-        )
-
-
 def add_lexical_stats(
     conn: psycopg.Connection[Any], namespace: str, docs: int, total: int, ctx_total: int
 ) -> None:
@@ -360,44 +345,6 @@ def apply_counter(conn: psycopg.Connection[Any], update: CounterUpdate) -> None:
         )
 
 
-def enqueue(conn: psycopg.Connection[Any], items: Sequence[PendingMemory]) -> None:
-    """Queue memories to embed later (in the caller's transaction); none of their ids may be
-    stored already. Checked after the insert: a completion of the same id under way (its
-    queue row deleted, its memory inserted, not committed yet) makes the insert wait for it,
-    and the check, a statement of its own, then sees the memory. Checked first, the memory
-    was not there yet, and the id ended up both stored and queued again, a queue entry no
-    completion could ever store."""
-    conn.cursor().executemany(_QUEUE, _queued_rows(items))
-    stored = conn.execute(
-        "SELECT count(*) FROM reflective_memories m "
-        "JOIN unnest(%s::text[], %s::text[]) AS q(namespace, id) USING (namespace, id)",
-        ([p.namespace for p in items], [p.id for p in items]),
-    ).fetchone()
-    if stored and stored[0]:
-        raise DuplicateIdError("could not queue memories: an id is already stored")
-
-
-_QUEUE = (
-    "INSERT INTO reflective_pending (id, namespace, text, kind, created_at, importance, metadata) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s)"
-)
-
-
-def _queued_rows(items: Sequence[PendingMemory]) -> list[tuple[Any, ...]]:
-    return [
-        (
-            p.id,
-            p.namespace,
-            p.text,
-            p.kind,
-            p.created_at,
-            p.importance,
-            Jsonb(dict(p.metadata), dumps=dump_json),
-        )
-        for p in items
-    ]
-
-
 OUTCOME_WAIT = 10.0
 """Seconds (at most, per lock) an outcome check waits for the transaction of the lost
 connection to end before it reads whether it committed: the server may not have noticed the
@@ -439,7 +386,7 @@ def after_queuers(conn: psycopg.Connection[Any], items: Sequence[PendingMemory])
     rolled back; see :func:`_after_open_writers`)."""
     _after_open_writers(
         conn,
-        lambda: conn.cursor().executemany(f"{_QUEUE} ON CONFLICT DO NOTHING", _queued_rows(items)),
+        lambda: conn.cursor().executemany(f"{QUEUE} ON CONFLICT DO NOTHING", queued_rows(items)),
     )
 
 
