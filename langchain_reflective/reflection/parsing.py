@@ -166,6 +166,49 @@ def _split_line(line: str) -> tuple[str, list[int], bool, bool] | None:
     return text, _dedupe(citations), has_marker, has_citation
 
 
+_CITATION_LINE_REST = re.compile(r"[\d\s,;&/\-–.:]+")
+_CITE_WORD = re.compile(_CITE_WORDS + r"|\band\b", re.IGNORECASE)
+
+
+def _citation_line(line: str) -> list[int] | None:
+    """The numbers of a line that holds citations only ("Evidence: [1, 2]", "[1, 2]",
+    "(because of 1, 2)", "- Sources: statements 1 and 3"), else ``None``. A numbered line
+    ("2. [3]") is an item of its own, not a citation line."""
+    line = line.replace("**", "").replace("__", "").strip()
+    m = _MARKER.match(line)
+    if m:
+        if any(ch.isdigit() for ch in m.group()):
+            return None
+        line = line[m.end() :]
+    if len(line) > _TAIL or not any(ch.isdigit() for ch in line):
+        return None
+    bare = _CITE_WORD.sub(" ", line)
+    if bare == line and not any(ch in line for ch in "[("):
+        return None  # (a bare "1, 2" is no citation line: no cite word, no brackets)
+    if not _CITATION_LINE_REST.fullmatch(re.sub(r"[`#\[\]()]", " ", bare).strip()):
+        return None
+    return _dedupe(_citation_numbers(line))
+
+
+def _answer_lines(text: str) -> list[tuple[str, list[int], bool, bool]]:
+    """:func:`_split_line` of every line, a line of citations alone given to the uncited line
+    before it: a model that puts its evidence on a line of its own ("1. Klaus works hard" then
+    "Evidence: [1, 2]") cites it for that insight (else the insight was dropped for citing
+    nothing, or with ``keep_insights_without_evidence``, "Evidence: 1, 2" was one)."""
+    out: list[tuple[str, list[int], bool, bool]] = []
+    for line in text.splitlines():
+        if out and not out[-1][3]:
+            cited = _citation_line(line)
+            if cited is not None:
+                text_, _, marker, _ = out[-1]
+                out[-1] = (text_, cited, marker, True)
+                continue
+        parts = _split_line(line)
+        if parts:
+            out.append(parts)
+    return out
+
+
 def _json_citations(value: Any) -> list[int]:
     if value is None or isinstance(value, bool):
         return []
@@ -228,7 +271,8 @@ def parse_insights(text: str, *, n_statements: int | None = None) -> list[tuple[
 
     Understood forms: seed 002's numbered lines with bracketed citations; the paper's
     ``"insight (because of 1, 5, 3)"``; bullets or bare lines; backticks, ``#``, ``and``,
-    small ranges (``3-5``) inside citations; numeric brackets in the middle of a line; JSON
+    small ranges (``3-5``) inside citations; numeric brackets in the middle of a line; a line
+    of citations alone (``"Evidence: [1, 2]"``) under the uncited insight it supports; JSON
     (``[{"insight": ..., "evidence": [1, 2]}]``, ``{"insights": [...]}``, ``[[text, [1]]]``,
     seed 000's ``[{"insight": ..., "importance": 0.8}]``), also in a Markdown code fence.
     Lines without any list marker or citation are headers or prose and are skipped, unless no
@@ -257,7 +301,7 @@ def parse_insights(text: str, *, n_statements: int | None = None) -> list[tuple[
     if text[:1] in "[{" or "```" in text:
         parsed = _from_json(load_json(text))
     if not parsed:
-        lines = [p for p in (_split_line(line) for line in text.splitlines()) if p]
+        lines = _answer_lines(text)
         structured = any(marker or cited for _, _, marker, cited in lines)
         if structured:
             parsed = [(t, c) for t, c, marker, cited in lines if marker or cited]
