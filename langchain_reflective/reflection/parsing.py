@@ -441,7 +441,9 @@ _JSON_KEY = re.compile(r'^[\s\[{]*"\w+"\s*:\s*\[?\s*')
 def parse_questions(text: str, n: int) -> list[str]:
     """At most ``n`` questions from a model's answer (numbered/bulleted lines or JSON).
 
-    Lines ending with ``?`` are preferred; otherwise list items; otherwise every line of 10+
+    List items ending with ``?`` are preferred, then any line ending with ``?`` (a remark
+    around a list, "Would you like more?", is no question); otherwise list items; otherwise
+    every line of 10+
     characters. Headers (lines ending with ``:``), duplicates and, unless they end with ``?``,
     lines that decline or apologise ("I'm sorry, I can't ...": the model refused) are skipped.
     Never raises.
@@ -467,7 +469,11 @@ def parse_questions(text: str, n: int) -> list[str]:
             body = _JSON_KEY.sub("", body).strip("\"'“”[]{},").strip()
             if body and not body.endswith(":"):
                 candidates.append((" ".join(body.split()), bool(m)))
-    questions = [q for q, _ in candidates if q.endswith("?")]
+    # the listed ones first: a remark around the list may end with "?" too ("Would you like
+    # me to elaborate on any of these?"), and asked as a question it cost a branch
+    questions = [q for q, listed in candidates if listed and q.endswith("?")] or [
+        q for q, _ in candidates if q.endswith("?")
+    ]
     if not questions:
         candidates = [(q, listed) for q, listed in candidates if not _REFUSAL.match(q)]
         questions = [q for q, listed in candidates if listed] or [
