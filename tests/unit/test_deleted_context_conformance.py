@@ -114,3 +114,36 @@ def test_a_snapshot_saved_before_deletes_relinked_the_context_is_rebuilt(tmp_pat
             lexical_by_id(reopened, SECRET)
             part = reopened._partitions["alice"]
             assert (part.lexical_generation is not None) == loaded
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_deletes_score_as_written_without(seed: int) -> None:
+    """Rounds of random deletes (single observations, runs of them, the newest, other kinds)
+    on an index built before them: after each, every memory scores as in a backend written
+    with the memories left."""
+    import numpy as np
+
+    from langchain_reflective.backends.sqlite import SQLiteBackend as Backend
+    from tests.backends.conformance_base import corpus
+
+    rng = np.random.default_rng(seed)
+    records = corpus(80)
+    with Backend(None) as backend:
+        backend.configure(HYBRID)
+        backend.bind_embeddings(MODEL, 32)
+        backend.put(records, vectors_of(records))
+        left = list(records)
+        for _ in range(5):
+            lexical_by_id(backend, "tea")  # (the index is in memory)
+            start = int(rng.integers(0, len(left) - 4))
+            picked = {start, start + 1, start + 2} if rng.random() < 0.5 else {start}
+            picked |= set(rng.integers(0, len(left), 3).tolist()) | {len(left) - 1}
+            gone = {left[i].id for i in picked}
+            assert backend.delete("alice", sorted(gone)) == len(gone)
+            left = [r for r in left if r.id not in gone]
+            with Backend(None) as fresh:
+                fresh.configure(HYBRID)
+                fresh.bind_embeddings(MODEL, 32)
+                fresh.put(left, vectors_of(left))
+                for query in [*QUERIES, "tea w1 w2"]:
+                    assert lexical_by_id(backend, query) == lexical_by_id(fresh, query)
