@@ -53,6 +53,7 @@ import numpy.typing as npt
 
 from langchain_reflective.backends.postgres.connection import Pools
 from langchain_reflective.backends.postgres.failures import ConnectionLostError
+from langchain_reflective.backends.postgres.local_docs import DocumentIndex, read_documents
 from langchain_reflective.backends.postgres.local_rows import applied as _applied
 from langchain_reflective.backends.postgres.local_rows import never as _never
 from langchain_reflective.backends.postgres.local_rows import private as _private
@@ -440,9 +441,11 @@ class LocalIndex:
             # room to grow by an eighth before the matrix is first copied into a larger one
             # (0.7 s at 100k memories, at the first catch-up after the load)
             part.reserve(head.live + head.live // 8 + 1024)
-            lexical = BM25Index(k1=BM25_K1, b=BM25_B)
-            part.lexical = lexical  # deletes reach it through the partition
             terms = self._terms
+            # with the context, deletes say whose documents change (local_docs.py)
+            part.lexical_context = terms == "ctx"
+            lexical = (DocumentIndex if part.lexical_context else BM25Index)(k1=BM25_K1, b=BM25_B)
+            part.lexical = lexical  # deletes reach it through the partition
             newest = _read_rows(conn, part, namespace, 0, terms, lambda: self._closed)
         if self._closed:
             return
@@ -562,7 +565,16 @@ class LocalIndex:
             return False
         rows, _ = _rows_of(part, seqs)
         if rows.shape[0]:
-            part.delete_rows(rows)
+            _, moved = part.delete_rows(rows)
+            if moved.shape[0]:  # the server rewrote the documents of the observations after
+                after = moved[:, 0]  # removed ones (queries.RECONTEXT): read them
+                assert isinstance(rep.lexical, DocumentIndex)
+                with self._pools.conn() as conn:
+                    done = read_documents(conn, rep.lexical, after, part.seqs.view[after])
+                if not done:  # not the document it held: load the namespace again
+                    with self._lock:
+                        self._drop(part.namespace)
+                    return False
         for seq in seqs.tolist():
             rep.records.pop(seq, None)
         rep.removals = head.removals

@@ -26,6 +26,7 @@ __all__ = [
     "LOCAL_CHANGES",
     "LOCAL_HEAD",
     "PURGE_COUNTER",
+    "RECONTEXT",
     "RECORDS",
     "RECORD_COLUMNS",
     "RELINK",
@@ -545,6 +546,40 @@ UPDATE reflective_access a SET
                 AND n.kind = 'observation' AND n.seq > a.seq)
 WHERE a.namespace = %s AND a.seq = ANY(%s)
 """
+
+RECONTEXT = """
+WITH s AS (SELECT a.seq, a.prev_obs FROM reflective_access a WHERE a.seq = ANY(%(seqs)s)),
+parts AS (
+    SELECT s.seq, u.term, u.tf, u.pos FROM s JOIN reflective_terms p ON p.seq = s.prev_obs,
+        unnest(p.lex_terms, p.lex_tfs) WITH ORDINALITY AS u (term, tf, pos)
+    UNION ALL
+    SELECT s.seq, u.term, u.tf, u.pos + 2147483648 FROM s JOIN reflective_terms o ON o.seq = s.seq,
+        unnest(o.lex_terms, o.lex_tfs) WITH ORDINALITY AS u (term, tf, pos)
+),
+summed AS (SELECT seq, term, sum(tf)::int4 AS tf, min(pos) AS pos FROM parts GROUP BY seq, term),
+docs AS (
+    SELECT s.seq,
+        coalesce(array_agg(m.term ORDER BY m.pos) FILTER (WHERE m.term IS NOT NULL),
+                 '{}'::text[]) AS terms,
+        coalesce(array_agg(m.tf ORDER BY m.pos) FILTER (WHERE m.term IS NOT NULL),
+                 '{}'::int4[]) AS tfs,
+        coalesce(sum(m.tf), 0)::int4 AS len
+    FROM s LEFT JOIN summed m ON m.seq = s.seq GROUP BY s.seq
+),
+old AS (SELECT t.seq, t.ctx_len FROM reflective_terms t WHERE t.seq = ANY(%(seqs)s)),
+changed AS (
+    UPDATE reflective_terms t SET ctx_terms = d.terms, ctx_tfs = d.tfs, ctx_len = d.len
+    FROM docs d JOIN old o ON o.seq = d.seq WHERE t.seq = d.seq
+    RETURNING t.ctx_len - o.ctx_len AS grown
+)
+SELECT coalesce(sum(grown), 0)::int8 FROM changed
+"""
+"""The lexical context (``ctx_*``) of the observations ``seqs`` after :data:`RELINK`: each
+one's own terms plus those of its previous observation now, as ``writes.write_memories``
+computes them at insert (``Counter(previous) + Counter(own)``: the previous one's terms
+first, in their order, then its own new ones); returns how much their ``ctx_len`` grew in all
+(for the namespace's ``ctx_total``). A delete runs it for the observations whose previous one
+it deleted, so their documents become what they would be had it never been written."""
 
 
 # -- the local index (``local_index.py``): what changed in a namespace, and its rows ------------

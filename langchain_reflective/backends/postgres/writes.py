@@ -38,6 +38,7 @@ from langchain_reflective.backends.postgres.failures import TransactionStillOpen
 from langchain_reflective.backends.postgres.queries import (
     ADD,
     PURGE_COUNTER,
+    RECONTEXT,
     RECORDS,
     RELINK,
     RESET,
@@ -505,8 +506,11 @@ def delete_memories(
     conn: psycopg.Connection[Any], namespace: str, ids: Sequence[str], *, locked: bool = False
 ) -> list[int]:
     """Delete memories of ``namespace`` by id in ``conn``'s transaction, relinking their
-    neighbours and updating the BM25 statistics; returns the deleted keys, in order. Locks the
-    namespace's counter row first unless the caller holds it (``locked``)."""
+    neighbours, giving the observations after deleted ones the lexical context of their new
+    previous observation (:data:`RECONTEXT`: one statement more when there are such; a local
+    index reads them again when it applies the removal, ``local_docs.py``) and updating the
+    BM25 statistics; returns the deleted keys, in order. Locks the namespace's counter row
+    first unless the caller holds it (``locked``)."""
     if not ids:
         return []
     if not locked:
@@ -532,10 +536,16 @@ def delete_memories(
         (sorted(seqs | near), namespace, sorted(seqs)),
     )
     conn.execute("DELETE FROM reflective_memories WHERE seq = ANY(%s)", (sorted(seqs),))
+    grown = 0
     if near:
         conn.execute(RELINK, (namespace, sorted(near)))
+        # the observations after deleted ones: their previous observation's terms change
+        after = sorted({r[4] for r in gone if r[4] is not None} - seqs)
+        if after:
+            found = conn.execute(RECONTEXT, {"seqs": after}).fetchone()
+            grown = int(found[0]) if found else 0
     add_lexical_stats(
-        conn, namespace, -len(gone), -sum(r[1] for r in gone), -sum(r[2] for r in gone)
+        conn, namespace, -len(gone), -sum(r[1] for r in gone), grown - sum(r[2] for r in gone)
     )
     return sorted(seqs)  # (also logged by a trigger: schema version 7)
 

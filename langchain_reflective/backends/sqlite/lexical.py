@@ -352,10 +352,10 @@ class BM25Index:
         stems: Sequence[str],
         sizes: npt.NDArray[np.integer],
         counts: npt.NDArray[np.integer],
-    ) -> None:
+    ) -> npt.NDArray[np.int64]:
         """:meth:`add_terms` with the documents' terms concatenated: document ``i`` is the
         next ``sizes[i]`` of ``stems`` and ``counts`` (what a bulk load decodes without a
-        Python list per document).
+        Python list per document). Returns the term id of each stem, in their order.
 
         Raises:
             ValueError: ``sizes`` does not add up to the number of stems and counts, or a count
@@ -369,17 +369,17 @@ class BM25Index:
                 f"{int(sizes.sum())} terms in all"
             )
         if n == 0:
-            return
+            return np.zeros(0, dtype=np.int64)
         tfs = counts.astype(np.int64, copy=False)
         if total and int(tfs.min()) < 1:
             raise ValueError("term counts must be at least 1")
         start = self._n_rows
         self._ensure_capacity(start + n)
         if total <= _FLAT_BY_TERM_MIN:  # a few documents (catching up): append in place
-            self._add_pairs(start, stems, sizes.tolist(), tfs.tolist())
-            return
+            return self._add_pairs(start, stems, sizes.tolist(), tfs.tolist())
         term_id = self._stem_id
         ids = np.fromiter((term_id(stem) for stem in stems), np.int64, count=total)
+        given = ids
         docs = np.repeat(np.arange(n, dtype=np.int64), sizes)
         lengths = np.bincount(docs, weights=tfs, minlength=n).astype(np.int64)
         order = np.argsort(ids, kind="stable")  # per term, its documents in row order
@@ -398,21 +398,25 @@ class BM25Index:
         self._n_live += n
         self._doclen[start:end] = lengths
         self._total_len += int(lengths.sum())
+        return given
 
     def _add_pairs(
         self, start: int, stems: Sequence[str], sizes: list[int], tfs: list[int]
-    ) -> None:
+    ) -> npt.NDArray[np.int64]:
         """:meth:`add_flat_terms` one (term, count) pair at a time: cheaper than grouping
         by term for a few documents (each term of the batch got its own numpy slices)."""
         term_id = self._stem_id
         writable = self._writable
         lengths: list[int] = []
+        ids: list[int] = []
         at = 0
         for offset, size in enumerate(sizes):
             row = start + offset
             length = 0
             for i in range(at, at + size):
-                rows_of, tf_of = writable(term_id(stems[i]))
+                tid = term_id(stems[i])
+                ids.append(tid)
+                rows_of, tf_of = writable(tid)
                 rows_of.append(row)
                 tf = tfs[i]
                 tf_of.append(tf if tf <= _TF_MAX else _TF_MAX)
@@ -425,6 +429,7 @@ class BM25Index:
         self._n_live += len(sizes)
         self._doclen[start:end] = lengths
         self._total_len += sum(lengths)
+        return np.asarray(ids, dtype=np.int64)
 
     def _stem_id(self, stem: str) -> int:
         """The term id of an index term (a stem), created if new."""
