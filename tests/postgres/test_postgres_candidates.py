@@ -166,7 +166,8 @@ def test_lexical_scores_are_the_sqlite_backends_bm25(backend: PostgresBackend) -
     docs, prev = [], None
     for r in records:
         doc = r.text if r.kind != "observation" or prev is None else prev + "\n" + r.text
-        prev = r.text if r.kind == "observation" else prev
+        # (a deleted observation is no one's context: its successor's is the one before it)
+        prev = r.text if r.kind == "observation" and r.id not in gone else prev
         docs.append(doc)
     index = BM25Index()
     index.add(docs)
