@@ -29,7 +29,6 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from langchain_reflective._llm import run_sync
 from langchain_reflective.backends.base import (
     BaseMemoryBackend,
     CandidateSet,
@@ -42,7 +41,7 @@ from langchain_reflective.backends.base import (
 from langchain_reflective.backends.postgres.candidates import CandidateSource
 from langchain_reflective.backends.postgres.connection import Pools, open_pool
 from langchain_reflective.backends.postgres.conninfo import check_connection, with_keepalives
-from langchain_reflective.backends.postgres.failures import read_version
+from langchain_reflective.backends.postgres.identity import VectorIdentity
 from langchain_reflective.backends.postgres.local_index import LocalIndex
 from langchain_reflective.backends.postgres.pool_settings import sync_pool_settings
 from langchain_reflective.backends.postgres.queries import (
@@ -56,13 +55,7 @@ from langchain_reflective.backends.postgres.rows import (
     record_of,
     vectors_from_binary,
 )
-from langchain_reflective.backends.postgres.schema import (
-    APP_LOCK,
-    SCHEMA_VERSION,
-    bind_meta,
-    migrate,
-    newer_schema_error,
-)
+from langchain_reflective.backends.postgres.schema import APP_LOCK, migrate
 from langchain_reflective.backends.postgres.touches import Touches
 from langchain_reflective.backends.postgres.unclosed import finalizer, held_weakly
 from langchain_reflective.backends.postgres.vector_index import (
@@ -83,11 +76,7 @@ from langchain_reflective.backends.postgres.writes import (
     write_batch,
 )
 from langchain_reflective.backends.types import F32
-from langchain_reflective.errors import (
-    DimensionMismatchError,
-    EmbeddingError,
-    StorageError,
-)
+from langchain_reflective.errors import StorageError
 from langchain_reflective.records import MemoryRecord
 from langchain_reflective.scoring import ScoringConfig
 
@@ -196,10 +185,7 @@ class PostgresBackend(BaseMemoryBackend):
             lexical=int(lexical_candidates),
             local=local,
         )
-        self._dimension: int | None = None
-        self._model: str | None = None
-        self._vector_type: int | None = None
-        self._version_checked = False
+        self._identity = VectorIdentity(self._pools, self._index.bind)
         stops = [self._touches.close, self._index.close, *([local.close] if local else [])]
         self._unclosed = finalizer(self, self._pools, stops)  # (freed unclosed: closes them)
 
@@ -276,58 +262,23 @@ class PostgresBackend(BaseMemoryBackend):
 
     def schema_version(self) -> int:
         """The database's schema version (0 before :meth:`setup`)."""
-        return self._pools.retrying(lambda conn: run_sync(read_version(conn)))
+        return self._identity.schema_version()
 
-    # -- identity of the vectors ---------------------------------------------------------------
-
-    def _check_version(self) -> None:
-        """Refuse, once, a database set up by a newer version of this package (before any
-        read or write: its tables may no longer mean what this version expects)."""
-        if self._version_checked:
-            return
-        version = self.schema_version()
-        if version > SCHEMA_VERSION:
-            raise newer_schema_error(version)
-        self._version_checked = True
-
-    def _load_meta(self) -> None:
-        if self._dimension is not None:
-            return
-        self._check_version()
-        rows: dict[str, str] = dict(self._pools.rows("SELECT key, value FROM reflective_meta"))
-        if "dimension" in rows:
-            self._dimension = int(rows["dimension"])
-            self._model = rows.get("embedding_model")
+    # -- identity of the vectors (``identity.py``) ---------------------------------------------
 
     @property
     def dimension(self) -> int | None:
-        self._load_meta()
-        return self._dimension
+        self._identity.load()
+        return self._identity.dimension
 
     @property
     def embedding_model(self) -> str | None:
-        self._load_meta()
-        return self._model
+        self._identity.load()
+        return self._identity.model
 
     def bind_embeddings(self, model: str, dimension: int) -> None:
         self._pools.check_process()
-        if self._dimension is None:
-            self._load_meta()
-        if self._dimension is None:
-            with self._pools.conn() as conn, conn.transaction():
-                rows = bind_meta(conn, model, dimension, self._index.bind)
-            self._dimension = int(rows["dimension"])
-            self._model = rows.get("embedding_model")
-        if dimension != self._dimension:
-            raise DimensionMismatchError(
-                f"the database holds {self._dimension}-dimensional vectors; got {dimension}. "
-                "Use the embedding model the database was written with."
-            )
-        if self._model is not None and model != self._model:
-            raise EmbeddingError(
-                f"the database was written with embedding model {self._model!r}, not "
-                f"{model!r}; vectors from different models are not comparable"
-            )
+        self._identity.bind(model, dimension)
 
     def configure(self, scoring: ScoringConfig) -> None:
         self._candidates.configure(bool(scoring.lexical_context))
@@ -379,11 +330,7 @@ class PostgresBackend(BaseMemoryBackend):
 
     def _vector_oid(self, conn: psycopg.Connection[Any]) -> int:
         """The oid of pgvector's ``vector`` type in this database (read once)."""
-        if self._vector_type is None:
-            row = conn.execute("SELECT 'vector'::regtype::oid").fetchone()
-            assert row is not None
-            self._vector_type = int(row[0])
-        return self._vector_type
+        return self._identity.vector_oid(conn)
 
     def delete(self, namespace: str, ids: Sequence[str]) -> int:
         if not ids:
@@ -631,7 +578,7 @@ class PostgresBackend(BaseMemoryBackend):
         config: ScoringConfig,
         exact: bool = False,
     ) -> CandidateSet:
-        dim = self._dimension
+        dim = self._identity.dimension
         if dim is None:  # (read from the server once)
             dim = await asyncio.to_thread(lambda: self.dimension)
         return await self._candidates.aget(
@@ -689,4 +636,4 @@ class PostgresBackend(BaseMemoryBackend):
             self._candidates.local.close()
 
     def __repr__(self) -> str:
-        return f"PostgresBackend(pool={self._pools.name!r}, dimension={self._dimension})"
+        return f"PostgresBackend(pool={self._pools.name!r}, dimension={self._identity.dimension})"
