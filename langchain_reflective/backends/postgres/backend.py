@@ -43,6 +43,7 @@ from langchain_reflective.backends.postgres.connection import Pools, open_pool
 from langchain_reflective.backends.postgres.conninfo import check_connection, with_keepalives
 from langchain_reflective.backends.postgres.identity import VectorIdentity
 from langchain_reflective.backends.postgres.local_index import LocalIndex
+from langchain_reflective.backends.postgres.opening import opened_in_thread
 from langchain_reflective.backends.postgres.pool_settings import sync_pool_settings
 from langchain_reflective.backends.postgres.queries import (
     RECORD_COLUMNS,
@@ -89,7 +90,9 @@ class PostgresBackend(BaseMemoryBackend):
     """Memories in a Postgres database with pgvector, shared by many processes and machines.
 
     Build one with :meth:`from_conn_string`; call :meth:`setup` once per database (it is
-    idempotent and safe to call from every process at start-up).
+    idempotent and safe to call from every process at start-up). In async code (a FastAPI
+    lifespan, a LangGraph server) their twins :meth:`afrom_conn_string` and :meth:`asetup`
+    never block the event loop.
 
     Args:
         pool: a ``psycopg_pool.ConnectionPool`` of your own (else use
@@ -246,6 +249,33 @@ class PostgresBackend(BaseMemoryBackend):
         backend._pools.new_pool = new_pool  # (replaced by a fresh one after an outage)
         return backend
 
+    @classmethod
+    async def afrom_conn_string(
+        cls,
+        conninfo: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 8,
+        timeout: float = 30.0,
+        pool_kwargs: Mapping[str, float] | None = None,
+        **kwargs: Any,
+    ) -> PostgresBackend:
+        """Async twin of :meth:`from_conn_string`: the connection check and the pool's
+        opening run in a worker thread, so the event loop keeps running while a server that
+        does not answer is waited for (up to the connect timeout). Same arguments and errors;
+        a caller cancelled meanwhile leaves no open pool behind (``opening.py``)."""
+        return await opened_in_thread(
+            functools.partial(
+                cls.from_conn_string,
+                conninfo,
+                min_size=min_size,
+                max_size=max_size,
+                timeout=timeout,
+                pool_kwargs=pool_kwargs,
+                **kwargs,
+            )
+        )
+
     # -- schema --------------------------------------------------------------------------------
 
     def setup(self) -> None:
@@ -259,6 +289,11 @@ class PostgresBackend(BaseMemoryBackend):
         """
         with self._pools.conn() as conn, conn.transaction():
             migrate(conn)
+
+    async def asetup(self) -> None:
+        """Async twin of :meth:`setup` (runs in a worker thread; cancelled, a migration
+        still runs to its end there, in its transaction)."""
+        await asyncio.to_thread(self.setup)
 
     def schema_version(self) -> int:
         """The database's schema version (0 before :meth:`setup`)."""
