@@ -17,7 +17,7 @@ import numpy as np
 import psycopg
 import pytest
 
-from langchain_reflective.backends.postgres import PostgresBackend, local_index
+from langchain_reflective.backends.postgres import PostgresBackend, local_rows
 from langchain_reflective.backends.postgres.schema import APP_LOCK
 from langchain_reflective.backends.sqlite.lexical import BM25Index
 from langchain_reflective.errors import StorageError
@@ -199,7 +199,7 @@ def test_the_local_index_load_outlives_the_timeouts_that_end_a_session(
         writer.setup()
         writer.bind_embeddings("test-model", DIM)
         _fill(writer, 90, seed=4)
-    monkeypatch.setattr(local_index, "LOAD_CHUNK", 30)
+    monkeypatch.setattr(local_rows, "LOAD_CHUNK", 30)  # (read by local_rows.read_rows)
     real = BM25Index.add_flat_terms
 
     def slow(self: BM25Index, *args: Any, **kwargs: Any) -> Any:
