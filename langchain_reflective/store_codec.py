@@ -95,7 +95,10 @@ def _unreadable_item_key(record: MemoryRecord) -> str | None:
     found = _STORED_ITEM_KEY.match(stored) if isinstance(stored, str) else None
     if found is None:
         return None
-    key = json.loads(found[1])
+    try:
+        key = json.loads(found[1])
+    except ValueError:  # (an escape JSON has not, in a text edited by hand: no key to keep)
+        return None
     return key if record.id in (item_memory_id(record.namespace, key), key) else None
 
 

@@ -225,6 +225,23 @@ def test_a_store_item_too_deep_to_read_can_be_read_and_replaced(
     assert stream.count(namespace="users/alice") == 2
 
 
+def test_a_store_item_whose_stored_key_is_not_json_leaves_the_store_readable(
+    stream: MemoryStream,
+) -> None:
+    """An unreadable item's key is read from the start of its stored text; an escape JSON
+    has not there (a hand edit) raised a raw ``JSONDecodeError`` from every read of the store
+    that reached it. Now that memory reads as a memory of the namespace (under its id, as one
+    not written through the store), its key being unknown; the others read as before."""
+    store = ReflectiveStore(stream)
+    store.put(("users", "alice"), "prefs", {"theme": "dark"})
+    store.put(("users", "alice"), "other", {"theme": "light"})
+    item_id = ReflectiveStore.memory_id("users/alice", "prefs")
+    _spoil(stream, item_id, '{"langgraph_item": {"key": "pr\\qefs", "value": {')
+    assert {i.key for i in store.search(("users", "alice"))} == {"other", item_id}
+    assert store.get(("users", "alice"), "other") is not None
+    assert store.get(("users", "alice"), "prefs") is None
+
+
 def test_too_deep_cache_bookkeeping_is_rebuilt_not_raised(tmp_path: Path) -> None:
     """The ``meta`` rows that describe a namespace's caches are JSON too: a tampered one is
     treated as missing (the cache is rebuilt from the rows); one nested too deep raised
