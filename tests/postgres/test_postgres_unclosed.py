@@ -20,7 +20,7 @@ import numpy as np
 import psycopg
 import pytest
 
-from langchain_reflective.backends.postgres import PostgresBackend
+from langchain_reflective.backends.postgres import PostgresBackend, unclosed
 from tests.postgres.sample_memories import _fill, _unit
 from tests.postgres.test_postgres_local_index import NOW, _open, _ranking, _server_access_times
 
@@ -154,20 +154,33 @@ def test_an_unclosed_backend_collected_in_its_touch_writer_raises_nothing_and_cl
     assert unraisable.seen == []
 
 
-def test_an_unclosed_backend_dropped_on_the_main_thread_closes_there_at_once(
+def test_an_unclosed_backend_dropped_on_the_main_thread_is_closed_off_it(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Its last reference dropped (no cycle holds it: its local index asks it for its
-    dimension through a weak reference), it is closed before ``del`` returns."""
+    dimension through a weak reference), it is freed at once and closed on a thread of its
+    own: not where the collection ran, which may be a running event loop, or hold a lock
+    that one of the joined threads needs."""
     unraisable = _Unraisable(monkeypatch)
     backend = _open(postgres_url, local_index=True, local_index_wait=True)
     _fill(backend, 10)
     _ranking(backend, _unit(np.random.default_rng(5), 1)[0])  # (loads the namespace)
     threads = _pool_threads(backend)
+    closers: list[str] = []
+    real_close = unclosed._close
+
+    def close(*args: Any) -> None:
+        closers.append(threading.current_thread().name)
+        real_close(*args)
+
+    monkeypatch.setattr(unclosed, "_close", close)
     with _collected_only_when_asked():
+        freed = weakref.ref(backend)
         del backend
-        assert not any(t.is_alive() for t in threads)
-    assert _connections(postgres_url) == 0
+        assert freed() is None
+    _eventually(lambda: not any(t.is_alive() for t in threads), "the backend's threads stop")
+    _eventually(lambda: _connections(postgres_url) == 0, "the pool's connections close")
+    assert closers == [unclosed._THREAD]
     assert unraisable.seen == []
 
 

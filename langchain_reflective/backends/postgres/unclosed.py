@@ -11,9 +11,11 @@ ConnectionPool.__del__"), and the pool's idle connections were left to be closed
 objects were freed. Closing the backend joins more threads of its own (the touch writer, the
 local index's loader, a background index build), so the same holds for each of them.
 
-So a backend registers :func:`finalizer`: on the main thread (never one of the backend's) it
-closes everything there and then, as the SQLite backend's finalizer stops its checkpoint thread;
-on any other thread it hands the closing to a new thread of its own, which may join them all.
+So a backend registers :func:`finalizer`, which hands the closing to a new thread of its own,
+which may join them all. Not even on the main thread does it close where it runs: a collection
+runs wherever an allocation starts it, perhaps inside a running event loop (which the touch
+writer's last writes and the joins would block) or while that thread holds a lock one of the
+backend's threads needs to finish (a logging handler's: the join would never return).
 Nothing is written to ``warnings`` (no ``ResourceWarning``): an unclosed SQLite store is not
 reported either, and a warning turned into an error there would itself be unraisable. At
 interpreter exit nothing is done: the exit must not wait for a server (the touch writer's last
@@ -69,14 +71,11 @@ def held_weakly(owner: T, read: Callable[[T], R]) -> Callable[[], R | None]:
 
 
 def release(pools: Pools, stops: Sequence[Callable[[], None]]) -> None:
-    """The finalizer: close here on the main thread, else on a new thread (see the module
-    docstring); in a forked child, only forget the parent's pools (closing them would end the
-    parent's sessions, and its threads are not here)."""
+    """The finalizer: close on a new thread (see the module docstring); in a forked child,
+    only forget the parent's pools (closing them would end the parent's sessions, and its
+    threads are not here)."""
     if pools.forked:
         pools.abandon()
-        return
-    if threading.current_thread() is threading.main_thread():
-        _close(pools, stops)
         return
     try:
         threading.Thread(target=_close, args=(pools, stops), name=_THREAD, daemon=True).start()
