@@ -99,11 +99,19 @@ def _to_rating(value: Any) -> float | None:
     return max(1.0, min(10.0, number))
 
 
+_FIRST_LABEL = re.compile(r"(?<![\w.])\d{1,4}\s*[:=]")
+"""A memory's label inside a line ("2: ..."): a refusal after one is that memory's alone."""
+
+
 def _refused(line: str) -> bool:
-    """Whether ``line`` (after a memory's number, if it starts with one) declines to rate."""
+    """Whether ``line`` (after a memory's number, if it starts with one) declines to rate,
+    before any memory's label in it: "Sorry for the delay! 1: 7, 2: I cannot rate this" rates
+    the first memory (the second's refusal is its entry's, read as unrated)."""
     line = _strip_markup(line)
     label = _LABELLED.match(line) or _INDEXED.match(line)
-    return _REFUSAL.match(label.group(2) if label else line) is not None
+    text = label.group(2) if label else line
+    first = _FIRST_LABEL.search(text)
+    return _REFUSAL.match(text[: first.start()] if first else text) is not None
 
 
 def _number(text: str) -> float:

@@ -31,6 +31,10 @@ FAST = RetryConfig(attempts=1)
         # a refusal for one memory leaves the others' ratings
         ("I'm unable to rate memory 3 because it is unclear.\n1: 7\n2: 4", 3, [7, 4, N]),
         ("1: 8\n2: I cannot rate this one (1-10 scale).", 2, [8, N]),
+        # an apology before the labels is no refusal of them (a review: all three fell back)
+        ("Sorry for the delay! 1: 7, 2: 3, 3: I cannot rate this one", 3, [7, 3, N]),
+        ("As an AI, I cannot rate memory 2: it is private", 2, [N, N]),
+        ("I'm sorry, I can't rate these on a scale of 1-10: they are private", 2, [N, N]),
         # hedges that still rate are read
         ("I can't be sure, but I'd say 6.", 1, [6]),
         ("As an AI, I don't have feelings, but I'd rate it 5.", 1, [5]),
