@@ -542,6 +542,11 @@ class BaseMemoryBackend(Closing, ABC):
         found = self.get(namespace, [id])
         return found[0] if found else None
 
+    async def aget_one(self, namespace: str, id: str) -> MemoryRecord | None:
+        """Async twin of :meth:`get_one`."""
+        found = await self.aget(namespace, [id])
+        return found[0] if found else None
+
     def most_important(
         self, namespace: str, n: int, *, kinds: Sequence[str] | None = None
     ) -> list[MemoryRecord]:

@@ -15,17 +15,20 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 from blockbuster import blockbuster_ctx
 from psycopg_pool import ConnectionPool
 
 from langchain_reflective.backends.postgres import PostgresBackend
 from langchain_reflective.backends.postgres import backend as backend_module
+from langchain_reflective.backends.postgres import vector_index as vector_index_module
 from langchain_reflective.backends.postgres.connection import open_pool
 from langchain_reflective.backends.postgres.conninfo import check_connection
 from langchain_reflective.backends.postgres.schema import SCHEMA_VERSION
 from langchain_reflective.errors import StorageError
 from tests.postgres.conftest import create_database
+from tests.postgres.sample_memories import DIM, _records, _unit
 
 
 def on_the_server(test: Any) -> Any:
@@ -39,12 +42,6 @@ NO_TWIN = {
     "configure": "no I/O: remembers the stream's scoring",
     "local_namespaces": "no I/O: what this process's local index holds",
     "iter_records": "a sync iterator (exports run it in a worker thread: aexport_jsonl)",
-    # known gaps, not yet twinned (each does I/O or waits): BaseMemoryBackend's get_one
-    # convenience, and the backend's schema and index introspection
-    "get_one": "gap: BaseMemoryBackend has no aget_one (aget does it)",
-    "schema_version": "gap: reads the server",
-    "index_state": "gap: reads the server",
-    "wait_for_index": "gap: waits for this process's background index build",
 }
 
 
@@ -79,6 +76,7 @@ def test_every_public_method_with_io_has_a_twin_taking_its_parameters() -> None:
     assert {name for name in sync if "a" + name not in public} == set(NO_TWIN)
     assert {name for name in set(public) - sync if name[1:] not in sync} == set()
     assert {"setup", "from_conn_string"} <= sync - set(NO_TWIN)
+    assert {"schema_version", "index_state", "wait_for_index", "get_one"} <= sync - set(NO_TWIN)
     for name in sync - set(NO_TWIN):
         fn, twin = public[name], public["a" + name]
         assert _is_async(twin), name
@@ -103,10 +101,10 @@ async def test_afrom_conn_string_and_asetup_work_inside_a_running_loop(postgres_
     )
     try:
         assert isinstance(backend, PostgresBackend)
-        assert await asyncio.to_thread(backend.schema_version) == 0
+        assert await backend.aschema_version() == 0
         await backend.asetup()
         await backend.asetup()
-        assert await asyncio.to_thread(backend.schema_version) == SCHEMA_VERSION
+        assert await backend.aschema_version() == SCHEMA_VERSION
         assert await backend.acount("default") == 0
         assert await backend.acount_pending() == 0
         pool = backend._pools.pool
@@ -248,6 +246,57 @@ async def test_afrom_conn_string_and_asetup_never_block_the_loop(postgres_server
     assert backend._pools.closed
     with PostgresBackend.from_conn_string(fresh) as again:
         assert again.schema_version() == SCHEMA_VERSION
+
+
+@on_the_server
+async def test_the_introspection_twins_and_aget_one_answer_as_the_sync_methods(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inside a running loop, under blockbuster: ``aschema_version``, ``aindex_state`` and
+    ``aget_one`` return what their sync methods return; ``await_for_index`` returns after its
+    ``timeout`` while the background build runs, and without one once the build is done, the
+    loop ticking meanwhile (the build is held on an event until the loop releases it)."""
+    building, release = threading.Event(), threading.Event()
+    build_index = vector_index_module.build_index
+
+    def held_build(*args: Any, **kwargs: Any) -> Any:
+        building.set()
+        release.wait(10)
+        return build_index(*args, **kwargs)
+
+    monkeypatch.setattr(vector_index_module, "build_index", held_build)
+    backend = await PostgresBackend.afrom_conn_string(postgres_url, max_size=4, ivf_min_rows=200)
+    try:
+        await backend.asetup()
+        await backend.abind_embeddings("test-model", DIM)
+        records = _records(250)
+        await backend.aput(records, _unit(np.random.default_rng(1), 250))  # due: a build starts
+        assert await asyncio.to_thread(building.wait, 10)
+        held = backend.index_state()  # (the sync one, on the loop: while the build is held)
+        with blockbuster_ctx("langchain_reflective"):
+            assert await backend.aschema_version() == SCHEMA_VERSION
+            before = await backend.aindex_state()
+            one = await backend.aget_one("default", records[3].id)
+            missing = await backend.aget_one("default", "no-such-id")
+            other = await backend.aget_one("elsewhere", records[3].id)
+            start = time.monotonic()
+            await backend.await_for_index(timeout=0.1)  # the build is still held
+            assert time.monotonic() - start >= 0.09
+            assert (await backend.aindex_state()).name is None
+            asyncio.get_running_loop().call_later(0.3, release.set)
+            raised, gaps = await _ticks_while(backend.await_for_index)
+            after = await backend.aindex_state()
+        assert raised is None and release.is_set()
+        assert len(gaps) > 20 and max(gaps) < 0.25, (len(gaps), max(gaps))
+        assert backend.schema_version() == SCHEMA_VERSION
+        assert before == held and before.name is None
+        assert after == backend.index_state() and after.name is not None and after.rows == 250
+        assert one == backend.get_one("default", records[3].id) == records[3]
+        assert missing is None is backend.get_one("default", "no-such-id")
+        assert other is None is backend.get_one("elsewhere", records[3].id)
+    finally:
+        release.set()
+        await backend.aclose()
 
 
 @on_the_server

@@ -299,6 +299,10 @@ class PostgresBackend(BaseMemoryBackend):
         """The database's schema version (0 before :meth:`setup`)."""
         return self._identity.schema_version()
 
+    async def aschema_version(self) -> int:
+        """Async twin of :meth:`schema_version` (runs in a worker thread)."""
+        return await asyncio.to_thread(self.schema_version)
+
     # -- identity of the vectors (``identity.py``) ---------------------------------------------
 
     @property
@@ -578,10 +582,19 @@ class PostgresBackend(BaseMemoryBackend):
         self._pools.check_process()
         return self._index.state()
 
+    async def aindex_state(self) -> IndexState:
+        """Async twin of :meth:`index_state` (runs in a worker thread)."""
+        return await asyncio.to_thread(self.index_state)
+
     def wait_for_index(self, timeout: float | None = None) -> None:
         """Wait for this process's background index rebuild, if one is running."""
         self._pools.check_process()
         self._index.wait(timeout)
+
+    async def await_for_index(self, timeout: float | None = None) -> None:
+        """Async twin of :meth:`wait_for_index`: the wait runs in a worker thread (cancelled,
+        the caller returns at once; the thread still waits for the build or ``timeout``)."""
+        await asyncio.to_thread(self.wait_for_index, timeout)
 
     # -- candidates ----------------------------------------------------------------------------
 
