@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import inspect
 import socket
 import threading
 import time
@@ -29,6 +28,7 @@ from langchain_reflective.backends.postgres.schema import SCHEMA_VERSION
 from langchain_reflective.errors import StorageError
 from tests.postgres.conftest import create_database
 from tests.postgres.sample_memories import DIM, _records, _unit
+from tests.twins import assert_twins
 
 
 def on_the_server(test: Any) -> Any:
@@ -45,48 +45,12 @@ NO_TWIN = {
 }
 
 
-def _public() -> dict[str, Any]:
-    """The backend's public methods and classmethods (properties excluded), by name."""
-    return {
-        name: getattr(PostgresBackend, name)
-        for name, value in inspect.getmembers(PostgresBackend)
-        if name[0] != "_" and (inspect.isfunction(value) or inspect.ismethod(value))
-    }
-
-
-def _is_async(fn: Any) -> bool:
-    """A coroutine function, or an async context manager's (``areflection_lock``)."""
-    return inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(
-        getattr(fn, "__wrapped__", None)
-    )
-
-
-def _params(fn: Any) -> list[tuple[str, str, Any, Any]]:
-    return [
-        (p.name, p.kind.name, p.default, p.annotation)
-        for p in inspect.signature(fn).parameters.values()
-    ]
-
-
 def test_every_public_method_with_io_has_a_twin_taking_its_parameters() -> None:
     """A public sync method (or classmethod: ``from_conn_string``) that reads, writes or
     connects has an async ``a`` twin with its parameters; the exceptions are listed above."""
-    public = _public()
-    sync = {name for name, fn in public.items() if not _is_async(fn)}
-    assert {name for name in sync if "a" + name not in public} == set(NO_TWIN)
-    assert {name for name in set(public) - sync if name[1:] not in sync} == set()
-    assert {"setup", "from_conn_string"} <= sync - set(NO_TWIN)
-    assert {"schema_version", "index_state", "wait_for_index", "get_one"} <= sync - set(NO_TWIN)
-    for name in sync - set(NO_TWIN):
-        fn, twin = public[name], public["a" + name]
-        assert _is_async(twin), name
-        assert _params(twin) == _params(fn), name
-        assert inspect.ismethod(twin) == inspect.ismethod(fn), name  # a classmethod's too
-        assert (inspect.getdoc(twin) or "").startswith(f"Async twin of :meth:`{name}`"), name
-        if inspect.iscoroutinefunction(twin):
-            assert (
-                inspect.signature(twin).return_annotation == inspect.signature(fn).return_annotation
-            ), name
+    twinned = assert_twins(PostgresBackend, NO_TWIN)
+    assert {"setup", "from_conn_string"} <= twinned
+    assert {"schema_version", "index_state", "wait_for_index", "get_one"} <= twinned
 
 
 # -- against the server ------------------------------------------------------------------------

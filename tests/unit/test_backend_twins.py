@@ -4,7 +4,6 @@ answer); ``aget_one`` answers as ``get_one`` inside a running loop, off it."""
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,6 +15,7 @@ from langchain_reflective.backends.base import BaseMemoryBackend
 from langchain_reflective.records import MemoryRecord
 from tests.conftest import NOW
 from tests.fakes import WordEmbeddings
+from tests.twins import assert_twins
 
 NO_TWIN = {
     "configure": "no I/O: remembers the stream's scoring",
@@ -24,44 +24,13 @@ NO_TWIN = {
 SQLITE_NO_TWIN = {**NO_TWIN, "in_memory": "no I/O: a constructor of an in-memory backend"}
 
 
-def _is_async(fn: Any) -> bool:
-    """A coroutine function, or an async context manager's (``areflection_lock``)."""
-    return inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(
-        getattr(fn, "__wrapped__", None)
-    )
-
-
-def _params(fn: Any) -> list[tuple[str, str, Any, Any]]:
-    return [
-        (p.name, p.kind.name, p.default, p.annotation)
-        for p in inspect.signature(fn).parameters.values()
-    ]
-
-
 @pytest.mark.parametrize(
     ("cls", "no_twin"), [(BaseMemoryBackend, NO_TWIN), (SQLiteBackend, SQLITE_NO_TWIN)]
 )
 def test_every_public_method_with_io_has_a_twin_taking_its_parameters(
     cls: type[BaseMemoryBackend], no_twin: dict[str, str]
 ) -> None:
-    public = {
-        name: getattr(cls, name)
-        for name, value in inspect.getmembers(cls)
-        if name[0] != "_" and (inspect.isfunction(value) or inspect.ismethod(value))
-    }
-    sync = {name for name, fn in public.items() if not _is_async(fn)}
-    assert {name for name in sync if "a" + name not in public} == set(no_twin)
-    assert {name for name in set(public) - sync if name[1:] not in sync} == set()
-    assert {"get_one", "most_important", "mark_reflected"} <= sync - set(no_twin)
-    for name in sync - set(no_twin):
-        fn, twin = public[name], public["a" + name]
-        assert _is_async(twin), name
-        assert _params(twin) == _params(fn), name
-        assert (inspect.getdoc(twin) or "").startswith(f"Async twin of :meth:`{name}`"), name
-        if inspect.iscoroutinefunction(twin):
-            assert (
-                inspect.signature(twin).return_annotation == inspect.signature(fn).return_annotation
-            ), name
+    assert {"get_one", "most_important", "mark_reflected"} <= assert_twins(cls, no_twin)
 
 
 @pytest.fixture
