@@ -42,6 +42,9 @@ class AsyncConformance(ConformanceBase):
                 records, vectors_of(records), counter=CounterUpdate("alice", adds=15)
             )
             assert await backend.aget("alice", [records[2].id]) == [records[2]]
+            assert await backend.aget_one("alice", records[2].id) == records[2]
+            assert await backend.aget_one("alice", "no-such-id") is None
+            assert await backend.aget_one("bob", records[2].id) is None  # (another namespace)
             assert await backend.acount("alice") == 15
             assert (await backend.areflection_state("alice")).adds_since == 15
             found = await backend.acandidates(
