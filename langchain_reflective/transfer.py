@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 import numpy as np
 
-from langchain_reflective.errors import ExportError
+from langchain_reflective.errors import ExportError, InvalidMemoryError
 from langchain_reflective.export_file import (
     JSONL_FORMAT,
     JSONL_VERSION,
@@ -106,7 +106,9 @@ class StreamTransfer(StreamBase):
 
         Args:
             path: the output file.
-            namespaces: which namespaces (default: the stream's; ``"all"`` for every one).
+            namespaces: a list of the namespaces to export (default: the stream's; ``"all"``
+                for every one; a namespace named ``all`` alone: ``["all"]``). Any other
+                string is refused: a user id passed as it is would be read letter by letter.
             include_vectors: include embeddings so import needs no embedding calls (but one,
                 to learn the dimension, into a store without vectors: see
                 :meth:`import_jsonl`).
@@ -115,6 +117,7 @@ class StreamTransfer(StreamBase):
             The number of records written.
 
         Raises:
+            InvalidMemoryError: ``namespaces`` is a string other than ``"all"``, or not a list.
             ExportError: the file could not be written (e.g. the disk is full): the message
                 names ``path`` and says what to do. It is also an ``OSError`` (with the
                 failed call's ``errno``), so ``except OSError`` still catches it.
@@ -269,6 +272,13 @@ def export_jsonl(
         ns_list = [stream.namespace]
     elif namespaces == "all":
         ns_list = backend.namespaces()
+    elif isinstance(namespaces, (str, bytes)) or not isinstance(namespaces, Iterable):
+        # (a name given alone was read letter by letter: other users' one-letter namespaces)
+        raise InvalidMemoryError(
+            f"namespaces must be a list of namespace names, or 'all' for every one; got "
+            f"{namespaces!r:.60}: for one namespace pass namespaces=[name] (also for one named "
+            "'all')"
+        )
     else:
         ns_list = [stream.resolve_namespace(n) for n in namespaces]
     header = {

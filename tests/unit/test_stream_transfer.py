@@ -36,6 +36,31 @@ def test_export_import_round_trip(tmp_path: Path, embeddings, now) -> None:
         assert b.count(namespace="u2") == 1
 
 
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+async def test_export_refuses_a_namespace_name_given_alone(
+    tmp_path: Path, stream, use_async: bool
+) -> None:
+    """Before: ``namespaces="bo"`` (a user id passed as it is) was read letter by letter and
+    exported the namespaces ``b`` and ``o`` (other users' memories), not ``bo``'s. A string
+    other than ``"all"`` is refused before anything is written; ``["all"]`` names the
+    namespace called ``all``."""
+    for ns, text in (("b", "bob's pin is 4321"), ("o", "olga's diagnosis"), ("bo", "own note")):
+        stream.add(text, namespace=ns, importances=0.5)
+    stream.add("a note of the user named all", namespace="all", importances=0.5)
+    out = tmp_path / "out.jsonl"
+    for bad in ("bo", b"bo", 3):
+        with pytest.raises(InvalidMemoryError, match=r"namespaces=\[name\]"):
+            if use_async:
+                await stream.aexport_jsonl(out, namespaces=bad)
+            else:
+                stream.export_jsonl(out, namespaces=bad)
+    assert not out.exists()
+    assert stream.export_jsonl(out, namespaces=["bo"]) == 1
+    assert "own note" in out.read_text()
+    assert stream.export_jsonl(out, namespaces=["all"]) == 1
+    assert stream.export_jsonl(out, namespaces="all") == 4
+
+
 def test_import_rejects_foreign_and_malformed(tmp_path: Path, stream) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"hello": 1}\n')
