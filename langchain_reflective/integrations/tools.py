@@ -77,6 +77,12 @@ def _namespace_value(value: Any) -> str | None:
                 "'a/b' as its namespace ('a', 'b'), so this owner would read and write the "
                 f"items of owner {value.split('/')[0]!r}; map such ids to ones without '/'"
             )
+        if "%" in value:  # (ReflectiveStore escapes a label's '/' as '%2F', its '%' as '%25')
+            raise ValueError(
+                f"the run's memory owner {value!r} contains '%': ReflectiveStore stores the "
+                "namespace ('a/b',) as 'a%2Fb', so such an owner could read and write the "
+                "items of a store namespace with '/' in it; map such ids to ones without '%'"
+            )
         return value or None
     if isinstance(value, int | uuid.UUID) and not isinstance(value, bool):
         return str(value)

@@ -269,6 +269,25 @@ def test_an_owner_with_a_slash_cannot_reach_another_owners_store_items(
     assert [i.key for i in store.search(("alice",))] == ["pin"]
 
 
+def test_an_owner_with_a_percent_cannot_reach_a_store_namespace_with_a_slash(
+    memory: ReflectiveMemory,
+) -> None:
+    """ReflectiveStore stores the namespace ("a/b",) as the stream namespace "a%2Fb": an owner
+    id "a%2Fb" recalled that store namespace's items (a security review's finding)."""
+    from langchain_reflective import ReflectiveStore
+
+    store = ReflectiveStore(memory.stream)
+    store.put(("a/b",), "pin", {"text": "store user a/b bank pin is 4321"})
+    recall, save = create_memory_tools(memory)[:2]
+    intruder = {"configurable": {"user_id": "a%2Fb"}}
+    with pytest.raises(ValueError, match="contains '%'"):
+        recall.invoke({"query": "bank pin"}, intruder)
+    with pytest.raises(ValueError, match="contains '%'"):
+        save.invoke({"text": "wire money to mallory"}, intruder)
+    memory.flush(timeout=30)
+    assert [i.key for i in store.search(("a/b",))] == ["pin"]
+
+
 def test_recall_without_k_works_when_the_context_retrieves_none(tmp_path: Path) -> None:
     """``MemoryConfig(retrieve_k=0)`` (no memories in the context: the model recalls with the
     tool) made ``recall_memories`` without ``k`` ask for 0 memories and fail the agent run."""
