@@ -39,7 +39,7 @@ contexts always had)."""
 _STEPS_COUNTED = 8
 """The same with a counter of the user's, which may be a request each (a provider's token
 count): a few steps, then the bisection (about ``log2(budget)`` counts more). When a step fits,
-the counts the steps did not take grow that fit (:meth:`ReflectiveMemoryStrategy._grow`): this
+the counts the steps did not take grow that fit (:meth:`ReflectiveMemoryStrategy._bisect`): this
 many counts in all. A text rendered again is not counted again."""
 
 
@@ -219,7 +219,7 @@ class ReflectiveMemoryStrategy(BaseMemoryStrategy):
         where they overshot zero, the bisection may still find a fit the steps missed (the
         block without memory lines, saying memories exist but none fit, instead of no block).
         With a counter of the user's, a fit the steps found is grown with the counts they left
-        (:meth:`_grow`).
+        (:meth:`_bisect`).
         """
         if budget is None:
             return [SystemMessage(self.memory.render_context(*parts))]
@@ -232,7 +232,11 @@ class ReflectiveMemoryStrategy(BaseMemoryStrategy):
             if cost <= budget:
                 if approximate:  # (the contexts it always gave)
                     return [message]
-                return [self._grow(render, budget, lines, high, message)]
+                # grown with the counts the steps left: a step gives up its overshoot in
+                # tokens, but lines go whole, so with a counter of ~3 characters per token a
+                # step may drop a line or two more than needed (never more counts than the
+                # steps alone could have taken)
+                return [self._bisect(render, budget, lines, high, message, _STEPS_COUNTED)]
             high = lines - 1
             lines -= cost - budget  # (fewer each time: the cost is over the budget)
             if lines < 0:
@@ -242,36 +246,32 @@ class ReflectiveMemoryStrategy(BaseMemoryStrategy):
         best, cost = render(0)
         if cost > budget:
             return []  # not even the block without memory lines fits
-        low = 0
-        while low < high:  # bisect: the most lines whose render fits
-            middle = (low + high + 1) // 2
-            message, cost = render(middle)
-            if cost <= budget:
-                low, best = middle, message
-            else:
-                high = middle - 1
-        return [best]
+        return [self._bisect(render, budget, 0, high, best)]
 
     @staticmethod
-    def _grow(
-        render: _Renders, budget: int, low: int, high: int, fits: SystemMessage
+    def _bisect(
+        render: _Renders,
+        budget: int,
+        low: int,
+        high: int,
+        fits: SystemMessage,
+        max_counts: int | None = None,
     ) -> SystemMessage:
-        """The render of the most memory lines in ``low..high`` that fits ``budget``, bisected
-        with the counts the steps left of :data:`_STEPS_COUNTED` (``fits``: the render of
-        ``low``, which fits; ``high``: one below the last render that did not).
-
-        A step gives up its overshoot in tokens, but lines go whole: with a counter of about 3
-        characters per token a step may drop a line or two more than needed, and the steps
-        stop at the first fit. The counts left grow it back, without ever counting more than
-        the steps alone could have. A fit shorter than ``fits`` (a long memory cut at another
-        length) narrows the bisection but is not taken.
-        """
+        """The render of the most memory lines in ``low..high`` that fits ``budget``
+        (``fits``: the render of ``low``, which fits; ``high``: one below the last render that
+        did not), counting at most ``max_counts`` texts in all (``None``: no limit; at the
+        limit, the largest fit found so far). A fit shorter than the best so far (a long
+        memory cut at another length) narrows the bisection but is not taken."""
         best = fits
         while low < high:
             middle = (low + high + 1) // 2
             message = render.message(middle)
-            if not render.counted(message) and render.counts >= _STEPS_COUNTED:
-                break  # (no count left: the largest fit found so far)
+            if (
+                max_counts is not None
+                and not render.counted(message)
+                and render.counts >= max_counts
+            ):
+                break  # (no count left)
             if render.cost(message) <= budget:
                 low = middle
                 if len(message.text) >= len(best.text):
