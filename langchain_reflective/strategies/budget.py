@@ -22,6 +22,7 @@ from langchain_reflective.strategies.base import (
     TokenCounter,
     check_budget,
     count_tokens,
+    counter_name,
 )
 
 __all__ = [
@@ -32,10 +33,6 @@ __all__ = [
     "observation_messages",
     "trim_to_budget",
 ]
-
-
-def _name(token_counter: object) -> str:
-    return getattr(token_counter, "__qualname__", None) or repr(token_counter)
 
 
 def count_checked(token_counter: TokenCounter, messages: Sequence[BaseMessage]) -> int:
@@ -55,8 +52,8 @@ def count_checked(token_counter: TokenCounter, messages: Sequence[BaseMessage]) 
             count = operator.index(value)
     if count < 0:
         raise InvalidMemoryError(
-            f"token_counter {_name(token_counter)} returned {value!r}, not a token count: it "
-            "must return an integer >= 0 for a list of messages"
+            f"token_counter {counter_name(token_counter)} returned {value!r}, not a token "
+            "count: it must return an integer >= 0 for a list of messages"
         )
     return count
 
