@@ -13,6 +13,7 @@ import pytest
 
 from langchain_reflective.backends.base import BaseMemoryBackend
 from langchain_reflective.backends.sqlite import SQLiteBackend
+from langchain_reflective.records import MemoryRecord
 from tests.backends.conformance_base import MODEL, QUERIES, vectors_of
 from tests.backends.conformance_deleted_context import (
     HYBRID,
@@ -43,6 +44,15 @@ class TestSQLiteApproximate(DeletedContextConformance):
         return lambda: SQLiteBackend(next(files), exact_limit=20, ann_candidates=16)
 
 
+def _filled(path: Path, records: list[MemoryRecord]) -> SQLiteBackend:
+    """A backend on ``path`` with the hybrid scoring, holding ``records``."""
+    backend = SQLiteBackend(path)
+    backend.configure(HYBRID)
+    backend.bind_embeddings(MODEL, 32)
+    backend.put(records, vectors_of(records))
+    return backend
+
+
 def _scores(backend: SQLiteBackend) -> dict[str, dict[str, float]]:
     return {q: lexical_by_id(backend, q)[0] for q in [*QUERIES, SECRET, "rain"]}
 
@@ -53,10 +63,7 @@ def test_a_reopened_file_scores_as_the_open_one(tmp_path: Path, cache: str) -> N
     snapshot saved at close, and the file reopened without it (rebuilt from the rows) agree."""
     path = tmp_path / "memory.db"
     records, deleted, new, replaced = deleted_context_corpus()
-    with SQLiteBackend(path) as backend:
-        backend.configure(HYBRID)
-        backend.bind_embeddings(MODEL, 32)
-        backend.put(records, vectors_of(records))
+    with _filled(path, records) as backend:
         assert lexical_by_id(backend, SECRET)[1] > 0  # indexed before the deletes
         backend.delete("alice", deleted)
         backend.replace("alice", [replaced], [new], vectors_of([new]))
@@ -74,10 +81,7 @@ def test_deleting_after_a_reopen_from_the_snapshot(tmp_path: Path) -> None:
     """Deletes applied to an index loaded from its snapshot give what a rebuild gives."""
     path = tmp_path / "memory.db"
     records, deleted, new, replaced = deleted_context_corpus()
-    with SQLiteBackend(path) as backend:
-        backend.configure(HYBRID)
-        backend.bind_embeddings(MODEL, 32)
-        backend.put(records, vectors_of(records))
+    with _filled(path, records) as backend:
         lexical_by_id(backend, SECRET)  # the index, saved as a snapshot at close
     with SQLiteBackend(path) as reopened:
         reopened.configure(HYBRID)
@@ -98,10 +102,7 @@ def test_a_snapshot_saved_before_deletes_relinked_the_context_is_rebuilt(tmp_pat
 
     path = tmp_path / "memory.db"
     records, deleted, _, _ = deleted_context_corpus()
-    with SQLiteBackend(path) as backend:
-        backend.configure(HYBRID)
-        backend.bind_embeddings(MODEL, 32)
-        backend.put(records, vectors_of(records))
+    with _filled(path, records) as backend:
         lexical_by_id(backend, SECRET)
         backend.delete("alice", deleted)
     for mark, loaded in ((True, True), (False, False)):
