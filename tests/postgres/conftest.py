@@ -21,9 +21,9 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -192,6 +192,19 @@ def create_database(admin_uri: str) -> str:
     with psycopg.connect(admin_uri, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name} TEMPLATE {_TEMPLATE}")
     return _with_database(admin_uri, name)
+
+
+def fresh_backends(admin_uri: str, **kwargs: Any) -> Callable[[], PostgresBackend]:
+    """A factory of backends, each set up on a new database of its own (a conformance class's
+    ``make_backend``); ``kwargs`` go to ``from_conn_string`` (``local_index=True``, ...)."""
+    from langchain_reflective.backends.postgres import PostgresBackend
+
+    def make() -> PostgresBackend:
+        backend = PostgresBackend.from_conn_string(create_database(admin_uri), **kwargs)
+        backend.setup()
+        return backend
+
+    return make
 
 
 @pytest.fixture

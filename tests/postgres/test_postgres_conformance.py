@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from langchain_reflective.backends.base import BaseMemoryBackend, RetrievalFilter
-from langchain_reflective.backends.postgres import PostgresBackend
 from langchain_reflective.records import OBSERVATION
 from langchain_reflective.scoring import ScoringConfig, score_candidates, top_k
 from tests.backends.conformance import BackendConformance
@@ -21,7 +20,7 @@ from tests.backends.conformance_base import (
     corpus,
     query_vector,
 )
-from tests.postgres.conftest import create_database
+from tests.postgres.conftest import fresh_backends
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 
@@ -54,12 +53,7 @@ class TestPostgresBackend(BackendConformance):
 
     @pytest.fixture
     def make_backend(self, postgres_server: str) -> Callable[[], BaseMemoryBackend]:
-        def make() -> BaseMemoryBackend:
-            backend = PostgresBackend.from_conn_string(create_database(postgres_server))
-            backend.setup()
-            return backend
-
-        return make
+        return fresh_backends(postgres_server)
 
     def test_same_top10_as_the_reference_under_exact_scoring(
         self, backend: BaseMemoryBackend, reference: BaseMemoryBackend
@@ -124,11 +118,4 @@ class TestPostgresLocalIndex(TestPostgresBackend):
 
     @pytest.fixture
     def make_backend(self, postgres_server: str) -> Callable[[], BaseMemoryBackend]:
-        def make() -> BaseMemoryBackend:
-            backend = PostgresBackend.from_conn_string(
-                create_database(postgres_server), local_index=True, local_index_wait=True
-            )
-            backend.setup()
-            return backend
-
-        return make
+        return fresh_backends(postgres_server, local_index=True, local_index_wait=True)

@@ -20,7 +20,7 @@ from tests.backends.conformance_deleted_context import (
     deleted_context_corpus,
     lexical_by_id,
 )
-from tests.postgres.conftest import create_database
+from tests.postgres.conftest import create_database, fresh_backends
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 
@@ -28,25 +28,13 @@ pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 class TestPostgresServer(DeletedContextConformance):
     @pytest.fixture
     def make_backend(self, postgres_server: str) -> Callable[[], BaseMemoryBackend]:
-        def make() -> BaseMemoryBackend:
-            backend = PostgresBackend.from_conn_string(create_database(postgres_server))
-            backend.setup()
-            return backend
-
-        return make
+        return fresh_backends(postgres_server)
 
 
 class TestPostgresLocalIndex(DeletedContextConformance):
     @pytest.fixture
     def make_backend(self, postgres_server: str) -> Callable[[], BaseMemoryBackend]:
-        def make() -> BaseMemoryBackend:
-            backend = PostgresBackend.from_conn_string(
-                create_database(postgres_server), local_index=True, local_index_wait=True
-            )
-            backend.setup()
-            return backend
-
-        return make
+        return fresh_backends(postgres_server, local_index=True, local_index_wait=True)
 
 
 def _open(url: str, **kwargs: object) -> PostgresBackend:
